@@ -1,0 +1,26 @@
+# The two set-up commands in README.md are `make demo` and `make test`; both create or reuse .venv.
+PY ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+.PHONY: venv demo test lint bench
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/sandforge demo
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -n 2 $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check runtime sandbox bench tests
+	$(VENV)/bin/mypy runtime sandbox
+
+bench: $(STAMP)
+	$(VENV)/bin/python -m bench

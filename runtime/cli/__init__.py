@@ -1,0 +1,39 @@
+"""`sandforge` command line. Each command group lives in its own module and is registered here."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from runtime.errors import SandforgeError
+
+
+class _Group(click.Group):
+    """Turns a SandforgeError raised by any command into one `error:` line and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except SandforgeError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """sandforge: run LLM-generated tools in disposable sandboxes, validated first, committed on success."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _register() -> None:
+    from runtime.cli import doctor_cmd, exec_cmd, image_cmd
+
+    for module in (exec_cmd, doctor_cmd, image_cmd):
+        main.add_command(module.command)
+
+
+_register()

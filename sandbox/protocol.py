@@ -1,0 +1,269 @@
+"""The wire protocol between the host and the in-sandbox runner, seen from the host.
+
+Every message is one *frame*: a 4-byte big-endian length followed by that many bytes of UTF-8 JSON.
+Nothing else ever crosses the boundary (no pickle). The runner (``sandbox/runner.py``) speaks the same
+framing with the standard library only; this module is the host's typed, size-bounded view of it.
+
+Host to runner:  ``boot`` (once, at spawn), ``execute`` (once), ``call_result`` (per nested call).
+Runner to host:  ``ready`` (after lock-down), ``call`` (nested tool call), ``result`` (exactly once).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
+
+HEADER = struct.Struct(">I")
+PROTOCOL_VERSION = 1
+
+
+class ProtocolError(Exception):
+    """A frame was malformed, oversized or out of order: the sandbox is not trusted to continue."""
+
+
+class ErrorType(StrEnum):
+    """Typed failure classes of one execution. ``retriable`` is derived from the type (see RETRIABLE)."""
+
+    TIMEOUT = "timeout"
+    MEMORY_LIMIT = "memory_limit"
+    OUTPUT_LIMIT = "output_limit"
+    EXECUTION = "execution"
+    INVALID_CODE = "invalid_code"
+    NON_SERIALIZABLE_RESULT = "non_serializable_result"
+    SANDBOX_VIOLATION = "sandbox_violation"
+    SANDBOX_UNAVAILABLE = "sandbox_unavailable"
+    INVALID_REQUEST = "invalid_request"
+    TOOL_ERROR = "tool_error"  # the program returned Outcome.error(...) itself
+
+
+#: Extrinsic failures: the same program may succeed when retried later (engine back up, less load).
+RETRIABLE: frozenset[ErrorType] = frozenset({ErrorType.SANDBOX_UNAVAILABLE, ErrorType.TIMEOUT})
+
+
+class Limits(BaseModel):
+    """Resource limits of one execution; every backend enforces all of them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout_s: float = Field(5.0, gt=0, le=3600, description="wall-clock limit")
+    memory_mb: int = Field(256, ge=32, le=65536, description="address space / container memory, no swap")
+    cpu_s: int | None = Field(None, ge=1, le=3600, description="CPU seconds; default timeout + 1")
+    max_output_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024, description="stdout and stderr each")
+    max_message_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024, le=512 * 1024 * 1024)
+    disk_mb: int = Field(16, ge=1, le=4096, description="private writable scratch space")
+    max_processes: int = Field(16, ge=1, le=4096, description="container pids limit")
+    max_open_files: int = Field(64, ge=16, le=65536)
+    cpus: float = Field(1.0, gt=0, le=64, description="container CPU quota")
+
+    @property
+    def effective_cpu_s(self) -> int:
+        return self.cpu_s if self.cpu_s is not None else int(self.timeout_s) + 1
+
+
+JsonDict = dict[str, JsonValue]
+
+
+class ExecutionRequest(BaseModel):
+    """A tool program plus the JSON snapshot it runs against (the program contract)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field(description="body of a function with `context`, `args` and `kwargs` in scope")
+    context: JsonDict = Field(default_factory=dict)
+    args: list[JsonValue] = Field(default_factory=list)
+    kwargs: JsonDict = Field(default_factory=dict)
+    limits: Limits = Field(default_factory=Limits)
+
+
+class ResourceUsage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cpu_time_s: float = 0.0
+    peak_memory_mb: float = 0.0
+    source: Literal["host", "sandbox"] = Field(
+        "host", description="'host': measured outside the sandbox; 'sandbox': reported by the runner"
+    )
+
+
+class ExecutionOutcome(BaseModel):
+    """What one execution produced. ``context`` is present only when ``status`` is ok."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["ok", "error"]
+    value: JsonValue = None
+    context: JsonDict | None = None
+    error_type: ErrorType | None = None
+    error_message: str | None = None
+    retriable: bool = False
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_s: float = 0.0
+    usage: ResourceUsage = Field(default_factory=ResourceUsage)
+    backend: str = ""
+    protections: dict[str, bool] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def failure(
+        cls, error_type: ErrorType, message: str, *, retriable: bool | None = None, **fields: Any
+    ) -> ExecutionOutcome:
+        return cls(
+            status="error",
+            error_type=error_type,
+            error_message=message,
+            retriable=(error_type in RETRIABLE) if retriable is None else retriable,
+            **fields,
+        )
+
+
+# --- frames -------------------------------------------------------------------------------------------
+
+
+class BootFrame(BaseModel):
+    """Sent once at spawn: how the runner locks itself down before it may receive code."""
+
+    type: Literal["boot"] = "boot"
+    version: int = PROTOCOL_VERSION
+    sys_path: list[str] = Field(default_factory=list, description="where RestrictedPython lives")
+    limits: Limits
+    seccomp_bpf_b64: str | None = None
+    namespaces: bool = False
+    chroot: bool = False
+    workdir: str | None = None
+    drop_to_uid: int | None = None
+    drop_to_gid: int | None = None
+
+
+class ExecuteFrame(BaseModel):
+    type: Literal["execute"] = "execute"
+    code: str
+    context: JsonDict
+    args: list[JsonValue]
+    kwargs: JsonDict
+
+
+class CallResultFrame(BaseModel):
+    type: Literal["call_result"] = "call_result"
+    id: int
+    outcome: JsonDict
+
+
+class ReadyFrame(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["ready"]
+    version: int
+    pid: int
+    protections: dict[str, bool]
+    errors: list[str] = Field(default_factory=list)
+
+
+class CallTarget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["tool", "delegate"]
+    name: str = Field(max_length=200)
+    purpose: str | None = None
+    deliverable: str | None = None
+    acceptance: str | None = None
+    failure_policy: str | None = None
+
+
+class CallFrame(BaseModel):
+    """A nested dynamic call made by the program through ``tool(...)`` or ``delegate(...)``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["call"]
+    id: int = Field(ge=0)
+    target: CallTarget
+    method: str = Field(max_length=200)
+    args: list[JsonValue] = Field(default_factory=list)
+    kwargs: JsonDict = Field(default_factory=dict)
+
+
+class RunnerError(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: ErrorType
+    message: str = Field(max_length=4096)
+    exception: str | None = Field(None, max_length=200)
+    line: int | None = None
+    retriable: bool | None = None
+    tool_error_type: str | None = Field(None, max_length=200)
+
+
+class ResultFrame(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["result"]
+    status: Literal["ok", "error"]
+    value: JsonValue = None
+    context: JsonDict | None = None
+    error: RunnerError | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    cpu_time_s: float = 0.0
+    peak_memory_mb: float = 0.0
+
+
+RunnerFrame = Annotated[ReadyFrame | CallFrame | ResultFrame, Field(discriminator="type")]
+_RUNNER_FRAME: TypeAdapter[ReadyFrame | CallFrame | ResultFrame] = TypeAdapter(RunnerFrame)
+
+
+def encode_frame(frame: BaseModel | dict[str, Any], max_bytes: int) -> bytes:
+    """Serialize one frame; refuses NaN/Infinity (not JSON) and anything over ``max_bytes``."""
+    payload = frame.model_dump(mode="json") if isinstance(frame, BaseModel) else frame
+    try:
+        body = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"frame is not JSON-serializable: {exc}") from exc
+    if len(body) > max_bytes:
+        raise ProtocolError(f"frame of {len(body)} bytes exceeds the {max_bytes}-byte limit")
+    return HEADER.pack(len(body)) + body
+
+
+def decode_runner_frame(body: bytes) -> ReadyFrame | CallFrame | ResultFrame:
+    """Validate one frame that came out of the sandbox. Anything unexpected is a ProtocolError."""
+    try:
+        return _RUNNER_FRAME.validate_json(body)
+    except ValidationError as exc:
+        raise ProtocolError(f"malformed frame from sandbox: {exc.errors()[0]['msg']}") from exc
+
+
+class FrameReader:
+    """Incremental decoder: feed bytes as they arrive, take complete frame bodies out."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._buf = bytearray()
+        self._max = max_bytes
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buf += data
+        frames: list[bytes] = []
+        while len(self._buf) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self._buf)
+            if size > self._max:
+                raise ProtocolError(f"sandbox announced a {size}-byte frame (limit {self._max})")
+            if len(self._buf) < HEADER.size + size:
+                break
+            frames.append(bytes(self._buf[HEADER.size : HEADER.size + size]))
+            del self._buf[: HEADER.size + size]
+        return frames
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)
