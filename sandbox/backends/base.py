@@ -1,0 +1,43 @@
+"""The one interface every execution backend implements (httpx-style: transports behind one API)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sandbox.exchange import BridgeHandler
+from sandbox.protocol import ExecutionOutcome, ExecutionRequest, Limits
+
+
+class SandboxUnavailable(Exception):
+    """The backend cannot provide a sandbox right now (engine down, image missing, protection absent)."""
+
+    def __init__(self, message: str, *, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+class Worker(Protocol):
+    """One disposable sandbox, locked down and ready; it runs exactly one execution, then is destroyed."""
+
+    backend: str
+    limits: Limits
+    protections: dict[str, bool]
+    created_at: float
+
+    def alive(self) -> bool: ...
+
+    def execute(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
+        """Run the request and destroy the worker, whatever happens."""
+        ...
+
+    def destroy(self) -> None: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def spawn(self, limits: Limits) -> Worker:
+        """Start a fresh worker; raises SandboxUnavailable when that is impossible."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,260 @@
+"""One execution's conversation with a runner, independent of how the bytes travel.
+
+Backends provide a ``WorkerIO`` (pipes for a subprocess, an attach socket for a container); this module
+owns everything that must behave identically on all of them: framing, ordering, the nested-call bridge,
+bounded capture of stdout/stderr, the wall-clock deadline, and turning what happened into an outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from sandbox.protocol import (
+    CallFrame,
+    CallResultFrame,
+    ErrorType,
+    ExecutionOutcome,
+    ExecutionRequest,
+    ExecuteFrame,
+    FrameReader,
+    Limits,
+    ProtocolError,
+    ReadyFrame,
+    ResourceUsage,
+    ResultFrame,
+    decode_runner_frame,
+    encode_frame,
+)
+
+Stream = Literal["result", "stdout", "stderr"]
+
+#: Answers a nested ``tool(...)``/``delegate(...)`` call made inside the sandbox with an outcome dict
+#: (``status``, ``value``, ``error_type``, ``error_message``, ``retriable``).
+BridgeHandler = Callable[[CallFrame], dict[str, Any]]
+
+TRUNCATION_MARK = "\n[... truncated by sandforge]"
+
+
+def no_bridge(call: CallFrame) -> dict[str, Any]:
+    return {
+        "status": "error",
+        "error_type": "nested_calls_unavailable",
+        "error_message": f"tool {call.target.name!r} is not available: this execution has no agent to delegate to",
+        "retriable": False,
+    }
+
+
+class WorkerIO(Protocol):
+    def send(self, data: bytes) -> None: ...
+
+    def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
+        """Chunks that arrived within ``timeout`` seconds; an empty chunk means that stream ended."""
+        ...
+
+
+@dataclass
+class BoundedCapture:
+    limit: int
+    data: bytearray = field(default_factory=bytearray)
+    truncated: bool = False
+
+    def add(self, chunk: bytes) -> None:
+        room = self.limit - len(self.data)
+        if len(chunk) > room:
+            self.truncated = True
+        self.data += chunk[: max(room, 0)]
+
+    def text(self) -> str:
+        body = self.data.decode("utf-8", "replace")
+        return body + TRUNCATION_MARK if self.truncated else body
+
+
+@dataclass
+class Exchange:
+    """What the runner said and did during one execution, before the backend adds exit information."""
+
+    result: ResultFrame | None = None
+    failure: tuple[ErrorType, str] | None = None
+    stderr: BoundedCapture = field(default_factory=lambda: BoundedCapture(0))
+    stray_stdout: BoundedCapture = field(default_factory=lambda: BoundedCapture(0))
+    wall_s: float = 0.0
+    bridge_s: float = 0.0
+    nested_calls: int = 0
+
+
+def await_ready(io: WorkerIO, limits: Limits, timeout: float) -> ReadyFrame:
+    """Wait for the runner's ``ready`` frame after boot; anything else means the worker is unusable."""
+    reader = FrameReader(limits.max_message_bytes)
+    deadline = time.monotonic() + timeout
+    stderr = BoundedCapture(4096)
+    while (remaining := deadline - time.monotonic()) > 0:
+        for stream, chunk in io.poll(remaining):
+            if stream == "stderr":
+                stderr.add(chunk)
+                continue
+            if stream != "result":
+                continue
+            if not chunk:
+                raise ProtocolError(f"worker exited during start-up: {stderr.text().strip()[-500:]}")
+            for body in reader.feed(chunk):
+                frame = decode_runner_frame(body)
+                if not isinstance(frame, ReadyFrame):
+                    raise ProtocolError(f"expected a ready frame, got {frame.type!r}")
+                return frame
+    raise ProtocolError(f"worker did not report ready within {timeout:.1f}s")
+
+
+def run_exchange(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandler | None) -> Exchange:
+    """Send the program, serve nested calls, collect the single result frame, enforce the limits."""
+    limits = request.limits
+    handler = bridge or no_bridge
+    ex = Exchange(stderr=BoundedCapture(limits.max_output_bytes), stray_stdout=BoundedCapture(limits.max_output_bytes))
+    reader = FrameReader(limits.max_message_bytes)
+    started = time.monotonic()
+    deadline = started + limits.timeout_s
+    try:
+        frame = ExecuteFrame(code=request.code, context=request.context, args=request.args, kwargs=request.kwargs)
+        io.send(encode_frame(frame, limits.max_message_bytes))
+    except ProtocolError as exc:
+        ex.failure = (ErrorType.INVALID_REQUEST, str(exc))
+        return ex
+    except OSError as exc:
+        ex.failure = (ErrorType.SANDBOX_UNAVAILABLE, f"could not send the program to the sandbox: {exc}")
+        return ex
+    open_streams: set[Stream] = {"result", "stdout", "stderr"}
+    while open_streams and ex.failure is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            ex.failure = (ErrorType.TIMEOUT, f"execution exceeded the {limits.timeout_s:g}s time limit")
+            break
+        for stream, chunk in io.poll(remaining):
+            if not chunk:
+                open_streams.discard(stream)
+            elif stream == "stderr":
+                ex.stderr.add(chunk)
+            elif stream == "stdout":
+                ex.stray_stdout.add(chunk)
+            else:
+                try:
+                    pause = _handle_frames(io, reader.feed(chunk), ex, handler, limits)
+                except ProtocolError as exc:
+                    ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {exc}")
+                    break
+                deadline += pause
+        if ex.stderr.truncated or ex.stray_stdout.truncated:
+            ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
+        if ex.result is not None and "result" not in open_streams:
+            break
+    if ex.failure is None and ex.result is None and reader.pending:
+        ex.failure = (ErrorType.SANDBOX_VIOLATION, "the sandbox sent an incomplete frame")
+    ex.wall_s = time.monotonic() - started - ex.bridge_s
+    return ex
+
+
+def _handle_frames(
+    io: WorkerIO, bodies: list[bytes], ex: Exchange, handler: BridgeHandler, limits: Limits
+) -> float:
+    """Process complete frames; returns the seconds spent in nested calls (not charged to this call)."""
+    paused = 0.0
+    for body in bodies:
+        frame = decode_runner_frame(body)
+        if ex.result is not None:
+            raise ProtocolError("data after the result frame")
+        if isinstance(frame, ResultFrame):
+            ex.result = frame
+        elif isinstance(frame, CallFrame):
+            began = time.monotonic()
+            outcome = handler(frame)
+            ex.nested_calls += 1
+            try:
+                reply = encode_frame(CallResultFrame(id=frame.id, outcome=outcome), limits.max_message_bytes)
+            except ProtocolError:
+                reply = encode_frame(
+                    CallResultFrame(id=frame.id, outcome={"status": "error", "error_type": "output_limit",
+                                                          "error_message": "nested result too large"}),
+                    limits.max_message_bytes,
+                )  # fmt: skip
+            io.send(reply)
+            spent = time.monotonic() - began
+            paused += spent
+            ex.bridge_s += spent
+        else:
+            raise ProtocolError("a second ready frame")
+    return paused
+
+
+@dataclass
+class ExitInfo:
+    """How the worker ended, as the host observed it."""
+
+    exit_code: int | None = None
+    signal: int | None = None
+    oom_killed: bool = False
+    usage: ResourceUsage | None = None
+
+
+SIGKILL, SIGXCPU, SIGSYS = 9, 24, 31
+
+
+def build_outcome(
+    ex: Exchange, exit_info: ExitInfo, *, backend: str, protections: dict[str, bool], limits: Limits
+) -> ExecutionOutcome:
+    """Combine the exchange and the exit into one outcome; host observations beat runner claims."""
+    usage = exit_info.usage or ResourceUsage(
+        cpu_time_s=ex.result.cpu_time_s if ex.result else 0.0,
+        peak_memory_mb=ex.result.peak_memory_mb if ex.result else 0.0,
+        source="sandbox",
+    )
+    common: dict[str, Any] = {
+        "stderr": ex.stderr.text(),
+        "stderr_truncated": ex.stderr.truncated,
+        "duration_s": round(ex.wall_s, 6),
+        "usage": usage,
+        "backend": backend,
+        "protections": protections,
+        "metadata": {"nested_calls": ex.nested_calls, "exit_code": exit_info.exit_code, "signal": exit_info.signal},
+    }
+    stdout = ex.result.stdout if ex.result else ""
+    stdout_truncated = ex.result.stdout_truncated if ex.result else False
+    if ex.stray_stdout.data:
+        stdout += ex.stray_stdout.text()
+        stdout_truncated = stdout_truncated or ex.stray_stdout.truncated
+    common["stdout"] = stdout + (TRUNCATION_MARK if stdout_truncated and ex.result else "")
+    common["stdout_truncated"] = stdout_truncated
+
+    failure = ex.failure or _exit_failure(ex, exit_info, limits, usage)
+    if failure is not None:
+        return ExecutionOutcome.failure(failure[0], failure[1], **common)
+    result = ex.result
+    assert result is not None
+    if result.status == "error" and result.error is not None:
+        err = result.error
+        meta = {**common["metadata"], "exception": err.exception, "line": err.line}
+        if err.tool_error_type:
+            meta["tool_error_type"] = err.tool_error_type
+        return ExecutionOutcome.failure(
+            err.type, err.message, retriable=err.retriable, **{**common, "metadata": meta}
+        )
+    if result.status != "ok" or result.context is None:
+        return ExecutionOutcome.failure(ErrorType.SANDBOX_VIOLATION, "the sandbox returned an incomplete result", **common)
+    return ExecutionOutcome(status="ok", value=result.value, context=result.context, **common)
+
+
+def _exit_failure(
+    ex: Exchange, exit_info: ExitInfo, limits: Limits, usage: ResourceUsage
+) -> tuple[ErrorType, str] | None:
+    if exit_info.oom_killed:
+        return ErrorType.MEMORY_LIMIT, f"memory limit of {limits.memory_mb} MB exceeded"
+    if exit_info.signal == SIGXCPU:
+        return ErrorType.TIMEOUT, f"CPU time limit of {limits.effective_cpu_s}s exceeded"
+    if ex.result is not None:
+        return None
+    if usage.peak_memory_mb >= 0.9 * limits.memory_mb:
+        return ErrorType.MEMORY_LIMIT, f"memory limit of {limits.memory_mb} MB exceeded"
+    if exit_info.signal == SIGSYS:
+        return ErrorType.SANDBOX_VIOLATION, "the sandbox was killed for a forbidden system call"
+    how = f"signal {exit_info.signal}" if exit_info.signal else f"exit code {exit_info.exit_code}"
+    return ErrorType.EXECUTION, f"the sandbox ended without a result ({how})"

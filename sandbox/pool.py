@@ -1,0 +1,123 @@
+"""Warm pools: workers are started ahead so a call rarely pays start-up cost.
+
+A worker is handed out at most once and destroyed after its single execution; the pool only hides the
+start-up latency, it never reuses a sandbox. Members that died, or sat idle longer than ``idle_s``, are
+destroyed and replaced, never handed out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from sandbox.backends.base import SandboxUnavailable, Worker
+
+log = logging.getLogger(__name__)
+
+
+class WarmPool:
+    def __init__(self, spawn: Callable[[], Worker], *, size: int, idle_s: float, name: str) -> None:
+        self._spawn = spawn
+        self.size = size
+        self.idle_s = idle_s
+        self.name = name
+        self._ready: deque[Worker] = deque()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = False
+        self.last_error: str | None = None
+        self.stats = {"warm_hits": 0, "cold_starts": 0, "replaced": 0}
+        self._thread: threading.Thread | None = None
+        if size > 0:
+            self._thread = threading.Thread(target=self._refill_loop, name=f"sandforge-pool-{name}", daemon=True)
+            self._thread.start()
+
+    def acquire(self) -> Worker:
+        """A ready worker that has never run anything; spawns one cold when none is waiting."""
+        while True:
+            with self._lock:
+                worker = self._ready.popleft() if self._ready else None
+            if worker is None:
+                break
+            self._wake.set()
+            if self._usable(worker):
+                self.stats["warm_hits"] += 1
+                return worker
+            self._discard(worker)
+        self.stats["cold_starts"] += 1
+        self._wake.set()
+        return self._spawn()
+
+    def ready_count(self) -> int:
+        with self._lock:
+            return len(self._ready)
+
+    def wait_ready(self, count: int | None = None, timeout: float = 30.0) -> bool:
+        """Block until ``count`` (default: the pool size) workers are ready; for benchmarks and tests."""
+        want = self.size if count is None else count
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.ready_count() >= want:
+                return True
+            time.sleep(0.005)
+        return False
+
+    def _usable(self, worker: Worker) -> bool:
+        return worker.alive() and time.monotonic() - worker.created_at < self.idle_s
+
+    def _discard(self, worker: Worker) -> None:
+        self.stats["replaced"] += 1
+        with contextlib.suppress(Exception):
+            worker.destroy()
+
+    def _refill_loop(self) -> None:
+        backoff = 0.05
+        while not self._closed:
+            self._reap_unusable()
+            if self.ready_count() < self.size:
+                try:
+                    worker = self._spawn()
+                except SandboxUnavailable as exc:
+                    self.last_error = str(exc)
+                    log.warning("pool %s cannot start a worker: %s", self.name, exc)
+                    self._wake.wait(backoff)
+                    self._wake.clear()
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                except Exception:  # a bug must not kill the refill thread silently
+                    log.exception("pool %s: unexpected error starting a worker", self.name)
+                    self._wake.wait(1.0)
+                    continue
+                backoff = 0.05
+                self.last_error = None
+                with self._lock:
+                    if self._closed:
+                        worker.destroy()
+                        return
+                    self._ready.append(worker)
+                continue
+            self._wake.wait(min(self.idle_s / 4, 1.0))
+            self._wake.clear()
+
+    def _reap_unusable(self) -> None:
+        with self._lock:
+            stale = [w for w in self._ready if not self._usable(w)]
+            for w in stale:
+                self._ready.remove(w)
+        for w in stale:
+            self._discard(w)
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._lock:
+            workers, self._ready = list(self._ready), deque()
+        for w in workers:
+            with contextlib.suppress(Exception):
+                w.destroy()

@@ -1,0 +1,687 @@
+"""The in-sandbox runner: the only sandforge code that runs inside the sandbox.
+
+It needs nothing but the standard library and RestrictedPython, and it is copied into the container image
+unchanged. One runner process serves exactly one execution:
+
+1. read a ``boot`` frame, import what the program may use, lock the process down (rlimits, namespaces,
+   private tmpfs root, dropped privileges, no_new_privs, seccomp), then report ``ready``;
+2. read one ``execute`` frame, run the program under RestrictedPython, answer nested ``call`` frames;
+3. write exactly one ``result`` frame and exit.
+
+Frames are a 4-byte big-endian length plus UTF-8 JSON. Results go to a dedicated channel (``--result-fd N``,
+or in a container the original stdout, which the runner re-points at stderr before any program runs), so
+printing can never forge a result: ``print`` output is captured, bounded, into the result's ``stdout``.
+
+The OS boundary is the security boundary; RestrictedPython here is defence in depth.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import builtins as py_builtins
+import ctypes
+import errno
+import json
+import os
+import resource
+import struct
+import sys
+import types
+import warnings
+from typing import Any
+
+RUNNER_VERSION = "1"
+HEADER = struct.Struct(">I")
+TOOL_FILENAME = "<tool>"
+TOOL_FUNCTION = "sandforge_tool"
+
+#: What a program may import. Each is imported before lock-down and exposed through a read-only proxy that
+#: hides sub-modules and private names, so e.g. ``typing.sys`` or ``random._os`` cannot be reached.
+ALLOWED_MODULES: dict[str, frozenset[str]] = {
+    # module name -> public names withheld from the proxy (bypass attribute guards or touch files)
+    "base64": frozenset(),
+    "bisect": frozenset(),
+    "calendar": frozenset(),
+    "cmath": frozenset(),
+    "collections": frozenset(),
+    "copy": frozenset(),
+    "csv": frozenset(),
+    "datetime": frozenset(),
+    "decimal": frozenset(),
+    "fractions": frozenset(),
+    "functools": frozenset(),
+    "hashlib": frozenset({"file_digest"}),
+    "heapq": frozenset(),
+    "html": frozenset(),
+    "html.parser": frozenset(),
+    "itertools": frozenset(),
+    "json": frozenset({"load", "dump"}),
+    "math": frozenset(),
+    "operator": frozenset({"attrgetter", "methodcaller"}),
+    "random": frozenset(),
+    "re": frozenset(),
+    "statistics": frozenset(),
+    "string": frozenset({"Formatter"}),
+    "textwrap": frozenset(),
+    "time": frozenset(),
+    "unicodedata": frozenset(),
+    "urllib.parse": frozenset(),
+    "xml.etree.ElementTree": frozenset({"parse", "iterparse", "ElementTree", "XMLPullParser"}),
+}
+
+# Linux constants (x86_64 and aarch64 agree on these).
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
+SECCOMP_MODE_FILTER = 2
+
+
+class OutputLimitExceeded(Exception):
+    """The program printed more than the output limit allows."""
+
+
+# --- framing ------------------------------------------------------------------------------------------
+
+
+def _read_exact(fd: int, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = os.read(fd, min(size, 1 << 20))
+        if not chunk:
+            raise EOFError("channel closed")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int, max_bytes: int) -> dict[str, Any]:
+    (size,) = HEADER.unpack(_read_exact(fd, HEADER.size))
+    if size > max_bytes:
+        raise ValueError(f"frame of {size} bytes exceeds the limit")
+    frame = json.loads(_read_exact(fd, size))
+    if not isinstance(frame, dict):
+        raise ValueError("frame is not an object")
+    return frame
+
+
+def encode(frame: dict[str, Any]) -> bytes:
+    return json.dumps(frame, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def write_frame(fd: int, frame: dict[str, Any] | bytes) -> None:
+    body = frame if isinstance(frame, bytes) else encode(frame)
+    data = memoryview(HEADER.pack(len(body)) + body)
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+# --- lock-down ----------------------------------------------------------------------------------------
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _write_file(path: str, data: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data.encode())
+    finally:
+        os.close(fd)
+
+
+def _enter_namespaces(libc: ctypes.CDLL) -> list[str]:
+    """New network, mount, ipc, uts and pid namespaces; a user namespace too when not root."""
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
+    names = ["net_namespace", "mount_namespace", "ipc_namespace", "uts_namespace", "pid_namespace"]
+    uid, gid = os.geteuid(), os.getegid()
+    if uid != 0:
+        flags |= CLONE_NEWUSER
+        names.append("user_namespace")
+    _check(libc.unshare(flags), "unshare")
+    if uid != 0:
+        _write_file("/proc/self/setgroups", "deny")
+        _write_file("/proc/self/uid_map", f"0 {uid} 1")
+        _write_file("/proc/self/gid_map", f"0 {gid} 1")
+    return names
+
+
+def _private_root(libc: ctypes.CDLL, workdir: str, disk_mb: int, owner: tuple[int, int]) -> None:
+    """Mount a size-limited tmpfs on the (empty, private) workdir and make it the process's root."""
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
+    opts = f"size={disk_mb}m,mode=0700,uid={owner[0]},gid={owner[1]},nr_inodes=4096".encode()
+    _check(libc.mount(b"tmpfs", workdir.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts), "tmpfs")
+    os.chdir(workdir)
+    os.chroot(".")
+    os.chdir("/")
+
+
+def _become_pid1(libc: ctypes.CDLL) -> None:
+    """After unshare(CLONE_NEWPID), fork so the executing process is pid 1 of the new namespace.
+
+    The parent keeps no channel open; it waits and mirrors the child's exit, so the host sees one status.
+    """
+    pid = os.fork()
+    if pid == 0:
+        libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+        return
+    os.closerange(0, 4096)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        os._exit(128 + os.WTERMSIG(status))
+    os._exit(os.WEXITSTATUS(status))
+
+
+def _set_rlimits(limits: dict[str, Any]) -> None:
+    cpu = int(limits.get("cpu_s") or int(limits["timeout_s"]) + 1)
+    memory = int(limits["memory_mb"]) * 1024 * 1024
+    disk = int(limits["disk_mb"]) * 1024 * 1024
+    files = int(limits["max_open_files"])
+    for res, value in (
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_AS, memory),
+        (resource.RLIMIT_FSIZE, disk),
+        (resource.RLIMIT_NOFILE, files),
+        (resource.RLIMIT_NPROC, 0),
+    ):
+        resource.setrlimit(res, (value, value))
+
+
+def _install_seccomp(libc: ctypes.CDLL, bpf: bytes) -> None:
+    """Load a classic-BPF filter compiled on the host by libseccomp (8 bytes per instruction)."""
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    if not bpf or len(bpf) % 8:
+        raise ValueError("seccomp program has the wrong size")
+    prog = SockFprog(len(bpf) // 8, bpf)
+    _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+
+
+def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
+    """Apply every protection the boot frame asks for; report what is active and what failed."""
+    libc = _libc()
+    active: dict[str, bool] = {}
+    errors: list[str] = []
+    limits = boot["limits"]
+    uid, gid = boot.get("drop_to_uid"), boot.get("drop_to_gid")
+    owner = (uid if uid is not None else 0, gid if gid is not None else 0)
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    pid_ns = False
+    if boot.get("namespaces"):
+        try:
+            for name in _enter_namespaces(libc):
+                active[name] = True
+            pid_ns = True
+        except OSError as exc:
+            errors.append(f"namespaces: {exc}")
+    workdir = boot.get("workdir")
+    if boot.get("chroot") and workdir:
+        try:
+            _private_root(libc, workdir, int(limits["disk_mb"]), owner)
+            active["private_root"] = True
+        except OSError as exc:
+            errors.append(f"private root: {exc}")
+    elif workdir:
+        os.chdir(workdir)
+    if pid_ns:
+        _become_pid1(libc)
+    if uid is not None and gid is not None and os.geteuid() == 0:
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            active["unprivileged_user"] = True
+        except OSError as exc:
+            errors.append(f"drop privileges: {exc}")
+    elif os.geteuid() != 0:
+        active["unprivileged_user"] = True
+    try:
+        _set_rlimits(limits)
+        active["rlimits"] = True
+    except (OSError, ValueError) as exc:
+        errors.append(f"rlimits: {exc}")
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
+        active["no_new_privs"] = True
+    if boot.get("seccomp_bpf_b64"):
+        try:
+            _install_seccomp(libc, base64.b64decode(boot["seccomp_bpf_b64"]))
+            active["seccomp"] = True
+        except (OSError, ValueError) as exc:
+            errors.append(f"seccomp: {exc}")
+    return active, errors
+
+
+# --- the program's world ------------------------------------------------------------------------------
+
+
+def _module_proxy(name: str, module: types.ModuleType, withheld: frozenset[str]) -> types.SimpleNamespace:
+    public = {
+        key: value
+        for key, value in vars(module).items()
+        if not key.startswith("_") and key not in withheld and not isinstance(value, types.ModuleType)
+    }
+    return types.SimpleNamespace(**public)
+
+
+def build_module_proxies() -> dict[str, types.SimpleNamespace]:
+    """Import every allowed module now (nothing can be imported after lock-down) and wrap each in a proxy.
+
+    Dotted modules hang under their parents' proxies, so ``import xml.etree.ElementTree as ET`` works.
+    """
+    proxies: dict[str, types.SimpleNamespace] = {}
+    for name in sorted(ALLOWED_MODULES):
+        __import__(name)
+        proxies[name] = _module_proxy(name, sys.modules[name], ALLOWED_MODULES[name])
+    for name in sorted(ALLOWED_MODULES, key=lambda n: n.count(".")):
+        parts = name.split(".")
+        for depth in range(1, len(parts)):
+            parent = ".".join(parts[:depth])
+            proxies.setdefault(parent, types.SimpleNamespace())
+        for depth in range(1, len(parts)):
+            parent, child = ".".join(parts[:depth]), ".".join(parts[: depth + 1])
+            setattr(proxies[parent], parts[depth], proxies[child])
+    return proxies
+
+
+class BoundedText:
+    """A print target that stops accepting text at its limit and remembers that it overflowed."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[str] = []
+        self.size = 0
+        self.overflowed = False
+
+    def write(self, text: str) -> int:
+        encoded = len(text.encode("utf-8", "replace"))
+        if self.size + encoded > self.limit:
+            room = max(self.limit - self.size, 0)
+            self.parts.append(text.encode("utf-8", "replace")[:room].decode("utf-8", "ignore"))
+            self.size = self.limit
+            self.overflowed = True
+            raise OutputLimitExceeded(f"output exceeded {self.limit} bytes")
+        self.parts.append(text)
+        self.size += encoded
+        return len(text)
+
+    def getvalue(self) -> str:
+        return "".join(self.parts)
+
+
+class ToolOutcome:
+    """``Outcome.ok(value)`` / ``Outcome.error(type, message, retriable=...)`` returned by a program."""
+
+    __slots__ = ("error_message", "error_type", "retriable", "status", "value")
+
+    def __init__(self, status: str, value: Any, error_type: Any, error_message: Any, retriable: bool) -> None:
+        self.status, self.value, self.retriable = status, value, bool(retriable)
+        self.error_type = None if error_type is None else str(error_type)[:200]
+        self.error_message = None if error_message is None else str(error_message)[:4096]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ToolOutcome:
+        return cls(
+            "ok" if data.get("status") == "ok" else "error",
+            data.get("value"),
+            data.get("error_type"),
+            data.get("error_message"),
+            bool(data.get("retriable")),
+        )
+
+    def __repr__(self) -> str:
+        if self.ok:
+            return f"Outcome.ok({self.value!r})"
+        return f"Outcome.error({self.error_type!r}, {self.error_message!r})"
+
+
+class OutcomeFactory:
+    """What programs see as ``Outcome``."""
+
+    @staticmethod
+    def ok(value: Any = None) -> ToolOutcome:
+        return ToolOutcome("ok", value, None, None, False)
+
+    @staticmethod
+    def error(error_type: str, message: str = "", retriable: bool = False) -> ToolOutcome:
+        return ToolOutcome("error", None, error_type, message, retriable)
+
+
+class Bridge:
+    """Nested dynamic calls: a ``call`` frame out, a ``call_result`` frame back, synchronously."""
+
+    def __init__(self, in_fd: int, out_fd: int, max_bytes: int) -> None:
+        self.in_fd, self.out_fd, self.max_bytes = in_fd, out_fd, max_bytes
+        self.next_id = 0
+
+    def call(self, target: dict[str, Any], method: str, args: list[Any], kwargs: dict[str, Any]) -> ToolOutcome:
+        check_json(args, "nested call arguments")
+        check_json(kwargs, "nested call arguments")
+        call_id, self.next_id = self.next_id, self.next_id + 1
+        frame = {"type": "call", "id": call_id, "target": target, "method": method, "args": args, "kwargs": kwargs}
+        write_frame(self.out_fd, frame)
+        reply = read_frame(self.in_fd, self.max_bytes)
+        if reply.get("type") != "call_result" or reply.get("id") != call_id:
+            raise RuntimeError("host sent an unexpected reply to a nested call")
+        outcome = reply.get("outcome")
+        return ToolOutcome.from_wire(outcome if isinstance(outcome, dict) else {})
+
+
+class ToolHandle:
+    """What ``tool(name)`` and ``delegate(role, ...)`` return: every public method is a nested call."""
+
+    __slots__ = ("_bridge", "_target")
+
+    def __init__(self, bridge: Bridge, target: dict[str, Any]) -> None:
+        object.__setattr__(self, "_bridge", bridge)
+        object.__setattr__(self, "_target", target)
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        bridge, target = self._bridge, self._target
+
+        def invoke(*args: Any, **kwargs: Any) -> ToolOutcome:
+            return bridge.call(target, method, list(args), kwargs)
+
+        invoke.__name__ = method
+        return invoke
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("tool handles are read-only; define behaviour in the tool, not on its handle")
+
+    def __repr__(self) -> str:
+        return f"<tool {self._target.get('name')!r}>"
+
+
+class NotJson(TypeError):
+    pass
+
+
+def check_json(value: Any, what: str, _depth: int = 0) -> None:
+    """Only what JSON round-trips exactly: dicts with str keys, lists, str, int, finite float, bool, None."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > 200:
+            raise NotJson(f"{what} is nested more than 200 levels deep")
+        if item is None or isinstance(item, (bool, int, str)):
+            continue
+        if isinstance(item, float):
+            if item != item or item in (float("inf"), float("-inf")):
+                raise NotJson(f"{what} contains a non-finite float")
+            continue
+        if isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+            continue
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise NotJson(f"{what} has a dict key of type {type(key).__name__}; JSON keys are strings")
+                stack.append((child, depth + 1))
+            continue
+        raise NotJson(f"{what} contains a value of type {type(item).__name__}, which is not JSON")
+
+
+def _guarded_import(proxies: dict[str, types.SimpleNamespace]) -> Any:
+    def guarded_import(
+        name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
+    ) -> Any:
+        if level != 0 or name not in proxies:
+            raise ImportError(f"import of {name!r} is not allowed in the sandbox")
+        if fromlist:
+            return proxies[name]
+        return proxies[name.split(".")[0]]
+
+    return guarded_import
+
+
+def _inplacevar(op: str, x: Any, y: Any) -> Any:
+    import operator
+
+    ops = {
+        "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+        "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "<<=": operator.ilshift,
+        ">>=": operator.irshift, "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor,
+        "@=": operator.imatmul,
+    }  # fmt: skip
+    if op not in ops:
+        raise SyntaxError(f"unsupported in-place operator {op}")
+    return ops[op](x, y)
+
+
+def build_globals(
+    proxies: dict[str, types.SimpleNamespace], stdout: BoundedText, bridge: Bridge
+) -> dict[str, Any]:
+    from RestrictedPython import Guards, PrintCollector, limited_builtins, safe_builtins
+    from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
+
+    class Printer(PrintCollector):  # type: ignore[misc]
+        def __init__(self, _getattr_: Any = None) -> None:
+            super().__init__(_getattr_)
+
+        def write(self, text: str) -> None:
+            self.txt.append(text)
+            stdout.write(text)
+
+    builtins = dict(safe_builtins)
+    builtins.update(limited_builtins)
+    for extra in (
+        "dict", "list", "set", "frozenset", "sum", "min", "max", "enumerate", "map", "filter",
+        "reversed", "any", "all", "iter", "next", "sorted", "bytearray", "format",
+        "ArithmeticError", "AttributeError", "Exception", "IndexError", "KeyError", "LookupError",
+        "NotImplementedError", "RuntimeError", "StopIteration", "TypeError", "ValueError",
+        "ZeroDivisionError", "OverflowError", "RecursionError", "UnicodeError",
+    ):  # fmt: skip
+        builtins[extra] = getattr(py_builtins, extra)
+    builtins["getattr"] = Guards.safer_getattr
+    builtins["hasattr"] = lambda obj, name: _safe_hasattr(Guards.safer_getattr, obj, name)
+    builtins["__import__"] = _guarded_import(proxies)
+    builtins["Outcome"] = OutcomeFactory
+    builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
+    builtins["delegate"] = lambda role, purpose=None, deliverable=None, acceptance=None, failure_policy=None: (
+        ToolHandle(
+            bridge,
+            {
+                "kind": "delegate", "name": str(role), "purpose": purpose, "deliverable": deliverable,
+                "acceptance": acceptance, "failure_policy": failure_policy,
+            },
+        )
+    )  # fmt: skip
+    return {
+        "__builtins__": builtins,
+        "__name__": "sandforge_tool",
+        "__metaclass__": type,
+        "_getattr_": Guards.safer_getattr,
+        "_getitem_": default_guarded_getitem,
+        "_getiter_": default_guarded_getiter,
+        "_iter_unpack_sequence_": Guards.guarded_iter_unpack_sequence,
+        "_unpack_sequence_": Guards.guarded_unpack_sequence,
+        "_write_": Guards.full_write_guard,
+        "_inplacevar_": _inplacevar,
+        "_print_": Printer,
+        "_apply_": lambda f, *a, **kw: f(*a, **kw),
+    }
+
+
+def _safe_hasattr(getter: Any, obj: Any, name: str) -> bool:
+    try:
+        getter(obj, name)
+    except (AttributeError, NotImplementedError):
+        return False
+    return True
+
+
+def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | None]:
+    """Compile the body as a function under RestrictedPython; return (code, None) or (None, error)."""
+    from RestrictedPython import compile_restricted
+
+    try:
+        module = ast.parse(code, TOOL_FILENAME, "exec")
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        return None, _error("invalid_code", f"syntax error: {exc.msg if isinstance(exc, SyntaxError) else exc}",
+                            exception=type(exc).__name__, line=line)  # fmt: skip
+    except (RecursionError, MemoryError):
+        return None, _error("invalid_code", "program is nested too deeply to compile")
+    arguments = ast.arguments(
+        posonlyargs=[], args=[ast.arg(arg=n) for n in ("context", "args", "kwargs")], vararg=None,
+        kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
+    )  # fmt: skip
+    body = module.body or [ast.Pass()]
+    func = ast.FunctionDef(name=TOOL_FUNCTION, args=arguments, body=body, decorator_list=[], returns=None)
+    wrapper = ast.Module(body=[func], type_ignores=[])
+    ast.fix_missing_locations(wrapper)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # RestrictedPython warns about constructs it then rejects
+            compiled = compile_restricted(wrapper, TOOL_FILENAME, "exec")
+    except SyntaxError as exc:
+        message = "; ".join(str(m) for m in exc.args[0]) if isinstance(exc.args[0], tuple) else str(exc)
+        kind = "invalid_code" if "outside function" in message else "sandbox_violation"
+        return None, _error(kind, f"rejected by the sandbox: {message}", exception="SyntaxError",
+                            line=getattr(exc, "lineno", None))  # fmt: skip
+    except (RecursionError, MemoryError):
+        return None, _error("invalid_code", "program is nested too deeply to compile")
+    return compiled, None
+
+
+def _error(kind: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"type": kind, "message": message[:4000], **{k: v for k, v in extra.items() if v is not None}}
+
+
+def _tool_line(tb: types.TracebackType | None) -> int | None:
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == TOOL_FILENAME:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _classify_exception(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError):
+        return "memory_limit"
+    if isinstance(exc, OutputLimitExceeded):
+        return "output_limit"
+    if isinstance(exc, ImportError) and "not allowed in the sandbox" in str(exc):
+        return "sandbox_violation"
+    if isinstance(exc, OSError) and exc.errno in (errno.EPERM, errno.EACCES, errno.EROFS):
+        return "sandbox_violation"
+    if isinstance(exc, NotJson):
+        return "non_serializable_result"
+    return "execution"
+
+
+def execute(frame: dict[str, Any], boot: dict[str, Any], bridge: Bridge, proxies: dict[str, Any]) -> dict[str, Any]:
+    limits = boot["limits"]
+    stdout = BoundedText(int(limits["max_output_bytes"]))
+    result: dict[str, Any] = {"type": "result", "status": "error"}
+    compiled, error = compile_program(str(frame.get("code", "")))
+    context, args, kwargs = frame.get("context"), frame.get("args"), frame.get("kwargs")
+    if error is None and not (isinstance(context, dict) and isinstance(args, list) and isinstance(kwargs, dict)):
+        error = _error("invalid_request", "context must be an object, args a list and kwargs an object")
+    if error is None:
+        assert compiled is not None
+        namespace = build_globals(proxies, stdout, bridge)
+        try:
+            exec(compiled, namespace)  # noqa: S102 - RestrictedPython-compiled, inside the sandbox
+            value = namespace[TOOL_FUNCTION](context, args, kwargs)
+            if isinstance(value, ToolOutcome):
+                if not value.ok:
+                    error = _error("tool_error", value.error_message or value.error_type or "tool error",
+                                   tool_error_type=value.error_type, retriable=value.retriable)  # fmt: skip
+                value = value.value
+            if error is None:
+                check_json(value, "the return value")
+                check_json(context, "the new context")
+                result.update(status="ok", value=value, context=context)
+        except BaseException as exc:  # noqa: BLE001 - everything the program raises becomes a typed error
+            kind = _classify_exception(exc)
+            name = type(exc).__name__
+            message = str(exc) if kind != "memory_limit" else f"memory limit of {limits['memory_mb']} MB exceeded"
+            error = _error(kind, f"{name}: {message}" if kind == "execution" else message,
+                           exception=name, line=_tool_line(exc.__traceback__))  # fmt: skip
+    if stdout.overflowed:
+        error = _error("output_limit", f"the program printed more than {limits['max_output_bytes']} bytes")
+        result.update(status="error", value=None, context=None)
+    if error is not None:
+        result["error"] = error
+    result["stdout"] = stdout.getvalue()
+    result["stdout_truncated"] = stdout.overflowed
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    result["cpu_time_s"] = usage.ru_utime + usage.ru_stime
+    result["peak_memory_mb"] = usage.ru_maxrss / 1024
+    return result
+
+
+def _encode_result(result: dict[str, Any], max_bytes: int) -> bytes:
+    """Encode the result once; one that does not fit the channel becomes an output_limit error."""
+    try:
+        body = encode(result)
+    except (TypeError, ValueError) as exc:
+        return encode({"type": "result", "status": "error", "error": _error("non_serializable_result", str(exc))})
+    if len(body) <= max_bytes:
+        return body
+    return encode({
+        "type": "result", "status": "error", "stdout": "", "stdout_truncated": bool(result.get("stdout")),
+        "error": _error("output_limit", f"the result is {len(body)} bytes; the limit is {max_bytes}"),
+        "cpu_time_s": result.get("cpu_time_s", 0.0), "peak_memory_mb": result.get("peak_memory_mb", 0.0),
+    })  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    in_fd = 0
+    if "--result-stdout" in argv:
+        out_fd = os.dup(1)
+        os.dup2(2, 1)
+    else:
+        out_fd = int(argv[argv.index("--result-fd") + 1])
+    boot = read_frame(in_fd, 1 << 20)
+    if boot.get("type") != "boot":
+        raise SystemExit("expected a boot frame")
+    max_bytes = int(boot["limits"]["max_message_bytes"])
+    sys.path[:0] = [p for p in boot.get("sys_path", []) if isinstance(p, str)]
+    import RestrictedPython  # noqa: F401 - import before lock-down: nothing is importable after it
+
+    proxies = build_module_proxies()
+    compile_program("return 1")  # warm RestrictedPython's lazily imported parts
+    protections, errors = lock_down(boot)
+    write_frame(out_fd, {"type": "ready", "version": 1, "pid": os.getpid(), "protections": protections,
+                         "errors": errors})  # fmt: skip
+    try:
+        frame = read_frame(in_fd, max_bytes)
+    except (EOFError, ValueError, json.JSONDecodeError):
+        return 3
+    if frame.get("type") != "execute":
+        result = {"type": "result", "status": "error", "error": _error("invalid_request", "expected an execute frame")}
+    else:
+        result = execute(frame, boot, Bridge(in_fd, out_fd, max_bytes), proxies)
+    write_frame(out_fd, _encode_result(result, max_bytes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
