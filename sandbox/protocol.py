@@ -38,6 +38,7 @@ class ErrorType(StrEnum):
     SANDBOX_UNAVAILABLE = "sandbox_unavailable"
     INVALID_REQUEST = "invalid_request"
     TOOL_ERROR = "tool_error"  # the program returned Outcome.error(...) itself
+    GUARDRAIL_VIOLATION = "guardrail_violation"  # rejected by the host's policy; nothing was executed
 
 
 #: Extrinsic failures: the same program may succeed when retried later (engine back up, less load).

@@ -475,7 +475,7 @@ def _inplacevar(op: str, x: Any, y: Any) -> Any:
 def build_globals(
     proxies: dict[str, types.SimpleNamespace], stdout: BoundedText, bridge: Bridge
 ) -> dict[str, Any]:
-    from RestrictedPython import Guards, PrintCollector, limited_builtins, safe_builtins
+    from RestrictedPython import Guards, PrintCollector, safe_builtins
     from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
 
     class Printer(PrintCollector):  # type: ignore[misc]
@@ -487,9 +487,9 @@ def build_globals(
             stdout.write(text)
 
     builtins = dict(safe_builtins)
-    builtins.update(limited_builtins)
+    # Not RestrictedPython's limited_builtins: resource limits are the OS's job, and its range() caps at 1000.
     for extra in (
-        "dict", "list", "set", "frozenset", "sum", "min", "max", "enumerate", "map", "filter",
+        "range", "tuple", "dict", "list", "set", "frozenset", "sum", "min", "max", "enumerate", "map", "filter",
         "reversed", "any", "all", "iter", "next", "sorted", "bytearray", "format",
         "ArithmeticError", "AttributeError", "Exception", "IndexError", "KeyError", "LookupError",
         "NotImplementedError", "RuntimeError", "StopIteration", "TypeError", "ValueError",
@@ -534,6 +534,41 @@ def _safe_hasattr(getter: Any, obj: Any, name: str) -> bool:
     return True
 
 
+class LowerAugmentedAssignment(ast.NodeTransformer):
+    """Rewrite ``x[k] += v`` / ``x.a += v`` as plain assignments, which RestrictedPython can guard.
+
+    Each sub-expression is bound to a temporary first, so it is evaluated exactly once, as in Python.
+    """
+
+    def __init__(self) -> None:
+        self.counter = 0
+
+    def _temp(self, value: ast.expr, node: ast.AST) -> tuple[ast.Assign, ast.Name]:
+        self.counter += 1
+        name = f"sandforge_aug_{self.counter}"
+        assign = ast.copy_location(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value), node)
+        return assign, ast.Name(name, ast.Load())
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> Any:
+        self.generic_visit(node)
+        target = node.target
+        if isinstance(target, ast.Subscript) and not isinstance(target.slice, ast.Slice):
+            bind_obj, obj = self._temp(target.value, node)
+            bind_key, key = self._temp(target.slice, node)
+            load: ast.expr = ast.Subscript(obj, key, ast.Load())
+            store: ast.expr = ast.Subscript(ast.Name(obj.id, ast.Load()), ast.Name(key.id, ast.Load()), ast.Store())
+            prelude = [bind_obj, bind_key]
+        elif isinstance(target, ast.Attribute):
+            bind_obj, obj = self._temp(target.value, node)
+            load = ast.Attribute(obj, target.attr, ast.Load())
+            store = ast.Attribute(ast.Name(obj.id, ast.Load()), target.attr, ast.Store())
+            prelude = [bind_obj]
+        else:
+            return node
+        assign = ast.Assign(targets=[store], value=ast.BinOp(load, node.op, node.value))
+        return [*prelude, ast.copy_location(assign, node)]
+
+
 def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | None]:
     """Compile the body as a function under RestrictedPython; return (code, None) or (None, error)."""
     from RestrictedPython import compile_restricted
@@ -552,7 +587,7 @@ def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | 
     )  # fmt: skip
     body = module.body or [ast.Pass()]
     func = ast.FunctionDef(name=TOOL_FUNCTION, args=arguments, body=body, decorator_list=[], returns=None)
-    wrapper = ast.Module(body=[func], type_ignores=[])
+    wrapper = LowerAugmentedAssignment().visit(ast.Module(body=[func], type_ignores=[]))
     ast.fix_missing_locations(wrapper)
     try:
         with warnings.catch_warnings():

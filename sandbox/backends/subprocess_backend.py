@@ -82,7 +82,7 @@ class PipeIO:
 class SubprocessWorker:
     backend = "subprocess"
 
-    def __init__(self, config: SandboxConfig, limits: Limits) -> None:
+    def __init__(self, config: SandboxConfig, limits: Limits, runner: Path = RUNNER) -> None:
         self.limits = limits
         self.created_at = time.monotonic()
         self.protections: dict[str, bool] = {}
@@ -98,7 +98,7 @@ class SubprocessWorker:
         err_r, err_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                [python, "-I", "-S", "-B", str(RUNNER), "--result-fd", str(result_w)],
+                [python, "-I", "-S", "-B", str(runner), "--result-fd", str(result_w)],
                 stdin=stdin_r,
                 stdout=out_w,
                 stderr=err_w,
@@ -279,11 +279,12 @@ def _rlimits_set(pid: int) -> bool:
 class SubprocessBackend:
     name = "subprocess"
 
-    def __init__(self, config: SandboxConfig) -> None:
+    def __init__(self, config: SandboxConfig, *, runner: Path = RUNNER) -> None:
         self.config = config
+        self.runner = runner
 
     def spawn(self, limits: Limits) -> SubprocessWorker:
-        return SubprocessWorker(self.config, limits)
+        return SubprocessWorker(self.config, limits, self.runner)
 
     def close(self) -> None:
         pass

@@ -1,0 +1,43 @@
+"""Test-only runner: the real boot and lock-down, then the program runs as UNRESTRICTED Python.
+
+It models an attacker who has fully escaped RestrictedPython inside the sandbox, so the tests that use it
+exercise only the OS boundary (namespaces, private root, dropped privileges, seccomp, rlimits). It keeps
+the modules an escaped attacker would find already loaded in the real runner (os, ctypes, ...).
+"""
+
+import ast
+import os
+import signal  # noqa: F401 - available to the attacker, as in a real escape
+import socket  # noqa: F401
+import sys
+import types
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sandbox"))
+import runner  # noqa: E402
+
+
+def compile_unrestricted(code: str):
+    module = ast.parse(code, runner.TOOL_FILENAME, "exec")
+    args = ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in ("context", "args", "kwargs")],
+                         vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    func = ast.FunctionDef(name=runner.TOOL_FUNCTION, args=args, body=module.body or [ast.Pass()],
+                           decorator_list=[], returns=None)
+    wrapper = ast.fix_missing_locations(ast.Module(body=[func], type_ignores=[]))
+    return compile(wrapper, runner.TOOL_FILENAME, "exec"), None
+
+
+def unrestricted_globals(proxies, stdout, bridge):
+    def _print(*values, **kwargs):
+        stdout.write(" ".join(str(v) for v in values) + kwargs.get("end", "\n"))
+
+    namespace = {"__builtins__": __builtins__, "__name__": "escaped", "print": _print}
+    namespace["result_fd"] = int(sys.argv[sys.argv.index("--result-fd") + 1])
+    namespace["sys_modules"] = types.MappingProxyType(sys.modules)
+    return namespace
+
+
+runner.compile_program = compile_unrestricted
+runner.build_globals = unrestricted_globals
+
+if __name__ == "__main__":
+    sys.exit(runner.main(sys.argv[1:]))
