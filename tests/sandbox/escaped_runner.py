@@ -40,4 +40,4 @@ runner.compile_program = compile_unrestricted
 runner.build_globals = unrestricted_globals
 
 if __name__ == "__main__":
-    sys.exit(runner.main(sys.argv[1:]))
+    os._exit(runner.main(sys.argv[1:]))
