@@ -33,6 +33,7 @@ class SandboxConfig(BaseModel):
         ("rlimits", "seccomp", "no_new_privs"),
         description="subprocess backend refuses to run unless each of these is verified active",
     )
+    zygote: bool = Field(True, description="fork subprocess workers from a pre-imported template process")
     python: str | None = Field(None, description="interpreter for the subprocess runner (default: this one)")
     image: str = Field("sandforge-sandbox", description="repository name of the sandbox image")
     docker_base_url: str | None = Field(None, description="Docker engine URL (default: from the environment)")

@@ -22,9 +22,11 @@ import base64
 import builtins as py_builtins
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import resource
+import signal
 import struct
 import sys
 import types
@@ -687,22 +689,19 @@ def _encode_result(result: dict[str, Any], max_bytes: int) -> bytes:
     })  # fmt: skip
 
 
-def main(argv: list[str]) -> int:
-    in_fd = 0
-    if "--result-stdout" in argv:
-        out_fd = os.dup(1)
-        os.dup2(2, 1)
-    else:
-        out_fd = int(argv[argv.index("--result-fd") + 1])
-    boot = read_frame(in_fd, 1 << 20)
-    if boot.get("type") != "boot":
-        raise SystemExit("expected a boot frame")
-    max_bytes = int(boot["limits"]["max_message_bytes"])
+def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
+    """Everything that must happen before lock-down: imports, module proxies, a warm compiler."""
     sys.path[:0] = [p for p in boot.get("sys_path", []) if isinstance(p, str)]
     import RestrictedPython  # noqa: F401 - import before lock-down: nothing is importable after it
 
     proxies = build_module_proxies()
     compile_program("return 1")  # warm RestrictedPython's lazily imported parts
+    return proxies
+
+
+def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, types.SimpleNamespace]) -> int:
+    """Lock down, report ready, run the one program, write the one result."""
+    max_bytes = int(boot["limits"]["max_message_bytes"])
     protections, errors = lock_down(boot)
     write_frame(out_fd, {"type": "ready", "version": 1, "pid": os.getpid(), "protections": protections,
                          "errors": errors})  # fmt: skip
@@ -716,6 +715,102 @@ def main(argv: list[str]) -> int:
         result = execute(frame, boot, Bridge(in_fd, out_fd, max_bytes), proxies)
     write_frame(out_fd, _encode_result(result, max_bytes))
     return 0
+
+
+# --- zygote: a pristine, pre-imported template that forks one fresh runner per execution ----------------
+
+CHILD_RESULT_FD = 3
+
+
+def _send(sock: Any, message: dict[str, Any]) -> None:
+    sock.send(encode(message))
+
+
+def _spawn_child(sock: Any, boot: dict[str, Any], proxies: dict[str, Any], request: dict[str, Any], fds: list[int]) -> int:
+    """Fork a runner whose stdin, stdout, stderr and result channel are the four descriptors received."""
+    pid = os.fork()
+    if pid:
+        return pid
+    status = 70
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]
+        for target, fd in enumerate(high):
+            os.dup2(fd, target)
+        os.closerange(CHILD_RESULT_FD + 1, 65536)
+        child_boot = {**boot, "workdir": request.get("workdir")}
+        status = serve(0, CHILD_RESULT_FD, child_boot, proxies)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+    finally:
+        os._exit(status)
+
+
+def zygote(control_fd: int) -> int:
+    """Serve spawn requests on a SEQPACKET control socket; report each child's exit and resource usage.
+
+    The zygote never runs a program: it only forks. Each child performs the full lock-down itself, exactly
+    like a freshly started runner, so a child is as fresh as a new process but costs a fork, not a start.
+    """
+    import select
+    import socket
+
+    sock = socket.socket(fileno=control_fd)
+    boot = json.loads(sock.recv(1 << 20))
+    proxies = prepare(boot)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    _send(sock, {"op": "ready", "pid": os.getpid()})
+    while True:
+        readable, _, _ = select.select([sock, wake_r], [], [])
+        if wake_r in readable:
+            os.read(wake_r, 4096)
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if not pid:
+                break
+            _send(sock, {"op": "exited", "pid": pid, "status": status, "cpu_time_s": usage.ru_utime + usage.ru_stime,
+                         "maxrss_kb": usage.ru_maxrss})  # fmt: skip
+        if sock in readable:
+            message, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
+            if not message:
+                return 0
+            request = json.loads(message)
+            try:
+                if len(fds) != 4:
+                    raise ValueError("a spawn request carries exactly four descriptors")
+                pid = _spawn_child(sock, boot, proxies, request, fds)
+                _send(sock, {"op": "spawned", "id": request.get("id"), "pid": pid})
+            except (OSError, ValueError) as exc:
+                _send(sock, {"op": "failed", "id": request.get("id"), "error": str(exc)})
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+
+def main(argv: list[str]) -> int:
+    if "--zygote" in argv:
+        return zygote(int(argv[argv.index("--control-fd") + 1]))
+    in_fd = 0
+    if "--result-stdout" in argv:
+        out_fd = os.dup(1)
+        os.dup2(2, 1)
+    else:
+        out_fd = int(argv[argv.index("--result-fd") + 1])
+    boot = read_frame(in_fd, 1 << 20)
+    if boot.get("type") != "boot":
+        raise SystemExit("expected a boot frame")
+    return serve(in_fd, out_fd, boot, prepare(boot))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from sandbox.protocol import (
     ResourceUsage,
     encode_frame,
 )
+from sandbox.zygote import Zygote, ZygoteError
 
 log = logging.getLogger(__name__)
 
@@ -82,59 +84,43 @@ class PipeIO:
 class SubprocessWorker:
     backend = "subprocess"
 
-    def __init__(self, config: SandboxConfig, limits: Limits, runner: Path = RUNNER) -> None:
+    def __init__(self, config: SandboxConfig, limits: Limits, runner: Path = RUNNER, zygote: Zygote | None = None) -> None:
         self.limits = limits
         self.created_at = time.monotonic()
         self.protections: dict[str, bool] = {}
-        self._workdir = Path(tempfile.mkdtemp(prefix="sandforge-"))
+        self._zygote = zygote
         self._destroyed = False
-        root = os.geteuid() == 0
-        if root:
+        self._reaped = False
+        self._workdir = Path(tempfile.mkdtemp(prefix="sandforge-"))
+        if os.geteuid() == 0:
             os.chown(self._workdir, config.sandbox_uid, config.sandbox_gid)
-        python = config.python or sys.executable
         stdin_r, stdin_w = os.pipe()
         result_r, result_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        self._stdin, self._read_fds = stdin_w, (result_r, out_r, err_r)
+        self.io = PipeIO(stdin_w, {result_r: "result", out_r: "stdout", err_r: "stderr"})
         try:
-            self.proc = subprocess.Popen(
-                [python, "-I", "-S", "-B", str(runner), "--result-fd", str(result_w)],
-                stdin=stdin_r,
-                stdout=out_w,
-                stderr=err_w,
-                env={},
-                cwd=self._workdir,
-                close_fds=True,
-                pass_fds=(result_w,),
-                start_new_session=True,
-            )
-        except OSError as exc:
-            for fd in (stdin_w, result_r, out_r, err_r):
-                os.close(fd)
+            if zygote is not None:
+                self.pid = zygote.spawn(str(self._workdir), [stdin_r, out_w, err_w, result_w])
+            else:
+                self.pid = self._popen(config, runner, stdin_r, out_w, err_w, result_w)
+        except (OSError, ZygoteError) as exc:
+            self._destroyed = True
+            self._close_fds()
             self._cleanup_dir()
-            raise SandboxUnavailable(f"cannot start the sandbox interpreter {python}: {exc}", retriable=False) from exc
+            raise SandboxUnavailable(f"cannot start a sandbox process: {exc}", retriable=zygote is not None) from exc
         finally:
             for fd in (stdin_r, result_w, out_w, err_w):
                 os.close(fd)
-        self._stdin, self._read_fds = stdin_w, (result_r, out_r, err_r)
-        self.io = PipeIO(stdin_w, {result_r: "result", out_r: "stdout", err_r: "stderr"})
-        boot = BootFrame(
-            sys_path=[str(Path(RestrictedPython.__file__).resolve().parent.parent)],
-            limits=limits,
-            seccomp_bpf_b64=_b64(seccomp.compiled_filter()),
-            namespaces=True,
-            chroot=True,
-            workdir=str(self._workdir),
-            drop_to_uid=config.sandbox_uid if root else None,
-            drop_to_gid=config.sandbox_gid if root else None,
-        )
         try:
-            self.io.send(encode_frame(boot, 1 << 20))
+            if zygote is None:
+                self.io.send(encode_frame(boot_frame(config, limits, str(self._workdir)), 1 << 20))
             ready = await_ready(self.io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
             self.destroy()
             raise SandboxUnavailable(f"sandbox worker failed to start: {exc}") from exc
-        self.protections = verify_protections(self.proc.pid, ready.protections)
+        self.protections = verify_protections(self.pid, ready.protections)
         missing = [p for p in config.required_protections if not self.protections.get(p)]
         if missing:
             self.destroy()
@@ -144,8 +130,20 @@ class SubprocessWorker:
                 retriable=False,
             )
 
+    def _popen(self, config: SandboxConfig, runner: Path, stdin: int, out: int, err: int, result: int) -> int:
+        self.proc = subprocess.Popen(
+            [config.python or sys.executable, "-I", "-S", "-B", str(runner), "--result-fd", str(result)],
+            stdin=stdin, stdout=out, stderr=err, env={}, cwd=self._workdir, close_fds=True,
+            pass_fds=(result,), start_new_session=True,
+        )  # fmt: skip
+        return self.proc.pid
+
     def alive(self) -> bool:
-        return not self._destroyed and self.proc.poll() is None
+        if self._destroyed:
+            return False
+        if self._zygote is None:
+            return self.proc.poll() is None
+        return self._zygote.alive() and Path(f"/proc/{self.pid}").exists()
 
     def execute(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
         try:
@@ -161,49 +159,76 @@ class SubprocessWorker:
 
     def _kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.killpg(self.pid, signal.SIGKILL)
 
     def _reap(self, grace_s: float) -> ExitInfo:
-        """wait4 the runner: exit status plus host-measured CPU time and peak memory of it and its child."""
-        deadline = time.monotonic() + grace_s
-        while True:
-            try:
-                pid, status, rusage = os.wait4(self.proc.pid, os.WNOHANG)
-            except ChildProcessError:
-                return ExitInfo()
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                self._kill()
-                deadline = float("inf")
-            time.sleep(0.0005)
-        self.proc.returncode = status
+        """Exit status plus host-measured CPU time and peak memory (of the runner and its pid-1 child)."""
+        if self._reaped:
+            return ExitInfo()
+        status, cpu, maxrss_kb = self._wait(grace_s)
+        if status is None:
+            self._kill()
+            status, cpu, maxrss_kb = self._wait(5.0)
+        self._reaped = True
+        if status is None:
+            return ExitInfo()
         code = os.waitstatus_to_exitcode(status)
         sig = -code if code < 0 else (code - 128 if code > 128 else None)
-        usage = ResourceUsage(
-            cpu_time_s=round(rusage.ru_utime + rusage.ru_stime, 6),
-            peak_memory_mb=round(rusage.ru_maxrss / 1024, 3),
-            source="host",
-        )
+        usage = ResourceUsage(cpu_time_s=round(cpu, 6), peak_memory_mb=round(maxrss_kb / 1024, 3), source="host")
         return ExitInfo(exit_code=code if code >= 0 else None, signal=sig, usage=usage)
+
+    def _wait(self, timeout: float) -> tuple[int | None, float, int]:
+        if self._zygote is not None:
+            report = self._zygote.wait_exit(self.pid, timeout)
+            if report is None:
+                return None, 0.0, 0
+            return int(report["status"]), float(report["cpu_time_s"]), int(report["maxrss_kb"])
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                pid, status, rusage = os.wait4(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return None, 0.0, 0
+            if pid:
+                self.proc.returncode = status
+                return status, rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss
+            if time.monotonic() > deadline:
+                return None, 0.0, 0
+            time.sleep(0.0005)
 
     def destroy(self) -> None:
         if self._destroyed:
             return
         self._destroyed = True
         self._kill()
-        with contextlib.suppress(ChildProcessError, OSError):
-            if self.proc.returncode is None:
-                os.waitpid(self.proc.pid, 0)
-                self.proc.returncode = -9
+        if not self._reaped:
+            self._reaped = True
+            self._wait(2.0)
+        self._close_fds()
+        self._cleanup_dir()
+
+    def _close_fds(self) -> None:
         self.io.close()
         for fd in (self._stdin, *self._read_fds):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self._cleanup_dir()
 
     def _cleanup_dir(self) -> None:
         shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+def boot_frame(config: SandboxConfig, limits: Limits, workdir: str | None) -> BootFrame:
+    root = os.geteuid() == 0
+    return BootFrame(
+        sys_path=[str(Path(RestrictedPython.__file__).resolve().parent.parent)],
+        limits=limits,
+        seccomp_bpf_b64=_b64(seccomp.compiled_filter()),
+        namespaces=True,
+        chroot=True,
+        workdir=workdir,
+        drop_to_uid=config.sandbox_uid if root else None,
+        drop_to_gid=config.sandbox_gid if root else None,
+    )
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -246,7 +271,7 @@ def verify_protections(pid: int, claimed: dict[str, bool]) -> dict[str, bool]:
     verified["seccomp"] = claimed.get("seccomp", False) and status.get("Seccomp") == "2"
     verified["no_new_privs"] = claimed.get("no_new_privs", False) and status.get("NoNewPrivs") == "1"
     uids = status.get("Uid", "0").split()
-    verified["unprivileged_user"] = bool(uids) and all(u != "0" for u in uids) or (
+    verified["unprivileged_user"] = (bool(uids) and all(u != "0" for u in uids)) or (
         claimed.get("user_namespace", False) and _ns(wpid, "user") != _ns("self", "user")
     )
     for kind in ("net", "mnt", "ipc", "uts", "pid"):
@@ -277,15 +302,50 @@ def _rlimits_set(pid: int) -> bool:
 
 
 class SubprocessBackend:
+    """Spawns workers from a per-limits zygote (fast path) or, when that is impossible, a fresh interpreter."""
+
     name = "subprocess"
+    MAX_ZYGOTES = 4
 
     def __init__(self, config: SandboxConfig, *, runner: Path = RUNNER) -> None:
         self.config = config
         self.runner = runner
+        self._zygotes: dict[Limits, Zygote] = {}
+        self._lock = threading.Lock()
 
     def spawn(self, limits: Limits) -> SubprocessWorker:
-        return SubprocessWorker(self.config, limits, self.runner)
+        zygote = self._zygote(limits) if self.config.zygote else None
+        try:
+            return SubprocessWorker(self.config, limits, self.runner, zygote)
+        except SandboxUnavailable:
+            if zygote is None or zygote.alive():
+                raise
+            log.warning("zygote died; starting the worker directly")
+            return SubprocessWorker(self.config, limits, self.runner, None)
+
+    def _zygote(self, limits: Limits) -> Zygote | None:
+        with self._lock:
+            zygote = self._zygotes.get(limits)
+            if zygote is not None and zygote.alive():
+                return zygote
+            if zygote is not None:
+                zygote.close()
+            if len(self._zygotes) >= self.MAX_ZYGOTES:
+                oldest = next(iter(self._zygotes))
+                self._zygotes.pop(oldest).close()
+            python = self.config.python or sys.executable
+            boot = boot_frame(self.config, limits, None).model_dump(mode="json")
+            try:
+                zygote = Zygote(python, self.runner, boot, start_timeout=self.config.spawn_timeout_s)
+            except ZygoteError as exc:
+                log.warning("zygote unavailable, falling back to one interpreter per worker: %s", exc)
+                self._zygotes.pop(limits, None)
+                return None
+            self._zygotes[limits] = zygote
+            return zygote
 
     def close(self) -> None:
-        pass
-
+        with self._lock:
+            zygotes, self._zygotes = list(self._zygotes.values()), {}
+        for zygote in zygotes:
+            zygote.close()

@@ -31,7 +31,8 @@ def unrestricted_globals(proxies, stdout, bridge):
         stdout.write(" ".join(str(v) for v in values) + kwargs.get("end", "\n"))
 
     namespace = {"__builtins__": __builtins__, "__name__": "escaped", "print": _print}
-    namespace["result_fd"] = int(sys.argv[sys.argv.index("--result-fd") + 1])
+    zygote_child = "--zygote" in sys.argv
+    namespace["result_fd"] = runner.CHILD_RESULT_FD if zygote_child else int(sys.argv[sys.argv.index("--result-fd") + 1])
     namespace["sys_modules"] = types.MappingProxyType(sys.modules)
     return namespace
 

@@ -1,0 +1,130 @@
+"""Host side of the runner's zygote mode: fork fresh runners from a pristine, pre-imported template.
+
+Starting an interpreter and importing RestrictedPython costs ~50 ms of CPU; forking a process that
+already did costs ~1 ms. The zygote never runs a program. Each forked child performs the complete
+lock-down itself (namespaces, private root, privilege drop, rlimits, seccomp) and serves exactly one
+execution. The zygote reaps its children and reports their exit status and resource usage here, so the
+numbers stay host-measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class ZygoteError(Exception):
+    pass
+
+
+class Zygote:
+    def __init__(self, python: str, runner: Path, boot: dict[str, Any], *, start_timeout: float = 20.0) -> None:
+        self._sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-I", "-S", "-B", str(runner), "--zygote", "--control-fd", str(child.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={},
+                close_fds=True,
+                pass_fds=(child.fileno(),),
+                start_new_session=True,
+            )
+        finally:
+            child.close()
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._exits: dict[int, dict[str, Any]] = {}
+        self._send_lock = threading.Lock()
+        self._closed = False
+        self._sock.settimeout(start_timeout)
+        try:
+            self._sock.send(json.dumps(boot).encode())
+            ready = json.loads(self._sock.recv(1 << 16) or b"{}")
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise ZygoteError(f"zygote did not start: {exc}") from exc
+        if ready.get("op") != "ready":
+            self.close()
+            raise ZygoteError("zygote did not report ready")
+        self._sock.settimeout(None)
+        self._reader = threading.Thread(target=self._read_loop, name="sandforge-zygote", daemon=True)
+        self._reader.start()
+
+    def alive(self) -> bool:
+        return not self._closed and self.proc.poll() is None
+
+    def spawn(self, workdir: str, fds: list[int], timeout: float = 10.0) -> int:
+        """Fork a runner wired to ``fds`` (stdin, stdout, stderr, result channel); returns its pid."""
+        request_id = next(self._ids)
+        message = json.dumps({"op": "spawn", "id": request_id, "workdir": workdir}).encode()
+        with self._send_lock:
+            socket.send_fds(self._sock, [message], fds)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while request_id not in self._replies:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self.alive():
+                    raise ZygoteError("zygote did not answer a spawn request")
+                self._cond.wait(min(remaining, 0.5))
+            reply = self._replies.pop(request_id)
+        if reply.get("op") != "spawned":
+            raise ZygoteError(f"zygote could not spawn: {reply.get('error')}")
+        return int(reply["pid"])
+
+    def wait_exit(self, pid: int, timeout: float) -> dict[str, Any] | None:
+        """The exit report of a child (status, cpu_time_s, maxrss_kb), or None if none came in time."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while pid not in self._exits:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self.alive():
+                    return None
+                self._cond.wait(remaining)
+            return self._exits.pop(pid)
+
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            try:
+                message = json.loads(data)
+            except ValueError:
+                log.error("zygote sent a malformed message")
+                break
+            with self._cond:
+                if message.get("op") == "exited":
+                    self._exits[int(message["pid"])] = message
+                else:
+                    self._replies[int(message.get("id", -1))] = message
+                self._cond.notify_all()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=5)

@@ -1,0 +1,71 @@
+"""Subprocess launch modes: forked from the zygote (default) or started directly, same guarantees."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pytest
+
+from sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
+from sandbox.backends.subprocess_backend import SubprocessBackend
+
+
+@pytest.mark.parametrize("zygote", [True, False], ids=["zygote", "direct"])
+def test_both_launch_modes_verify_every_protection(zygote: bool) -> None:
+    with Sandbox(SandboxConfig(pool_size=0, zygote=zygote)) as sb:
+        out = sb.execute(ExecutionRequest(code="context['x'] = 1\nreturn 2"))
+    assert out.ok and out.context == {"x": 1}
+    if os.geteuid() == 0:
+        assert all(out.protections.values()), out.protections
+
+
+def test_zygote_children_are_fresh_processes() -> None:
+    backend = SubprocessBackend(SandboxConfig(pool_size=0))
+    try:
+        limits = Limits()
+        workers = [backend.spawn(limits) for _ in range(3)]
+        assert len({w.pid for w in workers}) == 3
+        for w in workers:
+            assert w.execute(ExecutionRequest(code="return 1", limits=limits), None).ok
+            assert not w.alive()
+    finally:
+        backend.close()
+
+
+def test_zygote_reaps_children_and_reports_host_usage() -> None:
+    backend = SubprocessBackend(SandboxConfig(pool_size=0))
+    try:
+        limits = Limits(memory_mb=256)
+        for _ in range(5):
+            w = backend.spawn(limits)
+            out = w.execute(ExecutionRequest(code="x = bytearray(48 * 1024 * 1024)\nreturn 1", limits=limits), None)
+            assert out.ok and out.usage.source == "host" and out.usage.peak_memory_mb >= 48
+        zygote = backend._zygotes[limits]
+        zombies = [c for c in psutil.Process(zygote.proc.pid).children() if c.status() == psutil.STATUS_ZOMBIE]
+        assert zombies == []
+    finally:
+        backend.close()
+
+
+def test_a_dead_zygote_is_replaced() -> None:
+    backend = SubprocessBackend(SandboxConfig(pool_size=0))
+    try:
+        limits = Limits()
+        backend.spawn(limits).destroy()
+        first = backend._zygotes[limits]
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(timeout=5)
+        worker = backend.spawn(limits)
+        assert worker.execute(ExecutionRequest(code="return 'after'", limits=limits), None).value == "after"
+        assert backend._zygotes[limits] is not first
+    finally:
+        backend.close()
+
+
+def test_timeout_kills_a_zygote_child() -> None:
+    with Sandbox(SandboxConfig(pool_size=0)) as sb:
+        out = sb.execute(ExecutionRequest(code="while True:\n    pass", limits=Limits(timeout_s=1)))
+        assert out.error_type == "timeout"
+        assert sb.execute(ExecutionRequest(code="return 1", limits=Limits(timeout_s=1))).ok
