@@ -1,7 +1,7 @@
 """Execution layer: run a tool program in a disposable sandbox and get an ExecutionOutcome back.
 
-    with Sandbox(SandboxConfig(backend="subprocess")) as sb:
-        outcome = sb.execute(ExecutionRequest(code="context['n'] = 1\\nreturn 2"))
+with Sandbox(SandboxConfig(backend="subprocess")) as sb:
+    outcome = sb.execute(ExecutionRequest(code="context['n'] = 1\\nreturn 2"))
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ class Sandbox:
         try:
             worker = self._acquire(name, request.limits)
         except SandboxUnavailable as exc:
-            return ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=exc.retriable, backend=name)
+            return ExecutionOutcome.failure(
+                ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=exc.retriable, backend=name
+            )
         return worker.execute(request, bridge)
 
     def pool(self, backend: BackendName | None = None, limits: Limits | None = None) -> WarmPool:
@@ -80,8 +82,10 @@ class Sandbox:
         backend = self._backends.get(name)
         if backend is None:
             if name not in BACKENDS:
-                raise SandboxUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}", retriable=False)
-            backend = make_backend(name, self.config)  # type: ignore[arg-type]
+                raise SandboxUnavailable(
+                    f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}", retriable=False
+                )
+            backend = make_backend(name, self.config)
             self._backends[name] = backend
         return backend
 

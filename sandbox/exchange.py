@@ -16,9 +16,9 @@ from sandbox.protocol import (
     CallFrame,
     CallResultFrame,
     ErrorType,
+    ExecuteFrame,
     ExecutionOutcome,
     ExecutionRequest,
-    ExecuteFrame,
     FrameReader,
     Limits,
     ProtocolError,
@@ -154,9 +154,7 @@ def run_exchange(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandler 
     return ex
 
 
-def _handle_frames(
-    io: WorkerIO, bodies: list[bytes], ex: Exchange, handler: BridgeHandler, limits: Limits
-) -> float:
+def _handle_frames(io: WorkerIO, bodies: list[bytes], ex: Exchange, handler: BridgeHandler, limits: Limits) -> float:
     """Process complete frames; returns the seconds spent in nested calls (not charged to this call)."""
     paused = 0.0
     for body in bodies:
@@ -235,11 +233,11 @@ def build_outcome(
         meta = {**common["metadata"], "exception": err.exception, "line": err.line}
         if err.tool_error_type:
             meta["tool_error_type"] = err.tool_error_type
-        return ExecutionOutcome.failure(
-            err.type, err.message, retriable=err.retriable, **{**common, "metadata": meta}
-        )
+        return ExecutionOutcome.failure(err.type, err.message, retriable=err.retriable, **{**common, "metadata": meta})
     if result.status != "ok" or result.context is None:
-        return ExecutionOutcome.failure(ErrorType.SANDBOX_VIOLATION, "the sandbox returned an incomplete result", **common)
+        return ExecutionOutcome.failure(
+            ErrorType.SANDBOX_VIOLATION, "the sandbox returned an incomplete result", **common
+        )
     return ExecutionOutcome(status="ok", value=result.value, context=result.context, **common)
 
 

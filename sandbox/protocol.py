@@ -146,7 +146,7 @@ class BootFrame(BaseModel):
     drop_to_gid: int | None = None
 
 
-class ExecuteFrame(BaseModel):
+class ExecuteFrame(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugin: field named `kwargs`
     type: Literal["execute"] = "execute"
     code: str
     context: JsonDict

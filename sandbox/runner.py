@@ -395,6 +395,8 @@ class ToolHandle:
     """What ``tool(name)`` and ``delegate(role, ...)`` return: every public method is a nested call."""
 
     __slots__ = ("_bridge", "_target")
+    _bridge: Bridge
+    _target: dict[str, Any]
 
     def __init__(self, bridge: Bridge, target: dict[str, Any]) -> None:
         object.__setattr__(self, "_bridge", bridge)
@@ -448,9 +450,7 @@ def check_json(value: Any, what: str, _depth: int = 0) -> None:
 
 
 def _guarded_import(proxies: dict[str, types.SimpleNamespace]) -> Any:
-    def guarded_import(
-        name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
-    ) -> Any:
+    def guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
         if level != 0 or name not in proxies:
             raise ImportError(f"import of {name!r} is not allowed in the sandbox")
         if fromlist:
@@ -471,18 +471,18 @@ def _inplacevar(op: str, x: Any, y: Any) -> Any:
     }  # fmt: skip
     if op not in ops:
         raise SyntaxError(f"unsupported in-place operator {op}")
-    return ops[op](x, y)
+    apply: Any = ops[op]
+    return apply(x, y)
 
 
-def build_globals(
-    proxies: dict[str, types.SimpleNamespace], stdout: BoundedText, bridge: Bridge
-) -> dict[str, Any]:
-    from RestrictedPython import Guards, PrintCollector, safe_builtins
+def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText, bridge: Bridge) -> dict[str, Any]:
+    from RestrictedPython import Guards
     from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
+    from RestrictedPython.Guards import safe_builtins
+    from RestrictedPython.PrintCollector import PrintCollector
 
-    class Printer(PrintCollector):  # type: ignore[misc]
-        def __init__(self, _getattr_: Any = None) -> None:
-            super().__init__(_getattr_)
+    class Printer(PrintCollector):
+        """RestrictedPython's print target, mirrored into the bounded stdout capture."""
 
         def write(self, text: str) -> None:
             self.txt.append(text)
@@ -573,7 +573,7 @@ class LowerAugmentedAssignment(ast.NodeTransformer):
 
 def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | None]:
     """Compile the body as a function under RestrictedPython; return (code, None) or (None, error)."""
-    from RestrictedPython import compile_restricted
+    from RestrictedPython.compile import compile_restricted
 
     try:
         module = ast.parse(code, TOOL_FILENAME, "exec")
@@ -655,7 +655,7 @@ def execute(frame: dict[str, Any], boot: dict[str, Any], bridge: Bridge, proxies
                 check_json(value, "the return value")
                 check_json(context, "the new context")
                 result.update(status="ok", value=value, context=context)
-        except BaseException as exc:  # noqa: BLE001 - everything the program raises becomes a typed error
+        except BaseException as exc:
             kind = _classify_exception(exc)
             name = type(exc).__name__
             message = str(exc) if kind != "memory_limit" else f"memory limit of {limits['memory_mb']} MB exceeded"
@@ -726,7 +726,9 @@ def _send(sock: Any, message: dict[str, Any]) -> None:
     sock.send(encode(message))
 
 
-def _spawn_child(sock: Any, boot: dict[str, Any], proxies: dict[str, Any], request: dict[str, Any], fds: list[int]) -> int:
+def _spawn_child(
+    sock: Any, boot: dict[str, Any], proxies: dict[str, Any], request: dict[str, Any], fds: list[int]
+) -> int:
     """Fork a runner whose stdin, stdout, stderr and result channel are the four descriptors received."""
     pid = os.fork()
     if pid:
@@ -769,7 +771,7 @@ def zygote(control_fd: int) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     _send(sock, {"op": "ready", "pid": os.getpid()})
     while True:
-        readable, _, _ = select.select([sock, wake_r], [], [])
+        readable, _, _ = select.select([sock.fileno(), wake_r], [], [])
         if wake_r in readable:
             os.read(wake_r, 4096)
         while True:
@@ -781,7 +783,7 @@ def zygote(control_fd: int) -> int:
                 break
             _send(sock, {"op": "exited", "pid": pid, "status": status, "cpu_time_s": usage.ru_utime + usage.ru_stime,
                          "maxrss_kb": usage.ru_maxrss})  # fmt: skip
-        if sock in readable:
+        if sock.fileno() in readable:
             message, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
             if not message:
                 return 0

@@ -82,7 +82,9 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None) -> None:
         click.echo(f"error [{outcome.error_type}]{retriable}: {outcome.error_message}", err=True)
         for v in outcome.metadata.get("violations", []):
             loc = v.get("location") or {}
-            click.echo(f"  line {loc.get('line')}: {v['violation_type']} ({v['classification']}): {v['message']}", err=True)
+            click.echo(
+                f"  line {loc.get('line')}: {v['violation_type']} ({v['classification']}): {v['message']}", err=True
+            )
             if v.get("required_correction"):
                 click.echo(f"    fix: {v['required_correction']}", err=True)
     if outcome.stderr:

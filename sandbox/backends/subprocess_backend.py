@@ -84,7 +84,9 @@ class PipeIO:
 class SubprocessWorker:
     backend = "subprocess"
 
-    def __init__(self, config: SandboxConfig, limits: Limits, runner: Path = RUNNER, zygote: Zygote | None = None) -> None:
+    def __init__(
+        self, config: SandboxConfig, limits: Limits, runner: Path = RUNNER, zygote: Zygote | None = None
+    ) -> None:
         self.limits = limits
         self.created_at = time.monotonic()
         self.protections: dict[str, bool] = {}
@@ -248,7 +250,7 @@ def _proc_status(pid: int) -> dict[str, str]:
 
 def _ns(pid: int | str, kind: str) -> str | None:
     try:
-        return os.readlink(f"/proc/{pid}/ns/{kind}")
+        return str(Path(f"/proc/{pid}/ns/{kind}").readlink())
     except OSError:
         return None
 
@@ -279,7 +281,8 @@ def verify_protections(pid: int, claimed: dict[str, bool]) -> dict[str, bool]:
         theirs, ours = _ns(wpid, kind), _ns("self", kind)
         verified[name] = claimed.get(name, False) and theirs is not None and theirs != ours
     try:
-        verified["private_root"] = claimed.get("private_root", False) and os.readlink(f"/proc/{wpid}/root") != "/"
+        root = str(Path(f"/proc/{wpid}/root").readlink())
+        verified["private_root"] = claimed.get("private_root", False) and root != "/"
     except OSError:
         verified["private_root"] = False
     verified["rlimits"] = claimed.get("rlimits", False) and _rlimits_set(wpid)
@@ -296,9 +299,10 @@ def _rlimits_set(pid: int) -> bool:
         return False
     limits = {line[:26].strip(): line[26:].split() for line in text.splitlines()[1:]}
     needed = ("Max cpu time", "Max address space", "Max file size", "Max open files", "Max processes")
-    return all(name in limits and limits[name][0] != "unlimited" for name in needed) and limits.get(
-        "Max core file size", ["1"]
-    )[0] == "0"
+    return (
+        all(name in limits and limits[name][0] != "unlimited" for name in needed)
+        and limits.get("Max core file size", ["1"])[0] == "0"
+    )
 
 
 class SubprocessBackend:

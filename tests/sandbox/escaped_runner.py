@@ -13,15 +13,23 @@ import sys
 import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sandbox"))
-import runner  # noqa: E402
+import runner
 
 
 def compile_unrestricted(code: str):
     module = ast.parse(code, runner.TOOL_FILENAME, "exec")
-    args = ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in ("context", "args", "kwargs")],
-                         vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
-    func = ast.FunctionDef(name=runner.TOOL_FUNCTION, args=args, body=module.body or [ast.Pass()],
-                           decorator_list=[], returns=None)
+    args = ast.arguments(
+        posonlyargs=[],
+        args=[ast.arg(arg=n) for n in ("context", "args", "kwargs")],
+        vararg=None,
+        kwonlyargs=[],
+        kw_defaults=[],
+        kwarg=None,
+        defaults=[],
+    )
+    func = ast.FunctionDef(
+        name=runner.TOOL_FUNCTION, args=args, body=module.body or [ast.Pass()], decorator_list=[], returns=None
+    )
     wrapper = ast.fix_missing_locations(ast.Module(body=[func], type_ignores=[]))
     return compile(wrapper, runner.TOOL_FILENAME, "exec"), None
 
@@ -32,7 +40,9 @@ def unrestricted_globals(proxies, stdout, bridge):
 
     namespace = {"__builtins__": __builtins__, "__name__": "escaped", "print": _print}
     zygote_child = "--zygote" in sys.argv
-    namespace["result_fd"] = runner.CHILD_RESULT_FD if zygote_child else int(sys.argv[sys.argv.index("--result-fd") + 1])
+    namespace["result_fd"] = (
+        runner.CHILD_RESULT_FD if zygote_child else int(sys.argv[sys.argv.index("--result-fd") + 1])
+    )
     namespace["sys_modules"] = types.MappingProxyType(sys.modules)
     return namespace
 

@@ -101,7 +101,8 @@ def test_output_flood_is_cut(sandbox: Sandbox) -> None:
 
 
 def test_output_limit_cannot_be_swallowed(sandbox: Sandbox) -> None:
-    code = "for i in range(10000):\n    try:\n        print('x' * 100)\n    except Exception:\n        pass\nreturn 'hid it'"
+    code = "for i in range(10000):\n    try:\n        print('x' * 100)\n    except Exception:\n        pass\n"
+    code += "return 'hid it'"
     out = run(sandbox, code, SMALL)
     assert out.error_type == ErrorType.OUTPUT_LIMIT
 
@@ -158,10 +159,14 @@ def test_nested_calls_are_bridged(sandbox: Sandbox) -> None:
         calls.append(call)
         return {"status": "ok", "value": call.args[0] * 10, "error_type": None, "error_message": None}
 
-    code = "r = tool('calculator').times_ten(4)\nd = delegate('writer', purpose='p').draft('x')\nreturn [r.ok, r.value, d.value]"
-    out = sandbox.execute(ExecutionRequest(code=code, limits=sandbox.config.limits), bridge=bridge)  # fmt: skip
+    code = (
+        "r = tool('calculator').times_ten(4)\n"
+        "d = delegate('writer', purpose='p').draft('ab')\n"
+        "return [r.ok, r.value, d.value]"
+    )
+    out = sandbox.execute(ExecutionRequest(code=code, limits=sandbox.config.limits), bridge=bridge)
     assert out.ok, out.error_message
-    assert out.value == [True, 40, None] or out.value[:2] == [True, 40]
+    assert out.value == [True, 40, "ab" * 10]
     assert [c.target.kind for c in calls] == ["tool", "delegate"]
     assert calls[1].target.purpose == "p" and calls[0].method == "times_ten"
     assert out.metadata["nested_calls"] == 2

@@ -19,7 +19,9 @@ from sandbox.backends.subprocess_backend import SubprocessBackend
 ESCAPED = Path(__file__).with_name("escaped_runner.py")
 LIMITS = Limits(timeout_s=5, memory_mb=256, disk_mb=4, max_output_bytes=8192)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 and not Path("/proc/self/ns/user").exists(), reason="needs namespaces")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 and not Path("/proc/self/ns/user").exists(), reason="needs namespaces"
+)
 
 
 def escaped(code: str, limits: Limits = LIMITS, **kw: object) -> ExecutionOutcome:
@@ -66,7 +68,8 @@ def test_network_is_denied() -> None:
     out = expect_denied(
         "import socket\nresults = []\n"
         "for family in (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX, socket.AF_NETLINK):\n"
-        "    try:\n        socket.socket(family, socket.SOCK_STREAM if family != socket.AF_NETLINK else socket.SOCK_RAW)\n"
+        "    kind = socket.SOCK_STREAM if family != socket.AF_NETLINK else socket.SOCK_RAW\n"
+        "    try:\n        socket.socket(family, kind)\n"
         "        results.append('opened')\n"
         "    except OSError as e:\n        results.append(e.errno)\n"
         "return results"
