@@ -1,0 +1,83 @@
+"""Chat sessions: persisted history (SQLite), tool groups loaded on demand and restored from history
+(RFC-044), the tool-use loop over a chat provider. See docs/sessions.md."""
+
+from __future__ import annotations
+
+from runtime.sessions.chat_providers import (
+    AnthropicChatProvider,
+    ChatProvider,
+    ChatRequest,
+    ChatResponse,
+    ScriptedChatProvider,
+    TextBlock,
+    ToolUseBlock,
+)
+from runtime.sessions.db import SCHEMA_VERSION, SessionStore, default_db_path, state_dir
+from runtime.sessions.errors import (
+    ChatProviderError,
+    CorruptDatabaseError,
+    SchemaTooNewError,
+    ScriptExhaustedError,
+    SessionError,
+    SessionNotFoundError,
+    SessionStoreError,
+)
+from runtime.sessions.groups import (
+    CORE_TOOLS,
+    LIST_TOOL_GROUPS,
+    LOAD_TOOL_GROUP,
+    CompositeGroupSource,
+    GroupSource,
+    StaticGroupSource,
+    ToolGroup,
+    ToolRegistry,
+    ToolSpec,
+)
+from runtime.sessions.history import restore_loaded_groups, to_api_messages
+from runtime.sessions.models import Message, MessageType, SessionInfo, ToolStatus
+from runtime.sessions.runner import AgentToolRunner, ToolResult, ToolRunner, outcome_to_result
+from runtime.sessions.session import Session, ToolCallRecord, TurnResult, not_available
+
+__all__ = [
+    "CORE_TOOLS",
+    "LIST_TOOL_GROUPS",
+    "LOAD_TOOL_GROUP",
+    "SCHEMA_VERSION",
+    "AgentToolRunner",
+    "AnthropicChatProvider",
+    "ChatProvider",
+    "ChatProviderError",
+    "ChatRequest",
+    "ChatResponse",
+    "CompositeGroupSource",
+    "CorruptDatabaseError",
+    "GroupSource",
+    "Message",
+    "MessageType",
+    "SchemaTooNewError",
+    "ScriptExhaustedError",
+    "ScriptedChatProvider",
+    "Session",
+    "SessionError",
+    "SessionInfo",
+    "SessionNotFoundError",
+    "SessionStore",
+    "SessionStoreError",
+    "StaticGroupSource",
+    "TextBlock",
+    "ToolCallRecord",
+    "ToolGroup",
+    "ToolRegistry",
+    "ToolResult",
+    "ToolRunner",
+    "ToolSpec",
+    "ToolStatus",
+    "ToolUseBlock",
+    "TurnResult",
+    "default_db_path",
+    "not_available",
+    "outcome_to_result",
+    "restore_loaded_groups",
+    "state_dir",
+    "to_api_messages",
+]

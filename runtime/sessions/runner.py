@@ -1,0 +1,154 @@
+"""How a group tool runs: as a method call on the Agent for the group's role (generate or reuse a tool
+program, validate it, execute it in a disposable sandbox; ADR 0016), its Outcome turned into a tool result."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.errors import SandforgeError
+from runtime.sessions.groups import ToolGroup, ToolSpec
+
+log = logging.getLogger(__name__)
+
+RESULT_MAX_CHARS = 20_000
+
+
+class ToolResult(BaseModel):
+    """What the model gets back for one tool call (``content``), plus host-side ``metadata`` (persisted,
+    never sent to the model)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    content: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def error(cls, message: str, **metadata: Any) -> ToolResult:
+        return cls(ok=False, content=message, metadata=metadata)
+
+
+class ToolRunner(Protocol):
+    """Runs one tool of a loaded group. Must not raise for anything the tool does."""
+
+    def run(self, group: ToolGroup, tool: ToolSpec, tool_input: dict[str, Any]) -> ToolResult: ...
+
+
+def split_input(tool: ToolSpec, tool_input: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The call's positional and keyword arguments, per the tool's ``arguments`` convention."""
+    if tool.arguments == "args_kwargs":
+        args = tool_input.get("args") or []
+        kwargs = tool_input.get("kwargs") or {}
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise ValueError("'args' must be an array and 'kwargs' an object")
+        return list(args), dict(kwargs)
+    return [], dict(tool_input)
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= RESULT_MAX_CHARS:
+        return text
+    return text[:RESULT_MAX_CHARS] + f"... [truncated, {len(text)} characters]"
+
+
+def outcome_to_result(outcome: Any) -> ToolResult:
+    """An Agent ``Outcome`` as a tool result. Only the value or the user-facing error reaches the model;
+    attempt diagnostics stay in the metadata."""
+    meta: dict[str, Any] = {
+        "error_type": _str(getattr(outcome, "error_type", None)),
+        "retriable": bool(getattr(outcome, "retriable", False)),
+        "tool_role": getattr(outcome, "tool_role", None),
+        "method_name": getattr(outcome, "method_name", None),
+    }
+    outcome_meta = getattr(outcome, "metadata", None)
+    if isinstance(outcome_meta, dict):
+        keep = ("artifact_hit", "program_source", "call_id", "trace_id", "attempts", "backend", "duration_s")
+        meta.update({k: outcome_meta[k] for k in keep if k in outcome_meta})
+    meta = {k: v for k, v in meta.items() if v is not None}
+    if _str(getattr(outcome, "status", None)) == "ok":
+        value = getattr(outcome, "value", None)
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError):
+            text = str(value)
+        return ToolResult(ok=True, content=_bounded(text), metadata=meta)
+    retriable = " (retriable)" if meta.get("retriable") else ""
+    message = getattr(outcome, "error_message", None) or "the tool failed"
+    return ToolResult(
+        ok=False, content=_bounded(f"{meta.get('error_type', 'error')}{retriable}: {message}"), metadata=meta
+    )
+
+
+def _str(value: Any) -> str | None:
+    if value is None:
+        return None
+    return str(getattr(value, "value", value))
+
+
+AgentFactory = Callable[[str], Any]
+
+
+class AgentToolRunner:
+    """Runs group tools through ``runtime.agent``: one Agent per role (created on first use, then reused, so
+    the role's context carries over between calls), ``getattr(agent, method)(*args, **kwargs)``.
+
+    ``agent_factory(role)`` overrides how agents are made; by default
+    ``Agent.for_role(role, provider=..., sandbox=..., store=..., log=..., **agent_options)``.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: Any = None,
+        sandbox: Any = None,
+        store: Any = None,
+        call_log: Any = None,
+        agent_factory: AgentFactory | None = None,
+        **agent_options: Any,
+    ) -> None:
+        self.provider = provider
+        self.sandbox = sandbox
+        self.store = store
+        self.call_log = call_log
+        self.agent_options = agent_options
+        self._factory = agent_factory or self._default_factory
+        self._agents: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def _default_factory(self, role: str) -> Any:
+        agent_cls = importlib.import_module("runtime.agent").Agent
+        options: dict[str, Any] = dict(self.agent_options)
+        if self.store is not None:
+            options["store"] = self.store
+        if self.call_log is not None:
+            options["log"] = self.call_log
+        return agent_cls.for_role(role, provider=self.provider, sandbox=self.sandbox, **options)
+
+    def agent(self, role: str) -> Any:
+        with self._lock:
+            agent = self._agents.get(role)
+            if agent is None:
+                agent = self._agents[role] = self._factory(role)
+            return agent
+
+    def run(self, group: ToolGroup, tool: ToolSpec, tool_input: dict[str, Any]) -> ToolResult:
+        try:
+            args, kwargs = split_input(tool, tool_input)
+        except ValueError as exc:
+            return ToolResult.error(f"invalid input for tool '{tool.name}': {exc}")
+        try:
+            agent = self.agent(group.agent_role)
+            outcome = getattr(agent, tool.method_name)(*args, **kwargs)
+        except SandforgeError as exc:
+            return ToolResult.error(f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # the Agent promises Outcomes; anything else must not kill the chat
+            log.exception("tool %s (role %s, method %s) raised", tool.name, group.agent_role, tool.method_name)
+            return ToolResult.error(f"internal error while running '{tool.name}': {type(exc).__name__}: {exc}")
+        return outcome_to_result(outcome)
