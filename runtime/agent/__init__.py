@@ -1,0 +1,49 @@
+"""Agent API and the generation lifecycle (ADR 0016): generate -> validate -> execute -> commit.
+
+    from runtime.agent import Agent
+    from runtime.providers import ScriptedProvider
+
+    calc = Agent.for_role("calculator", provider=ScriptedProvider(["context['m'] = args[0]\\nreturn args[0]"]))
+    calc.add(3)          # Outcome(status='ok', value=3, ...)
+    calc.m               # 3
+
+See docs/lifecycle.md for the lanes, budgets, transactions and the call log.
+"""
+
+from __future__ import annotations
+
+from runtime.agent.agent import Agent
+from runtime.agent.budgets import Budgets
+from runtime.agent.calllog import (
+    AttemptFailure,
+    CallLog,
+    CallRecord,
+    call_log_schema,
+    default_log_path,
+    read_records,
+)
+from runtime.agent.failures import FailureClass, classify_failure
+from runtime.agent.lifecycle import GUARDRAIL_EXHAUSTED_MESSAGE
+from runtime.agent.outcome import Outcome
+from runtime.agent.source import ProgramCandidate, ProgramStore
+from runtime.agent.state import ToolContract
+from runtime.agent.workspace import Workspace
+
+__all__ = [
+    "GUARDRAIL_EXHAUSTED_MESSAGE",
+    "Agent",
+    "AttemptFailure",
+    "Budgets",
+    "CallLog",
+    "CallRecord",
+    "FailureClass",
+    "Outcome",
+    "ProgramCandidate",
+    "ProgramStore",
+    "ToolContract",
+    "Workspace",
+    "call_log_schema",
+    "classify_failure",
+    "default_log_path",
+    "read_records",
+]

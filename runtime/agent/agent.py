@@ -1,0 +1,149 @@
+"""Agent: a role whose methods are written by a model on first call.
+
+    calc = Agent.for_role("calculator", provider=ScriptedProvider([...]))
+    calc.memory = 0            # writes context, no model call
+    outcome = calc.add(3)      # dynamic call: generate -> validate -> execute -> commit
+    calc.memory                # 3: reads context, no model call
+
+Any public attribute that is not a context key is a method; calling it returns an :class:`Outcome`. The
+only reserved names are ``role``, ``context``, ``workspace`` and ``call`` (use ``agent.call("call", ...)``
+for a method of that name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import JsonValue
+
+from runtime.agent.budgets import Budgets
+from runtime.agent.outcome import Outcome
+from runtime.agent.source import ProgramStore
+from runtime.agent.workspace import LogSpec, Workspace
+from runtime.guardrails import Policy
+from runtime.providers.base import Provider
+from sandbox import Limits, Sandbox, SandboxConfig
+from sandbox.config import BackendName
+
+RESERVED = frozenset({"role", "context", "workspace", "call"})
+
+
+class Agent:
+    __slots__ = ("_role", "_workspace")
+
+    _role: str
+    _workspace: Workspace
+
+    def __init__(self) -> None:
+        raise TypeError("use Agent.for_role(role, provider=...) or Workspace.agent(role)")
+
+    @classmethod
+    def _bind(cls, workspace: Workspace, role: str) -> Agent:
+        if not isinstance(role, str) or not role.strip():
+            raise ValueError("a role is a non-empty string")
+        agent = object.__new__(cls)
+        object.__setattr__(agent, "_role", role)
+        object.__setattr__(agent, "_workspace", workspace)
+        return agent
+
+    @classmethod
+    def for_role(
+        cls,
+        role: str,
+        *,
+        provider: Provider | None = None,
+        sandbox: Sandbox | SandboxConfig | BackendName | None = None,
+        store: ProgramStore | None = None,
+        log: LogSpec = None,
+        policy: Policy | None = None,
+        context: dict[str, JsonValue] | None = None,
+        backend: BackendName | None = None,
+        limits: Limits | None = None,
+        workspace: Workspace | None = None,
+        **budgets: int,
+    ) -> Agent:
+        """An agent for ``role`` in a new workspace (or in ``workspace``, sharing its runtime).
+
+        ``budgets``: ``generation_retry_budget``, ``guardrail_recovery_budget``, ``execution_repair_budget``,
+        ``fresh_outcome_repair_budget``, ``max_depth`` (see :class:`Budgets`).
+        """
+        if workspace is None:
+            if provider is None:
+                raise TypeError("Agent.for_role needs provider= (or workspace=)")
+            workspace = Workspace(
+                provider=provider, sandbox=sandbox, backend=backend, policy=policy, log=log, store=store,
+                limits=limits, budgets=Budgets.from_kwargs(budgets),
+            )  # fmt: skip
+        elif budgets:
+            raise TypeError("budgets belong to the workspace; pass them when creating it")
+        return workspace.agent(role, context=context)
+
+    # --- reserved API ---
+
+    @property
+    def role(self) -> str:
+        return self._role
+
+    @property
+    def workspace(self) -> Workspace:
+        return self._workspace
+
+    @property
+    def context(self) -> dict[str, JsonValue]:
+        """A copy of the committed context."""
+        return self._workspace.context(self._role)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Outcome:
+        """The dynamic call ``method(*args, **kwargs)``, for any method name."""
+        return self._workspace.call(self._role, method, *args, **kwargs)
+
+    # --- dynamic attributes ---
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        context = self._workspace.context(self._role)
+        if name in context:
+            return context[name]
+        return _DynamicMethod(self, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_") or name in RESERVED:
+            raise AttributeError(f"{name!r} is reserved on an agent; use agent.workspace.update_context")
+        self._workspace.update_context(self._role, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name.startswith("_") or name in RESERVED:
+            raise AttributeError(name)
+        try:
+            self._workspace.delete_context(self._role, name)
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __repr__(self) -> str:
+        return f"<Agent {self._role!r}>"
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._workspace.close()
+
+
+class _DynamicMethod:
+    """``agent.add``: calling it makes the dynamic call."""
+
+    __slots__ = ("_agent", "_name")
+
+    def __init__(self, agent: Agent, name: str) -> None:
+        self._agent, self._name = agent, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Outcome:
+        return self._agent.call(self._name, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<dynamic method {self._agent.role}.{self._name}>"
+
+
+DynamicMethod = Callable[..., Outcome]

@@ -1,0 +1,258 @@
+"""The call log: one JSON line per logical call (nested calls too), schema in docs/schemas/.
+
+A record carries the call's identity, the program that ran and where it came from, the outcome, every
+ADR 0016 lifecycle field (sections 6 and 7: attempt stage, lane counters, exhaustion flags,
+``latest_failure_*``, ``attempt_failures[]``), the validation verdict (capabilities, policy fingerprint)
+and what the sandbox measured. Every free-text field is bounded.
+
+Records of nested calls are staged with the attempt of their parent and written only when that attempt
+commits; a rolled-back attempt keeps a summary of them in its ``attempt_failures`` entry instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, ValidationError
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+LOG_ENV = "SANDFORGE_CALL_LOG"
+STATE_DIR_ENV = "SANDFORGE_STATE_DIR"
+MAX_MESSAGE_CHARS = 500
+MAX_CODE_CHARS = 20_000
+MAX_JSON_CHARS = 2_000
+MAX_STDOUT_CHARS = 2_000
+
+AttemptStage = Literal["generated", "validated", "executed", "rolled_back"]
+FailureStage = Literal["generation", "validation", "execution", "outcome_policy"]
+ProgramSourceKind = Literal["generated", "persisted", "repaired"]
+
+
+def bounded(text: str | None, limit: int = MAX_MESSAGE_CHARS) -> str | None:
+    """``text`` cut to ``limit`` characters (with a marker), None stays None."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 15] + "...[truncated]"
+
+
+def bounded_json(value: Any, limit: int = MAX_JSON_CHARS) -> JsonValue:
+    """``value`` itself when its JSON is short, else ``{"truncated": true, "preview": <first chars>}``."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) <= limit:
+        return json.loads(text)  # type: ignore[no-any-return]
+    return {"truncated": True, "chars": len(text), "preview": text[:limit]}
+
+
+class NestedCallSummary(BaseModel):
+    """A nested call made by an attempt that was rolled back (its own record was discarded with it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str
+    role: str
+    method: str
+    status: Literal["ok", "error"]
+    error_type: str | None = None
+
+
+class AttemptFailure(BaseModel):
+    """One failed attempt (ADR 0016 section 7). Internal diagnostics: logs and metadata only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempt_id: str
+    attempt_number: int = Field(ge=1)
+    call_id: str
+    stage: FailureStage
+    error_class: str = Field(description="exception class, violation type or outcome error type")
+    error_type: str | None = None
+    error_message: str = Field(max_length=MAX_MESSAGE_CHARS)
+    failure_class: str | None = Field(
+        None, description="intrinsic/adaptive/extrinsic, or recoverable/terminal for guardrails"
+    )
+    violation_location: str | None = None
+    program_source: ProgramSourceKind | None = None
+    timestamp: AwareDatetime
+    discarded_nested_calls: list[NestedCallSummary] = Field(default_factory=list)
+
+
+class Capability(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tag: str
+    granted: bool | None = None
+    evidence: list[str] = Field(default_factory=list, description="'line:column construct', at most 5")
+
+
+class Usage(BaseModel):
+    """What the sandbox measured for the attempt that produced the outcome."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu_time_s: float = 0.0
+    peak_memory_mb: float = 0.0
+    source: Literal["host", "sandbox"] = "host"
+    sandbox_duration_s: float = 0.0
+    total_sandbox_duration_s: float = Field(0.0, description="summed over every attempt of the call")
+
+
+class CallRecord(BaseModel):
+    """One logical call. Field names of ADR 0016 sections 6 and 7 are kept verbatim."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    # identity
+    trace_id: str
+    call_id: str
+    parent_call_id: str | None = None
+    depth: int = Field(ge=0)
+    role: str
+    method: str
+    args: JsonValue = None
+    kwargs: JsonValue = None
+    started_at: AwareDatetime
+    duration_s: float = Field(ge=0)
+    # the program of the last attempt
+    program_source: ProgramSourceKind | None = None
+    program_code: str | None = None
+    program_sha256: str | None = None
+    dependencies: list[str] = Field(default_factory=list)
+    provider: str | None = None
+    model: str | None = None
+    provider_calls: int = 0
+    # outcome
+    status: Literal["ok", "error"]
+    value: JsonValue = None
+    error_type: str | None = None
+    error_message: str | None = None
+    retriable: bool = False
+    failure_class: str | None = None
+    # ADR 0016 section 6
+    attempt_id: str
+    attempts: int = Field(ge=0)
+    attempt_stage: AttemptStage
+    validation_failure_type: str | None = None
+    rollback_applied: bool = False
+    retry_feedback_injected: bool = False
+    generation_retry_attempts: int = 0
+    generation_retry_exhausted: bool = False
+    guardrail_recovery_attempts: int = 0
+    guardrail_retry_exhausted: bool = False
+    execution_repair_attempts: int = 0
+    execution_repair_exhausted: bool = False
+    outcome_repair_attempts: int = 0
+    outcome_repair_triggered: bool = False
+    outcome_repair_retry_exhausted: bool = False
+    latest_failure_stage: FailureStage | None = None
+    latest_failure_class: str | None = None
+    latest_failure_message: str | None = None
+    # ADR 0016 section 7
+    attempt_failures: list[AttemptFailure] = Field(default_factory=list)
+    # validation of the last attempt
+    verdict: str | None = None
+    capabilities: list[Capability] = Field(default_factory=list)
+    policy_fingerprint: str | None = None
+    # execution of the last attempt
+    backend: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    nested_calls: int = 0
+    stdout: str | None = None
+
+    @staticmethod
+    def code_fields(code: str | None) -> dict[str, Any]:
+        if code is None:
+            return {"program_code": None, "program_sha256": None}
+        return {
+            "program_code": bounded(code, MAX_CODE_CHARS),
+            "program_sha256": hashlib.sha256(code.encode("utf-8", "surrogateescape")).hexdigest(),
+        }
+
+
+def call_log_schema() -> dict[str, Any]:
+    """The JSON Schema published as docs/schemas/call-log.schema.json."""
+    schema = CallRecord.model_json_schema(mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://sandforge.dev/schemas/call-log.schema.json"
+    return schema
+
+
+def default_log_path() -> Path:
+    """``$SANDFORGE_CALL_LOG``, else ``<state dir>/logs/calls.jsonl`` (state dir: ``$SANDFORGE_STATE_DIR``)."""
+    env = os.environ.get(LOG_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    state = os.environ.get(STATE_DIR_ENV, "").strip()
+    base = Path(state).expanduser() if state else platformdirs.user_state_path("sandforge")
+    return base / "logs" / "calls.jsonl"
+
+
+class CallLog:
+    """Appends records to a JSONL file (when it has a path) and keeps the latest ``keep`` in memory."""
+
+    def __init__(self, path: Path | str | None = None, *, keep: int = 1000) -> None:
+        self.path = Path(path).expanduser() if path is not None else None
+        self._recent: deque[CallRecord] = deque(maxlen=keep)
+        self._lock = threading.Lock()
+
+    @property
+    def records(self) -> list[CallRecord]:
+        """The records written by this process (the latest ``keep``), oldest first."""
+        with self._lock:
+            return list(self._recent)
+
+    def append(self, record: CallRecord) -> None:
+        line = (record.model_dump_json() + "\n").encode("utf-8")
+        with self._lock:
+            self._recent.append(record)
+            if self.path is None:
+                return
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    os.write(fd, line)  # one write per line: O_APPEND keeps concurrent writers' lines whole
+                finally:
+                    os.close(fd)
+            except OSError as exc:  # a full disk must not turn a successful call into a failure
+                log.warning("cannot write the call log %s: %s", self.path, exc)
+
+
+def parse_record(line: str) -> CallRecord | None:
+    """One log line as a record, or None when it is blank or not a current-version record."""
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        return CallRecord.model_validate_json(line)
+    except ValidationError:
+        return None
+
+
+def read_records(path: Path) -> Iterator[CallRecord]:
+    """Every readable record of a log file, in order; malformed lines are skipped (and logged)."""
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for number, line in enumerate(fh, 1):
+            record = parse_record(line)
+            if record is None and line.strip():
+                log.warning("%s:%d: not a call record; skipped", path, number)
+            elif record is not None:
+                yield record
+
+
+def now_utc() -> datetime:
+    from datetime import UTC
+
+    return datetime.now(UTC)

@@ -1,0 +1,590 @@
+"""The lifecycle of one dynamic call (ADR 0016): obtain -> validate -> execute -> commit, with bounded lanes.
+
+Each attempt runs in its own :class:`~runtime.agent.state.Transaction`; only a successful attempt commits.
+A failed attempt is rolled back, recorded in ``attempt_failures`` and, when its lane has budget left,
+followed by a regeneration that carries structured feedback:
+
+============================  ===============================  ============================================
+failure                       lane / budget                    when exhausted (or not eligible)
+============================  ===============================  ============================================
+no usable program, syntax     generation_retry_budget          ``generation_retry_exhausted``
+recoverable guardrail         guardrail_recovery_budget        ``guardrail_retry_exhausted`` (normalized at
+                                                               depth 0)
+terminal guardrail            none                             ``guardrail_violation`` at once
+program raised / misbehaved   execution_repair_budget          the last execution error, non-retriable
+retriable ``Outcome.error``   fresh_outcome_repair_budget      ``outcome_repair_retry_exhausted``
+(adaptive or intrinsic)
+extrinsic failure             none                             returned unchanged
+provider API error            none (the SDK retried)           ``provider``, retriable as classified
+============================  ===============================  ============================================
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import JsonValue
+
+from runtime.agent.calllog import (
+    MAX_STDOUT_CHARS,
+    AttemptFailure,
+    AttemptStage,
+    CallRecord,
+    Capability,
+    FailureStage,
+    NestedCallSummary,
+    Usage,
+    bounded,
+    bounded_json,
+    now_utc,
+)
+from runtime.agent.failures import EXECUTION_FAILURES, FailureClass, classify_failure
+from runtime.agent.outcome import Outcome
+from runtime.agent.source import ProgramCandidate
+from runtime.agent.state import ToolContract, Transaction
+from runtime.guardrails import ValidationResult, validate
+from runtime.providers.base import (
+    AttemptFeedback,
+    FeedbackKind,
+    GenerationRequest,
+    InvalidProviderOutput,
+    ProviderError,
+)
+from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
+from sandbox.protocol import CallFrame
+from sandbox.runner import ALLOWED_MODULES
+
+if TYPE_CHECKING:
+    from runtime.agent.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+#: What a top-level caller reads when guardrail recovery is exhausted (ADR 0016 section 7, ADR 0022).
+GUARDRAIL_EXHAUSTED_MESSAGE = (
+    "The tool could not produce a program that satisfies the runtime safety policy, so nothing was run. "
+    "Details are in the call log."
+)
+MAX_CONTEXT_KEYS_IN_PROMPT = 50
+LANE_STAGE: dict[FeedbackKind, FailureStage] = {
+    "generation": "generation",
+    "guardrail": "validation",
+    "execution": "execution",
+    "outcome": "outcome_policy",
+}
+MAX_PREVIEW_CHARS = 200
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def _location(violation: Any) -> str | None:
+    loc = getattr(violation, "location", None)
+    if loc is None:
+        return None
+    line, column = getattr(loc, "line", None), getattr(loc, "column", None)
+    source = (getattr(loc, "source_line", None) or "").strip()
+    text = f"line {line}" if line is not None else "unknown line"
+    if column is not None:
+        text += f", column {column}"
+    return f"{text}: {source}" if source else text
+
+
+def _syntax_problem(code: str) -> str | None:
+    if not code.strip():
+        return "the program is empty"
+    try:
+        ast.parse(code, "<tool>", "exec")
+    except SyntaxError as exc:
+        return f"syntax error at line {exc.lineno}: {exc.msg}"
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return f"the program cannot be parsed: {type(exc).__name__}"
+    return None
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    if len(text) > MAX_PREVIEW_CHARS:
+        text = text[: MAX_PREVIEW_CHARS - 3] + "..."
+    return f"{type(value).__name__} = {text}"
+
+
+@dataclass
+class _Lanes:
+    generation: int = 0
+    guardrail: int = 0
+    execution: int = 0
+    outcome: int = 0
+    generation_exhausted: bool = False
+    guardrail_exhausted: bool = False
+    execution_exhausted: bool = False
+    outcome_exhausted: bool = False
+
+
+@dataclass
+class CallRun:
+    """One logical call: every attempt, its lanes and its record. ``run`` never raises for tool failures."""
+
+    ws: Workspace
+    parent_txn: Transaction | None
+    role: str
+    method: str
+    args: list[JsonValue]
+    kwargs: dict[str, JsonValue]
+    depth: int = 0
+    trace_id: str = field(default_factory=new_id)
+    parent_call_id: str | None = None
+    call_id: str = field(default_factory=new_id)
+
+    attempt: int = 0
+    stage: AttemptStage = "generated"
+    lanes: _Lanes = field(default_factory=_Lanes)
+    failures: list[AttemptFailure] = field(default_factory=list)
+    feedback: list[AttemptFeedback] = field(default_factory=list)
+    provider_calls: int = 0
+    rollback_applied: bool = False
+    validation_failure_type: str | None = None
+    candidate: ProgramCandidate | None = None
+    validation: ValidationResult | None = None
+    execution: ExecutionOutcome | None = None
+    sandbox_seconds: float = 0.0
+    nested_calls: int = 0
+    discarded: list[NestedCallSummary] = field(default_factory=list)
+
+    # --- the loop ----------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        started, clock = now_utc(), time.monotonic()
+        outcome = self._loop()
+        record = self._record(outcome, started, time.monotonic() - clock)
+        if self.parent_txn is not None:
+            self.parent_txn.stage_record(record, self.candidate)
+        else:
+            self.ws._emit_record(record, self.candidate)
+        return outcome
+
+    def _loop(self) -> Outcome:
+        while True:
+            self.attempt += 1
+            self.stage = "generated"
+            self.candidate, self.validation, self.execution = None, None, None
+            txn = Transaction(self.ws._state, parent=self.parent_txn)
+            request = self._generation_request(txn)
+            try:
+                self.candidate = self._obtain_program(request)
+            except InvalidProviderOutput as exc:
+                self._rollback(txn)
+                if self._retry("generation", exc.kind, "invalid_provider_output", exc.message):
+                    continue
+                return self._exhausted_generation()
+            except ProviderError as exc:
+                self._rollback(txn)
+                return self._error(exc.error_type, exc.message, retriable=exc.retriable,
+                                   provider_error_kind=exc.kind)  # fmt: skip
+            except Exception as exc:  # a provider bug must not escape as a tool failure
+                log.exception("provider %s failed unexpectedly", self.ws.provider_name)
+                self._rollback(txn)
+                return self._error("provider", f"the provider failed: {type(exc).__name__}", retriable=False,
+                                   provider_error_kind="internal")  # fmt: skip
+
+            code = self.candidate.code
+            problem = _syntax_problem(code)
+            if problem is not None:
+                self._rollback(txn)
+                if self._retry("generation", "invalid_code", "invalid_code", problem, code=code):
+                    continue
+                return self._exhausted_generation()
+
+            # --- validation (nothing runs before it) ---
+            try:
+                result = validate(code, self.ws.policy)
+            except Exception as exc:
+                log.exception("guardrail validation failed")
+                self._rollback(txn)
+                return self._error("guardrail_violation", f"the guardrail engine failed: {type(exc).__name__}")
+            self.validation = result
+            if result.verdict != "approved":
+                self._rollback(txn)
+                violations = list(result.violations)
+                if violations and all(v.violation_type == "invalid_code" for v in violations):
+                    if self._retry("generation", "invalid_code", "invalid_code", violations[0].message, code=code):
+                        continue
+                    return self._exhausted_generation()
+                outcome = self._validation_failure(result, code)
+                if outcome is None:
+                    continue
+                return outcome
+            self.stage = "validated"
+
+            # --- execution ---
+            execution = self._execute(code, txn)
+            self.execution = execution
+            self.stage = "executed"
+            if execution.ok:
+                assert execution.context is not None
+                txn.set_context(self.role, execution.context)
+                txn.commit()
+                return self._ok(execution)
+            self._rollback(txn)
+            outcome = self._execution_failure(execution, code)
+            if outcome is None:
+                continue
+            return outcome
+
+    # --- the seam ----------------------------------------------------------------------------------
+
+    def _obtain_program(self, request: GenerationRequest) -> ProgramCandidate:
+        """The single place a program comes from: the store (first attempt only), else the provider."""
+        store = self.ws.store
+        if store is not None and self.attempt == 1 and not self.feedback:
+            try:
+                found = store.lookup(request)
+            except Exception:
+                log.exception("program store lookup failed; generating instead")
+                found = None
+            if found is not None:
+                return found
+        self.provider_calls += 1
+        return ProgramCandidate.from_generated(self.ws.provider.generate(request))
+
+    # --- lanes -------------------------------------------------------------------------------------
+
+    def _rollback(self, txn: Transaction) -> None:
+        self.discarded = txn.rollback()
+        self.rollback_applied = True
+        self.stage = "rolled_back"
+
+    def _budget(self, lane: FeedbackKind) -> tuple[int, int]:
+        b = self.ws.budgets
+        return {
+            "generation": (self.lanes.generation, b.generation_retry_budget),
+            "guardrail": (self.lanes.guardrail, b.guardrail_recovery_budget),
+            "execution": (self.lanes.execution, b.execution_repair_budget),
+            "outcome": (self.lanes.outcome, b.fresh_outcome_repair_budget),
+        }[lane]
+
+    def _retry(
+        self,
+        lane: FeedbackKind,
+        error_class: str,
+        error_type: str | None,
+        message: str,
+        *,
+        code: str | None = None,
+        failure_class: str | None = None,
+        violation: Any = None,
+    ) -> bool:
+        """Record the failed attempt; spend one unit of ``lane`` and queue feedback if any is left."""
+        stage = LANE_STAGE[lane]
+        location = _location(violation) if violation is not None else None
+        self.failures.append(
+            AttemptFailure(
+                attempt_id=self._attempt_id(),
+                attempt_number=self.attempt,
+                call_id=self.call_id,
+                stage=stage,
+                error_class=error_class[:200],
+                error_type=error_type,
+                error_message=bounded(message) or "",
+                failure_class=failure_class,
+                violation_location=bounded(location),
+                program_source=self.candidate.source if self.candidate else None,
+                timestamp=now_utc(),
+                discarded_nested_calls=self.discarded,
+            )
+        )
+        self.discarded = []
+        used, budget = self._budget(lane)
+        if used >= budget:
+            return False
+        used += 1
+        setattr(self.lanes, lane, used)
+        feedback = AttemptFeedback(
+            kind=lane,
+            attempt_number=self.attempt,
+            remaining_budget=budget - used,
+            error_type=error_type if lane != "guardrail" else None,
+            error_message=bounded(message, 2000) if lane != "guardrail" else None,
+            failure_class=failure_class,
+            violation_type=getattr(violation, "violation_type", None),
+            violation_message=bounded(getattr(violation, "message", None), 2000),
+            violation_location=location,
+            required_correction=getattr(violation, "required_correction", None),
+            previous_code=code,
+        )
+        self.feedback.append(feedback)
+        return True
+
+    def _validation_failure(self, result: ValidationResult, code: str) -> Outcome | None:
+        violations = list(result.violations)
+        terminal = [v for v in violations if str(v.classification).startswith("terminal")]
+        first = terminal[0] if terminal else violations[0]
+        self.validation_failure_type = first.violation_type
+        message = f"{first.violation_type}: {first.message}"
+        if result.verdict == "terminal" or terminal:
+            self._retry_record_only("validation", first, first.message)
+            return self._error(
+                "guardrail_violation", message, retriable=False, violations=_violations(result),
+                policy_fingerprint=result.policy_fingerprint,
+            )  # fmt: skip
+        if self._retry("guardrail", first.violation_type, "guardrail_violation", first.message, code=code,
+                       failure_class="recoverable", violation=first):  # fmt: skip
+            return None
+        self.lanes.guardrail_exhausted = True
+        last = {
+            "violation_type": first.violation_type,
+            "violation_message": first.message,
+            "violation_location": _location(first),
+            "required_correction": first.required_correction,
+            "violations": _violations(result),
+        }
+        raw = (
+            f"guardrail_retry_exhausted after {self.attempt} attempts; last violation {message}"
+            + (f" ({_location(first)})" if _location(first) else "")
+        )
+        user_message = GUARDRAIL_EXHAUSTED_MESSAGE if self.depth == 0 else raw
+        return self._error(
+            "guardrail_retry_exhausted", user_message, retriable=False, last_violation=last,
+            raw_error_message=raw, normalized=self.depth == 0,
+        )  # fmt: skip
+
+    def _retry_record_only(self, stage: FailureStage, violation: Any, message: str) -> None:
+        self.failures.append(
+            AttemptFailure(
+                attempt_id=self._attempt_id(), attempt_number=self.attempt, call_id=self.call_id, stage=stage,
+                error_class=str(violation.violation_type)[:200], error_type="guardrail_violation",
+                error_message=bounded(message) or "", failure_class="terminal",
+                violation_location=bounded(_location(violation)),
+                program_source=self.candidate.source if self.candidate else None, timestamp=now_utc(),
+            )
+        )  # fmt: skip
+
+    def _execution_failure(self, ex: ExecutionOutcome, code: str) -> Outcome | None:
+        error_type = ex.error_type.value if ex.error_type else "execution"
+        message = ex.error_message or error_type
+        if ex.error_type is ErrorType.TOOL_ERROR:
+            tool_type = str(ex.metadata.get("tool_error_type") or "tool_error")
+            cls = classify_failure(tool_type)
+            if not ex.retriable or cls is FailureClass.EXTRINSIC:
+                return self._error(tool_type, message, retriable=ex.retriable, failure_class=cls.value)
+            if self._retry("outcome", tool_type, tool_type, message, code=code, failure_class=cls.value):
+                return None
+            self.lanes.outcome_exhausted = True
+            return self._error(
+                "outcome_repair_retry_exhausted",
+                f"the tool kept returning a retriable error ({tool_type}: {message})",
+                retriable=False,
+                failure_class=cls.value,
+                last_outcome={
+                    "error_type": tool_type,
+                    "error_message": bounded(message),
+                    "failure_class": cls.value,
+                    "retriable": ex.retriable,
+                },
+            )
+        if ex.error_type in EXECUTION_FAILURES:
+            exception = ex.metadata.get("exception") or error_type
+            line = ex.metadata.get("line")
+            detail = f"{message} (line {line})" if line else message
+            if self._retry("execution", str(exception), error_type, detail, code=code,
+                           failure_class=FailureClass.INTRINSIC.value):  # fmt: skip
+                return None
+            self.lanes.execution_exhausted = True
+            return self._error(error_type, message, retriable=False, failure_class=FailureClass.INTRINSIC.value)
+        # extrinsic (timeout, sandbox unavailable) or the host's own fault: unchanged, never regenerated
+        cls = classify_failure(error_type)
+        return self._error(error_type, message, retriable=ex.retriable, failure_class=cls.value)
+
+    def _exhausted_generation(self) -> Outcome:
+        self.lanes.generation_exhausted = True
+        last = self.failures[-1]
+        return self._error(
+            "generation_retry_exhausted",
+            f"the provider did not produce a usable program in {self.attempt} attempts ({last.error_message})",
+            retriable=False,
+        )
+
+    # --- execution and nested calls ----------------------------------------------------------------
+
+    def _execute(self, code: str, txn: Transaction) -> ExecutionOutcome:
+        request = ExecutionRequest(
+            code=code, context=txn.context(self.role), args=self.args, kwargs=self.kwargs, limits=self.ws.limits
+        )
+
+        def bridge(frame: CallFrame) -> dict[str, Any]:
+            return self._nested(frame, txn)
+
+        try:
+            outcome = self.ws.sandbox.execute(request, backend=self.ws.backend, bridge=bridge)
+        except Exception as exc:  # Sandbox.execute promises not to raise; a backend import error still can
+            log.exception("sandbox failed")
+            outcome = ExecutionOutcome.failure(
+                ErrorType.SANDBOX_UNAVAILABLE, f"the sandbox could not run: {type(exc).__name__}: {exc}",
+                retriable=False, backend=self.ws.backend or "",
+            )  # fmt: skip
+        self.sandbox_seconds += outcome.duration_s
+        return outcome
+
+    def _nested(self, frame: CallFrame, txn: Transaction) -> dict[str, Any]:
+        """Answer one ``tool(...)``/``delegate(...)`` method call made by the running program."""
+        self.nested_calls += 1
+        target = frame.target
+        try:
+            if self.depth + 1 > self.ws.budgets.max_depth:
+                return {"status": "error", "error_type": "max_depth_exceeded", "retriable": False,
+                        "error_message": f"nested calls are limited to depth {self.ws.budgets.max_depth}"}  # fmt: skip
+            if target.kind == "delegate":
+                txn.register(
+                    ToolContract(role=target.name, purpose=target.purpose, deliverable=target.deliverable,
+                                 acceptance=target.acceptance, failure_policy=target.failure_policy)
+                )  # fmt: skip
+            child = CallRun(
+                ws=self.ws, parent_txn=txn, role=target.name, method=frame.method, args=list(frame.args),
+                kwargs=dict(frame.kwargs), depth=self.depth + 1, trace_id=self.trace_id, parent_call_id=self.call_id,
+            )  # fmt: skip
+            return child.run().to_wire()
+        except Exception as exc:
+            log.exception("nested call %s.%s failed in the host", target.name, frame.method)
+            return {"status": "error", "error_type": "internal_error", "retriable": False,
+                    "error_message": f"the host failed to run the nested call: {type(exc).__name__}"}  # fmt: skip
+
+    # --- results -----------------------------------------------------------------------------------
+
+    def _attempt_id(self) -> str:
+        return f"{self.call_id}.{self.attempt}"
+
+    def _generation_request(self, txn: Transaction) -> GenerationRequest:
+        context = txn.context(self.role)
+        keys = sorted(context)
+        return GenerationRequest(
+            role=self.role,
+            method=self.method,
+            args=self.args,
+            kwargs=self.kwargs,
+            depth=self.depth,
+            attempt_number=self.attempt,
+            context_keys=keys,
+            context_summary={k: _preview(context[k]) for k in keys[:MAX_CONTEXT_KEYS_IN_PROMPT]},
+            contract=txn.contract(self.role),
+            known_tools=sorted(txn.all_tools().values(), key=lambda t: t.role),
+            allowed_modules=sorted(ALLOWED_MODULES),
+            feedback=list(self.feedback),
+        )
+
+    def _common_metadata(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "call_id": self.call_id,
+            "trace_id": self.trace_id,
+            "depth": self.depth,
+            "attempts": self.attempt,
+            "provider_calls": self.provider_calls,
+            "program_source": self.candidate.source if self.candidate else None,
+            "rollback_applied": self.rollback_applied,
+            "retry_feedback_injected": bool(self.feedback),
+            "guardrail_recovery_attempts": self.lanes.guardrail,
+            "execution_repair_attempts": self.lanes.execution,
+            "outcome_repair_attempts": self.lanes.outcome,
+            "generation_retry_attempts": self.lanes.generation,
+        }
+        if self.failures:
+            last = self.failures[-1]
+            meta["attempt_failures"] = [f.model_dump(mode="json") for f in self.failures]
+            meta["latest_failure_stage"] = last.stage
+            meta["latest_failure_class"] = last.error_class
+            meta["latest_failure_message"] = last.error_message
+        if self.execution is not None:
+            meta["backend"] = self.execution.backend
+            if self.execution.stdout:
+                meta["stdout"] = bounded(self.execution.stdout, MAX_STDOUT_CHARS)
+        if self.validation is not None:
+            meta["capabilities"] = sorted({c.tag for c in self.validation.capabilities})
+            meta["policy_fingerprint"] = self.validation.policy_fingerprint
+        return meta
+
+    def _ok(self, ex: ExecutionOutcome) -> Outcome:
+        return Outcome(status="ok", value=ex.value, tool_role=self.role, method_name=self.method,
+                       metadata=self._common_metadata())  # fmt: skip
+
+    def _error(self, error_type: str, message: str, *, retriable: bool = False, **extra: Any) -> Outcome:
+        meta = self._common_metadata()
+        meta.update(extra)
+        return Outcome(
+            status="error", error_type=error_type, error_message=message, retriable=retriable,
+            tool_role=self.role, method_name=self.method, metadata=meta,
+        )  # fmt: skip
+
+    def _record(self, outcome: Outcome, started: Any, duration: float) -> CallRecord:
+        last = self.failures[-1] if self.failures else None
+        ex, vr, cand = self.execution, self.validation, self.candidate
+        usage = Usage(total_sandbox_duration_s=round(self.sandbox_seconds, 6))
+        if ex is not None:
+            usage = Usage(
+                cpu_time_s=ex.usage.cpu_time_s, peak_memory_mb=ex.usage.peak_memory_mb, source=ex.usage.source,
+                sandbox_duration_s=ex.duration_s, total_sandbox_duration_s=round(self.sandbox_seconds, 6),
+            )  # fmt: skip
+        return CallRecord(
+            trace_id=self.trace_id,
+            call_id=self.call_id,
+            parent_call_id=self.parent_call_id,
+            depth=self.depth,
+            role=self.role,
+            method=self.method,
+            args=bounded_json(self.args),
+            kwargs=bounded_json(self.kwargs),
+            started_at=started,
+            duration_s=round(duration, 6),
+            program_source=cand.source if cand else None,
+            **CallRecord.code_fields(cand.code if cand else None),
+            dependencies=list(cand.dependencies) if cand else [],
+            provider=(cand.provider if cand else None) or self.ws.provider_name,
+            model=cand.model if cand else None,
+            provider_calls=self.provider_calls,
+            status=outcome.status,
+            value=bounded_json(outcome.value),
+            error_type=outcome.error_type,
+            error_message=bounded(outcome.error_message),
+            retriable=outcome.retriable,
+            failure_class=outcome.metadata.get("failure_class"),
+            attempt_id=self._attempt_id(),
+            attempts=self.attempt,
+            attempt_stage=self.stage,
+            validation_failure_type=self.validation_failure_type,
+            rollback_applied=self.rollback_applied,
+            retry_feedback_injected=bool(self.feedback),
+            generation_retry_attempts=self.lanes.generation,
+            generation_retry_exhausted=self.lanes.generation_exhausted,
+            guardrail_recovery_attempts=self.lanes.guardrail,
+            guardrail_retry_exhausted=self.lanes.guardrail_exhausted,
+            execution_repair_attempts=self.lanes.execution,
+            execution_repair_exhausted=self.lanes.execution_exhausted,
+            outcome_repair_attempts=self.lanes.outcome,
+            outcome_repair_triggered=self.lanes.outcome > 0,
+            outcome_repair_retry_exhausted=self.lanes.outcome_exhausted,
+            latest_failure_stage=last.stage if last else None,
+            latest_failure_class=last.error_class if last else None,
+            latest_failure_message=last.error_message if last else None,
+            attempt_failures=list(self.failures),
+            verdict=vr.verdict if vr else None,
+            capabilities=[_capability(c) for c in vr.capabilities] if vr else [],
+            policy_fingerprint=vr.policy_fingerprint if vr else None,
+            backend=(ex.backend or None) if ex else None,
+            usage=usage,
+            nested_calls=self.nested_calls,
+            stdout=bounded(ex.stdout, MAX_STDOUT_CHARS) if ex and ex.stdout else None,
+        )
+
+
+def _violations(result: ValidationResult) -> list[dict[str, Any]]:
+    return [v.model_dump(mode="json") for v in result.violations]
+
+
+def _capability(capability: Any) -> Capability:
+    evidence = [
+        bounded(f"{e.line}:{e.column} {e.construct}", 200) or "" for e in list(capability.evidence or [])[:5]
+    ]
+    return Capability(tag=capability.tag, granted=getattr(capability, "granted", None), evidence=evidence)

@@ -1,0 +1,138 @@
+"""Transactional attempt state (ADR 0016 section 3): context, tool registry and telemetry, staged per attempt.
+
+A :class:`Transaction` is one attempt's private view. Reads fall through to the parent transaction (the
+attempt of the calling program, for a nested call) and finally to the committed :class:`State`; writes
+stay in the transaction. ``commit`` merges them one level up (into the parent attempt, or into the
+committed state for a top-level attempt); ``rollback`` throws them away. So a nested call made by an
+attempt that later fails leaves nothing behind, however deep it went.
+
+v1 isolation is a full snapshot per attempt (ADR 0016, open question 1): contexts are deep-copied on read.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.agent.calllog import CallRecord, NestedCallSummary
+from runtime.providers.base import ToolContractView
+
+#: A tool's contract as registered by ``delegate(role, purpose=..., ...)``.
+ToolContract = ToolContractView
+
+JsonDict = dict[str, Any]
+
+
+@dataclass
+class StagedRecord:
+    record: CallRecord
+    candidate: Any = None  # the ProgramCandidate of the call, for the store hook
+
+
+class State:
+    """What is committed: each role's context and the tool registry. Guarded by one lock."""
+
+    def __init__(self, on_records: Callable[[list[StagedRecord]], None]) -> None:
+        self.contexts: dict[str, JsonDict] = {}
+        self.tools: dict[str, ToolContract] = {}
+        self.lock = threading.RLock()
+        self._on_records = on_records
+
+    def emit(self, staged: list[StagedRecord]) -> None:
+        if staged:
+            self._on_records(staged)
+
+
+@dataclass
+class Transaction:
+    state: State
+    parent: Transaction | None = None
+    contexts: dict[str, JsonDict] = field(default_factory=dict)
+    tools: dict[str, ToolContract] = field(default_factory=dict)
+    records: list[StagedRecord] = field(default_factory=list)
+    closed: bool = False
+
+    # --- reads (fall through to the parent, then to the committed state) ---
+
+    def _visible_context(self, role: str) -> JsonDict | None:
+        if role in self.contexts:
+            return self.contexts[role]
+        if self.parent is not None:
+            return self.parent._visible_context(role)
+        with self.state.lock:
+            return self.state.contexts.get(role)
+
+    def context(self, role: str) -> JsonDict:
+        """A private deep copy of the role's context as this attempt sees it."""
+        return copy.deepcopy(self._visible_context(role) or {})
+
+    def contract(self, role: str) -> ToolContract | None:
+        if role in self.tools:
+            return self.tools[role]
+        if self.parent is not None:
+            return self.parent.contract(role)
+        with self.state.lock:
+            return self.state.tools.get(role)
+
+    def all_tools(self) -> dict[str, ToolContract]:
+        if self.parent is not None:
+            merged = self.parent.all_tools()
+        else:
+            with self.state.lock:
+                merged = dict(self.state.tools)
+        merged.update(self.tools)
+        return merged
+
+    # --- staged writes ---
+
+    def set_context(self, role: str, context: JsonDict) -> None:
+        self._check_open()
+        self.contexts[role] = copy.deepcopy(context)
+
+    def register(self, contract: ToolContract) -> None:
+        self._check_open()
+        self.tools[contract.role] = contract
+
+    def stage_record(self, record: CallRecord, candidate: Any = None) -> None:
+        self._check_open()
+        self.records.append(StagedRecord(record, candidate))
+
+    # --- end of the attempt ---
+
+    def commit(self) -> None:
+        """Merge everything staged one level up: the parent attempt, or the committed state."""
+        self._check_open()
+        self.closed = True
+        if self.parent is not None:
+            self.parent.contexts.update(self.contexts)
+            self.parent.tools.update(self.tools)
+            self.parent.records.extend(self.records)
+            return
+        with self.state.lock:
+            self.state.contexts.update(self.contexts)
+            self.state.tools.update(self.tools)
+        self.state.emit(self.records)
+
+    def rollback(self) -> list[NestedCallSummary]:
+        """Discard everything staged; returns what the discarded nested calls were, for diagnostics."""
+        if self.closed:
+            return []
+        self.closed = True
+        discarded = [
+            NestedCallSummary(
+                call_id=s.record.call_id, role=s.record.role, method=s.record.method,
+                status=s.record.status, error_type=s.record.error_type,
+            )
+            for s in self.records
+        ]  # fmt: skip
+        self.contexts.clear()
+        self.tools.clear()
+        self.records.clear()
+        return discarded
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this attempt's transaction is already committed or rolled back")

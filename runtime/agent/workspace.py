@@ -1,0 +1,174 @@
+"""Workspace: the runtime shared by every agent of a process (sandbox, provider, policy, registry, log)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import JsonValue
+
+from runtime.agent.budgets import Budgets
+from runtime.agent.calllog import CallLog, CallRecord, default_log_path
+from runtime.agent.lifecycle import CallRun
+from runtime.agent.outcome import Outcome
+from runtime.agent.source import ProgramCandidate, ProgramStore
+from runtime.agent.state import StagedRecord, State, ToolContract
+from runtime.guardrails import Policy, default_policy
+from runtime.providers.base import Provider
+from sandbox import Limits, Sandbox, SandboxConfig
+from sandbox.config import BackendName
+
+if TYPE_CHECKING:
+    from runtime.agent.agent import Agent
+
+log = logging.getLogger(__name__)
+
+LogSpec = CallLog | Path | str | None | Literal[False]
+
+
+def as_json(value: Any, what: str) -> Any:
+    """A JSON round-tripped copy of ``value``; TypeError if it is not JSON (context must cross the wall)."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must be JSON-serializable: {exc}") from None
+
+
+class Workspace:
+    """Holds what agents share and runs their calls. Thread-safe; calls into one workspace are serialized.
+
+    ``sandbox`` may be a Sandbox (shared, not closed here), a SandboxConfig or a backend name (a Sandbox is
+    created and closed by :meth:`close`). ``log`` is a CallLog, a path, None (the default log file, see
+    ``sandforge logs``) or False (keep records in memory only).
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: Provider,
+        sandbox: Sandbox | SandboxConfig | BackendName | None = None,
+        backend: BackendName | None = None,
+        policy: Policy | None = None,
+        log: LogSpec = None,
+        store: ProgramStore | None = None,
+        limits: Limits | None = None,
+        budgets: Budgets | None = None,
+    ) -> None:
+        self.provider = provider
+        self.budgets = budgets or Budgets()
+        self.store = store
+        self.policy = policy if policy is not None else default_policy()
+        self._owns_sandbox = not isinstance(sandbox, Sandbox)
+        if isinstance(sandbox, Sandbox):
+            self.sandbox = sandbox
+        elif isinstance(sandbox, SandboxConfig):
+            self.sandbox = Sandbox(sandbox)
+        else:
+            name = backend or sandbox
+            self.sandbox = Sandbox(SandboxConfig.from_env(**({"backend": name} if name else {})))
+        self.backend: BackendName | None = backend
+        self.limits = limits or self.sandbox.config.limits
+        if isinstance(log, CallLog):
+            self.log = log
+        elif log is False:
+            self.log = CallLog(None)
+        else:
+            self.log = CallLog(default_log_path() if log is None else Path(log))
+        self._state = State(self._commit_records)
+        self._call_lock = threading.RLock()
+
+    @property
+    def provider_name(self) -> str:
+        return str(getattr(self.provider, "name", type(self.provider).__name__))
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend or self.sandbox.config.backend
+
+    # --- agents and calls ---
+
+    def agent(self, role: str, *, context: dict[str, JsonValue] | None = None) -> Agent:
+        """The agent for ``role`` (its context lives here, so two handles for one role share it)."""
+        from runtime.agent.agent import Agent
+
+        if context is not None:
+            self.set_context(role, context)
+        return Agent._bind(self, role)
+
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Outcome:
+        """One top-level dynamic call: ``role.method(*args, **kwargs)``. Never raises for tool failures."""
+        call_args = as_json(list(args), "call arguments")
+        call_kwargs = as_json(dict(kwargs), "call keyword arguments")
+        with self._call_lock:
+            return CallRun(ws=self, parent_txn=None, role=role, method=method, args=call_args,
+                           kwargs=call_kwargs).run()  # fmt: skip
+
+    # --- committed state ---
+
+    def context(self, role: str) -> dict[str, JsonValue]:
+        """A copy of the committed context of ``role``."""
+        with self._state.lock:
+            return as_json(self._state.contexts.get(role, {}), "context")  # type: ignore[no-any-return]
+
+    def set_context(self, role: str, context: dict[str, JsonValue]) -> None:
+        """Replace the committed context of ``role`` (no model call)."""
+        if not isinstance(context, dict):
+            raise TypeError("a context is a dict")
+        value = as_json(context, "the context")
+        with self._state.lock:
+            self._state.contexts[role] = value
+
+    def update_context(self, role: str, key: str, value: Any) -> None:
+        copy = as_json(value, f"context value {key!r}")
+        with self._state.lock:
+            self._state.contexts.setdefault(role, {})[key] = copy
+
+    def delete_context(self, role: str, key: str) -> None:
+        with self._state.lock:
+            ctx = self._state.contexts.get(role, {})
+            if key not in ctx:
+                raise KeyError(key)
+            del ctx[key]
+
+    @property
+    def tools(self) -> dict[str, ToolContract]:
+        """The committed tool registry: role -> contract (registered by ``delegate(...)`` or here)."""
+        with self._state.lock:
+            return dict(self._state.tools)
+
+    def register_tool(self, role: str, *, purpose: str | None = None, deliverable: JsonValue = None,
+                      acceptance: JsonValue = None, failure_policy: JsonValue = None) -> ToolContract:  # fmt: skip
+        contract = ToolContract(role=role, purpose=purpose, deliverable=deliverable, acceptance=acceptance,
+                                failure_policy=failure_policy)  # fmt: skip
+        with self._state.lock:
+            self._state.tools[role] = contract
+        return contract
+
+    # --- records ---
+
+    def _emit_record(self, record: CallRecord, candidate: ProgramCandidate | None) -> None:
+        self._commit_records([StagedRecord(record, candidate)])
+
+    def _commit_records(self, staged: list[StagedRecord]) -> None:
+        for item in staged:
+            self.log.append(item.record)
+            if self.store is not None:
+                try:
+                    self.store.record(item.candidate, item.record)
+                except Exception:
+                    log.exception("program store failed to record call %s", item.record.call_id)
+
+    # --- lifetime ---
+
+    def close(self) -> None:
+        if self._owns_sandbox:
+            self.sandbox.close()
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
