@@ -1,7 +1,7 @@
 """Model providers: turn one dynamic call into a tool program.
 
-    provider = AnthropicProvider(model="claude-sonnet-4-5")      # real model, forced tool call
-    provider = ScriptedProvider(["return args[0] + 1"])          # replays programs, records prompts
+provider = AnthropicProvider(model="claude-sonnet-4-6")      # real model, forced tool call
+provider = ScriptedProvider(["return args[0] + 1"])          # replays programs, records prompts
 """
 
 from __future__ import annotations

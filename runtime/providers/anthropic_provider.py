@@ -21,7 +21,7 @@ from runtime.providers.prompt import PROGRAM_TOOL_NAME, PROGRAM_TOOL_SCHEMA, ren
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-4-6"
 MODEL_ENV = "SANDFORGE_ANTHROPIC_MODEL"
 #: HTTP statuses worth retrying later (the SDK already retried them ``max_retries`` times).
 RETRIABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})

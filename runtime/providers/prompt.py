@@ -108,9 +108,11 @@ def _feedback_lines(item: AttemptFeedback) -> list[str]:
 def render_prompt(request: GenerationRequest) -> RenderedPrompt:
     """The system prompt (the contract) and the user message (this call, its state, earlier failures)."""
     system = SYSTEM_PROMPT.format(modules=", ".join(request.allowed_modules) or "(none)", tool=PROGRAM_TOOL_NAME)
-    call = f"{request.role}.{request.method}(" + ", ".join(
-        [_json(a, 500) for a in request.args] + [f"{k}={_json(v, 500)}" for k, v in request.kwargs.items()]
-    ) + ")"
+    call = (
+        f"{request.role}.{request.method}("
+        + ", ".join([_json(a, 500) for a in request.args] + [f"{k}={_json(v, 500)}" for k, v in request.kwargs.items()])
+        + ")"
+    )
     lines = [f"Write the program for this call: {call}", f"Tool role: {request.role}"]
     if request.depth:
         lines.append(f"This is a nested call (depth {request.depth}) made by another tool's program.")
