@@ -35,7 +35,7 @@ from runtime.sessions.groups import (
 )
 from runtime.sessions.history import restore_loaded_groups, to_api_messages
 from runtime.sessions.models import Message, MessageType, SessionInfo, ToolStatus
-from runtime.sessions.runner import AgentToolRunner, ToolResult, ToolRunner, outcome_to_result
+from runtime.sessions.runner import AgentToolRunner, ToolResult, ToolRunner, UnavailableRunner, outcome_to_result
 from runtime.sessions.session import Session, ToolCallRecord, TurnResult, not_available
 
 __all__ = [
@@ -74,6 +74,7 @@ __all__ = [
     "ToolStatus",
     "ToolUseBlock",
     "TurnResult",
+    "UnavailableRunner",
     "default_db_path",
     "not_available",
     "outcome_to_result",

@@ -95,6 +95,17 @@ def _str(value: Any) -> str | None:
 AgentFactory = Callable[[str], Any]
 
 
+class UnavailableRunner:
+    """A runner for sessions that cannot run group tools (no program provider configured): every call is an
+    error tool result saying why, so the conversation goes on."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def run(self, group: ToolGroup, tool: ToolSpec, tool_input: dict[str, Any]) -> ToolResult:
+        return ToolResult.error(f"tool '{tool.name}' cannot run: {self.reason}")
+
+
 class AgentToolRunner:
     """Runs group tools through ``runtime.agent``: one Agent per role (created on first use, then reused, so
     the role's context carries over between calls), ``getattr(agent, method)(*args, **kwargs)``.

@@ -1,0 +1,253 @@
+"""`sandforge chat`: an interactive chat session whose tool groups survive turns (RFC-044).
+
+Group tools run through the Agent lifecycle in a disposable sandbox. `--scripted FILE` replays a chat script
+(turns, and optionally `programs` for the tool programs and `groups` to offer) instead of calling Claude.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runtime.errors import UsageError
+from runtime.sessions import (
+    AgentToolRunner,
+    AnthropicChatProvider,
+    ChatProvider,
+    CompositeGroupSource,
+    GroupSource,
+    ScriptedChatProvider,
+    Session,
+    SessionError,
+    SessionStore,
+    StaticGroupSource,
+    ToolGroup,
+    ToolRegistry,
+    ToolRunner,
+    TurnResult,
+    UnavailableRunner,
+    state_dir,
+)
+from runtime.sessions.chat_providers import read_script
+from sandbox import BACKENDS, Sandbox, SandboxConfig
+
+log = logging.getLogger(__name__)
+
+GROUPS_FILE_NAMES = ("tool_groups.yaml", "tool_groups.yml", "tool_groups.json")
+HISTORY_FILE_NAME = "chat_history"
+HELP = "commands: /tools (active groups), /clear (new session), /exit"
+
+
+def _groups_source(groups_file: Path | None, script: dict[str, Any] | None, state: Path) -> GroupSource:
+    sources: list[GroupSource] = []
+    if groups_file is not None:
+        sources.append(StaticGroupSource.from_file(groups_file))
+    elif script is not None and "groups" in script:
+        try:
+            sources.append(StaticGroupSource([ToolGroup.model_validate(g) for g in script["groups"]]))
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"invalid 'groups' in the chat script: {exc}") from exc
+    else:
+        for name in GROUPS_FILE_NAMES:
+            if (state / name).is_file():
+                sources.append(StaticGroupSource.from_file(state / name))
+                break
+    return CompositeGroupSource(*sources)
+
+
+def _program_provider(script: dict[str, Any] | None, programs_file: Path | None) -> tuple[Any, str | None]:
+    """The provider that writes tool programs for the Agent, or (None, why not)."""
+    from runtime.providers import GeneratedProgram, ScriptedProvider
+
+    if programs_file is not None:
+        return ScriptedProvider(programs_file), None
+    if script is not None and "programs" in script:
+        items = script["programs"]
+        if not isinstance(items, list):
+            raise UsageError("'programs' in the chat script must be a list")
+        try:
+            return ScriptedProvider(
+                [p if isinstance(p, str) else GeneratedProgram.model_validate(p) for p in items]
+            ), None
+        except ValueError as exc:
+            raise UsageError(f"invalid 'programs' in the chat script: {exc}") from exc
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        from runtime.providers import AnthropicProvider
+
+        return AnthropicProvider(), None
+    return None, "no program provider (set ANTHROPIC_API_KEY, or give 'programs' in the --scripted file)"
+
+
+@contextlib.contextmanager
+def _readline_history(state: Path) -> Iterator[None]:
+    """Line editing and a persistent input history, when talking to a terminal."""
+    if not sys.stdin.isatty():
+        yield
+        return
+    try:
+        import readline
+    except ImportError:  # not on every platform
+        yield
+        return
+    path = state / HISTORY_FILE_NAME
+    with contextlib.suppress(OSError):
+        readline.read_history_file(path)
+    readline.set_history_length(1000)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(path)
+
+
+def _print_tools(session: Session) -> None:
+    core = [t.name for t in session.registry.core_tools()]
+    click.echo(f"core:      {', '.join(core)}")
+    loaded = session.active_groups()
+    if loaded:
+        for name in loaded:
+            group = session.registry.get_group(name)
+            tools = ", ".join(t.name for t in group.tools) if group else ""
+            click.echo(f"loaded:    {name} ({tools})")
+    else:
+        click.echo("loaded:    (none)")
+    rest = [g for g in session.registry.group_names() if g not in loaded]
+    click.echo(f"available: {', '.join(rest) if rest else '(none)'}")
+
+
+def _short(text: str, limit: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _print_turn(result: TurnResult) -> None:
+    for c in result.tool_calls:
+        args = json.dumps(c.input, ensure_ascii=False)
+        click.echo(f"  [{c.name}({_short(args, 80)}) -> {c.status.value}] {_short(c.content)}", err=True)
+    if result.text:
+        click.echo(f"assistant> {result.text}")
+    if result.stop_reason == "max_model_calls":
+        click.echo("  (stopped: too many tool rounds in one turn)", err=True)
+
+
+def _repl(session: Session) -> Session:
+    while True:
+        try:
+            line = input("you> ")
+        except EOFError:
+            click.echo()
+            return session
+        except KeyboardInterrupt:
+            click.echo()
+            return session
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith("/"):
+            cmd = text.split()[0].lower()
+            if cmd in ("/exit", "/quit"):
+                return session
+            if cmd == "/clear":
+                session = session.clear()
+                click.echo(f"new session {session.id} (core tools only)")
+            elif cmd == "/tools":
+                _print_tools(session)
+            elif cmd == "/help":
+                click.echo(HELP)
+            else:
+                click.echo(f"unknown command {cmd}; {HELP}", err=True)
+            continue
+        try:
+            result = session.send(text)
+        except SessionError as exc:  # the model failed; the user message is kept, the chat goes on
+            click.echo(f"error: {exc}", err=True)
+            continue
+        _print_turn(result)
+
+
+@click.command("chat")
+@click.option("--session", "session_id", default=None, help="Resume this session (id or unique prefix).")
+@click.option(
+    "--scripted",
+    "script_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Replay this chat script (JSON/YAML: turns, optional programs and groups) instead of Claude.",
+)
+@click.option(
+    "--groups",
+    "groups_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Tool group file (YAML/JSON). Default: the script's groups, or <state-dir>/tool_groups.yaml.",
+)
+@click.option(
+    "--programs",
+    "programs_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Scripted tool programs for the Agent (JSON list or '# ---'-separated text).",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where sessions.db lives (default: SANDFORGE_STATE_DIR or the user state directory).",
+)
+@click.option("--backend", type=click.Choice(BACKENDS), default=None, help="Default: SANDFORGE_BACKEND or subprocess.")
+@click.option("--model", default=None, help="Chat model (default: SANDFORGE_CHAT_MODEL or a current Sonnet).")
+@click.option("--no-restore", is_flag=True, hidden=True, help="Do not restore loaded groups (shows the RFC-044 bug).")
+def command(
+    session_id: str | None,
+    script_path: Path | None,
+    groups_file: Path | None,
+    programs_file: Path | None,
+    state_dir: Path | None,
+    backend: str | None,
+    model: str | None,
+    no_restore: bool,
+) -> None:
+    """Chat with tools; loaded tool groups stay loaded across turns. Type /exit (or EOF) to leave."""
+    state = _state(state_dir)
+    script = read_script(script_path) if script_path is not None else None
+    provider: ChatProvider = (
+        ScriptedChatProvider(script["turns"]) if script is not None else AnthropicChatProvider(model=model)
+    )
+    registry = ToolRegistry(_groups_source(groups_file, script, state))
+    program_provider, why_not = _program_provider(script, programs_file)
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(SessionStore(state=state))
+        runner: ToolRunner
+        if program_provider is None:
+            runner = UnavailableRunner(why_not or "no program provider")
+        else:
+            config = SandboxConfig.from_env(**({"backend": backend} if backend else {}))
+            sandbox = stack.enter_context(Sandbox(config))
+            runner = AgentToolRunner(provider=program_provider, sandbox=sandbox)
+        options: dict[str, Any] = {"provider": provider, "registry": registry, "runner": runner,
+                                   "restore_groups": not no_restore}  # fmt: skip
+        if session_id:
+            session = Session.open(store, session_id, **options)
+            count = len(session.history())
+            groups = session.active_groups()
+            click.echo(f"session {session.id} resumed ({count} messages; groups: {', '.join(groups) or 'none'})")
+        else:
+            session = Session.create(store, **options)
+            click.echo(f"session {session.id} (new)")
+        click.echo(HELP)
+        with _readline_history(state):
+            session = _repl(session)
+        click.echo(f"session {session.id} saved")
+
+
+def _state(override: Path | None) -> Path:
+    return state_dir(override)
