@@ -107,8 +107,15 @@ def await_ready(io: WorkerIO, limits: Limits, timeout: float) -> ReadyFrame:
     raise ProtocolError(f"worker did not report ready within {timeout:.1f}s")
 
 
-def run_exchange(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandler | None) -> Exchange:
-    """Send the program, serve nested calls, collect the single result frame, enforce the limits."""
+def run_exchange(
+    io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandler | None, *, stop_at_result: bool = False
+) -> Exchange:
+    """Send the program, serve nested calls, collect the single result frame, enforce the limits.
+
+    By default it then waits for the result channel to close (the worker exiting); ``stop_at_result``
+    returns as soon as the result frame is complete, for workers whose exit is slow to observe and that are
+    destroyed afterwards anyway (containers).
+    """
     limits = request.limits
     handler = bridge or no_bridge
     ex = Exchange(stderr=BoundedCapture(limits.max_output_bytes), stray_stdout=BoundedCapture(limits.max_output_bytes))
@@ -146,7 +153,7 @@ def run_exchange(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandler 
                 deadline += pause
         if ex.stderr.truncated or ex.stray_stdout.truncated:
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
-        if ex.result is not None and "result" not in open_streams:
+        if ex.result is not None and ("result" not in open_streams or stop_at_result):
             break
     if ex.failure is None and ex.result is None and reader.pending:
         ex.failure = (ErrorType.SANDBOX_VIOLATION, "the sandbox sent an incomplete frame")
