@@ -1,0 +1,689 @@
+"""The `docker` (runc) and `gvisor` (runsc) backends: one disposable container per execution.
+
+Each worker is a container created from the exact expected sandbox image (``sandbox/image.py``), with no
+network, a read-only root, a size-limited noexec ``/tmp``, no capabilities, no-new-privileges, a
+non-root user and pids/memory (no swap)/CPU limits. Its stdin, stdout and stderr are attached *before*
+it starts; the runner (``--result-stdout``) keeps the container's stdout as the result channel and points
+its own stdout at stderr before any program runs, so printing cannot forge a result. After its single
+execution the container is killed if needed, inspected (exit code, OOM kill) and removed, on a background
+thread so removal stays off the hot path; leftovers are removed at pool close and at interpreter exit,
+and containers of dead processes (label ``sandforge.owner``) are reaped when a backend starts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import logging
+import os
+import select
+import socket
+import struct
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+from sandbox import image, seccomp
+from sandbox.backends.base import SandboxUnavailable
+from sandbox.config import SandboxConfig
+from sandbox.exchange import BridgeHandler, ExitInfo, Stream, await_ready, build_outcome, run_exchange
+from sandbox.protocol import (
+    BootFrame,
+    ErrorType,
+    ExecutionOutcome,
+    ExecutionRequest,
+    Limits,
+    ProtocolError,
+    encode_frame,
+)
+
+log = logging.getLogger(__name__)
+
+COMMAND = ["python3", "-I", "-S", "-B", image.IMAGE_RUNNER, "--result-stdout"]
+SANDBOX_USER = "65534:65534"
+#: The container's only writable place: a size-limited noexec tmpfs (inside the container, not the host's).
+SCRATCH = "/tmp"  # noqa: S108
+LABEL = "sandforge"
+OWNER_LABEL = "sandforge.owner"
+#: runsc's own threads and memory live in the container's cgroups: headroom on top of the program's limits
+#: (the runner's rlimits still bound the program itself to ``limits``).
+GVISOR_PIDS_HEADROOM = 112
+GVISOR_MEMORY_HEADROOM_MB = 64
+API_TIMEOUT_S = 30.0
+_STREAMS: dict[int, Stream] = {1: "result", 2: "stderr"}
+_MUX_HEADER = struct.Struct(">BxxxI")
+
+
+def _owner() -> str:
+    proc = psutil.Process()
+    return f"{socket.gethostname()}:{proc.pid}:{proc.create_time():.2f}"
+
+
+def _owner_alive(owner: str) -> bool:
+    host, _, rest = owner.partition(":")
+    pid_text, _, started = rest.partition(":")
+    if host != socket.gethostname():
+        return True  # another machine's container: not ours to judge
+    try:
+        proc = psutil.Process(int(pid_text))
+        return f"{proc.create_time():.2f}" == started
+    except (ValueError, psutil.Error):
+        return False
+
+
+def _engine_errors() -> tuple[type[BaseException], ...]:
+    import docker.errors
+    import requests
+
+    return (docker.errors.DockerException, requests.exceptions.RequestException)
+
+
+def connect(base_url: str | None = None, timeout: float = API_TIMEOUT_S) -> Any:
+    """A low-level Docker API client with the engine's API version negotiated; SandboxUnavailable if down."""
+    import docker
+
+    try:
+        if base_url:
+            return docker.APIClient(base_url=base_url, version="auto", timeout=int(timeout))
+        return docker.from_env(version="auto", timeout=int(timeout)).api
+    except _engine_errors() as exc:
+        where = base_url or os.environ.get("DOCKER_HOST") or "the default socket"
+        raise SandboxUnavailable(
+            f"Docker engine unreachable at {where}: {exc} (is dockerd running?)", retriable=True
+        ) from exc
+
+
+# --- container removal, off the hot path --------------------------------------------------------------
+
+
+class _Remover:
+    """Removes containers on a background thread; ``drain`` finishes the job synchronously when needed."""
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[Any, str, Callable[[], None]]] = deque()
+        self._cond = threading.Condition()
+        self._busy = 0
+        self._thread: threading.Thread | None = None
+
+    def submit(self, api: Any, container_id: str, on_removed: Callable[[], None]) -> None:
+        with self._cond:
+            self._queue.append((api, container_id, on_removed))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="sandforge-docker-remover", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                api, cid, on_removed = self._queue.popleft()
+                self._busy += 1
+            try:
+                if _remove(api, cid):
+                    on_removed()
+            finally:
+                with self._cond:
+                    self._busy -= 1
+                    self._cond.notify_all()
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Wait for queued removals; whatever is still queued after ``timeout`` is removed right here."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while (self._queue or self._busy) and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+            rest, self._queue = list(self._queue), deque()
+        for api, cid, on_removed in rest:
+            if _remove(api, cid):
+                on_removed()
+
+
+def _remove(api: Any, cid: str) -> bool:
+    import docker.errors
+
+    for attempt in range(3):
+        try:
+            api.remove_container(cid, force=True, v=True)
+            return True
+        except docker.errors.NotFound:
+            return True
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409 and "already in progress" in str(exc):
+                return True
+            log.debug("removing container %s failed (attempt %d): %s", cid[:12], attempt + 1, exc)
+        except _engine_errors() as exc:
+            log.debug("removing container %s failed (attempt %d): %s", cid[:12], attempt + 1, exc)
+        time.sleep(0.2 * (attempt + 1))
+    log.warning("could not remove sandbox container %s; it is labelled %s=1 for later reaping", cid[:12], LABEL)
+    return False
+
+
+_REMOVER = _Remover()
+_BACKENDS: weakref.WeakSet[DockerBackend] = weakref.WeakSet()
+_EXITING = False
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    global _EXITING
+    _EXITING = True
+    for backend in list(_BACKENDS):
+        with contextlib.suppress(Exception):
+            backend.close()
+    _REMOVER.drain(timeout=30.0)
+
+
+def reap_leftovers(api: Any, *, everything: bool = False) -> list[str]:
+    """Remove sandforge containers whose owning process is gone (or all of them with ``everything``)."""
+    removed: list[str] = []
+    for info in api.containers(all=True, filters={"label": f"{LABEL}=1"}):
+        owner = (info.get("Labels") or {}).get(OWNER_LABEL, "")
+        if (everything or not owner or not _owner_alive(owner)) and _remove(api, info["Id"]):
+            removed.append(info["Id"])
+    return removed
+
+
+# --- the attach socket ------------------------------------------------------------------------------
+
+
+class AttachIO:
+    """WorkerIO over Docker's attach socket: frames go to stdin; stdout (results) and stderr come back
+    multiplexed with 8-byte headers (stream id, 3 bytes padding, big-endian length)."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw  # keeps the HTTP response (and so the socket) alive
+        sock = getattr(raw, "_sock", raw)
+        if not isinstance(sock, socket.socket):
+            raise SandboxUnavailable(
+                "unsupported Docker transport for attaching (use a unix or tcp socket)", retriable=False
+            )
+        self.sock = sock
+        self.sock.setblocking(True)
+        self._buf = bytearray()
+        self._stream: Stream | None = None
+        self._left = 0
+        self.eof = False
+
+    def send(self, data: bytes) -> None:
+        self.sock.settimeout(API_TIMEOUT_S)
+        self.sock.sendall(data)
+
+    def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
+        if self.eof:
+            time.sleep(min(timeout, 0.01))
+            return []
+        readable, _, _ = select.select([self.sock], [], [], max(timeout, 0))
+        if not readable:
+            return []
+        try:
+            self.sock.setblocking(False)
+            data = self.sock.recv(1 << 20)
+        except BlockingIOError:
+            return []
+        except OSError:
+            data = b""
+        finally:
+            with contextlib.suppress(OSError):
+                self.sock.setblocking(True)
+        if not data:
+            self.eof = True
+            return [("result", b""), ("stdout", b""), ("stderr", b"")]
+        return self._demux(data)
+
+    def _demux(self, data: bytes) -> list[tuple[Stream, bytes]]:
+        chunks: list[tuple[Stream, bytes]] = []
+        self._buf += data
+        while self._buf:
+            if self._left == 0:
+                if len(self._buf) < _MUX_HEADER.size:
+                    break
+                kind, size = _MUX_HEADER.unpack_from(self._buf)
+                del self._buf[: _MUX_HEADER.size]
+                self._stream, self._left = _STREAMS.get(kind), size
+                continue
+            take = bytes(self._buf[: self._left])
+            del self._buf[: len(take)]
+            self._left -= len(take)
+            if take and self._stream is not None:
+                chunks.append((self._stream, take))
+        return chunks
+
+    def closed_by_peer(self) -> bool:
+        """True when the engine closed the stream (the container ended); never consumes data."""
+        if self.eof:
+            return True
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+            if not readable:
+                return False
+            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(Exception):
+            self._raw.close()
+
+
+# --- protections -----------------------------------------------------------------------------------
+
+
+CONTAINER_PROTECTIONS = (
+    "network_none", "read_only_rootfs", "tmpfs_limited", "capabilities_dropped", "no_new_privs",
+    "unprivileged_user", "memory_limit", "no_swap", "pids_limit", "cpu_limit", "seccomp", "rlimits",
+    "private_root", "net_namespace", "mount_namespace", "ipc_namespace", "uts_namespace", "pid_namespace",
+)  # fmt: skip
+
+
+def verify_protections(
+    attrs: dict[str, Any], claimed: dict[str, bool], *, runtime: str | None, host_pid_checked: dict[str, bool] | None
+) -> dict[str, bool]:
+    """What the engine reports for this container, plus the runner's lock-down claims.
+
+    ``host_pid_checked`` (runc on this machine only) holds the runner's seccomp/no_new_privs/rlimits as
+    read from ``/proc`` of the container's process; a claim it contradicts counts as absent.
+    """
+    hc: dict[str, Any] = attrs.get("HostConfig") or {}
+    cfg: dict[str, Any] = attrs.get("Config") or {}
+    caps = {str(c).upper().removeprefix("CAP_") for c in hc.get("CapDrop") or []}
+    secopts = [str(o) for o in hc.get("SecurityOpt") or []]
+    user = str(cfg.get("User") or "")
+    uid = user.split(":", 1)[0]
+    tmpfs = (hc.get("Tmpfs") or {}).get(SCRATCH, "")
+    memory = int(hc.get("Memory") or 0)
+    no_mounts = not hc.get("Binds") and not hc.get("Mounts")
+    p: dict[str, bool] = {
+        "network_none": hc.get("NetworkMode") == "none",
+        "read_only_rootfs": hc.get("ReadonlyRootfs") is True,
+        "tmpfs_limited": "size=" in tmpfs and "noexec" in tmpfs,
+        "capabilities_dropped": "ALL" in caps and not hc.get("CapAdd") and not hc.get("Privileged"),
+        "no_new_privs": any(
+            o in ("no-new-privileges", "no-new-privileges:true", "no-new-privileges=true") for o in secopts
+        )
+        and claimed.get("no_new_privs", False),
+        "unprivileged_user": uid not in ("", "0", "root") and claimed.get("unprivileged_user", False),
+        "memory_limit": memory > 0,
+        "no_swap": memory > 0 and int(hc.get("MemorySwap") or 0) == memory,
+        "pids_limit": int(hc.get("PidsLimit") or 0) > 0,
+        "cpu_limit": int(hc.get("NanoCpus") or 0) > 0 or int(hc.get("CpuQuota") or 0) > 0,
+        "seccomp": claimed.get("seccomp", False) and "seccomp=unconfined" not in secopts,
+        "rlimits": claimed.get("rlimits", False),
+        "private_root": hc.get("ReadonlyRootfs") is True and no_mounts,
+        "net_namespace": hc.get("NetworkMode") == "none",
+        "mount_namespace": True,
+        "ipc_namespace": hc.get("IpcMode") != "host",
+        "uts_namespace": hc.get("UTSMode") != "host",
+        "pid_namespace": hc.get("PidMode") != "host",
+    }
+    if host_pid_checked is not None:
+        for name, ok in host_pid_checked.items():
+            p[name] = p.get(name, False) and ok
+    if runtime == "runsc":
+        p["gvisor"] = hc.get("Runtime") == "runsc"
+    return p
+
+
+def _host_view(pid: int, container_id: str) -> dict[str, bool] | None:
+    """For runc on this machine: the container's process as /proc sees it (None when not visible here)."""
+    from sandbox.backends.subprocess_backend import _proc_status, _rlimits_set
+
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            if container_id not in fh.read():
+                return None
+    except OSError:
+        return None
+    status = _proc_status(pid)
+    return {
+        "seccomp": status.get("Seccomp") == "2",
+        "no_new_privs": status.get("NoNewPrivs") == "1",
+        "rlimits": _rlimits_set(pid),
+        "unprivileged_user": all(u != "0" for u in status.get("Uid", "0").split()),
+    }
+
+
+# --- the worker -----------------------------------------------------------------------------------
+
+
+class ContainerWorker:
+    """One container, started and locked down, waiting for its single execution."""
+
+    def __init__(self, backend: DockerBackend, limits: Limits) -> None:
+        self.backend = backend.name
+        self.limits = limits
+        self.created_at = time.monotonic()
+        self.protections: dict[str, bool] = {}
+        self._owner = backend
+        self._api = backend.api()
+        self._destroyed = False
+        self._io: AttachIO | None = None
+        self.verified_from_host = False
+        self.id = ""
+        self.id = self._create(backend, limits)
+        try:
+            self._start(backend.config, limits)
+        except BaseException:
+            self.destroy()
+            raise
+
+    # -- start-up --
+
+    def _create(self, backend: DockerBackend, limits: Limits) -> str:
+        import docker.errors
+        from docker.types import LogConfig
+
+        gvisor = backend.runtime == "runsc"
+        memory = limits.memory_mb + (GVISOR_MEMORY_HEADROOM_MB if gvisor else 0)
+        host_config = self._api.create_host_config(
+            network_mode="none",
+            read_only=True,
+            tmpfs={SCRATCH: f"size={limits.disk_mb}m,mode=1777,noexec,nosuid,nodev"},
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            pids_limit=limits.max_processes + (GVISOR_PIDS_HEADROOM if gvisor else 0),
+            mem_limit=f"{memory}m",
+            memswap_limit=f"{memory}m",
+            nano_cpus=int(limits.cpus * 1e9),
+            ipc_mode="none",
+            runtime=backend.runtime,
+            log_config=LogConfig(type="none"),
+        )
+        try:
+            created = self._api.create_container(
+                image=backend.tag,
+                command=COMMAND,
+                user=SANDBOX_USER,
+                stdin_open=True,
+                tty=False,
+                environment=[],
+                working_dir=SCRATCH,
+                hostname="sandbox",
+                network_disabled=True,
+                labels={LABEL: "1", OWNER_LABEL: backend.owner, "sandforge.backend": backend.name},
+                host_config=host_config,
+                use_config_proxy=False,
+            )
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxUnavailable(backend.missing_image_message(), retriable=True) from exc
+        except docker.errors.APIError as exc:
+            raise backend.translate(exc) from exc
+        except _engine_errors() as exc:
+            raise backend.engine_down(exc) from exc
+        cid = str(created["Id"])
+        backend.track(cid)
+        return cid
+
+    def _start(self, config: SandboxConfig, limits: Limits) -> None:
+        import docker.errors
+
+        owner = self._owner
+        try:
+            raw = self._api.attach_socket(self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            self._io = AttachIO(raw)
+            self._api.start(self.id)
+        except docker.errors.APIError as exc:
+            raise owner.translate(exc) from exc
+        except _engine_errors() as exc:
+            raise owner.engine_down(exc) from exc
+        try:
+            self._io.send(encode_frame(self.boot_frame(limits), 1 << 20))
+            attrs = self._api.inspect_container(self.id)  # overlaps the interpreter's start-up
+            ready = await_ready(self._io, limits, config.spawn_timeout_s)
+        except (ProtocolError, OSError) as exc:
+            raise SandboxUnavailable(f"sandbox container failed to start: {exc}") from exc
+        except _engine_errors() as exc:
+            raise owner.engine_down(exc) from exc
+        host_view = None
+        pid = int((attrs.get("State") or {}).get("Pid") or 0)
+        if owner.runtime is None and pid > 0:
+            host_view = _host_view(pid, self.id)
+        self.verified_from_host = host_view is not None
+        self.protections = verify_protections(
+            attrs, ready.protections, runtime=owner.runtime, host_pid_checked=host_view
+        )
+        missing = [p for p in config.required_protections if not self.protections.get(p)]
+        if missing:
+            detail = "; ".join(ready.errors) or "not reported active"
+            raise SandboxUnavailable(
+                f"required protections not active in the {owner.name} sandbox: {', '.join(missing)} ({detail})",
+                retriable=False,
+            )
+
+    def boot_frame(self, limits: Limits) -> BootFrame:
+        """The runner's lock-down inside the container: rlimits, no_new_privs and seccomp (namespaces, root
+        and the unprivileged user are the container's own)."""
+        return BootFrame(
+            sys_path=[image.IMAGE_LIB],
+            limits=limits,
+            seccomp_bpf_b64=_b64(seccomp.compiled_filter()),
+            namespaces=False,
+            chroot=False,
+            workdir=SCRATCH,
+            drop_to_uid=None,
+            drop_to_gid=None,
+        )
+
+    # -- the Worker protocol --
+
+    def alive(self) -> bool:
+        return not self._destroyed and self._io is not None and not self._io.closed_by_peer()
+
+    def execute(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
+        try:
+            if not self.alive() or self._io is None:
+                return ExecutionOutcome.failure(
+                    ErrorType.SANDBOX_UNAVAILABLE, "sandbox container died before use", backend=self.backend
+                )
+            ex = run_exchange(self._io, request, bridge, stop_at_result=True)
+            if ex.result is not None and ex.failure is None:
+                # Finished: the outcome is settled, so the container's exit is not waited for (tens of ms,
+                # more under gVisor); the forced removal kills it if it lingers.
+                exit_info = ExitInfo()
+            else:
+                if ex.failure is not None:
+                    self._kill()
+                exit_info, engine_error = self._exit_info(grace_s=2.0)
+                if engine_error and ex.failure is None:
+                    ex.failure = (
+                        ErrorType.SANDBOX_UNAVAILABLE,
+                        f"lost the Docker engine during execution: {engine_error}",
+                    )
+            outcome = build_outcome(
+                ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits
+            )
+            outcome.metadata["container_id"] = self.id[:12]
+            if exit_info.oom_killed:
+                outcome.metadata["oom_killed"] = True
+            return outcome
+        except OSError as exc:  # the attach socket broke mid-exchange (e.g. a nested-call reply)
+            self._kill()
+            return ExecutionOutcome.failure(
+                ErrorType.SANDBOX_UNAVAILABLE,
+                f"lost the connection to the sandbox container: {exc}",
+                backend=self.backend,
+            )
+        finally:
+            self.destroy()
+
+    def _kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self._api.kill(self.id)
+
+    def _exit_info(self, grace_s: float) -> tuple[ExitInfo, str | None]:
+        """Exit code and OOM kill from the engine; waits (then kills) if the container is still running."""
+        import requests
+
+        try:
+            state = self._api.inspect_container(self.id)["State"]
+            if state.get("Running"):
+                try:
+                    self._api.wait(self.id, timeout=grace_s)
+                except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                    self._kill()
+                    self._api.wait(self.id, timeout=API_TIMEOUT_S)
+                state = self._api.inspect_container(self.id)["State"]
+        except _engine_errors() as exc:
+            return ExitInfo(), str(exc)
+        code = int(state.get("ExitCode") or 0)
+        sig = code - 128 if 128 < code < 160 else None
+        return ExitInfo(exit_code=code, signal=sig, oom_killed=bool(state.get("OOMKilled"))), None
+
+    def destroy(self) -> None:
+        if self._destroyed:
+            return
+        self._destroyed = True
+        if self._io is not None:
+            self._io.close()
+        if self.id:
+            self._owner.remove(self.id)
+
+
+def _b64(data: bytes | None) -> str | None:
+    return base64.b64encode(data).decode() if data else None
+
+
+# --- the backend ----------------------------------------------------------------------------------
+
+
+class DockerBackend:
+    """Containers through the Docker SDK; ``runtime="runsc"`` runs them under gVisor (backend ``gvisor``)."""
+
+    def __init__(self, config: SandboxConfig, runtime: str | None = None) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.name = "gvisor" if runtime == "runsc" else "docker"
+        self.tag = image.expected_tag(config.image)
+        self.owner = _owner()
+        self._api: Any = None
+        self._lock = threading.Lock()
+        self._live: set[str] = set()
+        self._checked_runtime = False
+        self._closed = False
+        _BACKENDS.add(self)
+
+    # -- engine access --
+
+    def api(self) -> Any:
+        with self._lock:
+            if self._closed or _EXITING:
+                raise SandboxUnavailable(f"the {self.name} backend is closed", retriable=False)
+            if self._api is None:
+                api = connect(self.config.docker_base_url)
+                self._api = api
+                threading.Thread(
+                    target=self._reap_quietly, args=(api,), name="sandforge-docker-reaper", daemon=True
+                ).start()
+            api = self._api
+        if self.runtime and not self._checked_runtime:
+            self._check_runtime(api)
+        return api
+
+    def _reap_quietly(self, api: Any) -> None:
+        try:
+            removed = reap_leftovers(api)
+            if removed:
+                log.info("removed %d leftover sandbox container(s) of dead processes", len(removed))
+        except Exception as exc:  # best effort; never disturbs execution
+            log.debug("reaping leftovers failed: %s", exc)
+
+    def _check_runtime(self, api: Any) -> None:
+        try:
+            runtimes = api.info().get("Runtimes") or {}
+        except _engine_errors() as exc:
+            raise self.engine_down(exc) from exc
+        if self.runtime not in runtimes:
+            raise SandboxUnavailable(
+                f"the Docker engine has no {self.runtime!r} runtime registered (have: {', '.join(sorted(runtimes))}); "
+                "add it to /etc/docker/daemon.json and reload dockerd",
+                retriable=False,
+            )
+        self._checked_runtime = True
+
+    def engine_down(self, exc: BaseException) -> SandboxUnavailable:
+        return SandboxUnavailable(f"Docker engine unavailable: {exc}", retriable=True)
+
+    def translate(self, exc: Any) -> SandboxUnavailable:
+        """An engine APIError as a SandboxUnavailable with a useful message."""
+        text = str(getattr(exc, "explanation", None) or exc)
+        if "unknown runtime" in text.lower():
+            return SandboxUnavailable(
+                f"the Docker engine does not know the {self.runtime!r} runtime: {text}", retriable=False
+            )
+        if getattr(exc, "status_code", None) == 404 and "image" in text.lower():
+            return SandboxUnavailable(self.missing_image_message(), retriable=True)
+        return SandboxUnavailable(f"the Docker engine refused to run the sandbox: {text}", retriable=True)
+
+    def missing_image_message(self) -> str:
+        stale: list[str] = []
+        with contextlib.suppress(Exception):
+            stale = image.status(self._api, self.config.image).stale
+        return image.missing_image_message(self.tag, stale)
+
+    def unavailable_reason(self) -> str | None:
+        """Why this backend cannot run here (engine, runtime, image), or None when it can."""
+        import docker.errors
+
+        try:
+            api = self.api()
+            api.inspect_image(self.tag)
+        except SandboxUnavailable as exc:
+            return str(exc)
+        except docker.errors.ImageNotFound:
+            return self.missing_image_message()
+        except _engine_errors() as exc:
+            return str(self.engine_down(exc))
+        return None
+
+    # -- containers --
+
+    def track(self, cid: str) -> None:
+        with self._lock:
+            self._live.add(cid)
+
+    def remove(self, cid: str) -> None:
+        """Queue a container for removal (forced, so it also kills); close() waits for it."""
+
+        def removed() -> None:
+            with self._lock:
+                self._live.discard(cid)
+
+        _REMOVER.submit(self._api, cid, removed)
+
+    def live_containers(self) -> set[str]:
+        with self._lock:
+            return set(self._live)
+
+    def spawn(self, limits: Limits) -> ContainerWorker:
+        return ContainerWorker(self, limits)
+
+    def close(self) -> None:
+        """Wait for this backend's containers to be removed (removing any stragglers now)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            api = self._api
+        if api is None:
+            return
+        _REMOVER.drain(timeout=30.0)
+        for cid in self.live_containers():
+            if _remove(api, cid):
+                with self._lock:
+                    self._live.discard(cid)
+        with contextlib.suppress(Exception):
+            api.close()
+
+
+__all__ = ["AttachIO", "ContainerWorker", "DockerBackend", "connect", "reap_leftovers", "verify_protections"]
