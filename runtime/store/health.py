@@ -1,0 +1,161 @@
+"""Pure health bookkeeping of method artifacts: each function returns an updated copy, nothing is written.
+
+``ToolStore.record_*`` apply these under the store lock. The rules:
+
+- success: ``success_count``, ``usage``/``last_used_at``; the outcome window gets True; the run of
+  consecutive intrinsic failures ends.
+- failure: ``failure_count`` and the per-class counter, ``last_failure_reason``/``last_failure_class``.
+  Only an INTRINSIC failure enters the outcome window (so only it moves ``recent_failure_rate``) and
+  extends ``consecutive_intrinsic_failures``: extrinsic and adaptive failures never demote an artifact.
+- a new generation (:func:`promote`) starts its own health (one success: it is committed after its first
+  successful run). A REPAIRED one inherits the repair budget spent (``repair_count_since_regen + 1``); a
+  GENERATED one (generation or regeneration) resets it to 0.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.store.cacheability import Cacheability
+from runtime.store.fingerprint import code_checksum
+from runtime.store.models import (
+    HEALTH_WINDOW,
+    MAX_REASON_CHARS,
+    FailureClass,
+    MethodArtifact,
+    ProgramSource,
+)
+
+#: Error types (the sandbox's ``ErrorType`` values and common ``Outcome.error`` types) that are the
+#: world's fault, not the code's: retrying later may work.
+EXTRINSIC_ERROR_TYPES: frozenset[str] = frozenset(
+    {
+        "timeout",
+        "sandbox_unavailable",
+        "network_error",
+        "connection_error",
+        "rate_limit",
+        "rate_limited",
+        "provider_error",
+        "service_unavailable",
+        "dependency_unavailable",
+    }
+)
+#: Error types that say the *input* did not fit: the code may be right for other inputs.
+ADAPTIVE_ERROR_TYPES: frozenset[str] = frozenset(
+    {"parse_error", "missing_input", "invalid_input", "invalid_format", "schema_mismatch", "not_found"}
+)
+
+
+def classify_failure(error_type: str | None) -> FailureClass:
+    """Default classification of an error type; anything unknown is the code's fault (INTRINSIC)."""
+    key = (error_type or "").strip().lower()
+    if key in EXTRINSIC_ERROR_TYPES:
+        return FailureClass.EXTRINSIC
+    if key in ADAPTIVE_ERROR_TYPES:
+        return FailureClass.ADAPTIVE
+    return FailureClass.INTRINSIC
+
+
+class ArtifactCandidate(BaseModel):
+    """Code that just ran successfully and is to be stored (what the lifecycle hands to the store)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: str
+    method_name: str
+    code: str
+    runtime_version: str
+    cacheability: Cacheability
+    dependencies: list[str] = Field(default_factory=list)
+    prompt_version: str | None = None
+    model: str | None = None
+    contract_fingerprint: str | None = None
+    capabilities: list[str] = Field(default_factory=list)
+
+
+def _window(outcomes: list[bool], outcome: bool) -> tuple[list[bool], float]:
+    window = [*outcomes, outcome][-HEALTH_WINDOW:]
+    return window, round(window.count(False) / len(window), 4)
+
+
+def _clip(reason: str) -> str:
+    reason = reason.strip() or "unknown failure"
+    return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1] + "…"
+
+
+def apply_success(artifact: MethodArtifact, now: datetime) -> MethodArtifact:
+    window, rate = _window(artifact.recent_outcomes, True)
+    return artifact.model_copy(
+        update={
+            "success_count": artifact.success_count + 1,
+            "recent_outcomes": window,
+            "recent_failure_rate": rate,
+            "consecutive_intrinsic_failures": 0,
+            "last_used_at": now,
+        }
+    )
+
+
+def apply_failure(artifact: MethodArtifact, failure_class: FailureClass, reason: str, now: datetime) -> MethodArtifact:
+    update: dict[str, object] = {
+        "failure_count": artifact.failure_count + 1,
+        "last_failure_reason": _clip(reason),
+        "last_failure_class": failure_class,
+        "last_used_at": now,
+    }
+    if failure_class is FailureClass.INTRINSIC:
+        window, rate = _window(artifact.recent_outcomes, False)
+        update |= {
+            "intrinsic_failure_count": artifact.intrinsic_failure_count + 1,
+            "recent_outcomes": window,
+            "recent_failure_rate": rate,
+            "consecutive_intrinsic_failures": artifact.consecutive_intrinsic_failures + 1,
+        }
+    elif failure_class is FailureClass.EXTRINSIC:
+        update["extrinsic_failure_count"] = artifact.extrinsic_failure_count + 1
+    else:
+        update["adaptive_failure_count"] = artifact.adaptive_failure_count + 1
+    return artifact.model_copy(update=update)
+
+
+def promote(
+    candidate: ArtifactCandidate,
+    *,
+    source: ProgramSource,
+    generation: int,
+    previous: MethodArtifact | None,
+    now: datetime,
+) -> MethodArtifact:
+    """A new generation from ``candidate``; ``previous`` is the generation it replaces (if any)."""
+    if source is ProgramSource.PERSISTED:
+        raise ValueError("a new generation is GENERATED or REPAIRED, never PERSISTED")
+    repaired = source is ProgramSource.REPAIRED
+    repairs = (previous.repair_count_since_regen + 1 if previous else 1) if repaired else 0
+    return MethodArtifact(
+        role=candidate.role,
+        method_name=candidate.method_name,
+        generation=generation,
+        code=candidate.code,
+        dependencies=list(candidate.dependencies),
+        prompt_version=candidate.prompt_version,
+        runtime_version=candidate.runtime_version,
+        model=candidate.model,
+        code_checksum=code_checksum(candidate.code),
+        contract_fingerprint=candidate.contract_fingerprint,
+        program_source=source,
+        capabilities=sorted(set(candidate.capabilities)),
+        cacheable=candidate.cacheability.cacheable,
+        cacheability_reason=candidate.cacheability.reason_text,
+        input_sensitive=candidate.cacheability.input_sensitive,
+        success_count=1,
+        recent_outcomes=[True],
+        recent_failure_rate=0.0,
+        created_at=now,
+        last_used_at=now,
+        last_repaired_at=now if repaired else None,
+        last_regenerated_at=(previous.last_regenerated_at if previous else None) if repaired else now,
+        repair_count_since_regen=repairs,
+    )

@@ -1,0 +1,210 @@
+"""pydantic models of every ToolStore record, and the enums the policy speaks in.
+
+Every persisted document carries ``schema_version``; so do the registry entries and method artifacts inside
+them (each is a record of its own). Older versions are migrated on load (``runtime.store.migrations``),
+newer ones are refused with :class:`~runtime.store.errors.SchemaTooNewError`.
+
+Records are frozen: change one with ``model_copy(update=...)`` (the health functions do).
+Unknown keys in a current-version file are ignored (and dropped on the next write), not a reason to
+quarantine the file.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
+
+from runtime.store.fingerprint import code_checksum, contract_fingerprint
+
+REGISTRY_SCHEMA_VERSION = 2
+MANIFEST_SCHEMA_VERSION = 2
+ARTIFACT_SCHEMA_VERSION = 2
+PATTERNS_SCHEMA_VERSION = 1
+
+#: Generations kept besides the current one per (role, method): ADR 0012 section 8, "latest + previous 2".
+RETAINED_PREVIOUS = 2
+#: Outcomes (success / intrinsic failure) remembered per artifact to compute ``recent_failure_rate``.
+HEALTH_WINDOW = 20
+#: Longest failure reason stored (the rest is cut, with an ellipsis).
+MAX_REASON_CHARS = 500
+
+
+class FailureClass(StrEnum):
+    """Why an execution failed. Only INTRINSIC (a defect of the code) counts toward repair/regeneration.
+
+    EXTRINSIC: the world failed (timeout, sandbox or network unavailable, rate limit); retrying may work.
+    ADAPTIVE: the input did not fit (missing input, unparseable data); the code may be fine.
+    """
+
+    INTRINSIC = "intrinsic"
+    EXTRINSIC = "extrinsic"
+    ADAPTIVE = "adaptive"
+
+
+class ProgramSource(StrEnum):
+    """Where the code of a call came from (ADR 0012 section 10). Artifacts are GENERATED or REPAIRED."""
+
+    PERSISTED = "persisted"
+    REPAIRED = "repaired"
+    GENERATED = "generated"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class ToolContract(_Record):
+    """What a tool is supposed to do: the arguments of ``delegate(role, purpose=..., ...)``."""
+
+    role: str
+    purpose: str | None = None
+    deliverable: JsonValue = None
+    acceptance: JsonValue = None
+    failure_policy: JsonValue = None
+
+    def fingerprint(self) -> str:
+        return contract_fingerprint(self.role, self.purpose, self.deliverable, self.acceptance, self.failure_policy)
+
+
+class RegistryEntry(_Record):
+    """One tool in ``registry.json`` (ADR 0012 section 3 plus bookkeeping for ranking and rebuilds)."""
+
+    schema_version: Literal[2] = 2
+    role: str
+    purpose: str | None = None
+    deliverable: JsonValue = None
+    acceptance: JsonValue = None
+    failure_policy: JsonValue = None
+    contract_fingerprint: str | None = None
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+    last_used_at: AwareDatetime | None = None
+    usage_count: int = Field(0, ge=0)
+    success_count: int = Field(0, ge=0)
+    failure_count: int = Field(0, ge=0)
+    intrinsic_failure_count: int = Field(0, ge=0)
+    methods: list[str] = Field(default_factory=list)
+    #: Union of the capability tags of the role's current *cacheable* artifacts ("a tool provides this").
+    capabilities: list[str] = Field(default_factory=list)
+    dir_name: str = ""
+
+    @property
+    def has_contract(self) -> bool:
+        return self.purpose is not None
+
+    def contract(self) -> ToolContract:
+        return ToolContract(
+            role=self.role,
+            purpose=self.purpose,
+            deliverable=self.deliverable,
+            acceptance=self.acceptance,
+            failure_policy=self.failure_policy,
+        )
+
+
+class RegistryFile(_Record):
+    schema_version: Literal[2]  # no default on documents: a file without it is version 1
+    tools: dict[str, RegistryEntry] = Field(default_factory=dict)
+
+
+class RoleManifest(_Record):
+    """``<role-dir>/manifest.json``: the role's contract and its methods (method name -> file name)."""
+
+    schema_version: Literal[2]
+    role: str
+    contract: ToolContract | None = None
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+    methods: dict[str, str] = Field(default_factory=dict)
+    #: Per method: capability tags of its current artifact if that artifact may be reused, else [].
+    capabilities: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class MethodArtifact(_Record):
+    """One generation of one method: code plus metadata and health (ADR 0012 section 3, ADR 0013)."""
+
+    schema_version: Literal[2] = 2
+    role: str
+    method_name: str
+    generation: int = Field(ge=1)
+    code: str
+    dependencies: list[str] = Field(default_factory=list)
+    prompt_version: str | None = None
+    runtime_version: str
+    model: str | None = None
+    code_checksum: str
+    contract_fingerprint: str | None = None
+    program_source: ProgramSource = ProgramSource.GENERATED
+    capabilities: list[str] = Field(default_factory=list)
+    #: None only for artifacts migrated from before ADR 0013 (legacy rule: see selection).
+    cacheable: bool | None = None
+    cacheability_reason: str | None = None
+    input_sensitive: bool = False
+    success_count: int = Field(0, ge=0)
+    failure_count: int = Field(0, ge=0)
+    intrinsic_failure_count: int = Field(0, ge=0)
+    extrinsic_failure_count: int = Field(0, ge=0)
+    adaptive_failure_count: int = Field(0, ge=0)
+    #: Share of intrinsic failures among ``recent_outcomes`` (extrinsic/adaptive are not in the window).
+    recent_failure_rate: float = Field(0.0, ge=0.0, le=1.0)
+    #: Last HEALTH_WINDOW outcomes that say something about the code: True success, False intrinsic failure.
+    recent_outcomes: list[bool] = Field(default_factory=list)
+    consecutive_intrinsic_failures: int = Field(0, ge=0)
+    last_failure_reason: str | None = None
+    last_failure_class: FailureClass | None = None
+    created_at: AwareDatetime
+    last_used_at: AwareDatetime | None = None
+    last_repaired_at: AwareDatetime | None = None
+    last_regenerated_at: AwareDatetime | None = None
+    repair_count_since_regen: int = Field(0, ge=0)
+
+    def checksum_ok(self) -> bool:
+        """True when the stored code still hashes to ``code_checksum`` (it was not edited or damaged)."""
+        return code_checksum(self.code) == self.code_checksum
+
+
+class MethodFile(_Record):
+    """``<role-dir>/<method>.json``: the current artifact and up to RETAINED_PREVIOUS earlier ones.
+
+    ``history`` is ordered most recently displaced first; ``next_generation`` never goes backwards, so a
+    generation number names one artifact for good (rollback swaps artifacts, it does not renumber them).
+    """
+
+    schema_version: Literal[2]
+    role: str
+    method_name: str
+    next_generation: int = Field(ge=2)
+    current: MethodArtifact
+    history: list[MethodArtifact] = Field(default_factory=list)
+
+    def generations(self) -> list[MethodArtifact]:
+        """Current first, then history."""
+        return [self.current, *self.history]
+
+
+class PatternEvent(_Record):
+    """One generated or repaired call, as pattern memory remembers it (never its code)."""
+
+    timestamp: AwareDatetime
+    method_name: str
+    capability_patterns: list[str] = Field(default_factory=list)
+    outcome_status: Literal["ok", "error"] = "ok"
+    error_type: str | None = None
+
+
+class RolePatterns(_Record):
+    """Events of one role, oldest first / NEWEST LAST, at most the store's window cap (default 50).
+
+    ``window_counts`` is derived (label counts over the last 5 and 10 events, recomputed on every write)
+    and only there for people reading the file; readers recompute from ``events``.
+    """
+
+    events: list[PatternEvent] = Field(default_factory=list)
+    window_counts: dict[str, dict[str, int]] = Field(default_factory=dict)
+
+
+class PatternsFile(_Record):
+    schema_version: Literal[1]
+    roles: dict[str, RolePatterns] = Field(default_factory=dict)
