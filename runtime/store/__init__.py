@@ -1,6 +1,7 @@
 """ToolStore (ADR 0012/0013): cross-session tools and artifacts, selection policy, cacheability, patterns.
 
-This first layer holds the records and the pure policy functions (no files yet).
+Start with :class:`ToolStore`; the policy pieces are pure functions usable without a store. The design,
+file layout and decision table are in docs/toolstore.md.
 """
 
 from __future__ import annotations
@@ -24,38 +25,88 @@ from runtime.store.errors import (
     ToolNotFoundError,
 )
 from runtime.store.fingerprint import code_checksum, contract_fingerprint
-from runtime.store.health import ArtifactCandidate, apply_failure, apply_success, classify_failure, promote
-from runtime.store.models import FailureClass, MethodArtifact, ProgramSource, RegistryEntry, ToolContract
+from runtime.store.health import (
+    ArtifactCandidate,
+    apply_failure,
+    apply_success,
+    classify_failure,
+    promote,
+)
+from runtime.store.known_tools import rank_known_tools, render_known_tools, utility_score
+from runtime.store.models import (
+    HEALTH_WINDOW,
+    RETAINED_PREVIOUS,
+    FailureClass,
+    MethodArtifact,
+    MethodFile,
+    PatternEvent,
+    ProgramSource,
+    RegistryEntry,
+    RoleManifest,
+    ToolContract,
+)
+from runtime.store.paths import StorePaths, default_state_dir, safe_component
+from runtime.store.patterns import (
+    PatternMemory,
+    PatternSummary,
+    PromotionSignal,
+    promotion_signal,
+    render_recent_patterns,
+    summarize,
+)
 from runtime.store.selection import (
     CORRUPT,
     DEFAULT_POLICY,
     MAX_REPAIRS_BEFORE_REGEN,
+    CallLogFields,
     Decision,
     HealthStatus,
     Selection,
     SelectionPolicy,
     SelectionReason,
+    StoredArtifact,
     assess_health,
+    reuse_allowed,
     runtime_compatible,
     select_artifact,
+)
+from runtime.store.toolstore import (
+    ArtifactHealth,
+    ArtifactLookup,
+    LookupStatus,
+    PrunePlan,
+    ToolStore,
 )
 
 __all__ = [
     "CORRUPT",
     "DEFAULT_DYNAMIC_METHODS",
     "DEFAULT_POLICY",
+    "HEALTH_WINDOW",
     "MAX_REPAIRS_BEFORE_REGEN",
+    "RETAINED_PREVIOUS",
     "ArtifactCandidate",
+    "ArtifactHealth",
+    "ArtifactLookup",
     "Cacheability",
     "CacheabilityHint",
     "CacheabilityReason",
+    "CallLogFields",
     "Decision",
     "FailureClass",
     "HealthStatus",
     "InvalidNameError",
+    "LookupStatus",
     "MethodArtifact",
+    "MethodFile",
+    "PatternEvent",
+    "PatternMemory",
+    "PatternSummary",
     "ProgramSource",
+    "PromotionSignal",
+    "PrunePlan",
     "RegistryEntry",
+    "RoleManifest",
     "RollbackError",
     "SchemaTooNewError",
     "Selection",
@@ -64,8 +115,11 @@ __all__ = [
     "StoreError",
     "StoreIOError",
     "StoreLockTimeout",
+    "StorePaths",
+    "StoredArtifact",
     "ToolContract",
     "ToolNotFoundError",
+    "ToolStore",
     "apply_failure",
     "apply_success",
     "assess_cacheability",
@@ -73,9 +127,18 @@ __all__ = [
     "classify_failure",
     "code_checksum",
     "contract_fingerprint",
+    "default_state_dir",
     "find_baked_inputs",
     "is_dynamic_method",
     "promote",
+    "promotion_signal",
+    "rank_known_tools",
+    "render_known_tools",
+    "render_recent_patterns",
+    "reuse_allowed",
     "runtime_compatible",
+    "safe_component",
     "select_artifact",
+    "summarize",
+    "utility_score",
 ]

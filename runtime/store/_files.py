@@ -1,0 +1,154 @@
+"""Reading and writing store files: lock-free reads, atomic writes, quarantine of unusable files.
+
+A reader never takes the lock (writes are atomic renames, so it sees a whole old or a whole new file).
+When a file cannot be used, the reader takes the lock and looks again before quarantining it: the file
+may have been replaced by a writer in the meantime, and a good file is never moved aside.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Generic, Literal, TypeVar
+
+from filelock import FileLock, Timeout
+from pydantic import BaseModel
+
+from runtime.fsio import atomic_write_bytes
+from runtime.store.errors import StoreIOError, StoreLockTimeout
+from runtime.store.migrations import CorruptRecord, RecordKind, decode
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+Status = Literal["ok", "missing", "corrupt"]
+
+
+@dataclass(frozen=True)
+class Loaded(Generic[M]):
+    value: M | None
+    status: Status
+    migrated: bool = False
+    reason: str = ""
+    quarantined_to: Path | None = None
+
+
+@contextmanager
+def locked(lock: FileLock) -> Iterator[None]:
+    """Hold ``lock`` (re-entrant within one thread), creating its directory; typed errors on failure."""
+    try:
+        Path(lock.lock_file).parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except Timeout as exc:
+        raise StoreLockTimeout(
+            f"could not lock {lock.lock_file} within {lock.timeout:g}s",
+            hint="another sandforge process is using this store; retry, or raise the lock timeout",
+        ) from exc
+    except OSError as exc:
+        raise StoreIOError(f"cannot lock {lock.lock_file}: {exc.strerror or exc}") from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+class DecodeCache(Generic[M]):
+    """Remembers the last decoded version of one file, keyed by a digest of its bytes.
+
+    Keyed by content, not by stat: inode numbers are reused and mtimes are coarse, so a stat key could
+    hand a writer a stale registry and lose an update. Hashing is ~20x cheaper than parsing.
+    """
+
+    def __init__(self) -> None:
+        self.digest: bytes | None = None
+        self.value: M | None = None
+        self.migrated = False
+
+    @staticmethod
+    def key(raw: bytes) -> bytes:
+        return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def _read(
+    path: Path,
+    kind: RecordKind[M],
+    check: Callable[[M], str | None] | None,
+    cache: DecodeCache[M] | None = None,
+) -> Loaded[M]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return Loaded(None, "missing")
+    except OSError as exc:  # a directory where the file should be, permissions, I/O error
+        return Loaded(None, "corrupt", reason=f"unreadable: {exc.strerror or exc}")
+    digest = DecodeCache.key(raw) if cache is not None else None
+    if cache is not None and cache.value is not None and cache.digest == digest:
+        return Loaded(cache.value, "ok", migrated=cache.migrated)
+    try:
+        value, migrated = decode(kind, raw, path)
+    except CorruptRecord as exc:
+        return Loaded(None, "corrupt", reason=str(exc))
+    if check is not None and (problem := check(value)) is not None:
+        return Loaded(None, "corrupt", reason=problem)
+    if cache is not None:
+        cache.digest, cache.value, cache.migrated = digest, value, migrated
+    return Loaded(value, "ok", migrated=migrated)
+
+
+def quarantine_name(path: Path, now: datetime) -> Path:
+    stamp = now.astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    candidate = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        n += 1
+    return candidate
+
+
+def load(
+    path: Path,
+    kind: RecordKind[M],
+    *,
+    lock: FileLock,
+    now: Callable[[], datetime],
+    check: Callable[[M], str | None] | None = None,
+    cache: DecodeCache[M] | None = None,
+) -> Loaded[M]:
+    """Load ``path`` as ``kind``. Corrupt: quarantined (renamed ``<name>.corrupt-<timestamp>``), logged.
+
+    SchemaTooNewError propagates: data from a newer sandforge is refused, not quarantined.
+    """
+    first = _read(path, kind, check, cache)
+    if first.status != "corrupt":
+        return first
+    with locked(lock):
+        again = _read(path, kind, check, cache)
+        if again.status != "corrupt":
+            return again
+        dest = quarantine_name(path, now())
+        try:
+            path.replace(dest)
+        except FileNotFoundError:
+            return Loaded(None, "missing")
+        except OSError as exc:
+            log.warning("%s is corrupt (%s) and could not be quarantined: %s", path, again.reason, exc)
+            return Loaded(None, "corrupt", reason=again.reason)
+    log.warning("quarantined corrupt %s %s -> %s (%s)", kind.name, path, dest.name, again.reason)
+    return Loaded(None, "corrupt", reason=again.reason, quarantined_to=dest)
+
+
+def write(path: Path, record: M, cache: DecodeCache[M] | None = None) -> None:
+    """Atomic write (temp file, fsync, rename, fsync dir) of ``record`` as indented JSON."""
+    data = record.model_dump_json(indent=2).encode("utf-8") + b"\n"
+    try:
+        atomic_write_bytes(path, data)
+    except OSError as exc:
+        raise StoreIOError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    if cache is not None:
+        cache.digest, cache.value, cache.migrated = DecodeCache.key(data), record, False
