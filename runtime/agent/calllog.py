@@ -185,7 +185,7 @@ def call_log_schema() -> dict[str, Any]:
     """The JSON Schema published as docs/schemas/call-log.schema.json."""
     schema = CallRecord.model_json_schema(mode="serialization")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = "https://sandforge.dev/schemas/call-log.schema.json"
+    schema["$id"] = "call-log.schema.json"
     return schema
 
 

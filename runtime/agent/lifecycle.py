@@ -343,9 +343,8 @@ class CallRun:
             "required_correction": first.required_correction,
             "violations": _violations(result),
         }
-        raw = (
-            f"guardrail_retry_exhausted after {self.attempt} attempts; last violation {message}"
-            + (f" ({_location(first)})" if _location(first) else "")
+        raw = f"guardrail_retry_exhausted after {self.attempt} attempts; last violation {message}" + (
+            f" ({_location(first)})" if _location(first) else ""
         )
         user_message = GUARDRAIL_EXHAUSTED_MESSAGE if self.depth == 0 else raw
         return self._error(
@@ -584,7 +583,5 @@ def _violations(result: ValidationResult) -> list[dict[str, Any]]:
 
 
 def _capability(capability: Any) -> Capability:
-    evidence = [
-        bounded(f"{e.line}:{e.column} {e.construct}", 200) or "" for e in list(capability.evidence or [])[:5]
-    ]
+    evidence = [bounded(f"{e.line}:{e.column} {e.construct}", 200) or "" for e in list(capability.evidence or [])[:5]]
     return Capability(tag=capability.tag, granted=getattr(capability, "granted", None), evidence=evidence)

@@ -1,0 +1,182 @@
+"""`sandforge demo`: a calculator agent whose methods a model writes, run through the whole lifecycle.
+
+Scripted by default (no network, a few seconds): the first program breaks a guardrail and is regenerated,
+a failing attempt is rolled back, state survives across calls, a failure is a typed outcome, a method
+delegates to a second tool, and the call log is printed. ``--live`` runs the same calls on Claude.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runtime.agent import Agent, Outcome, Workspace
+from runtime.agent.calllog import CallLog
+from runtime.cli.logs_cmd import failure_text, format_record, tree_order
+from runtime.errors import UsageError
+from runtime.providers import ScriptedProvider
+from runtime.providers.base import GeneratedProgram, GenerationRequest, Provider
+from sandbox import BACKENDS, ExecutionRequest, Sandbox, SandboxConfig
+
+#: What the scripted "model" answers, in the order the lifecycle asks for programs.
+DEMO_PROGRAMS: list[str] = [
+    # add(5), attempt 1: imports os, which the guardrail policy forbids
+    "import os\n"
+    "context['memory'] = context.get('memory', 0) + args[0]\n"
+    "context['cwd'] = os.getcwd()\n"
+    "return context['memory']\n",
+    # add(5), attempt 2: the same without os
+    "context['memory'] = context.get('memory', 0) + args[0]\nreturn context['memory']\n",
+    # multiply(3), attempt 1: writes context, then raises (KeyError)
+    "context['memory'] = context.get('memory', 0) * args[0]\n"
+    "context['history'] = context.get('history', []) + ['multiply']\n"
+    "settings = {'precision': 2}\n"
+    "return round(context['memory'], settings['digits'])\n",
+    # multiply(3), attempt 2
+    "context['memory'] = context.get('memory', 0) * args[0]\nreturn context['memory']\n",
+    # divide(0): a deliberate, typed failure
+    "if args[0] == 0:\n"
+    "    return Outcome.error('division_by_zero', 'cannot divide by zero', retriable=False)\n"
+    "context['memory'] = context.get('memory', 0) / args[0]\n"
+    "return context['memory']\n",
+    # mean([2, 4, 9]): delegates to another tool
+    "stats = delegate('statistician', purpose='descriptive statistics over lists of numbers')\n"
+    "result = stats.mean(args[0])\n"
+    "if not result.ok:\n"
+    "    return Outcome.error(result.error_type, result.error_message, retriable=result.retriable)\n"
+    "context['last_mean'] = result.value\n"
+    "return result.value\n",
+    # statistician.mean([2, 4, 9]), the nested call
+    "import statistics\nreturn statistics.mean(args[0])\n",
+]
+
+
+def _j(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _describe(outcome: Outcome) -> list[str]:
+    """What happened inside one call, attempt by attempt, from the outcome's metadata."""
+    lines = []
+    for failure in outcome.metadata.get("attempt_failures", []):
+        stage = failure["stage"]
+        what = {
+            "validation": "rejected by the guardrail before running",
+            "execution": "raised while running",
+            "outcome_policy": "returned a retriable error",
+            "generation": "was not a usable program",
+        }.get(stage, stage)
+        where = f" ({failure['violation_location']})" if failure.get("violation_location") else ""
+        detail = failure_text(failure["error_class"], failure["error_message"])
+        lines.append(f"   attempt {failure['attempt_number']}: {what}: {detail}{where}")
+        lines.append("              -> rolled back; regenerated with structured feedback")
+    attempts = outcome.metadata.get("attempts", 1)
+    final = f"ok {_j(outcome.value)}" if outcome.ok else f"error [{outcome.error_type}] {outcome.error_message}"
+    lines.append(f"   attempt {attempts}: {final}")
+    return lines
+
+
+class _Counting:
+    """Wraps the provider to count the programs it was asked for (nested calls included)."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.calls = 0
+
+    def generate(self, request: GenerationRequest) -> GeneratedProgram:
+        self.calls += 1
+        return self.inner.generate(request)
+
+
+def _probe(sandbox: Sandbox, backend: str) -> None:
+    outcome = sandbox.execute(ExecutionRequest(code="return 1"))
+    if not outcome.ok:
+        raise UsageError(
+            f"the {backend} backend cannot run here: {outcome.error_message}",
+            hint="run `sandforge doctor`, or use --backend subprocess",
+        )
+
+
+def run_demo(provider: Provider, backend: str, log_path: Path, *, live: bool) -> None:
+    echo = click.echo
+    sandbox = Sandbox(SandboxConfig.from_env(backend=backend, pool_size=1))
+    try:
+        _probe(sandbox, backend)
+        counting = _Counting(provider)
+        ws = Workspace(provider=counting, sandbox=sandbox, log=CallLog(log_path))
+        calc = Agent.for_role("calculator", workspace=ws)
+        started = time.monotonic()
+        source = "Claude (live)" if live else "a scripted provider (prepared programs, no network)"
+        echo("sandforge demo: a calculator agent whose methods are written by a model on first call")
+        echo(f"programs come from {source}; they run in the {backend} sandbox\n")
+
+        echo("1. calc.memory = 0")
+        calc.memory = 0
+        echo(f"   context write, no model call. context: {_j(calc.context)}\n")
+
+        steps: list[tuple[str, str, list[Any], str]] = [
+            ("2", "add", [5], "the first program imports os: the guardrail rejects it before it runs"),
+            ("3", "multiply", [3], "the first attempt writes to context, then crashes: its writes are rolled back"),
+            ("5", "divide", [0], "a failure is a typed Outcome, never an exception; context is not touched"),
+            ("6", "mean", [[2, 4, 9]], "the program delegates to a second tool: a nested call at depth 1"),
+        ]
+        for number, method, args, why in steps:
+            if number == "5":
+                echo("4. calc.memory")
+                echo(f"   -> {_j(calc.memory)}: read from context, no model call (state kept across calls)\n")
+            before = counting.calls
+            echo(f"{number}. calc.{method}({', '.join(_j(a) for a in args)})")
+            if not live:
+                echo(f"   ({why})")
+            outcome = getattr(calc, method)(*args)
+            for line in _describe(outcome):
+                echo(line)
+            used = counting.calls - before
+            echo(f"   => {outcome}")
+            echo(f"   provider calls: {used}; context now: {_j(calc.context)}")
+            if method == "multiply" and not live:
+                gone = "history" not in calc.context
+                echo(f"   rollback check: 'history', written only by the failed attempt, is in context: {not gone}")
+            echo("")
+        if "statistician" in ws.tools:
+            contract = ws.tools["statistician"]
+            echo(f"tool registry: statistician ({contract.purpose}); its context: {_j(ws.context('statistician'))}\n")
+
+        records = ws.log.records
+        echo(f"call log: {len(records)} records in {log_path}  (sandforge logs --file {log_path})")
+        for record in tree_order(records):
+            for line in format_record(record):
+                echo("  " + line)
+        echo(f"\ndone in {time.monotonic() - started:.2f}s")
+    finally:
+        sandbox.close()
+
+
+@click.command("demo")
+@click.option("--backend", type=click.Choice(BACKENDS), default="subprocess", show_default=True,
+              help="Sandbox backend (docker and gvisor need a Docker engine and the sandbox image).")  # fmt: skip
+@click.option("--live", is_flag=True, help="Generate programs with Claude (needs ANTHROPIC_API_KEY).")
+@click.option("--model", default=None, help="Claude model for --live (default: SANDFORGE_ANTHROPIC_MODEL or built-in).")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the call log here (default: a new temporary file).")  # fmt: skip
+def command(backend: str, live: bool, model: str | None, log_path: Path | None) -> None:
+    """Run a calculator agent through the lifecycle: guardrail recovery, rollback, state, nested calls."""
+    provider: Provider
+    if live:
+        if not os.environ.get("ANTHROPIC_API_KEY"):
+            raise UsageError("--live needs ANTHROPIC_API_KEY", hint="without --live the demo uses scripted programs")
+        from runtime.providers.anthropic_provider import AnthropicProvider
+
+        provider = AnthropicProvider(model=model)
+    else:
+        provider = ScriptedProvider(DEMO_PROGRAMS)
+    if log_path is None:
+        log_path = Path(tempfile.mkdtemp(prefix="sandforge-demo-")) / "calls.jsonl"
+    run_demo(provider, backend, log_path, live=live)

@@ -1,0 +1,197 @@
+"""`sandforge logs`: read the call log (one JSON record per logical call) as text a person can scan."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import click
+
+from runtime.agent.calllog import CallRecord, call_log_schema, default_log_path, parse_record
+from runtime.errors import UsageError
+
+POLL_S = 0.25
+
+
+def _short(value: object, limit: int = 40) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _call_text(record: CallRecord) -> str:
+    args = record.args if isinstance(record.args, list) else [record.args]
+    parts = [_short(a, 30) for a in args]
+    if isinstance(record.kwargs, dict):
+        parts += [f"{k}={_short(v, 30)}" for k, v in record.kwargs.items()]
+    return f"{record.role}.{record.method}({', '.join(parts)})"
+
+
+def failure_text(error_class: str, message: str) -> str:
+    """``KeyError: 'x'`` rather than ``KeyError: KeyError: 'x'``."""
+    return message if message.startswith(f"{error_class}:") else f"{error_class}: {message}"
+
+
+def tree_order(records: list[CallRecord]) -> list[CallRecord]:
+    """Records grouped by trace (in order of first appearance), each call followed by its nested calls.
+
+    Nested records are committed before their parent's, so the file order puts children first.
+    """
+    by_parent: dict[str | None, list[CallRecord]] = {}
+    ids = {r.call_id for r in records}
+    roots: list[CallRecord] = []
+    for record in records:
+        if record.parent_call_id is not None and record.parent_call_id in ids:
+            by_parent.setdefault(record.parent_call_id, []).append(record)
+        else:
+            roots.append(record)
+    ordered: list[CallRecord] = []
+
+    def visit(record: CallRecord) -> None:
+        ordered.append(record)
+        for child in by_parent.get(record.call_id, []):
+            visit(child)
+
+    trace_order: dict[str, int] = {}
+    for record in records:
+        trace_order.setdefault(record.trace_id, len(trace_order))
+    for root in sorted(roots, key=lambda r: trace_order[r.trace_id]):
+        visit(root)
+    return ordered
+
+
+def format_record(record: CallRecord, *, details: bool = True, color: bool = False) -> list[str]:
+    """A record as one summary line plus (with ``details``) one line per failed attempt."""
+    indent = "  " * record.depth + ("└ " if record.depth else "")
+    if record.status == "ok":
+        result = click.style("ok", fg="green") if color else "ok"
+        result += f" {_short(record.value)}"
+    else:
+        result = click.style("error", fg="red") if color else "error"
+        result += f" [{record.error_type}{', retriable' if record.retriable else ''}] {record.error_message or ''}"
+    stamp = record.started_at.astimezone().strftime("%H:%M:%S")
+    attempts = f"{record.attempts} attempt{'s' if record.attempts != 1 else ''}"
+    where = f"{record.backend or '-'} {record.duration_s * 1000:.0f} ms"
+    line = f"{stamp} {record.trace_id[:8]} {indent}{_call_text(record)} -> {result}  ({attempts}, {where})"
+    lines = [line]
+    if not details:
+        return lines
+    pad = " " * (18 + len(indent))
+    for failure in record.attempt_failures:
+        where_failed = f" at {failure.violation_location}" if failure.violation_location else ""
+        lines.append(
+            f"{pad}attempt {failure.attempt_number} failed in {failure.stage}: "
+            f"{failure_text(failure.error_class, failure.error_message)}{where_failed} -> rolled back"
+        )
+    flags = [
+        name
+        for name, on in (
+            ("guardrail_retry_exhausted", record.guardrail_retry_exhausted),
+            ("outcome_repair_retry_exhausted", record.outcome_repair_retry_exhausted),
+            ("execution_repair_exhausted", record.execution_repair_exhausted),
+            ("generation_retry_exhausted", record.generation_retry_exhausted),
+        )
+        if on
+    ]
+    if flags:
+        lines.append(f"{pad}exhausted: {', '.join(flags)}")
+    return lines
+
+
+def matches(record: CallRecord, *, role: str | None, status: str | None, trace: str | None) -> bool:
+    if role is not None and record.role != role:
+        return False
+    if status is not None and record.status != status:
+        return False
+    return trace is None or record.trace_id.startswith(trace)
+
+
+def follow_lines(path: Path, *, poll_s: float = POLL_S, stop: Callable[[], bool] = lambda: False) -> Iterator[str]:
+    """Lines appended to ``path`` from its current end on; survives the file being created or truncated."""
+    position = path.stat().st_size if path.exists() else 0
+    partial = ""
+    while not stop():
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            size, position = 0, 0
+        if size < position:  # truncated or replaced: start over
+            position, partial = 0, ""
+        if size > position:
+            with path.open("rb") as fh:
+                fh.seek(position)
+                chunk = fh.read(size - position)
+            position += len(chunk)
+            partial += chunk.decode("utf-8", "replace")
+            *complete, partial = partial.split("\n")
+            yield from complete
+            continue
+        time.sleep(poll_s)
+
+
+def _emit(record: CallRecord, *, as_json: bool, details: bool, color: bool) -> None:
+    if as_json:
+        click.echo(record.model_dump_json())
+    else:
+        for line in format_record(record, details=details, color=color):
+            click.echo(line)
+
+
+@click.command("logs")
+@click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Log file. Default: $SANDFORGE_CALL_LOG or <state dir>/logs/calls.jsonl.")  # fmt: skip
+@click.option("-f", "--follow", is_flag=True, help="Keep printing records as they are written (Ctrl-C stops).")
+@click.option("--role", default=None, help="Only calls to this role.")
+@click.option("--status", type=click.Choice(["ok", "error"]), default=None, help="Only ok or only error calls.")
+@click.option("--trace", default=None, help="Only one trace (an id or its prefix).")
+@click.option("-n", "--last", type=click.IntRange(min=1), default=None, help="Only the last N matching records.")
+@click.option("--brief", is_flag=True, help="One line per call, without failed-attempt details.")
+@click.option("--json", "as_json", is_flag=True, help="Print the matching records as JSON lines.")
+@click.option("--schema", is_flag=True, help="Print the JSON Schema of a record and exit.")
+def command(
+    path: Path | None,
+    follow: bool,
+    role: str | None,
+    status: str | None,
+    trace: str | None,
+    last: int | None,
+    brief: bool,
+    as_json: bool,
+    schema: bool,
+) -> None:
+    """Show the call log: one entry per logical call, nested calls indented under their trace.
+
+    Each entry shows the call, its outcome, how many attempts it took, and why earlier attempts failed.
+    """
+    if schema:
+        click.echo(json.dumps(call_log_schema(), indent=2))
+        return
+    log_path = path or default_log_path()
+    color = not as_json and click.get_text_stream("stdout").isatty()
+    if not log_path.exists() and not follow:
+        raise UsageError(f"no call log at {log_path}", hint="run `sandforge demo`, or point --file at a log")
+    if log_path.exists():
+        selected: deque[CallRecord] = deque(maxlen=last)
+        skipped = 0
+        with log_path.open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                record = parse_record(line)
+                if record is None:
+                    skipped += bool(line.strip())
+                elif matches(record, role=role, status=status, trace=trace):
+                    selected.append(record)
+        for record in selected if as_json else tree_order(list(selected)):
+            _emit(record, as_json=as_json, details=not brief, color=color)
+        if skipped:
+            click.echo(f"({skipped} unreadable line{'s' if skipped != 1 else ''} skipped)", err=True)
+    if not follow:
+        return
+    try:
+        for line in follow_lines(log_path):
+            record = parse_record(line)
+            if record is not None and matches(record, role=role, status=status, trace=trace):
+                _emit(record, as_json=as_json, details=not brief, color=color)
+    except KeyboardInterrupt:
+        pass
