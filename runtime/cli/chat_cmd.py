@@ -232,7 +232,9 @@ def command(
         else:
             config = SandboxConfig.from_env(**({"backend": backend} if backend else {}))
             sandbox = stack.enter_context(Sandbox(config))
-            runner = AgentToolRunner(provider=program_provider, sandbox=sandbox)
+            agent_runner = AgentToolRunner(provider=program_provider, sandbox=sandbox, log=_call_log(state_dir))
+            stack.callback(agent_runner.close)
+            runner = agent_runner
         options: dict[str, Any] = {"provider": provider, "registry": registry, "runner": runner,
                                    "restore_groups": not no_restore}  # fmt: skip
         if session_id:
@@ -247,6 +249,13 @@ def command(
         with _readline_history(state):
             session = _repl(session)
         click.echo(f"session {session.id} saved")
+
+
+def _call_log(state_dir_option: Path | None) -> Path | None:
+    """Tool calls go to the Agent's call log (`sandforge logs`): with --state-dir, the one under it."""
+    if state_dir_option is None or os.environ.get("SANDFORGE_CALL_LOG"):
+        return None
+    return state_dir_option / "logs" / "calls.jsonl"
 
 
 def _state(override: Path | None) -> Path:

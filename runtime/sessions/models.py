@@ -45,8 +45,8 @@ class Message(BaseModel):
         return cls(session_id=session_id, type=MessageType.USER, content=text)
 
     @classmethod
-    def assistant(cls, session_id: str, text: str, **metadata: Any) -> Message:
-        return cls(session_id=session_id, type=MessageType.ASSISTANT, content=text, metadata=metadata)
+    def assistant(cls, session_id: str, text: str, metadata: dict[str, Any] | None = None) -> Message:
+        return cls(session_id=session_id, type=MessageType.ASSISTANT, content=text, metadata=metadata or {})
 
     @classmethod
     def tool_call(cls, session_id: str, *, name: str, call_id: str, tool_input: str, status: ToolStatus) -> Message:
@@ -61,7 +61,14 @@ class Message(BaseModel):
 
     @classmethod
     def tool_result(
-        cls, session_id: str, *, name: str, call_id: str, content: str, status: ToolStatus, **metadata: Any
+        cls,
+        session_id: str,
+        *,
+        name: str,
+        call_id: str,
+        content: str,
+        status: ToolStatus,
+        metadata: dict[str, Any] | None = None,
     ) -> Message:
         return cls(
             session_id=session_id,
@@ -70,7 +77,7 @@ class Message(BaseModel):
             tool_call_id=call_id,
             content=content,
             tool_status=status,
-            metadata=metadata,
+            metadata=metadata or {},
         )
 
 

@@ -3,7 +3,6 @@ program, validate it, execute it in a disposable sandbox; ADR 0016), its Outcome
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import threading
@@ -107,11 +106,13 @@ class UnavailableRunner:
 
 
 class AgentToolRunner:
-    """Runs group tools through ``runtime.agent``: one Agent per role (created on first use, then reused, so
-    the role's context carries over between calls), ``getattr(agent, method)(*args, **kwargs)``.
+    """Runs group tools through ``runtime.agent``: ``getattr(agent, method)(*args, **kwargs)`` on the Agent
+    for the group's role. All roles share one Workspace (provider, sandbox, policy, call log, program store):
+    ``workspace`` when given, else one made from ``provider``, ``sandbox``, ``store``, ``log`` and
+    ``budgets``; each agent is ``Agent.for_role(role, workspace=...)``. Agents are cached per role, so a
+    role's context carries over between calls and turns of the process.
 
-    ``agent_factory(role)`` overrides how agents are made; by default
-    ``Agent.for_role(role, provider=..., sandbox=..., store=..., log=..., **agent_options)``.
+    ``agent_factory(role)`` replaces all of that (tests, custom wiring).
     """
 
     def __init__(
@@ -120,29 +121,38 @@ class AgentToolRunner:
         provider: Any = None,
         sandbox: Any = None,
         store: Any = None,
-        call_log: Any = None,
+        log: Any = None,
+        workspace: Any = None,
         agent_factory: AgentFactory | None = None,
-        **agent_options: Any,
+        **budgets: int,
     ) -> None:
         self.provider = provider
         self.sandbox = sandbox
         self.store = store
-        self.call_log = call_log
-        self.agent_options = agent_options
+        self.log = log
+        self.budgets = budgets
+        self.workspace = workspace
+        self._owns_workspace = False
         self._factory = agent_factory or self._default_factory
         self._agents: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     def _default_factory(self, role: str) -> Any:
-        agent_cls = importlib.import_module("runtime.agent").Agent
-        options: dict[str, Any] = dict(self.agent_options)
-        if self.store is not None:
-            options["store"] = self.store
-        if self.call_log is not None:
-            options["log"] = self.call_log
-        return agent_cls.for_role(role, provider=self.provider, sandbox=self.sandbox, **options)
+        from runtime.agent import Agent, Budgets, Workspace
+
+        if self.workspace is None:
+            self.workspace = Workspace(
+                provider=self.provider,
+                sandbox=self.sandbox,
+                store=self.store,
+                log=self.log,
+                budgets=Budgets.from_kwargs(self.budgets),
+            )
+            self._owns_workspace = True
+        return Agent.for_role(role, workspace=self.workspace)
 
     def agent(self, role: str) -> Any:
+        """The (cached) Agent for ``role``."""
         with self._lock:
             agent = self._agents.get(role)
             if agent is None:
@@ -163,3 +173,10 @@ class AgentToolRunner:
             log.exception("tool %s (role %s, method %s) raised", tool.name, group.agent_role, tool.method_name)
             return ToolResult.error(f"internal error while running '{tool.name}': {type(exc).__name__}: {exc}")
         return outcome_to_result(outcome)
+
+    def close(self) -> None:
+        """Close the workspace this runner created (a Sandbox passed in stays open: its owner closes it)."""
+        with self._lock:
+            if self._owns_workspace and self.workspace is not None:
+                self.workspace.close()
+            self._agents.clear()

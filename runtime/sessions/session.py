@@ -216,9 +216,7 @@ class Session:
                         Message.assistant(
                             self.id,
                             response.text,
-                            model=response.model,
-                            stop_reason=response.stop_reason,
-                            usage=response.usage,
+                            {"model": response.model, "stop_reason": response.stop_reason, "usage": response.usage},
                         )
                     )
                 calls: list[Message] = []
@@ -242,7 +240,7 @@ class Session:
                             call_id=use.id,
                             status=status,
                             content=outcome.content,
-                            **outcome.metadata,
+                            metadata=outcome.metadata,
                         )
                     )
                     result.tool_calls.append(

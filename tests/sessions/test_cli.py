@@ -129,3 +129,20 @@ def test_sessions_list_and_show_text(tmp_path: Path) -> None:
     assert "groups   calendar" in shown
     assert 'tool_call    load_tool_group({"group_name": "calendar"}) -> success' in shown
     assert "tool_result  nope (error): Tool 'nope' is not available for this agent" in shown
+
+
+def test_chat_runs_group_tools_through_the_agent_and_sandbox(tmp_path: Path) -> None:
+    """The whole stack from the terminal: scripted chat + scripted programs, subprocess sandbox, call log."""
+    programs = [
+        "context['q'] = kwargs['query']\nreturn ['m1', 'm2']",
+        "return {'trashed': kwargs['id']}",
+    ]
+    turns = [load("google_gmail"), call("gmail_search", query="spam"), "2 found.", call("gmail_trash", id=2), "Gone."]
+    path = _script(tmp_path, turns, programs=programs)
+    result = _run(["chat", "--scripted", str(path), "--backend", "subprocess"], tmp_path / "state", "find\ntrash 2\n")
+    assert result.exit_code == 0, result.output
+    assert '[gmail_search({"query": "spam"}) -> success] ["m1", "m2"]' in result.stderr
+    assert '[gmail_trash({"id": 2}) -> success] {"trashed": 2}' in result.stderr
+    assert "assistant> Gone." in result.stdout
+    log_lines = (tmp_path / "state" / "logs" / "calls.jsonl").read_text().splitlines()
+    assert [json.loads(line)["method"] for line in log_lines] == ["search", "trash"]

@@ -55,7 +55,7 @@ def test_old_schema_is_migrated_and_data_kept(tmp_path: Path) -> None:
         (msg,) = store.messages("old1")
         assert msg.type is MessageType.TOOL_CALL and msg.metadata == {}
         assert msg.tool_input == '{"group_name": "google_gmail"}'
-        store.append([Message.assistant("old1", "hi", usage={"output_tokens": 3})])
+        store.append([Message.assistant("old1", "hi", {"usage": {"output_tokens": 3}})])
         assert store.messages("old1")[-1].metadata == {"usage": {"output_tokens": 3}}
     with SessionStore(path) as again:  # migrating twice is a no-op
         assert again.schema_version == SCHEMA_VERSION
@@ -106,12 +106,12 @@ def test_round_trip_of_every_message_type(session_store: SessionStore) -> None:
     written = session_store.append(
         [
             Message.user(sid, "find spam\nplease"),
-            Message.assistant(sid, "on it", model="m"),
+            Message.assistant(sid, "on it", {"model": "m"}),
             Message.tool_call(
                 sid, name="gmail_search", call_id="t1", tool_input='{"query": "x"}', status=ToolStatus.SUCCESS
             ),
             Message.tool_result(
-                sid, name="gmail_search", call_id="t1", content="[]", status=ToolStatus.SUCCESS, error_type=None
+                sid, name="gmail_search", call_id="t1", content="[]", status=ToolStatus.SUCCESS, metadata={"k": 1}
             ),
         ]
     )
@@ -120,6 +120,7 @@ def test_round_trip_of_every_message_type(session_store: SessionStore) -> None:
     assert [(m.type, m.content, m.tool_name, m.tool_call_id, m.tool_status, m.tool_input) for m in loaded] == [
         (m.type, m.content, m.tool_name, m.tool_call_id, m.tool_status, m.tool_input) for m in written
     ]
+    assert loaded[3].metadata == {"k": 1} and loaded[0].metadata == {}
     assert session_store.get_session(sid).title == "find spam"
 
 
