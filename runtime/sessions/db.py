@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
+from pydantic import TypeAdapter
 
 from runtime.sessions.errors import (
     CorruptDatabaseError,
@@ -97,13 +98,16 @@ MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_m0_initial, _m1
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def _status(value: str | None) -> ToolStatus | None:
+_STATUSES = {s.value: s.value for s in ToolStatus}
+_TYPES = frozenset(t.value for t in MessageType)
+_MESSAGES = TypeAdapter(list[Message])
+
+
+def _status(value: str | None) -> str | None:
+    """Stored status, tolerant of legacy spellings (``SUCCESS``); anything unknown reads as no status."""
     if value is None:
         return None
-    try:
-        return ToolStatus(value.lower())
-    except ValueError:
-        return None
+    return _STATUSES.get(value) or _STATUSES.get(value.lower())
 
 
 def _metadata(text: str | None) -> dict[str, Any]:
@@ -126,20 +130,31 @@ _SELECT_MESSAGES = (
 )
 
 
-def _row_to_message(row: tuple[Any, ...]) -> Message:
-    # model_construct: rows come from our own schema; skipping validation keeps a 10k-message load cheap.
-    return Message.model_construct(
-        id=row[0],
-        session_id=row[1],
-        type=MessageType(row[2]),
-        content=row[3] or "",
-        tool_name=row[4],
-        tool_call_id=row[5],
-        tool_status=_status(row[6]),
-        tool_input=row[7],
-        created_at=row[8],
-        metadata=_metadata(row[9]),
-    )
+def _rows_to_messages(rows: list[tuple[Any, ...]]) -> list[Message]:
+    """Rows to Messages in one pydantic validation pass (faster than constructing them one by one).
+
+    Rows of a message type this version does not know are skipped (not ours to interpret); a malformed
+    ``tool_input`` is kept as stored; malformed metadata reads as ``{}``.
+    """
+    items = [
+        {
+            "id": r[0],
+            "session_id": r[1],
+            "type": r[2],
+            "content": r[3] or "",
+            "tool_name": r[4],
+            "tool_call_id": r[5],
+            "tool_status": _status(r[6]),
+            "tool_input": r[7],
+            "created_at": r[8],
+            "metadata": _metadata(r[9]) if r[9] else {},
+        }
+        for r in rows
+        if r[2] in _TYPES
+    ]
+    if len(items) != len(rows):
+        log.debug("skipped %d message(s) of unknown type", len(rows) - len(items))
+    return _MESSAGES.validate_python(items)
 
 
 def _map_error(exc: sqlite3.Error, path: Path) -> SessionStoreError:
@@ -368,14 +383,7 @@ class SessionStore:
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's history, oldest first (a snapshot; one query)."""
-        rows = self._query(_SELECT_MESSAGES, (session_id,))
-        out: list[Message] = []
-        for r in rows:
-            try:
-                out.append(_row_to_message(r))
-            except ValueError:  # a message type this version does not know: not ours to interpret
-                log.debug("session %s: skipping message %s of unknown type %r", session_id, r[0], r[2])
-        return out
+        return _rows_to_messages(self._query(_SELECT_MESSAGES, (session_id,)))
 
     def session_exists(self, session_id: str) -> bool:
         return bool(self._query("SELECT 1 FROM sessions WHERE id = ?", (session_id,)))
