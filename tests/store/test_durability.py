@@ -165,8 +165,6 @@ def test_a_good_file_is_never_quarantined_by_a_reader_that_saw_it_half_way(
     filled: ToolStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reader re-reads under the lock before quarantining: if a writer fixed the file, it is kept."""
-    from runtime.store import _files
-
     path = filled.paths.method_file("web_fetcher", "fetch_url")
     good = path.read_bytes()
     real_read = Path.read_bytes
@@ -184,4 +182,4 @@ def test_a_good_file_is_never_quarantined_by_a_reader_that_saw_it_half_way(
     assert lookup.status is LookupStatus.FOUND
     assert path.exists() and not _corrupt_files(path.parent, path.name)
     assert calls["n"] == 2
-    assert _files.DecodeCache.key(good) == _files.DecodeCache.key(real_read(path))
+    assert real_read(path) == good
