@@ -9,7 +9,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-.PHONY: venv demo test lint bench
+.PHONY: venv demo test lint bench bench-peers
 venv: $(STAMP)
 
 demo: $(STAMP)
@@ -24,3 +24,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench
+
+# The peers (llm-sandbox, smolagents) live in their own venv, never in the project's dependencies.
+bench-peers: $(STAMP)
+	$(VENV)/bin/python -c 'from bench.subjects import ensure_peers_venv; ensure_peers_venv(print)'
