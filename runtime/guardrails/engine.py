@@ -1,0 +1,294 @@
+"""`validate`: bounded input checks, one parse, one analysis, then every rule. It never raises.
+
+Order: size limit, decoding (UTF-8 only; a UTF-8 BOM is dropped from bytes; a coding declaration must
+say UTF-8), NUL bytes, ``ast.parse`` (syntax errors are recoverable ``invalid_code``; the parser's own
+recursion and stack limits become ``nesting_too_deep``), the AST depth limit, capability extraction,
+rules. Memory is bounded by ``max_source_bytes`` (the AST of the worst-case program takes a few hundred
+bytes per source byte); time is linear in the program's size.
+"""
+
+from __future__ import annotations
+
+import ast
+import codecs
+import io
+import logging
+import tokenize
+import warnings
+from collections.abc import Iterable
+
+from runtime.errors import ConfigError
+from runtime.guardrails.loader import default_policy
+from runtime.guardrails.matchers import Analysis
+from runtime.guardrails.policy import Policy, Rule
+from runtime.guardrails.program import MAX_SOURCE_LINE, Finding, Program
+from runtime.guardrails.results import (
+    GUARDRAIL_ERROR,
+    INVALID_CODE,
+    NESTING_TOO_DEEP,
+    SOURCE_TOO_LARGE,
+    Capability,
+    Classification,
+    Evidence,
+    Location,
+    ValidationResult,
+    Violation,
+    verdict_of,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_EVIDENCE = 20
+
+ENGINE_RULES: dict[str, tuple[Classification, str, str]] = {
+    INVALID_CODE: (
+        "recoverable",
+        "The program is not valid Python source: it does not parse, is not UTF-8, contains NUL bytes, or "
+        "declares an encoding other than UTF-8.",
+        "Fix the syntax so the program parses as a Python function body (a top-level `return` is "
+        "allowed); send plain UTF-8 text without a coding declaration or NUL bytes.",
+    ),
+    SOURCE_TOO_LARGE: (
+        "recoverable",
+        "The program is larger than the policy's `limits.max_source_bytes`.",
+        "Shorten the program: drop unused code and embedded data; take large inputs from args, kwargs "
+        "or context instead of the source.",
+    ),
+    NESTING_TOO_DEEP: (
+        "recoverable",
+        "The program nests deeper than the policy's `limits.max_ast_depth`, or deeper than the parser can handle.",
+        "Flatten the deepest nesting: bind intermediate results to variables and move nested blocks into "
+        "helper functions.",
+    ),
+    GUARDRAIL_ERROR: (
+        "terminal",
+        "The guardrail itself failed while checking the program, so it cannot be approved.",
+        "No rewrite is required by policy; report the guardrail failure to the runtime's operators.",
+    ),
+}
+
+
+def validate(source: str | bytes, policy: Policy | None = None) -> ValidationResult:
+    """Validate a tool program (a function body) against `policy` (default: the shipped default)."""
+    if policy is None:
+        try:
+            policy = default_policy()
+        except ConfigError as exc:
+            violation = _engine_violation(GUARDRAIL_ERROR, f"the default policy does not load: {exc}")
+            return ValidationResult(
+                verdict="terminal", violations=[violation], policy_name="default", policy_fingerprint=""
+            )
+    try:
+        return _validate(source, policy)
+    except Exception as exc:  # a bug must reject the program, never crash the caller
+        log.exception("guardrail validation failed")
+        violation = _engine_violation(GUARDRAIL_ERROR, f"internal error: {type(exc).__name__}")
+        return _result(policy, [violation], [])
+
+
+def _validate(source: str | bytes, policy: Policy) -> ValidationResult:
+    limits = policy.limits
+    text, problem = _decode(source, limits.max_source_bytes)
+    if problem is not None:
+        return _result(policy, [problem], [])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning/DeprecationWarning are not our verdict
+            tree = ast.parse(text)
+    except SyntaxError as exc:
+        return _result(policy, [_syntax_violation(text, exc)], [])
+    except (RecursionError, MemoryError):
+        message = "the program nests too deeply for the Python parser"
+        return _result(policy, [_engine_violation(NESTING_TOO_DEEP, message)], [])
+    except ValueError as exc:  # e.g. "source code string cannot contain null bytes" on older Pythons
+        return _result(policy, [_engine_violation(INVALID_CODE, f"the program does not parse: {exc}")], [])
+
+    program = Program(text, tree, max_depth=limits.max_ast_depth)
+    found: list[tuple[int, int, int, Violation]] = []
+    if program.too_deep is not None:
+        message = f"the program nests deeper than {limits.max_ast_depth} levels"
+        node = program.too_deep
+        found.append((*_position(node), -1, _engine_violation(NESTING_TOO_DEEP, message, _location(program, node))))
+
+    detected = _detect_capabilities(policy, program)
+    analysis = Analysis(program, detected, policy.granted)
+    for order, rule in enumerate(policy.active_rules):
+        try:
+            findings = _innermost(rule.matcher.find(analysis))
+        except Exception as exc:
+            log.exception("guardrail rule %s failed", rule.id)
+            message = f"rule {rule.id} failed: {type(exc).__name__}"
+            found.append((0, 0, order, _engine_violation(GUARDRAIL_ERROR, message)))
+            continue
+        for (line, column), finding in findings.items():
+            found.append((line, column, order, _violation(rule, finding, program)))
+    found.sort(key=lambda item: item[:3])
+    violations = [violation for *_, violation in found[: limits.max_violations]]
+    return _result(policy, violations, _capabilities(program, detected, policy), truncated=len(found) > len(violations))
+
+
+def _result(
+    policy: Policy, violations: list[Violation], capabilities: list[Capability], *, truncated: bool = False
+) -> ValidationResult:
+    return ValidationResult(
+        verdict=verdict_of(violations),
+        violations=violations,
+        capabilities=capabilities,
+        policy_name=policy.name,
+        policy_fingerprint=policy.fingerprint,
+        truncated=truncated,
+    )
+
+
+# ------------------------------------------------------------------------------------------- input
+
+
+def _decode(source: str | bytes, limit: int) -> tuple[str, Violation | None]:
+    """The program as text, or the violation that stops it before parsing."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        data = bytes(source)
+        if len(data) > limit:
+            return "", _too_large(len(data), limit)
+        if data.startswith(codecs.BOM_UTF8):
+            data = data[len(codecs.BOM_UTF8) :]
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
+            message = f"the program is not valid UTF-8 (byte 0x{data[exc.start]:02x} on line {line})"
+            return "", _engine_violation(INVALID_CODE, message, Location(line=line, column=1))
+    elif isinstance(source, str):
+        text = source
+        if len(text) > limit:  # characters: the UTF-8 size is at least this
+            return "", _too_large(len(text), limit, at_least=True)
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            line = text[: exc.start].count("\n") + 1
+            message = f"the program contains an unpaired surrogate (U+{ord(text[exc.start]):04X}) on line {line}"
+            return "", _engine_violation(INVALID_CODE, message, Location(line=line, column=1))
+        if len(data) > limit:
+            return "", _too_large(len(data), limit)
+    else:
+        message = f"the program must be str or bytes, not {type(source).__name__}"
+        return "", _engine_violation(INVALID_CODE, message)
+    nul = text.find("\0")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        column = nul - (text.rfind("\n", 0, nul) + 1) + 1
+        message = f"the program contains a NUL character (line {line}, column {column})"
+        return "", _engine_violation(INVALID_CODE, message, Location(line=line, column=column))
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        return "", _engine_violation(INVALID_CODE, f"the program's coding declaration is invalid: {exc.msg}")
+    if encoding not in ("utf-8", "utf-8-sig"):
+        message = f"the program declares the encoding {encoding!r}; programs are UTF-8 text"
+        return "", _engine_violation(INVALID_CODE, message)
+    return text, None
+
+
+def _too_large(size: int, limit: int, *, at_least: bool = False) -> Violation:
+    size_text = f"at least {size}" if at_least else str(size)
+    return _engine_violation(SOURCE_TOO_LARGE, f"the program is {size_text} bytes; the policy allows {limit}")
+
+
+def _syntax_violation(text: str, exc: SyntaxError) -> Violation:
+    location = None
+    if exc.lineno:
+        lines = text.splitlines()
+        line = max(exc.lineno, 1)
+        source_line = lines[line - 1] if line <= len(lines) else ""
+        location = Location(
+            line=line,
+            column=max(exc.offset or 1, 1),
+            source_line=source_line[:MAX_SOURCE_LINE],
+        )
+    kind = type(exc).__name__
+    return _engine_violation(INVALID_CODE, f"the program does not parse: {kind}: {exc.msg}", location)
+
+
+def _engine_violation(kind: str, message: str, location: Location | None = None) -> Violation:
+    classification, _, correction = ENGINE_RULES[kind]
+    return Violation(
+        violation_type=kind,
+        message=message,
+        location=location,
+        classification=classification,
+        required_correction=correction,
+    )
+
+
+# ------------------------------------------------------------------------------------ rule findings
+
+
+def _position(node: ast.AST) -> tuple[int, int]:
+    return getattr(node, "lineno", 1), getattr(node, "col_offset", 0)
+
+
+def _end(node: ast.AST) -> tuple[int, int]:
+    return getattr(node, "end_lineno", None) or 1 << 30, getattr(node, "end_col_offset", None) or 0
+
+
+def _innermost(findings: Iterable[Finding]) -> dict[tuple[int, int], Finding]:
+    """One finding per start position; of findings starting together (``a.__class__.__base__``) the
+    innermost, which is where the program first goes wrong."""
+    kept: dict[tuple[int, int], Finding] = {}
+    for finding in findings:
+        start = _position(finding.node)
+        current = kept.get(start)
+        if current is None or _end(finding.node) < _end(current.node):
+            kept[start] = finding
+    return kept
+
+
+def _location(program: Program, node: ast.AST) -> Location:
+    line, offset = _position(node)
+    end_line = getattr(node, "end_lineno", None)
+    end_offset = getattr(node, "end_col_offset", None)
+    source_line = program.line_text(line)
+    if len(source_line) > MAX_SOURCE_LINE:
+        source_line = source_line[: MAX_SOURCE_LINE - 3] + "..."
+    return Location(
+        line=line,
+        column=program.column(line, offset),
+        end_line=end_line,
+        end_column=program.column(end_line, end_offset) if end_line and end_offset is not None else None,
+        source_line=source_line,
+    )
+
+
+def _violation(rule: Rule, finding: Finding, program: Program) -> Violation:
+    values = {"construct": program.construct(finding.node), **finding.fields}
+    return Violation(
+        violation_type=rule.id,
+        message=rule.message.render(values),
+        location=_location(program, finding.node),
+        classification=rule.classification,
+        required_correction=rule.correction.render(values),
+    )
+
+
+def _detect_capabilities(policy: Policy, program: Program) -> dict[str, list[Finding]]:
+    analysis = Analysis(program, {}, policy.granted)
+    detected: dict[str, list[Finding]] = {}
+    for tag, definition in policy.capabilities.items():
+        findings = [finding for matcher in definition.matchers for finding in matcher.find(analysis)]
+        if findings:
+            detected[tag] = findings
+    return detected
+
+
+def _capabilities(program: Program, detected: dict[str, list[Finding]], policy: Policy) -> list[Capability]:
+    return [
+        Capability(tag=tag, granted=tag in policy.granted, evidence=_evidence(program, findings))
+        for tag, findings in sorted(detected.items())
+    ]
+
+
+def _evidence(program: Program, findings: Iterable[Finding]) -> list[Evidence]:
+    positions = sorted({_position(finding.node): finding.node for finding in findings}.items())
+    return [
+        Evidence(line=line, column=program.column(line, offset), construct=program.construct(node))
+        for (line, offset), node in positions[:MAX_EVIDENCE]
+    ]

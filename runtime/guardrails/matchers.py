@@ -1,0 +1,385 @@
+"""Compiled matchers: one small class per declarative kind. Each reads `Program`'s resolved facts; none
+walks the AST itself, so every rule costs about the number of distinct names it could match.
+
+The class docstrings are what ``sandforge policy explain`` shows under "How it matches".
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ValidationError
+
+from runtime.guardrails import policy_model as pm
+from runtime.guardrails.globs import GlobSet
+from runtime.guardrails.plugins import Plugin, builtin_plugins, get_plugin
+from runtime.guardrails.program import Finding, Program, argument, literal_string
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What a matcher sees: the program, and (for rules) the capabilities it was found to use."""
+
+    program: Program
+    capabilities: Mapping[str, list[Finding]]
+    granted: frozenset[str]
+
+
+class Matcher(ABC):
+    """A compiled matcher. `fields` are the message-template fields its findings provide."""
+
+    kind: ClassVar[str]
+    fields: ClassVar[frozenset[str]] = frozenset()
+
+    @abstractmethod
+    def find(self, analysis: Analysis) -> Iterator[Finding]: ...
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line for ``policy explain``: what this matcher looks for."""
+
+    def template_fields(self) -> frozenset[str]:
+        return self.fields | {"construct"}
+
+    @classmethod
+    def documentation(cls) -> str:
+        return inspect.getdoc(cls) or ""
+
+
+def _listing(globs: GlobSet, limit: int = 12) -> str:
+    shown = ", ".join(globs.patterns[:limit])
+    return shown + (f", ... ({len(globs.patterns)} in all)" if len(globs.patterns) > limit else "")
+
+
+def _except(globs: GlobSet) -> str:
+    return f" (except {_listing(globs, 6)})" if globs else ""
+
+
+def _packages(module: str) -> list[str]:
+    """``a.b.c`` -> ``a``, ``a.b``, ``a.b.c``; a relative ``..x`` stays whole."""
+    if module.startswith("."):
+        return [module]
+    parts = module.split(".")
+    return [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
+
+
+def _member(module: str, name: str) -> str:
+    return module + name if module.endswith(".") else f"{module}.{name}"
+
+
+class ImportMatcher(Matcher):
+    """Imports of a module or of anything inside it: ``os`` matches ``import os``, ``import os.path as p``,
+    ``from os import path`` and ``__import__("os")``. ``except`` works the same way; a ``from a import b, c``
+    is exempt when ``a`` is, or when ``a.b`` and ``a.c`` all are. Relative imports are ``.name``."""
+
+    kind = "import"
+    fields = frozenset({"module"})
+
+    def __init__(self, spec: pm.ImportMatch) -> None:
+        self.modules = GlobSet(spec.modules)
+        self.exempt = GlobSet(spec.except_)
+
+    def describe(self) -> str:
+        return f"imports of {_listing(self.modules)}{_except(self.exempt)}"
+
+    def find(self, analysis: Analysis) -> Iterator[Finding]:
+        for fact in analysis.program.imports:
+            members = [_member(fact.module, name) for name in fact.names if name != "*"]
+            matched = self._covers(self.modules, fact.module, members, any)
+            if matched and not (self.exempt and self._covers(self.exempt, fact.module, members, all)):
+                shown = members[0] if fact.module.endswith(".") and members else fact.module
+                yield Finding(fact.node, {"module": shown})
+
+    @staticmethod
+    def _covers(globs: GlobSet, module: str, members: list[str], combine: Callable[[Iterable[bool]], bool]) -> bool:
+        """Whether `globs` covers the module itself, else `combine` (any/all) of its imported members."""
+        if any(globs.matches(package) for package in _packages(module)):
+            return True
+        return bool(members) and combine(any(globs.matches(p) for p in _packages(m)) for m in members)
+
+
+class NameMatcher(Matcher):
+    """References (not only calls) whose qualified name matches, after import and assignment aliases are
+    resolved: ``eval`` matches ``f = eval``; ``os.system`` matches ``o.system`` after ``import os as o``."""
+
+    kind = "name"
+    fields = frozenset({"name"})
+
+    def __init__(self, spec: pm.NameMatch) -> None:
+        self.names = GlobSet(spec.names)
+        self.exempt = GlobSet(spec.except_)
+
+    def describe(self) -> str:
+        return f"references to {_listing(self.names)}{_except(self.exempt)}"
+
+    def find(self, analysis: Analysis) -> Iterator[Finding]:
+        for name, nodes in self.names.select(analysis.program.refs):
+            if not self.exempt.matches(name):
+                for node in nodes:
+                    yield Finding(node, {"name": name})
+
+
+class AttributeMatcher(Matcher):
+    """Attribute accesses by attribute name, whatever the object, including reads without an attribute
+    node: literal names given to getattr/setattr/delattr/hasattr/attrgetter/methodcaller, replacement
+    fields of literal format strings, and keyword attributes of ``match`` class patterns."""
+
+    kind = "attribute"
+    fields = frozenset({"attribute"})
+
+    def __init__(self, spec: pm.AttributeMatch) -> None:
+        self.names = GlobSet(spec.names)
+        self.exempt = GlobSet(spec.except_)
+
+    def describe(self) -> str:
+        return f"attributes named {_listing(self.names)}{_except(self.exempt)}"
+
+    def find(self, analysis: Analysis) -> Iterator[Finding]:
+        for name, facts in self.names.select(analysis.program.attributes):
+            if not self.exempt.matches(name):
+                for fact in facts:
+                    yield Finding(fact.node, {"attribute": name})
+
+
+class CallMatcher(Matcher):
+    """Calls whose callee's qualified name matches (aliases resolved), optionally only with at least
+    ``min_args`` positional arguments, or when one argument is a string literal matching ``values``
+    (an absent argument tests ``missing``; a computed one matches only with ``match_computed``)."""
+
+    kind = "call"
+    fields = frozenset({"function"})
+
+    def __init__(self, spec: pm.CallMatch) -> None:
+        self.functions = GlobSet(spec.functions)
+        self.argument = spec.argument
+        self.values = GlobSet(spec.argument.values) if spec.argument else None
+        self.min_args = spec.min_args
+
+    def describe(self) -> str:
+        text = f"calls of {_listing(self.functions)}"
+        if self.min_args:
+            text += f" with at least {self.min_args} arguments"
+        if self.argument is not None and self.values is not None:
+            where = " / ".join(
+                part
+                for part in (
+                    f"argument {self.argument.position}" if self.argument.position is not None else "",
+                    f"keyword {self.argument.keyword}" if self.argument.keyword else "",
+                )
+                if part
+            )
+            text += f" where {where} matches {_listing(self.values, 6)}"
+        return text
+
+    def find(self, analysis: Analysis) -> Iterator[Finding]:
+        for function, calls in self.functions.select(analysis.program.calls):
+            for call in calls:
+                if self._accepts(call):
+                    yield Finding(call, {"function": function})
+
+    def _accepts(self, call: ast.Call) -> bool:
+        starred = any(isinstance(a, ast.Starred) for a in call.args)
+        if self.min_args is not None and len(call.args) < self.min_args and not starred:
+            return False
+        condition = self.argument
+        if condition is None or self.values is None:
+            return True
+        node = argument(call, condition.position, condition.keyword)
+        if node is None:
+            return condition.missing is not None and self.values.matches(condition.missing)
+        value = literal_string(node)
+        if value is None:
+            return condition.match_computed
+        return self.values.matches(value)
+
+
+class DynamicMatcher(Matcher):
+    """Dynamic evaluation: every reference to an evaluator (calls, but also ``f = eval`` or ``@exec``),
+    and every use of an attribute-by-name function (``getattr``...) whose name argument is not a string
+    literal, or that is referenced without being called (so its arguments cannot be seen)."""
+
+    kind = "dynamic"
+    fields = frozenset({"name"})
+
+    def __init__(self, spec: pm.DynamicMatch) -> None:
+        self.evaluators = GlobSet(spec.evaluators)
+        self.computed_names = dict(spec.computed_names)
+
+    def describe(self) -> str:
+        parts = [f"references to {_listing(self.evaluators)}"] if self.evaluators else []
+        if self.computed_names:
+            parts.append(f"{', '.join(self.computed_names)} with a computed name")
+        return "; ".join(parts)
+
+    def find(self, analysis: Analysis) -> Iterator[Finding]:
+        program = analysis.program
+        for name, nodes in self.evaluators.select(program.refs):
+            for node in nodes:
+                yield Finding(node, {"name": name})
+        for function, index in self.computed_names.items():
+            for call in program.calls.get(function, ()):
+                if literal_string(argument(call, index, None)) is None:
+                    yield Finding(call, {"name": function})
+            for node in program.refs.get(function, ()):
+                if not program.is_called(node):
+                    yield Finding(node, {"name": function})
+
+
+class DecoratorMatcher(Matcher):
+    """Decorators: ``@d`` calls ``d`` with the decorated function or class, with no call node. A decorator
+    is named by its qualified name (``@f(...)`` by ``f``'s); other expressions are ``<expr>``."""
+
+    kind = "decorator"
+    fields = frozenset({"decorator"})
+
+    def __init__(self, spec: pm.DecoratorMatch) -> None:
+        self.names = GlobSet(spec.names)
+        self.exempt = GlobSet(spec.except_)
+
+    def describe(self) -> str:
+        return f"decorators {_listing(self.names)}{_except(self.exempt)}"
+
+    def find(self, analysis: Analysis) -> Iterator[Finding]:
+        program = analysis.program
+        for definition in program.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            for decorator in definition.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                names = program.qualnames(target)
+                if any(self.exempt.matches(n) for n in names):
+                    continue
+                matched = self.names.first_match(names)
+                if matched is not None:
+                    yield Finding(decorator, {"decorator": matched})
+
+
+class DefinitionMatcher(Matcher):
+    """Names the program defines with ``def``, ``class`` or an assignment (``__match_args__ = ...`` in a
+    class body defines a hook as surely as ``def __getattr__``)."""
+
+    kind = "definition"
+    fields = frozenset({"name"})
+
+    def __init__(self, spec: pm.DefinitionMatch) -> None:
+        self.names = GlobSet(spec.names)
+        self.exempt = GlobSet(spec.except_)
+        self.of = frozenset(spec.of)
+
+    def describe(self) -> str:
+        return f"{'/'.join(sorted(self.of))} definitions named {_listing(self.names)}{_except(self.exempt)}"
+
+    def find(self, analysis: Analysis) -> Iterator[Finding]:
+        program = analysis.program
+        candidates: list[tuple[str, ast.AST]] = []
+        if "function" in self.of:
+            candidates += [(n.name, n) for n in program.nodes(ast.FunctionDef, ast.AsyncFunctionDef)]
+        if "class" in self.of:
+            candidates += [(n.name, n) for n in program.nodes(ast.ClassDef)]
+        if "assignment" in self.of:
+            candidates += [(n.id, n) for n in program.nodes(ast.Name) if isinstance(n.ctx, ast.Store)]
+        for name, node in candidates:
+            if self.names.matches(name) and not self.exempt.matches(name):
+                yield Finding(node, {"name": name})
+
+
+class UngrantedCapabilityMatcher(Matcher):
+    """Capability tags found in the program (by the policy's capability table) that the policy does not
+    grant; one finding per tag, at its first evidence."""
+
+    kind = "ungranted_capability"
+    fields = frozenset({"capability", "evidence"})
+
+    def __init__(self, spec: pm.UngrantedCapabilityMatch) -> None:
+        self.tags = GlobSet(spec.tags)
+
+    def describe(self) -> str:
+        return f"use of ungranted capabilities {_listing(self.tags)}"
+
+    def find(self, analysis: Analysis) -> Iterator[Finding]:
+        for tag, findings in sorted(analysis.capabilities.items()):
+            if tag not in analysis.granted and self.tags.matches(tag) and findings:
+                first = min(findings, key=lambda f: (getattr(f.node, "lineno", 0), getattr(f.node, "col_offset", 0)))
+                evidence = analysis.program.construct(first.node) or tag
+                yield Finding(first.node, {"capability": tag, "evidence": evidence})
+
+
+class PluginMatcher(Matcher):
+    """A Python check; see its own documentation below."""
+
+    kind = "plugin"
+
+    def __init__(self, plugin: Plugin, options: BaseModel) -> None:
+        self.plugin = plugin
+        self.options = options
+
+    def template_fields(self) -> frozenset[str]:
+        return self.plugin.fields | {"construct"}
+
+    def describe(self) -> str:
+        return f"plugin {self.plugin.name}: {self.plugin.summary}"
+
+    def find(self, analysis: Analysis) -> Iterator[Finding]:
+        yield from self.plugin.check(analysis.program, self.options)
+
+
+class MatcherError(ValueError):
+    """A matcher that cannot be compiled; `path` locates the problem inside the matcher mapping."""
+
+    def __init__(self, message: str, path: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+_DECLARATIVE: Mapping[type[BaseModel], Callable[[Any], Matcher]] = {
+    pm.ImportMatch: ImportMatcher,
+    pm.NameMatch: NameMatcher,
+    pm.AttributeMatch: AttributeMatcher,
+    pm.CallMatch: CallMatcher,
+    pm.DynamicMatch: DynamicMatcher,
+    pm.DecoratorMatch: DecoratorMatcher,
+    pm.DefinitionMatch: DefinitionMatcher,
+    pm.UngrantedCapabilityMatch: UngrantedCapabilityMatcher,
+}
+
+
+def compile_matcher(spec: BaseModel) -> Matcher:
+    """Compile one matcher spec; a plugin is looked up and its options validated here."""
+    if isinstance(spec, pm.PluginMatch):
+        try:
+            plugin = get_plugin(spec.plugin)
+        except Exception as exc:  # a third-party entry point failed to import
+            raise MatcherError(f"plugin {spec.plugin!r} failed to load: {exc}", ("plugin",)) from None
+        if plugin is None:
+            known = ", ".join(sorted(builtin_plugins()))
+            raise MatcherError(f"unknown plugin {spec.plugin!r} (built in: {known})", ("plugin",))
+        try:
+            options = plugin.options.model_validate(spec.options)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            loc = tuple(error["loc"])
+            where = ".".join(str(part) for part in loc)
+            message = f"options.{where}: {error['msg']}" if where else error["msg"]
+            raise MatcherError(message, ("options", *loc)) from None
+        return PluginMatcher(plugin, options)
+    return _DECLARATIVE[type(spec)](spec)
+
+
+__all__ = [
+    "Analysis",
+    "AttributeMatcher",
+    "CallMatcher",
+    "DecoratorMatcher",
+    "DefinitionMatcher",
+    "DynamicMatcher",
+    "ImportMatcher",
+    "Matcher",
+    "MatcherError",
+    "NameMatcher",
+    "PluginMatcher",
+    "UngrantedCapabilityMatcher",
+    "compile_matcher",
+]

@@ -1,0 +1,131 @@
+"""``context`` is the tool's state: it is committed as JSON after a successful run."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections.abc import Iterator
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.guardrails.plugins import register
+from runtime.guardrails.program import LAMBDA, Finding, Program
+
+BUILTIN_CALLABLES = frozenset(name for name in dir(builtins) if callable(getattr(builtins, name)))
+_ROOT_HOPS = 8
+_MAX_VALUE_NODES = 256
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    roots: list[str] = Field(default_factory=lambda: ["context"], min_length=1)
+    methods: list[str] = Field(
+        default_factory=lambda: ["update", "setdefault", "append", "extend", "insert", "add", "__setitem__"]
+    )
+    factories: list[str] = Field(default_factory=lambda: ["tool", "delegate"])
+
+
+@register("callable_in_context", options=Options, fields=("value",))
+def callable_in_context(program: Program, options: Options) -> Iterator[Finding]:
+    """Storing a callable or another object that is not JSON into ``context`` (or anything reached from
+    it, such as ``context["tools"]``): lambdas, functions and classes defined by the program, builtins
+    such as ``print``, generators, modules, and objects returned by ``tool(...)``/``delegate(...)``.
+    Covers item and attribute assignment (``context["tools"]["x"] = f``), mutating methods
+    (``context.update(f=f)``, ``context.setdefault("tools", {})``...) and aliases
+    (``tools = context["tools"]; tools["x"] = f``).
+
+    Context crosses the sandbox boundary as JSON and is committed as the tool's persistent state; a
+    callable cannot be serialized, so the commit fails after the work was done, or tool definitions leak
+    into state instead of going through ``tool()``/``delegate()``.
+    """
+    roots = _context_names(program, frozenset(options.roots))
+    factories = frozenset(f"{factory}()" for factory in options.factories)
+    methods = frozenset(options.methods)
+
+    def rooted(node: ast.AST) -> bool:
+        return _is_rooted(node, roots)
+
+    for node in program.nodes(ast.Assign, ast.AugAssign, ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        stored: list[ast.expr] = [
+            t for t in targets if isinstance(t, ast.Subscript | ast.Attribute) and rooted(t.value)
+        ]
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id in roots:
+            stored.append(node.target)
+        if stored and node.value is not None:
+            for value in _non_json(program, node.value, factories):
+                yield Finding(value, {"value": program.construct(value)})
+    for call in program.nodes(ast.Call):
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in methods and rooted(func.value):
+            for arg in [*call.args, *(kw.value for kw in call.keywords)]:
+                for value in _non_json(program, arg, factories):
+                    yield Finding(value, {"value": program.construct(value)})
+
+
+def _context_names(program: Program, roots: frozenset[str]) -> frozenset[str]:
+    """The root names plus names bound to expressions reached from them (``tools = context["tools"]``)."""
+    names = set(roots)
+    for _ in range(_ROOT_HOPS):
+        grown = {name for name in program.bound_names() if name not in names and _bound_to_root(program, name, names)}
+        if not grown:
+            break
+        names |= grown
+    return frozenset(names)
+
+
+def _bound_to_root(program: Program, name: str, roots: set[str]) -> bool:
+    return any(b.kind == "alias" and b.value is not None and _is_rooted(b.value, roots) for b in program.bindings(name))
+
+
+def _is_rooted(node: ast.AST, roots: set[str] | frozenset[str]) -> bool:
+    """Whether `node` is a root name or reached from one by items, attributes, ``.get``/``.setdefault``."""
+    while True:
+        if isinstance(node, ast.Subscript | ast.Attribute):
+            node = node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "setdefault")
+        ):
+            node = node.func.value
+        else:
+            return isinstance(node, ast.Name) and node.id in roots
+
+
+def _non_json(program: Program, value: ast.AST, factories: frozenset[str]) -> Iterator[ast.AST]:
+    """The parts of a stored value that certainly are not JSON, looking through container literals."""
+    stack = [value]
+    seen = 0
+    while stack and seen < _MAX_VALUE_NODES:
+        node = stack.pop()
+        seen += 1
+        if isinstance(node, ast.Dict):
+            stack.extend(v for v in node.values if v is not None)
+        elif isinstance(node, ast.List | ast.Tuple | ast.Set):
+            stack.extend(node.elts)
+        elif isinstance(node, ast.Starred):
+            stack.append(node.value)
+        elif isinstance(node, ast.IfExp):
+            stack.extend((node.body, node.orelse))
+        elif isinstance(node, ast.BoolOp):
+            stack.extend(node.values)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("dict", "list"):
+            stack.extend([*node.args, *(kw.value for kw in node.keywords)])
+        elif isinstance(node, ast.Lambda | ast.GeneratorExp) or _is_callable(program, node, factories):
+            yield node
+
+
+def _is_callable(program: Program, node: ast.AST, factories: frozenset[str]) -> bool:
+    if isinstance(node, ast.Call):
+        return bool(factories.intersection(program.qualnames(node)))
+    if not isinstance(node, ast.Name):
+        return False
+    bindings = program.bindings(node.id)
+    if not bindings:
+        return node.id in BUILTIN_CALLABLES
+    qualnames = program.qualnames(node)
+    return any(
+        b.kind == "def" or (b.kind == "import" and b.target.partition(".")[0] == node.id) for b in bindings
+    ) or bool({LAMBDA, *factories}.intersection(qualnames))
