@@ -30,9 +30,19 @@ def main(verbose: int) -> None:
 
 
 def _register() -> None:
-    from runtime.cli import chat_cmd, demo_cmd, doctor_cmd, exec_cmd, image_cmd, logs_cmd, sessions_cmd, tools_cmd
+    from runtime.cli import (
+        chat_cmd,
+        demo_cmd,
+        doctor_cmd,
+        exec_cmd,
+        image_cmd,
+        logs_cmd,
+        policy_cmd,
+        sessions_cmd,
+        tools_cmd,
+    )
 
-    for module in (exec_cmd, doctor_cmd, image_cmd, tools_cmd, chat_cmd, sessions_cmd, logs_cmd, demo_cmd):
+    for module in (exec_cmd, doctor_cmd, image_cmd, tools_cmd, chat_cmd, sessions_cmd, logs_cmd, demo_cmd, policy_cmd):
         main.add_command(module.command)
 
 
