@@ -61,14 +61,14 @@ class Workspace:
         self.budgets = budgets or Budgets()
         self.store = store
         self.policy = policy if policy is not None else default_policy()
-        self._owns_sandbox = not isinstance(sandbox, Sandbox)
-        if isinstance(sandbox, Sandbox):
-            self.sandbox = sandbox
+        self._owns_sandbox = sandbox is None or isinstance(sandbox, (str, SandboxConfig))
+        if sandbox is None or isinstance(sandbox, str):
+            name = backend or sandbox
+            self.sandbox = Sandbox(SandboxConfig.from_env(**({"backend": name} if name else {})))
         elif isinstance(sandbox, SandboxConfig):
             self.sandbox = Sandbox(sandbox)
         else:
-            name = backend or sandbox
-            self.sandbox = Sandbox(SandboxConfig.from_env(**({"backend": name} if name else {})))
+            self.sandbox = sandbox
         self.backend: BackendName | None = backend
         self.limits = limits or self.sandbox.config.limits
         if isinstance(log, CallLog):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -169,7 +170,7 @@ def command(
         click.echo(json.dumps(call_log_schema(), indent=2))
         return
     log_path = path or default_log_path()
-    color = not as_json and click.get_text_stream("stdout").isatty()
+    color = not as_json and sys.stdout.isatty()
     if not log_path.exists() and not follow:
         raise UsageError(f"no call log at {log_path}", hint="run `sandforge demo`, or point --file at a log")
     if log_path.exists():
