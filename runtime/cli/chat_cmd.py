@@ -32,6 +32,7 @@ from runtime.sessions import (
     ToolGroup,
     ToolRegistry,
     ToolRunner,
+    ToolStoreGroupSource,
     TurnResult,
     UnavailableRunner,
     state_dir,
@@ -46,7 +47,10 @@ HISTORY_FILE_NAME = "chat_history"
 HELP = "commands: /tools (active groups), /clear (new session), /exit"
 
 
-def _groups_source(groups_file: Path | None, script: dict[str, Any] | None, state: Path) -> GroupSource:
+def _groups_source(
+    groups_file: Path | None, script: dict[str, Any] | None, state: Path, *, tool_store: bool
+) -> GroupSource:
+    """Configured groups first (--groups, the script's, or <state>/tool_groups.yaml), then the ToolStore's roles."""
     sources: list[GroupSource] = []
     if groups_file is not None:
         sources.append(StaticGroupSource.from_file(groups_file))
@@ -60,6 +64,10 @@ def _groups_source(groups_file: Path | None, script: dict[str, Any] | None, stat
             if (state / name).is_file():
                 sources.append(StaticGroupSource.from_file(state / name))
                 break
+    if tool_store:
+        from runtime.store import ToolStore
+
+        sources.append(ToolStoreGroupSource(ToolStore(state)))
     return CompositeGroupSource(*sources)
 
 
@@ -205,6 +213,9 @@ def _repl(session: Session) -> Session:
 )
 @click.option("--backend", type=click.Choice(BACKENDS), default=None, help="Default: SANDFORGE_BACKEND or subprocess.")
 @click.option("--model", default=None, help="Chat model (default: SANDFORGE_CHAT_MODEL or a current Sonnet).")
+@click.option(
+    "--tool-store/--no-tool-store", default=True, help="Offer the ToolStore's roles as loadable groups (default: on)."
+)
 @click.option("--no-restore", is_flag=True, hidden=True, help="Do not restore loaded groups (shows the RFC-044 bug).")
 def command(
     session_id: str | None,
@@ -214,6 +225,7 @@ def command(
     state_dir: Path | None,
     backend: str | None,
     model: str | None,
+    tool_store: bool,
     no_restore: bool,
 ) -> None:
     """Chat with tools; loaded tool groups stay loaded across turns. Type /exit (or EOF) to leave."""
@@ -222,7 +234,7 @@ def command(
     provider: ChatProvider = (
         ScriptedChatProvider(script["turns"]) if script is not None else AnthropicChatProvider(model=model)
     )
-    registry = ToolRegistry(_groups_source(groups_file, script, state))
+    registry = ToolRegistry(_groups_source(groups_file, script, state, tool_store=tool_store))
     program_provider, why_not = _program_provider(script, programs_file)
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(SessionStore(state=state))
@@ -235,8 +247,12 @@ def command(
             agent_runner = AgentToolRunner(provider=program_provider, sandbox=sandbox, log=_call_log(state_dir))
             stack.callback(agent_runner.close)
             runner = agent_runner
-        options: dict[str, Any] = {"provider": provider, "registry": registry, "runner": runner,
-                                   "restore_groups": not no_restore}  # fmt: skip
+        options: dict[str, Any] = {
+            "provider": provider,
+            "registry": registry,
+            "runner": runner,
+            "restore_groups": not no_restore,
+        }
         if session_id:
             session = Session.open(store, session_id, **options)
             count = len(session.history())

@@ -32,6 +32,7 @@ from runtime.sessions.groups import (
     ToolGroup,
     ToolRegistry,
     ToolSpec,
+    ToolStoreGroupSource,
 )
 from runtime.sessions.history import restore_loaded_groups, to_api_messages
 from runtime.sessions.models import Message, MessageType, SessionInfo, ToolStatus
@@ -72,6 +73,7 @@ __all__ = [
     "ToolRunner",
     "ToolSpec",
     "ToolStatus",
+    "ToolStoreGroupSource",
     "ToolUseBlock",
     "TurnResult",
     "UnavailableRunner",

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -19,6 +20,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runtime.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -177,6 +180,71 @@ class CompositeGroupSource:
             if g is not None:
                 return g
         return None
+
+
+class _RoleEntry(Protocol):
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def purpose(self) -> str | None: ...
+
+    @property
+    def methods(self) -> list[str]: ...
+
+
+class RoleRegistry(Protocol):
+    """What ToolStoreGroupSource needs from a ToolStore (``runtime.store.ToolStore`` has it)."""
+
+    def list_tools(self) -> Sequence[_RoleEntry]: ...
+
+    def get_tool(self, role: str) -> _RoleEntry | None: ...
+
+
+class ToolStoreGroupSource:
+    """The ToolStore's roles as groups: one group per role that has methods, one tool per method.
+
+    The group is named after the role; its tools are ``<role>_<method>`` (made model-safe by
+    ``tool_name_for``) and take ``{"args": [...], "kwargs": {...}}``, since a persisted method declares no
+    signature. Running one is a call of that method on the role's Agent, which finds the persisted artifact
+    when its workspace uses the store. A store that cannot be read offers no groups (logged), never an error.
+    """
+
+    def __init__(self, store: RoleRegistry) -> None:
+        self.store = store
+
+    def group_names(self) -> list[str]:
+        try:
+            return [e.role for e in self.store.list_tools() if e.methods]
+        except Exception:
+            log.warning("tool store unreadable; its roles are not offered as tool groups", exc_info=True)
+            return []
+
+    def get_group(self, name: str) -> ToolGroup | None:
+        try:
+            entry = self.store.get_tool(name)
+        except Exception:
+            log.warning("tool store lookup of role %r failed", name, exc_info=True)
+            return None
+        if entry is None or not entry.methods:
+            return None
+        purpose = " ".join((entry.purpose or "").split())
+        tools = tuple(
+            ToolSpec(
+                name=tool_name_for(entry.role, method),
+                description=f"{entry.role}.{method}(*args, **kwargs)" + (f": {purpose}" if purpose else ""),
+                input_schema=ARGS_KWARGS_SCHEMA,
+                method=method,
+                arguments="args_kwargs",
+            )
+            for method in entry.methods
+        )
+        return ToolGroup(
+            name=entry.role,
+            description=purpose or f"persisted methods of role {entry.role}",
+            role=entry.role,
+            tools=tools,
+        )
 
 
 CORE_TOOLS: tuple[ToolSpec, ...] = (
