@@ -149,3 +149,59 @@ def test_demo_live_needs_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     code, out = run("demo", "--live")
     assert code == 2 and "ANTHROPIC_API_KEY" in out
+
+
+LIVE_PROGRAMS = {
+    "calculator.add(5)": "context['memory'] = context.get('memory', 0) + args[0]\nreturn context['memory']\n",
+    "calculator.multiply(3)": "context['memory'] = context.get('memory', 0) * args[0]\nreturn context['memory']\n",
+    "calculator.divide(0)": "return Outcome.error('division_by_zero', 'cannot divide by zero', retriable=False)\n",
+    "calculator.mean([2, 4, 9])": "return tool('statistician').mean(args[0]).value\n",
+    "statistician.mean([2, 4, 9])": "return sum(args[0]) / len(args[0])\n",
+}
+
+
+def test_demo_live_talks_to_the_messages_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`demo --live` end to end through the real SDK and HTTP, against a fake API on the loopback address."""
+    import http.server
+
+    seen: list[dict[str, object]] = []
+
+    class FakeMessagesApi(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            seen.append(body)
+            user = body["messages"][0]["content"]
+            call = user.splitlines()[0].removeprefix("Write the program for this call: ")
+            program = {"type": "tool_use", "id": "toolu_1", "name": "submit_program",
+                       "input": {"code": LIVE_PROGRAMS[call]}}  # fmt: skip
+            reply = json.dumps({
+                "id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+                "content": [program], "stop_reason": "tool_use", "stop_sequence": None,
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            }).encode()  # fmt: skip
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeMessagesApi)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-local-test")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}")
+        code, out = run("demo", "--live", "--model", "claude-test-model")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 0, out
+    assert "programs come from Claude (live)" in out
+    assert "calculator.add -> ok 5" in out and "calculator.multiply -> ok 15" in out
+    assert "calculator.mean -> ok 5" in out
+    assert len(seen) == 5
+    assert all(body["model"] == "claude-test-model" for body in seen)
+    assert all(body["tool_choice"] == {"type": "tool", "name": "submit_program"} for body in seen)
