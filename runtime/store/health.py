@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runtime.store.cacheability import Cacheability
 from runtime.store.fingerprint import code_checksum
@@ -75,6 +75,20 @@ class ArtifactCandidate(BaseModel):
     contract_fingerprint: str | None = None
     capabilities: list[str] = Field(default_factory=list)
 
+    @field_validator("role", "method_name", "code")
+    @classmethod
+    def _utf8(cls, value: str) -> str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError("not valid unicode (lone surrogate)") from exc
+        return value
+
+
+def clean_text(text: str) -> str:
+    """``text`` with anything not encodable as UTF-8 (lone surrogates) replaced, so it can be stored."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
 
 def _window(outcomes: list[bool], outcome: bool) -> tuple[list[bool], float]:
     window = [*outcomes, outcome][-HEALTH_WINDOW:]
@@ -82,7 +96,7 @@ def _window(outcomes: list[bool], outcome: bool) -> tuple[list[bool], float]:
 
 
 def _clip(reason: str) -> str:
-    reason = reason.strip() or "unknown failure"
+    reason = clean_text(reason).strip() or "unknown failure"
     return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1] + "…"
 
 

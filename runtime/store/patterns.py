@@ -49,6 +49,7 @@ def normalize_label(label: str) -> str | None:
 
 def safe_text(text: str, limit: int = 40) -> str:
     """Text fit for a prompt block: no markup characters, no control characters, one line, bounded."""
+    text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be stored or sent
     text = " ".join(_UNSAFE_TEXT.sub(" ", text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -189,7 +190,7 @@ class PatternMemory:
             method_name=method_name,
             capability_patterns=labels[:MAX_LABELS_PER_EVENT],
             outcome_status=outcome_status,
-            error_type=error_type,
+            error_type=safe_text(error_type, 80) if error_type is not None else None,
         )
         with _files.locked(self._lock):
             current = self._load()

@@ -287,3 +287,15 @@ def test_capability_index_counts_only_reusable_artifacts(store: ToolStore) -> No
     store.record_regeneration(candidate(role="assistant", method="ask", fingerprint=None, capabilities=["rss_parse"]))
     assert store.capability_index() == {"http_fetch": ["web_fetcher"]}
     assert store.capability_index(exclude_role="web_fetcher") == {}
+
+
+def test_text_that_is_not_valid_unicode_is_refused_or_cleaned(store: ToolStore) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="surrogate"):
+        candidate(code="return '\ud800'")
+    store.record_regeneration(candidate())
+    art = store.record_failure("web_fetcher", "fetch_url", FailureClass.INTRINSIC, "bad \udc80 byte")
+    assert art is not None and art.last_failure_reason == "bad ? byte"
+    store.record_pattern("assistant", "ask", ["http_fetch"], ok=False, error_type="weird\udc80")
+    assert store.patterns.events("assistant")[0].error_type == "weird?"
