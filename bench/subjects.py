@@ -125,16 +125,18 @@ class Ours(Subject):
             raise loops.Failed(f"{outcome.error_type}: {outcome.error_message}")
         return loops.Result(outcome.value, outcome.usage.peak_memory_mb or None)
 
-    def _refill(self) -> None:
+    def refill(self) -> None:
+        """Wait (untimed) until the warm pool is full again; nothing for a cold subject."""
+        if not self.warm:
+            return
         pool = self.sandbox().pool()
         if not pool.wait_ready(self.pool_size, timeout=60.0):
             raise RuntimeError(f"the {self.backend} pool did not refill within 60 s: {pool.last_error}")
 
     def latency(self, programs: Sequence[Program], *, n: int, budget_s: float, validate: bool = False) -> Series:
         sb = self.sandbox()
-        before = self._refill if self.warm else None
-        if self.warm:
-            self._refill()
+        before = self.refill if self.warm else None
+        self.refill()
         pool = sb.pool()
         hits0, cold0 = pool.stats["warm_hits"], pool.stats["cold_starts"]
         series = loops.latency(lambda p: self.run_one(p, validate=validate), programs, n=n, budget_s=budget_s,

@@ -31,6 +31,7 @@ def main(verbose: int) -> None:
 
 def _register() -> None:
     from runtime.cli import (
+        bench_cmd,
         chat_cmd,
         demo_cmd,
         doctor_cmd,
@@ -44,6 +45,7 @@ def _register() -> None:
 
     for module in (exec_cmd, doctor_cmd, image_cmd, tools_cmd, chat_cmd, sessions_cmd, logs_cmd, demo_cmd, policy_cmd):
         main.add_command(module.command)
+    main.add_command(bench_cmd.command)
 
 
 _register()
