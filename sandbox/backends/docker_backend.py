@@ -364,6 +364,7 @@ class ContainerWorker:
         self.backend = backend.name
         self.limits = limits
         self.created_at = time.monotonic()
+        self._created_wall = time.time()
         self.protections: dict[str, bool] = {}
         self._owner = backend
         self._api = backend.api()
@@ -495,6 +496,8 @@ class ContainerWorker:
                 if ex.failure is not None:
                     self._kill()
                 exit_info, engine_error = self._exit_info(grace_s=2.0)
+                if ex.result is None and ex.failure is None and exit_info.signal == 9 and not exit_info.oom_killed:
+                    exit_info.oom_killed = self._oom_event_seen()
                 if engine_error and ex.failure is None:
                     ex.failure = (
                         ErrorType.SANDBOX_UNAVAILABLE,
@@ -539,6 +542,29 @@ class ContainerWorker:
         code = int(state.get("ExitCode") or 0)
         sig = code - 128 if 128 < code < 160 else None
         return ExitInfo(exit_code=code, signal=sig, oom_killed=bool(state.get("OOMKilled"))), None
+
+    def _oom_event_seen(self, wait_s: float = 1.5) -> bool:
+        """Killed without a result and not by us: was it the cgroup's OOM killer?
+
+        The engine records State.OOMKilled only when the OOM event beats the exit event, which under gVisor
+        it often does not; the ``oom`` event itself still arrives, so look for it in the engine's event log.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                events = self._api.events(
+                    since=int(self._created_wall) - 2,
+                    until=f"{time.time():.6f}",
+                    filters={"container": self.id, "event": "oom"},
+                    decode=True,
+                )
+                if any(e.get("status") == "oom" or e.get("Action") == "oom" for e in events):
+                    return True
+            except _engine_errors():
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
     def destroy(self) -> None:
         if self._destroyed:
