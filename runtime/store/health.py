@@ -36,6 +36,7 @@ EXTRINSIC_ERROR_TYPES: frozenset[str] = frozenset(
         "sandbox_unavailable",
         "network_error",
         "connection_error",
+        "provider",
         "rate_limit",
         "rate_limited",
         "provider_error",
@@ -113,7 +114,11 @@ def apply_success(artifact: MethodArtifact, now: datetime) -> MethodArtifact:
     )
 
 
-def apply_failure(artifact: MethodArtifact, failure_class: FailureClass, reason: str, now: datetime) -> MethodArtifact:
+def apply_failure(
+    artifact: MethodArtifact, failure_class: FailureClass | str, reason: str, now: datetime
+) -> MethodArtifact:
+    """``failure_class`` may be any str enum or string with the values intrinsic/extrinsic/adaptive."""
+    failure_class = FailureClass(str(failure_class))
     update: dict[str, object] = {
         "failure_count": artifact.failure_count + 1,
         "last_failure_reason": _clip(reason),

@@ -556,13 +556,17 @@ class ToolStore:
         self,
         role: str,
         method_name: str,
-        failure_class: FailureClass,
+        failure_class: FailureClass | str,
         reason: str,
         *,
         generation: int | None = None,
     ) -> MethodArtifact | None:
-        """A persisted artifact failed. Only INTRINSIC failures move its health toward repair/regeneration."""
+        """A persisted artifact failed. Only INTRINSIC failures move its health toward repair/regeneration.
+
+        ``failure_class``: a FailureClass, or any string (enum) with one of its values; else ValueError.
+        """
         now = self._clock()
+        failure_class = FailureClass(str(failure_class))
         intrinsic = failure_class is FailureClass.INTRINSIC
         return self._update_generation(
             role,

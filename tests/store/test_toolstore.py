@@ -299,3 +299,18 @@ def test_text_that_is_not_valid_unicode_is_refused_or_cleaned(store: ToolStore) 
     assert art is not None and art.last_failure_reason == "bad ? byte"
     store.record_pattern("assistant", "ask", ["http_fetch"], ok=False, error_type="weird\udc80")
     assert store.patterns.events("assistant")[0].error_type == "weird?"
+
+
+def test_failure_class_from_another_enum_or_string_is_accepted(store: ToolStore) -> None:
+    from enum import StrEnum
+
+    class OtherFailureClass(StrEnum):  # e.g. the lifecycle's own enum with the same values
+        INTRINSIC = "intrinsic"
+
+    store.record_regeneration(candidate())
+    art = store.record_failure("web_fetcher", "fetch_url", OtherFailureClass.INTRINSIC, "x")
+    assert art is not None and art.intrinsic_failure_count == 1 and art.adaptive_failure_count == 0
+    art = store.record_failure("web_fetcher", "fetch_url", "extrinsic", "y")
+    assert art is not None and art.extrinsic_failure_count == 1
+    with pytest.raises(ValueError):
+        store.record_failure("web_fetcher", "fetch_url", "cosmic", "z")
