@@ -54,8 +54,9 @@ class AnthropicProvider:
         self.max_tokens = max_tokens
         self.timeout_s = timeout_s
         self.temperature = temperature
+        self._client: anthropic.Anthropic | None = client
+        self._client_error: str | None = None
         if client is not None:
-            self._client = client
             return
         kwargs: dict[str, Any] = {"timeout": timeout_s, "max_retries": max_retries}
         if api_key is not None:
@@ -64,7 +65,10 @@ class AnthropicProvider:
             kwargs["base_url"] = base_url
         if http_client is not None:
             kwargs["http_client"] = http_client
-        self._client = anthropic.Anthropic(**kwargs)
+        try:
+            self._client = anthropic.Anthropic(**kwargs)
+        except (anthropic.AnthropicError, ValueError) as exc:  # e.g. a configured profile that is missing
+            self._client_error = _bounded(f"cannot configure the Anthropic client: {exc}")
 
     def generate(self, request: GenerationRequest) -> GeneratedProgram:
         prompt = render_prompt(request)
@@ -85,12 +89,21 @@ class AnthropicProvider:
         }
         if self.temperature is not None:
             params["temperature"] = self.temperature
+        if self._client is None:
+            raise ProviderError(self._client_error or "no Anthropic client", retriable=False, kind="credentials")
         try:
             message = self._client.messages.create(**params)
         except anthropic.APIError as exc:
             raise map_api_error(exc) from exc
-        except anthropic.AnthropicError as exc:  # no credentials, bad client configuration
+        except anthropic.AnthropicError as exc:  # bad client configuration
             raise ProviderError(_bounded(f"anthropic client error: {exc}"), retriable=False, kind="client") from exc
+        except TypeError as exc:
+            if "authentication" not in str(exc):
+                raise
+            # the SDK raises TypeError when it finds no credentials (no key, token or profile)
+            raise ProviderError(
+                "no Anthropic credentials: set ANTHROPIC_API_KEY", retriable=False, kind="credentials"
+            ) from exc
         return parse_message(message, default_model=self.model)
 
 

@@ -202,3 +202,26 @@ def test_model_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     api = FakeApi(httpx.Response(200, json=message([tool_use({"code": "return 1"})])))
     provider(api).generate(REQUEST)
     assert api.body()["model"] == "claude-from-env"
+
+
+def test_missing_credentials_is_a_non_retriable_provider_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path / "none"))
+    api = FakeApi(httpx.Response(200, json=message([tool_use({"code": "return 1"})])))
+    p = AnthropicProvider(max_retries=0, http_client=httpx.Client(transport=httpx.MockTransport(api)))
+    with pytest.raises(ProviderError) as info:
+        p.generate(REQUEST)
+    assert (info.value.retriable, info.value.kind) == (False, "credentials")
+    assert api.requests == []
+
+
+def test_unloadable_credentials_profile_is_a_provider_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("ANTHROPIC_PROFILE", "missing")
+    p = AnthropicProvider(max_retries=0)
+    with pytest.raises(ProviderError) as info:
+        p.generate(REQUEST)
+    assert (info.value.retriable, info.value.kind) == (False, "credentials")
