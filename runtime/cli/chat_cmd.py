@@ -179,6 +179,9 @@ def _repl(session: Session) -> Session:
         except SessionError as exc:  # the model failed; the user message is kept, the chat goes on
             click.echo(f"error: {exc}", err=True)
             continue
+        except KeyboardInterrupt:  # the unfinished response is not persisted; the user message is
+            click.echo("\n(interrupted)", err=True)
+            continue
         _print_turn(result)
 
 

@@ -146,3 +146,21 @@ def test_chat_runs_group_tools_through_the_agent_and_sandbox(tmp_path: Path) -> 
     assert "assistant> Gone." in result.stdout
     log_lines = (tmp_path / "state" / "logs" / "calls.jsonl").read_text().splitlines()
     assert [json.loads(line)["method"] for line in log_lines] == ["search", "trash"]
+
+
+def test_ctrl_c_during_a_turn_returns_to_the_prompt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime.sessions import Session
+
+    real_send = Session.send
+    calls: list[str] = []
+
+    def flaky_send(self: Session, text: str) -> Any:
+        calls.append(text)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real_send(self, text)
+
+    monkeypatch.setattr(Session, "send", flaky_send)
+    result = _chat(tmp_path, ["second try works"], "first\nsecond\n")
+    assert result.exit_code == 0, result.output
+    assert "(interrupted)" in result.stderr and "assistant> second try works" in result.stdout
