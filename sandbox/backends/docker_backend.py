@@ -423,7 +423,9 @@ class ContainerWorker:
         except _engine_errors() as exc:
             raise backend.engine_down(exc) from exc
         cid = str(created["Id"])
-        backend.track(cid)
+        if not backend.track(cid):  # closed meanwhile (pool shutting down, interpreter exiting)
+            _remove(self._api, cid)
+            raise SandboxUnavailable(f"the {backend.name} backend is closed", retriable=False)
         return cid
 
     def _start(self, config: SandboxConfig, limits: Limits) -> None:
@@ -431,6 +433,8 @@ class ContainerWorker:
 
         owner = self._owner
         try:
+            # Attach strictly before start: nothing can be lost, and the HTTP layer cannot have buffered any
+            # stream bytes past the upgrade response (AttachIO reads the raw socket from here on).
             raw = self._api.attach_socket(self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             self._io = AttachIO(raw)
             self._api.start(self.id)
@@ -674,9 +678,13 @@ class DockerBackend:
 
     # -- containers --
 
-    def track(self, cid: str) -> None:
+    def track(self, cid: str) -> bool:
+        """Remember a created container until it is removed; False when the backend is already closed."""
         with self._lock:
+            if self._closed:
+                return False
             self._live.add(cid)
+            return True
 
     def remove(self, cid: str) -> None:
         """Queue a container for removal (forced, so it also kills); close() waits for it."""
