@@ -8,6 +8,7 @@ sorted by relative path, apply one after another, and layers apply in the order 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import importlib.resources
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ MAX_POLICY_FILE_BYTES = 4 * 1024 * 1024
 MAX_YAML_NODES = 200_000
 MAX_YAML_DEPTH = 64
 MAX_LAYER_DEPTH = 8
+_COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -169,6 +171,8 @@ def _convert(
     if len(path) > MAX_YAML_DEPTH or id(node) in active:
         raise ConfigError(f"{name}:{line}: YAML nested too deeply or refers to itself")
     inner = active | {id(node)}
+    if isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.tag not in _COLLECTION_TAGS:
+        raise ConfigError(f"{name}:{line}: unsupported YAML tag {node.tag!r}")
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)
         out: dict[str, Any] = {}
@@ -225,7 +229,10 @@ def _validation_error(
 ) -> ConfigError:
     errors = exc.errors()
     first = errors[0]
-    path = (*base, *_data_path(data, first["loc"]))
+    loc = list(first["loc"])
+    if first["type"] == "union_tag_invalid":
+        loc.append("kind")  # point at the bad `kind:` line rather than the matcher's first line
+    path = (*base, *_data_path(data, loc))
     where = _display(path)
     message = first["msg"]
     if first["type"] == "union_tag_invalid":
@@ -326,7 +333,11 @@ class _Builder:
     def _existing(self, file: _File, rule_id: str, path: YamlPath, action: str) -> _RuleState:
         state = self.rules.get(rule_id)
         if state is None:
-            raise ConfigError(f"{file.name}:{_line_of(file.lines, path)}: cannot {action} unknown rule {rule_id!r}")
+            close = difflib.get_close_matches(rule_id, list(self.rules), n=1)
+            raise ConfigError(
+                f"{file.name}:{_line_of(file.lines, path)}: cannot {action} unknown rule {rule_id!r}",
+                hint=f"did you mean {close[0]!r}?" if close else None,
+            )
         return state
 
     def build(self) -> Policy:

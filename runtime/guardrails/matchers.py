@@ -360,10 +360,7 @@ def compile_matcher(spec: BaseModel) -> Matcher:
             options = plugin.options.model_validate(spec.options)
         except ValidationError as exc:
             error = exc.errors()[0]
-            loc = tuple(error["loc"])
-            where = ".".join(str(part) for part in loc)
-            message = f"options.{where}: {error['msg']}" if where else error["msg"]
-            raise MatcherError(message, ("options", *loc)) from None
+            raise MatcherError(error["msg"], ("options", *error["loc"])) from None
         return PluginMatcher(plugin, options)
     return _DECLARATIVE[type(spec)](spec)
 

@@ -132,9 +132,10 @@ def _join(bases: tuple[str, ...], attr: str) -> tuple[str, ...]:
 
 
 def _child_fields(cls: type[ast.AST]) -> tuple[str, ...]:
+    """The fields of `cls` that can hold child nodes, last first (see `Program._walk`)."""
     fields = _FIELDS.get(cls)
     if fields is None:
-        fields = _FIELDS[cls] = tuple(f for f in cls._fields if f not in _SKIP_FIELDS)
+        fields = _FIELDS[cls] = tuple(f for f in reversed(cls._fields) if f not in _SKIP_FIELDS)
     return fields
 
 
@@ -303,6 +304,7 @@ class Program:
     # ----------------------------------------------------------------------------------- the walk
 
     def _walk(self) -> None:
+        """Pre-order, iterative, in source order: index nodes, bind names, record facts."""
         nodes, parents, handlers, limit = self._nodes, self._parents, _HANDLERS, self.max_depth
         stack: list[tuple[ast.AST, int]] = [(self.tree, 0)]
         while stack:
@@ -318,10 +320,10 @@ class Program:
             if depth > limit and self.too_deep is None:
                 self.too_deep = node
             depth += 1
-            for name in _child_fields(cls):
+            for name in _child_fields(cls):  # reversed, so nodes pop in source order
                 value = getattr(node, name, None)
                 if isinstance(value, list):
-                    for item in value:
+                    for item in reversed(value):
                         if isinstance(item, ast.AST):
                             parents[item] = node
                             stack.append((item, depth))
