@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 import click
 
-from runtime.errors import SandforgeError
+from runtime.cli.common import SandforgeGroup
 
 
-class _Group(click.Group):
-    """Turns a SandforgeError raised by any command into one `error:` line and its exit code."""
-
-    def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except SandforgeError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=SandforgeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 def main(verbose: int) -> None:
     """sandforge: run LLM-generated tools in disposable sandboxes, validated first, committed on success."""

@@ -89,6 +89,9 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None) -> None:
                 click.echo(f"    fix: {v['required_correction']}", err=True)
     if outcome.stderr:
         click.echo(outcome.stderr, err=True, nl=not outcome.stderr.endswith("\n"))
+    if not outcome.backend:
+        click.echo("[not executed: rejected before anything ran]", err=True)
+        return
     usage = outcome.usage
     click.echo(
         f"[{outcome.backend or '-'} {outcome.duration_s * 1000:.1f} ms, cpu {usage.cpu_time_s * 1000:.1f} ms, "

@@ -12,7 +12,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import click
 
-from runtime.errors import SandforgeError
+from runtime.cli.common import SandforgeGroup
 from runtime.store import (
     MethodArtifact,
     ToolNotFoundError,
@@ -75,18 +75,7 @@ def _failures(a: MethodArtifact) -> str:
     return f"{a.failure_count} ({a.intrinsic_failure_count}/{a.extrinsic_failure_count}/{a.adaptive_failure_count})"
 
 
-class _ToolsGroup(click.Group):
-    """Same contract as the root group (one ``error:`` line, typed exit code), also when used on its own."""
-
-    def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except SandforgeError as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(exc.exit_code)
-
-
-@click.group("tools", cls=_ToolsGroup)
+@click.group("tools", cls=SandforgeGroup)
 @click.option(
     "--store",
     "state_dir",

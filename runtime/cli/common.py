@@ -1,0 +1,18 @@
+"""What every command group shares: a SandforgeError becomes one `error:` line and its typed exit code."""
+
+from __future__ import annotations
+
+import click
+
+from runtime.errors import SandforgeError
+
+
+class SandforgeGroup(click.Group):
+    """A click group that turns SandforgeError into one line on stderr, also when used on its own."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except SandforgeError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
