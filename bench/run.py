@@ -59,6 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=None, help="throughput threads (default 2 x nproc)")
     p.add_argument("--workloads", default=None, help="comma list of workloads (default all)")
     p.add_argument("--no-throughput", action="store_true")
+    p.add_argument("--write-docs", action="store_true", help="put this run's tables into docs/benchmarks.md")
     return p.parse_args(argv)
 
 
@@ -246,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the plot is a convenience; the numbers are in the JSON
         log(f"plot failed: {type(exc).__name__}: {exc}")
     print(render(run, targets))
+    if args.write_docs:
+        report.write_docs(REPO / "docs" / "benchmarks.md", run, targets)
     log(f"results: {json_path}  plot: {plot_path}  ({run['meta']['bench_seconds']} s)")
     return 0
 

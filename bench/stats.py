@@ -73,6 +73,7 @@ class Throughput:
     wall_s: float = 0.0
     concurrency: int = 1
     error_samples: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def per_s(self) -> float:
@@ -86,4 +87,5 @@ class Throughput:
             "wall_s": round(self.wall_s, 3),
             "concurrency": self.concurrency,
             "error_samples": self.error_samples,
+            **self.extra,
         }

@@ -158,6 +158,8 @@ class Ours(Subject):
                 tp = loops.throughput(self.run_one, program, seconds=seconds, concurrency=concurrency)
             finally:
                 self._sandbox = saved
+            stats = sb.pool().stats
+            tp.extra = {"warm_hits": stats["warm_hits"], "cold_starts": stats["cold_starts"], "pool_size": size}
         return tp
 
     def close(self) -> None:
