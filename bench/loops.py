@@ -50,13 +50,28 @@ def latency(
     budget_s: float,
     before: Callable[[], None] | None = None,
     min_n: int = 3,
+    warmup: int = 1,
 ) -> Series:
     """``n`` sequential executions, cycling through ``programs`` (each once at least when n >= len).
 
     Stops early when ``budget_s`` is spent (after ``min_n`` samples); ``extra.truncated`` then says so.
     ``before`` runs untimed before each execution (e.g. waiting until the warm pool is full again).
+    ``warmup`` executions run first, untimed and unchecked, for every subject alike: they pay what a process
+    pays once (connecting to the engine, lazy imports, the image entering the page cache), never per call.
     """
+    for i in range(warmup):
+        if before is not None:
+            before()
+        try:
+            run_one(programs[i % len(programs)])
+        except Exception as exc:
+            series_error = f"warm-up failed: {type(exc).__name__}: {exc}"
+            break
+    else:
+        series_error = None
     series = Series()
+    if series_error:
+        series.extra["warmup_error"] = series_error[:300]
     started = time.monotonic()
     for i in range(n):
         if i >= min_n and time.monotonic() - started > budget_s:

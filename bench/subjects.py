@@ -137,10 +137,18 @@ class Ours(Subject):
         sb = self.sandbox()
         before = self.refill if self.warm else None
         self.refill()
+        warmup_error = None
+        try:  # once per cell, untimed (as in loops.latency): connecting to the engine is not a per-call cost
+            self.run_one(programs[0], validate=validate)
+        except Exception as exc:
+            warmup_error = f"warm-up failed: {type(exc).__name__}: {exc}"[:300]
+        self.refill()
         pool = sb.pool()
         hits0, cold0 = pool.stats["warm_hits"], pool.stats["cold_starts"]
         series = loops.latency(lambda p: self.run_one(p, validate=validate), programs, n=n, budget_s=budget_s,
-                               before=before)  # fmt: skip
+                               before=before, warmup=0)  # fmt: skip
+        if warmup_error:
+            series.extra["warmup_error"] = warmup_error
         series.extra["warm_hits"] = pool.stats["warm_hits"] - hits0
         series.extra["cold_starts"] = pool.stats["cold_starts"] - cold0
         return series
