@@ -28,6 +28,9 @@ from runtime.store.models import (
     ProgramSource,
 )
 
+# The one failure classification of sandforge: the lifecycle's lanes (``runtime.agent.failures``
+# re-exports these) and artifact health both use it, so a call's lane and its artifact's health agree.
+
 #: Error types (the sandbox's ``ErrorType`` values and common ``Outcome.error`` types) that are the
 #: world's fault, not the code's: retrying later may work.
 EXTRINSIC_ERROR_TYPES: frozenset[str] = frozenset(
