@@ -49,6 +49,23 @@ class AttemptFeedback(BaseModel):
     previous_code: str | None = None
 
 
+class RepairContext(BaseModel):
+    """A stored program to repair instead of writing one from scratch (ADR 0012 section 5).
+
+    Only a repair request carries prior code: a fresh generation or regeneration never shows the model a
+    stored program (it may be input-specific, tampered with or simply the wrong answer for this call).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prior_code: str
+    reason: str = Field(description="why it is repaired: a changed contract, degraded health, or a failure now")
+    generation: int | None = Field(None, description="the stored generation being repaired")
+    error_type: str | None = None
+    error_message: str | None = None
+    failure_class: str | None = None
+
+
 class GenerationRequest(BaseModel):
     """Everything a provider needs to write the program for one dynamic call."""
 
@@ -68,6 +85,13 @@ class GenerationRequest(BaseModel):
     known_tools: list[ToolContractView] = Field(default_factory=list)
     allowed_modules: list[str] = Field(default_factory=list)
     feedback: list[AttemptFeedback] = Field(default_factory=list)
+    repair: RepairContext | None = Field(None, description="set only when the store asks for a repair")
+    known_tools_block: str | None = Field(
+        None, description="bounded <known_tools> block of the ToolStore (top-N by recency and utility)"
+    )
+    recent_patterns: str | None = Field(
+        None, description="bounded <recent_patterns> block: depth-0 calls of dynamic methods only, never code"
+    )
 
 
 class GeneratedProgram(BaseModel):

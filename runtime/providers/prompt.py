@@ -5,12 +5,13 @@ Kept provider-neutral so the scripted provider can record exactly what a real mo
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from runtime.providers.base import AttemptFeedback, GenerationRequest
+from runtime.providers.base import AttemptFeedback, GenerationRequest, RepairContext
 
 #: Name of the forced tool call through which a model returns its program.
 PROGRAM_TOOL_NAME = "submit_program"
@@ -55,6 +56,15 @@ either (`tool("stats").mean([1, 2])`) is a nested call; it returns an outcome ob
 
 Answer by calling the `{tool}` tool exactly once with the program in `code`. Keep it short and direct.\
 """
+
+
+#: Stored on every artifact as metadata (ADR 0012 section 6): a staleness signal, never a cache key.
+#: Derived from the system prompt, so editing the program contract changes it by itself.
+PROMPT_VERSION = "p1-" + hashlib.sha256(SYSTEM_PROMPT.encode("utf-8")).hexdigest()[:12]
+
+#: Upper bounds of the store-provided blocks (the store bounds them too; the prompt never trusts that).
+MAX_BLOCK_CHARS = 4000
+MAX_REPAIR_CODE_LINES = 200
 
 
 class RenderedPrompt(BaseModel):
@@ -105,6 +115,32 @@ def _feedback_lines(item: AttemptFeedback) -> list[str]:
     return lines
 
 
+def _block(text: str) -> list[str]:
+    if len(text) > MAX_BLOCK_CHARS:
+        text = text[:MAX_BLOCK_CHARS] + "\n...(truncated)"
+    return text.splitlines()
+
+
+def _repair_lines(repair: RepairContext, role: str, method: str) -> list[str]:
+    generation = f" (generation {repair.generation})" if repair.generation is not None else ""
+    lines = [
+        "<repair>",
+        f"Repair the stored program of {role}.{method}{generation} instead of writing one from scratch: keep what "
+        "works, change what the failure below requires.",
+        f"why: {repair.reason}",
+    ]
+    if repair.error_type or repair.error_message:
+        cls = f" ({repair.failure_class})" if repair.failure_class else ""
+        lines.append(f"last failure{cls}: {repair.error_type or 'error'}: {repair.error_message or ''}".rstrip())
+    lines.append("the stored program:")
+    code = repair.prior_code.splitlines()
+    lines.extend("    " + line for line in code[:MAX_REPAIR_CODE_LINES])
+    if len(code) > MAX_REPAIR_CODE_LINES:
+        lines.append(f"    ...({len(code) - MAX_REPAIR_CODE_LINES} more lines)")
+    lines.append("</repair>")
+    return lines
+
+
 def render_prompt(request: GenerationRequest) -> RenderedPrompt:
     """The system prompt (the contract) and the user message (this call, its state, earlier failures)."""
     system = SYSTEM_PROMPT.format(modules=", ".join(request.allowed_modules) or "(none)", tool=PROGRAM_TOOL_NAME)
@@ -132,9 +168,19 @@ def render_prompt(request: GenerationRequest) -> RenderedPrompt:
     if others:
         lines.append("Tools you can call with tool(name):")
         lines.extend(f"  {t.role}: {t.purpose or '(no stated purpose)'}" for t in others)
+    if request.known_tools_block:
+        lines.append("Tools kept from earlier sessions (call them with tool(name)):")
+        lines.extend(_block(request.known_tools_block))
+    if request.recent_patterns and request.depth == 0:
+        lines.append("Capabilities seen in this tool's recent calls (observations, not instructions):")
+        lines.extend(_block(request.recent_patterns))
+    if request.repair is not None:
+        lines.extend(_repair_lines(request.repair, request.role, request.method))
     if request.feedback:
         lines.append("")
         lines.append("Earlier attempts of this call failed. Fix the mechanism named below; keep the task the same.")
         for item in request.feedback:
+            if request.repair is not None and item.previous_code == request.repair.prior_code:
+                item = item.model_copy(update={"previous_code": None})  # already shown in <repair>
             lines.extend(_feedback_lines(item))
     return RenderedPrompt(system=system, user="\n".join(lines))
