@@ -23,6 +23,7 @@ from runtime.agent.source import ProgramStore
 from runtime.agent.workspace import LogSpec, Workspace
 from runtime.guardrails import Policy
 from runtime.providers.base import Provider
+from runtime.store import ToolStore
 from sandbox import Limits, Sandbox, SandboxConfig
 from sandbox.config import BackendName
 
@@ -54,7 +55,7 @@ class Agent:
         *,
         provider: Provider | None = None,
         sandbox: Sandbox | SandboxConfig | BackendName | None = None,
-        store: ProgramStore | None = None,
+        store: ProgramStore | ToolStore | None = None,
         log: LogSpec = None,
         policy: Policy | None = None,
         context: dict[str, JsonValue] | None = None,

@@ -2,8 +2,9 @@
 
 A record carries the call's identity, the program that ran and where it came from, the outcome, every
 ADR 0016 lifecycle field (sections 6 and 7: attempt stage, lane counters, exhaustion flags,
-``latest_failure_*``, ``attempt_failures[]``), the validation verdict (capabilities, policy fingerprint)
-and what the sandbox measured. Every free-text field is bounded.
+``latest_failure_*``, ``attempt_failures[]``), the validation verdict (capabilities, policy fingerprint),
+what the sandbox measured and, when a ToolStore serves the workspace, what the store saw and did (ADR 0012
+section 10, ADR 0013, pattern-memory plan phase 4). Every free-text field is bounded.
 
 Records of nested calls are staged with the attempt of their parent and written only when that attempt
 commits; a rolled-back attempt keeps a summary of them in its ``attempt_failures`` entry instead.
@@ -170,6 +171,33 @@ class CallRecord(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     nested_calls: int = 0
     stdout: str | None = None
+    # ToolStore (ADR 0012 section 10): what the selector saw of the stored artifact. Defaults without a store.
+    artifact_hit: bool = Field(False, description="an intact, runtime-compatible artifact was found")
+    artifact_generation: int | None = None
+    artifact_prompt_version: str | None = None
+    artifact_contract_fingerprint: str | None = None
+    artifact_success_count: int | None = None
+    artifact_failure_count: int | None = None
+    artifact_intrinsic_failure_count: int | None = None
+    artifact_extrinsic_failure_count: int | None = None
+    artifact_cacheable: bool | None = None
+    artifact_cacheability_reason: str | None = None
+    artifact_input_sensitive: bool | None = None
+    selection_decision: str | None = Field(None, description="generate | execute_persisted | repair | regenerate")
+    selection_reason: str | None = None
+    repair_attempted: bool = Field(False, description="the provider was asked to repair a stored program")
+    repair_succeeded: bool = Field(False, description="the call succeeded with the repaired program")
+    # ADR 0013: the runtime's cacheability verdict on the program that ran (stored artifact or new code)
+    cacheable: bool | None = None
+    cacheability_reason: str | None = None
+    input_sensitive: bool | None = None
+    # pattern memory (plan phases 1 and 4)
+    capability_patterns: list[str] = Field(default_factory=list)
+    promotion_candidate_detected: bool = False
+    promotion_candidate_capabilities: list[str] = Field(default_factory=list)
+    store_actions: list[str] = Field(
+        default_factory=list, description="what the store recorded, e.g. record_success@2, record_failure:extrinsic@2"
+    )
 
     @staticmethod
     def code_fields(code: str | None) -> dict[str, Any]:
@@ -179,6 +207,16 @@ class CallRecord(BaseModel):
             "program_code": bounded(code, MAX_CODE_CHARS),
             "program_sha256": hashlib.sha256(code.encode("utf-8", "surrogateescape")).hexdigest(),
         }
+
+
+#: Fields a program store may fill in (``ProgramPlan.log_fields``, ``PromptExtras.log_fields`` and the
+#: record it returns); the lifecycle ignores any other key a store proposes.
+STORE_FIELDS: frozenset[str] = frozenset(
+    name
+    for name in CallRecord.model_fields
+    if name.startswith(("artifact_", "selection_", "repair_", "promotion_"))
+    or name in {"cacheable", "cacheability_reason", "input_sensitive", "capability_patterns", "store_actions"}
+)
 
 
 def call_log_schema() -> dict[str, Any]:

@@ -28,10 +28,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
 from runtime.agent.calllog import (
     MAX_STDOUT_CHARS,
+    STORE_FIELDS,
     AttemptFailure,
     AttemptStage,
     CallRecord,
@@ -45,7 +46,7 @@ from runtime.agent.calllog import (
 )
 from runtime.agent.failures import EXECUTION_FAILURES, FailureClass, classify_failure
 from runtime.agent.outcome import Outcome
-from runtime.agent.source import ProgramCandidate
+from runtime.agent.source import ProgramCandidate, ProgramPlan, ProgramStore, PromptExtras
 from runtime.agent.state import ToolContract, Transaction
 from runtime.guardrails import ValidationResult, validate
 from runtime.providers.base import (
@@ -54,6 +55,7 @@ from runtime.providers.base import (
     GenerationRequest,
     InvalidProviderOutput,
     ProviderError,
+    RepairContext,
 )
 from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
 from sandbox.protocol import CallFrame
@@ -155,6 +157,10 @@ class CallRun:
     sandbox_seconds: float = 0.0
     nested_calls: int = 0
     discarded: list[NestedCallSummary] = field(default_factory=list)
+    plan: ProgramPlan | None = None
+    extras: PromptExtras | None = None
+    extras_asked: bool = False
+    repair_attempted: bool = False
 
     # --- the loop ----------------------------------------------------------------------------------
 
@@ -163,9 +169,9 @@ class CallRun:
         outcome = self._loop()
         record = self._record(outcome, started, time.monotonic() - clock)
         if self.parent_txn is not None:
-            self.parent_txn.stage_record(record, self.candidate)
+            self.parent_txn.stage_record(record, self.candidate, self.plan)
         else:
-            self.ws._emit_record(record, self.candidate)
+            self.ws._emit_record(record, self.candidate, self.plan)
         return outcome
 
     def _loop(self) -> Outcome:
@@ -239,18 +245,76 @@ class CallRun:
     # --- the seam ----------------------------------------------------------------------------------
 
     def _obtain_program(self, request: GenerationRequest) -> ProgramCandidate:
-        """The single place a program comes from: the store (first attempt only), else the provider."""
+        """The single place a program comes from: the store's plan (first attempt), else the provider.
+
+        First attempt: a persisted candidate runs as is; a repair plan asks the provider to repair the
+        prior code (``repaired``); otherwise generate. The attempt right after a failed persisted one
+        repairs it when the plan allows (``repair_on_failure``); any later attempt regenerates."""
         store = self.ws.store
         if store is not None and self.attempt == 1 and not self.feedback:
-            try:
-                found = store.lookup(request)
-            except Exception:
-                log.exception("program store lookup failed; generating instead")
-                found = None
-            if found is not None:
-                return found
+            self.plan = self._lookup(store, request)
+            if self.plan is not None and self.plan.candidate is not None:
+                return self.plan.candidate
+            if self.plan is not None and self.plan.repair is not None:
+                return self._generate(request, self.plan.repair)
+        elif (repair := self._repair_after_persisted_failure()) is not None:
+            return self._generate(request, repair)
+        return self._generate(request, None)
+
+    def _lookup(self, store: ProgramStore, request: GenerationRequest) -> ProgramPlan | None:
+        try:
+            found = store.lookup(request)
+        except Exception:
+            log.exception("program store lookup failed; generating instead")
+            return None
+        if found is None or isinstance(found, ProgramPlan):
+            return found
+        if isinstance(found, ProgramCandidate):
+            return ProgramPlan(candidate=found)
+        log.warning("program store lookup returned %s; generating instead", type(found).__name__)
+        return None
+
+    def _repair_after_persisted_failure(self) -> RepairContext | None:
+        plan = self.plan
+        if plan is None or plan.candidate is None or plan.repair_on_failure is None or self.attempt != 2:
+            return None
+        if not self.failures or self.failures[-1].program_source != "persisted":
+            return None
+        last = self.failures[-1]
+        return plan.repair_on_failure.model_copy(
+            update={"error_type": last.error_type or last.error_class, "error_message": last.error_message,
+                    "failure_class": last.failure_class}
+        )  # fmt: skip
+
+    def _prompt_extras(self, request: GenerationRequest) -> PromptExtras | None:
+        """The store's prompt blocks for this call, asked once (before its first provider request)."""
+        if not self.extras_asked:
+            self.extras_asked = True
+            if self.plan is not None and self.plan.prompt_extras is not None:
+                try:
+                    self.extras = self.plan.prompt_extras(request)
+                except Exception:
+                    log.exception("program store prompt extras failed; generating without them")
+        return self.extras
+
+    def _generate(self, request: GenerationRequest, repair: RepairContext | None) -> ProgramCandidate:
+        update: dict[str, Any] = {}
+        extras = self._prompt_extras(request)
+        if extras is not None:
+            update["known_tools_block"] = extras.known_tools_block
+            update["recent_patterns"] = extras.recent_patterns if self.depth == 0 else None
+        if request.contract is None and self.plan is not None and self.plan.contract is not None:
+            update["contract"] = self.plan.contract
+        if repair is not None:
+            update["repair"] = repair
+            self.repair_attempted = True
+        if update:
+            request = request.model_copy(update=update)
         self.provider_calls += 1
-        return ProgramCandidate.from_generated(self.ws.provider.generate(request))
+        candidate = ProgramCandidate.from_generated(self.ws.provider.generate(request))
+        if repair is not None:
+            candidate = candidate.model_copy(update={"source": "repaired"})
+        return candidate
 
     # --- lanes -------------------------------------------------------------------------------------
 
@@ -517,6 +581,22 @@ class CallRun:
             tool_role=self.role, method_name=self.method, metadata=meta,
         )  # fmt: skip
 
+    def _store_fields(self, outcome: Outcome) -> dict[str, Any]:
+        proposed: dict[str, Any] = {}
+        if self.plan is not None:
+            proposed.update(self.plan.log_fields)
+        if self.extras is not None:
+            proposed.update(self.extras.log_fields)
+        unknown = set(proposed) - STORE_FIELDS
+        if unknown:
+            log.warning("program store proposed unknown call-log fields %s; ignored", sorted(unknown))
+        fields = {k: v for k, v in proposed.items() if k in STORE_FIELDS}
+        fields["repair_attempted"] = self.repair_attempted
+        fields["repair_succeeded"] = (
+            outcome.status == "ok" and self.candidate is not None and self.candidate.source == "repaired"
+        )
+        return fields
+
     def _record(self, outcome: Outcome, started: Any, duration: float) -> CallRecord:
         last = self.failures[-1] if self.failures else None
         ex, vr, cand = self.execution, self.validation, self.candidate
@@ -526,7 +606,7 @@ class CallRun:
                 cpu_time_s=ex.usage.cpu_time_s, peak_memory_mb=ex.usage.peak_memory_mb, source=ex.usage.source,
                 sandbox_duration_s=ex.duration_s, total_sandbox_duration_s=round(self.sandbox_seconds, 6),
             )  # fmt: skip
-        return CallRecord(
+        fields: dict[str, Any] = dict(
             trace_id=self.trace_id,
             call_id=self.call_id,
             parent_call_id=self.parent_call_id,
@@ -576,6 +656,11 @@ class CallRun:
             nested_calls=self.nested_calls,
             stdout=bounded(ex.stdout, MAX_STDOUT_CHARS) if ex and ex.stdout else None,
         )
+        try:
+            return CallRecord(**fields, **self._store_fields(outcome))
+        except ValidationError:
+            log.exception("program store proposed invalid call-log fields; logging the call without them")
+            return CallRecord(**fields)
 
 
 def _violations(result: ValidationResult) -> list[dict[str, Any]]:

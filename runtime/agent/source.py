@@ -1,20 +1,44 @@
 """The program-source seam: the single place where a call's program comes from.
 
-Today every program is ``generated`` by the provider. A ToolStore plugs in as a :class:`ProgramStore`:
-``lookup`` may answer the first attempt of a call with a ``persisted`` (or ``repaired``) program, which then
-goes through exactly the same validate -> execute -> commit path, lanes and budgets as a generated one;
-``record`` sees every committed call record (with the candidate that produced it) to update artifact
-health or persist a new generation. Retries always regenerate with feedback.
+Without a store every program is ``generated`` by the provider. A store plugs in as a
+:class:`ProgramStore` (``runtime.agent.persistence.ToolStoreSource`` wraps a ``runtime.store.ToolStore``;
+``Workspace(store=ToolStore(...))`` does that by itself):
+
+- ``lookup(request)`` is asked on the first attempt of every call. It answers None (generate), a
+  :class:`ProgramCandidate` (run it), or a :class:`ProgramPlan`:
+
+  * ``plan.candidate``: a ``persisted`` program to run. It goes through exactly the same syntax check,
+    validation (the current policy), sandbox, lanes and commit as a generated one;
+  * ``plan.repair``: ask the provider to *repair* this prior code (``GenerationRequest.repair``: prior
+    code plus failure context); the program it returns is ``repaired``;
+  * neither: generate from scratch. The provider never sees stored code then.
+
+  A plan also carries the contract to use when the call has none (a tool known from an earlier session),
+  call-log fields (``log_fields``), ``prompt_extras`` (asked once, before the call's first provider
+  request: ``<known_tools>``, ``<recent_patterns>``) and ``repair_on_failure``: when the persisted program
+  fails and its lane retries, the retry is a repair of it with that failure as context (a failed repair
+  falls back to full regeneration on the next retry, within the same lane budgets).
+- ``record(candidate, record)`` sees every committed call record (top-level calls always, nested ones when
+  their parent's attempt commits) with the candidate of its last attempt; when the call had a plan with
+  ``on_record``, that is called instead (it knows the call's arguments and selection). Either may return
+  an updated record (only :data:`~runtime.agent.calllog.STORE_FIELDS` changed), which is what the call log
+  then gets.
+- optional ``register_tool(contract)``: contracts committed by ``delegate(...)`` or
+  ``Workspace.register_tool`` are handed to it.
+
+Store exceptions are logged and ignored: a broken store degrades to fresh generation.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.agent.calllog import CallRecord, ProgramSourceKind
-from runtime.providers.base import GeneratedProgram, GenerationRequest
+from runtime.providers.base import GeneratedProgram, GenerationRequest, RepairContext, ToolContractView
 
 
 class ProgramCandidate(BaseModel):
@@ -40,14 +64,46 @@ class ProgramCandidate(BaseModel):
         )
 
 
+class PromptExtras(BaseModel):
+    """What a store adds to the generation requests of one call, and the log fields that go with it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    known_tools_block: str | None = None
+    recent_patterns: str | None = None
+    log_fields: dict[str, Any] = Field(default_factory=dict)
+
+
+RecordHook = Callable[["ProgramCandidate | None", CallRecord], "CallRecord | None"]
+
+
+@dataclass(frozen=True)
+class ProgramPlan:
+    """A store's answer for one call (see the module docstring). ``candidate`` and ``repair`` exclude each other."""
+
+    candidate: ProgramCandidate | None = None
+    repair: RepairContext | None = None
+    #: If the persisted candidate fails and its lane retries: repair it (the lifecycle adds the failure).
+    repair_on_failure: RepairContext | None = None
+    #: The tool's contract when the call has none in this workspace (materialized from the store).
+    contract: ToolContractView | None = None
+    log_fields: Mapping[str, Any] = field(default_factory=dict)
+    prompt_extras: Callable[[GenerationRequest], PromptExtras] | None = None
+    on_record: RecordHook | None = None
+
+    def __post_init__(self) -> None:
+        if self.candidate is not None and self.repair is not None:
+            raise ValueError("a plan either runs a candidate or asks for a repair, not both")
+
+
 @runtime_checkable
 class ProgramStore(Protocol):
     """What the lifecycle needs from a tool store. Exceptions it raises are logged and ignored."""
 
-    def lookup(self, request: GenerationRequest) -> ProgramCandidate | None:
-        """A persisted program for this call's first attempt, or None to generate one."""
+    def lookup(self, request: GenerationRequest) -> ProgramCandidate | ProgramPlan | None:
+        """What to run for this call's first attempt: a plan, a persisted program, or None to generate."""
         ...
 
-    def record(self, candidate: ProgramCandidate | None, record: CallRecord) -> None:
-        """Called once per committed call record (top-level calls always; nested ones with their parent)."""
+    def record(self, candidate: ProgramCandidate | None, record: CallRecord) -> CallRecord | None:
+        """Called once per committed call record without a plan hook; may return an updated record."""
         ...

@@ -30,20 +30,31 @@ JsonDict = dict[str, Any]
 class StagedRecord:
     record: CallRecord
     candidate: Any = None  # the ProgramCandidate of the call, for the store hook
+    plan: Any = None  # the store's ProgramPlan for the call, if it gave one
 
 
 class State:
     """What is committed: each role's context and the tool registry. Guarded by one lock."""
 
-    def __init__(self, on_records: Callable[[list[StagedRecord]], None]) -> None:
+    def __init__(
+        self,
+        on_records: Callable[[list[StagedRecord]], None],
+        on_tools: Callable[[dict[str, ToolContract]], None] | None = None,
+    ) -> None:
         self.contexts: dict[str, JsonDict] = {}
         self.tools: dict[str, ToolContract] = {}
         self.lock = threading.RLock()
         self._on_records = on_records
+        self._on_tools = on_tools
 
     def emit(self, staged: list[StagedRecord]) -> None:
         if staged:
             self._on_records(staged)
+
+    def emit_tools(self, tools: dict[str, ToolContract]) -> None:
+        """Contracts a top-level attempt just committed (for the store's registry)."""
+        if tools and self._on_tools is not None:
+            self._on_tools(dict(tools))
 
 
 @dataclass
@@ -96,9 +107,9 @@ class Transaction:
         self._check_open()
         self.tools[contract.role] = contract
 
-    def stage_record(self, record: CallRecord, candidate: Any = None) -> None:
+    def stage_record(self, record: CallRecord, candidate: Any = None, plan: Any = None) -> None:
         self._check_open()
-        self.records.append(StagedRecord(record, candidate))
+        self.records.append(StagedRecord(record, candidate, plan))
 
     # --- end of the attempt ---
 
@@ -114,6 +125,7 @@ class Transaction:
         with self.state.lock:
             self.state.contexts.update(self.contexts)
             self.state.tools.update(self.tools)
+        self.state.emit_tools(self.tools)
         self.state.emit(self.records)
 
     def rollback(self) -> list[NestedCallSummary]:

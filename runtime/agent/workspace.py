@@ -11,13 +11,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import JsonValue
 
 from runtime.agent.budgets import Budgets
-from runtime.agent.calllog import CallLog, CallRecord, default_log_path
+from runtime.agent.calllog import STORE_FIELDS, CallLog, CallRecord, default_log_path
 from runtime.agent.lifecycle import CallRun
 from runtime.agent.outcome import Outcome
-from runtime.agent.source import ProgramCandidate, ProgramStore
+from runtime.agent.persistence import ToolStoreSource
+from runtime.agent.source import ProgramCandidate, ProgramPlan, ProgramStore
 from runtime.agent.state import StagedRecord, State, ToolContract
 from runtime.guardrails import Policy, default_policy
 from runtime.providers.base import Provider
+from runtime.store import ToolStore
 from sandbox import Limits, Sandbox, SandboxConfig
 from sandbox.config import BackendName
 
@@ -42,7 +44,9 @@ class Workspace:
 
     ``sandbox`` may be a Sandbox (shared, not closed here), a SandboxConfig or a backend name (a Sandbox is
     created and closed by :meth:`close`). ``log`` is a CallLog, a path, None (the default log file, see
-    ``sandforge logs``) or False (keep records in memory only).
+    ``sandforge logs``) or False (keep records in memory only). ``store`` is a ``runtime.store.ToolStore``
+    (wrapped in :class:`~runtime.agent.persistence.ToolStoreSource`: artifacts, repair, pattern memory,
+    known tools; see docs/toolstore.md) or any :class:`ProgramStore`.
     """
 
     def __init__(
@@ -53,13 +57,13 @@ class Workspace:
         backend: BackendName | None = None,
         policy: Policy | None = None,
         log: LogSpec = None,
-        store: ProgramStore | None = None,
+        store: ProgramStore | ToolStore | None = None,
         limits: Limits | None = None,
         budgets: Budgets | None = None,
     ) -> None:
         self.provider = provider
         self.budgets = budgets or Budgets()
-        self.store = store
+        self.store: ProgramStore | None = ToolStoreSource(store) if isinstance(store, ToolStore) else store
         self.policy = policy if policy is not None else default_policy()
         self._owns_sandbox = sandbox is None or isinstance(sandbox, (str, SandboxConfig))
         if sandbox is None or isinstance(sandbox, str):
@@ -77,8 +81,13 @@ class Workspace:
             self.log = CallLog(None)
         else:
             self.log = CallLog(default_log_path() if log is None else Path(log))
-        self._state = State(self._commit_records)
+        self._state = State(self._commit_records, self._commit_tools)
         self._call_lock = threading.RLock()
+
+    @property
+    def tool_store(self) -> ToolStore | None:
+        """The ToolStore behind ``store``, when it is one."""
+        return self.store.store if isinstance(self.store, ToolStoreSource) else None
 
     @property
     def provider_name(self) -> str:
@@ -145,21 +154,42 @@ class Workspace:
                                 failure_policy=failure_policy)  # fmt: skip
         with self._state.lock:
             self._state.tools[role] = contract
+        self._commit_tools({role: contract})
         return contract
 
     # --- records ---
 
-    def _emit_record(self, record: CallRecord, candidate: ProgramCandidate | None) -> None:
-        self._commit_records([StagedRecord(record, candidate)])
+    def _emit_record(
+        self, record: CallRecord, candidate: ProgramCandidate | None, plan: ProgramPlan | None = None
+    ) -> None:
+        self._commit_records([StagedRecord(record, candidate, plan)])
 
     def _commit_records(self, staged: list[StagedRecord]) -> None:
+        """The store sees each committed record first (it may add its fields), then the log gets it."""
         for item in staged:
-            self.log.append(item.record)
+            record = item.record
             if self.store is not None:
+                plan = item.plan if isinstance(item.plan, ProgramPlan) else None
+                hook = plan.on_record if plan is not None and plan.on_record is not None else self.store.record
                 try:
-                    self.store.record(item.candidate, item.record)
+                    updated = hook(item.candidate, record)
                 except Exception:
-                    log.exception("program store failed to record call %s", item.record.call_id)
+                    log.exception("program store failed to record call %s", record.call_id)
+                else:
+                    if isinstance(updated, CallRecord) and updated is not record:
+                        record = record.model_copy(update={k: getattr(updated, k) for k in STORE_FIELDS})
+            self.log.append(record)
+
+    def _commit_tools(self, tools: dict[str, ToolContract]) -> None:
+        """Committed contracts go to the store's registry when it keeps one (``register_tool``)."""
+        register = getattr(self.store, "register_tool", None)
+        if register is None:
+            return
+        for contract in tools.values():
+            try:
+                register(contract)
+            except Exception:
+                log.exception("program store failed to register tool %r", contract.role)
 
     # --- lifetime ---
 

@@ -1,0 +1,314 @@
+"""ToolStoreSource: the ToolStore (``runtime.store``) as the lifecycle's program source.
+
+``Workspace(store=ToolStore(...))`` / ``Agent.for_role(..., store=ToolStore(...))`` wrap the store in this
+adapter. Per call (ADR 0012 sections 4 to 7 and 10, ADR 0013, the pattern-memory plan):
+
+- lookup by ``role + method_name`` only: ``ToolStore.select`` with the call's contract fingerprint (the
+  workspace's contract, else the one persisted for the role), the runtime version and the prompt version;
+- ``execute_persisted``: the stored code as a ``persisted`` candidate; the lifecycle validates it with the
+  CURRENT policy and runs it in the same sandbox as fresh code. If it fails and its lane retries, the retry
+  is a repair of it (unless the artifact's repair budget is spent);
+- ``repair``: the provider repairs the prior code, given why (changed contract, degraded health and the
+  last failure); the result is ``repaired``;
+- ``generate`` / ``regenerate`` (missing, corrupt, checksum mismatch, runtime-incompatible, dynamic method,
+  non-cacheable, unproven, unhealthy, repair budget spent): generation from scratch, no stored code shown;
+- prompts of generated or repaired calls get ``<known_tools>`` (top-N by recency and utility) and, at depth
+  0 for dynamic methods, ``<recent_patterns>`` with the promotion nudge (labels and counts, never code);
+- after the call (committed records only): persisted ok -> ``record_success``; persisted failure ->
+  ``record_failure`` with the shared classification (only intrinsic failures count toward repair and
+  regeneration; a non-retriable ``Outcome.error`` the program returned on purpose is the tool's answer, not
+  a defect: recorded as adaptive unless extrinsic); a new program that succeeded -> ``record_regeneration``
+  or ``record_repair`` with the runtime's cacheability verdict (``assess_cacheability``: dynamic methods and
+  input-baked code are stored but never reused); the guardrail capabilities of every generated or repaired
+  call -> ``record_pattern``;
+- contracts committed by ``delegate(...)`` -> ``register_tool``; ``tool("name")`` of a role known only
+  from the store gets its persisted contract.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.agent.calllog import CallRecord
+from runtime.agent.source import ProgramCandidate, ProgramPlan, PromptExtras
+from runtime.providers.base import GenerationRequest, RepairContext, ToolContractView
+from runtime.providers.prompt import PROMPT_VERSION
+from runtime.store import (
+    ArtifactCandidate,
+    Decision,
+    FailureClass,
+    ProgramSource,
+    Selection,
+    SelectionReason,
+    ToolContract,
+    ToolStore,
+    assess_cacheability,
+    classify_failure,
+    is_dynamic_method,
+)
+from sandbox import ErrorType
+
+log = logging.getLogger(__name__)
+
+#: Version of the program contract (docs/architecture.md) stored on artifacts. Artifacts written under
+#: another MAJOR.MINOR are not executed (selection ``runtime_incompatible``); bump it when programs written
+#: for the old contract may no longer run.
+RUNTIME_VERSION = "0.1.0"
+KNOWN_TOOLS_TOP_N = 10
+#: Error types of the lifecycle that mean the stored code was rejected by the current policy.
+GUARDRAIL_ERRORS = frozenset({"guardrail_violation", "guardrail_retry_exhausted"})
+_SANDBOX_ERRORS = frozenset(e.value for e in ErrorType)
+_CLASSES = frozenset(c.value for c in FailureClass)
+#: Selection fields copied into the call log (the rest of ``CallLogFields`` is known only after the call).
+_SELECTION_LOG_FIELDS = {
+    "artifact_hit", "artifact_generation", "artifact_prompt_version", "artifact_contract_fingerprint",
+    "artifact_success_count", "artifact_failure_count", "artifact_intrinsic_failure_count",
+    "artifact_extrinsic_failure_count", "artifact_cacheable", "artifact_cacheability_reason",
+    "artifact_input_sensitive", "selection_decision", "selection_reason",
+}  # fmt: skip
+
+
+def store_contract(view: ToolContractView) -> ToolContract:
+    return ToolContract(
+        role=view.role,
+        purpose=view.purpose,
+        deliverable=view.deliverable,
+        acceptance=view.acceptance,
+        failure_policy=view.failure_policy,
+    )
+
+
+def contract_view(contract: ToolContract) -> ToolContractView:
+    return ToolContractView(
+        role=contract.role,
+        purpose=contract.purpose,
+        deliverable=contract.deliverable,
+        acceptance=contract.acceptance,
+        failure_policy=contract.failure_policy,
+    )
+
+
+def artifact_failure_class(record: CallRecord) -> FailureClass:
+    """How a failed call of a persisted program counts against its artifact (only INTRINSIC demotes it)."""
+    if record.error_type in GUARDRAIL_ERRORS:
+        return FailureClass.INTRINSIC  # the current policy rejects the stored code: it cannot be used
+    deliberate = (
+        record.attempt_stage == "executed"
+        and not record.retriable
+        and record.error_type not in _SANDBOX_ERRORS
+        and not record.outcome_repair_retry_exhausted
+    )
+    if record.failure_class in _CLASSES:
+        cls = FailureClass(record.failure_class)
+    else:
+        cls = classify_failure(record.error_type)
+    if deliberate and cls is FailureClass.INTRINSIC:
+        return FailureClass.ADAPTIVE  # the program's own non-retriable Outcome.error: its answer, not a defect
+    return cls
+
+
+def _attempt_failure_class(failure_class: str | None) -> FailureClass:
+    """The class of a failed attempt; guardrail verdicts (recoverable/terminal) and syntax are the code's fault."""
+    return FailureClass(failure_class) if failure_class in _CLASSES else FailureClass.INTRINSIC
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What the adapter remembers of one call between lookup and record."""
+
+    request: GenerationRequest
+    selection: Selection
+    contract: ToolContractView | None
+
+    @property
+    def fingerprint(self) -> str | None:
+        return store_contract(self.contract).fingerprint() if self.contract is not None else None
+
+
+class ToolStoreSource:
+    """A :class:`~runtime.agent.source.ProgramStore` over a :class:`~runtime.store.ToolStore` (module docstring)."""
+
+    def __init__(
+        self,
+        store: ToolStore,
+        *,
+        runtime_version: str = RUNTIME_VERSION,
+        prompt_version: str = PROMPT_VERSION,
+        known_tools_top_n: int = KNOWN_TOOLS_TOP_N,
+    ) -> None:
+        self.store = store
+        self.runtime_version = runtime_version
+        self.prompt_version = prompt_version
+        self.known_tools_top_n = known_tools_top_n
+        #: calls answered with a persisted program (for benchmarks and tests)
+        self.served = 0
+
+    # --- before the call -------------------------------------------------------------------------------
+
+    def _persisted_contract(self, role: str) -> ToolContractView | None:
+        manifest = self.store.manifest(role)
+        if manifest is not None:
+            return contract_view(manifest.contract) if manifest.contract is not None else None
+        entry = self.store.get_tool(role)
+        return contract_view(entry.contract()) if entry is not None and entry.has_contract else None
+
+    def lookup(self, request: GenerationRequest) -> ProgramPlan:
+        role, method = request.role, request.method
+        persisted = self._persisted_contract(role) if request.contract is None else None
+        contract = request.contract or persisted
+        selection = self.store.select(
+            role,
+            method,
+            contract_fingerprint=store_contract(contract).fingerprint() if contract is not None else None,
+            runtime_version=self.runtime_version,
+            prompt_version=self.prompt_version,
+        )
+        call = _Call(request=request, selection=selection, contract=contract)
+        fields = selection.log_fields(program_source=ProgramSource.GENERATED).model_dump(
+            mode="json", include=_SELECTION_LOG_FIELDS
+        )
+        candidate = repair = on_failure = None
+        art = selection.artifact
+        if selection.decision is Decision.EXECUTE_PERSISTED and art is not None:
+            candidate = ProgramCandidate(
+                code=art.code,
+                source="persisted",
+                dependencies=list(art.dependencies),
+                provider="toolstore",
+                model=art.model,
+                artifact_ref=f"{role}.{method}@{art.generation}",
+            )
+            if art.repair_count_since_regen < self.store.policy.max_repairs_before_regen:
+                on_failure = RepairContext(
+                    prior_code=art.code, reason="the stored program failed on this call", generation=art.generation
+                )
+            self.served += 1
+        elif selection.decision is Decision.REPAIR and art is not None:
+            degraded = selection.reason is SelectionReason.DEGRADED
+            repair = RepairContext(
+                prior_code=art.code,
+                reason=f"{selection.reason.value}: {selection.detail}",
+                generation=art.generation,
+                error_message=art.last_failure_reason if degraded else None,
+                failure_class=art.last_failure_class.value if degraded and art.last_failure_class else None,
+            )
+        return ProgramPlan(
+            candidate=candidate,
+            repair=repair,
+            repair_on_failure=on_failure,
+            contract=persisted,
+            log_fields=fields,
+            prompt_extras=functools.partial(self._prompt_extras, call),
+            on_record=functools.partial(self._on_record, call),
+        )
+
+    def _prompt_extras(self, call: _Call, request: GenerationRequest) -> PromptExtras:
+        role, method, depth = request.role, request.method, request.depth
+        shown = [role, *(t.role for t in request.known_tools)]
+        known = self.store.known_tools_block(top_n=self.known_tools_top_n, exclude_roles=shown)
+        patterns: str | None = None
+        fields: dict[str, Any] = {}
+        if depth == 0 and is_dynamic_method(method, self.store.policy.dynamic_methods):
+            patterns = self.store.recent_patterns_block(role, method, depth=depth)
+            signal = self.store.promotion_signal(role, method)
+            fields = {
+                "promotion_candidate_detected": signal.detected,
+                "promotion_candidate_capabilities": list(signal.capabilities),
+            }
+        return PromptExtras(known_tools_block=known, recent_patterns=patterns, log_fields=fields)
+
+    # --- after the call --------------------------------------------------------------------------------
+
+    def record(self, candidate: ProgramCandidate | None, record: CallRecord) -> CallRecord | None:
+        """A call without a plan (its lookup failed): nothing is known about its artifact; not recorded."""
+        log.debug("call %s had no store plan; not recorded in the store", record.call_id)
+        return None
+
+    def register_tool(self, contract: ToolContractView) -> None:
+        """Persist a committed contract (``delegate(...)``), unless the store already has this one."""
+        wanted = store_contract(contract)
+        manifest = self.store.manifest(contract.role)
+        stored = manifest.contract if manifest is not None else None
+        if stored is not None and stored.fingerprint() == wanted.fingerprint():
+            return
+        self.store.register_tool(wanted)
+
+    def _on_record(self, call: _Call, candidate: ProgramCandidate | None, record: CallRecord) -> CallRecord:
+        role, method = record.role, record.method
+        store, selection = self.store, call.selection
+        actions: list[str] = []
+        update: dict[str, Any] = {}
+
+        persisted = selection.artifact if selection.decision is Decision.EXECUTE_PERSISTED else None
+        if persisted is not None:
+            gen = persisted.generation
+            if record.program_source == "persisted":  # the persisted program's outcome is the call's
+                if record.status == "ok":
+                    store.record_success(role, method, generation=gen)
+                    actions.append(f"record_success@{gen}")
+                else:
+                    cls = artifact_failure_class(record)
+                    reason = f"{record.error_type}: {record.error_message or ''}"
+                    store.record_failure(role, method, cls, reason, generation=gen)
+                    actions.append(f"record_failure:{cls.value}@{gen}")
+                update |= {
+                    "cacheable": persisted.cacheable,
+                    "cacheability_reason": persisted.cacheability_reason,
+                    "input_sensitive": persisted.input_sensitive,
+                }
+            else:  # it failed on an earlier attempt and was replaced by a repair or regeneration
+                failed = next((f for f in record.attempt_failures if f.program_source == "persisted"), None)
+                if failed is not None:
+                    cls = _attempt_failure_class(failed.failure_class)
+                    store.record_failure(
+                        role, method, cls, f"{failed.error_class}: {failed.error_message}", generation=gen
+                    )
+                    actions.append(f"record_failure:{cls.value}@{gen}")
+
+        if (
+            candidate is not None
+            and candidate.source in ("generated", "repaired")
+            and record.program_source == candidate.source
+        ):
+            labels = sorted({c.tag for c in record.capabilities})
+            if record.verdict is not None:  # validated: the guardrail engine extracted its capabilities
+                store.record_pattern(role, method, labels, ok=record.status == "ok", error_type=record.error_type)
+                actions.append("record_pattern")
+                update["capability_patterns"] = labels
+            if record.status == "ok":
+                verdict = assess_cacheability(
+                    method,
+                    candidate.code,
+                    call.request.args,
+                    call.request.kwargs,
+                    is_delegated_contract=call.contract is not None,
+                    dynamic_methods=store.policy.dynamic_methods,
+                )
+                new = ArtifactCandidate(
+                    role=role,
+                    method_name=method,
+                    code=candidate.code,
+                    runtime_version=self.runtime_version,
+                    cacheability=verdict,
+                    dependencies=list(candidate.dependencies),
+                    prompt_version=self.prompt_version,
+                    model=candidate.model,
+                    contract_fingerprint=call.fingerprint,
+                    capabilities=labels,
+                )
+                if candidate.source == "repaired":
+                    art = store.record_repair(new)
+                    actions.append(f"record_repair@{art.generation}")
+                else:
+                    art = store.record_regeneration(new)
+                    actions.append(f"record_regeneration@{art.generation}")
+                update |= {
+                    "cacheable": verdict.cacheable,
+                    "cacheability_reason": verdict.reason_text,
+                    "input_sensitive": verdict.input_sensitive,
+                }
+        update["store_actions"] = actions
+        return record.model_copy(update=update)
