@@ -241,6 +241,9 @@ def write_docs(path: Path, run: dict[str, Any], targets: list[Target]) -> None:
 # --- plot ------------------------------------------------------------------------------------------------
 
 
+KIND_COLORS = {"ours": "tab:green", "floor": "tab:gray", "peer": "tab:orange"}
+
+
 def plot(run: dict[str, Any], path: Path) -> None:
     """One panel per workload: the latency distribution of each subject (box + points, log scale)."""
     import matplotlib
@@ -261,16 +264,21 @@ def plot(run: dict[str, Any], path: Path) -> None:
         keys = [k for k, c in cells.items() if c.get("latencies_ms")]
         data = [cells[k]["latencies_ms"] for k in keys]
         labels = [run["subjects"][k]["label"] for k in keys]
-        ax.boxplot(data, vert=False, whis=(1, 99), showfliers=False, widths=0.6)
-        for i, values in enumerate(data, start=1):
-            ax.plot(values, [i] * len(values), "|", alpha=0.35, markersize=6)
+        colors = [KIND_COLORS.get(run["subjects"][k]["kind"], "grey") for k in keys]
+        boxes = ax.boxplot(data, vert=False, whis=(1, 99), showfliers=False, widths=0.6, patch_artist=True)
+        for patch, color in zip(boxes["boxes"], colors, strict=True):
+            patch.set_facecolor(color)
+            patch.set_alpha(0.45)
+        for i, (values, color) in enumerate(zip(data, colors, strict=True), start=1):
+            ax.plot(values, [i] * len(values), "|", color=color, alpha=0.6, markersize=6)
         ax.set_yticks(range(1, len(labels) + 1), labels, fontsize=7)
         ax.set_xscale("log")
         ax.set_title(title, fontsize=9, loc="left")
         ax.grid(True, axis="x", which="both", alpha=0.3)
     axes[-1, 0].set_xlabel("latency per execution, ms (log scale; box = p25-p75, whiskers = p1-p99)")
-    fig.suptitle(f"sandforge bench {run['meta']['started_at']} ({run['meta']['nproc']} cores)", fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(f"sandforge bench {run['meta']['started_at']} ({run['meta']['nproc']} cores): "
+                 "green = sandforge, grey = floors, orange = peers", fontsize=10)  # fmt: skip
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
