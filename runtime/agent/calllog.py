@@ -141,6 +141,7 @@ class CallRecord(BaseModel):
     error_message: str | None = None
     retriable: bool = False
     failure_class: str | None = None
+    tool_error: bool = Field(False, description="the error is the program's own Outcome.error, returned as its answer")
     # ADR 0016 section 6
     attempt_id: str
     attempts: int = Field(ge=0)

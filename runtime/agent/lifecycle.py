@@ -434,7 +434,7 @@ class CallRun:
             tool_type = str(ex.metadata.get("tool_error_type") or "tool_error")
             cls = classify_failure(tool_type)
             if not ex.retriable or cls is FailureClass.EXTRINSIC:
-                return self._error(tool_type, message, retriable=ex.retriable, failure_class=cls.value)
+                return self._error(tool_type, message, retriable=ex.retriable, failure_class=cls.value, tool_error=True)
             if self._retry("outcome", tool_type, tool_type, message, code=code, failure_class=cls.value):
                 return None
             self.lanes.outcome_exhausted = True
@@ -629,6 +629,7 @@ class CallRun:
             error_message=bounded(outcome.error_message),
             retriable=outcome.retriable,
             failure_class=outcome.metadata.get("failure_class"),
+            tool_error=bool(outcome.metadata.get("tool_error")),
             attempt_id=self._attempt_id(),
             attempts=self.attempt,
             attempt_stage=self.stage,

@@ -49,7 +49,6 @@ from runtime.store import (
     classify_failure,
     is_dynamic_method,
 )
-from sandbox import ErrorType
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,6 @@ RUNTIME_VERSION = "0.1.0"
 KNOWN_TOOLS_TOP_N = 10
 #: Error types of the lifecycle that mean the stored code was rejected by the current policy.
 GUARDRAIL_ERRORS = frozenset({"guardrail_violation", "guardrail_retry_exhausted"})
-_SANDBOX_ERRORS = frozenset(e.value for e in ErrorType)
 _CLASSES = frozenset(c.value for c in FailureClass)
 #: Selection fields copied into the call log (the rest of ``CallLogFields`` is known only after the call).
 _SELECTION_LOG_FIELDS = {
@@ -95,12 +93,7 @@ def artifact_failure_class(record: CallRecord) -> FailureClass:
     """How a failed call of a persisted program counts against its artifact (only INTRINSIC demotes it)."""
     if record.error_type in GUARDRAIL_ERRORS:
         return FailureClass.INTRINSIC  # the current policy rejects the stored code: it cannot be used
-    deliberate = (
-        record.attempt_stage == "executed"
-        and not record.retriable
-        and record.error_type not in _SANDBOX_ERRORS
-        and not record.outcome_repair_retry_exhausted
-    )
+    deliberate = record.tool_error and not record.retriable
     if record.failure_class in _CLASSES:
         cls = FailureClass(record.failure_class)
     else:
