@@ -280,7 +280,7 @@ class DefinitionMatcher(Matcher):
         if "class" in self.of:
             candidates += [(n.name, n) for n in program.nodes(ast.ClassDef)]
         if "assignment" in self.of:
-            candidates += [(n.id, n) for n in program.nodes(ast.Name) if isinstance(n.ctx, ast.Store)]
+            candidates += [(n.id, n) for n in program.stores]
         for name, node in candidates:
             if self.names.matches(name) and not self.exempt.matches(name):
                 yield Finding(node, {"name": name})

@@ -14,9 +14,10 @@ chain and call to *qualified names*:
 - literals resolve to their type: ``"".join`` is ``str.join``, ``().__class__`` is ``tuple.__class__``.
   Anything else resolves to ``<expr>``.
 
-Resolution is deliberately flow- and scope-insensitive: a name bound in several places resolves to the
-union of what it is bound to (capped at `MAX_QUALNAMES`), plus itself unless every binding is an import.
-That over-approximates, which is the safe direction for a guardrail.
+Names follow Python's scoping rules (function, class and comprehension scopes, ``global`` and
+``nonlocal``), but resolution is deliberately flow-insensitive: a name bound in several places of its scope
+resolves to the union of what it is bound to (capped at `MAX_QUALNAMES`), plus itself unless every binding
+is an import. That over-approximates, which is the safe direction for a guardrail.
 
 Besides attribute nodes, attribute *reads without an attribute node* are recorded as attribute facts:
 literal names given to ``getattr``/``setattr``/``delattr``/``hasattr``/``operator.attrgetter``/
@@ -50,8 +51,21 @@ ATTRIBUTE_NAME_FUNCTIONS = frozenset({"operator.attrgetter", "operator.methodcal
 IMPORT_FUNCTIONS = frozenset({"__import__", "importlib.import_module", "importlib.__import__"})
 #: Methods whose literal format string can read attributes through replacement fields.
 FORMAT_METHODS = frozenset({"format", "format_map", "vformat"})
+_SPECIAL_CALLEES = frozenset(ATTRIBUTE_FUNCTIONS) | ATTRIBUTE_NAME_FUNCTIONS | IMPORT_FUNCTIONS
 
-_SKIP_FIELDS = frozenset({"ctx", "op", "ops"})
+#: Fields that never hold child nodes: expression contexts, operators, and strings/ints/flags.
+_SKIP_FIELDS = frozenset(
+    {"ctx", "op", "ops", "id", "attr", "arg", "asname", "module", "level", "kind", "type_comment", "kwd_attrs"}
+    | {"rest", "conversion", "is_async", "simple"}
+)
+_SKIP_FIELDS_OF: Mapping[type[ast.AST], frozenset[str]] = {
+    **dict.fromkeys(
+        (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.alias, ast.ExceptHandler, ast.MatchAs, ast.MatchStar),
+        frozenset({"name"}),
+    ),
+    **dict.fromkeys((ast.Global, ast.Nonlocal), frozenset({"names"})),
+    **dict.fromkeys((ast.Constant, ast.MatchSingleton), frozenset({"value"})),
+}
 _FIELDS: dict[type[ast.AST], tuple[str, ...]] = {}
 _FORMATTER = string.Formatter()
 _LITERAL_TYPES: Mapping[type[ast.AST], str] = {
@@ -120,10 +134,20 @@ def _canonical(qualname: str) -> str:
 
 
 def _unique(names: list[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(_canonical(n) for n in names))[:MAX_QUALNAMES]
+    """Canonical and deduplicated, in order; over the cap, the shortest names are kept."""
+    if len(names) == 1:
+        return (_canonical(names[0]),)
+    out = tuple(dict.fromkeys(_canonical(n) for n in names))
+    return out if len(out) <= MAX_QUALNAMES else tuple(sorted(out, key=lambda q: (len(q), q))[:MAX_QUALNAMES])
 
 
 def _join(bases: tuple[str, ...], attr: str) -> tuple[str, ...]:
+    if len(bases) == 1:  # the common case, kept cheap
+        base = bases[0]
+        if base == "builtins":
+            return (attr,)
+        joined = f"{base}.{attr}"
+        return (joined,) if len(joined) <= MAX_QUALNAME_LENGTH else (f"{EXPR}.{attr}",)
     out = []
     for base in bases:
         joined = f"{base}.{attr}"
@@ -131,11 +155,25 @@ def _join(bases: tuple[str, ...], attr: str) -> tuple[str, ...]:
     return _unique(out)
 
 
+#: Expression types whose qualified names depend on other nodes; all others are fixed by their type.
+_DEPENDENT = frozenset(
+    {ast.Name, ast.Attribute, ast.Call, ast.IfExp, ast.BoolOp, ast.NamedExpr, ast.Starred, ast.Await}
+)
+
+
+def _static_qualnames(node: ast.AST) -> tuple[str, ...]:
+    if isinstance(node, ast.Constant):
+        return (type(node.value).__name__,)
+    literal = _LITERAL_TYPES.get(type(node))
+    return (literal,) if literal else (EXPR,)
+
+
 def _child_fields(cls: type[ast.AST]) -> tuple[str, ...]:
     """The fields of `cls` that can hold child nodes, last first (see `Program._walk`)."""
     fields = _FIELDS.get(cls)
     if fields is None:
-        fields = _FIELDS[cls] = tuple(f for f in reversed(cls._fields) if f not in _SKIP_FIELDS)
+        skip = _SKIP_FIELDS | _SKIP_FIELDS_OF.get(cls, frozenset())
+        fields = _FIELDS[cls] = tuple(f for f in reversed(cls._fields) if f not in skip)
     return fields
 
 
@@ -204,12 +242,26 @@ class Program:
         #: calls by the qualified name of the callee
         self.calls: dict[str, list[ast.Call]] = {}
         self._nodes: dict[type[ast.AST], list[ast.AST]] = {}
-        self._parents: dict[ast.AST, ast.AST] = {}
-        self._bindings: dict[str, list[Binding]] = {}
-        self._order: list[ast.expr] = []
+        self._parents: dict[ast.AST, ast.AST] | None = None  # built on first use, see `parent`
+        self._callees: set[ast.AST] = set()  # the `func` of every call
+        self._first_generators: set[ast.AST] = set()
+        #: assignment targets (``Name`` nodes in a store context), in walk order
+        self.stores: list[ast.Name] = []
+        self._bindings: dict[str, list[Binding]] = {}  # by binding key, see `binding_key`
+        self._raw: dict[tuple[int, str], list[Binding]] = {}  # by (scope, name), during the walk
+        self._declared: dict[tuple[int, str], str] = {}  # (scope, name) -> "global" | "nonlocal"
+        self._scope_parent: list[int] = [-1]  # scope 0 is the program itself
+        self._scope_kind: list[ScopeKind] = ["module"]
+        self._inner_scope: dict[ast.AST, int] = {}  # scope-opening node -> the scope it opens
+        self._name_scope: dict[ast.AST, int] = {}  # Name node -> the scope it appears in
+        self._keys: dict[tuple[int, str], str] = {}
+        self._scope = 0  # the scope of the node whose handler runs
+        self._order: list[ast.expr] = []  # names, attributes and calls, in pre-order
+        self._segments: list[int] = [0]  # where each statement's stretch of `_order` starts
         self._memo: dict[object, tuple[str, ...]] = {}
         self._lines: list[str] | None = None
         self._walk()
+        self._finish_bindings()
         self._resolve()
 
     # ----------------------------------------------------------------- queries used by matchers/plugins
@@ -229,12 +281,43 @@ class Program:
         return [node for cls in kinds for node in self._nodes.get(cls, ())]
 
     def parent(self, node: ast.AST) -> ast.AST | None:
+        """The parent of `node`. The map is built by one extra walk the first time a check asks."""
+        if self._parents is None:
+            parents: dict[ast.AST, ast.AST] = {}
+            stack: list[ast.AST] = [self.tree]
+            while stack:
+                current = stack.pop()
+                for child in self.children(current):
+                    parents[child] = current
+                    stack.append(child)
+            self._parents = parents
         return self._parents.get(node)
 
-    def bindings(self, name: str) -> list[Binding]:
-        return self._bindings.get(name, [])
+    def children(self, node: ast.AST) -> list[ast.AST]:
+        """The direct child nodes of `node` (a faster ``ast.iter_child_nodes``)."""
+        fields = _FIELDS.get(type(node))
+        if fields is None:
+            fields = _child_fields(type(node))
+        out: list[ast.AST] = []
+        for name in fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                out.extend(item for item in value if isinstance(item, ast.AST))
+            elif isinstance(value, ast.AST):
+                out.append(value)
+        return out
 
-    def bound_names(self) -> list[str]:
+    def binding_key(self, node: ast.Name) -> str:
+        """Which variable a name node refers to under Python's scoping rules: the bare name for the
+        program's own (top-level) variables, globals and builtins, ``"<scope>:<name>"`` for locals."""
+        return self._key(self._name_scope.get(node, 0), node.id)
+
+    def bindings(self, name: str | ast.Name) -> list[Binding]:
+        """How a variable gets its values: by name node, or by binding key (a bare name is top-level)."""
+        key = self.binding_key(name) if isinstance(name, ast.Name) else name
+        return self._bindings.get(key, [])
+
+    def binding_keys(self) -> list[str]:
         return list(self._bindings)
 
     def qualnames(self, node: ast.AST) -> tuple[str, ...]:
@@ -260,7 +343,7 @@ class Program:
         return memo[node]
 
     def name_qualnames(self, name: str) -> tuple[str, ...]:
-        """What a bare name resolves to."""
+        """What a top-level name resolves to."""
         found = self._memo.get(name)
         if found is None:
             found = self.qualnames(ast.Name(id=name, ctx=ast.Load()))
@@ -268,8 +351,7 @@ class Program:
 
     def is_called(self, node: ast.AST) -> bool:
         """Whether `node` is the callee of a call expression."""
-        parent = self._parents.get(node)
-        return isinstance(parent, ast.Call) and parent.func is node
+        return node in self._callees
 
     @property
     def lines(self) -> list[str]:
@@ -304,35 +386,96 @@ class Program:
     # ----------------------------------------------------------------------------------- the walk
 
     def _walk(self) -> None:
-        """Pre-order, iterative, in source order: index nodes, bind names, record facts."""
-        nodes, parents, handlers, limit = self._nodes, self._parents, _HANDLERS, self.max_depth
-        stack: list[tuple[ast.AST, int]] = [(self.tree, 0)]
+        """Pre-order, iterative, in source order: index nodes, bind names, record facts.
+
+        The hot loop of the engine: after `_SKIP_FIELDS`, a field holds a node, a list of nodes (with
+        ``None`` holes in ``Dict.keys`` and ``kw_defaults``) or ``None``."""
+        nodes, handlers, limit, order = self._nodes, _HANDLERS, self.max_depth, self._order
+        segments, name_scope, stores = self._segments, self._name_scope, self.stores
+        stack: list[tuple[ast.AST, int, int]] = [(self.tree, 0, 0)]
+        push, pop, references, statements, edges = stack.append, stack.pop, _REFERENCES, _STATEMENTS, _SCOPE_EDGES
+        scopes = _SCOPES
         while stack:
-            node, depth = stack.pop()
-            cls = type(node)
+            node, depth, scope = pop()
+            cls = node.__class__
             bucket = nodes.get(cls)
             if bucket is None:
-                bucket = nodes[cls] = []
-            bucket.append(node)
+                nodes[cls] = [node]
+            else:
+                bucket.append(node)
+            if cls in references:
+                if cls is not ast.Name:
+                    order.append(node)  # type: ignore[arg-type]
+                elif node.ctx.__class__ is not ast.Store:  # type: ignore[attr-defined]
+                    order.append(node)  # type: ignore[arg-type]
+                    name_scope[node] = scope
+                else:
+                    name_scope[node] = scope  # an assignment target: a binding, not a reference
+                    stores.append(node)  # type: ignore[arg-type]
+            elif cls in statements:
+                segments.append(len(order))
+            if cls in scopes:
+                self._open_scope(node, scope)
             handler = handlers.get(cls)
             if handler is not None:
+                self._scope = scope
                 handler(self, node)
             if depth > limit and self.too_deep is None:
                 self.too_deep = node
             depth += 1
-            for name in _child_fields(cls):  # reversed, so nodes pop in source order
+            fields = _FIELDS.get(cls)
+            if fields is None:
+                fields = _child_fields(cls)
+            if cls in edges:
+                self._push_scoped(node, fields, depth, scope, push)
+                continue
+            for name in fields:  # reversed, so nodes pop in source order
                 value = getattr(node, name, None)
-                if isinstance(value, list):
+                if value is None:
+                    continue
+                if value.__class__ is list:
                     for item in reversed(value):
-                        if isinstance(item, ast.AST):
-                            parents[item] = node
-                            stack.append((item, depth))
-                elif isinstance(value, ast.AST):
-                    parents[value] = node
-                    stack.append((value, depth))
+                        if item is not None:
+                            push((item, depth, scope))
+                else:
+                    push((value, depth, scope))
 
-    def _bind(self, name: str, binding: Binding) -> None:
-        bucket = self._bindings.setdefault(name, [])
+    def _push_scoped(
+        self, node: ast.AST, fields: tuple[str, ...], depth: int, scope: int, push: Callable[[Any], None]
+    ) -> None:
+        """`_walk`'s child loop for nodes whose fields are evaluated in different scopes."""
+        for name in fields:
+            value = getattr(node, name, None)
+            if value is None:
+                continue
+            inner = self._child_scope(node, name, scope)
+            if name == "generators" and value:
+                self._first_generators.add(value[0])
+            for item in reversed(value) if value.__class__ is list else (value,):
+                if item is not None:
+                    push((item, depth, inner))
+
+    def _open_scope(self, node: ast.AST, scope: int) -> None:
+        self._inner_scope[node] = len(self._scope_parent)
+        self._scope_parent.append(scope)
+        self._scope_kind.append(_SCOPES[type(node)][0])  # type: ignore[arg-type]
+
+    def _child_scope(self, node: ast.AST, field_name: str, scope: int) -> int:
+        """The scope a field of a scope-related node is evaluated in: a function's body and parameters in
+        its own scope, its decorators and defaults outside; a comprehension's first iterable outside."""
+        cls = type(node)
+        if cls is ast.arguments:
+            return self._scope_parent[scope] if field_name in ("defaults", "kw_defaults") else scope
+        if cls is ast.comprehension:
+            first = node in self._first_generators
+            return self._scope_parent[scope] if first and field_name == "iter" else scope
+        return self._inner_scope[node] if field_name in _SCOPES[cls][1] else scope
+
+    def _bind(self, name: str, binding: Binding, scope: int | None = None) -> None:
+        key = (self._scope if scope is None else scope, name)
+        bucket = self._raw.get(key)
+        if bucket is None:
+            bucket = self._raw[key] = []
         if len(bucket) < MAX_BINDINGS:
             bucket.append(binding)
         elif bucket[-1].kind != "opaque":
@@ -364,18 +507,18 @@ class Program:
         else:
             self._bind_target(target, None)
 
-    def _bind_arguments(self, args: ast.arguments) -> None:
+    def _bind_arguments(self, args: ast.arguments, scope: int) -> None:
         positional = [*args.posonlyargs, *args.args]
         defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
         pairs: list[tuple[ast.arg, ast.expr | None]] = list(zip(positional, defaults, strict=True))
         pairs += list(zip(args.kwonlyargs, args.kw_defaults, strict=True))
         for arg, default in pairs:
-            self._bind(arg.arg, Binding("opaque"))
+            self._bind(arg.arg, Binding("opaque"), scope)
             if default is not None:
-                self._bind(arg.arg, Binding("alias", value=default))
+                self._bind(arg.arg, Binding("alias", value=default), scope)
         for extra in (args.vararg, args.kwarg):
             if extra is not None:
-                self._bind(extra.arg, Binding("opaque"))
+                self._bind(extra.arg, Binding("opaque"), scope)
 
     def _attribute(self, name: str, node: ast.AST, via: str) -> None:
         self.attributes.setdefault(name, []).append(AttributeFact(name, node, via))
@@ -409,7 +552,10 @@ class Program:
         self._bind_target(node.target, None)
 
     def _on_named_expr(self, node: ast.NamedExpr) -> None:
-        self._bind_target(node.target, node.value)
+        scope = self._scope  # PEP 572: a walrus in a comprehension binds in the enclosing scope
+        while self._scope_kind[scope] == "comprehension":
+            scope = self._scope_parent[scope]
+        self._bind(node.target.id, Binding("alias", value=node.value), scope)
 
     def _on_for(self, node: ast.For | ast.AsyncFor | ast.comprehension) -> None:
         self._bind_loop(node.target, node.iter)
@@ -420,10 +566,15 @@ class Program:
 
     def _on_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self._bind(node.name, Binding("def", value=node))
-        self._bind_arguments(node.args)
+        self._bind_arguments(node.args, self._inner_scope[node])
 
     def _on_lambda(self, node: ast.Lambda) -> None:
-        self._bind_arguments(node.args)
+        self._bind_arguments(node.args, self._inner_scope[node])
+
+    def _on_declaration(self, node: ast.Global | ast.Nonlocal) -> None:
+        kind = "global" if isinstance(node, ast.Global) else "nonlocal"
+        for name in node.names:
+            self._declared[(self._scope, name)] = kind
 
     def _on_class(self, node: ast.ClassDef) -> None:
         self._bind(node.name, Binding("def", value=node))
@@ -446,19 +597,52 @@ class Program:
 
     def _on_attribute(self, node: ast.Attribute) -> None:
         self._attribute(node.attr, node, "attribute")
-        self._order.append(node)
-
-    def _on_reference(self, node: ast.Name | ast.Call) -> None:
-        self._order.append(node)
 
     # ----------------------------------------------------------------------------- resolution
+
+    def _key(self, scope: int, name: str) -> str:
+        """The binding key of `name` used or bound in `scope` (cached)."""
+        cached = self._keys.get((scope, name))
+        if cached is None:
+            cached = self._keys[(scope, name)] = self._lookup(scope, name)
+        return cached
+
+    def _lookup(self, scope: int, name: str) -> str:
+        declared = self._declared.get((scope, name))
+        if scope == 0 or declared == "global":
+            return name
+        if declared is None and (scope, name) in self._raw:
+            return f"{scope}:{name}"
+        outer = self._scope_parent[scope]
+        while outer > 0:  # enclosing functions and comprehensions; class bodies are not visible
+            if self._scope_kind[outer] != "class":
+                declared = self._declared.get((outer, name))
+                if declared == "global":
+                    return name
+                if declared is None and (outer, name) in self._raw:
+                    return f"{outer}:{name}"
+            outer = self._scope_parent[outer]
+        return name
+
+    def _node_key(self, node: ast.Name) -> str:
+        return self._key(self._name_scope.get(node, 0), node.id)
+
+    def _finish_bindings(self) -> None:
+        """Group the bindings found during the walk by binding key (``global``/``nonlocal`` applied)."""
+        bindings = self._bindings
+        for (scope, name), found in self._raw.items():
+            key = self._key(scope, name)
+            if key in bindings:
+                bindings[key] = (bindings[key] + found)[:MAX_BINDINGS]
+            else:
+                bindings[key] = found
 
     def _deps(self, key: object) -> list[object]:
         if isinstance(key, str):
             return [b.value for b in self._bindings.get(key, ()) if b.kind == "alias"]
         cls = type(key)
         if cls is ast.Name:
-            return [key.id]  # type: ignore[attr-defined]
+            return [self._node_key(key)]  # type: ignore[arg-type]
         if cls is ast.Attribute:
             return [key.value]  # type: ignore[attr-defined]
         if cls is ast.Call:
@@ -484,20 +668,28 @@ class Program:
         if isinstance(key, str):
             return self._combine_name(key)
         if isinstance(key, ast.Name):
-            return memo.get(key.id, (key.id,))
+            return memo.get(self._node_key(key), (key.id,))
         if isinstance(key, ast.Attribute):
-            return _join(memo.get(key.value, (EXPR,)), key.attr)
+            return _join(self._known(key.value), key.attr)
         if isinstance(key, ast.Call):
             return self._combine_call(key)
-        if isinstance(key, ast.Constant):
-            return (type(key.value).__name__,)
         if isinstance(key, ast.IfExp | ast.BoolOp | ast.NamedExpr | ast.Starred | ast.Await):
-            return _unique([q for dep in self._deps(key) for q in memo.get(dep, (EXPR,))])
-        literal = _LITERAL_TYPES.get(type(key))  # type: ignore[arg-type]
-        return (literal,) if literal else (EXPR,)
+            return _unique([q for dep in self._deps(key) for q in self._known(dep)])
+        assert isinstance(key, ast.AST)
+        return _static_qualnames(key)
 
-    def _combine_name(self, name: str) -> tuple[str, ...]:
-        bindings = self._bindings.get(name)
+    def _known(self, node: object) -> tuple[str, ...]:
+        """What `node` resolves to, if resolved or fixed by its type; ``<expr>`` otherwise (a cycle)."""
+        found = self._memo.get(node)
+        if found is not None:
+            return found
+        if isinstance(node, ast.AST) and type(node) not in _DEPENDENT:
+            return _static_qualnames(node)
+        return (EXPR,)
+
+    def _combine_name(self, key: str) -> tuple[str, ...]:
+        name = key.rpartition(":")[2]
+        bindings = self._bindings.get(key)
         if not bindings:
             return (name,)
         out: list[str] = []
@@ -507,17 +699,24 @@ class Program:
                 out.append(binding.target)
             else:
                 itself = True
-                if binding.kind == "alias":
-                    out.extend(self._memo.get(binding.value, ()))
+                value = binding.value
+                if binding.kind == "alias" and value is not None:
+                    found = self._memo.get(value)
+                    if found is None and type(value) not in _DEPENDENT:
+                        found = _static_qualnames(value)
+                    out.extend(found or ())
         if itself:
             out.append(name)
         return _unique(out)
 
     def _combine_call(self, call: ast.Call) -> tuple[str, ...]:
+        callees = self._known(call.func)
+        if len(callees) == 1 and callees[0] not in _SPECIAL_CALLEES:
+            return (callees[0] + "()",)
         out: list[str] = []
-        for callee in self._memo.get(call.func, (EXPR,)):
+        for callee in callees:
             if callee == "getattr" and len(call.args) >= 2 and (name := literal_string(call.args[1])):
-                out.extend(_join(self._memo.get(call.args[0], (EXPR,)), name))
+                out.extend(_join(self._known(call.args[0]), name))
             elif callee in IMPORT_FUNCTIONS and call.args and (module := literal_string(call.args[0])):
                 out.append(module)
             else:
@@ -525,20 +724,173 @@ class Program:
         return _unique(out)
 
     def _resolve(self) -> None:
-        memo = self._memo
-        for node in reversed(self._order):
-            if node not in memo:
-                self.qualnames(node)
-        for call in self.nodes(ast.Call):
-            callees = self.qualnames(call.func)
-            for callee in callees:
-                self.calls.setdefault(callee, []).append(call)
-            self._special_call(call, callees)
+        """Resolve every reference and index it: calls by callee, names and attributes by qualified name.
+
+        Statement by statement in source order, and within a statement children before parents (its
+        reversed pre-order), so each node combines already-resolved parts in constant time; a name is
+        resolved once all the expressions assigned to it are. What is left (names used before one of
+        their assignments, and cycles) is resolved by `_resolve_names`, then finished."""
+        memo, order, bindings, refs = self._memo, self._order, self._bindings, self.refs
+        keys, name_scope, key_of = self._keys, self._name_scope, self._key
+        pending: list[ast.expr] = []
+        ends = [*self._segments[1:], len(order)]
+        for start, end in zip(self._segments, ends, strict=True):
+            for index in range(end - 1, start - 1, -1):
+                node = order[index]
+                cls = node.__class__
+                if cls is ast.Name:
+                    scope_name = (name_scope[node], node.id)  # type: ignore[attr-defined]
+                    key = keys.get(scope_name) or key_of(*scope_name)
+                    found = memo.get(key)
+                    if found is None:
+                        if bindings.get(key) and not self._name_ready(key):
+                            pending.append(node)
+                            continue
+                        found = memo[key] = self._combine_name(key)
+                    memo[node] = found
+                elif cls is ast.Attribute:
+                    value = node.value  # type: ignore[attr-defined]
+                    base = memo.get(value)
+                    if base is None:
+                        if value.__class__ in _DEPENDENT:
+                            pending.append(node)
+                            continue
+                        base = _static_qualnames(value)
+                    if len(base) == 1 and base[0] != "builtins":
+                        joined = f"{base[0]}.{node.attr}"  # type: ignore[attr-defined]
+                        found = (joined,) if len(joined) <= MAX_QUALNAME_LENGTH else _join(base, node.attr)  # type: ignore[attr-defined]
+                    else:
+                        found = _join(base, node.attr)  # type: ignore[attr-defined]
+                    memo[node] = found
+                elif cls is ast.Call:
+                    if not self._combine_call_now(node):  # type: ignore[arg-type]
+                        pending.append(node)
+                    continue
+                else:
+                    if all(d in memo or type(d) not in _DEPENDENT for d in self._deps(node)):
+                        memo[node] = self._combine(node)  # IfExp, BoolOp, NamedExpr, Starred, Await
+                    else:
+                        pending.append(node)
+                    continue
+                for qualname in found:  # index a name or attribute reference
+                    bucket = refs.get(qualname)
+                    if bucket is None:
+                        refs[qualname] = [node]
+                    else:
+                        bucket.append(node)
+        if pending:
+            self._resolve_names()
+            for node in pending:
+                found = self.qualnames(node)
+                if isinstance(node, ast.Call):
+                    self._index_call(node, self.qualnames(node.func))
+                elif isinstance(node, ast.Attribute) or (
+                    isinstance(node, ast.Name) and type(node.ctx) is not ast.Store
+                ):
+                    self._index_reference(node, found)
+
+    def _combine_call_now(self, call: ast.Call) -> bool:
+        memo, func = self._memo, call.func
+        callees = memo.get(func)
+        if callees is None:
+            if func.__class__ in _DEPENDENT:
+                return False
+            callees = memo[func] = _static_qualnames(func)
+        if call.args and call.args[0] not in memo and self._is_getattr(call):
+            return False
+        memo[call] = self._combine_call(call)
+        self._index_call(call, callees)
+        return True
+
+    def _index_reference(self, node: ast.expr, qualnames: tuple[str, ...]) -> None:
         refs = self.refs
-        for node in self._order:
-            if isinstance(node, ast.Attribute) or (isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Store)):
-                for qualname in memo[node]:
-                    refs.setdefault(qualname, []).append(node)
+        for qualname in qualnames:
+            bucket = refs.get(qualname)
+            if bucket is None:
+                refs[qualname] = [node]
+            else:
+                bucket.append(node)
+
+    def _index_call(self, call: ast.Call, callees: tuple[str, ...]) -> None:
+        self._callees.add(call.func)
+        calls = self.calls
+        for callee in callees:
+            bucket = calls.get(callee)
+            if bucket is None:
+                calls[callee] = [call]
+            else:
+                bucket.append(call)
+        if not _SPECIAL_CALLEES.isdisjoint(callees) or (
+            call.func.__class__ is ast.Attribute and call.func.attr in FORMAT_METHODS
+        ):
+            self._special_call(call, callees)
+
+    def _name_ready(self, name: str) -> bool:
+        """Whether every expression assigned to `name` is resolved (or needs no resolving)."""
+        memo = self._memo
+        return all(
+            b.kind != "alias" or b.value in memo or type(b.value) not in _DEPENDENT
+            for b in self._bindings.get(name, ())
+        )
+
+    def _resolve_names(self) -> None:
+        """Resolve names assigned from other names, dependencies first. Names that depend on each other
+        (``a = b; b = a.x``) form a strongly connected component, resolved together to a fixpoint, so the
+        result does not depend on the order the program is read in."""
+        aliased = {
+            name: self._name_dependencies(name)
+            for name, bindings in self._bindings.items()
+            if name not in self._memo and any(b.kind == "alias" and type(b.value) in _DEPENDENT for b in bindings)
+        }
+        for component in _components(aliased):
+            if len(component) == 1 and component[0] not in aliased[component[0]]:
+                self._resolve_name(component[0])
+            else:
+                self._resolve_cycle(component)
+
+    def _name_dependencies(self, name: str) -> set[str]:
+        """The names whose resolution the expressions assigned to `name` depend on."""
+        found: set[str] = set()
+        stack = [b.value for b in self._bindings[name] if b.kind == "alias" and b.value is not None]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.Name):
+                found.add(self._node_key(node))
+            elif isinstance(node, ast.Attribute | ast.NamedExpr | ast.Starred | ast.Await):
+                stack.append(node.value)
+            elif isinstance(node, ast.Call):
+                stack.append(node.func)
+                stack.extend(node.args[:1])  # getattr(x, "name") resolves through x
+            elif isinstance(node, ast.IfExp):
+                stack.extend((node.body, node.orelse))
+            elif isinstance(node, ast.BoolOp):
+                stack.extend(node.values)
+        return found
+
+    def _resolve_name(self, name: str) -> None:
+        for binding in self._bindings[name]:
+            if binding.kind == "alias" and binding.value is not None:
+                self.qualnames(binding.value)  # every name it depends on is resolved: no cycle here
+        self._memo[name] = self._combine_name(name)
+
+    def _resolve_cycle(self, names: list[str]) -> None:
+        memo = self._memo
+        for name in names:
+            bare = name.rpartition(":")[2]
+            memo[name] = _unique([b.target for b in self._bindings[name] if b.kind == "import"] + [bare])
+        values = [b.value for name in names for b in self._bindings[name] if b.kind == "alias" and b.value]
+        for _ in range(MAX_QUALNAMES * len(names) + 1):  # each round adds a name somewhere, or stops
+            before = set(memo)
+            for value in values:
+                self.qualnames(value)
+            updated = {name: self._combine_name(name) for name in names}
+            for key in set(memo) - before:  # expressions computed from provisional names
+                del memo[key]
+            if all(set(updated[name]) == set(memo[name]) for name in names):
+                break
+            memo.update(updated)
+        for value in values:
+            self.qualnames(value)
 
     def _special_call(self, call: ast.Call, callees: tuple[str, ...]) -> None:
         """Record attribute reads and imports that happen through a call rather than syntax."""
@@ -572,7 +924,7 @@ class Program:
         if isinstance(node, ast.Name):
             return [
                 b.value.value
-                for b in self._bindings.get(node.id, ())
+                for b in self._bindings.get(self._node_key(node), ())
                 if b.kind == "alias" and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)
             ]
         return []
@@ -610,7 +962,74 @@ _HANDLERS: Mapping[type[ast.AST], Callable[[Program, Any], None]] = {
     ast.MatchStar: Program._on_match_capture,
     ast.MatchMapping: Program._on_match_mapping,
     ast.MatchClass: Program._on_match_class,
+    ast.Global: Program._on_declaration,
+    ast.Nonlocal: Program._on_declaration,
     ast.Attribute: Program._on_attribute,
-    ast.Name: Program._on_reference,
-    ast.Call: Program._on_reference,
 }
+#: What `_resolve` resolves: references, and the expressions whose value is one of several references.
+_REFERENCES = frozenset(
+    {ast.Name, ast.Attribute, ast.Call, ast.IfExp, ast.BoolOp, ast.NamedExpr, ast.Starred, ast.Await}
+)
+#: Nodes that open a scope, its kind, and the fields evaluated inside it (the others are evaluated outside).
+_SCOPES: Mapping[type[ast.AST], tuple[str, frozenset[str]]] = {
+    ast.FunctionDef: ("function", frozenset({"args", "body"})),
+    ast.AsyncFunctionDef: ("function", frozenset({"args", "body"})),
+    ast.Lambda: ("function", frozenset({"args", "body"})),
+    ast.ClassDef: ("class", frozenset({"body"})),
+    ast.ListComp: ("comprehension", frozenset({"elt", "generators"})),
+    ast.SetComp: ("comprehension", frozenset({"elt", "generators"})),
+    ast.GeneratorExp: ("comprehension", frozenset({"elt", "generators"})),
+    ast.DictComp: ("comprehension", frozenset({"key", "value", "generators"})),
+}
+#: Nodes some of whose fields are evaluated in the enclosing scope (see `Program._child_scope`).
+_SCOPE_EDGES = frozenset({*_SCOPES, ast.arguments, ast.comprehension})
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+ScopeKind = Literal["module", "function", "class", "comprehension"]
+_STATEMENTS = frozenset(cls for cls in vars(ast).values() if isinstance(cls, type) and issubclass(cls, ast.stmt))
+
+
+def _components(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of `graph` (edges to unknown nodes ignored), dependencies first
+    (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for nxt in edges:
+                if nxt not in graph:
+                    continue
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                out.append(sorted(component))
+    return out

@@ -40,7 +40,6 @@ def last_expression(p: Program) -> ast.expr:
         ("().__class__", {"tuple.__class__"}),
         ("import os, sys\nm = os if x else sys\nm.path", {"os.path", "sys.path", "m.path"}),
         ("import json, os\nfor m in (json, os):\n    pass\nm.dumps", {"json.dumps", "os.dumps", "m.dumps"}),
-        ("import os\ndef f(m=os):\n    pass\nm.system", {"os.system", "m.system"}),
         ("import os\n(o := os).sep\no.sep", {"os.sep", "o.sep"}),
         ("import os\na, b = os, 1\na.sep", {"os.sep", "a.sep"}),
         ("(a + b).format", {"<expr>.format"}),
@@ -50,6 +49,38 @@ def last_expression(p: Program) -> ast.expr:
 def test_qualified_names(source: str, expected: set[str]) -> None:
     p = program(source)
     assert set(p.qualnames(last_expression(p))) == expected
+
+
+def expression_in(p: Program, marker: str) -> ast.expr:
+    """The attribute expression ending in `marker` (there is exactly one in these programs)."""
+    found = [n for n in ast.walk(p.tree) if isinstance(n, ast.Attribute) and n.attr == marker]
+    assert len(found) == 1
+    return found[0]
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import os\ndef f(m=os):\n    return m.target", {"os.target", "m.target"}),
+        ("import os\ndef f(m=os):\n    pass\nm.target", {"m.target"}),
+        ("import os, json\nx = os\ndef f():\n    x = json\n    return x.target", {"json.target", "x.target"}),
+        ("import os\nx = os\ndef f():\n    return x.target", {"os.target", "x.target"}),
+        ("import os\ndef f():\n    global x\n    x = os\nx.target", {"os.target", "x.target"}),
+        (
+            "import os\ndef f():\n    x = 1\n    def g():\n        nonlocal x\n        x = os\n    return x.target",
+            {"int.target", "os.target", "x.target"},
+        ),
+        ("import os\nms = [m for m in (os,)]\nm.target", {"m.target"}),
+        ("import os\nms = [m.target for m in (os,)]", {"os.target", "m.target"}),
+        ("import os\nys = [(y := os) for _ in args]\ny.target", {"os.target", "y.target"}),
+        ("import os\nclass C:\n    x = os\n    def f(self):\n        return x.target", {"x.target"}),
+        ("import os\nclass C:\n    x = os\n    y = x.target", {"os.target", "x.target"}),
+        ("import os\nf = lambda m=os: m.target", {"os.target", "m.target"}),
+    ],
+)
+def test_names_follow_python_scopes(source: str, expected: set[str]) -> None:
+    p = program(source)
+    assert set(p.qualnames(expression_in(p, "target"))) == expected
 
 
 def test_names_bound_only_by_imports_do_not_resolve_to_themselves() -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import codecs
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.guardrails import ValidationResult, default_policy, validate
+from runtime.guardrails import ValidationResult, clear_cache, default_policy, layered_policy, validate
 from runtime.guardrails import engine as engine_module
 from runtime.guardrails.plugins import tool_mutation
 
@@ -179,6 +180,7 @@ def test_a_crashing_rule_is_a_terminal_guardrail_error(monkeypatch: pytest.Monke
 
     plugin = next(r.matcher for r in POLICY.rules if r.id == "delegated_tool_mutation")
     monkeypatch.setattr(plugin, "find", explode)
+    clear_cache()
     result = validate("import os\n", POLICY)
     kinds = {v.violation_type: v.classification for v in result.violations}
     assert kinds == {"guardrail_error": "terminal", "forbidden_module": "recoverable"}
@@ -191,9 +193,25 @@ def test_a_crashing_engine_never_raises(monkeypatch: pytest.MonkeyPatch) -> None
         raise MemoryError
 
     monkeypatch.setattr(engine_module, "Program", explode)
+    clear_cache()
     result = validate("x = 1", POLICY)
     assert only(result) == "guardrail_error"
     assert result.verdict == "terminal"
+    monkeypatch.undo()
+    assert validate("x = 1", POLICY).verdict == "approved"  # the failure was not cached
+
+
+def test_results_are_cached_by_text_and_effective_policy(tmp_path: Path) -> None:
+    source = "import os\n"
+    first = validate(source, POLICY)
+    assert validate(source, POLICY) is first
+    assert validate(source.encode(), POLICY) is not first
+    assert validate(source.encode(), POLICY) == first
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    (layer / "p.yaml").write_text("override:\n  forbidden_module:\n    classification: terminal\n")
+    stricter = validate(source, layered_policy([layer]))
+    assert stricter.verdict == "terminal" and first.verdict == "recoverable"
 
 
 # ------------------------------------------------------------------------------------- properties

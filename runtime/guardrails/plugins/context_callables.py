@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import builtins
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,6 +13,7 @@ from runtime.guardrails.program import LAMBDA, Finding, Program
 
 BUILTIN_CALLABLES = frozenset(name for name in dir(builtins) if callable(getattr(builtins, name)))
 _ROOT_HOPS = 8
+_REACHING = (ast.Name, ast.Subscript, ast.Attribute, ast.Call)
 _MAX_VALUE_NODES = 256
 
 
@@ -39,12 +40,15 @@ def callable_in_context(program: Program, options: Options) -> Iterator[Finding]
     callable cannot be serialized, so the commit fails after the work was done, or tool definitions leak
     into state instead of going through ``tool()``/``delegate()``.
     """
-    roots = _context_names(program, frozenset(options.roots))
+    roots = frozenset(options.roots)
+    if not any(root in program.refs for root in roots):
+        return  # the program never touches context
+    aliases = _context_aliases(program, roots)
     factories = frozenset(f"{factory}()" for factory in options.factories)
     methods = frozenset(options.methods)
 
     def rooted(node: ast.AST) -> bool:
-        return _is_rooted(node, roots)
+        return _is_rooted(program, node, roots, aliases)
 
     for node in program.nodes(ast.Assign, ast.AugAssign, ast.AnnAssign):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -64,23 +68,29 @@ def callable_in_context(program: Program, options: Options) -> Iterator[Finding]
                     yield Finding(value, {"value": program.construct(value)})
 
 
-def _context_names(program: Program, roots: frozenset[str]) -> frozenset[str]:
-    """The root names plus names bound to expressions reached from them (``tools = context["tools"]``)."""
-    names = set(roots)
+def _context_aliases(program: Program, roots: frozenset[str]) -> frozenset[str]:
+    """Binding keys of variables assigned something reached from a root (``tools = context["tools"]``)."""
+    candidates = {
+        key: [b.value for b in program.bindings(key) if b.kind == "alias" and isinstance(b.value, _REACHING)]
+        for key in program.binding_keys()
+    }
+    candidates = {key: values for key, values in candidates.items() if values}
+    aliases: set[str] = set()
     for _ in range(_ROOT_HOPS):
-        grown = {name for name in program.bound_names() if name not in names and _bound_to_root(program, name, names)}
+        grown = {
+            key
+            for key, values in candidates.items()
+            if key not in aliases and any(_is_rooted(program, value, roots, aliases) for value in values)
+        }
         if not grown:
             break
-        names |= grown
-    return frozenset(names)
+        aliases |= grown
+    return frozenset(aliases)
 
 
-def _bound_to_root(program: Program, name: str, roots: set[str]) -> bool:
-    return any(b.kind == "alias" and b.value is not None and _is_rooted(b.value, roots) for b in program.bindings(name))
-
-
-def _is_rooted(node: ast.AST, roots: set[str] | frozenset[str]) -> bool:
-    """Whether `node` is a root name or reached from one by items, attributes, ``.get``/``.setdefault``."""
+def _is_rooted(program: Program, node: ast.AST, roots: frozenset[str], aliases: Set[str]) -> bool:
+    """Whether `node` is a root name (in any scope), an alias of one, or reached from one by items,
+    attributes and ``.get``/``.setdefault``."""
     while True:
         if isinstance(node, ast.Subscript | ast.Attribute):
             node = node.value
@@ -91,7 +101,7 @@ def _is_rooted(node: ast.AST, roots: set[str] | frozenset[str]) -> bool:
         ):
             node = node.func.value
         else:
-            return isinstance(node, ast.Name) and node.id in roots
+            return isinstance(node, ast.Name) and (node.id in roots or program.binding_key(node) in aliases)
 
 
 def _non_json(program: Program, value: ast.AST, factories: frozenset[str]) -> Iterator[ast.AST]:
@@ -122,7 +132,7 @@ def _is_callable(program: Program, node: ast.AST, factories: frozenset[str]) -> 
         return bool(factories.intersection(program.qualnames(node)))
     if not isinstance(node, ast.Name):
         return False
-    bindings = program.bindings(node.id)
+    bindings = program.bindings(node)
     if not bindings:
         return node.id in BUILTIN_CALLABLES
     qualnames = program.qualnames(node)

@@ -11,8 +11,9 @@ from runtime.guardrails.plugins import register
 from runtime.guardrails.program import Finding, Program
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-_RECORDS = (ast.Dict, ast.Tuple, ast.List, ast.Call)
+_LOOPS = (ast.For, ast.AsyncFor, *_COMPREHENSIONS)
 _MAX_RECORD_NODES = 200
+_COLLECTING_METHODS = frozenset({"append", "extend", "insert", "add", "update", "setdefault"})
 
 
 class Options(BaseModel):
@@ -24,68 +25,79 @@ class Options(BaseModel):
 
 @register("headline_extraction", options=Options, fields=("record",))
 def headline_extraction(program: Program, options: Options) -> Iterator[Finding]:
-    """Iterating items and pulling both a title and a link out of each into structured output: inside a
-    ``for`` loop or comprehension, a dict, tuple, list or call (``dict(...)``, ``out.append(...)``) that
-    uses the loop variable and mentions a title field and a link field, as a string (``"title"``,
-    ``item.find("link")``), an attribute (``entry.title``) or a keyword (``link=...``).
+    """Iterating items and pulling both a title and a link out of each into structured output: in the
+    body of a ``for`` loop or comprehension, a dict, tuple or list literal, a ``dict(...)`` call or a
+    collecting call (``out.append(...)``, ``.extend``, ``.add``, ``.update``...) that mentions a title
+    field and a link field, as a string (``"title"``, ``item.find("link")``), an attribute
+    (``entry.title``) or a keyword (``link=...``).
 
-    Tags the program; it is not a prohibition.
+    Each loop body is searched down to its records and nested loops (searched on their own), so the check
+    stays linear. Tags the program; it is not a prohibition.
     """
-    titles = frozenset(f.casefold() for f in options.title_fields)
-    links = frozenset(f.casefold() for f in options.link_fields)
-    records = set()
-    for record in program.nodes(*_RECORDS):
-        loop_names = _enclosing_loop_targets(program, record)
-        if loop_names and _mentions(record, titles, links, loop_names):
-            records.add(record)
-    for record in records:
-        if not _has_ancestor_in(program, record, records):
-            yield Finding(record, {"record": program.construct(record)})
+    fields = {f.casefold(): "title" for f in options.title_fields} | {f.casefold(): "link" for f in options.link_fields}
+    if _mentioned(program, fields) != {"title", "link"}:
+        return  # cheap exit: the program never names both kinds of field
+    for loop in program.nodes(ast.For, ast.AsyncFor, *_COMPREHENSIONS):
+        for record in _records(program, _loop_body(loop)):
+            if _mentions(program, record, fields) == {"title", "link"}:
+                yield Finding(record, {"record": program.construct(record)})
 
 
-def _has_ancestor_in(program: Program, node: ast.AST, nodes: set[ast.AST]) -> bool:
-    parent = program.parent(node)
-    while parent is not None:
-        if parent in nodes:
-            return True
-        parent = program.parent(parent)
-    return False
+def _mentioned(program: Program, fields: dict[str, str]) -> set[str]:
+    """Which kinds of field the whole program mentions, from the indexes."""
+    found = {fields[name.casefold()] for name in program.attributes if name.casefold() in fields}
+    for keyword in program.nodes(ast.keyword):
+        if keyword.arg and keyword.arg.casefold() in fields:
+            found.add(fields[keyword.arg.casefold()])
+    for constant in program.nodes(ast.Constant):
+        value = constant.value
+        if isinstance(value, str) and len(value) < 32 and value.casefold() in fields:
+            found.add(fields[value.casefold()])
+    return found
 
 
-def _enclosing_loop_targets(program: Program, node: ast.AST) -> frozenset[str]:
-    """Names bound by the loops whose body (not iterable) contains `node`."""
-    names: set[str] = set()
-    child, parent = node, program.parent(node)
-    while parent is not None:
-        if isinstance(parent, ast.For | ast.AsyncFor) and child is not parent.iter:
-            names.update(n.id for n in ast.walk(parent.target) if isinstance(n, ast.Name))
-        elif isinstance(parent, _COMPREHENSIONS) and not isinstance(child, ast.comprehension):
-            for generator in parent.generators:
-                names.update(n.id for n in ast.walk(generator.target) if isinstance(n, ast.Name))
-        child, parent = parent, program.parent(parent)
-    return frozenset(names)
+def _loop_body(loop: ast.AST) -> list[ast.AST]:
+    if isinstance(loop, ast.For | ast.AsyncFor):
+        return list(loop.body)
+    if isinstance(loop, ast.DictComp):
+        return [loop.key, loop.value]
+    return [loop.elt]  # type: ignore[attr-defined]
 
 
-def _mentions(record: ast.AST, titles: frozenset[str], links: frozenset[str], loop_names: frozenset[str]) -> bool:
-    """Whether `record`'s subtree mentions a title field, a link field and a loop variable."""
-    title = link = uses_item = False
+def _records(program: Program, roots: list[ast.AST]) -> Iterator[ast.AST]:
+    """The outermost records under `roots`, not looking into nested loops or past a record."""
+    stack = list(reversed(roots))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Dict | ast.Tuple | ast.List) or (isinstance(node, ast.Call) and _collects(node)):
+            yield node
+        elif not isinstance(node, _LOOPS):
+            stack.extend(reversed(program.children(node)))
+
+
+def _collects(call: ast.Call) -> bool:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id == "dict"
+    return isinstance(func, ast.Attribute) and func.attr in _COLLECTING_METHODS
+
+
+def _mentions(program: Program, record: ast.AST, fields: dict[str, str]) -> set[str]:
+    """Which of "title" and "link" `record` mentions (looking at a bounded number of its nodes)."""
+    found: set[str] = set()
     stack = [record]
     for _ in range(_MAX_RECORD_NODES):
         if not stack:
             break
         node = stack.pop()
         word: str | None = None
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 32:
             word = node.value
         elif isinstance(node, ast.Attribute):
             word = node.attr
         elif isinstance(node, ast.keyword):
             word = node.arg
-        elif isinstance(node, ast.Name) and node.id in loop_names:
-            uses_item = True
-        if word is not None:
-            folded = word.casefold()
-            title = title or folded in titles
-            link = link or folded in links
-        stack.extend(ast.iter_child_nodes(node))
-    return title and link and uses_item
+        if word is not None and word.casefold() in fields:
+            found.add(fields[word.casefold()])
+        stack.extend(program.children(node))
+    return found
