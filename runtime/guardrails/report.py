@@ -173,10 +173,12 @@ def _explain_rule(rule: Rule, policy: Policy) -> str:
     lines = [f"# {rule.id} ({rule.classification}){status}", "", f"Defined at {rule.origin}."]
     if rule.changed_at:
         lines.append("Changed at " + ", ".join(str(o) for o in rule.changed_at) + ".")
-    lines += ["", "## What it does", _wrap(spec.description), "", f"Matches {rule.matcher.describe()}."]
+    lines += ["", "## What it does", _wrap(spec.description)]
     plugin = getattr(rule.matcher, "plugin", None)
-    if plugin is not None:
-        lines += ["", _wrap(plugin.documentation)]
+    if plugin is None:
+        lines += ["", f"Matches {rule.matcher.describe().rstrip('.')}."]
+    else:
+        lines += ["", f"Checked by the Python plugin `{plugin.name}`:", "", _wrap(plugin.documentation)]
     lines += [
         "",
         "## Why is this bad?",
