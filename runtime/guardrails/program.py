@@ -294,17 +294,18 @@ class Program:
         return self._parents.get(node)
 
     def children(self, node: ast.AST) -> list[ast.AST]:
-        """The direct child nodes of `node` (a faster ``ast.iter_child_nodes``)."""
+        """The direct child nodes of `node`, in source order (a faster ``ast.iter_child_nodes``)."""
         fields = _FIELDS.get(type(node))
         if fields is None:
             fields = _child_fields(type(node))
         out: list[ast.AST] = []
-        for name in fields:
+        for name in fields:  # last field first
             value = getattr(node, name, None)
             if isinstance(value, list):
-                out.extend(item for item in value if isinstance(item, ast.AST))
+                out.extend(item for item in reversed(value) if isinstance(item, ast.AST))
             elif isinstance(value, ast.AST):
                 out.append(value)
+        out.reverse()
         return out
 
     def binding_key(self, node: ast.Name) -> str:
