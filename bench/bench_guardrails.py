@@ -12,7 +12,7 @@ Goals (issue 3), on the median (p50) wall clock of a cold validation (the verdic
 The programs are generated from one realistic block (feed parsing, scoring, context updates) repeated with
 fresh names, so they exercise every rule and capability matcher and are approved by the default policy.
 A cached re-validation (a persisted tool validated before each run) is timed too. ``ast.parse`` alone is
-timed as well: validation = parse (C, CPython's) + analysis (this engine), and the
+timed as well: validation = parse (C, CPython's) + analysis (this engine), split on CPU time; the
 analysis share is what the engine controls. A calibration loop shows how fast this machine runs Python
 (about 25-30 ms on a current laptop). Pathological inputs are timed for information. Exit status 1 when a
 goal is missed.
@@ -148,8 +148,8 @@ def run(repeat: int) -> dict[str, dict[str, float]]:
         stats["lines"] = float(source.count("\n") + 1)
         stats["kb"] = len(source.encode()) / 1024
         stats["us_per_line"] = stats["p50_ms"] * 1000 / stats["lines"]
-        stats["parse_p50_ms"] = parse["p50_ms"]
-        stats["analysis_p50_ms"] = stats["p50_ms"] - parse["p50_ms"]
+        stats["parse_p50_ms"] = parse["cpu_p50_ms"]  # CPU time: the split must not depend on the machine's load
+        stats["analysis_p50_ms"] = stats["cpu_p50_ms"] - parse["cpu_p50_ms"]
         stats["analysis_us_per_line"] = stats["analysis_p50_ms"] * 1000 / stats["lines"]
         results[f"validate_{lines}_lines"] = stats
     source = program(200)
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"results": results, **summary}, indent=2))
         return 0 if ok else 1
     head = f"{'measure':28} {'p50 ms':>9} {'p95 ms':>9} {'cpu p50':>9} {'lines':>6} {'KiB':>5} {'us/line':>8}"
-    print(head + f" {'parse ms':>9} {'analysis':>9} {'us/line':>8}")
+    print(head + f" {'parse cpu':>9} {'analysis':>9} {'us/line':>8}")
     for name, stats in results.items():
         extra = ""
         if "lines" in stats:
