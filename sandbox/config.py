@@ -31,7 +31,7 @@ class SandboxConfig(BaseModel):
     spawn_timeout_s: float = Field(20.0, gt=0, description="how long a worker may take to report ready")
     required_protections: tuple[str, ...] = Field(
         ("rlimits", "seccomp", "no_new_privs"),
-        description="subprocess backend refuses to run unless each of these is verified active",
+        description="every backend refuses to run unless each of these is verified active",
     )
     zygote: bool = Field(True, description="fork subprocess workers from a pre-imported template process")
     python: str | None = Field(None, description="interpreter for the subprocess runner (default: this one)")

@@ -170,7 +170,14 @@ def test_host_measures_usage_not_the_sandbox() -> None:
     assert out.usage.peak_memory_mb >= 64
 
 
-def test_workdir_is_removed_afterwards(tmp_path: Path) -> None:
-    before = set(Path("/tmp").glob("sandforge-*"))
-    escaped("open('/scratch', 'w').write('x')\nreturn 1")
-    assert set(Path("/tmp").glob("sandforge-*")) <= before
+def test_workdir_is_removed_afterwards() -> None:
+    backend = SubprocessBackend(SandboxConfig(pool_size=0), runner=ESCAPED)
+    try:
+        worker = backend.spawn(LIMITS)
+        workdir = worker._workdir
+        assert workdir.is_dir()
+        out = worker.execute(ExecutionRequest(code="open('/scratch', 'w').write('x')\nreturn 1", limits=LIMITS), None)
+        assert out.ok, out.error_message
+        assert not workdir.exists()
+    finally:
+        backend.close()
