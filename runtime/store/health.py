@@ -94,8 +94,8 @@ def clean_text(text: str) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _window(outcomes: list[bool], outcome: bool) -> tuple[list[bool], float]:
-    window = [*outcomes, outcome][-HEALTH_WINDOW:]
+def _window(outcomes: list[bool], outcome: bool, count: int = 1) -> tuple[list[bool], float]:
+    window = [*outcomes, *[outcome] * min(count, HEALTH_WINDOW)][-HEALTH_WINDOW:]
     return window, round(window.count(False) / len(window), 4)
 
 
@@ -104,11 +104,14 @@ def _clip(reason: str) -> str:
     return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1] + "…"
 
 
-def apply_success(artifact: MethodArtifact, now: datetime) -> MethodArtifact:
-    window, rate = _window(artifact.recent_outcomes, True)
+def apply_success(artifact: MethodArtifact, now: datetime, count: int = 1) -> MethodArtifact:
+    """``count`` successes in a row (a writer may coalesce several into one update)."""
+    if count < 1:
+        raise ValueError("count must be at least 1")
+    window, rate = _window(artifact.recent_outcomes, True, count)
     return artifact.model_copy(
         update={
-            "success_count": artifact.success_count + 1,
+            "success_count": artifact.success_count + count,
             "recent_outcomes": window,
             "recent_failure_rate": rate,
             "consecutive_intrinsic_failures": 0,

@@ -536,8 +536,11 @@ class ToolStore:
             self._update_entry(reg, role, now, registry_change)
             return updated
 
-    def record_success(self, role: str, method_name: str, *, generation: int | None = None) -> MethodArtifact | None:
-        """A persisted artifact ran successfully. ``generation``: the one that ran (default: current).
+    def record_success(
+        self, role: str, method_name: str, *, generation: int | None = None, count: int = 1
+    ) -> MethodArtifact | None:
+        """A persisted artifact ran successfully (``count`` times). ``generation``: the one that ran
+        (default: current).
 
         Returns the updated artifact, or None when it is no longer stored (nothing recorded, logged).
         """
@@ -546,9 +549,13 @@ class ToolStore:
             role,
             method_name,
             generation,
-            lambda a: apply_success(a, now),
+            lambda a: apply_success(a, now, count),
             lambda e: e.model_copy(
-                update={"usage_count": e.usage_count + 1, "success_count": e.success_count + 1, "last_used_at": now}
+                update={
+                    "usage_count": e.usage_count + count,
+                    "success_count": e.success_count + count,
+                    "last_used_at": now,
+                }
             ),
         )
 
