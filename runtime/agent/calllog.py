@@ -259,8 +259,11 @@ class CallLog:
             if self.path is None:
                 return
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                except FileNotFoundError:  # first record: create the directory (not on every call: mkdir costs)
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                 try:
                     os.write(fd, line)  # one write per line: O_APPEND keeps concurrent writers' lines whole
                 finally:

@@ -27,8 +27,12 @@ adapter. Per call (ADR 0012 sections 4 to 7 and 10, ADR 0013, the pattern-memory
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
+import threading
+import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +61,11 @@ log = logging.getLogger(__name__)
 #: for the old contract may no longer run.
 RUNTIME_VERSION = "0.1.0"
 KNOWN_TOOLS_TOP_N = 10
+#: The write-behind thread writes queued successes once no new one came for this long (a quiet moment,
+#: so its file writes do not compete with the next call), and at the latest WRITE_BEHIND_MAX_DELAY_S
+#: after the oldest one.
+WRITE_BEHIND_DELAY_S = 0.05
+WRITE_BEHIND_MAX_DELAY_S = 1.0
 #: Error types of the lifecycle that mean the stored code was rejected by the current policy.
 GUARDRAIL_ERRORS = frozenset({"guardrail_violation", "guardrail_retry_exhausted"})
 _CLASSES = frozenset(c.value for c in FailureClass)
@@ -121,8 +130,31 @@ class _Call:
         return store_contract(self.contract).fingerprint() if self.contract is not None else None
 
 
+_LIVE: weakref.WeakSet[ToolStoreSource] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_all_at_exit() -> None:
+    for source in list(_LIVE):
+        try:
+            source.close()
+        except Exception:
+            log.exception("could not write pending ToolStore successes at exit")
+
+
 class ToolStoreSource:
-    """A :class:`~runtime.agent.source.ProgramStore` over a :class:`~runtime.store.ToolStore` (module docstring)."""
+    """A :class:`~runtime.agent.source.ProgramStore` over a :class:`~runtime.store.ToolStore` (module docstring).
+
+    Write-behind (``write_behind=True``, the default): the success of a persisted call is bookkeeping the
+    call's result does not depend on, and writing it durably (method file and registry, each fsynced) costs
+    more than the sandbox run itself. So it is queued and written by a background thread, coalesced per
+    ``(role, method, generation)`` (``record_success(count=n)``), once no success came for
+    ``write_behind_delay`` (at the latest a second after the first). Order is kept: before any other write
+    about a method (failure, repair, regeneration) its queued successes are written first. :meth:`flush`
+    writes everything now; :meth:`close` (called by the workspace that created the source) and interpreter
+    exit flush too. A crash can lose queued successes
+    (counters undercount), never a failure, a new artifact or a contract.
+    """
 
     def __init__(
         self,
@@ -131,13 +163,84 @@ class ToolStoreSource:
         runtime_version: str = RUNTIME_VERSION,
         prompt_version: str = PROMPT_VERSION,
         known_tools_top_n: int = KNOWN_TOOLS_TOP_N,
+        write_behind: bool = True,
+        write_behind_delay: float = WRITE_BEHIND_DELAY_S,
     ) -> None:
         self.store = store
         self.runtime_version = runtime_version
         self.prompt_version = prompt_version
         self.known_tools_top_n = known_tools_top_n
+        self.write_behind = write_behind
+        self.write_behind_delay = write_behind_delay
         #: calls answered with a persisted program (for benchmarks and tests)
         self.served = 0
+        self._pending: dict[tuple[str, str, int], int] = {}
+        self._last_queued = 0.0
+        self._pending_lock = threading.Lock()
+        self._write_lock = threading.RLock()  # held for every store write of this source: keeps their order
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._writer: threading.Thread | None = None
+        _LIVE.add(self)
+
+    # --- write-behind ----------------------------------------------------------------------------------
+
+    def _defer_success(self, role: str, method: str, generation: int) -> None:
+        with self._pending_lock:
+            key = (role, method, generation)
+            self._pending[key] = self._pending.get(key, 0) + 1
+            self._last_queued = time.monotonic()
+            if self._writer is None and not self._stopping.is_set():
+                self._writer = threading.Thread(target=self._write_loop, name="toolstore-writer", daemon=True)
+                self._writer.start()
+        self._wake.set()
+
+    def _write_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            self._wait_for_a_quiet_moment()
+            try:
+                self.flush()
+            except Exception:
+                log.exception("writing pending ToolStore successes failed")
+            if self._stopping.is_set():
+                return
+
+    def _wait_for_a_quiet_moment(self) -> None:
+        """Until no success was queued for ``write_behind_delay`` (max WRITE_BEHIND_MAX_DELAY_S); close ends it."""
+        if self.write_behind_delay <= 0:
+            return
+        deadline = time.monotonic() + max(WRITE_BEHIND_MAX_DELAY_S, self.write_behind_delay)
+        while not self._stopping.is_set():
+            quiet_at = self._last_queued + self.write_behind_delay
+            now = time.monotonic()
+            if now >= quiet_at or now >= deadline:
+                return
+            self._stopping.wait(min(quiet_at, deadline) - now)
+
+    def flush(self, role: str | None = None, method: str | None = None) -> None:
+        """Write queued successes now (all, or those of ``role.method``)."""
+        with self._write_lock:
+            with self._pending_lock:
+                if role is None:
+                    batch, self._pending = self._pending, {}
+                else:
+                    batch = {k: v for k, v in self._pending.items() if k[:2] == (role, method)}
+                    for key in batch:
+                        del self._pending[key]
+            for (r, m, generation), count in batch.items():
+                self.store.record_success(r, m, generation=generation, count=count)
+
+    def close(self) -> None:
+        """Stop the writer thread and write whatever is queued."""
+        with self._pending_lock:
+            self._stopping.set()
+            writer, self._writer = self._writer, None
+        self._wake.set()
+        if writer is not None and writer is not threading.current_thread():
+            writer.join(timeout=30)
+        self.flush()
 
     # --- before the call -------------------------------------------------------------------------------
 
@@ -230,6 +333,27 @@ class ToolStoreSource:
         self.store.register_tool(wanted)
 
     def _on_record(self, call: _Call, candidate: ProgramCandidate | None, record: CallRecord) -> CallRecord:
+        persisted = call.selection.artifact if call.selection.decision is Decision.EXECUTE_PERSISTED else None
+        if persisted is not None and record.program_source == "persisted" and record.status == "ok":
+            if self.write_behind and not self._stopping.is_set():
+                self._defer_success(record.role, record.method, persisted.generation)
+            else:
+                with self._write_lock:
+                    self.flush(record.role, record.method)
+                    self.store.record_success(record.role, record.method, generation=persisted.generation)
+            return record.model_copy(
+                update={
+                    "store_actions": [f"record_success@{persisted.generation}"],
+                    "cacheable": persisted.cacheable,
+                    "cacheability_reason": persisted.cacheability_reason,
+                    "input_sensitive": persisted.input_sensitive,
+                }
+            )
+        with self._write_lock:
+            self.flush(record.role, record.method)  # queued successes happened first: keep that order
+            return self._record_now(call, candidate, record)
+
+    def _record_now(self, call: _Call, candidate: ProgramCandidate | None, record: CallRecord) -> CallRecord:
         role, method = record.role, record.method
         store, selection = self.store, call.selection
         actions: list[str] = []
@@ -238,15 +362,11 @@ class ToolStoreSource:
         persisted = selection.artifact if selection.decision is Decision.EXECUTE_PERSISTED else None
         if persisted is not None:
             gen = persisted.generation
-            if record.program_source == "persisted":  # the persisted program's outcome is the call's
-                if record.status == "ok":
-                    store.record_success(role, method, generation=gen)
-                    actions.append(f"record_success@{gen}")
-                else:
-                    cls = artifact_failure_class(record)
-                    reason = f"{record.error_type}: {record.error_message or ''}"
-                    store.record_failure(role, method, cls, reason, generation=gen)
-                    actions.append(f"record_failure:{cls.value}@{gen}")
+            if record.program_source == "persisted":  # it failed (its success is handled by _on_record)
+                cls = artifact_failure_class(record)
+                reason = f"{record.error_type}: {record.error_message or ''}"
+                store.record_failure(role, method, cls, reason, generation=gen)
+                actions.append(f"record_failure:{cls.value}@{gen}")
                 update |= {
                     "cacheable": persisted.cacheable,
                     "cacheability_reason": persisted.cacheability_reason,

@@ -63,6 +63,7 @@ class Workspace:
     ) -> None:
         self.provider = provider
         self.budgets = budgets or Budgets()
+        self._owns_store = isinstance(store, ToolStore)
         self.store: ProgramStore | None = ToolStoreSource(store) if isinstance(store, ToolStore) else store
         self.policy = policy if policy is not None else default_policy()
         self._owns_sandbox = sandbox is None or isinstance(sandbox, (str, SandboxConfig))
@@ -194,6 +195,11 @@ class Workspace:
     # --- lifetime ---
 
     def close(self) -> None:
+        if self._owns_store and isinstance(self.store, ToolStoreSource):
+            try:
+                self.store.close()  # writes the successes still queued
+            except Exception:
+                log.exception("could not write pending ToolStore successes")
         if self._owns_sandbox:
             self.sandbox.close()
 

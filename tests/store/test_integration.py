@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ class Env:
         self,
         programs: list[ScriptItem],
         *,
-        store: ToolStore | None = None,
+        store: ToolStore | ToolStoreSource | None = None,
         limits: Limits | None = None,
         policy: Any = None,
         **budgets: int,
@@ -196,6 +197,7 @@ def test_artifact_is_created_after_a_first_success_and_reused_by_a_new_agent(env
     assert rec.store_actions == ["record_success@1"] and rec.provider == "toolstore"
     on_disk = [r for r in read_records(env.log_path) if r.call_id == rec.call_id]
     assert on_disk and on_disk[0].program_source == "persisted" and on_disk[0].store_actions == ["record_success@1"]
+    ws2.close()  # the success of a persisted call is written behind; closing the workspace writes it
     again = env.store().lookup("calc", "add").artifact
     assert again is not None and again.success_count == 2 and again.generation == 1
 
@@ -307,6 +309,37 @@ def test_a_successful_repair_within_the_call_is_stored_as_repaired(env: Env) -> 
     assert rec.store_actions == ["record_failure:intrinsic@1", "record_pattern", "record_repair@2"]
     art = env.store().lookup("calc", "div").artifact
     assert art is not None and art.program_source is ProgramSource.REPAIRED and art.repair_count_since_regen == 1
+
+
+def test_write_behind_successes_keep_their_order_with_failures(env: Env) -> None:
+    source = ToolStoreSource(env.store(), write_behind_delay=60.0)  # the writer thread never gets to it here
+    ws, _, _ = env.session([DIVIDE], store=source, execution_repair_budget=0)
+    calc = ws.agent("calc")
+    assert calc.div(1).ok  # generated: stored at once
+    for _ in range(5):
+        assert calc.div(2).ok and last(ws).program_source == "persisted"
+    art = env.store().lookup("calc", "div").artifact
+    assert art is not None and art.success_count == 1  # five successes queued, not written yet
+    assert calc.div(0).error_type == "execution"  # sync write: the queued successes go first
+    art = env.store().lookup("calc", "div").artifact
+    assert art is not None and art.success_count == 6 and art.recent_outcomes[-1] is False
+    assert art.consecutive_intrinsic_failures == 1  # wrong order would have reset it: [T, F, T x 5]
+    s = select(env.store(), "calc", "div")
+    assert (s.decision, s.reason) == (Decision.REPAIR, SelectionReason.DEGRADED)
+    source.close()
+
+
+def test_the_writer_thread_writes_queued_successes_by_itself(env: Env) -> None:
+    source = ToolStoreSource(env.store(), write_behind_delay=0.0)
+    ws, _, _ = env.session([ADD], store=source)
+    assert ws.agent("calc").add(1).ok and ws.agent("calc").add(1).ok
+    deadline = time.monotonic() + 30
+    while (art := env.store().lookup("calc", "add").artifact) is not None and art.success_count < 2:
+        assert time.monotonic() < deadline, "the writer thread did not write the queued success"
+        time.sleep(0.01)
+    source.close()
+    source.flush()
+    assert not source._pending
 
 
 def test_extrinsic_failures_do_not_count_toward_regeneration(env: Env) -> None:
