@@ -176,6 +176,9 @@ class ToolStoreSource:
         self.served = 0
         self._pending: dict[tuple[str, str, int], int] = {}
         self._last_queued = 0.0
+        # Queued successes are written through an instance of their own: a ToolStore's decode caches and
+        # lock object are not meant to be shared by threads. Same directory, so the same data and file lock.
+        self._success_store = ToolStore(store.paths.state_dir, policy=store.policy, clock=store.now)
         self._pending_lock = threading.Lock()
         self._write_lock = threading.RLock()  # held for every store write of this source: keeps their order
         self._wake = threading.Event()
@@ -230,7 +233,7 @@ class ToolStoreSource:
                     for key in batch:
                         del self._pending[key]
             for (r, m, generation), count in batch.items():
-                self.store.record_success(r, m, generation=generation, count=count)
+                self._success_store.record_success(r, m, generation=generation, count=count)
 
     def close(self) -> None:
         """Stop the writer thread and write whatever is queued."""
