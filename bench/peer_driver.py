@@ -34,7 +34,12 @@ class JobProgram:
 
 
 def _maxrss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process image's RSS high-water mark (VmHWM; ru_maxrss would include the parent's, see script())."""
+    try:
+        with open("/proc/self/status") as fh:
+            return int(fh.read().split("VmHWM:")[1].split()[0]) / 1024
+    except (OSError, IndexError, ValueError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def llm_sandbox_runner(job: dict[str, Any]) -> loops.RunOne:

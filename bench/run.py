@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -61,6 +62,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-throughput", action="store_true")
     p.add_argument("--write-docs", action="store_true", help="put this run's tables into docs/benchmarks.md")
     return p.parse_args(argv)
+
+
+class _FewPerLogger(logging.Filter):
+    """Library warnings during a run (e.g. a pool retrying while the engine is down) at most 3 per logger."""
+
+    def __init__(self, limit: int = 3) -> None:
+        super().__init__()
+        self.limit = limit
+        self.seen: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        count = self.seen[record.name] = self.seen.get(record.name, 0) + 1
+        if count == self.limit + 1:
+            record.msg, record.args = f"(further {record.name} messages suppressed in this run)", ()
+        return count <= self.limit + 1
 
 
 def machine() -> dict[str, Any]:
@@ -168,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_FewPerLogger())
+    handler.setFormatter(logging.Formatter("  [%(name)s] %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     started = time.monotonic()
     meta = {"started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), **machine()}
     log(f"sandforge bench ({'quick' if quick else 'full'}) on {meta['nproc']} cores, kernel {meta['kernel']}")

@@ -65,15 +65,21 @@ def function_source(code: str) -> str:
 
 def script(code: str, *, context_literal: str | None = None) -> str:
     """A standalone script with the program contract: reads the context JSON from stdin (or the embedded
-    literal), prints one JSON object: value, new context, and the peak RSS of the process running it."""
+    literal), prints one JSON object: value, new context, and the peak RSS of the process running it.
+
+    The peak is ``VmHWM`` of this process image, not ``ru_maxrss``: a child started with vfork+exec (as
+    ``subprocess`` does) inherits its parent's RSS high-water mark in ``ru_maxrss``."""
     source = "json.loads(sys.stdin.read() or '{}')" if context_literal is None else f"json.loads({context_literal!r})"
     return (
         "import json, resource, sys\n"
         + function_source(code)
         + f"_sf_context = {source}\n"
         + "_sf_value = _sf_program(_sf_context, [], {})\n"
-        + "sys.stdout.write(json.dumps({'value': _sf_value, 'context': _sf_context, "
-        + "'maxrss_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))\n"
+        + "try:\n"
+        + "    _sf_rss = int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0])\n"
+        + "except Exception:\n"
+        + "    _sf_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        + "sys.stdout.write(json.dumps({'value': _sf_value, 'context': _sf_context, 'maxrss_kb': _sf_rss}))\n"
     )
 
 
