@@ -69,3 +69,19 @@ def test_timeout_kills_a_zygote_child() -> None:
         out = sb.execute(ExecutionRequest(code="while True:\n    pass", limits=Limits(timeout_s=1)))
         assert out.error_type == "timeout"
         assert sb.execute(ExecutionRequest(code="return 1", limits=Limits(timeout_s=1))).ok
+
+
+@pytest.mark.parametrize("zygote", [True, False], ids=["zygote", "direct"])
+def test_missing_required_protection_refuses_to_run(monkeypatch: pytest.MonkeyPatch, zygote: bool) -> None:
+    """As on a machine without libseccomp: the worker comes up without a filter, and the host notices."""
+    from sandbox import seccomp
+
+    monkeypatch.setattr(seccomp, "compiled_filter", lambda: None)
+    with Sandbox(SandboxConfig(pool_size=0, zygote=zygote)) as sb:
+        refused = sb.execute(ExecutionRequest(code="return 1"))
+    assert refused.error_type == "sandbox_unavailable" and not refused.retriable
+    assert "seccomp" in (refused.error_message or "")
+
+    with Sandbox(SandboxConfig(pool_size=0, zygote=zygote, required_protections=())) as sb:
+        allowed = sb.execute(ExecutionRequest(code="return 1"))
+    assert allowed.ok and allowed.protections["seccomp"] is False

@@ -1,0 +1,142 @@
+"""`sandforge exec` and `sandforge doctor` as a user runs them: exit codes, --commit, --json, typed errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runtime.cli import main
+from sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
+
+COUNTER = "context['n'] = context.get('n', 0) + args[0]\nreturn context['n']\n"
+POLLUTE_THEN_RAISE = "context['n'] = 999\ncontext['junk'] = True\nraise RuntimeError('after writing context')\n"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_commit_on_success_writes_the_new_context(tmp_path: Path, sandbox_backend: str) -> None:
+    program = write(tmp_path, "counter.py", COUNTER)
+    ctx = write(tmp_path, "ctx.json", '{"n": 1}')
+    code, out, err = invoke("exec", str(program), "--backend", sandbox_backend, "--context", str(ctx),
+                            "--args", "[4]", "--commit")  # fmt: skip
+    assert code == 0, err
+    assert "ok: 5" in out
+    assert json.loads(ctx.read_text()) == {"n": 5}
+
+
+def test_failed_execution_leaves_the_context_file_untouched(tmp_path: Path, sandbox_backend: str) -> None:
+    program = write(tmp_path, "bad.py", POLLUTE_THEN_RAISE)
+    ctx = write(tmp_path, "ctx.json", '{"n": 1, "keep": "exactly this"}\n')
+    before = ctx.read_bytes()
+    code, _, err = invoke("exec", str(program), "--backend", sandbox_backend, "--context", str(ctx), "--commit")
+    assert code == 1
+    assert "execution" in err and "RuntimeError" in err
+    assert ctx.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ctx.json")] == []  # no temp file left
+
+
+def test_rejected_program_never_runs_and_commits_nothing(tmp_path: Path) -> None:
+    program = write(tmp_path, "escape.py", "import os\ncontext['n'] = 0\nreturn os.getcwd()\n")
+    ctx = write(tmp_path, "ctx.json", '{"n": 1}')
+    code, out, _ = invoke("exec", str(program), "--context", str(ctx), "--commit", "--json")
+    payload = json.loads(out)
+    assert code == 1
+    assert payload["error_type"] == "guardrail_violation"
+    assert payload["metadata"]["verdict"] in ("recoverable", "terminal")
+    assert payload["metadata"]["violations"][0]["location"]["line"] == 1
+    assert payload["metadata"]["backend"] == ""  # nothing was executed
+    assert json.loads(ctx.read_text()) == {"n": 1}
+
+
+def test_syntax_error_is_invalid_code(tmp_path: Path) -> None:
+    program = write(tmp_path, "broken.py", "def f(:\n")
+    code, out, _ = invoke("exec", str(program), "--json")
+    assert code == 1 and json.loads(out)["error_type"] == "invalid_code"
+
+
+def test_json_output_shape(tmp_path: Path) -> None:
+    program = write(tmp_path, "p.py", "print('hello')\nreturn {'a': [1, 2]}\n")
+    code, out, _ = invoke("exec", str(program), "--json", "--kwargs", '{"x": 1}')
+    payload = json.loads(out)
+    assert code == 0
+    assert set(payload) == {"status", "value", "context", "error_type", "error_message", "retriable", "stdout",
+                            "stderr", "metadata"}  # fmt: skip
+    assert payload["status"] == "ok" and payload["value"] == {"a": [1, 2]} and payload["stdout"] == "hello\n"
+    assert payload["metadata"]["usage"]["source"] in ("host", "sandbox")
+    assert "policy_fingerprint" in payload["metadata"]
+
+
+def test_timeout_flag_gives_a_typed_retriable_error(tmp_path: Path) -> None:
+    program = write(tmp_path, "loop.py", "while True:\n    pass\n")
+    code, out, _ = invoke("exec", str(program), "--timeout", "1", "--json")
+    payload = json.loads(out)
+    assert code == 1 and payload["error_type"] == "timeout" and payload["retriable"] is True
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--args", "[1,"], "--args is not valid JSON"),
+        (["--args", '{"a": 1}'], "--args must be a JSON array"),
+        (["--kwargs", "[1]"], "--kwargs must be a JSON object"),
+        (["--commit"], "--commit needs --context"),
+        (["--timeout", "-1"], "invalid timeout_s"),
+        (["--memory", "1"], "invalid memory_mb"),
+    ],
+)
+def test_usage_errors_exit_2_without_traceback(tmp_path: Path, extra: list[str], needle: str) -> None:
+    program = write(tmp_path, "p.py", "return 1\n")
+    code, out, err = invoke("exec", str(program), *extra)
+    assert code == 2, (out, err)
+    assert needle in err
+    assert "Traceback" not in out + err
+
+
+def test_malformed_context_file_is_a_usage_error(tmp_path: Path) -> None:
+    program = write(tmp_path, "p.py", "return 1\n")
+    for text, needle in (('{"n": ', "not valid JSON"), ("[1, 2]", "must be a JSON object")):
+        ctx = write(tmp_path, "ctx.json", text)
+        code, _, err = invoke("exec", str(program), "--context", str(ctx), "--commit")
+        assert code == 2 and needle in err
+        assert ctx.read_text() == text
+
+
+def test_missing_program_file_is_a_usage_error(tmp_path: Path) -> None:
+    code, _, err = invoke("exec", str(tmp_path / "nope.py"))
+    assert code == 2 and "cannot read" in err
+
+
+def test_oversized_request_is_invalid_request() -> None:
+    limits = Limits(max_message_bytes=64 * 1024)
+    with Sandbox(SandboxConfig(pool_size=0)) as sb:
+        out = sb.execute(ExecutionRequest(code="return len(context['blob'])", context={"blob": "x" * 100_000},
+                                          limits=limits))  # fmt: skip
+    assert out.error_type == "invalid_request"
+    assert "exceeds" in (out.error_message or "")
+
+
+def test_engine_down_is_sandbox_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with Sandbox(SandboxConfig.from_env(pool_size=0, backend="docker")) as sb:
+        out = sb.execute(ExecutionRequest(code="return 1"))
+    assert out.error_type == "sandbox_unavailable" and out.retriable
+
+
+def test_doctor_reports_subprocess_protections() -> None:
+    code, out, err = invoke("doctor", "--backend", "subprocess", "--json")
+    assert code == 0, err
+    report = json.loads(out)["backends"][0]
+    assert report["backend"] == "subprocess" and report["works"] is True
+    assert set(report["required"]) <= {k for k, v in report["protections"].items() if v}
