@@ -1,0 +1,181 @@
+"""The container backends' OS boundary, attacked by a program that has fully escaped RestrictedPython.
+
+The real image, the real container configuration and the runner's real boot and lock-down; only the
+command differs: the runner is started with its compile step replaced by plain ``compile`` and its
+builtins by the real ones (the same technique as ``escaped_runner.py`` for the subprocess backend). What
+an attack achieves here is what an attacker with a RestrictedPython bypass would achieve in a container.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, SandboxConfig
+from sandbox.backends import docker_backend
+from sandbox.backends.docker_backend import DockerBackend
+from sandbox.image import IMAGE_RUNNER
+
+ESCAPED_BOOTSTRAP = f"""
+import ast, os, signal, socket, sys, types
+sys.path.insert(0, {str(Path(IMAGE_RUNNER).parent)!r})
+import runner
+
+def compile_unrestricted(code):
+    module = ast.parse(code, runner.TOOL_FILENAME, "exec")
+    args = ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in ("context", "args", "kwargs")],
+                         vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    func = ast.FunctionDef(name=runner.TOOL_FUNCTION, args=args, body=module.body or [ast.Pass()],
+                           decorator_list=[], returns=None)
+    wrapper = ast.fix_missing_locations(ast.Module(body=[func], type_ignores=[]))
+    return compile(wrapper, runner.TOOL_FILENAME, "exec"), None
+
+def unrestricted_globals(proxies, stdout, bridge):
+    def _print(*values, **kwargs):
+        stdout.write(" ".join(str(v) for v in values) + kwargs.get("end", "\\n"))
+    return {{"__builtins__": __builtins__, "__name__": "escaped", "print": _print}}
+
+runner.compile_program = compile_unrestricted
+runner.build_globals = unrestricted_globals
+os._exit(runner.main(["--result-stdout"]))
+"""
+
+LIMITS = Limits(timeout_s=10, memory_mb=128, disk_mb=4, max_processes=12)
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(params=[None, "runsc"], ids=["docker", "gvisor"])
+def escaped_backend(
+    request: pytest.FixtureRequest, docker_env: object, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[DockerBackend]:
+    if request.param == "runsc":
+        request.applymarker(pytest.mark.gvisor)
+    monkeypatch.setattr(docker_backend, "COMMAND", ["python3", "-I", "-S", "-B", "-c", ESCAPED_BOOTSTRAP])
+    backend = DockerBackend(SandboxConfig(pool_size=0), runtime=request.param)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def escaped(backend: DockerBackend, code: str) -> ExecutionOutcome:
+    worker = backend.spawn(LIMITS)
+    return worker.execute(ExecutionRequest(code=code, limits=LIMITS), None)
+
+
+def expect_ok(backend: DockerBackend, code: str) -> ExecutionOutcome:
+    out = escaped(backend, code)
+    assert out.ok, f"attack harness failed: {out.error_type}: {out.error_message}\n{out.stderr}"
+    return out
+
+
+def test_escaped_code_really_is_unrestricted(escaped_backend: DockerBackend) -> None:
+    out = expect_ok(escaped_backend, "import os\nreturn [os.getuid(), type(().__class__.__base__).__name__]")
+    assert out.value == [65534, "type"]
+
+
+def test_host_files_are_not_in_the_container(escaped_backend: DockerBackend, tmp_path: Path) -> None:
+    marker = Path("/tmp") / f"sandforge-host-marker-{uuid.uuid4().hex}"
+    marker.write_text("host secret")
+    try:
+        out = expect_ok(
+            escaped_backend,
+            "import os\nfound = {}\n"
+            f"for p in [{str(marker)!r}, '/work', '/root/.bashrc', '/etc/shadow', '/var/run/docker.sock']:\n"
+            "    try:\n        found[p] = open(p).read()[:20] if not os.path.isdir(p) else 'dir'\n"
+            "    except OSError as e:\n        found[p] = type(e).__name__\n"
+            "return found",
+        )
+    finally:
+        marker.unlink()
+    assert "host secret" not in str(out.value)
+    assert out.value["/work"] == "FileNotFoundError"
+    assert out.value["/var/run/docker.sock"] == "FileNotFoundError"
+    assert out.value["/etc/shadow"] in ("PermissionError", "FileNotFoundError")
+
+
+def test_environment_is_empty(escaped_backend: DockerBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDFORGE_TEST_SECRET", "hunter2")
+    out = expect_ok(escaped_backend, "import os\nreturn dict(os.environ)")
+    assert "hunter2" not in str(out.value)
+    assert not any(k.startswith("SANDFORGE") for k in out.value)
+
+
+def test_network_is_denied(escaped_backend: DockerBackend) -> None:
+    out = expect_ok(
+        escaped_backend,
+        "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n    return 'connected'\n"
+        "except OSError as e:\n    return type(e).__name__",
+    )
+    assert out.value != "connected"
+
+
+def test_process_creation_is_denied(escaped_backend: DockerBackend) -> None:
+    out = expect_ok(
+        escaped_backend,
+        "import os\ntry:\n    pid = os.fork()\nexcept OSError as e:\n    return e.errno\n"
+        "if pid == 0:\n    os._exit(0)\nreturn 'forked'",
+    )
+    assert out.value != "forked"
+
+
+def test_fork_bomb_is_contained(escaped_backend: DockerBackend) -> None:
+    out = escaped(escaped_backend, "import os\nwhile True:\n    os.fork()")
+    assert out.status == "error"
+
+
+def test_host_processes_cannot_be_signalled(escaped_backend: DockerBackend) -> None:
+    host = os.getpid()
+    out = expect_ok(
+        escaped_backend,
+        f"import os, signal\ntry:\n    os.kill({host}, signal.SIGTERM)\n    return 'sent'\n"
+        "except OSError as e:\n    return type(e).__name__",
+    )
+    assert out.value != "sent"
+    os.kill(host, 0)  # still alive
+
+
+def test_disk_fill_is_bounded(escaped_backend: DockerBackend) -> None:
+    out = expect_ok(
+        escaped_backend,
+        "results = {}\nfor path in ('/fill', '/tmp/fill'):\n    written = 0\n    try:\n"
+        "        with open(path, 'wb') as f:\n            while written < 64 * 1024 * 1024:\n"
+        "                f.write(b'x' * 65536)\n                written += 65536\n"
+        "    except OSError as e:\n        results[path] = [type(e).__name__, written]\n"
+        "    else:\n        results[path] = ['filled', written]\nreturn results",
+    )
+    assert out.value["/fill"][0] in ("OSError", "PermissionError")  # read-only root file system
+    kind, written = out.value["/tmp/fill"]
+    assert kind != "filled" and written <= LIMITS.disk_mb * 1024 * 1024
+
+
+def test_forged_frames_cannot_forge_what_the_host_reports(escaped_backend: DockerBackend) -> None:
+    """An escaped program can write to the result channel (fd 3, the runner's dup of stdout) and so pick its
+    own result, as it could by returning it. It cannot change what the host reports about the sandbox: the
+    protections come from the engine's view of the container, and the frame cannot claim host-measured usage.
+    Containers stop reading at the first result frame (latency), so a frame written before the runner's own
+    wins; the subprocess backend reads to EOF and flags the second frame (test_os_boundary.py)."""
+    forged = {"type": "result", "status": "ok", "value": "forged", "context": {"admin": True}}
+    code = (
+        "import os, json, struct\n"
+        f"body = json.dumps({forged!r}).encode()\n"
+        "os.write(3, struct.pack('>I', len(body)) + body)\n"
+        "return 'real'"
+    )
+    out = escaped(escaped_backend, code)
+    reference = escaped_backend.spawn(LIMITS)
+    try:
+        expected_protections = reference.protections
+    finally:
+        reference.destroy()
+    assert out.protections == expected_protections and out.protections["network_none"]
+    assert out.usage.source == "sandbox"  # container usage is always labelled as the runner's report
+    if out.ok:
+        assert out.value in ("forged", "real")
+    else:
+        assert out.error_type in (ErrorType.SANDBOX_VIOLATION, ErrorType.EXECUTION)
