@@ -38,6 +38,7 @@ from runtime.sessions import (
     state_dir,
 )
 from runtime.sessions.chat_providers import read_script
+from runtime.store import ToolStore
 from sandbox import BACKENDS, Sandbox, SandboxConfig
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ HELP = "commands: /tools (active groups), /clear (new session), /exit"
 
 
 def _groups_source(
-    groups_file: Path | None, script: dict[str, Any] | None, state: Path, *, tool_store: bool
+    groups_file: Path | None, script: dict[str, Any] | None, state: Path, *, tool_store: ToolStore | None
 ) -> GroupSource:
     """Configured groups first (--groups, the script's, or <state>/tool_groups.yaml), then the ToolStore's roles."""
     sources: list[GroupSource] = []
@@ -64,10 +65,8 @@ def _groups_source(
             if (state / name).is_file():
                 sources.append(StaticGroupSource.from_file(state / name))
                 break
-    if tool_store:
-        from runtime.store import ToolStore
-
-        sources.append(ToolStoreGroupSource(ToolStore(state)))
+    if tool_store is not None:
+        sources.append(ToolStoreGroupSource(tool_store))
     return CompositeGroupSource(*sources)
 
 
@@ -237,7 +236,9 @@ def command(
     provider: ChatProvider = (
         ScriptedChatProvider(script["turns"]) if script is not None else AnthropicChatProvider(model=model)
     )
-    registry = ToolRegistry(_groups_source(groups_file, script, state, tool_store=tool_store))
+    # One ToolStore serves both sides: its roles are loadable groups, and their calls reuse its artifacts.
+    tools = ToolStore(state) if tool_store else None
+    registry = ToolRegistry(_groups_source(groups_file, script, state, tool_store=tools))
     program_provider, why_not = _program_provider(script, programs_file)
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(SessionStore(state=state))
@@ -247,7 +248,9 @@ def command(
         else:
             config = SandboxConfig.from_env(**({"backend": backend} if backend else {}))
             sandbox = stack.enter_context(Sandbox(config))
-            agent_runner = AgentToolRunner(provider=program_provider, sandbox=sandbox, log=_call_log(state_dir))
+            agent_runner = AgentToolRunner(
+                provider=program_provider, sandbox=sandbox, store=tools, log=_call_log(state_dir)
+            )
             stack.callback(agent_runner.close)
             runner = agent_runner
         options: dict[str, Any] = {

@@ -164,3 +164,23 @@ def test_ctrl_c_during_a_turn_returns_to_the_prompt(tmp_path: Path, monkeypatch:
     result = _chat(tmp_path, ["second try works"], "first\nsecond\n")
     assert result.exit_code == 0, result.output
     assert "(interrupted)" in result.stderr and "assistant> second try works" in result.stdout
+
+
+def test_a_second_chat_reuses_the_tool_store(tmp_path: Path) -> None:
+    """Run 1 generates `gmail.search` and the store keeps it; run 2 (a new process's worth of objects, same
+    state dir) calls it again with NO program scripted: it can only succeed from the persisted artifact."""
+    first = _script(tmp_path, [load("google_gmail"), call("gmail_search", query="a"), "done"],
+                    programs=["return ['hit:' + kwargs['query']]"])  # fmt: skip
+    result = _run(["chat", "--scripted", str(first), "--backend", "subprocess"], tmp_path / "state", "find\n")
+    assert result.exit_code == 0, result.output
+    assert '-> success] ["hit:a"]' in result.stderr
+
+    second = tmp_path / "second.json"
+    turns = [load("google_gmail"), call("gmail_search", query="b"), "done"]
+    second.write_text(json.dumps({"groups": GROUPS, "programs": [], "turns": turns}))
+    result = _run(["chat", "--scripted", str(second), "--backend", "subprocess"], tmp_path / "state", "again\n")
+    assert result.exit_code == 0, result.output
+    assert '-> success] ["hit:b"]' in result.stderr
+    records = [json.loads(line) for line in (tmp_path / "state" / "logs" / "calls.jsonl").read_text().splitlines()]
+    assert [r["program_source"] for r in records] == ["generated", "persisted"]
+    assert records[1]["provider_calls"] == 0
