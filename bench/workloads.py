@@ -91,9 +91,15 @@ def program(code: str, context: dict[str, Any] | None = None) -> Program:
 
 def context_of_size(target_bytes: int) -> dict[str, Any]:
     """Deterministic rows of mixed JSON types until the serialized context reaches ``target_bytes``."""
-    row_bytes = len(json.dumps(_row(0), separators=(",", ":"))) + 1
-    rows = [_row(i) for i in range(max(1, target_bytes // row_bytes))]
-    return {"rows": rows}
+    rows: list[dict[str, Any]] = []
+    size = len('{"rows":[]}')
+    while True:
+        row = _row(len(rows))
+        step = len(json.dumps(row, separators=(",", ":"))) + (1 if rows else 0)
+        if rows and size + step > target_bytes:
+            return {"rows": rows}
+        rows.append(row)
+        size += step
 
 
 def _row(i: int) -> dict[str, Any]:
