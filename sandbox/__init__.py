@@ -74,7 +74,13 @@ class Sandbox:
                 be = self._backend(name)
                 lim = key[1]
                 size = self.config.pool_size if lim == self.config.limits else 0
-                pool = WarmPool(lambda: be.spawn(lim), size=size, idle_s=self.config.pool_idle_s, name=name)
+                pool = WarmPool(
+                    lambda: be.spawn(lim),
+                    size=size,
+                    idle_s=self.config.pool_idle_s,
+                    name=name,
+                    concurrency=self.config.pool_spawn_concurrency,
+                )
                 self._pools[key] = pool
             return pool
 

@@ -27,6 +27,7 @@ class SandboxConfig(BaseModel):
     backend: BackendName = "subprocess"
     limits: Limits = Field(default_factory=Limits)
     pool_size: int = Field(2, ge=0, le=256, description="warm workers kept ready per backend; 0 = cold")
+    pool_spawn_concurrency: int = Field(4, ge=1, le=64, description="warm workers started at once")
     pool_idle_s: float = Field(300.0, gt=0, description="a warm worker idle this long is replaced")
     spawn_timeout_s: float = Field(20.0, gt=0, description="how long a worker may take to report ready")
     required_protections: tuple[str, ...] = Field(

@@ -13,6 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from sandbox.backends.base import SandboxUnavailable, Worker
 
@@ -20,9 +21,14 @@ log = logging.getLogger(__name__)
 
 
 class WarmPool:
-    def __init__(self, spawn: Callable[[], Worker], *, size: int, idle_s: float, name: str) -> None:
+    def __init__(
+        self, spawn: Callable[[], Worker], *, size: int, idle_s: float, name: str, concurrency: int = 1
+    ) -> None:
         self._spawn = spawn
         self.size = size
+        self.concurrency = max(1, concurrency)
+        self._in_flight = 0
+        self._backoff = 0.05
         self.idle_s = idle_s
         self.name = name
         self._ready: deque[Worker] = deque()
@@ -75,33 +81,47 @@ class WarmPool:
             worker.destroy()
 
     def _refill_loop(self) -> None:
-        backoff = 0.05
-        while not self._closed:
-            self._reap_unusable()
-            if self.ready_count() < self.size:
-                try:
-                    worker = self._spawn()
-                except SandboxUnavailable as exc:
-                    self.last_error = str(exc)
-                    log.warning("pool %s cannot start a worker: %s", self.name, exc)
-                    self._wake.wait(backoff)
-                    self._wake.clear()
-                    backoff = min(backoff * 2, 5.0)
-                    continue
-                except Exception:  # a bug must not kill the refill thread silently
-                    log.exception("pool %s: unexpected error starting a worker", self.name)
-                    self._wake.wait(1.0)
-                    continue
-                backoff = 0.05
-                self.last_error = None
+        """Keep ``size`` workers ready, starting up to ``concurrency`` of them at once.
+
+        Container engines overlap container starts, so one-at-a-time refill would cap the warm supply at
+        1 / (start time) however much capacity the engine has left.
+        """
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"sandforge-spawn-{self.name}") as ex:
+            while not self._closed:
+                self._reap_unusable()
                 with self._lock:
-                    if self._closed:
-                        worker.destroy()
-                        return
-                    self._ready.append(worker)
-                continue
-            self._wake.wait(min(self.idle_s / 4, 1.0))
-            self._wake.clear()
+                    missing = self.size - len(self._ready) - self._in_flight
+                    starts = max(0, min(missing, self.concurrency - self._in_flight))
+                    self._in_flight += starts
+                for _ in range(starts):
+                    ex.submit(self._start_one)
+                self._wake.wait(min(self.idle_s / 4, 1.0))
+                self._wake.clear()
+
+    def _start_one(self) -> None:
+        try:
+            worker = self._spawn()
+        except SandboxUnavailable as exc:
+            self.last_error = str(exc)
+            log.warning("pool %s cannot start a worker: %s", self.name, exc)
+            time.sleep(self._backoff)  # engine down: retry slowly, not in a tight loop
+            self._backoff = min(self._backoff * 2, 5.0)
+            worker = None
+        except Exception:  # a bug must not kill the refill silently
+            log.exception("pool %s: unexpected error starting a worker", self.name)
+            time.sleep(1.0)
+            worker = None
+        else:
+            self._backoff = 0.05
+            self.last_error = None
+        with self._lock:
+            self._in_flight -= 1
+            if worker is not None and not self._closed:
+                self._ready.append(worker)
+                worker = None
+        if worker is not None:  # the pool closed while it was starting
+            worker.destroy()
+        self._wake.set()
 
     def _reap_unusable(self) -> None:
         with self._lock:

@@ -1,0 +1,119 @@
+"""WarmPool mechanics with a stand-in worker factory (the backends' own pools are tested per backend)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from sandbox.backends.base import SandboxUnavailable
+from sandbox.pool import WarmPool
+from sandbox.protocol import Limits
+
+
+class FakeWorker:
+    backend = "fake"
+    limits = Limits()
+    protections: dict[str, bool] = {}
+
+    def __init__(self) -> None:
+        self.created_at = time.monotonic()
+        self.destroyed = False
+
+    def alive(self) -> bool:
+        return not self.destroyed
+
+    def execute(self, request: object, bridge: object) -> object:
+        raise NotImplementedError
+
+    def destroy(self) -> None:
+        self.destroyed = True
+
+
+class SlowFactory:
+    """Counts how many starts overlap."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.lock = threading.Lock()
+        self.running = 0
+        self.max_running = 0
+        self.made: list[FakeWorker] = []
+
+    def __call__(self) -> FakeWorker:
+        with self.lock:
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+        time.sleep(self.delay)
+        with self.lock:
+            self.running -= 1
+            worker = FakeWorker()
+            self.made.append(worker)
+        return worker
+
+
+def test_refill_starts_workers_concurrently_up_to_the_limit() -> None:
+    factory = SlowFactory(0.2)
+    pool = WarmPool(factory, size=6, idle_s=60, name="t", concurrency=3)  # type: ignore[arg-type]
+    try:
+        assert pool.wait_ready(6, timeout=10)
+        assert factory.max_running == 3
+    finally:
+        pool.close()
+    assert all(w.destroyed for w in factory.made)
+
+
+def test_one_at_a_time_when_concurrency_is_one() -> None:
+    factory = SlowFactory(0.05)
+    pool = WarmPool(factory, size=3, idle_s=60, name="t", concurrency=1)  # type: ignore[arg-type]
+    try:
+        assert pool.wait_ready(3, timeout=10)
+        assert factory.max_running == 1
+    finally:
+        pool.close()
+
+
+def test_each_worker_is_handed_out_once_and_replaced() -> None:
+    factory = SlowFactory(0.0)
+    pool = WarmPool(factory, size=2, idle_s=60, name="t", concurrency=2)  # type: ignore[arg-type]
+    try:
+        assert pool.wait_ready(2, timeout=10)
+        taken = [pool.acquire() for _ in range(5)]
+        assert len({id(w) for w in taken}) == 5
+        assert pool.wait_ready(2, timeout=10)
+    finally:
+        pool.close()
+
+
+def test_idle_workers_are_replaced_not_handed_out() -> None:
+    factory = SlowFactory(0.0)
+    pool = WarmPool(factory, size=1, idle_s=0.2, name="t", concurrency=1)  # type: ignore[arg-type]
+    try:
+        assert pool.wait_ready(1, timeout=10)
+        first = pool._ready[0]
+        time.sleep(0.5)
+        worker = pool.acquire()
+        assert worker is not first and first.destroyed
+    finally:
+        pool.close()
+
+
+def test_engine_down_backs_off_and_recovers() -> None:
+    attempts: list[float] = []
+    healthy = threading.Event()
+
+    def flaky() -> FakeWorker:
+        attempts.append(time.monotonic())
+        if not healthy.is_set():
+            raise SandboxUnavailable("engine down")
+        return FakeWorker()
+
+    pool = WarmPool(flaky, size=1, idle_s=60, name="t", concurrency=2)  # type: ignore[arg-type]
+    try:
+        time.sleep(1.0)
+        assert pool.ready_count() == 0 and pool.last_error == "engine down"
+        assert len(attempts) < 30  # backed off, not a tight loop
+        healthy.set()
+        assert pool.wait_ready(1, timeout=15)
+        assert pool.last_error is None
+    finally:
+        pool.close()
