@@ -16,6 +16,16 @@ timed as well: validation = parse (C, CPython's) + analysis (this engine), split
 analysis share is what the engine controls. A calibration loop shows how fast this machine runs Python
 (about 25-30 ms on a current laptop). Pathological inputs are timed for information. Exit status 1 when a
 goal is missed.
+
+Parser floors: what a parse alone costs on the same programs, before any analysis, with the parsers
+reachable from Python here: ``ast.parse`` (CPython's PEG parser plus the Python AST objects),
+``compile(..., "exec")`` to bytecode (the same parser and the compiler, but no Python AST objects) and
+``symtable.symtable`` (the parser and the symbol table pass: the cheapest full parse the standard library
+offers). A tool program is a function body (a top-level ``return``), which ``compile`` and ``symtable``
+reject, so for those two it is wrapped in a ``def`` (indented: a few % more bytes). When the optional
+packages ``tree_sitter`` and ``tree_sitter_python`` import (they are not dependencies), a tree-sitter parse
+is timed too. Each goal is printed with the share of its budget the cheapest floor already takes. The
+floors do not change the exit status.
 """
 
 from __future__ import annotations
@@ -23,13 +33,16 @@ from __future__ import annotations
 import argparse
 import ast
 import gc
+import importlib
 import json
 import os
 import statistics
+import symtable
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -126,6 +139,47 @@ def parse_without_gc(source: str) -> None:
         gc.enable()
 
 
+def as_function(source: str) -> str:
+    """The program as the body of a ``def`` (what a tool program is), for parsers that reject a top-level
+    ``return``."""
+    body = "".join("    " + line if line.strip() else line for line in source.splitlines(keepends=True))
+    return "def _tool(args, kwargs, context):\n" + body
+
+
+def parser_floors() -> dict[str, tuple[Callable[[str], str], Callable[[str], object]]]:
+    """Each parser reachable from Python here: how the program's text is prepared for it (outside the
+    clock) and the parse itself."""
+
+    def same(source: str) -> str:
+        return source
+
+    floors: dict[str, tuple[Callable[[str], str], Callable[[str], object]]] = {
+        "ast.parse": (same, ast.parse),
+        "compile": (as_function, lambda text: compile(text, "<tool>", "exec", dont_inherit=True)),
+        "symtable": (as_function, lambda text: symtable.symtable(text, "<tool>", "exec")),
+    }
+    try:  # optional, not a dependency: timed when installed
+        tree_sitter = importlib.import_module("tree_sitter")
+        tree_sitter_python = importlib.import_module("tree_sitter_python")
+    except ImportError:
+        return floors
+    try:
+        ts_parser = tree_sitter.Parser(tree_sitter.Language(tree_sitter_python.language()))
+    except Exception:  # an API this code does not know
+        return floors
+    floors["tree-sitter"] = (same, lambda text: ts_parser.parse(text.encode("utf-8")))
+    return floors
+
+
+def paused(fn: Callable[[str], object], text: str) -> None:
+    """One parse with the cyclic collector paused, as inside `validate`."""
+    gc.disable()
+    try:
+        fn(text)
+    finally:
+        gc.enable()
+
+
 def calibration() -> None:
     total = 0
     for i in range(1_000_000):
@@ -152,6 +206,15 @@ def run(repeat: int) -> dict[str, dict[str, float]]:
         stats["analysis_p50_ms"] = stats["cpu_p50_ms"] - parse["cpu_p50_ms"]
         stats["analysis_us_per_line"] = stats["analysis_p50_ms"] * 1000 / stats["lines"]
         results[f"validate_{lines}_lines"] = stats
+    for lines in (200, 5000):
+        source = program(lines)
+        runs = repeat if lines <= 1000 else max(repeat // 10, 10)
+        for name, (prepare, parse_fn) in parser_floors().items():
+            text = prepare(source)  # wrapping in a def is not the parser's cost
+            floor = timed(lambda text=text, parse_fn=parse_fn: paused(parse_fn, text), runs)  # type: ignore[misc]
+            floor["lines"] = float(source.count("\n") + 1)
+            floor["kb"] = len(text.encode()) / 1024
+            results[f"floor_{name}_{lines}_lines"] = floor
     source = program(200)
     results["validate_200_lines_cached"] = timed(lambda: validate(source, policy), repeat)
     limit = policy.limits.max_source_bytes
@@ -164,6 +227,33 @@ def run(repeat: int) -> dict[str, dict[str, float]]:
     for name, source in pathological.items():
         results[name] = timed(lambda source=source: cold(source), 5)  # type: ignore[misc]
     return results
+
+
+def floor_summary(results: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    """Per validation goal: the cheapest parser floor (by p50 wall clock) and the share of the budget it
+    takes before any analysis."""
+    out: dict[str, dict[str, Any]] = {}
+    for lines in (200, 5000):
+        goal = f"validate_{lines}_lines"
+        suffix = f"_{lines}_lines"
+        floors = {
+            name[len("floor_") : -len(suffix)]: stats
+            for name, stats in results.items()
+            if name.startswith("floor_") and name.endswith(suffix)
+        }
+        cheapest = min(floors, key=lambda name: floors[name]["p50_ms"])
+        budget = GOALS_MS[goal]
+        out[goal] = {
+            "budget_ms": budget,
+            "cheapest": cheapest,
+            "p50_ms": floors[cheapest]["p50_ms"],
+            "cpu_p50_ms": floors[cheapest]["cpu_p50_ms"],
+            "share_of_budget": floors[cheapest]["p50_ms"] / budget,
+            "left_ms": budget - floors[cheapest]["p50_ms"],
+            "ast_parse_p50_ms": floors["ast.parse"]["p50_ms"],
+            "floors_p50_ms": {name: stats["p50_ms"] for name, stats in floors.items()},
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,8 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     met = {name: results[name]["p50_ms"] < goal for name, goal in GOALS_MS.items()}
     met["linear"] = linearity < LINEARITY_LIMIT
     ok = all(met.values())
+    floors = floor_summary(results)
     if ns.json:
-        summary = {"linearity": linearity, "analysis_linearity": analysis_linearity, "goals_met": met}
+        summary = {"linearity": linearity, "analysis_linearity": analysis_linearity, "goals_met": met, "floors": floors}
         print(json.dumps({"results": results, **summary}, indent=2))
         return 0 if ok else 1
     head = f"{'measure':28} {'p50 ms':>9} {'p95 ms':>9} {'cpu p50':>9} {'lines':>6} {'KiB':>5} {'us/line':>8}"
@@ -188,13 +279,22 @@ def main(argv: list[str] | None = None) -> int:
     for name, stats in results.items():
         extra = ""
         if "lines" in stats:
-            extra = f" {stats['lines']:6.0f} {stats['kb']:5.0f} {stats['us_per_line']:8.2f}"
+            extra = f" {stats['lines']:6.0f} {stats['kb']:5.0f} {stats['p50_ms'] * 1000 / stats['lines']:8.2f}"
+        if "analysis_p50_ms" in stats:
             extra += (
                 f" {stats['parse_p50_ms']:9.2f} {stats['analysis_p50_ms']:9.2f} {stats['analysis_us_per_line']:8.2f}"
             )
         print(f"{name:28} {stats['p50_ms']:9.2f} {stats['p95_ms']:9.2f} {stats['cpu_p50_ms']:9.2f}{extra}")
     print(f"\nlinearity: per-line CPU cost at 5,000 lines / at 200 lines = {linearity:.2f} (goal < {LINEARITY_LIMIT})")
     print(f"           the same for the analysis alone (validation minus ast.parse) = {analysis_linearity:.2f}")
+    print("\nparser floors (compile and symtable parse the program wrapped in a def; no analysis at all):")
+    for name, floor in floors.items():
+        print(
+            f"  {name} p50 < {floor['budget_ms']:g} ms: cheapest parse {floor['cheapest']} {floor['p50_ms']:.2f} ms "
+            f"(cpu {floor['cpu_p50_ms']:.2f}) = {100 * floor['share_of_budget']:.0f}% of the budget, "
+            f"{floor['left_ms']:.2f} ms left for everything else; ast.parse {floor['ast_parse_p50_ms']:.2f} ms "
+            f"= {100 * floor['ast_parse_p50_ms'] / floor['budget_ms']:.0f}%"
+        )
     for name, goal in GOALS_MS.items():
         print(f"goal {name} p50 < {goal:g} ms: {'MET' if met[name] else 'MISSED'}")
     if not ok:
