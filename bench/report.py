@@ -6,6 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+#: Container backends: through dockerd (docker = runc, gvisor = runsc) and the runtimes driven directly.
+CONTAINER_BACKENDS = ("docker", "gvisor", "runc", "runsc")
+OUR_BACKENDS = ("subprocess", *CONTAINER_BACKENDS)
+
 
 @dataclass
 class Target:
@@ -92,7 +96,7 @@ def issue2_table(run: dict[str, Any], *, markdown: bool = False) -> str:
     cells = run["latency"].get("trivial", {})
     cold = run.get("cold", {})
     rows: list[list[str]] = []
-    for backend in ("subprocess", "docker", "gvisor"):
+    for backend in OUR_BACKENDS:
         c, w = cold.get(f"ours_{backend}_cold", {}), cells.get(f"ours_{backend}_warm", {})
         if c.get("skipped") or w.get("skipped") or (not c and not w):
             reason = c.get("skipped") or w.get("skipped") or "not selected"
@@ -158,7 +162,7 @@ def evaluate(run: dict[str, Any]) -> list[Target]:
     sub = rate("ours_subprocess_warm")
     t.append(Target("throughput >= 100/s on the subprocess backend (2 cores, never-reused sandbox)",
                     None if sub is None else sub >= 100, f"{_fmt(sub)} exec/s"))  # fmt: skip
-    containers = {k: rate(f"ours_{k}_warm") for k in ("docker", "gvisor")}
+    containers = {k: rate(f"ours_{k}_warm") for k in CONTAINER_BACKENDS}
     measured = {k: v for k, v in containers.items() if v is not None}
     best = max(measured.values()) if measured else None
     t.append(Target("throughput >= 20/s on a container backend",
@@ -173,7 +177,7 @@ def evaluate(run: dict[str, Any]) -> list[Target]:
                                at_least=False))  # fmt: skip
     a = lat("trivial", "ours_subprocess_warm")
     t.append(Target("warm subprocess p50 < 10 ms", None if a is None else a < 10, f"{_fmt(a)} ms"))
-    for backend in ("docker", "gvisor"):
+    for backend in CONTAINER_BACKENDS:
         a = lat("trivial", f"ours_{backend}_warm")
         t.append(Target(f"warm container ({backend}) p50 < 60 ms", None if a is None else a < 60, f"{_fmt(a)} ms"))
     for backend, floor in (("docker", "docker_run_runc"), ("gvisor", "docker_run_runsc")):

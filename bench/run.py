@@ -33,14 +33,10 @@ from bench.workloads import Workload, build
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "bench" / "results"
 DEFAULT_PLOT = REPO / "docs" / "bench-latency.png"
-ALL_BACKENDS = ("subprocess", "docker", "gvisor")
+ALL_BACKENDS = ("subprocess", "docker", "gvisor", "runc", "runsc")
 SHORT = {
-    "ours_subprocess_warm": "subprocess",
-    "ours_docker_warm": "docker",
-    "ours_gvisor_warm": "gvisor",
-    "ours_subprocess_cold": "subprocess cold",
-    "ours_docker_cold": "docker cold",
-    "ours_gvisor_cold": "gvisor cold",
+    **{f"ours_{b}_warm": b for b in ALL_BACKENDS},
+    **{f"ours_{b}_cold": f"{b} cold" for b in ALL_BACKENDS},
 }
 
 

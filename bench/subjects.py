@@ -97,11 +97,10 @@ class Ours(Subject):
         if self.backend == "subprocess":
             return None
         try:
-            from sandbox import SandboxConfig
-            from sandbox.backends.docker_backend import DockerBackend
+            from sandbox import SandboxConfig, make_backend
 
-            backend = DockerBackend(SandboxConfig(), runtime="runsc" if self.backend == "gvisor" else None)
-            reason = backend.unavailable_reason()
+            backend: Any = make_backend(self.backend, SandboxConfig())  # type: ignore[arg-type]
+            reason: str | None = backend.unavailable_reason()
             backend.close()
             return reason
         except Exception as exc:

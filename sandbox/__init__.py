@@ -37,6 +37,10 @@ def make_backend(name: BackendName, config: SandboxConfig) -> Backend:
         from sandbox.backends.subprocess_backend import SubprocessBackend
 
         return SubprocessBackend(config)
+    if name in ("runc", "runsc"):
+        from sandbox.backends.oci_backend import OciBackend
+
+        return OciBackend(config, runtime=name)
     from sandbox.backends.docker_backend import DockerBackend
 
     return DockerBackend(config, runtime="runsc" if name == "gvisor" else None)

@@ -9,8 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox.protocol import Limits
 
-BackendName = Literal["subprocess", "docker", "gvisor"]
-BACKENDS: tuple[BackendName, ...] = ("subprocess", "docker", "gvisor")
+BackendName = Literal["subprocess", "docker", "gvisor", "runc", "runsc"]
+#: ``docker``/``gvisor``: containers through dockerd (runc/runsc); ``runc``/``runsc``: the same runtimes
+#: driven directly from an OCI bundle, without a daemon (root only).
+BACKENDS: tuple[BackendName, ...] = ("subprocess", "docker", "gvisor", "runc", "runsc")
 
 #: Protections the subprocess backend can apply; `sandforge doctor` shows which ones are active here.
 SUBPROCESS_PROTECTIONS = (

@@ -288,7 +288,11 @@ def build(
             try:
                 info = api.inspect_image(tag)
                 say(f"{tag} is present")
-                return BuildResult(tag=tag, built=False, image_id=str(info["Id"]), seconds=time.monotonic() - started)
+                if export_rootfs(api, tag, say):
+                    steps["oci_rootfs"] = round(time.monotonic() - started, 2)
+                return BuildResult(
+                    tag=tag, built=False, image_id=str(info["Id"]), seconds=time.monotonic() - started, steps=steps
+                )
             except docker.errors.ImageNotFound:
                 pass
         mark = time.monotonic()
@@ -318,6 +322,9 @@ def build(
                 log.debug("build: %s", text)
         image_id = str(api.inspect_image(tag)["Id"])
         steps["image"] = round(time.monotonic() - mark, 2)
+        mark = time.monotonic()
+        export_rootfs(api, tag, say)
+        steps["oci_rootfs"] = round(time.monotonic() - mark, 2)
         return BuildResult(tag=tag, built=True, image_id=image_id, seconds=time.monotonic() - started, steps=steps)
     except docker.errors.APIError as exc:
         raise ImageBuildError(f"the Docker engine refused: {exc.explanation or exc}") from exc
@@ -325,3 +332,49 @@ def build(
         raise ImageBuildError(f"lost the Docker engine during the build: {exc}") from exc
     finally:
         lock.release()
+
+
+# --- the same filesystem for OCI runtimes driven directly (the runc and runsc backends) -----------------
+
+
+def oci_rootfs(tag: str) -> Path:
+    """Where the image's filesystem is unpacked for runc/runsc (one directory per image tag)."""
+    return cache_dir() / "oci" / tag.replace(":", "-") / "rootfs"
+
+
+def export_rootfs(api: Any, tag: str, progress: Progress) -> bool:
+    """Unpack the image's filesystem for the OCI backends, unless already there; True when it exported.
+
+    ``docker export`` of a never-started container, streamed into ``tar`` in a temporary directory that is
+    renamed into place only when complete, so a half-unpacked root is never used.
+    """
+    target = oci_rootfs(tag)
+    if (target / IMAGE_RUNNER.lstrip("/")).exists():
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    progress(f"unpacking {tag} for the runc/runsc backends into {target}")
+    container = api.create_container(image=tag, command=["true"], network_disabled=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="rootfs-", dir=target.parent) as tmp:
+            staging = Path(tmp) / "rootfs"
+            staging.mkdir()
+            tar = subprocess.Popen(
+                ["tar", "--numeric-owner", "-x", "-C", str(staging)], stdin=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            assert tar.stdin is not None
+            try:
+                for chunk in api.export(container["Id"]):
+                    tar.stdin.write(chunk)
+            finally:
+                tar.stdin.close()
+                tar.wait(timeout=600)
+            err = tar.stderr.read() if tar.stderr is not None else b""
+            if tar.returncode != 0:
+                raise ImageBuildError(f"unpacking the image failed: {err.decode(errors='replace').strip()[-300:]}")
+            staging.chmod(0o755)
+            if target.exists():
+                shutil.rmtree(target)
+            staging.replace(target)
+    finally:
+        api.remove_container(container["Id"], force=True)
+    return True

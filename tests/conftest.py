@@ -1,9 +1,12 @@
 """Shared fixtures. Container tests skip without an engine, and fail under SANDFORGE_REQUIRE_DOCKER=1.
 
 - ``docker_env`` (session): a Docker API client with the sandbox image ensured (built once when missing).
-- ``sandbox_backend``: each backend name in turn (``subprocess``, ``docker``, ``gvisor``), marked and
-  skipped (or failed) as the machine requires; ``sandbox``: a Sandbox on it with a small warm pool.
-- Any test marked ``@pytest.mark.docker`` / ``@pytest.mark.gvisor`` gets the same requirement check.
+- ``sandbox_backend``: each backend name in turn (``subprocess``, ``docker``, ``gvisor``, ``runc``,
+  ``runsc``), marked and skipped (or failed) as the machine requires; ``sandbox``: a Sandbox on it with a
+  small warm pool.
+- Any test marked ``@pytest.mark.docker`` / ``@pytest.mark.gvisor`` / ``@pytest.mark.oci`` gets the same
+  requirement check. The OCI backends (runc/runsc driven directly) need root, the runtime binary and the
+  image unpacked by ``image.build`` (the probe builds and unpacks it once).
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ def _probe_docker() -> DockerEnv:
         return env
     try:
         if not image.status(env.api).present:
-            image.build(env.api)  # idempotent and locked: parallel test workers build it once
+            image.build(env.api)  # idempotent and locked: parallel test workers build it once (and unpack it)
+        image.export_rootfs(env.api, env.tag, lambda _msg: None)  # for runc/runsc; a no-op when present
     except Exception as exc:  # no root, no debootstrap, no mirror...: report it as the reason
         env.problems["engine"] = f"sandbox image {env.tag} missing and could not be built: {exc}"
         return env
@@ -72,7 +76,14 @@ def _docker_env() -> DockerEnv:
 
 def container_unavailable(backend: str) -> str | None:
     """Why the given container backend cannot run here, or None when it can."""
-    return None if backend == "subprocess" else _docker_env().reason(backend)
+    if backend == "subprocess":
+        return None
+    reason = _docker_env().reason(backend)  # the OCI backends use the image the engine built
+    if reason is None and backend in ("runc", "runsc"):
+        from sandbox.backends.oci_backend import OciBackend
+
+        reason = OciBackend(SandboxConfig(), runtime=backend).unavailable_reason()  # type: ignore[arg-type]
+    return reason
 
 
 def _require_backend(backend: str) -> None:
@@ -95,6 +106,10 @@ def docker_env() -> Iterator[DockerEnv]:
 @pytest.fixture(autouse=True)
 def _container_requirements(request: pytest.FixtureRequest) -> None:
     """Tests marked docker/gvisor skip, or fail when required, where the engine or runtime is missing."""
+    oci = request.node.get_closest_marker("oci")
+    if oci is not None:
+        for runtime in oci.args or ("runc",):
+            _require_backend(runtime)
     if request.node.get_closest_marker("gvisor") is not None:
         _require_backend("gvisor")
     elif request.node.get_closest_marker("docker") is not None:
@@ -106,6 +121,8 @@ def _container_requirements(request: pytest.FixtureRequest) -> None:
         "subprocess",
         pytest.param("docker", marks=pytest.mark.docker),
         pytest.param("gvisor", marks=[pytest.mark.docker, pytest.mark.gvisor]),
+        pytest.param("runc", marks=pytest.mark.oci("runc")),
+        pytest.param("runsc", marks=pytest.mark.oci("runsc")),
     ]
 )
 def sandbox_backend(request: pytest.FixtureRequest) -> str:

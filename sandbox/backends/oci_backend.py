@@ -1,0 +1,541 @@
+"""The `runc` and `runsc` backends: one disposable container per execution, with no daemon in the path.
+
+The Docker backends spend most of a container's start-up in dockerd (API calls, image and network
+bookkeeping): on two cores that caps them near 10 containers per second. These backends drive the OCI
+runtime binary itself: each worker is ``runc run`` (or ``runsc run``, gVisor) of a per-container bundle
+whose ``config.json`` comes from ``sandbox/oci_spec.py`` and whose root is the sandbox image's
+filesystem, unpacked once by ``sandforge image build`` and shared read-only by every container. The
+runtime runs in the foreground with our pipes as the container's stdio: stdin carries frames in, stdout is
+the result channel (the runner keeps it and points its own stdout at stderr before any program runs), and
+stderr carries the runner's and the runtime's diagnostics.
+
+After the ready frame, the host checks from ``/proc`` and the cgroup filesystem what is really in force
+(runc: the container process itself; runsc: the gVisor sandbox process, plus the runner's own report from
+inside the sentry). A worker that lacks a required protection is refused.
+
+The runtime exits when the container's process does, and then deletes the container and its cgroup itself;
+the host only reaps the runtime process and removes the bundle directory, off the hot path. Bundles of
+processes that died are removed (and their containers force-deleted) when a backend starts. Both need
+root: rootless containers are not supported by these backends.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import psutil
+
+from sandbox import image, oci_spec, seccomp
+from sandbox.backends.base import SandboxUnavailable
+from sandbox.backends.docker_backend import (
+    COMMAND,
+    CONTAINER_PROTECTIONS,
+    GVISOR_MEMORY_HEADROOM_MB,
+    GVISOR_PIDS_HEADROOM,
+)
+from sandbox.backends.subprocess_backend import PipeIO, _ns, _proc_status, _rlimits_set
+from sandbox.config import SandboxConfig
+from sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
+from sandbox.protocol import (
+    BootFrame,
+    ErrorType,
+    ExecutionOutcome,
+    ExecutionRequest,
+    Limits,
+    ProtocolError,
+    encode_frame,
+)
+
+log = logging.getLogger(__name__)
+
+Runtime = Literal["runc", "runsc"]
+STATE_DIR = Path(os.environ.get("SANDFORGE_OCI_STATE_DIR", "/run/sandforge"))
+#: ``runsc`` refuses to start here without it, and a sandbox has no network anyway.
+RUNSC_FLAGS = ("--network=none",)
+ID_PREFIX = "sf"
+
+
+def _process_tag(pid: int) -> str:
+    """``<pid>-<start time>``: identifies a process across pid reuse (it is part of every container id)."""
+    return f"{pid}-{int(psutil.Process(pid).create_time() * 100)}"
+
+
+def _owner_alive(container_id: str) -> bool:
+    parts = container_id.split("-")
+    if len(parts) < 4 or parts[0] != ID_PREFIX:
+        return True  # not ours
+    try:
+        return _process_tag(int(parts[1])) == f"{parts[1]}-{parts[2]}"
+    except (ValueError, psutil.Error):
+        return False
+
+
+class _Reaper:
+    """Waits for finished runtime processes and removes their bundles on a background thread."""
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[subprocess.Popen[bytes], Path, Callable[[], None] | None]] = deque()
+        self._cond = threading.Condition()
+        self._busy = 0
+        self._thread: threading.Thread | None = None
+
+    def submit(self, proc: subprocess.Popen[bytes], bundle: Path, delete: Callable[[], None] | None) -> None:
+        """``delete`` force-deletes the container; it runs when the runtime had to be killed (or was)."""
+        with self._cond:
+            self._queue.append((proc, bundle, delete))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="sandforge-oci-reaper", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                proc, bundle, delete = self._queue.popleft()
+                self._busy += 1
+            try:
+                _finish(proc, bundle, delete)
+            finally:
+                with self._cond:
+                    self._busy -= 1
+                    self._cond.notify_all()
+
+    def drain(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while (self._queue or self._busy) and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+            rest, self._queue = list(self._queue), deque()
+        for proc, bundle, delete in rest:
+            _finish(proc, bundle, delete)
+
+
+def _finish(proc: subprocess.Popen[bytes], bundle: Path, delete: Callable[[], None] | None) -> None:
+    """The runtime exits right after the container and deletes it; if it does not, kill it and delete the
+    container ourselves."""
+    try:
+        proc.wait(timeout=10.0)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5.0)
+        delete = delete or (lambda: None)
+    if delete is not None:
+        delete()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    shutil.rmtree(bundle, ignore_errors=True)
+
+
+_REAPER = _Reaper()
+_IDS = itertools.count()  # shared by every backend of this process: container ids must be unique
+_BACKENDS: weakref.WeakSet[OciBackend] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for backend in list(_BACKENDS):
+        with contextlib.suppress(Exception):
+            backend.close()
+    _REAPER.drain(timeout=30.0)
+
+
+# --- what the host can see -------------------------------------------------------------------------------
+
+
+def _cgroup_paths(pid: int) -> dict[str, str]:
+    """Controller -> cgroup path of ``pid`` (v1 hierarchies by controller name, v2 under ``""``)."""
+    paths: dict[str, str] = {}
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cgroup") as fh:
+        for line in fh:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            for controller in controllers.split(",") if controllers else [""]:
+                paths[controller] = path
+    return paths
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _cgroup_limits(pid: int) -> dict[str, int | None]:
+    """The memory (and memory+swap), pids and CPU quota limits of ``pid``'s cgroups; None when unlimited."""
+    root = Path("/sys/fs/cgroup")
+    paths = _cgroup_paths(pid)
+
+    def number(text: str | None) -> int | None:
+        return int(text) if text and text.lstrip("-").isdigit() and int(text) > 0 and len(text) < 19 else None
+
+    if "" in paths and (root / paths[""].lstrip("/") / "memory.max").exists():  # cgroup v2
+        base = root / paths[""].lstrip("/")
+        memory = number(_read(base / "memory.max"))
+        swap = number(_read(base / "memory.swap.max"))
+        cpu = _read(base / "cpu.max") or "max"
+        return {
+            "memory": memory,
+            "memory_swap": memory + (swap or 0) if memory and swap is not None else None,
+            "pids": number(_read(base / "pids.max")),
+            "cpu_quota": number(cpu.split()[0]),
+        }
+    memory_dir = root / "memory" / paths.get("memory", "/").lstrip("/")
+    return {
+        "memory": number(_read(memory_dir / "memory.limit_in_bytes")),
+        "memory_swap": number(_read(memory_dir / "memory.memsw.limit_in_bytes")),
+        "pids": number(_read(root / "pids" / paths.get("pids", "/").lstrip("/") / "pids.max")),
+        "cpu_quota": number(_read(root / "cpu" / paths.get("cpu", "/").lstrip("/") / "cpu.cfs_quota_us")),
+    }
+
+
+def _mounts(pid: int) -> dict[str, tuple[str, str]]:
+    """Mount point -> (filesystem type, all options) in ``pid``'s mount namespace."""
+    out: dict[str, tuple[str, str]] = {}
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/mountinfo") as fh:
+        for line in fh:
+            left, _, right = line.partition(" - ")
+            fields, rfields = left.split(), right.split()
+            if len(fields) >= 6 and len(rfields) >= 3:
+                out[fields[4]] = (rfields[0], f"{fields[5]},{rfields[2]}")
+    return out
+
+
+def _no_network(pid: int) -> bool:
+    """Only a loopback interface in ``pid``'s network namespace."""
+    try:
+        with open(f"/proc/{pid}/net/dev") as fh:
+            names = [line.split(":", 1)[0].strip() for line in fh.readlines()[2:]]
+    except OSError:
+        return False
+    return names == ["lo"] or names == []
+
+
+def host_view(pid: int, limits: Limits, *, memory_bytes: int, pids: int) -> dict[str, bool]:
+    """The container protections as ``/proc`` and the cgroup filesystem show them for ``pid``."""
+    status = _proc_status(pid)
+    mounts = _mounts(pid)
+    cg = _cgroup_limits(pid)
+    root_opts = mounts.get("/", ("", ""))[1].split(",")
+    tmp_type, tmp_opts = mounts.get(oci_spec.SCRATCH, ("", ""))
+    namespaces = {
+        kind: (theirs := _ns(pid, kind)) is not None and theirs != _ns("self", kind)
+        for kind in ("net", "mnt", "ipc", "uts", "pid")
+    }
+    uids = status.get("Uid", "0").split()
+    return {
+        "network_none": namespaces["net"] and _no_network(pid),
+        "read_only_rootfs": "ro" in root_opts,
+        "tmpfs_limited": tmp_type == "tmpfs" and "noexec" in tmp_opts.split(",") and "size=" in tmp_opts,
+        "capabilities_dropped": int(status.get("CapEff", "1"), 16) == 0 and int(status.get("CapBnd", "1"), 16) == 0,
+        "no_new_privs": status.get("NoNewPrivs") == "1",
+        "unprivileged_user": bool(uids) and all(u != "0" for u in uids),
+        "memory_limit": cg["memory"] == memory_bytes,
+        "no_swap": cg["memory_swap"] in (None, memory_bytes) and cg["memory"] == memory_bytes,
+        "pids_limit": cg["pids"] == pids,
+        "cpu_limit": cg["cpu_quota"] is not None,
+        "seccomp": status.get("Seccomp") == "2",
+        "rlimits": _rlimits_set(pid),
+        "private_root": namespaces["mnt"] and _other_root(pid),
+        "net_namespace": namespaces["net"],
+        "mount_namespace": namespaces["mnt"],
+        "ipc_namespace": namespaces["ipc"],
+        "uts_namespace": namespaces["uts"],
+        "pid_namespace": namespaces["pid"],
+    }
+
+
+def _other_root(pid: int) -> bool:
+    """``pid``'s root directory is not the host's (compared by device and inode, through ``/proc``)."""
+    try:
+        theirs, ours = Path(f"/proc/{pid}/root").stat(), Path("/").stat()
+    except OSError:
+        return False
+    return (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino)
+
+
+# --- the worker ------------------------------------------------------------------------------------------
+
+
+class OciWorker:
+    """One container run by the OCI runtime in the foreground, locked down and waiting for one execution."""
+
+    def __init__(self, backend: OciBackend, limits: Limits) -> None:
+        self.backend = backend.name
+        self.limits = limits
+        self.created_at = time.monotonic()
+        self.protections: dict[str, bool] = {}
+        self.id = backend.new_id()
+        self._owner = backend
+        self._destroyed = False
+        self._killed = False
+        self._used = False
+        self.bundle = backend.bundles / self.id
+        gvisor = backend.runtime == "runsc"
+        self._memory_bytes = (limits.memory_mb + (GVISOR_MEMORY_HEADROOM_MB if gvisor else 0)) * 1024 * 1024
+        self._pids = limits.max_processes + (GVISOR_PIDS_HEADROOM if gvisor else 0)
+        spec = oci_spec.container_spec(
+            rootfs=backend.rootfs,
+            args=[oci_spec.PYTHON, *COMMAND[1:]],
+            limits=limits,
+            uid=backend.config.sandbox_uid,
+            gid=backend.config.sandbox_gid,
+            cgroups_path=None,
+            memory_headroom_mb=GVISOR_MEMORY_HEADROOM_MB if gvisor else 0,
+            pids_headroom=GVISOR_PIDS_HEADROOM if gvisor else 0,
+        )
+        self.bundle.mkdir(mode=0o700)
+        (self.bundle / "config.json").write_text(json.dumps(spec))
+        try:
+            self.proc = subprocess.Popen(
+                [*backend.command(), "run", "--bundle", str(self.bundle), self.id],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                close_fds=True,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            shutil.rmtree(self.bundle, ignore_errors=True)
+            raise SandboxUnavailable(f"could not start {backend.runtime}: {exc}", retriable=False) from exc
+        assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None
+        self.io = PipeIO(
+            self.proc.stdin.fileno(), {self.proc.stdout.fileno(): "result", self.proc.stderr.fileno(): "stderr"}
+        )
+        try:
+            self._start(backend.config, limits)
+        except BaseException:
+            self.destroy()
+            raise
+
+    def _start(self, config: SandboxConfig, limits: Limits) -> None:
+        try:
+            self.io.send(encode_frame(self.boot_frame(limits), 1 << 20))
+            ready = await_ready(self.io, limits, config.spawn_timeout_s)
+        except (ProtocolError, OSError) as exc:
+            raise SandboxUnavailable(f"sandbox container failed to start ({self._owner.runtime}): {exc}") from exc
+        pid = self._container_pid()
+        seen = host_view(pid, limits, memory_bytes=self._memory_bytes, pids=self._pids) if pid else {}
+        if self._owner.runtime == "runsc":
+            # The host sees the gVisor sandbox process (the sentry), not the program: the walls it can check
+            # are the sentry's; inside the sentry, the runner reports its own lock-down.
+            inside = ("seccomp", "no_new_privs", "rlimits", "unprivileged_user", "read_only_rootfs", "tmpfs_limited")
+            for name in inside:
+                seen[name] = ready.protections.get(name, name in ("read_only_rootfs", "tmpfs_limited"))
+            seen["capabilities_dropped"] = True  # the spec grants none, and the app runs on gVisor's kernel
+            seen["gvisor"] = pid is not None
+            seen["pid_namespace"] = ready.pid == 1  # pid 1 of the sentry's own pid namespace
+        else:
+            for name in ("seccomp", "no_new_privs", "rlimits", "unprivileged_user"):
+                seen[name] = seen.get(name, False) and ready.protections.get(name, False)
+        self.protections = {name: seen.get(name, False) for name in (*CONTAINER_PROTECTIONS, *seen)}
+        missing = [p for p in config.required_protections if not self.protections.get(p)]
+        if missing:
+            detail = "; ".join(ready.errors) or "not verified from the host"
+            raise SandboxUnavailable(
+                f"required protections not active in the {self.backend} sandbox: {', '.join(missing)} ({detail})",
+                retriable=False,
+            )
+
+    def _container_pid(self) -> int | None:
+        """The process to inspect: the container's own (runc) or the gVisor sandbox process (runsc)."""
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=self._owner.runtime == "runsc")
+        except psutil.Error:
+            return None
+        if self._owner.runtime == "runc":
+            return children[0].pid if len(children) == 1 else None
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                if "boot" in child.cmdline():
+                    return child.pid
+        return None
+
+    def boot_frame(self, limits: Limits) -> BootFrame:
+        """As in the Docker backend: namespaces, root and user are the container's; the runner adds rlimits,
+        no_new_privs and its own seccomp filter (which also denies execve)."""
+        bpf = seccomp.compiled_filter()
+        return BootFrame(
+            sys_path=[image.IMAGE_LIB],
+            limits=limits,
+            seccomp_bpf_b64=base64.b64encode(bpf).decode() if bpf else None,
+            namespaces=False,
+            chroot=False,
+            workdir=oci_spec.SCRATCH,
+            drop_to_uid=None,
+            drop_to_gid=None,
+        )
+
+    # -- the Worker protocol --
+
+    def alive(self) -> bool:
+        return not self._destroyed and self.proc.poll() is None
+
+    def execute(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
+        try:
+            if not self.alive():
+                return ExecutionOutcome.failure(
+                    ErrorType.SANDBOX_UNAVAILABLE, "sandbox container died before use", backend=self.backend
+                )
+            self._used = True
+            ex = run_exchange(self.io, request, bridge, stop_at_result=True)
+            if ex.result is not None and ex.failure is None:
+                exit_info = ExitInfo()  # settled: the container's exit is not waited for on the hot path
+            else:
+                if ex.failure is not None:
+                    self._kill()
+                exit_info = self._exit_info(grace_s=2.0)
+            outcome = build_outcome(
+                ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits
+            )
+            outcome.metadata["container_id"] = self.id
+            if exit_info.oom_killed:
+                outcome.metadata["oom_killed"] = True
+            return outcome
+        finally:
+            self.destroy()
+
+    def _exit_info(self, grace_s: float) -> ExitInfo:
+        try:
+            code = self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            try:
+                code = self.proc.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                return ExitInfo()
+        sig = -code if code < 0 else (code - 128 if 128 < code < 160 else None)
+        # Inside the container nothing but the kernel's OOM killer sends SIGKILL (the runtime forwards ours
+        # only when we kill): a SIGKILL we did not send is the memory cgroup's.
+        oom = sig == signal.SIGKILL and not self._killed
+        return ExitInfo(exit_code=code if code >= 0 else None, signal=sig, oom_killed=oom)
+
+    def _kill(self) -> None:
+        """SIGKILL the container's process: with runc, the container's init, whose death ends everything in
+        its pid namespace; with runsc, the gVisor sandbox. The runtime then exits and deletes the container;
+        the reaper force-deletes it as well, in case the runtime cannot."""
+        self._killed = True
+        pid = self._container_pid()
+        if pid is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+    def destroy(self) -> None:
+        if self._destroyed:
+            return
+        self._destroyed = True
+        self.io.close()
+        if not self._used and self.proc.poll() is None:
+            self._kill()  # never used (pool closing, failed start): nothing to wait for
+        owner = self._owner
+        _REAPER.submit(self.proc, self.bundle, (lambda: owner.force_delete(self.id)) if self._killed else None)
+
+
+# --- the backend -----------------------------------------------------------------------------------------
+
+
+class OciBackend:
+    """Containers run by ``runc`` or ``runsc`` directly (backends ``runc`` and ``runsc``)."""
+
+    def __init__(self, config: SandboxConfig, runtime: Runtime) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.name: str = runtime
+        self.tag = image.expected_tag(config.image)
+        self.rootfs = image.oci_rootfs(self.tag)
+        self.state = STATE_DIR / runtime
+        self.bundles = STATE_DIR / "bundles"
+        self._binary = shutil.which(runtime)
+        self._tag = _process_tag(os.getpid())
+        self._lock = threading.Lock()
+        self._ready = False
+        self._closed = False
+        _BACKENDS.add(self)
+
+    def command(self) -> list[str]:
+        assert self._binary is not None
+        flags = RUNSC_FLAGS if self.runtime == "runsc" else ()
+        return [self._binary, "--root", str(self.state), *flags]
+
+    def new_id(self) -> str:
+        return f"{ID_PREFIX}-{self._tag}-{next(_IDS)}"
+
+    def unavailable_reason(self) -> str | None:
+        """Why this backend cannot run here, or None when it can."""
+        if os.geteuid() != 0:
+            return f"the {self.runtime} backend needs root (rootless containers are not supported)"
+        if self._binary is None:
+            return f"{self.runtime} is not installed (apt-get install {self.runtime})"
+        if not (self.rootfs / image.IMAGE_RUNNER.lstrip("/")).exists():
+            return (
+                f"the sandbox image {self.tag} is not unpacked for {self.runtime} at {self.rootfs}; {image.BUILD_HINT}"
+            )
+        return None
+
+    def _prepare(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise SandboxUnavailable(f"the {self.name} backend is closed", retriable=False)
+            if self._ready:
+                return
+            reason = self.unavailable_reason()
+            if reason is not None:
+                raise SandboxUnavailable(reason, retriable=False)
+            for path in (self.state, self.bundles):
+                path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._ready = True
+        threading.Thread(target=self._reap_leftovers, name="sandforge-oci-leftovers", daemon=True).start()
+
+    def _reap_leftovers(self) -> None:
+        """Remove the containers and bundles of processes that died without cleaning up."""
+        for bundle in list(self.bundles.iterdir()):
+            if not _owner_alive(bundle.name):
+                self.force_delete(bundle.name)
+                shutil.rmtree(bundle, ignore_errors=True)
+
+    def force_delete(self, container_id: str) -> None:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                [*self.command(), "delete", "--force", container_id],
+                capture_output=True,
+                timeout=30,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                check=False,
+            )
+
+    def spawn(self, limits: Limits) -> OciWorker:
+        self._prepare()
+        return OciWorker(self, limits)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        _REAPER.drain(timeout=30.0)
+
+
+__all__ = ["OciBackend", "OciWorker", "host_view"]
