@@ -43,8 +43,8 @@ import psutil
 
 from sandbox import image, oci_spec, seccomp
 from sandbox.backends.base import SandboxUnavailable
+from sandbox.backends.docker_backend import COMMAND as DOCKER_COMMAND
 from sandbox.backends.docker_backend import (
-    COMMAND,
     CONTAINER_PROTECTIONS,
     GVISOR_MEMORY_HEADROOM_MB,
     GVISOR_PIDS_HEADROOM,
@@ -69,6 +69,8 @@ STATE_DIR = Path(os.environ.get("SANDFORGE_OCI_STATE_DIR", "/run/sandforge"))
 #: ``runsc`` refuses to start here without it, and a sandbox has no network anyway.
 RUNSC_FLAGS = ("--network=none",)
 ID_PREFIX = "sf"
+#: The container's process: the runner, as in the Docker backends (the runtime wants an absolute path).
+COMMAND = [oci_spec.PYTHON, *DOCKER_COMMAND[1:]]
 
 
 def _process_tag(pid: int) -> str:
@@ -297,7 +299,7 @@ class OciWorker:
         self._pids = limits.max_processes + (GVISOR_PIDS_HEADROOM if gvisor else 0)
         spec = oci_spec.container_spec(
             rootfs=backend.rootfs,
-            args=[oci_spec.PYTHON, *COMMAND[1:]],
+            args=list(COMMAND),
             limits=limits,
             uid=backend.config.sandbox_uid,
             gid=backend.config.sandbox_gid,

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, SandboxConfig
-from sandbox.backends import docker_backend
+from sandbox.backends import docker_backend, oci_backend
+from sandbox.backends.base import Backend
 from sandbox.backends.docker_backend import DockerBackend
+from sandbox.backends.oci_backend import OciBackend
 from sandbox.image import IMAGE_RUNNER
 
 ESCAPED_BOOTSTRAP = f"""
@@ -49,37 +51,50 @@ LIMITS = Limits(timeout_s=10, memory_mb=128, disk_mb=4, max_processes=12)
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(params=[None, "runsc"], ids=["docker", "gvisor"])
+@pytest.fixture(
+    params=[
+        "docker",
+        pytest.param("gvisor", marks=pytest.mark.gvisor),
+        pytest.param("runc", marks=pytest.mark.oci("runc")),
+        pytest.param("runsc", marks=pytest.mark.oci("runsc")),
+    ]
+)
 def escaped_backend(
     request: pytest.FixtureRequest, docker_env: object, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[DockerBackend]:
-    if request.param == "runsc":
-        request.applymarker(pytest.mark.gvisor)
-    monkeypatch.setattr(docker_backend, "COMMAND", ["python3", "-I", "-S", "-B", "-c", ESCAPED_BOOTSTRAP])
-    backend = DockerBackend(SandboxConfig(pool_size=0), runtime=request.param)
+) -> Iterator[Backend]:
+    """Each container backend with the escaped runner: through dockerd (runc, runsc) and driven directly."""
+    command = ["-I", "-S", "-B", "-c", ESCAPED_BOOTSTRAP]
+    monkeypatch.setattr(docker_backend, "COMMAND", ["python3", *command])
+    monkeypatch.setattr(oci_backend, "COMMAND", ["/usr/bin/python3", *command])
+    config = SandboxConfig(pool_size=0)
+    backend: Backend
+    if request.param in ("runc", "runsc"):
+        backend = OciBackend(config, runtime=request.param)
+    else:
+        backend = DockerBackend(config, runtime="runsc" if request.param == "gvisor" else None)
     try:
         yield backend
     finally:
         backend.close()
 
 
-def escaped(backend: DockerBackend, code: str) -> ExecutionOutcome:
+def escaped(backend: Backend, code: str) -> ExecutionOutcome:
     worker = backend.spawn(LIMITS)
     return worker.execute(ExecutionRequest(code=code, limits=LIMITS), None)
 
 
-def expect_ok(backend: DockerBackend, code: str) -> ExecutionOutcome:
+def expect_ok(backend: Backend, code: str) -> ExecutionOutcome:
     out = escaped(backend, code)
     assert out.ok, f"attack harness failed: {out.error_type}: {out.error_message}\n{out.stderr}"
     return out
 
 
-def test_escaped_code_really_is_unrestricted(escaped_backend: DockerBackend) -> None:
+def test_escaped_code_really_is_unrestricted(escaped_backend: Backend) -> None:
     out = expect_ok(escaped_backend, "import os\nreturn [os.getuid(), type(().__class__.__base__).__name__]")
     assert out.value == [65534, "type"]
 
 
-def test_host_files_are_not_in_the_container(escaped_backend: DockerBackend, tmp_path: Path) -> None:
+def test_host_files_are_not_in_the_container(escaped_backend: Backend, tmp_path: Path) -> None:
     marker = Path("/tmp") / f"sandforge-host-marker-{uuid.uuid4().hex}"
     marker.write_text("host secret")
     try:
@@ -99,14 +114,14 @@ def test_host_files_are_not_in_the_container(escaped_backend: DockerBackend, tmp
     assert out.value["/etc/shadow"] in ("PermissionError", "FileNotFoundError")
 
 
-def test_environment_is_empty(escaped_backend: DockerBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_is_empty(escaped_backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SANDFORGE_TEST_SECRET", "hunter2")
     out = expect_ok(escaped_backend, "import os\nreturn dict(os.environ)")
     assert "hunter2" not in str(out.value)
     assert not any(k.startswith("SANDFORGE") for k in out.value)
 
 
-def test_network_is_denied(escaped_backend: DockerBackend) -> None:
+def test_network_is_denied(escaped_backend: Backend) -> None:
     out = expect_ok(
         escaped_backend,
         "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n    return 'connected'\n"
@@ -115,7 +130,7 @@ def test_network_is_denied(escaped_backend: DockerBackend) -> None:
     assert out.value != "connected"
 
 
-def test_process_creation_is_denied(escaped_backend: DockerBackend) -> None:
+def test_process_creation_is_denied(escaped_backend: Backend) -> None:
     out = expect_ok(
         escaped_backend,
         "import os\ntry:\n    pid = os.fork()\nexcept OSError as e:\n    return e.errno\n"
@@ -124,12 +139,12 @@ def test_process_creation_is_denied(escaped_backend: DockerBackend) -> None:
     assert out.value != "forked"
 
 
-def test_fork_bomb_is_contained(escaped_backend: DockerBackend) -> None:
+def test_fork_bomb_is_contained(escaped_backend: Backend) -> None:
     out = escaped(escaped_backend, "import os\nwhile True:\n    os.fork()")
     assert out.status == "error"
 
 
-def test_host_processes_cannot_be_signalled(escaped_backend: DockerBackend) -> None:
+def test_host_processes_cannot_be_signalled(escaped_backend: Backend) -> None:
     host = os.getpid()
     out = expect_ok(
         escaped_backend,
@@ -140,7 +155,7 @@ def test_host_processes_cannot_be_signalled(escaped_backend: DockerBackend) -> N
     os.kill(host, 0)  # still alive
 
 
-def test_disk_fill_is_bounded(escaped_backend: DockerBackend) -> None:
+def test_disk_fill_is_bounded(escaped_backend: Backend) -> None:
     out = expect_ok(
         escaped_backend,
         "results = {}\nfor path in ('/fill', '/tmp/fill'):\n    written = 0\n    try:\n"
@@ -154,7 +169,7 @@ def test_disk_fill_is_bounded(escaped_backend: DockerBackend) -> None:
     assert kind != "filled" and written <= LIMITS.disk_mb * 1024 * 1024
 
 
-def test_forged_frames_cannot_forge_what_the_host_reports(escaped_backend: DockerBackend) -> None:
+def test_forged_frames_cannot_forge_what_the_host_reports(escaped_backend: Backend) -> None:
     """An escaped program can write to the result channel (fd 3, the runner's dup of stdout) and so pick its
     own result, as it could by returning it. It cannot change what the host reports about the sandbox: the
     protections come from the engine's view of the container, and the frame cannot claim host-measured usage.
