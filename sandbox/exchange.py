@@ -12,7 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from sandbox.context import ContextError, ContextSnapshot, decode_value
 from sandbox.protocol import (
+    HEADER,
+    PROTOCOL_VERSION,
     CallFrame,
     CallResultFrame,
     ErrorType,
@@ -73,15 +76,27 @@ class BoundedCapture:
 
 @dataclass
 class Exchange:
-    """What the runner said and did during one execution, before the backend adds exit information."""
+    """What the runner said and did during one execution, before the backend adds exit information.
+
+    ``result`` is the result frame; the texts of the keys it lists as changed follow it as frames of their
+    own (``changed``), and once all have arrived, ``context`` is the request's snapshot with the changes
+    applied (only for an ok result)."""
 
     result: ResultFrame | None = None
     failure: tuple[ErrorType, str] | None = None
+    base_context: ContextSnapshot = field(default_factory=ContextSnapshot)
+    changed: dict[str, bytes] = field(default_factory=dict)
+    context: ContextSnapshot | None = None
     stderr: BoundedCapture = field(default_factory=lambda: BoundedCapture(0))
     stray_stdout: BoundedCapture = field(default_factory=lambda: BoundedCapture(0))
     wall_s: float = 0.0
     bridge_s: float = 0.0
     nested_calls: int = 0
+
+    @property
+    def complete(self) -> bool:
+        """The result frame and every changed key's frame after it have arrived."""
+        return self.result is not None and len(self.changed) == len(self.result.context_changed)
 
 
 def await_ready(io: WorkerIO, limits: Limits, timeout: float) -> ReadyFrame:
@@ -102,6 +117,8 @@ def await_ready(io: WorkerIO, limits: Limits, timeout: float) -> ReadyFrame:
                 frame = decode_runner_frame(body)
                 if not isinstance(frame, ReadyFrame):
                     raise ProtocolError(f"expected a ready frame, got {frame.type!r}")
+                if frame.version != PROTOCOL_VERSION:
+                    raise ProtocolError(f"the runner speaks protocol {frame.version}, the host {PROTOCOL_VERSION}")
                 return frame
     raise ProtocolError(f"worker did not report ready within {timeout:.1f}s")
 
@@ -122,12 +139,9 @@ def run_exchange(
     started = time.monotonic()
     deadline = started + limits.timeout_s
     try:
-        # The ExecuteFrame, built as a plain dict: the request's fields are already validated JSON values, and
-        # re-validating them through the model (plus model_dump) cost ~1 s of CPU for a 10 MB context.
-        frame = {"type": "execute", "code": request.code, "context": request.context, "args": request.args,
-                 "kwargs": request.kwargs}  # fmt: skip
-        io.send(encode_frame(frame, limits.max_message_bytes))
-    except ProtocolError as exc:
+        ex.base_context = ContextSnapshot.coerce(request.context)  # a snapshot unless built without validation
+        send_execute(io, request, ex.base_context, limits.max_message_bytes)
+    except (ProtocolError, ContextError) as exc:
         ex.failure = (ErrorType.INVALID_REQUEST, str(exc))
         return ex
     except OSError as exc:
@@ -151,27 +165,94 @@ def run_exchange(
                     pause = _handle_frames(io, reader.feed(chunk), ex, handler, limits)
                 except ProtocolError as exc:
                     ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {exc}")
+                    ex.context = None
                     break
                 deadline += pause
         if ex.stderr.truncated or ex.stray_stdout.truncated:
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
-        if ex.result is not None and ("result" not in open_streams or stop_at_result):
+        if ex.complete and ("result" not in open_streams or stop_at_result):
             break
-    if ex.failure is None and ex.result is None and reader.pending:
-        ex.failure = (ErrorType.SANDBOX_VIOLATION, "the sandbox sent an incomplete frame")
+    if ex.failure is None and not ex.complete and (ex.result is not None or reader.pending):
+        ex.failure = (ErrorType.SANDBOX_VIOLATION, "the sandbox sent an incomplete result")
     ex.wall_s = time.monotonic() - started - ex.bridge_s
     return ex
+
+
+def send_execute(io: WorkerIO, request: ExecutionRequest, context: ContextSnapshot, max_bytes: int) -> None:
+    """The execute frame, then each context key's text as a frame of its own, ``max_bytes`` in all.
+
+    The texts are sent as the snapshot holds them: nothing is encoded or escaped again. Small frames are
+    coalesced into one write; a large text is written as it is rather than copied into a buffer.
+    """
+    # A plain dict, not an ExecuteFrame: the request's fields are validated already, and re-validating them
+    # through the model cost measurable CPU for large arguments.
+    frame = {"type": "execute", "code": request.code, "args": request.args, "kwargs": request.kwargs,
+             "context_keys": [[key, len(text)] for key, text in context.items()]}  # fmt: skip
+    header = encode_frame(frame, max_bytes)
+    total = len(header) + context.nbytes + HEADER.size * len(context)
+    if total > max_bytes:
+        raise ProtocolError(f"the request of {total} bytes exceeds the {max_bytes}-byte limit")
+    pending = bytearray(header)
+    for text in context.values():
+        pending += HEADER.pack(len(text))
+        if len(text) < 1 << 16:
+            pending += text
+            continue
+        io.send(bytes(pending))
+        pending.clear()
+        io.send(text)
+    if pending:
+        io.send(bytes(pending))
+
+
+def _accept_result(ex: Exchange, frame: ResultFrame, size: int, max_bytes: int) -> None:
+    """Check what a result frame announces before any of its key frames is read."""
+    changed = [key for key, _ in frame.context_changed]
+    deleted = frame.context_deleted
+    if frame.status != "ok" and (changed or deleted):
+        raise ProtocolError("an error result carries context changes")
+    if len(set(changed)) != len(changed) or len(set(deleted)) != len(deleted) or set(changed) & set(deleted):
+        raise ProtocolError("the result names a context key twice")
+    if any(key not in ex.base_context for key in deleted):
+        raise ProtocolError("the result deletes a context key the request did not have")
+    total = size + sum(HEADER.size + nbytes for _, nbytes in frame.context_changed)
+    if total > max_bytes:
+        raise ProtocolError(f"the result announces {total} bytes (limit {max_bytes})")
+    ex.result = frame
+    _finish_context(ex)
+
+
+def _accept_context_text(ex: Exchange, body: bytes) -> None:
+    """One changed key's new text: exactly the announced length, and JSON (checked in Rust, not Python)."""
+    assert ex.result is not None
+    if ex.complete:
+        raise ProtocolError("data after the result frame")
+    key, nbytes = ex.result.context_changed[len(ex.changed)]
+    if len(body) != nbytes:
+        raise ProtocolError(f"context key {key!r} is {len(body)} bytes, announced {nbytes}")
+    try:
+        decode_value(body, f"context key {key!r}")
+    except ContextError as exc:
+        raise ProtocolError(str(exc)) from None
+    ex.changed[key] = body
+    _finish_context(ex)
+
+
+def _finish_context(ex: Exchange) -> None:
+    if ex.complete and ex.result is not None and ex.result.status == "ok":
+        ex.context = ex.base_context.with_changes(ex.changed, ex.result.context_deleted)
 
 
 def _handle_frames(io: WorkerIO, bodies: list[bytes], ex: Exchange, handler: BridgeHandler, limits: Limits) -> float:
     """Process complete frames; returns the seconds spent in nested calls (not charged to this call)."""
     paused = 0.0
     for body in bodies:
-        frame = decode_runner_frame(body)
         if ex.result is not None:
-            raise ProtocolError("data after the result frame")
+            _accept_context_text(ex, body)
+            continue
+        frame = decode_runner_frame(body)
         if isinstance(frame, ResultFrame):
-            ex.result = frame
+            _accept_result(ex, frame, len(body), limits.max_message_bytes)
         elif isinstance(frame, CallFrame):
             began = time.monotonic()
             outcome = handler(frame)
@@ -243,15 +324,13 @@ def build_outcome(
         if err.tool_error_type:
             meta["tool_error_type"] = err.tool_error_type
         return ExecutionOutcome.failure(err.type, err.message, retriable=err.retriable, **{**common, "metadata": meta})
-    if result.status != "ok" or result.context is None:
+    if result.status != "ok" or ex.context is None:
         return ExecutionOutcome.failure(
             ErrorType.SANDBOX_VIOLATION, "the sandbox returned an incomplete result", **common
         )
-    outcome = ExecutionOutcome(status="ok", value=result.value, **common)
-    # The context was validated as JSON when the ResultFrame was decoded; validating it a second time here
-    # cost ~0.5 s of CPU for a 10 MB context (pydantic's JsonValue checks each value in Python).
-    outcome.context = result.context
-    return outcome
+    # Each changed key was checked as JSON when its frame arrived; the outcome decodes the context only if
+    # someone reads ``outcome.context``.
+    return ExecutionOutcome.succeeded(result.value, ex.context, **common)
 
 
 def _exit_failure(

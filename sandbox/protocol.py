@@ -6,6 +6,12 @@ framing with the standard library only; this module is the host's typed, size-bo
 
 Host to runner:  ``boot`` (once, at spawn), ``execute`` (once), ``call_result`` (per nested call).
 Runner to host:  ``ready`` (after lock-down), ``call`` (nested tool call), ``result`` (exactly once).
+
+The context travels per key (protocol 2): the ``execute`` frame lists the context's keys with the byte
+length of each key's JSON text, and each text follows as a frame of its own; the ``result`` frame lists
+only the keys the program changed (``context_changed``, their texts following as frames) or deleted
+(``context_deleted``). So a 10 MB context is never escaped inside another JSON document, and state the
+program did not touch is neither re-encoded nor sent back (see ``sandbox/context.py``).
 """
 
 from __future__ import annotations
@@ -13,12 +19,24 @@ from __future__ import annotations
 import json
 import struct
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainSerializer,
+    PlainValidator,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+)
+
+from sandbox.context import ContextSnapshot
 
 HEADER = struct.Struct(">I")
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 class ProtocolError(Exception):
@@ -68,13 +86,27 @@ class Limits(BaseModel):
 JsonDict = dict[str, JsonValue]
 
 
+def _context_dict(snapshot: ContextSnapshot) -> dict[str, Any]:
+    return ContextSnapshot.coerce(snapshot).to_dict()
+
+
+#: A context as requests hold it: a ContextSnapshot. A dict is encoded into one key by key (json.dumps in C
+#: is the check; pydantic's JsonValue walk cost ~450 ms for 10 MB); a non-JSON value is a validation error.
+#: Dumped and described in JSON schema as the JSON object it is.
+Context = Annotated[
+    ContextSnapshot,
+    PlainValidator(ContextSnapshot.coerce, json_schema_input_type=JsonDict),
+    PlainSerializer(_context_dict, return_type=JsonDict),
+]
+
+
 class ExecutionRequest(BaseModel):
     """A tool program plus the JSON snapshot it runs against (the program contract)."""
 
     model_config = ConfigDict(extra="forbid")
 
     code: str = Field(description="body of a function with `context`, `args` and `kwargs` in scope")
-    context: JsonDict = Field(default_factory=dict)
+    context: Context = Field(default_factory=ContextSnapshot)
     args: list[JsonValue] = Field(default_factory=list)
     kwargs: JsonDict = Field(default_factory=dict)
     limits: Limits = Field(default_factory=Limits)
@@ -91,7 +123,12 @@ class ResourceUsage(BaseModel):
 
 
 class ExecutionOutcome(BaseModel):
-    """What one execution produced. ``context`` is present only when ``status`` is ok."""
+    """What one execution produced. ``context`` is present only when ``status`` is ok.
+
+    An outcome from a sandbox holds the new context as a snapshot (``context_snapshot``) and decodes it
+    into ``context`` only when that is first read (or the outcome is dumped): a caller that chains
+    executions passes the snapshot on and never decodes the keys it does not look at.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -111,9 +148,57 @@ class ExecutionOutcome(BaseModel):
     protections: dict[str, bool] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    _context_snapshot: ContextSnapshot | None = PrivateAttr(default=None)
+
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @classmethod
+    def succeeded(cls, value: JsonValue, snapshot: ContextSnapshot, **fields: Any) -> ExecutionOutcome:
+        """An ok outcome whose ``context`` is decoded from ``snapshot`` on first access."""
+        outcome = cls(status="ok", value=value, **fields)
+        del outcome.__dict__["context"]  # absent until read: see __getattr__
+        outcome._context_snapshot = snapshot
+        return outcome
+
+    @property
+    def context_snapshot(self) -> ContextSnapshot | None:
+        """The new context as a snapshot (None for an error outcome), without decoding anything."""
+        if "context" not in self.__dict__ or self._context_snapshot is not None:
+            return self._context_snapshot
+        context = self.__dict__["context"]
+        return None if context is None else ContextSnapshot.from_dict(context)
+
+    def _materialize_context(self) -> JsonDict | None:
+        if "context" not in self.__dict__:
+            snapshot = self._context_snapshot
+            self.__dict__["context"] = None if snapshot is None else snapshot.to_dict()
+        context: JsonDict | None = self.__dict__["context"]
+        return context
+
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "context":
+                return self._materialize_context()
+            return super().__getattr__(name)
+
+    def model_dump(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self._materialize_context()
+        return super().model_dump(*args, **kwargs)
+
+    def model_dump_json(self, *args: Any, **kwargs: Any) -> str:
+        self._materialize_context()
+        return super().model_dump_json(*args, **kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ExecutionOutcome):
+            self._materialize_context()
+            other._materialize_context()
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
 
     @classmethod
     def failure(
@@ -147,11 +232,13 @@ class BootFrame(BaseModel):
 
 
 class ExecuteFrame(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugin: field named `kwargs`
+    """The program; one frame per context key follows it, in ``context_keys`` order (the key's JSON text)."""
+
     type: Literal["execute"] = "execute"
     code: str
-    context: JsonDict
     args: list[JsonValue]
     kwargs: JsonDict
+    context_keys: list[tuple[str, int]] = Field(description="each key and the byte length of its JSON text")
 
 
 class CallResultFrame(BaseModel):
@@ -206,12 +293,17 @@ class RunnerError(BaseModel):
 
 
 class ResultFrame(BaseModel):
+    """The one result; a frame per ``context_changed`` key (its new JSON text) follows it, in order."""
+
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["result"]
     status: Literal["ok", "error"]
     value: JsonValue = None
-    context: JsonDict | None = None
+    context_changed: list[tuple[Annotated[str, Field(max_length=1 << 20)], Annotated[int, Field(ge=0)]]] = Field(
+        default_factory=list
+    )
+    context_deleted: list[str] = Field(default_factory=list)
     error: RunnerError | None = None
     stdout: str = ""
     stderr: str = ""
@@ -261,7 +353,8 @@ class FrameReader:
                 raise ProtocolError(f"sandbox announced a {size}-byte frame (limit {self._max})")
             if len(self._buf) < HEADER.size + size:
                 break
-            frames.append(bytes(self._buf[HEADER.size : HEADER.size + size]))
+            with memoryview(self._buf) as view:  # one copy of a large frame, not two
+                frames.append(bytes(view[HEADER.size : HEADER.size + size]))
             del self._buf[: HEADER.size + size]
         return frames
 

@@ -5,12 +5,17 @@ unchanged. One runner process serves exactly one execution:
 
 1. read a ``boot`` frame, import what the program may use, lock the process down (rlimits, namespaces,
    private tmpfs root, dropped privileges, no_new_privs, seccomp), then report ``ready``;
-2. read one ``execute`` frame, run the program under RestrictedPython, answer nested ``call`` frames;
-3. write exactly one ``result`` frame and exit.
+2. read one ``execute`` frame (and one frame per context key after it), run the program under
+   RestrictedPython, answer nested ``call`` frames;
+3. write exactly one ``result`` frame (and one frame per context key the program changed) and exit.
 
-Frames are a 4-byte big-endian length plus UTF-8 JSON. Results go to a dedicated channel (``--result-fd N``,
-or in a container the original stdout, which the runner re-points at stderr before any program runs), so
-printing can never forge a result: ``print`` output is captured, bounded, into the result's ``stdout``.
+Frames are a 4-byte big-endian length plus UTF-8 JSON. The context travels key by key, each key's JSON text
+in its own frame, and stays undecoded until the program reads that key (see ``LazyContext``): carrying
+state a program does not touch costs moving its bytes, nothing more.
+
+Results go to a dedicated channel (``--result-fd N``, or in a container the original stdout, which the
+runner re-points at stderr before any program runs), so printing can never forge a result: ``print``
+output is captured, bounded, into the result's ``stdout``.
 
 The OS boundary is the security boundary; RestrictedPython here is defence in depth.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import ast
 import base64
 import builtins as py_builtins
+import collections.abc
 import ctypes
 import errno
 import fcntl
@@ -33,7 +39,9 @@ import types
 import warnings
 from typing import Any
 
-RUNNER_VERSION = "1"
+RUNNER_VERSION = "2"
+#: The wire protocol this runner speaks (``sandbox.protocol.PROTOCOL_VERSION`` on the host).
+PROTOCOL_VERSION = 2
 HEADER = struct.Struct(">I")
 TOOL_FILENAME = "<tool>"
 TOOL_FUNCTION = "sandforge_tool"
@@ -87,37 +95,75 @@ class OutputLimitExceeded(Exception):
 # --- framing ------------------------------------------------------------------------------------------
 
 
-def _read_exact(fd: int, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = os.read(fd, min(size, 1 << 20))
-        if not chunk:
+def _read_exact(fd: int, size: int) -> bytearray:
+    """Exactly ``size`` bytes, read straight into one buffer (a 10 MB context is copied once, not twice)."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    pos = 0
+    while pos < size:
+        got = os.readv(fd, [view[pos : pos + (1 << 20)]])
+        if not got:
             raise EOFError("channel closed")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+        pos += got
+    return buf
 
 
-def read_frame(fd: int, max_bytes: int) -> dict[str, Any]:
+def read_raw_frame(fd: int, max_bytes: int) -> bytearray:
     (size,) = HEADER.unpack(_read_exact(fd, HEADER.size))
     if size > max_bytes:
         raise ValueError(f"frame of {size} bytes exceeds the limit")
-    frame = json.loads(_read_exact(fd, size))
+    return _read_exact(fd, size)
+
+
+def read_frame(fd: int, max_bytes: int) -> dict[str, Any]:
+    frame = json.loads(read_raw_frame(fd, max_bytes))
     if not isinstance(frame, dict):
         raise ValueError("frame is not an object")
     return frame
 
 
+def read_execute(fd: int, max_bytes: int) -> tuple[dict[str, Any], dict[str, bytearray]]:
+    """The execute frame and the context keys' texts that follow it, undecoded, within ``max_bytes`` in all."""
+    frame = read_frame(fd, max_bytes)
+    keys = frame.get("context_keys", [])
+    if not isinstance(keys, list):
+        raise ValueError("context_keys is not a list")
+    budget = max_bytes
+    raw: dict[str, bytearray] = {}
+    for entry in keys:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+                and type(entry[1]) is int and 0 <= entry[1] <= budget and entry[0] not in raw):  # fmt: skip
+            raise ValueError("malformed context key announcement")
+        body = read_raw_frame(fd, budget)
+        if len(body) != entry[1]:
+            raise ValueError(f"context key {entry[0]!r} is {len(body)} bytes, announced {entry[1]}")
+        budget -= len(body)
+        raw[entry[0]] = body
+    return frame, raw
+
+
+def _json_default(value: Any) -> Any:
+    """``json.dumps``' hook: a LazyContext is encoded as the dict it stands for; nothing else is JSON."""
+    if type(value) is LazyContext:
+        return value._resolved()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def encode(frame: dict[str, Any]) -> bytes:
-    return json.dumps(frame, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    text = json.dumps(frame, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_json_default)
+    return text.encode()
 
 
 def write_frame(fd: int, frame: dict[str, Any] | bytes) -> None:
     body = frame if isinstance(frame, bytes) else encode(frame)
-    data = memoryview(HEADER.pack(len(body)) + body)
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
+    write_all(fd, HEADER.pack(len(body)) + body)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
 
 
 # --- lock-down ----------------------------------------------------------------------------------------
@@ -301,6 +347,7 @@ def build_module_proxies() -> dict[str, types.SimpleNamespace]:
         for depth in range(1, len(parts)):
             parent, child = ".".join(parts[:depth]), ".".join(parts[: depth + 1])
             setattr(proxies[parent], parts[depth], proxies[child])
+    _proxy_json(proxies["json"])
     return proxies
 
 
@@ -447,6 +494,250 @@ def check_json(value: Any, what: str, _depth: int = 0) -> None:
                 stack.append((child, depth + 1))
             continue
         raise NotJson(f"{what} contains a value of type {type(item).__name__}, which is not JSON")
+
+
+#: A changed value whose text has more brackets than this may be nested deeper than the host accepts, so
+#: it is walked (``check_json``) to report that precisely; anything with fewer brackets cannot be.
+MAX_DEPTH_BRACKETS = 200
+
+
+def dump_json(value: Any, what: str) -> bytes:
+    """The canonical JSON text of ``value`` (as the host encodes it); NotJson unless it is exactly JSON.
+
+    ``json.dumps`` in C refuses NaN/Infinity and non-JSON types. What it would silently convert (non-str
+    dict keys, tuples) is caught by decoding the text again and comparing, also in C. Only on a failure,
+    or when the value may be deeper than 200 levels, does the slow ``check_json`` walk run, to say exactly
+    what is wrong, with the messages programs have always seen.
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_json_default)
+        body = text.encode()
+        exact = json.loads(text) == value
+    except (TypeError, ValueError, RecursionError) as exc:
+        check_json(value, what)
+        raise NotJson(f"{what} is not JSON: {exc}") from None
+    if not exact or body.count(b"[") + body.count(b"{") > MAX_DEPTH_BRACKETS:
+        check_json(value, what)
+        if not exact:
+            raise NotJson(f"{what} is not JSON (a non-string dict key or a tuple)")
+    return body
+
+
+def _fast_dump(value: Any) -> bytes | None:
+    """The canonical text if ``json.dumps`` accepts the value at all (None otherwise), without the checks."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_json_default)
+        return text.encode()
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+class _Encoded:
+    """A context key's JSON text, not yet decoded. Only the runner creates these; programs never see one."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: bytearray) -> None:
+        self.body = body
+
+
+class _ContextKeys(collections.abc.KeysView):  # type: ignore[type-arg]
+    """``context.keys()``: a live view of the keys, like ``dict_keys``."""
+
+    __slots__ = ()
+
+    def __reversed__(self) -> Any:
+        return reversed(self._mapping)  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"dict_keys({list(self)!r})"
+
+
+class LazyContext:
+    """The program's ``context``: a mutable mapping that decodes a key's JSON text on first access.
+
+    Not a dict subclass on purpose: C code (``dict(x)``, ``{**x}``, ``json.dumps``) reads a dict subclass's
+    storage directly and would see the undecoded placeholders. Every path to a value goes through
+    ``_value``; whole-mapping operations (values, items, copy, equality, repr) decode everything first and
+    then use the real dict. ``isinstance(context, dict)`` still holds (``__class__``), as programs expect.
+
+    At the end, ``delta`` reports what changed: a key never read is unchanged by construction; a key read
+    is re-encoded and compared byte for byte with its original text; assigned or new keys are changed.
+    """
+
+    __slots__ = ("_items", "_original")
+    #: RestrictedPython's write guard lets objects that say so handle their own writes (as dicts do).
+    _guarded_writes = True
+
+    def __init__(self, raw: dict[str, bytearray]) -> None:
+        self._original = raw
+        self._items: dict[Any, Any] = {key: _Encoded(body) for key, body in raw.items()}
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance(context, dict) must hold for programs
+        return dict
+
+    # --- decoding ---
+
+    def _value(self, key: Any) -> Any:
+        value = self._items[key]
+        if type(value) is _Encoded:
+            value = self._items[key] = json.loads(value.body)
+        return value
+
+    def _resolved(self) -> dict[Any, Any]:
+        """The underlying dict with every key decoded (no placeholder left in it)."""
+        for key, value in self._items.items():
+            if type(value) is _Encoded:
+                self._items[key] = json.loads(value.body)
+        return self._items
+
+    # --- the mapping protocol ---
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._value(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._items[key] = value
+
+    def __delitem__(self, key: Any) -> None:
+        del self._items[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Any:
+        return iter(self._items)
+
+    def __reversed__(self) -> Any:
+        return reversed(self._items)
+
+    def keys(self) -> Any:
+        return _ContextKeys(self)  # not the dict's view: its ``.mapping`` would show the placeholders
+
+    def values(self) -> Any:
+        return self._resolved().values()
+
+    def items(self) -> Any:
+        return self._resolved().items()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._value(key) if key in self._items else default
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key in self._items:
+            return self._value(key)
+        self._items[key] = default
+        return default
+
+    _MISSING: Any = object()
+
+    def pop(self, key: Any, default: Any = _MISSING) -> Any:
+        if key in self._items:
+            value = self._value(key)
+            del self._items[key]
+            return value
+        if default is LazyContext._MISSING:
+            raise KeyError(key)
+        return default
+
+    def popitem(self) -> tuple[Any, Any]:
+        if not self._items:
+            raise KeyError("popitem(): dictionary is empty")
+        key = next(reversed(self._items))
+        return key, self.pop(key)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._items.update(*args, **kwargs)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def copy(self) -> dict[Any, Any]:
+        return dict(self._resolved())
+
+    def __copy__(self) -> dict[Any, Any]:
+        return self.copy()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[Any, Any]:
+        import copy
+
+        return copy.deepcopy(self._resolved(), memo)
+
+    @staticmethod
+    def fromkeys(keys: Any, value: Any = None) -> dict[Any, Any]:
+        return dict.fromkeys(keys, value)
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self._resolved() == _plain(other))
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __or__(self, other: Any) -> Any:
+        if not isinstance(other, dict):
+            return NotImplemented
+        return self._resolved() | _plain(other)
+
+    def __ror__(self, other: Any) -> Any:
+        if not isinstance(other, dict):
+            return NotImplemented
+        return other | self._resolved()
+
+    def __ior__(self, other: Any) -> LazyContext:
+        self._items.update(_plain(other))
+        return self
+
+    def __repr__(self) -> str:
+        return repr(self._resolved())
+
+    # --- the end of the execution ---
+
+    def delta(self) -> tuple[list[tuple[str, bytes]], list[str]]:
+        """The keys to send back (changed or new, with their texts) and the keys the program deleted."""
+        changed: list[tuple[str, bytes]] = []
+        for key, value in self._items.items():
+            if type(value) is _Encoded:
+                continue  # never read: the original text, unchanged by construction
+            if not isinstance(key, str):
+                raise NotJson(f"the new context has a dict key of type {type(key).__name__}; JSON keys are strings")
+            original = self._original.get(key)
+            text = _fast_dump(value)
+            if original is not None and text is not None and original == text:
+                continue  # read (perhaps mutated and restored), but the same JSON as before
+            changed.append((key, dump_json(value, "the new context")))
+        deleted = [key for key in self._original if key not in self._items]
+        return changed, deleted
+
+
+def _plain(value: Any) -> Any:
+    """A LazyContext as its decoded dict (for C code that needs a real dict); anything else as it is."""
+    return value._resolved() if type(value) is LazyContext else value
+
+
+def _proxy_json(module: types.SimpleNamespace) -> None:
+    """The ``json`` a program imports encodes its ``context`` (a LazyContext) like the dict it stands for."""
+
+    class JSONEncoder(json.JSONEncoder):
+        def default(self, o: Any) -> Any:
+            if type(o) is LazyContext:
+                return o._resolved()
+            return super().default(o)
+
+    def dumps(obj: Any, **kwargs: Any) -> str:
+        user_default = kwargs.pop("default", None)
+        if user_default is not None:
+            kwargs["default"] = lambda o: o._resolved() if type(o) is LazyContext else user_default(o)
+        kwargs.setdefault("cls", JSONEncoder)
+        return json.dumps(obj, **kwargs)
+
+    module.JSONEncoder = JSONEncoder
+    module.dumps = dumps
 
 
 def _guarded_import(proxies: dict[str, types.SimpleNamespace]) -> Any:
@@ -632,17 +923,34 @@ def _classify_exception(exc: BaseException) -> str:
     return "execution"
 
 
-def execute(frame: dict[str, Any], boot: dict[str, Any], bridge: Bridge, proxies: dict[str, Any]) -> dict[str, Any]:
+class Result:
+    """The one result: the header frame's fields, the return value's JSON text, the changed keys' texts."""
+
+    def __init__(self) -> None:
+        self.header: dict[str, Any] = {"type": "result", "status": "error"}
+        self.value: bytes = b"null"
+        self.changed: list[tuple[str, bytes]] = []
+
+    def fail(self, error: dict[str, Any]) -> None:
+        self.header.update(status="error", error=error, context_changed=[], context_deleted=[])
+        self.value, self.changed = b"null", []
+
+
+def execute(
+    frame: dict[str, Any], raw_context: dict[str, bytearray], boot: dict[str, Any], bridge: Bridge,
+    proxies: dict[str, Any],
+) -> Result:  # fmt: skip
     limits = boot["limits"]
     stdout = BoundedText(int(limits["max_output_bytes"]))
-    result: dict[str, Any] = {"type": "result", "status": "error"}
+    result = Result()
     compiled, error = compile_program(str(frame.get("code", "")))
-    context, args, kwargs = frame.get("context"), frame.get("args"), frame.get("kwargs")
-    if error is None and not (isinstance(context, dict) and isinstance(args, list) and isinstance(kwargs, dict)):
-        error = _error("invalid_request", "context must be an object, args a list and kwargs an object")
+    args, kwargs = frame.get("args"), frame.get("kwargs")
+    if error is None and not (isinstance(args, list) and isinstance(kwargs, dict)):
+        error = _error("invalid_request", "args must be a list and kwargs an object")
     if error is None:
         assert compiled is not None
         namespace = build_globals(proxies, stdout, bridge)
+        context = LazyContext(raw_context)
         try:
             exec(compiled, namespace)  # noqa: S102 - RestrictedPython-compiled, inside the sandbox
             value = namespace[TOOL_FUNCTION](context, args, kwargs)
@@ -652,9 +960,9 @@ def execute(frame: dict[str, Any], boot: dict[str, Any], bridge: Bridge, proxies
                                    tool_error_type=value.error_type, retriable=value.retriable)  # fmt: skip
                 value = value.value
             if error is None:
-                check_json(value, "the return value")
-                check_json(context, "the new context")
-                result.update(status="ok", value=value, context=context)
+                result.value = dump_json(value, "the return value")
+                result.changed, deleted = context.delta()
+                result.header.update(status="ok", context_deleted=deleted)
         except BaseException as exc:
             kind = _classify_exception(exc)
             name = type(exc).__name__
@@ -663,30 +971,49 @@ def execute(frame: dict[str, Any], boot: dict[str, Any], bridge: Bridge, proxies
                            exception=name, line=_tool_line(exc.__traceback__))  # fmt: skip
     if stdout.overflowed:
         error = _error("output_limit", f"the program printed more than {limits['max_output_bytes']} bytes")
-        result.update(status="error", value=None, context=None)
     if error is not None:
-        result["error"] = error
-    result["stdout"] = stdout.getvalue()
-    result["stdout_truncated"] = stdout.overflowed
+        result.fail(error)
+    result.header["stdout"] = stdout.getvalue()
+    result.header["stdout_truncated"] = stdout.overflowed
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    result["cpu_time_s"] = usage.ru_utime + usage.ru_stime
-    result["peak_memory_mb"] = usage.ru_maxrss / 1024
+    result.header["cpu_time_s"] = usage.ru_utime + usage.ru_stime
+    result.header["peak_memory_mb"] = usage.ru_maxrss / 1024
     return result
 
 
-def _encode_result(result: dict[str, Any], max_bytes: int) -> bytes:
-    """Encode the result once; one that does not fit the channel becomes an output_limit error."""
+def _encode_result(result: Result, max_bytes: int) -> list[bytes]:
+    """The result's frames: the header (the value's text spliced in, not encoded twice), then one frame per
+    changed key. A result that does not fit ``max_bytes`` in all becomes an output_limit error."""
+    header = result.header
+    header["context_changed"] = [[key, len(body)] for key, body in result.changed]
     try:
-        body = encode(result)
+        rest = encode(header)
     except (TypeError, ValueError) as exc:
-        return encode({"type": "result", "status": "error", "error": _error("non_serializable_result", str(exc))})
-    if len(body) <= max_bytes:
-        return body
-    return encode({
-        "type": "result", "status": "error", "stdout": "", "stdout_truncated": bool(result.get("stdout")),
-        "error": _error("output_limit", f"the result is {len(body)} bytes; the limit is {max_bytes}"),
-        "cpu_time_s": result.get("cpu_time_s", 0.0), "peak_memory_mb": result.get("peak_memory_mb", 0.0),
-    })  # fmt: skip
+        return [encode({"type": "result", "status": "error", "error": _error("non_serializable_result", str(exc))})]
+    body = b'{"value":' + result.value + b"," + rest[1:]
+    total = len(body) + sum(HEADER.size + len(text) for _, text in result.changed)
+    if total <= max_bytes:
+        return [body, *(text for _, text in result.changed)]
+    return [encode({
+        "type": "result", "status": "error", "stdout": "", "stdout_truncated": bool(header.get("stdout")),
+        "error": _error("output_limit", f"the result is {total} bytes; the limit is {max_bytes}"),
+        "cpu_time_s": header.get("cpu_time_s", 0.0), "peak_memory_mb": header.get("peak_memory_mb", 0.0),
+    })]  # fmt: skip
+
+
+def write_frames(fd: int, bodies: list[bytes]) -> None:
+    """Length-prefixed frames in as few writes as possible; a large body is written as it is, not copied."""
+    pending = bytearray()
+    for body in bodies:
+        pending += HEADER.pack(len(body))
+        if len(body) < 1 << 16:
+            pending += body
+            continue
+        write_all(fd, bytes(pending))
+        pending.clear()
+        write_all(fd, body)
+    if pending:
+        write_all(fd, bytes(pending))
 
 
 def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
@@ -703,17 +1030,18 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
     """Lock down, report ready, run the one program, write the one result."""
     max_bytes = int(boot["limits"]["max_message_bytes"])
     protections, errors = lock_down(boot)
-    write_frame(out_fd, {"type": "ready", "version": 1, "pid": os.getpid(), "protections": protections,
-                         "errors": errors})  # fmt: skip
+    write_frame(out_fd, {"type": "ready", "version": PROTOCOL_VERSION, "pid": os.getpid(),
+                         "protections": protections, "errors": errors})  # fmt: skip
     try:
-        frame = read_frame(in_fd, max_bytes)
+        frame, raw_context = read_execute(in_fd, max_bytes)
     except (EOFError, ValueError, json.JSONDecodeError):
         return 3
     if frame.get("type") != "execute":
-        result = {"type": "result", "status": "error", "error": _error("invalid_request", "expected an execute frame")}
+        result = Result()
+        result.fail(_error("invalid_request", "expected an execute frame"))
     else:
-        result = execute(frame, boot, Bridge(in_fd, out_fd, max_bytes), proxies)
-    write_frame(out_fd, _encode_result(result, max_bytes))
+        result = execute(frame, raw_context, boot, Bridge(in_fd, out_fd, max_bytes), proxies)
+    write_frames(out_fd, _encode_result(result, max_bytes))
     return 0
 
 

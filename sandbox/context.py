@@ -1,0 +1,130 @@
+"""The context snapshot: each top-level key of a program's context, kept as its own encoded JSON text.
+
+Carrying state a program does not touch must cost no more than moving its bytes: a snapshot is encoded once
+(when a caller hands in a dict), travels to the runner key by key without being re-encoded, and comes back
+as a delta (the keys the program changed or deleted). Deriving the next snapshot shares every unchanged
+key's bytes, and a key is decoded only when someone asks for its value.
+
+The encoding is fixed (``json.dumps`` with ``ensure_ascii=False``, ``allow_nan=False`` and compact
+separators, as UTF-8), the same one the runner uses, so "re-encodes to the same bytes" means "unchanged".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, NoReturn
+
+import pydantic_core
+
+
+class ContextError(ValueError):
+    """A context (or one of its values) is not JSON. Callers report it as an invalid request."""
+
+
+def _not_json(value: object) -> NoReturn:
+    raise TypeError(f"a value of type {type(value).__name__} is not JSON")
+
+
+def encode_value(value: Any, what: str = "a context value") -> bytes:
+    """One value's canonical JSON text; ContextError if it is not JSON.
+
+    ``json.dumps`` (C) is the check: it refuses NaN/Infinity and every non-JSON type. pydantic's JsonValue
+    walk, which this replaces, cost ~450 ms for 10 MB. What json.dumps normalizes rather than refuses
+    (non-string dict keys below the top level become strings, tuples become lists) is normalized here too,
+    as ``Workspace`` always did with ``json.loads(json.dumps(...))``; the runner, which must report a
+    program's mistakes, checks those exactly.
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_not_json)
+        return text.encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ContextError(f"{what} is not JSON: {exc}") from None
+
+
+def decode_value(body: bytes, what: str = "a context value") -> Any:
+    """Parse one key's JSON text strictly (UTF-8, no NaN/Infinity); ContextError otherwise."""
+    try:
+        return pydantic_core.from_json(body, allow_inf_nan=False)
+    except ValueError as exc:
+        raise ContextError(f"{what} is not JSON: {exc}") from None
+
+
+class ContextSnapshot(Mapping[str, bytes]):
+    """An immutable mapping from top-level context key to that key's JSON text (UTF-8 bytes).
+
+    ``value(key)`` decodes one key, ``to_dict()`` the whole context; ``nbytes`` is the total size of the
+    values' texts, known without encoding anything.
+    """
+
+    __slots__ = ("_items", "_nbytes")
+
+    def __init__(self, items: Mapping[str, bytes] | None = None) -> None:
+        """Wrap already-encoded texts as they are (trusted: use ``from_dict`` for values, ``validated``
+        for bytes from elsewhere)."""
+        self._items: dict[str, bytes] = dict(items or {})
+        self._nbytes = sum(len(body) for body in self._items.values())
+
+    @classmethod
+    def from_dict(cls, context: Mapping[str, Any]) -> ContextSnapshot:
+        """Encode a context dict key by key; ContextError if it is not a JSON object."""
+        if isinstance(context, ContextSnapshot):
+            return context
+        if not isinstance(context, Mapping):
+            raise ContextError(f"a context is a JSON object, not {type(context).__name__}")
+        items: dict[str, bytes] = {}
+        for key, value in context.items():
+            if not isinstance(key, str):
+                raise ContextError(f"context keys are strings, not {type(key).__name__}")
+            items[key] = encode_value(value, f"context value {key!r}")
+        return cls(items)
+
+    @classmethod
+    def coerce(cls, context: Any) -> ContextSnapshot:
+        """A snapshot as is, a mapping encoded, None as the empty context."""
+        return cls() if context is None else cls.from_dict(context)
+
+    def with_changes(self, changed: Mapping[str, bytes], deleted: Iterable[str] = ()) -> ContextSnapshot:
+        """A new snapshot with ``changed`` keys set (trusted texts) and ``deleted`` keys removed.
+
+        Unchanged keys share their bytes with this snapshot; a changed key keeps its position, a new key
+        goes to the end (dict order, as in the program's ``context``)."""
+        items = dict(self._items)
+        for key in deleted:
+            items.pop(key, None)
+        items.update(changed)
+        return ContextSnapshot(items)
+
+    def value(self, key: str) -> Any:
+        """The decoded value of one key (a fresh object on every call)."""
+        return json.loads(self._items[key])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole context decoded (fresh objects)."""
+        return {key: json.loads(body) for key, body in self._items.items()}
+
+    @property
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    def __getitem__(self, key: str) -> bytes:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ContextSnapshot):
+            return self._items == other._items
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ContextSnapshot({len(self._items)} keys, {self._nbytes} bytes)"
