@@ -194,7 +194,7 @@ def test_orphans_of_a_dead_process_are_removed(backend: OciBackend, tmp_path: Pa
         out = subprocess.run([*backend.command(), "list", "--quiet"], capture_output=True, text=True, check=False)
         return out.stdout.split()
 
-    assert orphan in listed()
+    # (another test process starting a backend at this moment may reap it first: the same code, same result)
     fresh = OciBackend(SandboxConfig(pool_size=0), runtime=backend.runtime)  # type: ignore[arg-type]
     try:
         fresh.spawn(LIMITS).destroy()  # starting the backend reaps in the background
