@@ -69,6 +69,8 @@ STATE_DIR = Path(os.environ.get("SANDFORGE_OCI_STATE_DIR", "/run/sandforge"))
 #: ``runsc`` refuses to start here without it, and a sandbox has no network anyway.
 RUNSC_FLAGS = ("--network=none",)
 ID_PREFIX = "sf"
+#: The runtime's environment: nothing of ours, only where to find its helpers.
+_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 #: The container's process: the runner, as in the Docker backends (the runtime wants an absolute path).
 COMMAND = [oci_spec.PYTHON, *DOCKER_COMMAND[1:]]
 
@@ -315,7 +317,7 @@ class OciWorker:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                env=_ENV,
                 close_fds=True,
                 start_new_session=True,
             )
@@ -514,10 +516,21 @@ class OciBackend:
         threading.Thread(target=self._reap_leftovers, name="sandforge-oci-leftovers", daemon=True).start()
 
     def _reap_leftovers(self) -> None:
-        """Remove the containers and bundles of processes that died without cleaning up."""
+        """Remove the containers and bundles of processes that died without cleaning up: the runtime's own
+        list (a container may outlive its bundle) and the bundle directories."""
+        try:
+            listed = subprocess.run(
+                [*self.command(), "list", "--quiet"], capture_output=True, text=True, timeout=30, env=_ENV, check=False
+            ).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            listed = []
+        for container_id in listed:
+            if container_id.startswith(f"{ID_PREFIX}-") and not _owner_alive(container_id):
+                self.force_delete(container_id)
         for bundle in list(self.bundles.iterdir()):
             if not _owner_alive(bundle.name):
-                self.force_delete(bundle.name)
+                if bundle.name not in listed:
+                    self.force_delete(bundle.name)
                 shutil.rmtree(bundle, ignore_errors=True)
 
     def force_delete(self, container_id: str) -> None:
@@ -526,7 +539,7 @@ class OciBackend:
                 [*self.command(), "delete", "--force", container_id],
                 capture_output=True,
                 timeout=30,
-                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                env=_ENV,
                 check=False,
             )
 
