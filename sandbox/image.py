@@ -62,6 +62,8 @@ class ImageStatus(BaseModel):
     stale: list[str] = []
     base: str = BASE_IMAGE
     base_present: bool = False
+    oci_rootfs: str = ""
+    oci_rootfs_present: bool = False
 
 
 class BuildResult(BaseModel):
@@ -121,7 +123,13 @@ def status(client: Any, repository: str = "sandforge-sandbox") -> ImageStatus:
 
     api = _low_level(client)
     tag = expected_tag(repository)
-    result = ImageStatus(expected=tag, present=False)
+    rootfs = oci_rootfs(tag)
+    result = ImageStatus(
+        expected=tag,
+        present=False,
+        oci_rootfs=str(rootfs),
+        oci_rootfs_present=(rootfs / IMAGE_RUNNER.lstrip("/")).exists(),
+    )
     try:
         info = api.inspect_image(tag)
         result.present, result.image_id = True, str(info["Id"])

@@ -70,8 +70,9 @@ def status_cmd(as_json: bool) -> None:
         click.echo(f"expected  {st.expected}")
         click.echo(f"present   {'yes (' + (st.image_id or '')[7:19] + ')' if st.present else 'no'}")
         click.echo(f"base      {st.base} {'present' if st.base_present else 'missing'}")
+        click.echo(f"rootfs    {st.oci_rootfs} {'unpacked' if st.oci_rootfs_present else 'missing'} (runc/runsc)")
         if st.stale:
             click.echo(f"stale     {', '.join(sorted(st.stale))}")
-        if not st.present:
+        if not st.present or not st.oci_rootfs_present:
             click.echo(f"hint: {image.BUILD_HINT}", err=True)
     sys.exit(0 if st.present else 1)

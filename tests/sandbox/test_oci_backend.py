@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -229,3 +230,12 @@ def test_the_pool_serves_never_reused_containers(backend: OciBackend) -> None:
     assert all(o.ok for o in outs), [o.error_message for o in outs]
     assert len(ids) == 4  # a fresh container each time
     assert not wait_clean(backend)
+
+
+@pytest.mark.oci("runc")
+def test_image_status_reports_the_unpacked_rootfs(docker_env: Any) -> None:
+    from sandbox import image
+
+    st = image.status(docker_env.api)
+    assert st.oci_rootfs_present and Path(st.oci_rootfs) == image.oci_rootfs(st.expected)
+    assert image.export_rootfs(docker_env.api, st.expected, lambda _msg: None) is False  # idempotent: no re-export
