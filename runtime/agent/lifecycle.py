@@ -58,6 +58,7 @@ from runtime.providers.base import (
     RepairContext,
 )
 from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
+from sandbox.context import ContextSnapshot
 from sandbox.protocol import CallFrame
 from sandbox.runner import ALLOWED_MODULES
 
@@ -232,8 +233,8 @@ class CallRun:
             self.execution = execution
             self.stage = "executed"
             if execution.ok:
-                assert execution.context is not None
-                txn.set_context(self.role, execution.context)
+                assert execution.context_snapshot is not None
+                txn.set_context(self.role, execution.context_snapshot)  # unchanged keys keep their bytes
                 txn.commit()
                 return self._ok(execution)
             self._rollback(txn)
@@ -476,7 +477,7 @@ class CallRun:
 
     def _execute(self, code: str, txn: Transaction) -> ExecutionOutcome:
         request = ExecutionRequest(
-            code=code, context=txn.context(self.role), args=self.args, kwargs=self.kwargs, limits=self.ws.limits
+            code=code, context=txn.snapshot(self.role), args=self.args, kwargs=self.kwargs, limits=self.ws.limits
         )
 
         def bridge(frame: CallFrame) -> dict[str, Any]:
@@ -521,9 +522,22 @@ class CallRun:
     def _attempt_id(self) -> str:
         return f"{self.call_id}.{self.attempt}"
 
+    def _context_summary(self, txn: Transaction, snapshot: ContextSnapshot, keys: list[str]) -> dict[str, str]:
+        """Previews of ``keys`` for the prompt, each decoded once per distinct text rather than on every call
+        (a stored program runs without a model call, but its request is built all the same)."""
+        cache = txn.state.previews
+        known = cache.get(self.role, {})
+        fresh: dict[str, tuple[bytes, str]] = {}
+        for key in keys:
+            text = snapshot[key]
+            hit = known.get(key)
+            fresh[key] = hit if hit is not None and hit[0] is text else (text, _preview(snapshot.value(key)))
+        cache[self.role] = fresh
+        return {key: preview for key, (_, preview) in fresh.items()}
+
     def _generation_request(self, txn: Transaction) -> GenerationRequest:
-        context = txn.context(self.role)
-        keys = sorted(context)
+        snapshot = txn.snapshot(self.role)
+        keys = sorted(snapshot)
         return GenerationRequest(
             role=self.role,
             method=self.method,
@@ -532,7 +546,7 @@ class CallRun:
             depth=self.depth,
             attempt_number=self.attempt,
             context_keys=keys,
-            context_summary={k: _preview(context[k]) for k in keys[:MAX_CONTEXT_KEYS_IN_PROMPT]},
+            context_summary=self._context_summary(txn, snapshot, keys[:MAX_CONTEXT_KEYS_IN_PROMPT]),
             contract=txn.contract(self.role),
             known_tools=sorted(txn.all_tools().values(), key=lambda t: t.role),
             allowed_modules=sorted(ALLOWED_MODULES),

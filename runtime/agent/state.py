@@ -6,12 +6,14 @@ stay in the transaction. ``commit`` merges them one level up (into the parent at
 committed state for a top-level attempt); ``rollback`` throws them away. So a nested call made by an
 attempt that later fails leaves nothing behind, however deep it went.
 
-v1 isolation is a full snapshot per attempt (ADR 0016, open question 1): contexts are deep-copied on read.
+v1 isolation is a full snapshot per attempt (ADR 0016, open question 1). Contexts are kept as immutable
+:class:`~sandbox.context.ContextSnapshot` objects (each key's JSON text), so an attempt's view costs nothing
+to take, a failed attempt cannot have touched the committed one, and a key no program changed is never
+re-encoded or re-decoded between calls.
 """
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from typing import Any
 
 from runtime.agent.calllog import CallRecord, NestedCallSummary
 from runtime.providers.base import ToolContractView
+from sandbox.context import ContextSnapshot
 
 #: A tool's contract as registered by ``delegate(role, purpose=..., ...)``.
 ToolContract = ToolContractView
@@ -41,7 +44,9 @@ class State:
         on_records: Callable[[list[StagedRecord]], None],
         on_tools: Callable[[dict[str, ToolContract]], None] | None = None,
     ) -> None:
-        self.contexts: dict[str, JsonDict] = {}
+        self.contexts: dict[str, ContextSnapshot] = {}
+        #: role -> key -> (the key's text, its prompt preview): previews are made once per text, not per call
+        self.previews: dict[str, dict[str, tuple[bytes, str]]] = {}
         self.tools: dict[str, ToolContract] = {}
         self.lock = threading.RLock()
         self._on_records = on_records
@@ -61,14 +66,14 @@ class State:
 class Transaction:
     state: State
     parent: Transaction | None = None
-    contexts: dict[str, JsonDict] = field(default_factory=dict)
+    contexts: dict[str, ContextSnapshot] = field(default_factory=dict)
     tools: dict[str, ToolContract] = field(default_factory=dict)
     records: list[StagedRecord] = field(default_factory=list)
     closed: bool = False
 
     # --- reads (fall through to the parent, then to the committed state) ---
 
-    def _visible_context(self, role: str) -> JsonDict | None:
+    def _visible_context(self, role: str) -> ContextSnapshot | None:
         if role in self.contexts:
             return self.contexts[role]
         if self.parent is not None:
@@ -76,9 +81,13 @@ class Transaction:
         with self.state.lock:
             return self.state.contexts.get(role)
 
+    def snapshot(self, role: str) -> ContextSnapshot:
+        """The role's context as this attempt sees it (immutable: nothing to copy)."""
+        return self._visible_context(role) or ContextSnapshot()
+
     def context(self, role: str) -> JsonDict:
-        """A private deep copy of the role's context as this attempt sees it."""
-        return copy.deepcopy(self._visible_context(role) or {})
+        """A private decoded copy of the role's context as this attempt sees it."""
+        return self.snapshot(role).to_dict()
 
     def contract(self, role: str) -> ToolContract | None:
         if role in self.tools:
@@ -99,9 +108,9 @@ class Transaction:
 
     # --- staged writes ---
 
-    def set_context(self, role: str, context: JsonDict) -> None:
+    def set_context(self, role: str, context: ContextSnapshot | JsonDict) -> None:
         self._check_open()
-        self.contexts[role] = copy.deepcopy(context)
+        self.contexts[role] = ContextSnapshot.from_dict(context)
 
     def register(self, contract: ToolContract) -> None:
         self._check_open()

@@ -22,6 +22,7 @@ from runtime.providers.base import Provider
 from runtime.store import ToolStore
 from sandbox import Limits, Sandbox, SandboxConfig
 from sandbox.config import BackendName
+from sandbox.context import ContextError, ContextSnapshot
 
 if TYPE_CHECKING:
     from runtime.agent.agent import Agent
@@ -37,6 +38,16 @@ def as_json(value: Any, what: str) -> Any:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{what} must be JSON-serializable: {exc}") from None
+
+
+def as_snapshot(context: dict[str, Any], what: str) -> ContextSnapshot:
+    """``context`` encoded key by key; TypeError if it is not JSON (as :func:`as_json`).
+
+    Top-level keys that are not strings are converted the way ``json.dumps`` converts them, as before."""
+    try:
+        return ContextSnapshot.from_dict(context)
+    except ContextError:
+        return ContextSnapshot.from_dict(as_json(context, what))
 
 
 class Workspace:
@@ -121,27 +132,34 @@ class Workspace:
     def context(self, role: str) -> dict[str, JsonValue]:
         """A copy of the committed context of ``role``."""
         with self._state.lock:
-            return as_json(self._state.contexts.get(role, {}), "context")  # type: ignore[no-any-return]
+            snapshot = self._state.contexts.get(role)
+        return {} if snapshot is None else snapshot.to_dict()
+
+    def context_snapshot(self, role: str) -> ContextSnapshot:
+        """The committed context of ``role`` as it is kept: each key's JSON text, nothing decoded."""
+        with self._state.lock:
+            return self._state.contexts.get(role) or ContextSnapshot()
 
     def set_context(self, role: str, context: dict[str, JsonValue]) -> None:
         """Replace the committed context of ``role`` (no model call)."""
         if not isinstance(context, dict):
             raise TypeError("a context is a dict")
-        value = as_json(context, "the context")
+        snapshot = as_snapshot(context, "the context")
         with self._state.lock:
-            self._state.contexts[role] = value
+            self._state.contexts[role] = snapshot
 
     def update_context(self, role: str, key: str, value: Any) -> None:
-        copy = as_json(value, f"context value {key!r}")
+        change = as_snapshot({key: value}, f"context value {key!r}")
         with self._state.lock:
-            self._state.contexts.setdefault(role, {})[key] = copy
+            current = self._state.contexts.get(role) or ContextSnapshot()
+            self._state.contexts[role] = current.with_changes(change)
 
     def delete_context(self, role: str, key: str) -> None:
         with self._state.lock:
-            ctx = self._state.contexts.get(role, {})
-            if key not in ctx:
+            current = self._state.contexts.get(role) or ContextSnapshot()
+            if key not in current:
                 raise KeyError(key)
-            del ctx[key]
+            self._state.contexts[role] = current.with_changes({}, [key])
 
     @property
     def tools(self) -> dict[str, ToolContract]:
