@@ -119,7 +119,8 @@ class Ours(Subject):
 
         if validate and self.validator is not None:
             self.validator.check(program.code)
-        outcome = self.sandbox().execute(ExecutionRequest(code=program.code, context=program.context))
+        context = program.snapshot if program.snapshot is not None else program.context  # encoded once per workload
+        outcome = self.sandbox().execute(ExecutionRequest(code=program.code, context=context))
         if not outcome.ok:
             raise loops.Failed(f"{outcome.error_type}: {outcome.error_message}")
         return loops.Result(outcome.value, outcome.usage.peak_memory_mb or None)

@@ -26,7 +26,8 @@ def test_percentile_interpolates() -> None:
 
 def test_workloads_are_well_formed_and_distinct() -> None:
     workloads = {w.name: w for w in build(quick=True)}
-    assert {"trivial", "cpu_50ms", "context_1mb", "context_10mb", "many_programs"} <= set(workloads)
+    assert {"trivial", "cpu_50ms", "context_1mb", "context_10mb", "context_1mb_read_all", "context_10mb_read_all",
+            "many_programs"} <= set(workloads)  # fmt: skip
     many = workloads["many_programs"].programs
     assert len({p.code for p in many}) == len(many)
     assert workloads["context_10mb"].context_bytes > workloads["context_1mb"].context_bytes
@@ -36,7 +37,7 @@ def test_workloads_are_well_formed_and_distinct() -> None:
 
 
 def test_script_has_the_program_contract() -> None:
-    program = build(quick=True)[2].programs[0]
+    program = {w.name: w for w in build(quick=True)}["context_1mb_read_all"].programs[0]
     out = subprocess.run(
         [sys.executable, "-I", "-c", script(program.code)],
         input=program.context_json.encode(),
