@@ -321,24 +321,53 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
 # --- the program's world ------------------------------------------------------------------------------
 
 
-def _module_proxy(name: str, module: types.ModuleType, withheld: frozenset[str]) -> types.SimpleNamespace:
-    public = {
-        key: value
-        for key, value in vars(module).items()
-        if not key.startswith("_") and key not in withheld and not isinstance(value, types.ModuleType)
-    }
-    return types.SimpleNamespace(**public)
+def _populate(proxy: types.SimpleNamespace, name: str) -> None:
+    """Import ``name`` and copy its public names (minus the withheld ones and sub-modules) onto ``proxy``."""
+    __import__(name)
+    withheld = ALLOWED_MODULES[name]
+    for key, value in vars(sys.modules[name]).items():
+        if not key.startswith("_") and key not in withheld and not isinstance(value, types.ModuleType):
+            setattr(proxy, key, value)
+    adjust = _PROXY_ADJUSTMENTS.get(name)
+    if adjust is not None:
+        adjust(proxy)
 
 
-def build_module_proxies() -> dict[str, types.SimpleNamespace]:
-    """Import every allowed module now (nothing can be imported after lock-down) and wrap each in a proxy.
+#: Proxies whose module is still to be imported (lazy mode), by ``id`` of the proxy.
+_PENDING: dict[int, str] = {}
+
+
+class LazyModuleProxy(types.SimpleNamespace):
+    """A module proxy that imports its module the first time a missing attribute is read.
+
+    Used where modules stay importable after lock-down (containers: the root file system is the image's),
+    so a container imports only what its program uses: importing every allowed module costs about 20 ms
+    of each container's start, a third of it.
+    """
+
+    def __getattr__(self, attr: str) -> Any:
+        name = _PENDING.pop(id(self), None)
+        if name is None:
+            raise AttributeError(f"module has no attribute {attr!r}")
+        _populate(self, name)
+        return getattr(self, attr)
+
+
+def build_module_proxies(*, lazy: bool = False) -> dict[str, types.SimpleNamespace]:
+    """A proxy per allowed module: filled now (``lazy=False``: nothing can be imported after a lock-down
+    that changes the root), or on first use.
 
     Dotted modules hang under their parents' proxies, so ``import xml.etree.ElementTree as ET`` works.
     """
     proxies: dict[str, types.SimpleNamespace] = {}
     for name in sorted(ALLOWED_MODULES):
-        __import__(name)
-        proxies[name] = _module_proxy(name, sys.modules[name], ALLOWED_MODULES[name])
+        if lazy:
+            proxy: types.SimpleNamespace = LazyModuleProxy()
+            _PENDING[id(proxy)] = name
+        else:
+            proxy = types.SimpleNamespace()
+            _populate(proxy, name)
+        proxies[name] = proxy
     for name in sorted(ALLOWED_MODULES, key=lambda n: n.count(".")):
         parts = name.split(".")
         for depth in range(1, len(parts)):
@@ -347,7 +376,6 @@ def build_module_proxies() -> dict[str, types.SimpleNamespace]:
         for depth in range(1, len(parts)):
             parent, child = ".".join(parts[:depth]), ".".join(parts[: depth + 1])
             setattr(proxies[parent], parts[depth], proxies[child])
-    _proxy_json(proxies["json"])
     return proxies
 
 
@@ -740,6 +768,9 @@ def _proxy_json(module: types.SimpleNamespace) -> None:
     module.dumps = dumps
 
 
+_PROXY_ADJUSTMENTS: dict[str, Any] = {"json": _proxy_json}
+
+
 def _guarded_import(proxies: dict[str, types.SimpleNamespace]) -> Any:
     def guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
         if level != 0 or name not in proxies:
@@ -1021,7 +1052,9 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
     sys.path[:0] = [p for p in boot.get("sys_path", []) if isinstance(p, str)]
     import RestrictedPython  # noqa: F401 - import before lock-down: nothing is importable after it
 
-    proxies = build_module_proxies()
+    # With a chroot (subprocess backend) nothing is importable after lock-down: import every allowed module
+    # now. In a container the root stays the image, so modules are imported on first use.
+    proxies = build_module_proxies(lazy=not boot.get("chroot", False))
     compile_program("return 1")  # warm RestrictedPython's lazily imported parts
     return proxies
 
