@@ -49,7 +49,7 @@ from sandbox.backends.docker_backend import (
     GVISOR_MEMORY_HEADROOM_MB,
     GVISOR_PIDS_HEADROOM,
 )
-from sandbox.backends.subprocess_backend import PipeIO, _ns, _proc_status, _rlimits_set
+from sandbox.backends.subprocess_backend import PipeIO, _ns, _proc_status, _rlimits_set, widen_pipe
 from sandbox.config import SandboxConfig
 from sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
 from sandbox.protocol import (
@@ -325,6 +325,8 @@ class OciWorker:
             shutil.rmtree(self.bundle, ignore_errors=True)
             raise SandboxUnavailable(f"could not start {backend.runtime}: {exc}", retriable=False) from exc
         assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None
+        for fd in (self.proc.stdin.fileno(), self.proc.stdout.fileno()):
+            widen_pipe(fd)
         self.io = PipeIO(
             self.proc.stdin.fileno(), {self.proc.stdout.fileno(): "result", self.proc.stderr.fileno(): "stderr"}
         )
