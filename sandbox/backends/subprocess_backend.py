@@ -44,10 +44,6 @@ log = logging.getLogger(__name__)
 RUNNER = Path(__file__).resolve().parent.parent / "runner.py"
 
 
-#: Linux's default pipe capacity, and the capacity asked for when a large frame is sent (pipe-max-size default).
-PIPE_DEFAULT_BYTES, PIPE_LARGE_BYTES = 1 << 16, 1 << 20
-
-
 #: Pipes into a sandbox carry the context snapshot; the default 64 KiB buffer makes a 10 MB context cost
 #: ~160 round trips between writer and reader, 1 MiB makes it 10 (about a third less time).
 PIPE_BYTES = 1 << 20
@@ -69,20 +65,12 @@ class PipeIO:
 
     def __init__(self, stdin_fd: int, streams: dict[int, Stream]) -> None:
         self.stdin_fd = stdin_fd
-        self.widened = False
         self.selector = selectors.DefaultSelector()
         for fd, name in streams.items():
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ, name)
 
     def send(self, data: bytes) -> None:
-        if len(data) > PIPE_DEFAULT_BYTES and not self.widened:
-            self.widened = True
-            # A 10 MB context through a 64 KiB pipe is ~160 writer/reader hand-offs, each a wait for the
-            # scheduler on a busy machine; 1 MiB makes it ~10. Only for this worker's (short-lived) pipe, and
-            # best effort: the per-user pipe-buffer quota may refuse it.
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(self.stdin_fd, fcntl.F_SETPIPE_SZ, PIPE_LARGE_BYTES)
         view = memoryview(data)
         while view:
             try:
