@@ -184,6 +184,11 @@ class ExecutionOutcome(BaseModel):
                 return self._materialize_context()
             return super().__getattr__(name)
 
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name == "context":  # an assigned context replaces the one the execution produced
+                self._context_snapshot = None
+            super().__setattr__(name, value)
+
     def model_dump(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         self._materialize_context()
         return super().model_dump(*args, **kwargs)

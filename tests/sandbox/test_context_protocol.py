@@ -232,6 +232,9 @@ def test_outcome_decodes_its_context_lazily() -> None:
     assert json.loads(ExecutionOutcome.succeeded(1, snap).model_dump_json())["context"] == {"k": [1], "m": "v"}
     assert ExecutionOutcome.succeeded(1, snap) == out
     assert ExecutionOutcome.failure(ErrorType.TIMEOUT, "slow").context_snapshot is None
+    assigned = ExecutionOutcome.succeeded(1, snap)
+    assigned.context = {"other": True}
+    assert assigned.context_snapshot == ContextSnapshot.from_dict({"other": True})
 
 
 # --- forged result frames (the host's side of the protocol) ------------------------------------------------
