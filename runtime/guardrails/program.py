@@ -82,6 +82,8 @@ _LITERAL_TYPES: Mapping[type[ast.AST], str] = {
 }
 
 BindingKind = Literal["import", "alias", "opaque", "def"]
+#: `Program._walk`'s dispatch entry for a node class: bucket, flags, handler, child fields.
+_ClassInfo = tuple[list[ast.AST], int, "Callable[[Program, Any], None] | None", tuple[str, ...]]
 N1 = TypeVar("N1", bound=ast.AST)
 N2 = TypeVar("N2", bound=ast.AST)
 N3 = TypeVar("N3", bound=ast.AST)
@@ -95,6 +97,9 @@ class Binding:
     kind: BindingKind
     target: str = ""
     value: ast.AST | None = None
+
+
+_OPAQUE = Binding("opaque")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +142,7 @@ def _unique(names: list[str]) -> tuple[str, ...]:
     """Canonical and deduplicated, in order; over the cap, the shortest names are kept."""
     if len(names) == 1:
         return (_canonical(names[0]),)
-    out = tuple(dict.fromkeys(_canonical(n) for n in names))
+    out = tuple(dict.fromkeys([n[9:] if n.startswith("builtins.") else n for n in names]))  # `_canonical`
     return out if len(out) <= MAX_QUALNAMES else tuple(sorted(out, key=lambda q: (len(q), q))[:MAX_QUALNAMES])
 
 
@@ -168,8 +173,8 @@ def _static_qualnames(node: ast.AST) -> tuple[str, ...]:
     return (literal,) if literal else (EXPR,)
 
 
-def _child_fields(cls: type[ast.AST]) -> tuple[str, ...]:
-    """The fields of `cls` that can hold child nodes, last first (see `Program._walk`)."""
+def child_fields(cls: type[ast.AST]) -> tuple[str, ...]:
+    """The fields of `cls` that can hold child nodes, last first (see `Program._walk`; cached)."""
     fields = _FIELDS.get(cls)
     if fields is None:
         skip = _SKIP_FIELDS | _SKIP_FIELDS_OF.get(cls, frozenset())
@@ -295,14 +300,17 @@ class Program:
 
     def children(self, node: ast.AST) -> list[ast.AST]:
         """The direct child nodes of `node`, in source order (a faster ``ast.iter_child_nodes``)."""
-        fields = _FIELDS.get(type(node))
+        cls = node.__class__
+        fields = _FIELDS.get(cls)
         if fields is None:
-            fields = _child_fields(type(node))
+            fields = child_fields(cls)
         out: list[ast.AST] = []
         for name in fields:  # last field first
             value = getattr(node, name, None)
-            if isinstance(value, list):
-                out.extend(item for item in reversed(value) if isinstance(item, ast.AST))
+            if value.__class__ is list:
+                for item in reversed(value):
+                    if isinstance(item, ast.AST):
+                        out.append(item)
             elif isinstance(value, ast.AST):
                 out.append(value)
         out.reverse()
@@ -320,6 +328,10 @@ class Program:
 
     def binding_keys(self) -> list[str]:
         return list(self._bindings)
+
+    def bindings_by_key(self) -> Mapping[str, list[Binding]]:
+        """Every variable's bindings, by binding key (read only)."""
+        return self._bindings
 
     def qualnames(self, node: ast.AST) -> tuple[str, ...]:
         """The qualified names `node` may evaluate to (see the module docstring); never empty."""
@@ -389,45 +401,50 @@ class Program:
     def _walk(self) -> None:
         """Pre-order, iterative, in source order: index nodes, bind names, record facts.
 
-        The hot loop of the engine: after `_SKIP_FIELDS`, a field holds a node, a list of nodes (with
-        ``None`` holes in ``Dict.keys`` and ``kw_defaults``) or ``None``."""
-        nodes, handlers, limit, order = self._nodes, _HANDLERS, self.max_depth, self._order
-        segments, name_scope, stores = self._segments, self._name_scope, self.stores
+        The hot loop of the engine: one dictionary lookup per node gives everything its class needs (its
+        bucket in `_nodes`, what to record, its handler, its child fields; see `_class_info`). After
+        `_SKIP_FIELDS`, a field holds a node, a list of nodes (with ``None`` holes in ``Dict.keys`` and
+        ``kw_defaults``) or ``None``."""
+        infos: dict[type[ast.AST], _ClassInfo] = {}
+        limit, order = self.max_depth, self._order
+        segments, name_scope, stores, attributes = self._segments, self._name_scope, self.stores, self.attributes
         stack: list[tuple[ast.AST, int, int]] = [(self.tree, 0, 0)]
-        push, pop, references, statements, edges = stack.append, stack.pop, _REFERENCES, _STATEMENTS, _SCOPE_EDGES
-        scopes = _SCOPES
+        push, pop = stack.append, stack.pop
         while stack:
             node, depth, scope = pop()
             cls = node.__class__
-            bucket = nodes.get(cls)
-            if bucket is None:
-                nodes[cls] = [node]
-            else:
-                bucket.append(node)
-            if cls in references:
-                if cls is not ast.Name:
-                    order.append(node)  # type: ignore[arg-type]
-                elif node.ctx.__class__ is not ast.Store:  # type: ignore[attr-defined]
-                    order.append(node)  # type: ignore[arg-type]
+            info = infos.get(cls)
+            if info is None:
+                info = infos[cls] = self._class_info(cls)
+            bucket, kind, handler, fields = info
+            bucket.append(node)
+            if kind:
+                if kind & _NAME:
                     name_scope[node] = scope
-                else:
-                    name_scope[node] = scope  # an assignment target: a binding, not a reference
-                    stores.append(node)  # type: ignore[arg-type]
-            elif cls in statements:
-                segments.append(len(order))
-            if cls in scopes:
-                self._open_scope(node, scope)
-            handler = handlers.get(cls)
+                    if node.ctx.__class__ is ast.Store:  # type: ignore[attr-defined]
+                        stores.append(node)  # type: ignore[arg-type]  # a binding, not a reference
+                    else:
+                        order.append(node)  # type: ignore[arg-type]
+                elif kind & _REFERENCE:
+                    order.append(node)  # type: ignore[arg-type]
+                    if kind & _ATTRIBUTE:  # an attribute fact, inline (`_attribute`)
+                        attr = node.attr  # type: ignore[attr-defined]
+                        facts = attributes.get(attr)
+                        if facts is None:
+                            attributes[attr] = [AttributeFact(attr, node, "attribute")]
+                        else:
+                            facts.append(AttributeFact(attr, node, "attribute"))
+                elif kind & _STATEMENT:
+                    segments.append(len(order))
+                if kind & _SCOPE:
+                    self._open_scope(node, scope)
             if handler is not None:
                 self._scope = scope
                 handler(self, node)
             if depth > limit and self.too_deep is None:
                 self.too_deep = node
             depth += 1
-            fields = _FIELDS.get(cls)
-            if fields is None:
-                fields = _child_fields(cls)
-            if cls in edges:
+            if kind & _EDGE:
                 self._push_scoped(node, fields, depth, scope, push)
                 continue
             for name in fields:  # reversed, so nodes pop in source order
@@ -440,6 +457,25 @@ class Program:
                             push((item, depth, scope))
                 else:
                     push((value, depth, scope))
+
+    def _class_info(self, cls: type[ast.AST]) -> _ClassInfo:
+        """What `_walk` does with nodes of `cls`: its bucket in `_nodes`, flags, handler, child fields."""
+        bucket = self._nodes.setdefault(cls, [])
+        kind = 0
+        if cls is ast.Name:
+            kind |= _NAME
+        elif cls in _REFERENCES:
+            kind |= _REFERENCE | (_ATTRIBUTE if cls is ast.Attribute else 0)
+        elif cls in _STATEMENTS:
+            kind |= _STATEMENT
+        if cls in _SCOPES:
+            kind |= _SCOPE
+        if cls in _SCOPE_EDGES:
+            kind |= _EDGE
+        fields = _FIELDS.get(cls)
+        if fields is None:
+            fields = child_fields(cls)
+        return bucket, kind, _HANDLERS.get(cls), fields
 
     def _push_scoped(
         self, node: ast.AST, fields: tuple[str, ...], depth: int, scope: int, push: Callable[[Any], None]
@@ -476,16 +512,16 @@ class Program:
         key = (self._scope if scope is None else scope, name)
         bucket = self._raw.get(key)
         if bucket is None:
-            bucket = self._raw[key] = []
-        if len(bucket) < MAX_BINDINGS:
+            self._raw[key] = [binding]
+        elif len(bucket) < MAX_BINDINGS:
             bucket.append(binding)
         elif bucket[-1].kind != "opaque":
-            bucket[-1] = Binding("opaque")
+            bucket[-1] = _OPAQUE
 
     def _bind_target(self, target: ast.AST, value: ast.AST | None) -> None:
         """Bind the names in an assignment target; pairwise for ``a, b = x, y``."""
         if isinstance(target, ast.Name):
-            self._bind(target.id, Binding("alias", value=value) if value is not None else Binding("opaque"))
+            self._bind(target.id, Binding("alias", value=value) if value is not None else _OPAQUE)
         elif isinstance(target, ast.Tuple | ast.List):
             pairs = (
                 isinstance(value, ast.Tuple | ast.List)
@@ -504,7 +540,7 @@ class Program:
             for element in iterable.elts:
                 if not isinstance(element, ast.Starred):
                     self._bind(target.id, Binding("alias", value=element))
-            self._bind(target.id, Binding("opaque"))
+            self._bind(target.id, _OPAQUE)
         else:
             self._bind_target(target, None)
 
@@ -514,12 +550,12 @@ class Program:
         pairs: list[tuple[ast.arg, ast.expr | None]] = list(zip(positional, defaults, strict=True))
         pairs += list(zip(args.kwonlyargs, args.kw_defaults, strict=True))
         for arg, default in pairs:
-            self._bind(arg.arg, Binding("opaque"), scope)
+            self._bind(arg.arg, _OPAQUE, scope)
             if default is not None:
                 self._bind(arg.arg, Binding("alias", value=default), scope)
         for extra in (args.vararg, args.kwarg):
             if extra is not None:
-                self._bind(extra.arg, Binding("opaque"), scope)
+                self._bind(extra.arg, _OPAQUE, scope)
 
     def _attribute(self, name: str, node: ast.AST, via: str) -> None:
         self.attributes.setdefault(name, []).append(AttributeFact(name, node, via))
@@ -582,22 +618,19 @@ class Program:
 
     def _on_except(self, node: ast.ExceptHandler) -> None:
         if node.name:
-            self._bind(node.name, Binding("opaque"))
+            self._bind(node.name, _OPAQUE)
 
     def _on_match_capture(self, node: ast.MatchAs | ast.MatchStar) -> None:
         if node.name:
-            self._bind(node.name, Binding("opaque"))
+            self._bind(node.name, _OPAQUE)
 
     def _on_match_mapping(self, node: ast.MatchMapping) -> None:
         if node.rest:
-            self._bind(node.rest, Binding("opaque"))
+            self._bind(node.rest, _OPAQUE)
 
     def _on_match_class(self, node: ast.MatchClass) -> None:
         for name in node.kwd_attrs:
             self._attribute(normalize(name), node, "match pattern")
-
-    def _on_attribute(self, node: ast.Attribute) -> None:
-        self._attribute(node.attr, node, "attribute")
 
     # ----------------------------------------------------------------------------- resolution
 
@@ -710,6 +743,34 @@ class Program:
             out.append(name)
         return _unique(out)
 
+    def _combine_name_now(self, key: str) -> tuple[str, ...] | None:
+        """`_combine_name`, or ``None`` while an expression assigned to the name is not resolved yet, in
+        one pass over its bindings: the hot path of `_resolve`."""
+        bindings = self._bindings.get(key)
+        if not bindings:
+            return (key.rpartition(":")[2],)
+        memo = self._memo
+        out: list[str] = []
+        itself = False
+        for binding in bindings:
+            kind = binding.kind
+            if kind == "import":
+                out.append(binding.target)
+                continue
+            itself = True
+            value = binding.value
+            if kind == "alias" and value is not None:
+                found = memo.get(value)
+                if found is None:
+                    cls = value.__class__
+                    if cls in _DEPENDENT:
+                        return None
+                    found = (type(value.value).__name__,) if cls is ast.Constant else _static_qualnames(value)  # type: ignore[attr-defined]
+                out.extend(found)
+        if itself:
+            out.append(key.rpartition(":")[2])
+        return _unique(out)
+
     def _combine_call(self, call: ast.Call) -> tuple[str, ...]:
         callees = self._known(call.func)
         if len(callees) == 1 and callees[0] not in _SPECIAL_CALLEES:
@@ -731,8 +792,9 @@ class Program:
         reversed pre-order), so each node combines already-resolved parts in constant time; a name is
         resolved once all the expressions assigned to it are. What is left (names used before one of
         their assignments, and cycles) is resolved by `_resolve_names`, then finished."""
-        memo, order, bindings, refs = self._memo, self._order, self._bindings, self.refs
+        memo, order, refs = self._memo, self._order, self.refs
         keys, name_scope, key_of = self._keys, self._name_scope, self._key
+        calls, callee_nodes = self.calls, self._callees
         pending: list[ast.expr] = []
         ends = [*self._segments[1:], len(order)]
         for start, end in zip(self._segments, ends, strict=True):
@@ -744,10 +806,11 @@ class Program:
                     key = keys.get(scope_name) or key_of(*scope_name)
                     found = memo.get(key)
                     if found is None:
-                        if bindings.get(key) and not self._name_ready(key):
+                        found = self._combine_name_now(key)
+                        if found is None:
                             pending.append(node)
                             continue
-                        found = memo[key] = self._combine_name(key)
+                        memo[key] = found
                     memo[node] = found
                 elif cls is ast.Attribute:
                     value = node.value  # type: ignore[attr-defined]
@@ -764,14 +827,37 @@ class Program:
                         found = _join(base, node.attr)  # type: ignore[attr-defined]
                     memo[node] = found
                 elif cls is ast.Call:
-                    if not self._combine_call_now(node):  # type: ignore[arg-type]
+                    func = node.func  # type: ignore[attr-defined]
+                    callees = memo.get(func)
+                    if (
+                        callees is not None
+                        and len(callees) == 1
+                        and callees[0] not in _SPECIAL_CALLEES
+                        and not (func.__class__ is ast.Attribute and func.attr in FORMAT_METHODS)
+                    ):  # the common case of `_combine_call_now`, inline: one plain callee
+                        callee = callees[0]
+                        memo[node] = (callee + "()",)
+                        callee_nodes.add(func)
+                        same_callee = calls.get(callee)
+                        if same_callee is None:
+                            calls[callee] = [node]  # type: ignore[list-item]
+                        else:
+                            same_callee.append(node)  # type: ignore[arg-type]
+                    elif not self._combine_call_now(node):  # type: ignore[arg-type]
                         pending.append(node)
                     continue
-                else:
-                    if all(d in memo or type(d) not in _DEPENDENT for d in self._deps(node)):
-                        memo[node] = self._combine(node)  # IfExp, BoolOp, NamedExpr, Starred, Await
+                else:  # IfExp, BoolOp, NamedExpr, Starred, Await: the union of their parts (`_combine`)
+                    parts: list[str] = []
+                    for dep in self._deps(node):
+                        part = memo.get(dep)
+                        if part is None:
+                            if dep.__class__ in _DEPENDENT:
+                                pending.append(node)
+                                break
+                            part = _static_qualnames(dep)  # type: ignore[arg-type]
+                        parts.extend(part)
                     else:
-                        pending.append(node)
+                        memo[node] = _unique(parts)
                     continue
                 for qualname in found:  # index a name or attribute reference
                     bucket = refs.get(qualname)
@@ -825,14 +911,6 @@ class Program:
             call.func.__class__ is ast.Attribute and call.func.attr in FORMAT_METHODS
         ):
             self._special_call(call, callees)
-
-    def _name_ready(self, name: str) -> bool:
-        """Whether every expression assigned to `name` is resolved (or needs no resolving)."""
-        memo = self._memo
-        return all(
-            b.kind != "alias" or b.value in memo or type(b.value) not in _DEPENDENT
-            for b in self._bindings.get(name, ())
-        )
 
     def _resolve_names(self) -> None:
         """Resolve names assigned from other names, dependencies first. Names that depend on each other
@@ -965,7 +1043,6 @@ _HANDLERS: Mapping[type[ast.AST], Callable[[Program, Any], None]] = {
     ast.MatchClass: Program._on_match_class,
     ast.Global: Program._on_declaration,
     ast.Nonlocal: Program._on_declaration,
-    ast.Attribute: Program._on_attribute,
 }
 #: What `_resolve` resolves: references, and the expressions whose value is one of several references.
 _REFERENCES = frozenset(
@@ -987,6 +1064,8 @@ _SCOPE_EDGES = frozenset({*_SCOPES, ast.arguments, ast.comprehension})
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 ScopeKind = Literal["module", "function", "class", "comprehension"]
 _STATEMENTS = frozenset(cls for cls in vars(ast).values() if isinstance(cls, type) and issubclass(cls, ast.stmt))
+#: `Program._walk`'s per-class flags.
+_NAME, _REFERENCE, _STATEMENT, _SCOPE, _EDGE, _ATTRIBUTE = 1, 2, 4, 8, 16, 32
 
 
 def _components(graph: Mapping[str, set[str]]) -> list[list[str]]:

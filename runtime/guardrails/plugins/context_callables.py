@@ -69,23 +69,46 @@ def callable_in_context(program: Program, options: Options) -> Iterator[Finding]
 
 
 def _context_aliases(program: Program, roots: frozenset[str]) -> frozenset[str]:
-    """Binding keys of variables assigned something reached from a root (``tools = context["tools"]``)."""
-    candidates = {
-        key: [b.value for b in program.bindings(key) if b.kind == "alias" and isinstance(b.value, _REACHING)]
-        for key in program.binding_keys()
-    }
-    candidates = {key: values for key, values in candidates.items() if values}
+    """Binding keys of variables assigned something reached from a root (``tools = context["tools"]``),
+    up to `_ROOT_HOPS` assignments away. Each assigned value is traced to the name it is reached from
+    once; the hops then only compare binding keys."""
+    direct: set[str] = set()  # assigned something reached from a root name itself
+    through: dict[str, set[str]] = {}  # assigned something reached from these variables
+    for key, bindings in program.bindings_by_key().items():
+        for binding in bindings:
+            if binding.kind != "alias" or not isinstance(binding.value, _REACHING):
+                continue
+            base = _base_name(binding.value)
+            if base is None:
+                continue
+            if base.id in roots:
+                direct.add(key)
+            else:
+                through.setdefault(key, set()).add(program.binding_key(base))
     aliases: set[str] = set()
-    for _ in range(_ROOT_HOPS):
-        grown = {
-            key
-            for key, values in candidates.items()
-            if key not in aliases and any(_is_rooted(program, value, roots, aliases) for value in values)
-        }
+    for _ in range(_ROOT_HOPS):  # the same rounds as `_is_rooted` applied to every value with `aliases`
+        grown = {key for key in direct if key not in aliases}
+        grown.update(key for key, sources in through.items() if key not in aliases and not sources.isdisjoint(aliases))
         if not grown:
             break
         aliases |= grown
     return frozenset(aliases)
+
+
+def _base_name(node: ast.AST) -> ast.Name | None:
+    """The name `node` is reached from by items, attributes and ``.get``/``.setdefault`` (see
+    `_is_rooted`), if it is reached from a name."""
+    while True:
+        if isinstance(node, ast.Subscript | ast.Attribute):
+            node = node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "setdefault")
+        ):
+            node = node.func.value
+        else:
+            return node if isinstance(node, ast.Name) else None
 
 
 def _is_rooted(program: Program, node: ast.AST, roots: frozenset[str], aliases: Set[str]) -> bool:

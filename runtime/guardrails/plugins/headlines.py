@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.guardrails.plugins import register
-from runtime.guardrails.program import Finding, Program
+from runtime.guardrails.program import Finding, Program, child_fields
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _LOOPS = (ast.For, ast.AsyncFor, *_COMPREHENSIONS)
+_LOOP_CLASSES = frozenset(_LOOPS)
+_RECORDS = frozenset({ast.Dict, ast.Tuple, ast.List})
 _MAX_RECORD_NODES = 200
 _COLLECTING_METHODS = frozenset({"append", "extend", "insert", "add", "update", "setdefault"})
 
@@ -65,14 +67,24 @@ def _loop_body(loop: ast.AST) -> list[ast.AST]:
 
 
 def _records(program: Program, roots: list[ast.AST]) -> Iterator[ast.AST]:
-    """The outermost records under `roots`, not looking into nested loops or past a record."""
+    """The outermost records under `roots`, not looking into nested loops or past a record, in source
+    order (children are pushed as `Program.children` gives them, inline: this visits whole loop bodies)."""
     stack = list(reversed(roots))
+    push = stack.append
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.Dict | ast.Tuple | ast.List) or (isinstance(node, ast.Call) and _collects(node)):
+        cls = node.__class__
+        if cls in _RECORDS or (cls is ast.Call and _collects(node)):  # type: ignore[arg-type]
             yield node
-        elif not isinstance(node, _LOOPS):
-            stack.extend(reversed(program.children(node)))
+        elif cls not in _LOOP_CLASSES:
+            for name in child_fields(cls):  # last field first
+                value = getattr(node, name, None)
+                if value.__class__ is list:
+                    for item in reversed(value):
+                        if isinstance(item, ast.AST):
+                            push(item)
+                elif isinstance(value, ast.AST):
+                    push(value)
 
 
 def _collects(call: ast.Call) -> bool:
