@@ -44,9 +44,16 @@ class GlobSet:
             found = index.get(name)
             if found is not None:
                 yield name, found
-        if self._regex is not None:
+        regex = self._regex
+        if regex is not None:  # `matches`, inline: this scans every key of the index
+            exact, prefixes, suffixes = self.exact, self._prefixes, self._suffixes
             for name, value in index.items():
-                if name not in self.exact and self.matches(name):
+                if (
+                    name.startswith(prefixes)
+                    and name.endswith(suffixes)
+                    and name not in exact
+                    and regex.match(name) is not None
+                ):
                     yield name, value
 
     def first_match(self, names: Iterable[str]) -> str | None:

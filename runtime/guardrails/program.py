@@ -480,33 +480,35 @@ class Program:
     def _push_scoped(
         self, node: ast.AST, fields: tuple[str, ...], depth: int, scope: int, push: Callable[[Any], None]
     ) -> None:
-        """`_walk`'s child loop for nodes whose fields are evaluated in different scopes."""
+        """`_walk`'s child loop for nodes whose fields are evaluated in different scopes: a function's body
+        and parameters in its own scope, its decorators and defaults outside; a comprehension's first
+        iterable outside."""
+        cls = node.__class__
+        if cls is ast.arguments:
+            special, special_scope = _DEFAULT_FIELDS, self._scope_parent[scope]
+        elif cls is ast.comprehension:
+            special = _ITER_FIELD if node in self._first_generators else frozenset()
+            special_scope = self._scope_parent[scope]
+        else:  # a scope-opening node: the fields evaluated inside it go to its own scope
+            special, special_scope = _SCOPES[cls][1], self._inner_scope[node]
         for name in fields:
             value = getattr(node, name, None)
             if value is None:
                 continue
-            inner = self._child_scope(node, name, scope)
-            if name == "generators" and value:
-                self._first_generators.add(value[0])
-            for item in reversed(value) if value.__class__ is list else (value,):
-                if item is not None:
-                    push((item, depth, inner))
+            inner = special_scope if name in special else scope
+            if value.__class__ is list:
+                if name == "generators" and value:
+                    self._first_generators.add(value[0])
+                for item in reversed(value):
+                    if item is not None:
+                        push((item, depth, inner))
+            else:
+                push((value, depth, inner))
 
     def _open_scope(self, node: ast.AST, scope: int) -> None:
         self._inner_scope[node] = len(self._scope_parent)
         self._scope_parent.append(scope)
         self._scope_kind.append(_SCOPES[type(node)][0])  # type: ignore[arg-type]
-
-    def _child_scope(self, node: ast.AST, field_name: str, scope: int) -> int:
-        """The scope a field of a scope-related node is evaluated in: a function's body and parameters in
-        its own scope, its decorators and defaults outside; a comprehension's first iterable outside."""
-        cls = type(node)
-        if cls is ast.arguments:
-            return self._scope_parent[scope] if field_name in ("defaults", "kw_defaults") else scope
-        if cls is ast.comprehension:
-            first = node in self._first_generators
-            return self._scope_parent[scope] if first and field_name == "iter" else scope
-        return self._inner_scope[node] if field_name in _SCOPES[cls][1] else scope
 
     def _bind(self, name: str, binding: Binding, scope: int | None = None) -> None:
         key = (self._scope if scope is None else scope, name)
@@ -1059,7 +1061,9 @@ _SCOPES: Mapping[type[ast.AST], tuple[str, frozenset[str]]] = {
     ast.GeneratorExp: ("comprehension", frozenset({"elt", "generators"})),
     ast.DictComp: ("comprehension", frozenset({"key", "value", "generators"})),
 }
-#: Nodes some of whose fields are evaluated in the enclosing scope (see `Program._child_scope`).
+_DEFAULT_FIELDS = frozenset({"defaults", "kw_defaults"})
+_ITER_FIELD = frozenset({"iter"})
+#: Nodes some of whose fields are evaluated in the enclosing scope (see `Program._push_scoped`).
 _SCOPE_EDGES = frozenset({*_SCOPES, ast.arguments, ast.comprehension})
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 ScopeKind = Literal["module", "function", "class", "comprehension"]
