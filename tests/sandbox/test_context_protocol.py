@@ -140,6 +140,30 @@ def test_chained_executions_carry_the_snapshot(sb: Sandbox) -> None:
         assert snapshot.value("count") == expected and snapshot["rows"] is rows
 
 
+def test_every_backend_carries_and_changes_keys(sandbox: Sandbox) -> None:
+    """The protocol is the same on every backend (the container ones read and write it over other streams)."""
+    snapshot = ContextSnapshot.from_dict({"big": ["row"] * 30_000, "rows": [1], "gone": True})
+    code = "context['rows'].append(len(context))\ndel context['gone']\nimport json\nreturn len(json.dumps(context))"
+    out = sandbox.execute(ExecutionRequest(code=code, context=snapshot, limits=sandbox.config.limits))
+    assert out.ok, (out.error_type, out.error_message)
+    after = out.context_snapshot
+    assert after is not None and after["big"] is snapshot["big"] and after.value("rows") == [1, 3]
+    assert "gone" not in after and out.value == len(json.dumps({"big": ["row"] * 30_000, "rows": [1, 3]}))
+
+
+def test_nested_calls_receive_the_context_as_a_dict(sb: Sandbox) -> None:
+    seen: list[Any] = []
+
+    def bridge(call: Any) -> dict[str, Any]:
+        seen.append(call.args)
+        return {"status": "ok", "value": sorted(call.args[0])}
+
+    code = "r = tool('t').keys_of(context)\nreturn r.value"
+    out = sb.execute(ExecutionRequest(code=code, context={"b": [1], "a": {"x": None}}), bridge=bridge)
+    assert out.ok and out.value == ["a", "b"]
+    assert seen == [[{"b": [1], "a": {"x": None}}]]
+
+
 def test_mutation_in_place_is_detected(sb: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     results = _capture_results(monkeypatch)
     out = execute(sb, "context['rows'].append(1)\nreturn len(context['other'])", {"rows": [0], "other": [1, 2]})
