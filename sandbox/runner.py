@@ -820,8 +820,8 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
         "ZeroDivisionError", "OverflowError", "RecursionError", "UnicodeError",
     ):  # fmt: skip
         builtins[extra] = getattr(py_builtins, extra)
-    builtins["getattr"] = Guards.safer_getattr
-    builtins["hasattr"] = lambda obj, name: _safe_hasattr(Guards.safer_getattr, obj, name)
+    builtins["getattr"] = guarded_getattr
+    builtins["hasattr"] = lambda obj, name: _safe_hasattr(guarded_getattr, obj, name)
     builtins["__import__"] = _guarded_import(proxies)
     builtins["Outcome"] = OutcomeFactory
     builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
@@ -838,7 +838,7 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
         "__builtins__": builtins,
         "__name__": "sandforge_tool",
         "__metaclass__": type,
-        "_getattr_": Guards.safer_getattr,
+        "_getattr_": guarded_getattr,
         "_getitem_": default_guarded_getitem,
         "_getiter_": default_guarded_getiter,
         "_iter_unpack_sequence_": Guards.guarded_iter_unpack_sequence,
@@ -848,6 +848,28 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
         "_print_": Printer,
         "_apply_": lambda f, *a, **kw: f(*a, **kw),
     }
+
+
+_MISSING = object()
+
+
+def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
+    """RestrictedPython's ``safer_getattr`` with Python's semantics for a missing attribute.
+
+    ``safer_getattr`` falls back to a default of ``None``, so ``x.missing`` and ``getattr(x, "missing")``
+    would quietly be ``None`` and ``hasattr`` always true; a tool would compute with ``None`` instead of
+    failing. Here a missing attribute raises ``AttributeError`` unless a default is given.
+    """
+    from RestrictedPython import Guards
+
+    if len(default) > 1:
+        raise TypeError(f"getattr expected at most 3 arguments, got {2 + len(default)}")
+    value = Guards.safer_getattr(obj, name, _MISSING)  # type: ignore[no-untyped-call]
+    if value is _MISSING:
+        if default:
+            return default[0]
+        raise AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
+    return value
 
 
 def _safe_hasattr(getter: Any, obj: Any, name: str) -> bool:
