@@ -346,10 +346,12 @@ class OciWorker:
         seen = host_view(pid, limits, memory_bytes=self._memory_bytes, pids=self._pids) if pid else {}
         if self._owner.runtime == "runsc":
             # The host sees the gVisor sandbox process (the sentry), not the program: the walls it can check
-            # are the sentry's; inside the sentry, the runner reports its own lock-down.
-            inside = ("seccomp", "no_new_privs", "rlimits", "unprivileged_user", "read_only_rootfs", "tmpfs_limited")
-            for name in inside:
-                seen[name] = ready.protections.get(name, name in ("read_only_rootfs", "tmpfs_limited"))
+            # are the sentry's (namespaces, cgroup limits, its root). Inside the sentry, the runner reports its
+            # own lock-down; the root and /tmp mounts are gVisor's implementation of the spec we wrote.
+            for name in ("seccomp", "no_new_privs", "rlimits", "unprivileged_user"):
+                seen[name] = ready.protections.get(name, False)
+            for name in ("read_only_rootfs", "tmpfs_limited"):
+                seen[name] = True
             seen["capabilities_dropped"] = True  # the spec grants none, and the app runs on gVisor's kernel
             seen["gvisor"] = pid is not None
             seen["pid_namespace"] = ready.pid == 1  # pid 1 of the sentry's own pid namespace
