@@ -23,8 +23,6 @@ import struct
 import threading
 import time
 import weakref
-from collections import deque
-from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -32,6 +30,7 @@ import psutil
 
 from sandbox import image, seccomp
 from sandbox.backends.base import SandboxUnavailable
+from sandbox.backends.cleanup import CleanupQueue
 from sandbox.config import SandboxConfig
 from sandbox.exchange import BridgeHandler, ExitInfo, Stream, await_ready, build_outcome, run_exchange
 from sandbox.protocol import (
@@ -109,50 +108,6 @@ def connect(base_url: str | None = None, timeout: float = API_TIMEOUT_S) -> Any:
 # --- container removal, off the hot path --------------------------------------------------------------
 
 
-class _Remover:
-    """Removes containers on a background thread; ``drain`` finishes the job synchronously when needed."""
-
-    def __init__(self) -> None:
-        self._queue: deque[tuple[Any, str, Callable[[], None]]] = deque()
-        self._cond = threading.Condition()
-        self._busy = 0
-        self._thread: threading.Thread | None = None
-
-    def submit(self, api: Any, container_id: str, on_removed: Callable[[], None]) -> None:
-        with self._cond:
-            self._queue.append((api, container_id, on_removed))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="sandforge-docker-remover", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue:
-                    self._cond.wait()
-                api, cid, on_removed = self._queue.popleft()
-                self._busy += 1
-            try:
-                if _remove(api, cid):
-                    on_removed()
-            finally:
-                with self._cond:
-                    self._busy -= 1
-                    self._cond.notify_all()
-
-    def drain(self, timeout: float = 30.0) -> None:
-        """Wait for queued removals; whatever is still queued after ``timeout`` is removed right here."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while (self._queue or self._busy) and (left := deadline - time.monotonic()) > 0:
-                self._cond.wait(left)
-            rest, self._queue = list(self._queue), deque()
-        for api, cid, on_removed in rest:
-            if _remove(api, cid):
-                on_removed()
-
-
 def _remove(api: Any, cid: str) -> bool:
     import docker.errors
 
@@ -173,7 +128,7 @@ def _remove(api: Any, cid: str) -> bool:
     return False
 
 
-_REMOVER = _Remover()
+_REMOVER = CleanupQueue("sandforge-docker-remover")
 _BACKENDS: weakref.WeakSet[DockerBackend] = weakref.WeakSet()
 _EXITING = False
 
@@ -700,7 +655,13 @@ class DockerBackend:
             with self._lock:
                 self._live.discard(cid)
 
-        _REMOVER.submit(self._api, cid, removed)
+        api = self._api
+
+        def job() -> None:
+            if _remove(api, cid):
+                removed()
+
+        _REMOVER.submit(job)
 
     def live_containers(self) -> set[str]:
         with self._lock:

@@ -34,7 +34,6 @@ import subprocess
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -43,6 +42,7 @@ import psutil
 
 from sandbox import image, oci_spec, seccomp
 from sandbox.backends.base import SandboxUnavailable
+from sandbox.backends.cleanup import CleanupQueue
 from sandbox.backends.docker_backend import COMMAND as DOCKER_COMMAND
 from sandbox.backends.docker_backend import (
     CONTAINER_PROTECTIONS,
@@ -90,48 +90,6 @@ def _owner_alive(container_id: str) -> bool:
         return False
 
 
-class _Reaper:
-    """Waits for finished runtime processes and removes their bundles on a background thread."""
-
-    def __init__(self) -> None:
-        self._queue: deque[tuple[subprocess.Popen[bytes], Path, Callable[[], None] | None]] = deque()
-        self._cond = threading.Condition()
-        self._busy = 0
-        self._thread: threading.Thread | None = None
-
-    def submit(self, proc: subprocess.Popen[bytes], bundle: Path, delete: Callable[[], None] | None) -> None:
-        """``delete`` force-deletes the container; it runs when the runtime had to be killed (or was)."""
-        with self._cond:
-            self._queue.append((proc, bundle, delete))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="sandforge-oci-reaper", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue:
-                    self._cond.wait()
-                proc, bundle, delete = self._queue.popleft()
-                self._busy += 1
-            try:
-                _finish(proc, bundle, delete)
-            finally:
-                with self._cond:
-                    self._busy -= 1
-                    self._cond.notify_all()
-
-    def drain(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while (self._queue or self._busy) and (left := deadline - time.monotonic()) > 0:
-                self._cond.wait(left)
-            rest, self._queue = list(self._queue), deque()
-        for proc, bundle, delete in rest:
-            _finish(proc, bundle, delete)
-
-
 def _finish(proc: subprocess.Popen[bytes], bundle: Path, delete: Callable[[], None] | None) -> None:
     """The runtime exits right after the container and deletes it; if it does not, kill it and delete the
     container ourselves."""
@@ -152,7 +110,7 @@ def _finish(proc: subprocess.Popen[bytes], bundle: Path, delete: Callable[[], No
     shutil.rmtree(bundle, ignore_errors=True)
 
 
-_REAPER = _Reaper()
+_REAPER = CleanupQueue("sandforge-oci-reaper")
 _IDS = itertools.count()  # shared by every backend of this process: container ids must be unique
 _BACKENDS: weakref.WeakSet[OciBackend] = weakref.WeakSet()
 
@@ -461,7 +419,9 @@ class OciWorker:
         if not self._used and self.proc.poll() is None:
             self._kill()  # never used (pool closing, failed start): nothing to wait for
         owner = self._owner
-        _REAPER.submit(self.proc, self.bundle, (lambda: owner.force_delete(self.id)) if self._killed else None)
+        proc, bundle, cid = self.proc, self.bundle, self.id
+        delete = (lambda: owner.force_delete(cid)) if self._killed else None
+        _REAPER.submit(lambda: _finish(proc, bundle, delete))
 
 
 # --- the backend -----------------------------------------------------------------------------------------
