@@ -202,7 +202,8 @@ def test_orphans_of_a_dead_process_are_removed(backend: OciBackend, tmp_path: Pa
         deadline = time.monotonic() + 30
         while (orphan in listed() or bundle.exists()) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert orphan not in listed() and not bundle.exists()
+        assert orphan not in listed(), f"orphan container still listed: {listed()}"
+        assert not bundle.exists(), f"orphan bundle still there: {sorted(p.name for p in bundle.iterdir())}"
     finally:
         fresh.close()
 
