@@ -181,7 +181,7 @@ def evaluate(run: dict[str, Any]) -> list[Target]:
     t.append(Target("throughput >= 20/s on a container backend",
                     None if best is None else best >= 20,
                     ", ".join(f"{k} {v:.1f} exec/s" for k, v in measured.items()) or "not measured"))  # fmt: skip
-    for backend in ("subprocess", "docker", "gvisor"):
+    for backend in OUR_BACKENDS:
         key = f"ours_{backend}_warm"
         a, b = lat("context_10mb", key), lat("trivial", key)
         size = run["workloads"].get("context_10mb", {}).get("context_bytes", 0)
