@@ -11,11 +11,22 @@ separators, as UTF-8), the same one the runner uses, so "re-encodes to the same 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NoReturn
 
 import pydantic_core
+
+#: A key's text at least this long may travel to the runner as a sealed memfd instead of a frame.
+SEALED_MIN_BYTES = 1 << 16
+#: Seals that make a memfd's contents immutable for everyone (the host included) and forbid new seals.
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
+_SEAL_LOCK = threading.Lock()
 
 
 class ContextError(ValueError):
@@ -50,6 +61,29 @@ def decode_value(body: bytes, what: str = "a context value") -> Any:
         raise ContextError(f"{what} is not JSON: {exc}") from None
 
 
+class SealedText:
+    """One key's text in a sealed memfd: no one can change, grow or shrink it any more.
+
+    Read-only by construction, so it can be handed to any number of sandboxes (SCM_RIGHTS) instead of
+    copying the bytes through a pipe. The descriptor is closed when the last snapshot sharing it is gone.
+    """
+
+    __slots__ = ("__weakref__", "fd", "size")
+
+    def __init__(self, text: bytes, name: str = "sandforge-context") -> None:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            view = memoryview(text)
+            while view:
+                view = view[os.write(fd, view) :]
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd, self.size = fd, len(text)
+        weakref.finalize(self, os.close, fd)
+
+
 class ContextSnapshot(Mapping[str, bytes]):
     """An immutable mapping from top-level context key to that key's JSON text (UTF-8 bytes).
 
@@ -57,13 +91,24 @@ class ContextSnapshot(Mapping[str, bytes]):
     values' texts, known without encoding anything.
     """
 
-    __slots__ = ("_items", "_nbytes")
+    __slots__ = ("_items", "_nbytes", "_sealed")
 
     def __init__(self, items: Mapping[str, bytes] | None = None) -> None:
         """Wrap already-encoded texts as they are (trusted: use ``from_dict`` for values, ``validated``
         for bytes from elsewhere)."""
         self._items: dict[str, bytes] = dict(items or {})
         self._nbytes = sum(len(body) for body in self._items.values())
+        self._sealed: dict[str, SealedText] = {}
+
+    def sealed(self, key: str) -> SealedText | None:
+        """``key``'s text as a sealed memfd, made on first use and shared with every snapshot derived from
+        this one that keeps the key unchanged; None where memfds are unavailable."""
+        with _SEAL_LOCK:
+            sealed = self._sealed.get(key)
+            if sealed is None:
+                with contextlib.suppress(OSError, AttributeError):
+                    sealed = self._sealed[key] = SealedText(self._items[key])
+            return sealed
 
     @classmethod
     def from_dict(cls, context: Mapping[str, Any]) -> ContextSnapshot:
@@ -93,7 +138,10 @@ class ContextSnapshot(Mapping[str, bytes]):
         for key in deleted:
             items.pop(key, None)
         items.update(changed)
-        return ContextSnapshot(items)
+        derived = ContextSnapshot(items)
+        with _SEAL_LOCK:
+            derived._sealed = {k: v for k, v in self._sealed.items() if k in items and k not in changed}
+        return derived
 
     def value(self, key: str) -> Any:
         """The decoded value of one key (a fresh object on every call)."""

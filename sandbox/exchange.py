@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from sandbox.context import ContextError, ContextSnapshot, decode_value
+from sandbox.context import SEALED_MIN_BYTES, ContextError, ContextSnapshot, decode_value
 from sandbox.protocol import (
     HEADER,
     PROTOCOL_VERSION,
@@ -50,6 +50,9 @@ def no_bridge(call: CallFrame) -> dict[str, Any]:
 
 
 class WorkerIO(Protocol):
+    """How bytes reach a worker. A channel that can pass descriptors (a unix socket) also has
+    ``send_fds(data, fds)``: ``data`` with ``fds`` attached (SCM_RIGHTS); ``send_execute`` looks for it."""
+
     def send(self, data: bytes) -> None: ...
 
     def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
@@ -178,31 +181,68 @@ def run_exchange(
     return ex
 
 
-def send_execute(io: WorkerIO, request: ExecutionRequest, context: ContextSnapshot, max_bytes: int) -> None:
+#: At most this many context values travel as descriptors in one execution (the runner accepts no more).
+MAX_PASSED_FDS = 16
+
+
+def fd_budget(limits: Limits) -> int:
+    """How many descriptors one execute frame may pass: at most ``MAX_PASSED_FDS``, and leaving the runner
+    (whose open-files limit is ``max_open_files``, with a few already open) ample room."""
+    return max(0, min(MAX_PASSED_FDS, (limits.max_open_files - 16) // 2))
+
+
+def send_execute(
+    io: WorkerIO, request: ExecutionRequest, context: ContextSnapshot, max_bytes: int, fd_limit: int | None = None
+) -> None:
     """The execute frame, then each context key's text as a frame of its own, ``max_bytes`` in all.
 
     The texts are sent as the snapshot holds them: nothing is encoded or escaped again. Small frames are
-    coalesced into one write; a large text is written as it is rather than copied into a buffer.
+    coalesced into one write; a large text is written as it is rather than copied into a buffer. Where the
+    channel can pass descriptors (``io.send_fds``), the largest texts (up to ``fd_budget``) travel as sealed
+    memfds attached to the execute frame instead: announced as ``[key, length, index]``, not copied at all.
     """
+    send_fds: Callable[[bytes, list[int]], None] | None = getattr(io, "send_fds", None)
+    limit = fd_budget(request.limits) if fd_limit is None else fd_limit
+    passed: dict[str, int] = {}
+    fds: list[int] = []
+    if send_fds is not None and limit > 0:
+        large = sorted((k for k, t in context.items() if len(t) >= SEALED_MIN_BYTES), key=lambda k: -len(context[k]))
+        chosen = set(large[:limit])
+        sealed = {key: context.sealed(key) for key in context if key in chosen}
+        for key, handle in sealed.items():
+            if handle is not None:
+                passed[key] = len(fds)
+                fds.append(handle.fd)
+    keys = [[key, len(text), passed[key]] if key in passed else [key, len(text)] for key, text in context.items()]
     # A plain dict, not an ExecuteFrame: the request's fields are validated already, and re-validating them
     # through the model cost measurable CPU for large arguments.
     frame = {"type": "execute", "code": request.code, "args": request.args, "kwargs": request.kwargs,
-             "context_keys": [[key, len(text)] for key, text in context.items()]}  # fmt: skip
+             "context_keys": keys}  # fmt: skip
     header = encode_frame(frame, max_bytes)
-    total = len(header) + context.nbytes + HEADER.size * len(context)
+    total = len(header) + context.nbytes + HEADER.size * (len(context) - len(passed))
     if total > max_bytes:
         raise ProtocolError(f"the request of {total} bytes exceeds the {max_bytes}-byte limit")
     pending = bytearray(header)
-    for text in context.values():
+
+    def flush(data: bytes) -> None:
+        if fds and send_fds is not None:
+            send_fds(data, fds)  # the descriptors ride on the execute frame's first byte
+            fds.clear()
+        else:
+            io.send(data)
+
+    for key, text in context.items():
+        if key in passed:
+            continue
         pending += HEADER.pack(len(text))
         if len(text) < 1 << 16:
             pending += text
             continue
-        io.send(bytes(pending))
+        flush(bytes(pending))
         pending.clear()
         io.send(text)
     if pending:
-        io.send(bytes(pending))
+        flush(bytes(pending))
 
 
 def _accept_result(ex: Exchange, frame: ResultFrame, size: int, max_bytes: int) -> None:

@@ -11,7 +11,9 @@ The context travels per key (protocol 2): the ``execute`` frame lists the contex
 length of each key's JSON text, and each text follows as a frame of its own; the ``result`` frame lists
 only the keys the program changed (``context_changed``, their texts following as frames) or deleted
 (``context_deleted``). So a 10 MB context is never escaped inside another JSON document, and state the
-program did not touch is neither re-encoded nor sent back (see ``sandbox/context.py``).
+program did not touch is neither re-encoded nor sent back (see ``sandbox/context.py``). Where the channel
+into the sandbox is a unix socket (protocol 3), the largest keys' texts are not sent at all: each is a
+sealed memfd attached to the ``execute`` frame, which the runner checks and maps read-only.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pydantic import (
 from sandbox.context import ContextSnapshot
 
 HEADER = struct.Struct(">I")
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 class ProtocolError(Exception):
@@ -237,13 +239,17 @@ class BootFrame(BaseModel):
 
 
 class ExecuteFrame(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugin: field named `kwargs`
-    """The program; one frame per context key follows it, in ``context_keys`` order (the key's JSON text)."""
+    """The program; one frame per context key follows it, in ``context_keys`` order (the key's JSON text),
+    except for keys announced as ``(key, length, i)``: their text is descriptor ``i`` of those attached to
+    this frame (SCM_RIGHTS), a sealed, read-only memfd of exactly ``length`` bytes (protocol 3)."""
 
     type: Literal["execute"] = "execute"
     code: str
     args: list[JsonValue]
     kwargs: JsonDict
-    context_keys: list[tuple[str, int]] = Field(description="each key and the byte length of its JSON text")
+    context_keys: list[tuple[str, int] | tuple[str, int, int]] = Field(
+        description="each key and the byte length of its JSON text (and the index of its passed descriptor)"
+    )
 
 
 class CallResultFrame(BaseModel):

@@ -11,7 +11,9 @@ unchanged. One runner process serves exactly one execution:
 
 Frames are a 4-byte big-endian length plus UTF-8 JSON. The context travels key by key, each key's JSON text
 in its own frame, and stays undecoded until the program reads that key (see ``LazyContext``): carrying
-state a program does not touch costs moving its bytes, nothing more.
+state a program does not touch costs moving its bytes, nothing more. Where fd 0 is a unix socket, the
+largest texts are not moved at all: each is a sealed memfd attached to the execute frame, checked and
+mapped read-only (``read_execute``, ``map_sealed``).
 
 Results go to a dedicated channel (``--result-fd N``, or in a container the original stdout, which the
 runner re-points at stderr before any program runs), so printing can never forge a result: ``print``
@@ -22,26 +24,35 @@ The OS boundary is the security boundary; RestrictedPython here is defence in de
 
 from __future__ import annotations
 
+import array
 import ast
 import base64
 import builtins as py_builtins
 import collections.abc
+import contextlib
 import ctypes
 import errno
 import fcntl
 import json
+import mmap
 import os
 import resource
 import signal
+import socket
+import stat
 import struct
 import sys
 import types
 import warnings
 from typing import Any
 
-RUNNER_VERSION = "2"
+RUNNER_VERSION = "3"
 #: The wire protocol this runner speaks (``sandbox.protocol.PROTOCOL_VERSION`` on the host).
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
+#: At most this many descriptors (sealed memfds of context values) come with the execute frame.
+MAX_PASSED_FDS = 16
+#: What makes a passed memfd immutable: no writes, no shrinking, no growing, by anyone.
+REQUIRED_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 HEADER = struct.Struct(">I")
 TOOL_FILENAME = "<tool>"
 TOOL_FUNCTION = "sandforge_tool"
@@ -95,51 +106,174 @@ class OutputLimitExceeded(Exception):
 # --- framing ------------------------------------------------------------------------------------------
 
 
-def _read_exact(fd: int, size: int) -> bytearray:
+class Channel:
+    """The frames-in channel (fd 0): a pipe (frames only) or a unix stream socket, which may also carry
+    descriptors (SCM_RIGHTS). Every read from a socket collects what came attached to the bytes read, so
+    a descriptor can never arrive unnoticed; ``take_fds`` hands them over (and ``truncated`` says the
+    kernel dropped some: more came than ``MAX_PASSED_FDS`` or the open-files limit allows)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.sock: socket.socket | None = None
+        self.fds: list[int] = []
+        self.truncated = False
+        if stat.S_ISSOCK(os.fstat(fd).st_mode):
+            self.sock = socket.socket(fileno=fd)
+
+    def readinto(self, view: memoryview) -> int:
+        if self.sock is None:
+            return os.readv(self.fd, [view])
+        got, ancillary, flags, _ = self.sock.recvmsg_into([view], socket.CMSG_SPACE(MAX_PASSED_FDS * 4))
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+                self.fds.extend(fds)
+        if flags & socket.MSG_CTRUNC:
+            self.truncated = True
+        return got
+
+    def take_fds(self) -> tuple[list[int], bool]:
+        fds, truncated = self.fds, self.truncated
+        self.fds, self.truncated = [], False
+        return fds, truncated
+
+
+def close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _read_exact(src: int | Channel, size: int) -> bytearray:
     """Exactly ``size`` bytes, read straight into one buffer (a 10 MB context is copied once, not twice)."""
     buf = bytearray(size)
     view = memoryview(buf)
     pos = 0
     while pos < size:
-        got = os.readv(fd, [view[pos : pos + (1 << 20)]])
+        chunk = view[pos : pos + (1 << 20)]
+        got = src.readinto(chunk) if isinstance(src, Channel) else os.readv(src, [chunk])
         if not got:
             raise EOFError("channel closed")
         pos += got
     return buf
 
 
-def read_raw_frame(fd: int, max_bytes: int) -> bytearray:
-    (size,) = HEADER.unpack(_read_exact(fd, HEADER.size))
+def read_raw_frame(src: int | Channel, max_bytes: int) -> bytearray:
+    (size,) = HEADER.unpack(_read_exact(src, HEADER.size))
     if size > max_bytes:
         raise ValueError(f"frame of {size} bytes exceeds the limit")
-    return _read_exact(fd, size)
+    return _read_exact(src, size)
 
 
-def read_frame(fd: int, max_bytes: int) -> dict[str, Any]:
-    frame = json.loads(read_raw_frame(fd, max_bytes))
+def read_frame(src: int | Channel, max_bytes: int) -> dict[str, Any]:
+    frame = json.loads(read_raw_frame(src, max_bytes))
     if not isinstance(frame, dict):
         raise ValueError("frame is not an object")
     return frame
 
 
-def read_execute(fd: int, max_bytes: int) -> tuple[dict[str, Any], dict[str, bytearray]]:
-    """The execute frame and the context keys' texts that follow it, undecoded, within ``max_bytes`` in all."""
-    frame = read_frame(fd, max_bytes)
+class PassedTextError(ValueError):
+    """The host's descriptors do not match what the execute frame announces: an invalid request."""
+
+
+class MappedText:
+    """A context key's JSON text in a sealed memfd, mapped read-only; copied out once, on first use."""
+
+    __slots__ = ("map", "size", "text")
+
+    def __init__(self, mapped: mmap.mmap | None, size: int) -> None:
+        self.map, self.size, self.text = mapped, size, b"" if mapped is None else None
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self) -> bytes:
+        if self.text is None:
+            assert self.map is not None
+            self.text = self.map[:]
+            self.map.close()
+            self.map = None
+        return self.text
+
+
+def map_sealed(fd: int, size: int) -> MappedText:
+    """Check that ``fd`` is a memfd sealed against writing, growing and shrinking, of exactly ``size``
+    bytes, and map it read-only; PassedTextError otherwise. The caller still owns (and closes) ``fd``."""
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        info = os.fstat(fd)
+    except OSError as exc:
+        raise PassedTextError(f"a passed descriptor is not a sealed memfd ({exc.strerror})") from None
+    if seals & REQUIRED_SEALS != REQUIRED_SEALS:
+        raise PassedTextError("a passed descriptor is not sealed against writing and resizing")
+    if not stat.S_ISREG(info.st_mode) or info.st_size != size:
+        raise PassedTextError(f"a passed descriptor holds {info.st_size} bytes, announced {size}")
+    if size == 0:
+        return MappedText(None, 0)
+    try:
+        mapped = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    except (OSError, ValueError) as exc:
+        raise PassedTextError(f"a passed descriptor cannot be mapped: {exc}") from None
+    return MappedText(mapped, size)
+
+
+ContextText = bytearray | MappedText
+
+
+def read_execute(src: int | Channel, max_bytes: int) -> tuple[dict[str, Any], dict[str, ContextText]]:
+    """The execute frame and the context keys' texts that follow it, undecoded, within ``max_bytes`` in all.
+
+    A key announced as ``[key, length, i]`` is descriptor ``i`` of those attached to the execute frame
+    (a sealed memfd, mapped read-only) rather than a frame; any other descriptor is closed and refused."""
+    frame = read_frame(src, max_bytes)
+    fds, truncated = src.take_fds() if isinstance(src, Channel) else ([], False)
+    raw: dict[str, ContextText] = {}
+    try:
+        _context_texts(src, frame, fds, truncated, max_bytes, raw)
+        return frame, raw
+    except BaseException:
+        for text in raw.values():
+            if isinstance(text, MappedText) and text.map is not None:
+                text.map.close()
+        raise
+    finally:
+        close_fds(fds)  # mapped ones stay readable through their mapping
+        if isinstance(src, Channel):
+            close_fds(src.take_fds()[0])
+
+
+def _context_texts(
+    src: int | Channel, frame: dict[str, Any], fds: list[int], truncated: bool, max_bytes: int,
+    raw: dict[str, ContextText],
+) -> None:  # fmt: skip
     keys = frame.get("context_keys", [])
     if not isinstance(keys, list):
         raise ValueError("context_keys is not a list")
+    if truncated:
+        raise PassedTextError(f"more descriptors than the {MAX_PASSED_FDS} a request may pass")
     budget = max_bytes
-    raw: dict[str, bytearray] = {}
+    used: set[int] = set()
     for entry in keys:
-        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+        if not (isinstance(entry, list) and len(entry) in (2, 3) and isinstance(entry[0], str)
                 and type(entry[1]) is int and 0 <= entry[1] <= budget and entry[0] not in raw):  # fmt: skip
             raise ValueError("malformed context key announcement")
-        body = read_raw_frame(fd, budget)
-        if len(body) != entry[1]:
-            raise ValueError(f"context key {entry[0]!r} is {len(body)} bytes, announced {entry[1]}")
-        budget -= len(body)
-        raw[entry[0]] = body
-    return frame, raw
+        if len(entry) == 3:
+            index = entry[2]
+            if type(index) is not int or not 0 <= index < len(fds) or index in used:
+                raise PassedTextError(f"context key {entry[0]!r} names descriptor {index!r}, which was not passed")
+            used.add(index)
+            raw[entry[0]] = map_sealed(fds[index], entry[1])
+        else:
+            body = read_raw_frame(src, budget)
+            if len(body) != entry[1]:
+                raise ValueError(f"context key {entry[0]!r} is {len(body)} bytes, announced {entry[1]}")
+            raw[entry[0]] = body
+        budget -= entry[1]
+    if len(used) != len(fds):
+        raise PassedTextError(f"{len(fds) - len(used)} passed descriptors are not announced")
+    if isinstance(src, Channel) and src.fds:
+        raise PassedTextError("descriptors came with a context frame, not with the execute frame")
 
 
 def _json_default(value: Any) -> Any:
@@ -449,8 +583,8 @@ class OutcomeFactory:
 class Bridge:
     """Nested dynamic calls: a ``call`` frame out, a ``call_result`` frame back, synchronously."""
 
-    def __init__(self, in_fd: int, out_fd: int, max_bytes: int) -> None:
-        self.in_fd, self.out_fd, self.max_bytes = in_fd, out_fd, max_bytes
+    def __init__(self, channel: int | Channel, out_fd: int, max_bytes: int) -> None:
+        self.channel, self.out_fd, self.max_bytes = channel, out_fd, max_bytes
         self.next_id = 0
 
     def call(self, target: dict[str, Any], method: str, args: list[Any], kwargs: dict[str, Any]) -> ToolOutcome:
@@ -459,7 +593,10 @@ class Bridge:
         call_id, self.next_id = self.next_id, self.next_id + 1
         frame = {"type": "call", "id": call_id, "target": target, "method": method, "args": args, "kwargs": kwargs}
         write_frame(self.out_fd, frame)
-        reply = read_frame(self.in_fd, self.max_bytes)
+        reply = read_frame(self.channel, self.max_bytes)
+        if isinstance(self.channel, Channel) and (self.channel.fds or self.channel.truncated):
+            close_fds(self.channel.take_fds()[0])
+            raise RuntimeError("host passed descriptors with a nested call's reply")
         if reply.get("type") != "call_result" or reply.get("id") != call_id:
             raise RuntimeError("host sent an unexpected reply to a nested call")
         outcome = reply.get("outcome")
@@ -565,8 +702,12 @@ class _Encoded:
 
     __slots__ = ("body",)
 
-    def __init__(self, body: bytearray) -> None:
+    def __init__(self, body: ContextText) -> None:
         self.body = body
+
+
+def _text(body: ContextText) -> bytes | bytearray:
+    return body.read() if isinstance(body, MappedText) else body
 
 
 class _ContextKeys(collections.abc.KeysView):  # type: ignore[type-arg]
@@ -597,7 +738,7 @@ class LazyContext:
     #: RestrictedPython's write guard lets objects that say so handle their own writes (as dicts do).
     _guarded_writes = True
 
-    def __init__(self, raw: dict[str, bytearray]) -> None:
+    def __init__(self, raw: dict[str, ContextText]) -> None:
         self._original = raw
         self._items: dict[Any, Any] = {key: _Encoded(body) for key, body in raw.items()}
 
@@ -610,14 +751,14 @@ class LazyContext:
     def _value(self, key: Any) -> Any:
         value = self._items[key]
         if type(value) is _Encoded:
-            value = self._items[key] = json.loads(value.body)
+            value = self._items[key] = json.loads(_text(value.body))
         return value
 
     def _resolved(self) -> dict[Any, Any]:
         """The underlying dict with every key decoded (no placeholder left in it)."""
         for key, value in self._items.items():
             if type(value) is _Encoded:
-                self._items[key] = json.loads(value.body)
+                self._items[key] = json.loads(_text(value.body))
         return self._items
 
     # --- the mapping protocol ---
@@ -736,7 +877,7 @@ class LazyContext:
                 raise NotJson(f"the new context has a dict key of type {type(key).__name__}; JSON keys are strings")
             original = self._original.get(key)
             text = _fast_dump(value)
-            if original is not None and text is not None and original == text:
+            if original is not None and text is not None and len(original) == len(text) and _text(original) == text:
                 continue  # read (perhaps mutated and restored), but the same JSON as before
             changed.append((key, dump_json(value, "the new context")))
         deleted = [key for key in self._original if key not in self._items]
@@ -990,7 +1131,7 @@ class Result:
 
 
 def execute(
-    frame: dict[str, Any], raw_context: dict[str, bytearray], boot: dict[str, Any], bridge: Bridge,
+    frame: dict[str, Any], raw_context: dict[str, ContextText], boot: dict[str, Any], bridge: Bridge,
     proxies: dict[str, Any],
 ) -> Result:  # fmt: skip
     limits = boot["limits"]
@@ -1084,18 +1225,21 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
 def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, types.SimpleNamespace]) -> int:
     """Lock down, report ready, run the one program, write the one result."""
     max_bytes = int(boot["limits"]["max_message_bytes"])
+    channel = Channel(in_fd)  # before lock-down; it lives until the process exits
     protections, errors = lock_down(boot)
     write_frame(out_fd, {"type": "ready", "version": PROTOCOL_VERSION, "pid": os.getpid(),
                          "protections": protections, "errors": errors})  # fmt: skip
     try:
-        frame, raw_context = read_execute(in_fd, max_bytes)
+        frame, raw_context = read_execute(channel, max_bytes)
+    except PassedTextError as exc:
+        frame, raw_context = {"type": "invalid", "error": str(exc)}, {}
     except (EOFError, ValueError, json.JSONDecodeError):
         return 3
     if frame.get("type") != "execute":
         result = Result()
-        result.fail(_error("invalid_request", "expected an execute frame"))
+        result.fail(_error("invalid_request", str(frame.get("error") or "expected an execute frame")))
     else:
-        result = execute(frame, raw_context, boot, Bridge(in_fd, out_fd, max_bytes), proxies)
+        result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies)
     write_frames(out_fd, _encode_result(result, max_bytes))
     return 0
 

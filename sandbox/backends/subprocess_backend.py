@@ -14,6 +14,7 @@ import os
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,36 @@ class PipeIO:
         self.selector.close()
 
 
+class SocketIO(PipeIO):
+    """PipeIO whose frames-in channel is a unix stream socket, which can also pass descriptors: large
+    context values travel as sealed memfds (see ``sandbox.exchange.send_execute``), not as bytes."""
+
+    def __init__(self, sock: socket.socket, streams: dict[int, Stream]) -> None:
+        super().__init__(sock.fileno(), streams)
+        self.sock = sock
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BYTES)
+
+    def send_fds(self, data: bytes, fds: list[int]) -> None:
+        sent = socket.send_fds(self.sock, [data], fds)
+        self.send(data[sent:])
+
+    def close(self) -> None:
+        super().close()
+        self.sock.close()
+
+
+def socket_channel() -> tuple[socket.socket, int]:
+    """A unix stream socketpair for frames into a sandbox: the host's end, and the sandbox's end as a bare
+    descriptor (the caller passes it on and closes it).
+
+    One way only, like the pipe it replaces: the host's end is shut for reading, which shuts the sandbox's
+    end for writing (EPIPE), so nothing (no bytes, no descriptors) can travel from the sandbox this way."""
+    host, sandbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    host.shutdown(socket.SHUT_RD)
+    return host, sandbox.detach()
+
+
 class SubprocessWorker:
     backend = "subprocess"
 
@@ -113,14 +144,13 @@ class SubprocessWorker:
         self._workdir = Path(tempfile.mkdtemp(prefix="sandforge-"))
         if os.geteuid() == 0:
             os.chown(self._workdir, config.sandbox_uid, config.sandbox_gid)
-        stdin_r, stdin_w = os.pipe()
+        stdin_sock, stdin_r = socket_channel()
         result_r, result_w = os.pipe()
-        for fd in (stdin_w, result_r):
-            widen_pipe(fd)
+        widen_pipe(result_r)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        self._stdin, self._read_fds = stdin_w, (result_r, out_r, err_r)
-        self.io = PipeIO(stdin_w, {result_r: "result", out_r: "stdout", err_r: "stderr"})
+        self._read_fds = (result_r, out_r, err_r)
+        self.io = SocketIO(stdin_sock, {result_r: "result", out_r: "stdout", err_r: "stderr"})
         try:
             if zygote is not None:
                 self.pid = zygote.spawn(str(self._workdir), [stdin_r, out_w, err_w, result_w])
@@ -230,7 +260,7 @@ class SubprocessWorker:
 
     def _close_fds(self) -> None:
         self.io.close()
-        for fd in (self._stdin, *self._read_fds):
+        for fd in self._read_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
