@@ -443,6 +443,8 @@ class Program:
                 handler(self, node)
             if depth > limit and self.too_deep is None:
                 self.too_deep = node
+            if not fields:  # a leaf (Name, Constant...)
+                continue
             depth += 1
             if kind & _EDGE:
                 self._push_scoped(node, fields, depth, scope, push)
@@ -804,8 +806,8 @@ class Program:
                 node = order[index]
                 cls = node.__class__
                 if cls is ast.Name:
-                    scope_name = (name_scope[node], node.id)  # type: ignore[attr-defined]
-                    key = keys.get(scope_name) or key_of(*scope_name)
+                    scope, name = name_scope[node], node.id  # type: ignore[attr-defined]
+                    key = name if scope == 0 else keys.get((scope, name)) or key_of(scope, name)  # see `_lookup`
                     found = memo.get(key)
                     if found is None:
                         found = self._combine_name_now(key)
