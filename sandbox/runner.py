@@ -1330,7 +1330,7 @@ def zygote(control_fd: int) -> int:
 def main(argv: list[str]) -> int:
     if "--zygote" in argv:
         return zygote(int(argv[argv.index("--control-fd") + 1]))
-    in_fd = 0
+    in_fd = int(argv[argv.index("--input-fd") + 1]) if "--input-fd" in argv else 0
     if "--result-stdout" in argv:
         out_fd = os.dup(1)
         os.dup2(2, 1)

@@ -5,9 +5,10 @@ bookkeeping): on two cores that caps them near 10 containers per second. These b
 runtime binary itself: each worker is ``runc run`` (or ``runsc run``, gVisor) of a per-container bundle
 whose ``config.json`` comes from ``sandbox/oci_spec.py`` and whose root is the sandbox image's
 filesystem, unpacked once by ``sandforge image build`` and shared read-only by every container. The
-runtime runs in the foreground with our pipes as the container's stdio: stdin carries frames in, stdout is
-the result channel (the runner keeps it and points its own stdout at stderr before any program runs), and
-stderr carries the runner's and the runtime's diagnostics.
+runtime runs in the foreground with our pipes as the container's stdio: stdin carries frames in (runsc;
+with runc a unix socket passed as descriptor 3 does, see ``INPUT_FD``), stdout is the result channel (the
+runner keeps it and points its own stdout at stderr before any program runs), and stderr carries the
+runner's and the runtime's diagnostics.
 
 After the ready frame, the host checks from ``/proc`` and the cgroup filesystem what is really in force
 (runc: the container process itself; runsc: the gVisor sandbox process, plus the runner's own report from
@@ -30,6 +31,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -49,9 +51,17 @@ from sandbox.backends.docker_backend import (
     GVISOR_MEMORY_HEADROOM_MB,
     GVISOR_PIDS_HEADROOM,
 )
-from sandbox.backends.subprocess_backend import PipeIO, _ns, _proc_status, _rlimits_set, widen_pipe
+from sandbox.backends.subprocess_backend import (
+    PipeIO,
+    SocketIO,
+    _ns,
+    _proc_status,
+    _rlimits_set,
+    socket_channel,
+    widen_pipe,
+)
 from sandbox.config import SandboxConfig
-from sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
+from sandbox.exchange import BridgeHandler, ExitInfo, Stream, await_ready, build_outcome, run_exchange
 from sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -73,6 +83,13 @@ ID_PREFIX = "sf"
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 #: The container's process: the runner, as in the Docker backends (the runtime wants an absolute path).
 COMMAND = [oci_spec.PYTHON, *DOCKER_COMMAND[1:]]
+#: runc, run in the foreground, copies the container's stdio through pipes of its own, so nothing but bytes
+#: can pass through them. Frames into a runc container travel instead over a unix socket the runtime hands
+#: to the container as descriptor 3 (``--preserve-fds 1``), which can also pass sealed memfds of large
+#: context values (see ``sandbox.exchange.send_execute``). The shell only moves the socket to descriptor 3
+#: before it becomes the runtime (``exec``); the runtime's own stdin is /dev/null.
+INPUT_FD = 3
+_WITH_INPUT_FD = ["/bin/sh", "-c", f'exec "$@" {INPUT_FD}<&0 </dev/null', "sh"]
 
 
 def _process_tag(pid: int) -> str:
@@ -257,9 +274,10 @@ class OciWorker:
         gvisor = backend.runtime == "runsc"
         self._memory_bytes = (limits.memory_mb + (GVISOR_MEMORY_HEADROOM_MB if gvisor else 0)) * 1024 * 1024
         self._pids = limits.max_processes + (GVISOR_PIDS_HEADROOM if gvisor else 0)
+        socket_input = backend.runtime == "runc"  # runsc: frames only, over its stdio (see INPUT_FD)
         spec = oci_spec.container_spec(
             rootfs=backend.rootfs,
-            args=list(COMMAND),
+            args=[*COMMAND, "--input-fd", str(INPUT_FD)] if socket_input else list(COMMAND),
             limits=limits,
             uid=backend.config.sandbox_uid,
             gid=backend.config.sandbox_gid,
@@ -269,10 +287,16 @@ class OciWorker:
         )
         self.bundle.mkdir(mode=0o700)
         (self.bundle / "config.json").write_text(json.dumps(spec))
+        run = [*backend.command(), "run", "--bundle", str(self.bundle), self.id]
+        host_end: socket.socket | None = None
+        stdin: int = subprocess.PIPE
+        if socket_input:
+            host_end, stdin = socket_channel()
+            run = [*_WITH_INPUT_FD, *backend.command(), "run", "--preserve-fds", "1", *run[-3:]]
         try:
             self.proc = subprocess.Popen(
-                [*backend.command(), "run", "--bundle", str(self.bundle), self.id],
-                stdin=subprocess.PIPE,
+                run,
+                stdin=stdin,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=_ENV,
@@ -281,13 +305,21 @@ class OciWorker:
             )
         except OSError as exc:
             shutil.rmtree(self.bundle, ignore_errors=True)
+            if host_end is not None:
+                host_end.close()
             raise SandboxUnavailable(f"could not start {backend.runtime}: {exc}", retriable=False) from exc
-        assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None
-        for fd in (self.proc.stdin.fileno(), self.proc.stdout.fileno()):
-            widen_pipe(fd)
-        self.io = PipeIO(
-            self.proc.stdin.fileno(), {self.proc.stdout.fileno(): "result", self.proc.stderr.fileno(): "stderr"}
-        )
+        finally:
+            if host_end is not None:
+                os.close(stdin)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        streams: dict[int, Stream] = {self.proc.stdout.fileno(): "result", self.proc.stderr.fileno(): "stderr"}
+        widen_pipe(self.proc.stdout.fileno())
+        if host_end is not None:
+            self.io: PipeIO = SocketIO(host_end, streams)
+        else:
+            assert self.proc.stdin is not None
+            widen_pipe(self.proc.stdin.fileno())
+            self.io = PipeIO(self.proc.stdin.fileno(), streams)
         try:
             self._start(backend.config, limits)
         except BaseException:

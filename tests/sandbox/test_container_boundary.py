@@ -43,7 +43,7 @@ def unrestricted_globals(proxies, stdout, bridge):
 
 runner.compile_program = compile_unrestricted
 runner.build_globals = unrestricted_globals
-os._exit(runner.main(["--result-stdout"]))
+os._exit(runner.main(["--result-stdout", *sys.argv[1:]]))
 """
 
 LIMITS = Limits(timeout_s=10, memory_mb=128, disk_mb=4, max_processes=12)
@@ -194,3 +194,31 @@ def test_forged_frames_cannot_forge_what_the_host_reports(escaped_backend: Backe
         assert out.value in ("forged", "real")
     else:
         assert out.error_type in (ErrorType.SANDBOX_VIOLATION, ErrorType.EXECUTION)
+
+
+def test_a_passed_context_value_cannot_be_changed(escaped_backend: Backend) -> None:
+    """runc gets large context values as sealed memfds: found, they cannot be written, resized or unsealed,
+    and the socket they came on is one way; the other backends get frames (nothing to find)."""
+    from sandbox.context import ContextSnapshot
+    from tests.sandbox.test_context_memfd import ATTACK, BIG
+
+    runc = isinstance(escaped_backend, OciBackend) and escaped_backend.runtime == "runc"
+    snapshot = ContextSnapshot.from_dict({"big": BIG})
+    before = bytes(snapshot["big"])
+    worker = escaped_backend.spawn(LIMITS)
+    code = ATTACK.replace("INPUT_FD", str(oci_backend.INPUT_FD if runc else 0))
+    out = worker.execute(ExecutionRequest(code=code, context=snapshot, limits=LIMITS), None)
+    assert out.ok, f"attack harness failed: {out.error_type}: {out.error_message}\n{out.stderr}"
+    *memfds, back = out.value
+    if runc:
+        runner_map = memfds.pop()
+        assert memfds and runner_map == {"runner_map": "TypeError"}
+        for tried in memfds:
+            assert tried["size"] == len(before)
+            assert all(tried[name] == 1 for name in ("write", "pwrite", "truncate", "grow", "mmap_shared", "unseal"))
+        assert back == {"stdin": 32}  # EPIPE: the socket into the container is one way
+    else:
+        assert memfds == [] and back["stdin"] != "done"
+    assert snapshot["big"] == before
+    sealed = snapshot.sealed("big")
+    assert sealed is not None and os.pread(sealed.fd, len(before) + 1, 0) == before

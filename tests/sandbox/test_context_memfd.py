@@ -66,6 +66,23 @@ def test_a_large_value_is_passed_not_copied(sb: Sandbox, monkeypatch: pytest.Mon
     assert after.sealed("big") is snapshot.sealed("big")  # derived snapshots share the memfd
 
 
+#: Where large values travel as descriptors; the other backends' channels carry frames only.
+PASSES_FDS = {"subprocess", "runc"}
+
+
+def test_each_backend_passes_or_sends_large_values(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """subprocess and runc pass the large value as a memfd; docker, gvisor and runsc still send frames."""
+    snapshot = ContextSnapshot.from_dict({"big": BIG, "small": [1, 2]})
+    traffic = Traffic(monkeypatch)
+    request = ExecutionRequest(code="return [context['small'], context['big'][-3:]]", context=snapshot)
+    out = sandbox.execute(request)
+    assert out.ok, (out.error_type, out.error_message)
+    assert out.value == [[1, 2], "end"] and out.context_snapshot == snapshot
+    assert traffic.passed == ([1] if sandbox.config.backend in PASSES_FDS else [])
+    if sandbox.config.backend in PASSES_FDS:
+        assert traffic.bytes < SEALED_MIN_BYTES
+
+
 def test_a_passed_value_reads_changes_and_restores_like_any_other(sb: Sandbox) -> None:
     snapshot = ContextSnapshot.from_dict({"big": BIG, "rows": list(range(20_000))})
     code = "context['rows'].append(1)\ncontext['rows'].pop()\nreturn context['big'][-3:]"
@@ -127,7 +144,7 @@ for text in context._original.values():
         attempt("runner_map", write_map)
         found.append(tried)
 def send_back():
-    os.write(0, b"x")
+    os.write(INPUT_FD, b"x")
 attempt_back = {}
 try:
     send_back()
@@ -142,7 +159,7 @@ return found
 def test_an_escaped_program_cannot_change_a_passed_value(sb: Sandbox) -> None:
     snapshot = ContextSnapshot.from_dict({"big": BIG})
     before = bytes(snapshot["big"])
-    out = escaped(ATTACK, context=snapshot)
+    out = escaped(ATTACK.replace("INPUT_FD", "0"), context=snapshot)
     assert out.ok, (out.error_type, out.error_message, out.stderr)
     *memfds, runner_map, back = out.value
     assert memfds, "the attack found no passed memfd: the test would be vacuous"
