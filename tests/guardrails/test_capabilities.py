@@ -128,3 +128,28 @@ def test_granted_capabilities_alone_are_approved() -> None:
     assert result.verdict == "approved"
     assert result.capability_tags == ["news_headline_extract", "rss_parse", "tool_delegation", "xml_parse"]
     assert all(c.granted for c in result.capabilities)
+
+
+HEADLINE = "news_headline_extract"
+
+
+@pytest.mark.parametrize(
+    ("source", "tagged"),
+    [
+        # a record in a statement nested in the loop body
+        ("for x in items:\n    if x:\n        out.append({'title': x.title, 'link': x.link})", True),
+        # the record sits in a decorator, which starts before the `def` line it belongs to
+        ("for x in items:\n    @deco({'title': x.title, 'link': x.link})\n    def f():\n        pass", True),
+        ("for x in items:\n    @deco\n    @deco2(dict(title=x.title, url=x.url))\n    class K:\n        pass", True),
+        # both fields mentioned in the loop, but never in one record
+        ("for x in items:\n    t = {'title': x.title}\n    out.append({'link': x.link})", False),
+        ("for x in items:\n    if x.title:\n        out.append(x.link)", False),
+        # f-strings: positions inside them are not used to skip statements
+        ("for x in items:\n    out.append((f'{x.title}', x.link))", True),
+        ("for x in items:\n    s = f'{x.title}'\n    out.append([x['title'], x.href])", True),
+    ],
+)
+def test_headline_records_found_wherever_they_sit_in_the_loop_body(source: str, tagged: bool) -> None:
+    """`headline_extraction` skips statements whose span holds no title or no link mention; the skip
+    must never hide a record."""
+    assert (HEADLINE in tags(source)) is tagged
