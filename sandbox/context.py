@@ -11,14 +11,13 @@ separators, as UTF-8), the same one the runner uses, so "re-encodes to the same 
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, NoReturn, TypeVar
 
 import pydantic_core
 
@@ -26,7 +25,8 @@ import pydantic_core
 SEALED_MIN_BYTES = 1 << 16
 #: Seals that make a memfd's contents immutable for everyone (the host included) and forbid new seals.
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
-_SEAL_LOCK = threading.Lock()
+_SHARED_LOCK = threading.Lock()
+T = TypeVar("T")
 
 
 class ContextError(ValueError):
@@ -91,24 +91,31 @@ class ContextSnapshot(Mapping[str, bytes]):
     values' texts, known without encoding anything.
     """
 
-    __slots__ = ("_items", "_nbytes", "_sealed")
+    __slots__ = ("_items", "_nbytes", "_shared")
 
     def __init__(self, items: Mapping[str, bytes] | None = None) -> None:
         """Wrap already-encoded texts as they are (trusted: use ``from_dict`` for values, ``validated``
         for bytes from elsewhere)."""
         self._items: dict[str, bytes] = dict(items or {})
         self._nbytes = sum(len(body) for body in self._items.values())
-        self._sealed: dict[str, SealedText] = {}
+        self._shared: dict[str, dict[Callable[[bytes], Any], Any]] = {}
+
+    def shared(self, key: str, make: Callable[[bytes], T]) -> T | None:
+        """``make(text of key)``, made on first use and shared with every snapshot derived from this one that
+        keeps the key unchanged (a sealed memfd, a hand-off file: made once, not per execution); None when
+        ``make`` fails with OSError."""
+        with _SHARED_LOCK:
+            made = self._shared.setdefault(key, {})
+            if make not in made:
+                try:
+                    made[make] = make(self._items[key])
+                except (OSError, AttributeError):  # AttributeError: no os.memfd_create on this platform
+                    return None
+            return made[make]  # type: ignore[no-any-return]
 
     def sealed(self, key: str) -> SealedText | None:
-        """``key``'s text as a sealed memfd, made on first use and shared with every snapshot derived from
-        this one that keeps the key unchanged; None where memfds are unavailable."""
-        with _SEAL_LOCK:
-            sealed = self._sealed.get(key)
-            if sealed is None:
-                with contextlib.suppress(OSError, AttributeError):
-                    sealed = self._sealed[key] = SealedText(self._items[key])
-            return sealed
+        """``key``'s text as a sealed memfd; None where memfds are unavailable."""
+        return self.shared(key, SealedText)
 
     @classmethod
     def from_dict(cls, context: Mapping[str, Any]) -> ContextSnapshot:
@@ -139,8 +146,8 @@ class ContextSnapshot(Mapping[str, bytes]):
             items.pop(key, None)
         items.update(changed)
         derived = ContextSnapshot(items)
-        with _SEAL_LOCK:
-            derived._sealed = {k: v for k, v in self._sealed.items() if k in items and k not in changed}
+        with _SHARED_LOCK:
+            derived._shared = {k: v for k, v in self._shared.items() if k in items and k not in changed}
         return derived
 
     def value(self, key: str) -> Any:

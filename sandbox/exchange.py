@@ -7,10 +7,11 @@ bounded capture of stdout/stderr, the wall-clock deadline, and turning what happ
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from sandbox.context import SEALED_MIN_BYTES, ContextError, ContextSnapshot, decode_value
 from sandbox.protocol import (
@@ -30,6 +31,9 @@ from sandbox.protocol import (
     decode_runner_frame,
     encode_frame,
 )
+
+if TYPE_CHECKING:
+    from sandbox.handoff import HandoffDir
 
 Stream = Literal["result", "stdout", "stderr"]
 
@@ -51,7 +55,8 @@ def no_bridge(call: CallFrame) -> dict[str, Any]:
 
 class WorkerIO(Protocol):
     """How bytes reach a worker. A channel that can pass descriptors (a unix socket) also has
-    ``send_fds(data, fds)``: ``data`` with ``fds`` attached (SCM_RIGHTS); ``send_execute`` looks for it."""
+    ``send_fds(data, fds)``: ``data`` with ``fds`` attached (SCM_RIGHTS); one whose worker confirmed a
+    hand-off directory has ``handoff`` (a ``HandoffDir``). ``send_execute`` looks for both."""
 
     def send(self, data: bytes) -> None: ...
 
@@ -199,18 +204,24 @@ def send_execute(
     The texts are sent as the snapshot holds them: nothing is encoded or escaped again. Small frames are
     coalesced into one write; a large text is written as it is rather than copied into a buffer. Where the
     channel can pass descriptors (``io.send_fds``), the largest texts (up to ``fd_budget``) travel as sealed
-    memfds attached to the execute frame instead: announced as ``[key, length, index]``, not copied at all.
+    memfds attached to the execute frame instead: announced as ``[key, length, index]``, not copied at all;
+    where the worker has a confirmed hand-off directory (``io.handoff``), they are written there as files.
     """
     send_fds: Callable[[bytes, list[int]], None] | None = getattr(io, "send_fds", None)
+    handoff: HandoffDir | None = getattr(io, "handoff", None)
     limit = fd_budget(request.limits) if fd_limit is None else fd_limit
     passed: dict[str, int] = {}
     fds: list[int] = []
-    if send_fds is not None and limit > 0:
+    if (send_fds is not None or handoff is not None) and limit > 0:
         large = sorted((k for k, t in context.items() if len(t) >= SEALED_MIN_BYTES), key=lambda k: -len(context[k]))
         chosen = set(large[:limit])
-        sealed = {key: context.sealed(key) for key in context if key in chosen}
-        for key, handle in sealed.items():
-            if handle is not None:
+        for key in (k for k in context if k in chosen):
+            if handoff is not None:
+                index = len(passed)
+                with contextlib.suppress(OSError):  # e.g. no space left: the value goes as a frame
+                    handoff.put(index, context, key)
+                    passed[key] = index
+            elif (handle := context.sealed(key)) is not None:
                 passed[key] = len(fds)
                 fds.append(handle.fd)
     keys = [[key, len(text), passed[key]] if key in passed else [key, len(text)] for key, text in context.items()]

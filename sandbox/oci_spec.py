@@ -14,6 +14,7 @@ import errno
 from pathlib import Path
 from typing import Any
 
+from sandbox.handoff import MOUNT_POINT as HANDOFF_MOUNT_POINT
 from sandbox.protocol import Limits
 from sandbox.seccomp import DENIED_SYSCALLS, ENOSYS_SYSCALLS
 
@@ -60,8 +61,10 @@ def container_spec(
     memory_headroom_mb: int = 0,
     pids_headroom: int = 0,
     seccomp: bool = True,
+    handoff_source: str | None = None,
 ) -> dict[str, Any]:
-    """The full ``config.json``. ``cgroups_path`` None leaves cgroup placement to the runtime."""
+    """The full ``config.json``. ``cgroups_path`` None leaves cgroup placement to the runtime;
+    ``handoff_source`` is a host hand-off directory to mount read-only (``sandbox/handoff.py``)."""
     memory = (limits.memory_mb + memory_headroom_mb) * 1024 * 1024
     linux: dict[str, Any] = {
         "namespaces": [{"type": kind} for kind in NAMESPACES],
@@ -78,6 +81,11 @@ def container_spec(
         linux["cgroupsPath"] = cgroups_path
     if seccomp:
         linux["seccomp"] = seccomp_profile()
+    handoff = [
+        {"destination": HANDOFF_MOUNT_POINT, "type": "bind", "source": source,
+         "options": ["bind", "ro", "nosuid", "nodev", "noexec"]}
+        for source in [handoff_source] if source
+    ]  # fmt: skip
     return {
         "ociVersion": OCI_VERSION,
         "process": {
@@ -106,6 +114,7 @@ def container_spec(
                 "source": "tmpfs",
                 "options": ["nosuid", "nodev", "noexec", "mode=1777", f"size={limits.disk_mb}m"],
             },
+            *handoff,
         ],
         "linux": linux,
     }

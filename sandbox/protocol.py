@@ -13,7 +13,8 @@ only the keys the program changed (``context_changed``, their texts following as
 (``context_deleted``). So a 10 MB context is never escaped inside another JSON document, and state the
 program did not touch is neither re-encoded nor sent back (see ``sandbox/context.py``). Where the channel
 into the sandbox is a unix socket (protocol 3), the largest keys' texts are not sent at all: each is a
-sealed memfd attached to the ``execute`` frame, which the runner checks and maps read-only.
+sealed memfd attached to the ``execute`` frame, which the runner checks and maps read-only. Containers run
+by dockerd get them as files in a read-only hand-off directory instead (``sandbox/handoff.py``).
 """
 
 from __future__ import annotations
@@ -236,12 +237,15 @@ class BootFrame(BaseModel):
     workdir: str | None = None
     drop_to_uid: int | None = None
     drop_to_gid: int | None = None
+    handoff_dir: str | None = Field(default=None, description="a read-only directory of handed-off context values")
+    handoff_token: str | None = Field(default=None, description="what the runner must find in handoff_dir/token")
 
 
 class ExecuteFrame(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugin: field named `kwargs`
     """The program; one frame per context key follows it, in ``context_keys`` order (the key's JSON text),
     except for keys announced as ``(key, length, i)``: their text is descriptor ``i`` of those attached to
-    this frame (SCM_RIGHTS), a sealed, read-only memfd of exactly ``length`` bytes (protocol 3)."""
+    this frame (SCM_RIGHTS), a sealed, read-only memfd of exactly ``length`` bytes (protocol 3); where the
+    runner confirmed a hand-off directory at boot, file ``i`` in that directory instead."""
 
     type: Literal["execute"] = "execute"
     code: str
@@ -266,6 +270,7 @@ class ReadyFrame(BaseModel):
     pid: int
     protections: dict[str, bool]
     errors: list[str] = Field(default_factory=list)
+    handoff: bool = Field(default=False, description="the runner sees the boot frame's handoff_dir")
 
 
 class CallTarget(BaseModel):

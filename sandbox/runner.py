@@ -13,7 +13,8 @@ Frames are a 4-byte big-endian length plus UTF-8 JSON. The context travels key b
 in its own frame, and stays undecoded until the program reads that key (see ``LazyContext``): carrying
 state a program does not touch costs moving its bytes, nothing more. Where fd 0 is a unix socket, the
 largest texts are not moved at all: each is a sealed memfd attached to the execute frame, checked and
-mapped read-only (``read_execute``, ``map_sealed``).
+mapped read-only (``read_execute``, ``map_text``); in a container run by dockerd, where fd 0 is a pipe,
+they are files in a read-only hand-off directory the host confirmed at boot (``handoff_ready``).
 
 Results go to a dedicated channel (``--result-fd N``, or in a container the original stdout, which the
 runner re-points at stderr before any program runs), so printing can never forge a result: ``print``
@@ -197,40 +198,69 @@ class MappedText:
         return self.text
 
 
-def map_sealed(fd: int, size: int) -> MappedText:
-    """Check that ``fd`` is a memfd sealed against writing, growing and shrinking, of exactly ``size``
-    bytes, and map it read-only; PassedTextError otherwise. The caller still owns (and closes) ``fd``."""
+def map_text(fd: int, size: int, *, sealed: bool = True) -> MappedText:
+    """Check that ``fd`` is a regular file of exactly ``size`` bytes (and, for a passed descriptor, a memfd
+    sealed against writing, growing and shrinking) and map it read-only; PassedTextError otherwise. The
+    caller still owns (and closes) ``fd``."""
     try:
-        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS) if sealed else REQUIRED_SEALS
         info = os.fstat(fd)
     except OSError as exc:
         raise PassedTextError(f"a passed descriptor is not a sealed memfd ({exc.strerror})") from None
     if seals & REQUIRED_SEALS != REQUIRED_SEALS:
         raise PassedTextError("a passed descriptor is not sealed against writing and resizing")
     if not stat.S_ISREG(info.st_mode) or info.st_size != size:
-        raise PassedTextError(f"a passed descriptor holds {info.st_size} bytes, announced {size}")
+        raise PassedTextError(f"a passed value holds {info.st_size} bytes, announced {size}")
     if size == 0:
         return MappedText(None, 0)
     try:
         mapped = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
     except (OSError, ValueError) as exc:
-        raise PassedTextError(f"a passed descriptor cannot be mapped: {exc}") from None
+        raise PassedTextError(f"a passed value cannot be mapped: {exc}") from None
     return MappedText(mapped, size)
+
+
+def handoff_ready(boot: dict[str, Any]) -> str | None:
+    """The boot frame's hand-off directory if it holds the boot frame's token (the host's path is really
+    what is mounted here), else None: values then come as frames."""
+    where, token = boot.get("handoff_dir"), boot.get("handoff_token")
+    if not (isinstance(where, str) and isinstance(token, str) and token):
+        return None
+    try:
+        with open(f"{where}/token", "rb") as fh:
+            return where if fh.read(len(token) + 1) == token.encode() else None
+    except OSError:
+        return None
+
+
+def open_handoff(where: str, index: int, size: int) -> MappedText:
+    """Value ``index`` of a hand-off directory, mapped read-only (never through a symlink)."""
+    try:
+        fd = os.open(f"{where}/{index}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise PassedTextError(f"handed-off value {index} cannot be opened ({exc.strerror})") from None
+    try:
+        return map_text(fd, size, sealed=False)
+    finally:
+        os.close(fd)
 
 
 ContextText = bytearray | MappedText
 
 
-def read_execute(src: int | Channel, max_bytes: int) -> tuple[dict[str, Any], dict[str, ContextText]]:
+def read_execute(
+    src: int | Channel, max_bytes: int, handoff: str | None = None
+) -> tuple[dict[str, Any], dict[str, ContextText]]:
     """The execute frame and the context keys' texts that follow it, undecoded, within ``max_bytes`` in all.
 
     A key announced as ``[key, length, i]`` is descriptor ``i`` of those attached to the execute frame
-    (a sealed memfd, mapped read-only) rather than a frame; any other descriptor is closed and refused."""
+    (a sealed memfd, mapped read-only) rather than a frame, or with a ``handoff`` directory its file ``i``;
+    any other descriptor is closed and refused."""
     frame = read_frame(src, max_bytes)
     fds, truncated = src.take_fds() if isinstance(src, Channel) else ([], False)
     raw: dict[str, ContextText] = {}
     try:
-        _context_texts(src, frame, fds, truncated, max_bytes, raw)
+        _context_texts(src, frame, fds, truncated, max_bytes, raw, handoff)
         return frame, raw
     except BaseException:
         for text in raw.values():
@@ -245,7 +275,7 @@ def read_execute(src: int | Channel, max_bytes: int) -> tuple[dict[str, Any], di
 
 def _context_texts(
     src: int | Channel, frame: dict[str, Any], fds: list[int], truncated: bool, max_bytes: int,
-    raw: dict[str, ContextText],
+    raw: dict[str, ContextText], handoff: str | None,
 ) -> None:  # fmt: skip
     keys = frame.get("context_keys", [])
     if not isinstance(keys, list):
@@ -260,18 +290,23 @@ def _context_texts(
             raise ValueError("malformed context key announcement")
         if len(entry) == 3:
             index = entry[2]
-            if type(index) is not int or not 0 <= index < len(fds) or index in used:
+            passed = MAX_PASSED_FDS if handoff is not None else len(fds)
+            if type(index) is not int or not 0 <= index < passed or index in used:
                 raise PassedTextError(f"context key {entry[0]!r} names descriptor {index!r}, which was not passed")
             used.add(index)
-            raw[entry[0]] = map_sealed(fds[index], entry[1])
+            if handoff is not None:
+                raw[entry[0]] = open_handoff(handoff, index, entry[1])
+            else:
+                raw[entry[0]] = map_text(fds[index], entry[1])
         else:
             body = read_raw_frame(src, budget)
             if len(body) != entry[1]:
                 raise ValueError(f"context key {entry[0]!r} is {len(body)} bytes, announced {entry[1]}")
             raw[entry[0]] = body
         budget -= entry[1]
-    if len(used) != len(fds):
-        raise PassedTextError(f"{len(fds) - len(used)} passed descriptors are not announced")
+    unannounced = len(fds) if handoff is not None else len(fds) - len(used)
+    if unannounced:
+        raise PassedTextError(f"{unannounced} passed descriptors are not announced")
     if isinstance(src, Channel) and src.fds:
         raise PassedTextError("descriptors came with a context frame, not with the execute frame")
 
@@ -1227,10 +1262,11 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
     max_bytes = int(boot["limits"]["max_message_bytes"])
     channel = Channel(in_fd)  # before lock-down; it lives until the process exits
     protections, errors = lock_down(boot)
+    handoff = handoff_ready(boot)
     write_frame(out_fd, {"type": "ready", "version": PROTOCOL_VERSION, "pid": os.getpid(),
-                         "protections": protections, "errors": errors})  # fmt: skip
+                         "protections": protections, "errors": errors, "handoff": handoff is not None})  # fmt: skip
     try:
-        frame, raw_context = read_execute(channel, max_bytes)
+        frame, raw_context = read_execute(channel, max_bytes, handoff)
     except PassedTextError as exc:
         frame, raw_context = {"type": "invalid", "error": str(exc)}, {}
     except (EOFError, ValueError, json.JSONDecodeError):

@@ -2,7 +2,8 @@
 
 Each worker is a container created from the exact expected sandbox image (``sandbox/image.py``), with no
 network, a read-only root, a size-limited noexec ``/tmp``, no capabilities, no-new-privileges, a
-non-root user and pids/memory (no swap)/CPU limits. Its stdin, stdout and stderr are attached *before*
+non-root user and pids/memory (no swap)/CPU limits; its only mount is its own read-only hand-off directory
+for large context values (``sandbox/handoff.py``). Its stdin, stdout and stderr are attached *before*
 it starts; the runner (``--result-stdout``) keeps the container's stdout as the result channel and points
 its own stdout at stderr before any program runs, so printing cannot forge a result. After its single
 execution the container is killed if needed, inspected (exit code, OOM kill) and removed, on a background
@@ -28,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from sandbox import image, seccomp
+from sandbox import handoff, image, seccomp
 from sandbox.backends.base import SandboxUnavailable
 from sandbox.backends.cleanup import CleanupQueue
 from sandbox.config import SandboxConfig
@@ -173,6 +174,8 @@ class AttachIO:
         self._stream: Stream | None = None
         self._left = 0
         self.eof = False
+        #: Set once the runner confirmed the container's hand-off directory (``send_execute`` uses it).
+        self.handoff: handoff.HandoffDir | None = None
 
     def send(self, data: bytes) -> None:
         self.sock.settimeout(API_TIMEOUT_S)
@@ -265,7 +268,7 @@ def verify_protections(
     uid = user.split(":", 1)[0]
     tmpfs = (hc.get("Tmpfs") or {}).get(SCRATCH, "")
     memory = int(hc.get("Memory") or 0)
-    no_mounts = not hc.get("Binds") and not hc.get("Mounts")
+    no_mounts = not hc.get("Binds") and all(_is_handoff_mount(m) for m in hc.get("Mounts") or [])
     p: dict[str, bool] = {
         "network_none": hc.get("NetworkMode") == "none",
         "read_only_rootfs": hc.get("ReadonlyRootfs") is True,
@@ -295,6 +298,18 @@ def verify_protections(
     if runtime == "runsc":
         p["gvisor"] = hc.get("Runtime") == "runsc"
     return p
+
+
+def _is_handoff_mount(mount: dict[str, Any]) -> bool:
+    """The one mount a container may have: its own hand-off directory, read-only (``sandbox/handoff.py``)."""
+    source = PurePosixPath(str(mount.get("Source") or ""))
+    return (
+        mount.get("Type") == "bind"
+        and mount.get("Target") == handoff.MOUNT_POINT
+        and mount.get("ReadOnly") is True
+        and source.name == "in"
+        and source.parent.name.startswith(handoff.PREFIX)
+    )
 
 
 def _host_view(pid: int, container_id: str) -> dict[str, bool] | None:
@@ -332,9 +347,14 @@ class ContainerWorker:
         self._api = backend.api()
         self._destroyed = False
         self._io: AttachIO | None = None
+        self._handoff: handoff.HandoffDir | None = None
         self.verified_from_host = False
         self.id = ""
-        self.id = self._create(backend, limits)
+        try:
+            self.id = self._create(backend, limits)
+        except BaseException:
+            self._drop_handoff()
+            raise
         try:
             self._start(backend.config, limits)
         except BaseException:
@@ -345,10 +365,17 @@ class ContainerWorker:
 
     def _create(self, backend: DockerBackend, limits: Limits) -> str:
         import docker.errors
-        from docker.types import LogConfig
+        from docker.types import LogConfig, Mount
 
         gvisor = backend.runtime == "runsc"
         memory = limits.memory_mb + (GVISOR_MEMORY_HEADROOM_MB if gvisor else 0)
+        mounts = []
+        if backend.handoff_possible():
+            try:
+                self._handoff = handoff.HandoffDir()
+                mounts.append(Mount(handoff.MOUNT_POINT, str(self._handoff.path), type="bind", read_only=True))
+            except OSError as exc:  # large values then travel as frames
+                log.debug("no hand-off directory: %s", exc)
         host_config = self._api.create_host_config(
             network_mode="none",
             read_only=True,
@@ -362,6 +389,7 @@ class ContainerWorker:
             ipc_mode="none",
             runtime=backend.runtime,
             log_config=LogConfig(type="none"),
+            mounts=mounts,
         )
         try:
             created = self._api.create_container(
@@ -385,7 +413,7 @@ class ContainerWorker:
         except _engine_errors() as exc:
             raise backend.engine_down(exc) from exc
         cid = str(created["Id"])
-        if not backend.track(cid):  # closed meanwhile (pool shutting down, interpreter exiting)
+        if not backend.track(cid, self._handoff):  # closed meanwhile (pool shutting down, interpreter exiting)
             _remove(self._api, cid)
             raise SandboxUnavailable(f"the {backend.name} backend is closed", retriable=False)
         return cid
@@ -412,6 +440,10 @@ class ContainerWorker:
             raise SandboxUnavailable(f"sandbox container failed to start: {exc}") from exc
         except _engine_errors() as exc:
             raise owner.engine_down(exc) from exc
+        if ready.handoff:
+            self._io.handoff = self._handoff
+        else:
+            self._drop_handoff()
         host_view = None
         pid = int((attrs.get("State") or {}).get("Pid") or 0)
         if owner.runtime is None and pid > 0:
@@ -440,6 +472,8 @@ class ContainerWorker:
             workdir=SCRATCH,
             drop_to_uid=None,
             drop_to_gid=None,
+            handoff_dir=handoff.MOUNT_POINT if self._handoff else None,
+            handoff_token=self._handoff.token if self._handoff else None,
         )
 
     # -- the Worker protocol --
@@ -539,7 +573,14 @@ class ContainerWorker:
         if self._io is not None:
             self._io.close()
         if self.id:
-            self._owner.remove(self.id)
+            self._owner.remove(self.id)  # and its hand-off directory after it
+        else:
+            self._drop_handoff()
+
+    def _drop_handoff(self) -> None:
+        if self._handoff is not None:
+            self._handoff.remove()
+            self._handoff = None
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -560,10 +601,15 @@ class DockerBackend:
         self.owner = _owner()
         self._api: Any = None
         self._lock = threading.Lock()
-        self._live: set[str] = set()
+        self._live: dict[str, handoff.HandoffDir | None] = {}  # container id -> its hand-off directory
         self._checked_runtime = False
         self._closed = False
         _BACKENDS.add(self)
+
+    def handoff_possible(self) -> bool:
+        """A hand-off directory can only be mounted by an engine on this machine (a unix socket); the
+        runner's token check still confirms that the engine sees the host's path."""
+        return str(getattr(self._api, "base_url", "")) == "http+docker://localhost"
 
     # -- engine access --
 
@@ -587,6 +633,9 @@ class DockerBackend:
             removed = reap_leftovers(api)
             if removed:
                 log.info("removed %d leftover sandbox container(s) of dead processes", len(removed))
+            dirs = handoff.reap()
+            if dirs:
+                log.info("removed %d leftover hand-off directorie(s) of dead processes", len(dirs))
         except Exception as exc:  # best effort; never disturbs execution
             log.debug("reaping leftovers failed: %s", exc)
 
@@ -640,28 +689,27 @@ class DockerBackend:
 
     # -- containers --
 
-    def track(self, cid: str) -> bool:
-        """Remember a created container until it is removed; False when the backend is already closed."""
+    def track(self, cid: str, handed: handoff.HandoffDir | None) -> bool:
+        """Remember a created container (and its hand-off directory) until it is removed; False when the
+        backend is already closed."""
         with self._lock:
             if self._closed:
                 return False
-            self._live.add(cid)
+            self._live[cid] = handed
             return True
 
     def remove(self, cid: str) -> None:
-        """Queue a container for removal (forced, so it also kills); close() waits for it."""
-
-        def removed() -> None:
-            with self._lock:
-                self._live.discard(cid)
-
+        """Queue a container for removal (forced, so it also kills), then its hand-off directory's; close()
+        waits for it."""
         api = self._api
+        _REMOVER.submit(lambda: self._remove_now(api, cid))
 
-        def job() -> None:
-            if _remove(api, cid):
-                removed()
-
-        _REMOVER.submit(job)
+    def _remove_now(self, api: Any, cid: str) -> None:
+        if _remove(api, cid):
+            with self._lock:
+                handed = self._live.pop(cid, None)
+            if handed is not None:
+                handed.remove()
 
     def live_containers(self) -> set[str]:
         with self._lock:
@@ -681,9 +729,7 @@ class DockerBackend:
             return
         _REMOVER.drain(timeout=30.0)
         for cid in self.live_containers():
-            if _remove(api, cid):
-                with self._lock:
-                    self._live.discard(cid)
+            self._remove_now(api, cid)
         with contextlib.suppress(Exception):
             api.close()
 

@@ -42,9 +42,9 @@ from typing import Literal
 
 import psutil
 
-from sandbox import image, oci_spec, seccomp
+from sandbox import handoff, image, oci_spec, seccomp
 from sandbox.backends.base import SandboxUnavailable
-from sandbox.backends.cleanup import CleanupQueue
+from sandbox.backends.cleanup import CleanupQueue, process_tag, tag_alive
 from sandbox.backends.docker_backend import COMMAND as DOCKER_COMMAND
 from sandbox.backends.docker_backend import (
     CONTAINER_PROTECTIONS,
@@ -92,24 +92,18 @@ INPUT_FD = 3
 _WITH_INPUT_FD = ["/bin/sh", "-c", f'exec "$@" {INPUT_FD}<&0 </dev/null', "sh"]
 
 
-def _process_tag(pid: int) -> str:
-    """``<pid>-<start time>``: identifies a process across pid reuse (it is part of every container id)."""
-    return f"{pid}-{int(psutil.Process(pid).create_time() * 100)}"
-
-
 def _owner_alive(container_id: str) -> bool:
     parts = container_id.split("-")
     if len(parts) < 4 or parts[0] != ID_PREFIX:
         return True  # not ours
-    try:
-        return _process_tag(int(parts[1])) == f"{parts[1]}-{parts[2]}"
-    except (ValueError, psutil.Error):
-        return False
+    return tag_alive(f"{parts[1]}-{parts[2]}")
 
 
-def _finish(proc: subprocess.Popen[bytes], bundle: Path, delete: Callable[[], None] | None) -> None:
+def _finish(
+    proc: subprocess.Popen[bytes], bundle: Path, delete: Callable[[], None] | None, handed: handoff.HandoffDir | None
+) -> None:
     """The runtime exits right after the container and deletes it; if it does not, kill it and delete the
-    container ourselves."""
+    container ourselves. Then the bundle and the hand-off directory go."""
     try:
         proc.wait(timeout=10.0)
     except subprocess.TimeoutExpired:
@@ -125,6 +119,8 @@ def _finish(proc: subprocess.Popen[bytes], bundle: Path, delete: Callable[[], No
             with contextlib.suppress(OSError):
                 stream.close()
     shutil.rmtree(bundle, ignore_errors=True)
+    if handed is not None:
+        handed.remove()
 
 
 _REAPER = CleanupQueue("sandforge-oci-reaper")
@@ -275,6 +271,13 @@ class OciWorker:
         self._memory_bytes = (limits.memory_mb + (GVISOR_MEMORY_HEADROOM_MB if gvisor else 0)) * 1024 * 1024
         self._pids = limits.max_processes + (GVISOR_PIDS_HEADROOM if gvisor else 0)
         socket_input = backend.runtime == "runc"  # runsc: frames only, over its stdio (see INPUT_FD)
+        # runsc cannot receive memfds: its large context values come through a hand-off directory instead.
+        self._handoff: handoff.HandoffDir | None = None
+        if gvisor:
+            try:
+                self._handoff = handoff.HandoffDir()
+            except OSError as exc:  # large values then travel as frames
+                log.debug("no hand-off directory: %s", exc)
         spec = oci_spec.container_spec(
             rootfs=backend.rootfs,
             args=[*COMMAND, "--input-fd", str(INPUT_FD)] if socket_input else list(COMMAND),
@@ -284,6 +287,7 @@ class OciWorker:
             cgroups_path=None,
             memory_headroom_mb=GVISOR_MEMORY_HEADROOM_MB if gvisor else 0,
             pids_headroom=GVISOR_PIDS_HEADROOM if gvisor else 0,
+            handoff_source=str(self._handoff.path) if self._handoff else None,
         )
         self.bundle.mkdir(mode=0o700)
         (self.bundle / "config.json").write_text(json.dumps(spec))
@@ -305,6 +309,8 @@ class OciWorker:
             )
         except OSError as exc:
             shutil.rmtree(self.bundle, ignore_errors=True)
+            if self._handoff is not None:
+                self._handoff.remove()
             if host_end is not None:
                 host_end.close()
             raise SandboxUnavailable(f"could not start {backend.runtime}: {exc}", retriable=False) from exc
@@ -332,6 +338,8 @@ class OciWorker:
             ready = await_ready(self.io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
             raise SandboxUnavailable(f"sandbox container failed to start ({self._owner.runtime}): {exc}") from exc
+        if ready.handoff:
+            self.io.handoff = self._handoff
         pid = self._container_pid()
         seen = host_view(pid, limits, memory_bytes=self._memory_bytes, pids=self._pids) if pid else {}
         if self._owner.runtime == "runsc":
@@ -384,6 +392,8 @@ class OciWorker:
             workdir=oci_spec.SCRATCH,
             drop_to_uid=None,
             drop_to_gid=None,
+            handoff_dir=handoff.MOUNT_POINT if self._handoff else None,
+            handoff_token=self._handoff.token if self._handoff else None,
         )
 
     # -- the Worker protocol --
@@ -451,9 +461,9 @@ class OciWorker:
         if not self._used and self.proc.poll() is None:
             self._kill()  # never used (pool closing, failed start): nothing to wait for
         owner = self._owner
-        proc, bundle, cid = self.proc, self.bundle, self.id
+        proc, bundle, cid, handed = self.proc, self.bundle, self.id, self._handoff
         delete = (lambda: owner.force_delete(cid)) if self._killed else None
-        _REAPER.submit(lambda: _finish(proc, bundle, delete))
+        _REAPER.submit(lambda: _finish(proc, bundle, delete, handed))
 
 
 # --- the backend -----------------------------------------------------------------------------------------
@@ -471,7 +481,7 @@ class OciBackend:
         self.state = STATE_DIR / runtime
         self.bundles = STATE_DIR / "bundles"
         self._binary = shutil.which(runtime)
-        self._tag = _process_tag(os.getpid())
+        self._tag = process_tag()
         self._lock = threading.Lock()
         self._ready = False
         self._closed = False
@@ -528,6 +538,7 @@ class OciBackend:
                 if bundle.name not in listed:
                     self.force_delete(bundle.name)
                 shutil.rmtree(bundle, ignore_errors=True)
+        handoff.reap()
 
     def force_delete(self, container_id: str) -> None:
         with contextlib.suppress(OSError, subprocess.SubprocessError):

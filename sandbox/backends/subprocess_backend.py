@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import RestrictedPython
 
@@ -39,6 +40,9 @@ from sandbox.protocol import (
     encode_frame,
 )
 from sandbox.zygote import Zygote, ZygoteError
+
+if TYPE_CHECKING:
+    from sandbox.handoff import HandoffDir
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,8 @@ class PipeIO:
 
     def __init__(self, stdin_fd: int, streams: dict[int, Stream]) -> None:
         self.stdin_fd = stdin_fd
+        #: A hand-off directory the runner confirmed (the runsc backend's; see ``sandbox/handoff.py``).
+        self.handoff: HandoffDir | None = None
         self.selector = selectors.DefaultSelector()
         for fd, name in streams.items():
             os.set_blocking(fd, False)

@@ -8,6 +8,7 @@ an attack achieves here is what an attacker with a RestrictedPython bypass would
 
 from __future__ import annotations
 
+import errno
 import os
 import uuid
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, SandboxConfig
+from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, SandboxConfig, handoff
 from sandbox.backends import docker_backend, oci_backend
 from sandbox.backends.base import Backend
 from sandbox.backends.docker_backend import DockerBackend
@@ -198,7 +199,8 @@ def test_forged_frames_cannot_forge_what_the_host_reports(escaped_backend: Backe
 
 def test_a_passed_context_value_cannot_be_changed(escaped_backend: Backend) -> None:
     """runc gets large context values as sealed memfds: found, they cannot be written, resized or unsealed,
-    and the socket they came on is one way; the other backends get frames (nothing to find)."""
+    and the socket they came on is one way; the other backends get them as hand-off files (nothing to find
+    among the descriptors)."""
     from sandbox.context import ContextSnapshot
     from tests.sandbox.test_context_memfd import ATTACK, BIG
 
@@ -210,15 +212,77 @@ def test_a_passed_context_value_cannot_be_changed(escaped_backend: Backend) -> N
     out = worker.execute(ExecutionRequest(code=code, context=snapshot, limits=LIMITS), None)
     assert out.ok, f"attack harness failed: {out.error_type}: {out.error_message}\n{out.stderr}"
     *memfds, back = out.value
+    runner_map = memfds.pop()
+    assert runner_map == {"runner_map": "TypeError"}  # the runner's mapping is read-only on every backend
     if runc:
-        runner_map = memfds.pop()
-        assert memfds and runner_map == {"runner_map": "TypeError"}
+        assert memfds
         for tried in memfds:
             assert tried["size"] == len(before)
             assert all(tried[name] == 1 for name in ("write", "pwrite", "truncate", "grow", "mmap_shared", "unseal"))
         assert back == {"stdin": 32}  # EPIPE: the socket into the container is one way
-    else:
-        assert memfds == [] and back["stdin"] != "done"
+    else:  # the runner's mapping keeps a read-only descriptor of the hand-off file (see the test below)
+        for tried in memfds:
+            assert tried["size"] == len(before)
+            assert all(tried[name] not in ("done", None) for name in tried if name != "size"), tried
+        assert back["stdin"] != "done"
     assert snapshot["big"] == before
     sealed = snapshot.sealed("big")
     assert sealed is not None and os.pread(sealed.fd, len(before) + 1, 0) == before
+
+
+HANDOFF_ATTACK = """
+import os
+where = "/sandforge/in"
+tried = {}
+def attempt(name, action):
+    try:
+        action()
+        tried[name] = "done"
+    except OSError as exc:
+        tried[name] = exc.errno
+attempt("list", lambda: os.listdir(where))
+attempt("write", lambda: open(where + "/0", "r+b").write(b"HACK"))
+attempt("append", lambda: open(where + "/0", "ab").write(b"HACK"))
+attempt("create", lambda: open(where + "/new", "wb"))
+attempt("unlink", lambda: os.unlink(where + "/0"))
+attempt("rename", lambda: os.rename(where + "/0", where + "/1"))
+attempt("chmod", lambda: os.chmod(where + "/0", 0o666))
+attempt("replace_token", lambda: os.replace(where + "/0", where + "/token"))
+attempt("mkdir", lambda: os.mkdir(where + "/d"))
+with open(where + "/0", "rb") as fh:
+    tried["head"] = fh.read(4).decode()
+options = [line.split()[5] for line in open("/proc/self/mountinfo") if line.split()[4] == where]
+tried["options"] = options[0].split(",") if options else None
+return tried
+"""
+
+
+@pytest.mark.parametrize(
+    "escaped_backend",
+    [
+        "docker",
+        pytest.param("gvisor", marks=pytest.mark.gvisor),
+        pytest.param("runsc", marks=pytest.mark.oci("runsc")),
+    ],
+    indirect=True,
+)
+def test_the_handoff_directory_cannot_be_changed_or_listed(escaped_backend: Backend) -> None:
+    """The backends that hand values off: the directory is mounted read-only, cannot be listed, and no file in
+    it can be written, created, removed, renamed or re-permissioned; the host's value is unchanged."""
+    from sandbox.context import ContextSnapshot
+    from tests.sandbox.test_context_memfd import BIG
+
+    snapshot = ContextSnapshot.from_dict({"big": BIG})
+    before = bytes(snapshot["big"])
+    worker = escaped_backend.spawn(LIMITS)
+    out = worker.execute(ExecutionRequest(code=HANDOFF_ATTACK, context=snapshot, limits=LIMITS), None)
+    assert out.ok, f"attack harness failed: {out.error_type}: {out.error_message}\n{out.stderr}"
+    tried = out.value
+    assert tried.pop("head") == '"xxx'  # the harness really found the handed-off value
+    options = tried.pop("options")
+    assert options is None or "ro" in options  # gVisor's mountinfo may not list the bind mount
+    assert tried.pop("list") in (errno.EACCES, errno.EPERM)
+    assert all(result in (errno.EROFS, errno.EACCES, errno.EPERM) for result in tried.values()), tried
+    assert snapshot["big"] == before
+    stored = snapshot.shared("big", handoff.StoredText)
+    assert stored is not None and stored.path.read_bytes() == before

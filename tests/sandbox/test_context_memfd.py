@@ -19,7 +19,8 @@ import pytest
 
 from sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandbox import runner as runner_module
-from sandbox.backends.subprocess_backend import SocketIO
+from sandbox.backends.docker_backend import AttachIO
+from sandbox.backends.subprocess_backend import PipeIO, SocketIO
 from sandbox.context import SEALED_MIN_BYTES, SEALS, ContextSnapshot, SealedText
 from sandbox.exchange import MAX_PASSED_FDS, fd_budget
 from sandbox.protocol import HEADER
@@ -35,22 +36,28 @@ def sb() -> Iterator[Sandbox]:
 
 
 class Traffic:
-    """What the host wrote into sandboxes: bytes, and descriptors passed per execute frame."""
+    """What the host wrote into sandboxes (through pipes, sockets or Docker's attach stream): bytes, and
+    descriptors passed per execute frame."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.bytes = 0
         self.passed: list[int] = []
-        send, send_fds = SocketIO.send, SocketIO.send_fds
+        send, send_fds, attach_send = PipeIO.send, SocketIO.send_fds, AttachIO.send
 
-        def spy_send(io: SocketIO, data: bytes) -> None:
+        def spy_send(io: PipeIO, data: bytes) -> None:
             self.bytes += len(data)
             send(io, data)
+
+        def spy_attach_send(io: AttachIO, data: bytes) -> None:
+            self.bytes += len(data)
+            attach_send(io, data)
 
         def spy_send_fds(io: SocketIO, data: bytes, fds: list[int]) -> None:
             self.passed.append(len(fds))
             send_fds(io, data, fds)
 
-        monkeypatch.setattr(SocketIO, "send", spy_send)
+        monkeypatch.setattr(PipeIO, "send", spy_send)
+        monkeypatch.setattr(AttachIO, "send", spy_attach_send)
         monkeypatch.setattr(SocketIO, "send_fds", spy_send_fds)
 
 
@@ -66,21 +73,33 @@ def test_a_large_value_is_passed_not_copied(sb: Sandbox, monkeypatch: pytest.Mon
     assert after.sealed("big") is snapshot.sealed("big")  # derived snapshots share the memfd
 
 
-#: Where large values travel as descriptors; the other backends' channels carry frames only.
+#: Where large values travel as descriptors, and where as files in a hand-off directory (sandbox/handoff.py).
 PASSES_FDS = {"subprocess", "runc"}
+HANDS_OFF = {"docker", "gvisor", "runsc"}
 
 
-def test_each_backend_passes_or_sends_large_values(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
-    """subprocess and runc pass the large value as a memfd; docker, gvisor and runsc still send frames."""
+def test_each_backend_passes_or_hands_off_large_values(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """subprocess and runc pass the large value as a memfd; docker, gvisor and runsc put it into the
+    container's hand-off directory. No backend copies it through its channel."""
+    from sandbox.handoff import HandoffDir
+
     snapshot = ContextSnapshot.from_dict({"big": BIG, "small": [1, 2]})
     traffic = Traffic(monkeypatch)
+    put = HandoffDir.put
+    handed: list[str] = []
+
+    def spy_put(self: HandoffDir, index: int, context: ContextSnapshot, key: str) -> None:
+        handed.append(key)
+        put(self, index, context, key)
+
+    monkeypatch.setattr(HandoffDir, "put", spy_put)
     request = ExecutionRequest(code="return [context['small'], context['big'][-3:]]", context=snapshot)
     out = sandbox.execute(request)
     assert out.ok, (out.error_type, out.error_message)
     assert out.value == [[1, 2], "end"] and out.context_snapshot == snapshot
     assert traffic.passed == ([1] if sandbox.config.backend in PASSES_FDS else [])
-    if sandbox.config.backend in PASSES_FDS:
-        assert traffic.bytes < SEALED_MIN_BYTES
+    assert handed == (["big"] if sandbox.config.backend in HANDS_OFF else [])
+    assert traffic.bytes < SEALED_MIN_BYTES  # the execute frame (and perhaps a boot frame), not the value
 
 
 def test_a_passed_value_reads_changes_and_restores_like_any_other(sb: Sandbox) -> None:
@@ -114,44 +133,38 @@ def test_the_descriptor_budget_is_respected(sb: Sandbox, monkeypatch: pytest.Mon
 ATTACK = """
 import errno, fcntl, mmap, os
 found = []
+def attempt(tried, name, action):
+    try:
+        action()
+        tried[name] = "done"
+    except (OSError, ValueError, TypeError) as exc:
+        tried[name] = getattr(exc, "errno", None) or type(exc).__name__
 for fd in range(64):
     try:
         seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
     except OSError:
         continue
     tried = {"size": os.fstat(fd).st_size}
-    def attempt(name, action):
-        try:
-            action()
-            tried[name] = "done"
-        except (OSError, ValueError, TypeError) as exc:
-            tried[name] = getattr(exc, "errno", None) or type(exc).__name__
-    attempt("write", lambda: os.write(fd, b"HACK"))
-    attempt("pwrite", lambda: os.pwrite(fd, b"HACK", 0))
-    attempt("truncate", lambda: os.ftruncate(fd, 1))
-    attempt("grow", lambda: os.ftruncate(fd, os.fstat(fd).st_size + 1))
+    attempt(tried, "write", lambda: os.write(fd, b"HACK"))
+    attempt(tried, "pwrite", lambda: os.pwrite(fd, b"HACK", 0))
+    attempt(tried, "truncate", lambda: os.ftruncate(fd, 1))
+    attempt(tried, "grow", lambda: os.ftruncate(fd, os.fstat(fd).st_size + 1))
     def map_shared():
         m = mmap.mmap(fd, 4, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         m[:4] = b"HACK"
-    attempt("mmap_shared", map_shared)
-    attempt("unseal", lambda: fcntl.fcntl(fd, fcntl.F_ADD_SEALS, 0))
+    attempt(tried, "mmap_shared", map_shared)
+    attempt(tried, "unseal", lambda: fcntl.fcntl(fd, fcntl.F_ADD_SEALS, 0))
     found.append(tried)
 for text in context._original.values():
     if hasattr(text, "map"):
         def write_map():
             text.map[:4] = b"HACK"
         tried = {}
-        attempt("runner_map", write_map)
+        attempt(tried, "runner_map", write_map)
         found.append(tried)
-def send_back():
-    os.write(INPUT_FD, b"x")
-attempt_back = {}
-try:
-    send_back()
-    attempt_back["stdin"] = "done"
-except OSError as exc:
-    attempt_back["stdin"] = exc.errno
-found.append(attempt_back)
+back = {}
+attempt(back, "stdin", lambda: os.write(INPUT_FD, b"x"))
+found.append(back)
 return found
 """
 
@@ -202,7 +215,7 @@ def test_the_runner_refuses_unsealed_or_wrong_size_memfds(seals: int, size: int,
     fd = memfd(b'"abc"', seals)
     try:
         with pytest.raises(runner_module.PassedTextError, match=needle):
-            runner_module.map_sealed(fd, size)
+            runner_module.map_text(fd, size)
     finally:
         os.close(fd)
 
@@ -215,7 +228,7 @@ def test_the_runner_refuses_descriptors_that_are_not_memfds(tmp_path: Any) -> No
     try:
         for fd in (r, w, f):
             with pytest.raises(runner_module.PassedTextError, match="not a sealed memfd"):
-                runner_module.map_sealed(fd, 5)
+                runner_module.map_text(fd, 5)
     finally:
         for fd in (r, w, f):
             os.close(fd)
@@ -224,7 +237,7 @@ def test_the_runner_refuses_descriptors_that_are_not_memfds(tmp_path: Any) -> No
 def test_the_runner_maps_a_sealed_memfd_read_only() -> None:
     fd = memfd(b'"abc"')
     try:
-        text = runner_module.map_sealed(fd, 5)
+        text = runner_module.map_text(fd, 5)
     finally:
         os.close(fd)
     assert text.map is not None
@@ -233,7 +246,13 @@ def test_the_runner_maps_a_sealed_memfd_read_only() -> None:
     assert len(text) == 5 and text.read() == b'"abc"' and text.map is None
 
 
-def forged(header: dict[str, Any], fds: list[int], *frames: bytes, later_fds: list[int] | None = None) -> Any:
+def forged(
+    header: dict[str, Any],
+    fds: list[int],
+    *frames: bytes,
+    later_fds: list[int] | None = None,
+    handoff: str | None = None,
+) -> Any:
     """Feed the runner's ``read_execute`` what a forged host side sends; returns what it read or raised."""
     host, sandbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     body = json.dumps({"type": "execute", "code": "return 1", "args": [], "kwargs": {}, **header}).encode()
@@ -250,7 +269,7 @@ def forged(header: dict[str, Any], fds: list[int], *frames: bytes, later_fds: li
     host.close()
     channel = runner_module.Channel(sandbox.detach())
     try:
-        return runner_module.read_execute(channel, 1 << 20)
+        return runner_module.read_execute(channel, 1 << 20, handoff)
     except ValueError as exc:
         return exc
     finally:

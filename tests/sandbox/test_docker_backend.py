@@ -16,13 +16,15 @@ import textwrap
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import docker.errors
 import pytest
 
-from sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig
+from sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig, handoff
 from sandbox.backends.base import SandboxUnavailable
+from sandbox.backends.cleanup import process_tag
 from sandbox.backends.docker_backend import LABEL, OWNER_LABEL, ContainerWorker, DockerBackend, reap_leftovers
 from sandbox.protocol import BootFrame
 from tests.conftest import DockerEnv
@@ -131,6 +133,12 @@ def test_container_removed_after_execution(backend: DockerBackend, docker_env: D
         assert gone(docker_env.api, cid), f"container {cid[:12]} still exists"
     backend.close()
     assert owned_by(docker_env.api, backend.owner) == []
+    assert handoff_dirs(process_tag()) == []
+
+
+def handoff_dirs(tag: str) -> list[Path]:
+    """Containers' hand-off directories (not the value store) of the process ``tag`` names."""
+    return [p for p in handoff.base_dir().glob(f"{handoff.PREFIX}{tag}-*") if (p / "in").exists()]
 
 
 def test_pool_close_removes_warm_containers(docker_env: DockerEnv) -> None:
@@ -139,8 +147,10 @@ def test_pool_close_removes_warm_containers(docker_env: DockerEnv) -> None:
     assert pool.wait_ready(2, timeout=60), pool.last_error
     owner = sb._backend("docker").owner  # type: ignore[attr-defined]
     assert len(owned_by(docker_env.api, owner)) >= 2
+    assert len(handoff_dirs(process_tag())) >= 2  # one per warm container
     sb.close()
     assert owned_by(docker_env.api, owner) == []
+    assert handoff_dirs(process_tag()) == []
 
 
 @pytest.mark.docker
@@ -149,10 +159,12 @@ def test_containers_removed_at_interpreter_exit(docker_env: DockerEnv) -> None:
     script = textwrap.dedent(
         """
         from sandbox import ExecutionRequest, Sandbox, SandboxConfig
+        from sandbox.backends.cleanup import process_tag
         sb = Sandbox(SandboxConfig(backend="docker", pool_size=2))
-        out = sb.execute(ExecutionRequest(code="return 1"))
+        out = sb.execute(ExecutionRequest(code="return len(context['big'])", context={"big": "x" * 100_000}))
         assert out.ok, out.error_message
         assert sb.pool().wait_ready(2, timeout=60)
+        print(process_tag(), flush=True)
         print(sb._backend("docker").owner, flush=True)
         # no sb.close(): the atexit handler must remove the warm containers and the used one
         """
@@ -160,8 +172,9 @@ def test_containers_removed_at_interpreter_exit(docker_env: DockerEnv) -> None:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=root)
     assert proc.returncode == 0, proc.stderr
-    owner = proc.stdout.strip().splitlines()[-1]
+    tag, owner = proc.stdout.strip().splitlines()[-2:]
     assert owned_by(docker_env.api, owner) == []
+    assert list(handoff.base_dir().glob(f"{handoff.PREFIX}{tag}-*")) == []  # the value store too
 
 
 @pytest.mark.docker

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig, SandboxUnavailable, oci_spec
+from sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig, SandboxUnavailable, handoff, oci_spec
 from sandbox.backends import oci_backend
+from sandbox.backends.cleanup import process_tag
 from sandbox.backends.docker_backend import CONTAINER_PROTECTIONS
 from sandbox.backends.oci_backend import OciBackend
 from sandbox.seccomp import DENIED_SYSCALLS
@@ -39,11 +40,13 @@ def backend(request: pytest.FixtureRequest) -> Iterator[OciBackend]:
 
 
 def ours(backend: OciBackend) -> list[str]:
-    """Container ids of this process known to the runtime, plus bundles still on disk."""
+    """Container ids of this process known to the runtime, bundles and containers' hand-off directories still
+    on disk."""
     listed = subprocess.run([*backend.command(), "list", "--quiet"], capture_output=True, text=True, check=False)
-    prefix = f"{oci_backend.ID_PREFIX}-{oci_backend._process_tag(os.getpid())}-"
+    prefix = f"{oci_backend.ID_PREFIX}-{process_tag()}-"
     bundles = [p.name for p in backend.bundles.iterdir()] if backend.bundles.exists() else []
-    return [i for i in [*listed.stdout.split(), *bundles] if i.startswith(prefix)]
+    handed = [p.name for p in handoff.base_dir().glob(f"{handoff.PREFIX}{process_tag()}-*") if (p / "in").exists()]
+    return [i for i in [*listed.stdout.split(), *bundles] if i.startswith(prefix)] + handed
 
 
 def wait_clean(backend: OciBackend, timeout: float = 20.0) -> list[str]:
