@@ -212,9 +212,9 @@ class SessionStore:
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
             self._conn.execute("PRAGMA foreign_keys = ON")
-            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            if mode and str(mode[0]).lower() != "wal":
-                log.warning("session database %s: journal mode is %s, not wal", self.path, mode[0])
+            mode = self._enable_wal(busy_timeout_s)
+            if mode != "wal":
+                log.warning("session database %s: journal mode is %s, not wal", self.path, mode)
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self.schema_version = self._migrate()
         except sqlite3.Error as exc:
@@ -223,6 +223,25 @@ class SessionStore:
         except BaseException:
             self._conn.close()
             raise
+
+    def _enable_wal(self, busy_timeout_s: float) -> str:
+        """Switch the file to WAL and return the journal mode it ends in.
+
+        Two connections opening a new file together can both need its exclusive lock for the switch; SQLite
+        then answers SQLITE_BUSY at once instead of waiting (waiting could deadlock), so retry until the
+        busy timeout has passed."""
+        deadline = time.monotonic() + busy_timeout_s
+        delay = 0.005
+        while True:
+            try:
+                row = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                return str(row[0]).lower() if row else ""
+            except sqlite3.OperationalError as exc:
+                contended = "locked" in str(exc) or "busy" in str(exc)
+                if not contended or time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
     # --- plumbing ---------------------------------------------------------------------------------------
 

@@ -312,6 +312,12 @@ def _is_handoff_mount(mount: dict[str, Any]) -> bool:
     )
 
 
+def _mount_refused(exc: Any) -> bool:
+    """Whether the engine refused a container because of its bind mount (a path it cannot see)."""
+    text = str(getattr(exc, "explanation", None) or exc).lower()
+    return "bind source path" in text or "invalid mount config" in text or ("mount" in text and "not exist" in text)
+
+
 def _host_view(pid: int, container_id: str) -> dict[str, bool] | None:
     """For runc on this machine: the container's process as /proc sees it (None when not visible here)."""
     from sandbox.backends.subprocess_backend import _proc_status, _rlimits_set
@@ -365,17 +371,44 @@ class ContainerWorker:
 
     def _create(self, backend: DockerBackend, limits: Limits) -> str:
         import docker.errors
+
+        if backend.handoff_possible():
+            try:
+                self._handoff = handoff.HandoffDir()
+            except OSError as exc:  # large values then travel as frames
+                log.debug("no hand-off directory: %s", exc)
+        try:
+            try:
+                created = self._create_container(backend, limits)
+            except docker.errors.APIError as exc:
+                if self._handoff is None or not _mount_refused(exc):
+                    raise
+                # The engine cannot see this machine's path (rootless, remote behind a local socket): no
+                # hand-off directories for this backend from now on; frames carry the values.
+                log.info("the Docker engine cannot mount hand-off directories (%s); sending values as frames", exc)
+                backend.handoff_refused = True
+                self._drop_handoff()
+                created = self._create_container(backend, limits)
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxUnavailable(backend.missing_image_message(), retriable=True) from exc
+        except docker.errors.APIError as exc:
+            raise backend.translate(exc) from exc
+        except _engine_errors() as exc:
+            raise backend.engine_down(exc) from exc
+        cid = str(created["Id"])
+        if not backend.track(cid, self._handoff):  # closed meanwhile (pool shutting down, interpreter exiting)
+            _remove(self._api, cid)
+            raise SandboxUnavailable(f"the {backend.name} backend is closed", retriable=False)
+        return cid
+
+    def _create_container(self, backend: DockerBackend, limits: Limits) -> dict[str, Any]:
         from docker.types import LogConfig, Mount
 
         gvisor = backend.runtime == "runsc"
         memory = limits.memory_mb + (GVISOR_MEMORY_HEADROOM_MB if gvisor else 0)
         mounts = []
-        if backend.handoff_possible():
-            try:
-                self._handoff = handoff.HandoffDir()
-                mounts.append(Mount(handoff.MOUNT_POINT, str(self._handoff.path), type="bind", read_only=True))
-            except OSError as exc:  # large values then travel as frames
-                log.debug("no hand-off directory: %s", exc)
+        if self._handoff is not None:
+            mounts.append(Mount(handoff.MOUNT_POINT, str(self._handoff.path), type="bind", read_only=True))
         host_config = self._api.create_host_config(
             network_mode="none",
             read_only=True,
@@ -391,32 +424,21 @@ class ContainerWorker:
             log_config=LogConfig(type="none"),
             mounts=mounts,
         )
-        try:
-            created = self._api.create_container(
-                image=backend.tag,
-                command=COMMAND,
-                user=SANDBOX_USER,
-                stdin_open=True,
-                tty=False,
-                environment=[],
-                working_dir=SCRATCH,
-                hostname="sandbox",
-                network_disabled=True,
-                labels={LABEL: "1", OWNER_LABEL: backend.owner, "sandforge.backend": backend.name},
-                host_config=host_config,
-                use_config_proxy=False,
-            )
-        except docker.errors.ImageNotFound as exc:
-            raise SandboxUnavailable(backend.missing_image_message(), retriable=True) from exc
-        except docker.errors.APIError as exc:
-            raise backend.translate(exc) from exc
-        except _engine_errors() as exc:
-            raise backend.engine_down(exc) from exc
-        cid = str(created["Id"])
-        if not backend.track(cid, self._handoff):  # closed meanwhile (pool shutting down, interpreter exiting)
-            _remove(self._api, cid)
-            raise SandboxUnavailable(f"the {backend.name} backend is closed", retriable=False)
-        return cid
+        created: dict[str, Any] = self._api.create_container(
+            image=backend.tag,
+            command=COMMAND,
+            user=SANDBOX_USER,
+            stdin_open=True,
+            tty=False,
+            environment=[],
+            working_dir=SCRATCH,
+            hostname="sandbox",
+            network_disabled=True,
+            labels={LABEL: "1", OWNER_LABEL: backend.owner, "sandforge.backend": backend.name},
+            host_config=host_config,
+            use_config_proxy=False,
+        )
+        return created
 
     def _start(self, config: SandboxConfig, limits: Limits) -> None:
         import docker.errors
@@ -604,12 +626,13 @@ class DockerBackend:
         self._live: dict[str, handoff.HandoffDir | None] = {}  # container id -> its hand-off directory
         self._checked_runtime = False
         self._closed = False
+        self.handoff_refused = False
         _BACKENDS.add(self)
 
     def handoff_possible(self) -> bool:
-        """A hand-off directory can only be mounted by an engine on this machine (a unix socket); the
-        runner's token check still confirms that the engine sees the host's path."""
-        return str(getattr(self._api, "base_url", "")) == "http+docker://localhost"
+        """A hand-off directory can only be mounted by an engine on this machine (a unix socket) that has
+        not refused one; the runner's token check still confirms that the engine sees the host's path."""
+        return not self.handoff_refused and str(getattr(self._api, "base_url", "")) == "http+docker://localhost"
 
     # -- engine access --
 

@@ -255,3 +255,26 @@ def test_no_handoff_directory_without_a_local_engine(monkeypatch: pytest.MonkeyP
         out = sb.execute(ExecutionRequest(code="return context['big'][-3:]", context={"big": BIG}))
         assert out.ok and out.value == "end"
         assert mine() == before
+
+
+def test_an_engine_that_cannot_mount_the_directory_gets_frames(
+    monkeypatch: pytest.MonkeyPatch, docker_env: object
+) -> None:
+    """A local socket whose engine does not see this machine's paths (rootless, forwarded): the engine refuses
+    the bind mount; the backend stops asking for one and the values travel as frames."""
+    original = handoff.HandoffDir.__init__
+
+    def elsewhere(self: handoff.HandoffDir) -> None:
+        original(self)
+        self.path = self.root / "not-there"  # what the engine will not find
+
+    monkeypatch.setattr(handoff.HandoffDir, "__init__", elsewhere)
+    before = mine()
+    with Sandbox(SandboxConfig(backend="docker", pool_size=0)) as sb:
+        out = sb.execute(ExecutionRequest(code="return context['big'][-3:]", context={"big": BIG}))
+        assert out.ok and out.value == "end", (out.error_type, out.error_message)
+        backend = sb._backend("docker")  # type: ignore[attr-defined]
+        assert backend.handoff_refused and not backend.handoff_possible()
+        out = sb.execute(ExecutionRequest(code="return context['big'][:3]", context={"big": BIG}))
+        assert out.ok and out.value == "xxx"
+    assert mine() <= before | {handoff._store()}

@@ -125,3 +125,26 @@ def test_two_processes_on_one_database_file(tmp_path: Path) -> None:
     with SessionStore(path) as store:
         listed = {s.id: s.message_count for s in store.list_sessions()}
     assert listed == {out["id"]: 4 + ROUNDS * 4 for out in results.values()}
+
+
+def test_many_connections_opening_a_new_file_together(tmp_path: Path) -> None:
+    """Switching a new file to WAL needs its exclusive lock, and SQLite answers SQLITE_BUSY at once (no busy
+    wait) when two openers collide there; every opener must still get a store."""
+    errors: list[BaseException] = []
+
+    def opener(path: Path, barrier: threading.Barrier) -> None:
+        barrier.wait()
+        try:
+            with SessionStore(path) as store:
+                store.create_session()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    for attempt in range(30):  # a collision happens in roughly one round in ten without the retry
+        barrier = threading.Barrier(6)
+        threads = [threading.Thread(target=opener, args=(tmp_path / f"{attempt}.db", barrier)) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, (attempt, errors)
