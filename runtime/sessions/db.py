@@ -171,6 +171,12 @@ def _rows_to_messages(rows: list[tuple[Any, ...]]) -> list[Message]:
     return _MESSAGES.validate_python(items)
 
 
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """Whether another connection holds the lock this statement needed."""
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
 def _map_error(exc: sqlite3.Error, path: Path) -> SessionStoreError:
     text = str(exc)
     if isinstance(exc, sqlite3.DatabaseError) and (
@@ -180,7 +186,7 @@ def _map_error(exc: sqlite3.Error, path: Path) -> SessionStoreError:
             f"session database {path} is corrupt: {text}",
             hint="move the file aside; a new empty database is created on the next run",
         )
-    if "locked" in text or "busy" in text:
+    if _is_busy(exc):
         return SessionStoreError(
             f"session database {path} is busy: {text}", hint="another sandforge process holds a write lock"
         )
@@ -237,8 +243,7 @@ class SessionStore:
                 row = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
                 return str(row[0]).lower() if row else ""
             except sqlite3.OperationalError as exc:
-                contended = "locked" in str(exc) or "busy" in str(exc)
-                if not contended or time.monotonic() >= deadline:
+                if not _is_busy(exc) or time.monotonic() >= deadline:
                     raise
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
