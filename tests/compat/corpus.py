@@ -18,7 +18,7 @@ from typing import Any
 PROGRAMS = Path(__file__).parent / "programs"
 
 #: Runs inside the plain-CPython subprocess: each program as the body of a function, like the sandbox does.
-_REFERENCE = r'''
+_REFERENCE = r"""
 import json, sys, textwrap, io, contextlib
 
 class _Outcome:
@@ -52,7 +52,7 @@ def run(program):
 
 programs = json.load(sys.stdin)
 print(json.dumps({p["name"]: run(p) for p in programs}))
-'''
+"""
 
 
 @dataclass(frozen=True)
