@@ -41,6 +41,7 @@ import resource
 import signal
 import socket
 import stat
+import string
 import struct
 import sys
 import types
@@ -684,7 +685,7 @@ def check_json(value: Any, what: str, _depth: int = 0) -> None:
             if item != item or item in (float("inf"), float("-inf")):
                 raise NotJson(f"{what} contains a non-finite float")
             continue
-        if isinstance(item, list):
+        if isinstance(item, list | tuple):  # a tuple is sent as a list, as every JSON boundary does
             stack.extend((child, depth + 1) for child in item)
             continue
         if isinstance(item, dict):
@@ -712,15 +713,26 @@ def dump_json(value: Any, what: str) -> bytes:
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_json_default)
         body = text.encode()
-        exact = json.loads(text) == value
+        decoded = json.loads(text)
+        exact = decoded == value or decoded == _tuples_as_lists(value)
     except (TypeError, ValueError, RecursionError) as exc:
         check_json(value, what)
         raise NotJson(f"{what} is not JSON: {exc}") from None
     if not exact or body.count(b"[") + body.count(b"{") > MAX_DEPTH_BRACKETS:
         check_json(value, what)
         if not exact:
-            raise NotJson(f"{what} is not JSON (a non-string dict key or a tuple)")
+            raise NotJson(f"{what} is not JSON (a non-string dict key)")
     return body
+
+
+def _tuples_as_lists(value: Any) -> Any:
+    """``value`` with every tuple (nested in lists, tuples and dicts) as a list: what its JSON text decodes
+    to when nothing else was converted. Only called when the plain comparison fails."""
+    if isinstance(value, list | tuple):
+        return [_tuples_as_lists(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _tuples_as_lists(item) for key, item in value.items()}
+    return value
 
 
 def _fast_dump(value: Any) -> bytes | None:
@@ -949,6 +961,8 @@ _PROXY_ADJUSTMENTS: dict[str, Any] = {"json": _proxy_json}
 
 def _guarded_import(proxies: dict[str, types.SimpleNamespace]) -> Any:
     def guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        if level == 0 and name in INTERNAL_IMPORTS and name in sys.modules:
+            return sys.modules[name]  # the interpreter's own lazy import from C (see INTERNAL_IMPORTS)
         if level != 0 or name not in proxies:
             raise ImportError(f"import of {name!r} is not allowed in the sandbox")
         if fromlist:
@@ -958,19 +972,541 @@ def _guarded_import(proxies: dict[str, types.SimpleNamespace]) -> Any:
     return guarded_import
 
 
-def _inplacevar(op: str, x: Any, y: Any) -> Any:
-    import operator
+# --- the restricted language (issue 15): what programs may write, and the guards, at close to C speed ---
+#
+# RestrictedPython's default transformer turns every attribute read, item access, iteration and unpacking
+# into a call of a guard. For us those guards check nothing the compiler cannot check once: attribute names
+# are constants in the source, and item access, iteration and unpacking have no policy at all here. So the
+# transformer below (``_policy_class``) keeps RestrictedPython's static checks and emits native operations
+# for them; only what needs a decision at run time stays a call: attribute writes (``_write_``: whose
+# object is it?), ``getattr``/``setattr``/``delattr``/``hasattr`` with computed names, and ``format``/
+# ``format_map`` of strings (plain fields only). The OS boundary is the wall; this is defence in depth.
 
-    ops = {
-        "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
-        "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "<<=": operator.ilshift,
-        ">>=": operator.irshift, "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor,
-        "@=": operator.imatmul,
-    }  # fmt: skip
-    if op not in ops:
-        raise SyntaxError(f"unsupported in-place operator {op}")
-    apply: Any = ops[op]
-    return apply(x, y)
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+#: The module name the program's code runs under: every class and function it defines carries it.
+PROGRAM_MODULE = "sandforge_tool"
+
+#: Special methods a program's own class may define (``def __eq__(self, other)`` in a class body).
+#: Not here: what changes attribute lookup for everybody (``__getattribute__``), what runs at unpredictable
+#: times (``__del__``), and hooks on class creation or pickling (``__init_subclass__``, ``__set_name__``,
+#: ``__class_getitem__``, descriptors, ``__reduce__``...).
+SPECIAL_METHODS: frozenset[str] = frozenset(
+    f"__{name}__"
+    for name in [
+        *_words(
+            "init post_init new repr str format bytes hash bool len length_hint iter next reversed contains "
+            "getitem setitem delitem missing eq ne lt le gt ge call enter exit getattr setattr delattr "
+            "neg pos abs invert round floor ceil trunc int float complex index copy deepcopy"
+        ),
+        *(
+            f"{prefix}{op}"
+            for op in _words("add sub mul truediv floordiv mod divmod pow matmul lshift rshift and or xor")
+            for prefix in ("", "r", "i")
+        ),
+    ]
+)
+#: Special methods ``super().__x__(...)`` (or ``super(C, self).__x__``) may call: a program's own special
+#: method extending its base's. Not the attribute protocol (``super().__setattr__`` writes any name).
+SUPER_METHODS: frozenset[str] = SPECIAL_METHODS - {"__getattr__", "__setattr__", "__delattr__", "__new__"}
+#: Attribute reads that stay a guard call: ``str.format`` and ``string.Formatter``'s field access.
+GUARDED_READS: frozenset[str] = frozenset({"format", "format_map", "get_field", "get_value", "vformat"})
+#: Names RestrictedPython's generated code uses (besides ``_x_`` names): never program-local.
+RESERVED_NAMES: frozenset[str] = frozenset({"_print", "_print_", "printed"})
+
+#: More modules that cannot reach the system (issue 15), each audited; merged into ALLOWED_MODULES.
+#: Withheld: whatever evaluates strings (``typing.get_type_hints``, ``ForwardRef``), creates classes from a
+#: namespace dict or a metaclass (``make_dataclass``, ``EnumType``, ``ABCMeta``), or writes attributes onto
+#: any object it is given (``typing.final``, ``dataclass_transform``, ``enum.global_enum``...).
+COMPAT_MODULES: dict[str, frozenset[str]] = {
+    "abc": frozenset({"ABCMeta", "update_abstractmethods", "get_cache_token"}),
+    "dataclasses": frozenset({"make_dataclass"}),
+    "enum": frozenset(
+        _words(
+            "EnumMeta EnumType global_enum global_enum_repr global_str global_flag_repr show_flag_values "
+            "pickle_by_enum_name pickle_by_global_name"
+        )
+    ),
+    "typing": frozenset(
+        _words(
+            "get_type_hints ForwardRef dataclass_transform no_type_check no_type_check_decorator final "
+            "reveal_type get_overloads clear_overloads TypeAliasType evaluate_forward_ref override"
+        )
+    ),
+    "io": frozenset(),
+}
+#: Modules exposed by allow-list rather than by withholding: only these names.
+EXPOSED_ONLY: dict[str, frozenset[str]] = {"io": frozenset({"StringIO", "BytesIO"})}
+#: Modules the interpreter imports lazily from C on the program's behalf (``datetime.strptime`` imports
+#: ``_strptime`` through the importing frame's ``__import__``): imported before lock-down, handed only to
+#: that import, never importable by the program (import statements of ``_`` names are refused).
+INTERNAL_IMPORTS: frozenset[str] = frozenset({"_strptime"})
+
+#: Library objects whose public attributes are meant to be set, by (module, class name).
+SETTABLE_ATTRIBUTES: dict[tuple[str, str], frozenset[str]] = {
+    ("xml.etree.ElementTree", "Element"): frozenset({"text", "tail", "tag", "attrib"}),
+    ("decimal", "Context"): frozenset({"prec", "rounding", "Emin", "Emax", "capitals", "clamp", "traps", "flags"}),
+    ("textwrap", "TextWrapper"): frozenset(
+        _words(
+            "width initial_indent subsequent_indent expand_tabs replace_whitespace fix_sentence_endings "
+            "break_long_words drop_whitespace break_on_hyphens tabsize max_lines placeholder"
+        )
+    ),
+}
+#: Mutable built-in containers: their instances (and library subclasses: defaultdict, Counter,
+#: OrderedDict, deque) take writes as they are.
+_WRITABLE_BASES: tuple[type, ...] = (dict, list, set, bytearray, collections.deque)
+_WRITABLE_TYPES: frozenset[type] = frozenset(
+    {dict, list, set, bytearray, collections.deque, collections.defaultdict, collections.OrderedDict,
+     collections.Counter, LazyContext}
+)  # fmt: skip
+_FUNCTION = types.FunctionType
+
+
+def _only(names: frozenset[str]) -> Any:
+    def adjust(proxy: types.SimpleNamespace) -> None:
+        for key in list(vars(proxy)):
+            if key not in names:
+                delattr(proxy, key)
+
+    return adjust
+
+
+class _ReadOnly:
+    """What ``_write_`` returns for an object the program may not write: every write is a TypeError."""
+
+    __slots__ = ("kind",)
+    kind: str
+
+    def __init__(self, ob: Any) -> None:
+        object.__setattr__(self, "kind", type(ob).__name__)
+
+    def _refuse(self, name: str, *_: Any) -> None:
+        raise TypeError(
+            f"cannot set or delete attribute {name!r} of a {self.kind} object in the sandbox: only the "
+            "program's own objects (and a few library objects meant to be set) take attribute writes"
+        )
+
+    __setattr__ = _refuse
+    __delattr__ = _refuse
+
+
+class _Settable:
+    """A library object's write proxy that passes on writes of the attributes meant to be set."""
+
+    __slots__ = ("names", "ob")
+    names: frozenset[str]
+    ob: Any
+
+    def __init__(self, ob: Any, names: frozenset[str]) -> None:
+        object.__setattr__(self, "ob", ob)
+        object.__setattr__(self, "names", names)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self.names:
+            _ReadOnly(self.ob)._refuse(name)
+        setattr(self.ob, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        _ReadOnly(self.ob)._refuse(name)
+
+
+def write_guard(ob: Any) -> Any:
+    """``_write_``: the object itself when the program may write its attributes, else a refusing proxy.
+
+    Writable: instances of the program's own classes, those classes and functions themselves (their
+    ``__module__`` is the program's; a program cannot set ``__module__``), and mutable built-in containers.
+    Attribute names are checked by the compiler (no ``_`` names); item assignment is native.
+    """
+    kind = type(ob)
+    if kind in _WRITABLE_TYPES or kind.__module__ == PROGRAM_MODULE:
+        return ob
+    if isinstance(ob, type) or kind is _FUNCTION:
+        if getattr(ob, "__module__", None) == PROGRAM_MODULE:
+            return ob
+    elif kind is LazyContext or isinstance(ob, _WRITABLE_BASES):
+        return ob
+    names = SETTABLE_ATTRIBUTES.get((kind.__module__, kind.__qualname__))
+    if names is not None:
+        return _Settable(ob, names)
+    return _ReadOnly(ob)
+
+
+_INSPECT_ATTRIBUTES: frozenset[str] = frozenset()
+_FORMATTER_PARSE: Any = None
+
+
+def _check_attribute_name(name: Any) -> None:
+    if type(name) is not str:
+        raise TypeError("attribute name must be a string")
+    if name[:1] == "_":
+        raise AttributeError(f'"{name}" is an invalid attribute name because it starts with "_"')
+    if name in _INSPECT_ATTRIBUTES or name.endswith("__roles__"):
+        raise AttributeError(f'"{name}" is a restricted name, that is forbidden to access in RestrictedPython.')
+
+
+def _plain_fields(template: str) -> None:
+    """Refuse format fields that read attributes or items (``{0.__class__}``, ``{x[k]}``)."""
+    for _literal, field, spec, _conversion in _FORMATTER_PARSE(template):
+        if field is None:
+            continue
+        if field and not (field.isdigit() or field.isidentifier()):
+            raise NotImplementedError(
+                f"format field {{{field}}} reads an attribute or an item, which the sandbox does not allow "
+                "in format strings; compute the value first and format it with a plain field"
+            )
+        if spec:
+            _plain_fields(spec)
+
+
+def _checked_format(text: str, method: str) -> Any:
+    bound = getattr(text, method)
+
+    def format(*args: Any, **kwargs: Any) -> Any:
+        _plain_fields(text)
+        return bound(*args, **kwargs)
+
+    return format
+
+
+def _checked_unbound_format(kind: type, method: str) -> Any:
+    unbound = getattr(kind, method)
+
+    def format(text: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(text, str):
+            _plain_fields(text)
+        return unbound(text, *args, **kwargs)
+
+    return format
+
+
+def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
+    """``getattr`` (and the compiler's ``_getattr_`` for ``format``-like names) with the static rules
+    checked at run time, Python's semantics for a missing attribute (AttributeError unless a default is
+    given), and ``str.format``/``format_map`` limited to plain fields."""
+    if len(default) > 1:
+        raise TypeError(f"getattr expected at most 3 arguments, got {2 + len(default)}")
+    _check_attribute_name(name)
+    if name in GUARDED_READS:
+        if name in ("format", "format_map"):
+            if isinstance(obj, str):
+                return _checked_format(obj, name)
+            if isinstance(obj, type) and issubclass(obj, str):
+                return _checked_unbound_format(obj, name)
+        if isinstance(obj, string.Formatter) or (isinstance(obj, type) and issubclass(obj, string.Formatter)):
+            raise NotImplementedError("Using string.Formatter methods is not safe")
+    if default:
+        return getattr(obj, name, default[0])
+    return getattr(obj, name)
+
+
+def guarded_setattr(obj: Any, name: str, value: Any) -> None:
+    _check_attribute_name(name)
+    setattr(write_guard(obj), name, value)
+
+
+def guarded_delattr(obj: Any, name: str) -> None:
+    _check_attribute_name(name)
+    delattr(write_guard(obj), name)
+
+
+def _safe_hasattr(obj: Any, name: str) -> bool:
+    try:
+        guarded_getattr(obj, name)
+    except (AttributeError, NotImplementedError):
+        return False
+    return True
+
+
+class _TypeMeta(type):
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, type)
+
+    def __subclasscheck__(cls, subclass: Any) -> bool:
+        return issubclass(subclass, type)
+
+
+class SandboxType(metaclass=_TypeMeta):
+    """The program's ``type``: ``type(obj)`` for an object that is not a class, and ``isinstance(x, type)``.
+
+    Not three-argument ``type(name, bases, namespace)``, and not ``type(cls)``: a metaclass would create
+    classes from a namespace dict, around the class statement's checks (underscore names, special methods).
+    """
+
+    def __new__(cls, *args: Any) -> Any:
+        if len(args) != 1:
+            raise TypeError("the sandbox's type() takes exactly one argument; define classes with a class statement")
+        kind = type(args[0])
+        if kind is LazyContext:
+            return dict
+        if issubclass(kind, type):
+            raise TypeError("type() of a class is not available in the sandbox")
+        return kind
+
+
+def compat_builtins() -> dict[str, Any]:
+    """The builtins programs are written with, beyond RestrictedPython's safe set (issue 15)."""
+    names = _words(
+        "zip property classmethod staticmethod super object bytes bin ascii NotImplemented Ellipsis "
+        "AssertionError NameError UnboundLocalError UnicodeDecodeError UnicodeEncodeError LookupError "
+        "StopIteration ArithmeticError"
+    )
+    table = {name: getattr(py_builtins, name) for name in names}
+    table.update(type=SandboxType, getattr=guarded_getattr, setattr=guarded_setattr, delattr=guarded_delattr,
+                 hasattr=_safe_hasattr)  # fmt: skip
+    return table
+
+
+class LowerForRestriction(ast.NodeTransformer):
+    """The AST pass before RestrictedPython's: what it would refuse or guard slowly, said in plain Python.
+
+    - ``x.a += v`` becomes ``t = x; u = t.a; u += v; t.a = u`` (each part evaluated once, in-place
+      semantics kept; the write goes through ``_write_``). Names and items stay native augmented assignments.
+    - Annotations are never evaluated: removed from function signatures and from assignments outside class
+      bodies (``total: float = 0.0`` is ``total = 0.0``). In class bodies they stay (dataclasses, NamedTuple
+      and TypedDict read them) and are checked like any expression, and string annotations are refused.
+    - A ``def`` directly in a class body is marked as a method (special method names are allowed there).
+    """
+
+    def __init__(self) -> None:
+        self.counter = 0
+        self.in_class: list[bool] = [False]
+
+    def _temp(self, value: ast.expr, node: ast.AST) -> tuple[ast.Assign, str]:
+        self.counter += 1
+        name = f"sandforge_aug_{self.counter}"
+        return ast.copy_location(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value), node), name
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> Any:
+        for child in node.body:
+            if isinstance(child, ast.FunctionDef):
+                child.sandforge_method = True  # type: ignore[attr-defined]
+        self.in_class.append(True)
+        try:
+            self.generic_visit(node)
+        finally:
+            self.in_class.pop()
+        return node
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> Any:
+        args = node.args
+        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+            if arg is not None:
+                arg.annotation = None
+        if not isinstance(node, ast.Lambda):
+            node.returns = None
+            # the decorators and defaults are evaluated in the enclosing scope, the body in its own
+            node.decorator_list = [self.visit(d) for d in node.decorator_list]
+            args.defaults = [self.visit(d) for d in args.defaults]
+            args.kw_defaults = [None if d is None else self.visit(d) for d in args.kw_defaults]
+            self.in_class.append(False)
+            try:
+                node.body = self._statements(node.body)
+            finally:
+                self.in_class.pop()
+            return node
+        self.in_class.append(False)
+        try:
+            self.generic_visit(node)
+        finally:
+            self.in_class.pop()
+        return node
+
+    def _statements(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for stmt in body:
+            result = self.visit(stmt)
+            if result is None:
+                continue
+            out.extend(result if isinstance(result, list) else [result])
+        return out or [ast.Pass()]
+
+    visit_FunctionDef = _function
+    visit_AsyncFunctionDef = _function
+    visit_Lambda = _function
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> Any:
+        if self.in_class[-1] and isinstance(node.target, ast.Name):
+            node.value = None if node.value is None else self.visit(node.value)
+            return node  # evaluated into the class's __annotations__; RestrictedPython checks it
+        if node.value is None:
+            return ast.copy_location(ast.Pass(), node)
+        assign = ast.Assign(targets=[node.target], value=node.value)
+        return self.visit(ast.copy_location(assign, node))
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> Any:
+        self.generic_visit(node)
+        target = node.target
+        if not isinstance(target, ast.Attribute):
+            return node
+        bind_obj, obj = self._temp(target.value, node)
+        bind_val, val = self._temp(ast.Attribute(ast.Name(obj, ast.Load()), target.attr, ast.Load()), node)
+        update = ast.AugAssign(target=ast.Name(val, ast.Store()), op=node.op, value=node.value)
+        store = ast.Assign(
+            targets=[ast.Attribute(ast.Name(obj, ast.Load()), target.attr, ast.Store())],
+            value=ast.Name(val, ast.Load()),
+        )
+        return [bind_obj, bind_val, ast.copy_location(update, node), ast.copy_location(store, node)]
+
+
+_POLICY: Any = None
+
+
+def _policy_class() -> Any:
+    """The RestrictedPython transformer sandforge compiles with (built once, after RestrictedPython is
+    importable: in a container its path comes with the boot frame)."""
+    global _POLICY, _INSPECT_ATTRIBUTES, _FORMATTER_PARSE
+    if _POLICY is not None:
+        return _POLICY
+    from RestrictedPython import transformer as rp
+
+    _INSPECT_ATTRIBUTES = frozenset(rp.INSPECT_ATTRIBUTES)
+    _FORMATTER_PARSE = string.Formatter().parse
+
+    def is_super_call(node: ast.expr) -> bool:
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+
+    class SandforgePolicy(rp.RestrictingNodeTransformer):
+        """RestrictedPython's static rules, native operations where its guards would check nothing."""
+
+        special_def: str | None = None
+
+        def check_name(self, node: Any, name: str | None, allow_magic_methods: bool = False) -> None:
+            if name and name[0] == "_" and name != "_" and name == self.special_def:
+                return
+            if (name and name[0] == "_" and len(name) > 1 and name[1] != "_" and name[-1] != "_"
+                    and name not in RESERVED_NAMES and not (name[:4] == "_tmp" and name[4:].isdigit())):  # fmt: skip
+                return  # a program-local helper name (``_parse``, ``_CACHE``): never one the runtime uses
+            super().check_name(node, name, allow_magic_methods)
+
+        def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+            outer = self.special_def
+            method = getattr(node, "sandforge_method", False) and node.name in SPECIAL_METHODS
+            self.special_def = node.name if method else None
+            try:
+                self.check_name(node, node.name)
+            finally:
+                self.special_def = outer
+            self.check_function_argument_names(node)
+            with self.print_info.new_print_scope():
+                node = self.node_contents_visit(node)
+                self.inject_print_collector(node)
+            return node
+
+        def visit_Attribute(self, node: ast.Attribute) -> Any:
+            attr = node.attr
+            if attr.startswith("_") and not (attr in SUPER_METHODS and is_super_call(node.value)):
+                self.error(node, f'"{attr}" is an invalid attribute name because it starts with "_".')
+            if attr.endswith("__roles__"):
+                self.error(node, f'"{attr}" is an invalid attribute name because it ends with "__roles__".')
+            if attr in rp.INSPECT_ATTRIBUTES:
+                self.error(node, f'"{attr}" is a restricted name, that is forbidden to access in RestrictedPython.')
+            node = self.node_contents_visit(node)
+            if isinstance(node.ctx, ast.Load):
+                if attr not in GUARDED_READS:
+                    return node  # the name is checked above: a native read is the guarded read
+                call = ast.Call(func=ast.Name("_getattr_", ast.Load()), args=[node.value, ast.Constant(attr)],
+                                keywords=[])  # fmt: skip
+                return ast.fix_missing_locations(ast.copy_location(call, node))
+            guard = ast.Call(func=ast.Name("_write_", ast.Load()), args=[node.value], keywords=[])
+            node.value = ast.fix_missing_locations(ast.copy_location(guard, node.value))
+            return node
+
+        def visit_Subscript(self, node: ast.Subscript) -> Any:
+            return self.node_contents_visit(node)  # item access has no policy here: native
+
+        def guard_iter(self, node: Any) -> Any:
+            return self.node_contents_visit(node)  # iteration and unpacking: native
+
+        def visit_Assign(self, node: ast.Assign) -> Any:
+            return self.node_contents_visit(node)
+
+        def visit_With(self, node: ast.With) -> Any:
+            return self.node_contents_visit(node)
+
+        def visit_AugAssign(self, node: ast.AugAssign) -> Any:
+            if isinstance(node.target, ast.Attribute):
+                self.error(node, "Augmented assignment of attributes is not allowed.")  # lowered before
+            return self.node_contents_visit(node)  # names and items: Python's own in-place operation
+
+        def visit_Call(self, node: ast.Call) -> Any:
+            if isinstance(node.func, ast.Name) and node.func.id in ("exec", "eval"):
+                self.error(node, f"{node.func.id.capitalize()} calls are not allowed.")
+            return self.node_contents_visit(node)
+
+        def visit_AnnAssign(self, node: ast.AnnAssign) -> Any:
+            for sub in ast.walk(node.annotation):
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    self.error(node, "String annotations are not allowed: name the type itself.")
+                    break
+            return self.node_contents_visit(node)
+
+        def visit_Nonlocal(self, node: ast.Nonlocal) -> Any:
+            for name in node.names:
+                self.check_name(node, name)
+            return node
+
+        # match statements: patterns compile to native reads; the names in them are checked statically
+        def visit_Match(self, node: Any) -> Any:
+            return self.node_contents_visit(node)
+
+        def visit_match_case(self, node: Any) -> Any:
+            return self.node_contents_visit(node)
+
+        def _static_reference(self, node: ast.expr) -> None:
+            """A pattern's class or value reference (``Color.RED``): a dotted name, read natively."""
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Attribute) and (sub.attr.startswith("_") or sub.attr in rp.INSPECT_ATTRIBUTES):
+                    self.error(node, f'"{sub.attr}" is an invalid attribute name in a pattern.')
+                elif isinstance(sub, ast.Name):
+                    self.check_name(node, sub.id)
+
+        def visit_MatchValue(self, node: Any) -> Any:
+            self._static_reference(node.value)
+            return node
+
+        def visit_MatchSingleton(self, node: Any) -> Any:
+            return node
+
+        def visit_MatchSequence(self, node: Any) -> Any:
+            return self.node_contents_visit(node)
+
+        def visit_MatchMapping(self, node: Any) -> Any:
+            self.check_name(node, node.rest)
+            for key in node.keys:
+                self._static_reference(key)
+            node.patterns = [self.visit(p) for p in node.patterns]
+            return node
+
+        def visit_MatchClass(self, node: Any) -> Any:
+            self._static_reference(node.cls)
+            for attr in node.kwd_attrs:
+                if attr.startswith("_"):
+                    self.error(node, f'"{attr}" is an invalid attribute name in a pattern.')
+            node.patterns = [self.visit(p) for p in node.patterns]
+            node.kwd_patterns = [self.visit(p) for p in node.kwd_patterns]
+            return node
+
+        def visit_MatchStar(self, node: Any) -> Any:
+            self.check_name(node, node.name)
+            return node
+
+        def visit_MatchAs(self, node: Any) -> Any:
+            self.check_name(node, node.name)
+            return self.node_contents_visit(node)
+
+        def visit_MatchOr(self, node: Any) -> Any:
+            return self.node_contents_visit(node)
+
+    _POLICY = SandforgePolicy
+    return _POLICY
+
+
+ALLOWED_MODULES.update(COMPAT_MODULES)
+_PROXY_ADJUSTMENTS.update({name: _only(names) for name, names in EXPOSED_ONLY.items()})
 
 
 def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText, bridge: Bridge) -> dict[str, Any]:
@@ -996,8 +1532,7 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
         "ZeroDivisionError", "OverflowError", "RecursionError", "UnicodeError",
     ):  # fmt: skip
         builtins[extra] = getattr(py_builtins, extra)
-    builtins["getattr"] = guarded_getattr
-    builtins["hasattr"] = lambda obj, name: _safe_hasattr(guarded_getattr, obj, name)
+    builtins.update(compat_builtins())
     builtins["__import__"] = _guarded_import(proxies)
     builtins["Outcome"] = OutcomeFactory
     builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
@@ -1019,82 +1554,26 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
         "_getiter_": default_guarded_getiter,
         "_iter_unpack_sequence_": Guards.guarded_iter_unpack_sequence,
         "_unpack_sequence_": Guards.guarded_unpack_sequence,
-        "_write_": Guards.full_write_guard,
-        "_inplacevar_": _inplacevar,
+        "_write_": write_guard,
         "_print_": Printer,
         "_apply_": lambda f, *a, **kw: f(*a, **kw),
     }
 
 
-_MISSING = object()
-
-
-def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
-    """RestrictedPython's ``safer_getattr`` with Python's semantics for a missing attribute.
-
-    ``safer_getattr`` falls back to a default of ``None``, so ``x.missing`` and ``getattr(x, "missing")``
-    would quietly be ``None`` and ``hasattr`` always true; a tool would compute with ``None`` instead of
-    failing. Here a missing attribute raises ``AttributeError`` unless a default is given.
-    """
-    from RestrictedPython import Guards
-
-    if len(default) > 1:
-        raise TypeError(f"getattr expected at most 3 arguments, got {2 + len(default)}")
-    value = Guards.safer_getattr(obj, name, _MISSING)  # type: ignore[no-untyped-call]
-    if value is _MISSING:
-        if default:
-            return default[0]
-        raise AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
-    return value
-
-
-def _safe_hasattr(getter: Any, obj: Any, name: str) -> bool:
-    try:
-        getter(obj, name)
-    except (AttributeError, NotImplementedError):
-        return False
-    return True
-
-
-class LowerAugmentedAssignment(ast.NodeTransformer):
-    """Rewrite ``x[k] += v`` / ``x.a += v`` as plain assignments, which RestrictedPython can guard.
-
-    Each sub-expression is bound to a temporary first, so it is evaluated exactly once, as in Python.
-    """
-
-    def __init__(self) -> None:
-        self.counter = 0
-
-    def _temp(self, value: ast.expr, node: ast.AST) -> tuple[ast.Assign, ast.Name]:
-        self.counter += 1
-        name = f"sandforge_aug_{self.counter}"
-        assign = ast.copy_location(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value), node)
-        return assign, ast.Name(name, ast.Load())
-
-    def visit_AugAssign(self, node: ast.AugAssign) -> Any:
-        self.generic_visit(node)
-        target = node.target
-        if isinstance(target, ast.Subscript) and not isinstance(target.slice, ast.Slice):
-            bind_obj, obj = self._temp(target.value, node)
-            bind_key, key = self._temp(target.slice, node)
-            load: ast.expr = ast.Subscript(obj, key, ast.Load())
-            store: ast.expr = ast.Subscript(ast.Name(obj.id, ast.Load()), ast.Name(key.id, ast.Load()), ast.Store())
-            prelude = [bind_obj, bind_key]
-        elif isinstance(target, ast.Attribute):
-            bind_obj, obj = self._temp(target.value, node)
-            load = ast.Attribute(obj, target.attr, ast.Load())
-            store = ast.Attribute(ast.Name(obj.id, ast.Load()), target.attr, ast.Store())
-            prelude = [bind_obj]
-        else:
-            return node
-        assign = ast.Assign(targets=[store], value=ast.BinOp(load, node.op, node.value))
-        return [*prelude, ast.copy_location(assign, node)]
+def _compile_restricted(tree: ast.Module) -> types.CodeType:
+    """RestrictedPython's checks and rewrites (sandforge's policy), then ``compile`` without inheriting this
+    module's ``from __future__ import annotations`` (class-body annotations must be objects, not strings,
+    for dataclasses). SyntaxError with the policy's messages when it refuses the program."""
+    errors: list[str] = []
+    policy = _policy_class()(errors, [], {})
+    policy.visit(tree)
+    if errors:
+        raise SyntaxError(tuple(errors))
+    return compile(tree, TOOL_FILENAME, "exec", dont_inherit=True)
 
 
 def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | None]:
     """Compile the body as a function under RestrictedPython; return (code, None) or (None, error)."""
-    from RestrictedPython.compile import compile_restricted
-
     try:
         module = ast.parse(code, TOOL_FILENAME, "exec")
     except (SyntaxError, ValueError) as exc:
@@ -1109,12 +1588,12 @@ def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | 
     )  # fmt: skip
     body = module.body or [ast.Pass()]
     func = ast.FunctionDef(name=TOOL_FUNCTION, args=arguments, body=body, decorator_list=[], returns=None)
-    wrapper = LowerAugmentedAssignment().visit(ast.Module(body=[func], type_ignores=[]))
+    wrapper = LowerForRestriction().visit(ast.Module(body=[func], type_ignores=[]))
     ast.fix_missing_locations(wrapper)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # RestrictedPython warns about constructs it then rejects
-            compiled = compile_restricted(wrapper, TOOL_FILENAME, "exec")
+            compiled = _compile_restricted(wrapper)
     except SyntaxError as exc:
         message = "; ".join(str(m) for m in exc.args[0]) if isinstance(exc.args[0], tuple) else str(exc)
         kind = "invalid_code" if "outside function" in message else "sandbox_violation"
@@ -1249,6 +1728,9 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
     """Everything that must happen before lock-down: imports, module proxies, a warm compiler."""
     sys.path[:0] = [p for p in boot.get("sys_path", []) if isinstance(p, str)]
     import RestrictedPython  # noqa: F401 - import before lock-down: nothing is importable after it
+
+    for name in INTERNAL_IMPORTS:
+        __import__(name)
 
     # With a chroot (subprocess backend) nothing is importable after lock-down: import every allowed module
     # now. In a container the root stays the image, so modules are imported on first use.

@@ -27,7 +27,6 @@ def run_corpus(backend: str) -> list[corpus.Verdict]:
     return verdicts
 
 
-@pytest.mark.xfail(reason="issue 15 in progress: 46.1% (53/115) pass at the corpus's first run", strict=True)
 @pytest.mark.parametrize("backend", ["subprocess", pytest.param("docker", marks=pytest.mark.docker)])
 def test_the_corpus_runs_unchanged(backend: str) -> None:
     verdicts = run_corpus(backend)
