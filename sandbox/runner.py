@@ -959,10 +959,15 @@ def _proxy_json(module: types.SimpleNamespace) -> None:
 _PROXY_ADJUSTMENTS: dict[str, Any] = {"json": _proxy_json}
 
 
+_INTERNAL_IMPORT_DONE = types.SimpleNamespace()
+
+
 def _guarded_import(proxies: dict[str, types.SimpleNamespace]) -> Any:
     def guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
         if level == 0 and name in INTERNAL_IMPORTS and name in sys.modules:
-            return sys.modules[name]  # the interpreter's own lazy import from C (see INTERNAL_IMPORTS)
+            # The interpreter's own lazy import from C (PyImport_Import), which ignores what this returns and
+            # takes the module from sys.modules: the program never gets the real module from here.
+            return _INTERNAL_IMPORT_DONE
         if level != 0 or name not in proxies:
             raise ImportError(f"import of {name!r} is not allowed in the sandbox")
         if fromlist:
@@ -1163,17 +1168,17 @@ def _plain_fields(template: str) -> None:
 
 
 def _checked_format(text: str, method: str) -> Any:
-    bound = getattr(text, method)
+    unbound = getattr(str, method)
 
     def format(*args: Any, **kwargs: Any) -> Any:
         _plain_fields(text)
-        return bound(*args, **kwargs)
+        return unbound(text, *args, **kwargs)
 
     return format
 
 
-def _checked_unbound_format(kind: type, method: str) -> Any:
-    unbound = getattr(kind, method)
+def _checked_unbound_format(method: str) -> Any:
+    unbound = getattr(str, method)
 
     def format(text: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(text, str):
@@ -1181,6 +1186,22 @@ def _checked_unbound_format(kind: type, method: str) -> Any:
         return unbound(text, *args, **kwargs)
 
     return format
+
+
+_STR_FORMATS: dict[Any, str] = {str.format: "format", str.format_map: "format_map"}
+
+
+def _format_checked(value: Any) -> Any:
+    """``value`` as read, unless it is ``str.format``/``format_map`` (bound to a string, however reached:
+    ``s.format``, ``super(S, s).format``, ``str.format``): then the checked version of it."""
+    method = getattr(value, "__name__", None)
+    if method in ("format", "format_map"):
+        owner = getattr(value, "__self__", None)
+        if type(value) is types.BuiltinMethodType and isinstance(owner, str):
+            return _checked_format(owner, method)
+        if value in _STR_FORMATS:
+            return _checked_unbound_format(_STR_FORMATS[value])
+    return value
 
 
 def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
@@ -1191,13 +1212,9 @@ def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
         raise TypeError(f"getattr expected at most 3 arguments, got {2 + len(default)}")
     _check_attribute_name(name)
     if name in GUARDED_READS:
-        if name in ("format", "format_map"):
-            if isinstance(obj, str):
-                return _checked_format(obj, name)
-            if isinstance(obj, type) and issubclass(obj, str):
-                return _checked_unbound_format(obj, name)
         if isinstance(obj, string.Formatter) or (isinstance(obj, type) and issubclass(obj, string.Formatter)):
             raise NotImplementedError("Using string.Formatter methods is not safe")
+        return _format_checked(getattr(obj, name, *default))
     if default:
         return getattr(obj, name, default[0])
     return getattr(obj, name)
@@ -1382,6 +1399,14 @@ def _policy_class() -> Any:
                 return  # a program-local helper name (``_parse``, ``_CACHE``): never one the runtime uses
             super().check_name(node, name, allow_magic_methods)
 
+        def check_import_names(self, node: ast.Import | ast.ImportFrom) -> Any:
+            # no program-local ``_`` names here: ``import _strptime`` and ``from _strptime import x`` stay refused
+            modules = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            for name in [*modules, *(n for alias in node.names for n in (alias.name, alias.asname) if n)]:
+                if any(part.startswith("_") for part in name.split(".")):
+                    self.error(node, f'"{name}" is an invalid variable name because it starts with "_"')
+            return super().check_import_names(node)
+
         def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
             outer = self.special_def
             method = getattr(node, "sandforge_method", False) and node.name in SPECIAL_METHODS
@@ -1505,11 +1530,29 @@ def _policy_class() -> Any:
     return _POLICY
 
 
+def _proxy_dataclasses(module: types.SimpleNamespace) -> None:
+    """``dataclass`` on the program's own classes only: on a library class it would rewrite the library's
+    methods in place (``@dataclass`` sets ``__init__``, ``__eq__``... on the class it is given)."""
+    real = module.dataclass
+
+    def dataclass(cls: Any = None, /, **options: Any) -> Any:
+        def wrap(target: Any) -> Any:
+            if not (isinstance(target, type) and getattr(target, "__module__", None) == PROGRAM_MODULE):
+                raise TypeError("dataclass() applies to the program's own classes only")
+            return real(**options)(target)
+
+        return wrap if cls is None else wrap(cls)
+
+    module.dataclass = dataclass
+
+
 ALLOWED_MODULES.update(COMPAT_MODULES)
 _PROXY_ADJUSTMENTS.update({name: _only(names) for name, names in EXPOSED_ONLY.items()})
+_PROXY_ADJUSTMENTS["dataclasses"] = _proxy_dataclasses
 
 
 def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText, bridge: Bridge) -> dict[str, Any]:
+    _policy_class()  # the run-time guards' tables (INSPECT_ATTRIBUTES, the format parser) come with it
     from RestrictedPython import Guards
     from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
     from RestrictedPython.Guards import safe_builtins
@@ -1608,6 +1651,15 @@ def _error(kind: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"type": kind, "message": message[:4000], **{k: v for k, v in extra.items() if v is not None}}
 
 
+def _describe(exc: BaseException) -> str:
+    """``str(exc)``, which runs the program's code (its ``__str__``, its arguments' ``__repr__``): whatever
+    that raises or returns, the runner still writes its result."""
+    try:
+        return str(exc)
+    except BaseException:
+        return "(the exception's message could not be computed)"
+
+
 def _tool_line(tb: types.TracebackType | None) -> int | None:
     line = None
     while tb is not None:
@@ -1674,7 +1726,7 @@ def execute(
         except BaseException as exc:
             kind = _classify_exception(exc)
             name = type(exc).__name__
-            message = str(exc) if kind != "memory_limit" else f"memory limit of {limits['memory_mb']} MB exceeded"
+            message = _describe(exc) if kind != "memory_limit" else f"memory limit of {limits['memory_mb']} MB exceeded"
             error = _error(kind, f"{name}: {message}" if kind == "execution" else message,
                            exception=name, line=_tool_line(exc.__traceback__))  # fmt: skip
     if stdout.overflowed:
