@@ -1484,7 +1484,9 @@ def _policy_class() -> Any:
         def _static_reference(self, node: ast.expr) -> None:
             """A pattern's class or value reference (``Color.RED``): a dotted name, read natively."""
             for sub in ast.walk(node):
-                if isinstance(sub, ast.Attribute) and (sub.attr.startswith("_") or sub.attr in rp.INSPECT_ATTRIBUTES):
+                if isinstance(sub, ast.Attribute) and (
+                    sub.attr.startswith("_") or sub.attr in rp.INSPECT_ATTRIBUTES or sub.attr in GUARDED_READS
+                ):
                     self.error(node, f'"{sub.attr}" is an invalid attribute name in a pattern.')
                 elif isinstance(sub, ast.Name):
                     self.check_name(node, sub.id)
@@ -1508,8 +1510,8 @@ def _policy_class() -> Any:
 
         def visit_MatchClass(self, node: Any) -> Any:
             self._static_reference(node.cls)
-            for attr in node.kwd_attrs:
-                if attr.startswith("_"):
+            for attr in node.kwd_attrs:  # read natively: what the guards read through a call is refused
+                if attr.startswith("_") or attr in GUARDED_READS or attr in rp.INSPECT_ATTRIBUTES:
                     self.error(node, f'"{attr}" is an invalid attribute name in a pattern.')
             node.patterns = [self.visit(p) for p in node.patterns]
             node.kwd_patterns = [self.visit(p) for p in node.kwd_patterns]
@@ -1615,36 +1617,62 @@ def _compile_restricted(tree: ast.Module) -> types.CodeType:
     return compile(tree, TOOL_FILENAME, "exec", dont_inherit=True)
 
 
-def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | None]:
-    """Compile the body as a function under RestrictedPython; return (code, None) or (None, error)."""
-    try:
-        module = ast.parse(code, TOOL_FILENAME, "exec")
-    except (SyntaxError, ValueError) as exc:
-        line = getattr(exc, "lineno", None)
-        return None, _error("invalid_code", f"syntax error: {exc.msg if isinstance(exc, SyntaxError) else exc}",
-                            exception=type(exc).__name__, line=line)  # fmt: skip
-    except (RecursionError, MemoryError):
-        return None, _error("invalid_code", "program is nested too deeply to compile")
+#: One refusal of the compiler: (``invalid_code`` or ``sandbox_violation``, line or None, message).
+Refusal = tuple[str, int | None, str]
+
+
+def compile_checked(code: str, tree: ast.Module | None = None) -> tuple[types.CodeType | None, list[Refusal]]:
+    """Compile the body as a function under sandforge's RestrictedPython policy: (code, []) or (None, every
+    refusal). The host's validation calls this very function (``runtime.guardrails.engine``), so what the
+    policy approves is what the sandbox compiles. ``tree``: the program already parsed (it is changed)."""
+    if tree is None:
+        try:
+            tree = ast.parse(code, TOOL_FILENAME, "exec")
+        except (SyntaxError, ValueError) as exc:
+            message = f"syntax error: {exc.msg if isinstance(exc, SyntaxError) else exc}"
+            return None, [("invalid_code", getattr(exc, "lineno", None), message)]
+        except (RecursionError, MemoryError):
+            return None, [("invalid_code", None, "program is nested too deeply to compile")]
     arguments = ast.arguments(
         posonlyargs=[], args=[ast.arg(arg=n) for n in ("context", "args", "kwargs")], vararg=None,
         kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
     )  # fmt: skip
-    body = module.body or [ast.Pass()]
+    body = tree.body or [ast.Pass()]
     func = ast.FunctionDef(name=TOOL_FUNCTION, args=arguments, body=body, decorator_list=[], returns=None)
-    wrapper = LowerForRestriction().visit(ast.Module(body=[func], type_ignores=[]))
-    ast.fix_missing_locations(wrapper)
     try:
+        wrapper = LowerForRestriction().visit(ast.Module(body=[func], type_ignores=[]))
+        ast.fix_missing_locations(wrapper)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # RestrictedPython warns about constructs it then rejects
-            compiled = _compile_restricted(wrapper)
+            return _compile_restricted(wrapper), []
     except SyntaxError as exc:
-        message = "; ".join(str(m) for m in exc.args[0]) if isinstance(exc.args[0], tuple) else str(exc)
-        kind = "invalid_code" if "outside function" in message else "sandbox_violation"
-        return None, _error(kind, f"rejected by the sandbox: {message}", exception="SyntaxError",
-                            line=getattr(exc, "lineno", None))  # fmt: skip
+        if isinstance(exc.args[0], tuple):
+            return None, [_refusal(str(m)) for m in exc.args[0]]
+        kind = "invalid_code" if "outside function" in str(exc.msg) else "sandbox_violation"
+        return None, [(kind, exc.lineno, str(exc.msg))]
     except (RecursionError, MemoryError):
-        return None, _error("invalid_code", "program is nested too deeply to compile")
-    return compiled, None
+        return None, [("invalid_code", None, "program is nested too deeply to compile")]
+
+
+def _refusal(text: str) -> Refusal:
+    """RestrictedPython's ``Line N: message`` as a refusal."""
+    head, sep, rest = text.partition(": ")
+    if sep and head.startswith("Line ") and head[5:].isdigit():
+        return "sandbox_violation", int(head[5:]), rest
+    return "sandbox_violation", None, text
+
+
+def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | None]:
+    """Compile the body as a function under RestrictedPython; return (code, None) or (None, error)."""
+    compiled, refusals = compile_checked(code)
+    if not refusals:
+        return compiled, None
+    kind, line, message = refusals[0]
+    if message.startswith("syntax error") or "nested too deeply" in message:
+        return None, _error(kind, message, exception="SyntaxError" if line else None, line=line)
+    text = "; ".join(f"Line {ln}: {msg}" if ln else msg for _, ln, msg in refusals)
+    kind = "invalid_code" if "outside function" in text else "sandbox_violation"
+    return None, _error(kind, f"rejected by the sandbox: {text}", exception="SyntaxError", line=line)
 
 
 def _error(kind: str, message: str, **extra: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from runtime.errors import UsageError
 from runtime.fsio import atomic_write_json
 from runtime.gate import guarded_execute
 from runtime.guardrails import default_policy, load_policy
+from runtime.guardrails.engine import source_text
 from sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
 
 
@@ -146,7 +147,7 @@ def command(
     try:
         limits = Limits(**{**config.limits.model_dump(), **overrides})
         request = ExecutionRequest(
-            code=code.decode("utf-8", "surrogateescape"), context=context, args=args, kwargs=kwargs, limits=limits
+            code=source_text(code), context=context, args=args, kwargs=kwargs, limits=limits
         )
     except ValidationError as exc:
         err = exc.errors()[0]
