@@ -491,7 +491,7 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
 # --- the program's world ------------------------------------------------------------------------------
 
 
-def _populate(proxy: types.SimpleNamespace, name: str) -> None:
+def _populate(proxy: Any, name: str) -> None:
     """Import ``name`` and copy its public names (minus the withheld ones and sub-modules) onto ``proxy``."""
     __import__(name)
     withheld = ALLOWED_MODULES[name]
@@ -507,12 +507,12 @@ def _populate(proxy: types.SimpleNamespace, name: str) -> None:
 _PENDING: dict[int, str] = {}
 
 
-class LazyModuleProxy(types.SimpleNamespace):
+class LazyModuleProxy(types.ModuleType):
     """A module proxy that imports its module the first time a missing attribute is read.
 
     Used where modules stay importable after lock-down (containers: the root file system is the image's),
     so a container imports only what its program uses: importing every allowed module costs about 20 ms
-    of each container's start, a third of it.
+    of each container's start, a third of it. Once filled it becomes a plain module object again.
     """
 
     def __getattr__(self, attr: str) -> Any:
@@ -520,29 +520,37 @@ class LazyModuleProxy(types.SimpleNamespace):
         if name is None:
             raise AttributeError(f"module has no attribute {attr!r}")
         _populate(self, name)
+        self.__class__ = types.ModuleType  # type: ignore[assignment]  # reads specialise as module reads
         return getattr(self, attr)
 
 
-def build_module_proxies(*, lazy: bool = False) -> dict[str, types.SimpleNamespace]:
+def _new_proxy(name: str) -> Any:
+    """An empty proxy: a plain module object (not a SimpleNamespace) because the interpreter reads a
+    module's attributes fastest (``LOAD_ATTR_MODULE``): ``math.pi`` or ``json.dumps`` costs what it
+    costs outside the sandbox. It is never in ``sys.modules``, and its dunder names stay unreachable."""
+    return types.ModuleType(name)
+
+
+def build_module_proxies(*, lazy: bool = False) -> dict[str, Any]:
     """A proxy per allowed module: filled now (``lazy=False``: nothing can be imported after a lock-down
     that changes the root), or on first use.
 
     Dotted modules hang under their parents' proxies, so ``import xml.etree.ElementTree as ET`` works.
     """
-    proxies: dict[str, types.SimpleNamespace] = {}
+    proxies: dict[str, Any] = {}
     for name in sorted(ALLOWED_MODULES):
         if lazy:
-            proxy: types.SimpleNamespace = LazyModuleProxy()
+            proxy: Any = LazyModuleProxy(name)
             _PENDING[id(proxy)] = name
         else:
-            proxy = types.SimpleNamespace()
+            proxy = _new_proxy(name)
             _populate(proxy, name)
         proxies[name] = proxy
     for name in sorted(ALLOWED_MODULES, key=lambda n: n.count(".")):
         parts = name.split(".")
         for depth in range(1, len(parts)):
             parent = ".".join(parts[:depth])
-            proxies.setdefault(parent, types.SimpleNamespace())
+            proxies.setdefault(parent, _new_proxy(parent))
         for depth in range(1, len(parts)):
             parent, child = ".".join(parts[:depth]), ".".join(parts[: depth + 1])
             setattr(proxies[parent], parts[depth], proxies[child])
@@ -1074,7 +1082,7 @@ _FUNCTION = types.FunctionType
 def _only(names: frozenset[str]) -> Any:
     def adjust(proxy: types.SimpleNamespace) -> None:
         for key in list(vars(proxy)):
-            if key not in names:
+            if key not in names and not key.startswith("_"):
                 delattr(proxy, key)
 
     return adjust
@@ -1277,6 +1285,33 @@ def compat_builtins() -> dict[str, Any]:
     return table
 
 
+_BINDING_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _binds(function: ast.FunctionDef, name: str) -> bool:
+    """Whether anything in ``function`` (nested scopes included, to be safe) could rebind or delete
+    ``name``: an assignment, ``del``, a loop/with/except/import/match target, a nested definition or
+    parameter of that name, or a ``global``/``nonlocal`` declaration of it."""
+    for node in ast.walk(ast.Module(body=function.body, type_ignores=[])):
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+            return True
+        if isinstance(node, _BINDING_NODES) and node.name == name:
+            return True
+        if isinstance(node, ast.arg) and node.arg == name:
+            return True
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return True
+        if isinstance(node, ast.ExceptHandler) and node.name == name:
+            return True
+        if isinstance(node, ast.alias) and (node.asname or node.name).split(".")[0] == name:
+            return True
+        if isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name == name:
+            return True
+        if isinstance(node, ast.MatchMapping) and node.rest == name:
+            return True
+    return False
+
+
 class LowerForRestriction(ast.NodeTransformer):
     """The AST pass before RestrictedPython's: what it would refuse or guard slowly, said in plain Python.
 
@@ -1291,6 +1326,7 @@ class LowerForRestriction(ast.NodeTransformer):
     def __init__(self) -> None:
         self.counter = 0
         self.in_class: list[bool] = [False]
+        self.selfs: list[str | None] = [None]  # the current method's never-rebound first parameter
 
     def _temp(self, value: ast.expr, node: ast.AST) -> tuple[ast.Assign, str]:
         self.counter += 1
@@ -1301,6 +1337,9 @@ class LowerForRestriction(ast.NodeTransformer):
         for child in node.body:
             if isinstance(child, ast.FunctionDef):
                 child.sandforge_method = True  # type: ignore[attr-defined]
+                first = (child.args.posonlyargs + child.args.args)[:1]
+                if first and not _binds(child, first[0].arg):
+                    child.sandforge_self = first[0].arg  # type: ignore[attr-defined]
         self.in_class.append(True)
         try:
             self.generic_visit(node)
@@ -1309,6 +1348,13 @@ class LowerForRestriction(ast.NodeTransformer):
         return node
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> Any:
+        self.selfs.append(getattr(node, "sandforge_self", None))
+        try:
+            return self._function_body(node)
+        finally:
+            self.selfs.pop()
+
+    def _function_body(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> Any:
         args = node.args
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if arg is not None:
@@ -1359,14 +1405,51 @@ class LowerForRestriction(ast.NodeTransformer):
         target = node.target
         if not isinstance(target, ast.Attribute):
             return node
-        bind_obj, obj = self._temp(target.value, node)
+        prelude: list[ast.stmt] = []
+        if isinstance(target.value, ast.Name) and target.value.id == self.selfs[-1]:
+            obj = target.value.id  # a method's own never-rebound ``self``: evaluating it twice is the same
+        else:
+            bind_obj, obj = self._temp(target.value, node)
+            prelude.append(bind_obj)
         bind_val, val = self._temp(ast.Attribute(ast.Name(obj, ast.Load()), target.attr, ast.Load()), node)
         update = ast.AugAssign(target=ast.Name(val, ast.Store()), op=node.op, value=node.value)
         store = ast.Assign(
             targets=[ast.Attribute(ast.Name(obj, ast.Load()), target.attr, ast.Store())],
             value=ast.Name(val, ast.Load()),
         )
-        return [bind_obj, bind_val, ast.copy_location(update, node), ast.copy_location(store, node)]
+        return [*prelude, bind_val, ast.copy_location(update, node), ast.copy_location(store, node)]
+
+
+#: The flag a method sets once per call when its first parameter is the program's own object.
+OWN_FLAG = "_own_self_"
+
+
+class _OwnWrites(ast.NodeTransformer):
+    """In one method's body (not nested scopes), ``_write_(self)`` becomes
+    ``(self if _own_self_ else _write_(self))``: a native store for the program's own objects, the guard
+    for anything else (a method called on a foreign object: ``Class.method(library_object)``)."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.changed = False
+
+    def rewrite(self, function: ast.FunctionDef) -> bool:
+        function.body = [self.visit(stmt) for stmt in function.body]
+        return self.changed
+
+    def visit_FunctionDef(self, node: ast.AST) -> Any:
+        return node  # a nested scope: its ``self`` is a closure variable, guarded as usual
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        self.generic_visit(node)
+        if (isinstance(node.func, ast.Name) and node.func.id == "_write_" and len(node.args) == 1
+                and isinstance(node.args[0], ast.Name) and node.args[0].id == self.owner):  # fmt: skip
+            self.changed = True
+            native = ast.IfExp(test=ast.Name(OWN_FLAG, ast.Load()), body=ast.Name(self.owner, ast.Load()), orelse=node)
+            return ast.fix_missing_locations(ast.copy_location(native, node))
+        return node
 
 
 _POLICY: Any = None
@@ -1419,6 +1502,13 @@ def _policy_class() -> Any:
             with self.print_info.new_print_scope():
                 node = self.node_contents_visit(node)
                 self.inject_print_collector(node)
+            owner = getattr(node, "sandforge_self", None)
+            if owner is not None and _OwnWrites(owner).rewrite(node):
+                # once per call: is ``self`` the program's own object? Then its writes are native stores.
+                check = ast.parse(f"{OWN_FLAG} = _type_({owner}).__module__ == {PROGRAM_MODULE!r}").body[0]
+                first = node.body[0]
+                docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                node.body.insert(1 if docstring else 0, ast.fix_missing_locations(ast.copy_location(check, first)))
             return node
 
         def visit_Attribute(self, node: ast.Attribute) -> Any:
@@ -1600,6 +1690,7 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
         "_iter_unpack_sequence_": Guards.guarded_iter_unpack_sequence,
         "_unpack_sequence_": Guards.guarded_unpack_sequence,
         "_write_": write_guard,
+        "_type_": type,
         "_print_": Printer,
         "_apply_": lambda f, *a, **kw: f(*a, **kw),
     }

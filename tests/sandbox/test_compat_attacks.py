@@ -96,6 +96,35 @@ ATTACKS = [
         "dataclass(eq=False)(HTMLParser)\nreturn 1",
         "program's own classes",
     ),
+    (
+        "own method on a library object",
+        "import json\nclass A:\n    def set(self, v):\n        self.dumps = v\nA.set(json, 1)\nreturn 1",
+        "cannot set or delete",
+    ),
+    (
+        "own method += on a library object",
+        "import json\nclass A:\n    def inc(self):\n        self.n += 1\nA.inc(json)\nreturn 1",
+        "has no attribute",
+    ),
+    (
+        "own method on a settable library object",
+        "import xml.etree.ElementTree as ET\nclass A:\n"
+        "    def f(self):\n        self.text = 'ok'\n        self.makeelement = 1\nA.f(ET.Element('a'))\nreturn 1",
+        "cannot set or delete attribute 'makeelement'",
+    ),
+    (
+        "method rebinding self",
+        "import json\nclass A:\n    def f(self, other):\n        self = other\n"
+        "        self.dumps = 1\nA().f(json)\nreturn 1",
+        "cannot set or delete",
+    ),
+    (
+        "method rebinding self in a nested scope",
+        "import json\nclass A:\n    def f(self, other):\n"
+        "        def swap():\n            nonlocal self\n            self = other\n        swap()\n"
+        "        self.dumps = 1\nA().f(json)\nreturn 1",
+        "cannot set or delete",
+    ),
     # --- reads through getattr and native reads ---
     ("getattr of a frame", "def g():\n    yield 1\nreturn getattr(g(), 'gi_frame')", "restricted name"),
     ("frame attribute", "def g():\n    yield 1\nreturn g().gi_frame", "gi_frame"),
