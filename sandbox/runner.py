@@ -35,6 +35,7 @@ import ctypes
 import errno
 import fcntl
 import json
+import marshal
 import mmap
 import os
 import resource
@@ -44,8 +45,10 @@ import stat
 import string
 import struct
 import sys
+import threading
 import types
 import warnings
+from importlib.util import MAGIC_NUMBER
 from typing import Any
 
 RUNNER_VERSION = "3"
@@ -1643,31 +1646,58 @@ _PROXY_ADJUSTMENTS.update({name: _only(names) for name, names in EXPOSED_ONLY.it
 _PROXY_ADJUSTMENTS["dataclasses"] = _proxy_dataclasses
 
 
+_BASE_BUILTINS: dict[str, Any] = {}
+_PRINTER: Any = None
+
+
+def _base_builtins() -> dict[str, Any]:
+    """The builtins every program gets, built once per process (a run copies the dict, ~2 us)."""
+    if not _BASE_BUILTINS:
+        from RestrictedPython.Guards import safe_builtins
+
+        table = dict(safe_builtins)
+        # Not RestrictedPython's limited_builtins: resource limits are the OS's job, and its range() caps at 1000.
+        for extra in (
+            "range", "tuple", "dict", "list", "set", "frozenset", "sum", "min", "max", "enumerate", "map",
+            "filter", "reversed", "any", "all", "iter", "next", "sorted", "bytearray", "format",
+            "ArithmeticError", "AttributeError", "Exception", "IndexError", "KeyError", "LookupError",
+            "NotImplementedError", "RuntimeError", "StopIteration", "TypeError", "ValueError",
+            "ZeroDivisionError", "OverflowError", "RecursionError", "UnicodeError",
+        ):  # fmt: skip
+            table[extra] = getattr(py_builtins, extra)
+        table.update(compat_builtins())
+        _BASE_BUILTINS.update(table)
+    return _BASE_BUILTINS
+
+
+def _printer_class() -> Any:
+    global _PRINTER
+    if _PRINTER is None:
+        from RestrictedPython.PrintCollector import PrintCollector
+
+        class Printer(PrintCollector):
+            """RestrictedPython's print target, mirrored into the bounded stdout capture."""
+
+            stdout: BoundedText
+
+            def write(self, text: str) -> None:
+                self.txt.append(text)
+                self.stdout.write(text)
+
+        _PRINTER = Printer
+    return _PRINTER
+
+
 def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText, bridge: Bridge) -> dict[str, Any]:
     _policy_class()  # the run-time guards' tables (INSPECT_ATTRIBUTES, the format parser) come with it
-    from RestrictedPython import Guards
-    from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
-    from RestrictedPython.Guards import safe_builtins
-    from RestrictedPython.PrintCollector import PrintCollector
+    printer = _printer_class()
 
-    class Printer(PrintCollector):
-        """RestrictedPython's print target, mirrored into the bounded stdout capture."""
+    def make_printer(_getattr_: Any = None) -> Any:
+        collector = printer(_getattr_)
+        collector.stdout = stdout
+        return collector
 
-        def write(self, text: str) -> None:
-            self.txt.append(text)
-            stdout.write(text)
-
-    builtins = dict(safe_builtins)
-    # Not RestrictedPython's limited_builtins: resource limits are the OS's job, and its range() caps at 1000.
-    for extra in (
-        "range", "tuple", "dict", "list", "set", "frozenset", "sum", "min", "max", "enumerate", "map", "filter",
-        "reversed", "any", "all", "iter", "next", "sorted", "bytearray", "format",
-        "ArithmeticError", "AttributeError", "Exception", "IndexError", "KeyError", "LookupError",
-        "NotImplementedError", "RuntimeError", "StopIteration", "TypeError", "ValueError",
-        "ZeroDivisionError", "OverflowError", "RecursionError", "UnicodeError",
-    ):  # fmt: skip
-        builtins[extra] = getattr(py_builtins, extra)
-    builtins.update(compat_builtins())
+    builtins = dict(_base_builtins())
     builtins["__import__"] = _guarded_import(proxies)
     builtins["Outcome"] = OutcomeFactory
     builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
@@ -1685,13 +1715,9 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
         "__name__": "sandforge_tool",
         "__metaclass__": type,
         "_getattr_": guarded_getattr,
-        "_getitem_": default_guarded_getitem,
-        "_getiter_": default_guarded_getiter,
-        "_iter_unpack_sequence_": Guards.guarded_iter_unpack_sequence,
-        "_unpack_sequence_": Guards.guarded_unpack_sequence,
         "_write_": write_guard,
         "_type_": type,
-        "_print_": Printer,
+        "_print_": make_printer,
         "_apply_": lambda f, *a, **kw: f(*a, **kw),
     }
 
@@ -1712,10 +1738,73 @@ def _compile_restricted(tree: ast.Module) -> types.CodeType:
 Refusal = tuple[str, int | None, str]
 
 
-def compile_checked(code: str, tree: ast.Module | None = None) -> tuple[types.CodeType | None, list[Refusal]]:
+#: Host side: programs compiled here (by validation or the exchange), by text, as marshal bytes; the
+#: execute frame carries them so the sandbox skips RestrictedPython's compilation (``host_compiled``).
+_HOST_CODE: dict[str, bytes] = {}
+_HOST_CODE_LOCK = threading.Lock()
+HOST_CODE_CACHE = 256
+#: What a shipped code object must have been compiled for: this interpreter's bytecode (magic number).
+CODE_MAGIC = MAGIC_NUMBER.hex()
+
+
+def host_compiled(code: str) -> dict[str, str] | None:
+    """The execute frame's ``compiled`` field for ``code``: the code object ``compile_checked`` produces,
+    compiled once per program text on the host (validation already did it for a validated program) and
+    marshalled; None when the program does not compile (the runner then reports why, as always)."""
+    with _HOST_CODE_LOCK:
+        blob = _HOST_CODE.get(code)
+    if blob is None:
+        compile_checked(code, remember=True)
+        with _HOST_CODE_LOCK:
+            blob = _HOST_CODE.get(code)
+        if blob is None:
+            return None
+    return {"magic": CODE_MAGIC, "marshal": base64.b64encode(blob).decode("ascii")}
+
+
+def _remember(code: str, compiled: types.CodeType) -> None:
+    blob = marshal.dumps(compiled)
+    with _HOST_CODE_LOCK:
+        _HOST_CODE.pop(code, None)
+        _HOST_CODE[code] = blob
+        while len(_HOST_CODE) > HOST_CODE_CACHE:
+            del _HOST_CODE[next(iter(_HOST_CODE))]
+
+
+def shipped_code(frame: dict[str, Any]) -> types.CodeType | None:
+    """The code object the host compiled for this frame's program, if it was compiled for this
+    interpreter's bytecode; None otherwise (the runner compiles the program itself). The host is the
+    trusted side of the channel: only it writes frames to the runner."""
+    shipped = frame.get("compiled")
+    if (
+        not isinstance(shipped, dict)
+        or shipped.get("magic") != CODE_MAGIC
+        or not isinstance(shipped.get("marshal"), str)
+    ):
+        return None
+    try:  # host to sandbox only: the host never decodes anything but JSON from a sandbox
+        compiled = marshal.loads(base64.b64decode(shipped["marshal"], validate=True))  # noqa: S302
+    except (ValueError, TypeError, EOFError):
+        return None
+    if type(compiled) is not types.CodeType or compiled.co_filename != TOOL_FILENAME:
+        return None
+    return compiled
+
+
+def compile_checked(
+    code: str, tree: ast.Module | None = None, *, remember: bool = False
+) -> tuple[types.CodeType | None, list[Refusal]]:
     """Compile the body as a function under sandforge's RestrictedPython policy: (code, []) or (None, every
     refusal). The host's validation calls this very function (``runtime.guardrails.engine``), so what the
-    policy approves is what the sandbox compiles. ``tree``: the program already parsed (it is changed)."""
+    policy approves is what the sandbox compiles. ``tree``: the program already parsed (it is changed);
+    ``remember``: keep the result for ``host_compiled`` (host side)."""
+    compiled, refusals = _compile_checked(code, tree)
+    if remember and compiled is not None:
+        _remember(code, compiled)
+    return compiled, refusals
+
+
+def _compile_checked(code: str, tree: ast.Module | None) -> tuple[types.CodeType | None, list[Refusal]]:
     if tree is None:
         try:
             tree = ast.parse(code, TOOL_FILENAME, "exec")
@@ -1822,7 +1911,10 @@ def execute(
     limits = boot["limits"]
     stdout = BoundedText(int(limits["max_output_bytes"]))
     result = Result()
-    compiled, error = compile_program(str(frame.get("code", "")))
+    compiled = shipped_code(frame)
+    error = None
+    if compiled is None:
+        compiled, error = compile_program(str(frame.get("code", "")))
     args, kwargs = frame.get("args"), frame.get("kwargs")
     if error is None and not (isinstance(args, list) and isinstance(kwargs, dict)):
         error = _error("invalid_request", "args must be a list and kwargs an object")

@@ -146,9 +146,7 @@ def command(
         overrides["memory_mb"] = memory
     try:
         limits = Limits(**{**config.limits.model_dump(), **overrides})
-        request = ExecutionRequest(
-            code=source_text(code), context=context, args=args, kwargs=kwargs, limits=limits
-        )
+        request = ExecutionRequest(code=source_text(code), context=context, args=args, kwargs=kwargs, limits=limits)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise UsageError(f"invalid {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from exc

@@ -208,7 +208,7 @@ def _restricted_compile(
     twice (the rule's message and correction are the more specific ones)."""
     from sandbox.runner import compile_checked  # the in-sandbox runner: stdlib and RestrictedPython only
 
-    _, refusals = compile_checked(text, tree)
+    _, refusals = compile_checked(text, tree, remember=True)  # the exchange ships the code it compiled
     found: list[tuple[int, int, int, Violation]] = []
     for kind, line, message in refusals:
         if line is not None and line in flagged:
