@@ -1331,10 +1331,25 @@ class LowerForRestriction(ast.NodeTransformer):
         self.in_class: list[bool] = [False]
         self.selfs: list[str | None] = [None]  # the current method's never-rebound first parameter
 
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        """Only statement lists are walked: everything this pass rewrites (definitions, annotated and
+        augmented assignments) is a statement, and no expression contains a statement (a lambda has no
+        annotations), so expressions are never descended into: the pass costs a visit per statement."""
+        for field in ("body", "orelse", "finalbody"):
+            value = getattr(node, field, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                setattr(node, field, self._statements(value))
+        for handler in getattr(node, "handlers", None) or ():
+            handler.body = self._statements(handler.body)
+        for case in getattr(node, "cases", None) or ():
+            case.body = self._statements(case.body)
+        return node
+
     def _temp(self, value: ast.expr, node: ast.AST) -> tuple[ast.Assign, str]:
         self.counter += 1
         name = f"sandforge_aug_{self.counter}"
-        return ast.copy_location(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value), node), name
+        assign = ast.copy_location(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value), node)
+        return ast.fix_missing_locations(assign), name
 
     def visit_ClassDef(self, node: ast.ClassDef) -> Any:
         for child in node.body:
@@ -1362,21 +1377,12 @@ class LowerForRestriction(ast.NodeTransformer):
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
             if arg is not None:
                 arg.annotation = None
-        if not isinstance(node, ast.Lambda):
-            node.returns = None
-            # the decorators and defaults are evaluated in the enclosing scope, the body in its own
-            node.decorator_list = [self.visit(d) for d in node.decorator_list]
-            args.defaults = [self.visit(d) for d in args.defaults]
-            args.kw_defaults = [None if d is None else self.visit(d) for d in args.kw_defaults]
-            self.in_class.append(False)
-            try:
-                node.body = self._statements(node.body)
-            finally:
-                self.in_class.pop()
-            return node
+        if isinstance(node, ast.Lambda):
+            return node  # an expression: no statements, no annotations
+        node.returns = None
         self.in_class.append(False)
         try:
-            self.generic_visit(node)
+            node.body = self._statements(node.body)
         finally:
             self.in_class.pop()
         return node
@@ -1396,15 +1402,12 @@ class LowerForRestriction(ast.NodeTransformer):
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> Any:
         if self.in_class[-1] and isinstance(node.target, ast.Name):
-            node.value = None if node.value is None else self.visit(node.value)
             return node  # evaluated into the class's __annotations__; RestrictedPython checks it
         if node.value is None:
             return ast.copy_location(ast.Pass(), node)
-        assign = ast.Assign(targets=[node.target], value=node.value)
-        return self.visit(ast.copy_location(assign, node))
+        return ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> Any:
-        self.generic_visit(node)
         target = node.target
         if not isinstance(target, ast.Attribute):
             return node
@@ -1420,7 +1423,8 @@ class LowerForRestriction(ast.NodeTransformer):
             targets=[ast.Attribute(ast.Name(obj, ast.Load()), target.attr, ast.Store())],
             value=ast.Name(val, ast.Load()),
         )
-        return [*prelude, bind_val, ast.copy_location(update, node), ast.copy_location(store, node)]
+        fixed = [ast.fix_missing_locations(ast.copy_location(stmt, node)) for stmt in (update, store)]
+        return [*prelude, bind_val, *fixed]
 
 
 #: The flag a method sets once per call when its first parameter is the program's own object.
@@ -1532,6 +1536,30 @@ def _policy_class() -> Any:
             guard = ast.Call(func=ast.Name("_write_", ast.Load()), args=[node.value], keywords=[])
             node.value = ast.fix_missing_locations(ast.copy_location(guard, node.value))
             return node
+
+        # Shortcuts: RestrictedPython visits every node's fields generically; these nodes need no check.
+        def visit_Constant(self, node: ast.Constant) -> Any:
+            return node
+
+        def visit_Load(self, node: ast.AST) -> Any:
+            return node
+
+        visit_Store = visit_Del = visit_Load
+
+        def visit_Name(self, node: ast.Name) -> Any:
+            if node.id in ("print", "printed"):
+                return super().visit_Name(node)  # the print collector's rewriting
+            if isinstance(node.ctx, ast.Load):
+                self.used_names[node.id] = True
+            self.check_name(node, node.id)
+            return node
+
+        def _literal(self, node: Any) -> Any:
+            if all(type(element) is ast.Constant for element in node.elts):
+                return node  # a data literal: nothing to check in it
+            return self.node_contents_visit(node)
+
+        visit_List = visit_Tuple = visit_Set = _literal
 
         def visit_Subscript(self, node: ast.Subscript) -> Any:
             return self.node_contents_visit(node)  # item access has no policy here: native
@@ -1817,11 +1845,14 @@ def _compile_checked(code: str, tree: ast.Module | None) -> tuple[types.CodeType
         posonlyargs=[], args=[ast.arg(arg=n) for n in ("context", "args", "kwargs")], vararg=None,
         kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
     )  # fmt: skip
-    body = tree.body or [ast.Pass()]
-    func = ast.FunctionDef(name=TOOL_FUNCTION, args=arguments, body=body, decorator_list=[], returns=None)
+    at = {"lineno": 1, "col_offset": 0, "end_lineno": 1, "end_col_offset": 0}
+    for arg in arguments.args:
+        ast.copy_location(arg, ast.Pass(**at))
+    body = tree.body or [ast.Pass(**at)]
+    func = ast.FunctionDef(name=TOOL_FUNCTION, args=arguments, body=body, decorator_list=[], returns=None, **at)  # type: ignore[arg-type]
     try:
+        # every node made from here on gets its location where it is made (no walk of the whole tree)
         wrapper = LowerForRestriction().visit(ast.Module(body=[func], type_ignores=[]))
-        ast.fix_missing_locations(wrapper)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # RestrictedPython warns about constructs it then rejects
             return _compile_restricted(wrapper), []
