@@ -487,16 +487,285 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
     return active, errors
 
 
+# --- the inner wall: what each allowed module exposes, and what the runner checks around the program --------
+#
+# Every public callable of every allowed module was audited (docs/security.md, "The inner wall's real
+# guarantees") for: attribute access with caller-chosen names, eval/exec/compile of caller strings, file or
+# descriptor opening, implicit calls with runner objects, and process-global side effects. What failed the
+# audit is withheld (WITHHELD_NAMES) or replaced (MODULE_WRAPPERS); a module added to ALLOWED_MODULES must be
+# audited the same way and listed in AUDITED_MODULES (a test enforces it).
+
+#: Allowed modules whose whole public surface has been audited (see docs/security.md).
+AUDITED_MODULES = frozenset({
+    "base64", "bisect", "calendar", "cmath", "collections", "copy", "csv", "datetime", "decimal", "fractions",
+    "functools", "hashlib", "heapq", "html", "html.parser", "itertools", "json", "math", "operator", "random",
+    "re", "statistics", "string", "textwrap", "time", "unicodedata", "urllib.parse", "xml.etree.ElementTree",
+})  # fmt: skip
+
+#: Public names the audit withholds, per module, with the reason a program is told when it uses one. These
+#: come on top of ALLOWED_MODULES' own withheld names (same effect, same message).
+WITHHELD_NAMES: dict[str, dict[str, str]] = {
+    "base64": {
+        "main": "reads the runner's protocol channel (sys.stdin) and sys.argv",
+        "test": "reads the runner's protocol channel (sys.stdin) and sys.argv",
+    },
+    "calendar": {
+        "main": "parses a command line and writes to the runner's own stdout",
+        "different_locale": "changes the process-wide locale",
+        "LocaleTextCalendar": "changes the process-wide locale",
+        "LocaleHTMLCalendar": "changes the process-wide locale",
+    },
+    "copy": {"dispatch_table": "a process-wide registry whose entries copy() calls, setting attributes by name"},
+    "datetime": {"datetime_CAPI": "a raw C-API capsule"},
+    "functools": {
+        "update_wrapper": "copies and updates attributes named by the caller (such as __globals__)",
+        "singledispatch": "evaluates annotations with eval() outside the sandbox's compiler",
+        "singledispatchmethod": "evaluates annotations with eval() outside the sandbox's compiler",
+        "WRAPPER_ASSIGNMENTS": "only meaningful for update_wrapper",
+        "WRAPPER_UPDATES": "only meaningful for update_wrapper",
+        "GenericAlias": "builds aliases of arbitrary objects that forward attribute reads",
+        "RLock": "a threading primitive",
+        "get_cache_token": "an abc-internal token",
+        "recursive_repr": "wraps special methods by name",
+    },
+    "time": {
+        "clock_settime": "sets the system clock",
+        "clock_settime_ns": "sets the system clock",
+        "tzset": "re-reads the process environment and changes process-wide state",
+    },
+    "xml.etree.ElementTree": {"dump": "writes to the runner's own stdout; use tostring()"},
+}
+
+_STRINGY = (str, bytes, bytearray, int, os.PathLike)
+_MISSING_ARG: Any = object()
+
+
+class SandboxViolation(Exception):
+    """The program used something the inner wall refuses. Sticky: recorded in ``VIOLATIONS`` when raised,
+    so catching it does not help; the execution ends as ``sandbox_violation`` whatever it returns."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        if len(VIOLATIONS) < 16:
+            VIOLATIONS.append(message[:1000])
+
+
+#: The violations of this execution (one runner process serves one execution).
+VIOLATIONS: list[str] = []
+
+
+def withheld(module: str) -> dict[str, str]:
+    """Every name withheld from ``module``'s proxy, with its reason."""
+    names = dict.fromkeys(ALLOWED_MODULES.get(module, ()), "it bypasses the attribute guards or touches files")
+    names.update(WITHHELD_NAMES.get(module, {}))
+    return names
+
+
+def withheld_name(module: str, name: str) -> SandboxViolation:
+    reason = withheld(module).get(name, "it is not part of the audited surface")
+    return SandboxViolation(f"{module}.{name} is withheld in the sandbox: {reason}")
+
+
+def _safe_wraps(wrapped: Any, assigned: Any = _MISSING_ARG, updated: Any = _MISSING_ARG) -> Any:
+    """``functools.wraps`` for decorators: copies only ``__name__``, ``__qualname__``, ``__doc__`` and
+    ``__module__`` (strings) onto a function the program defined. The real one copies and updates any
+    attribute the caller names (``updated=("__globals__",)`` copied a module's globals into the program's)."""
+    if assigned is not _MISSING_ARG or updated is not _MISSING_ARG:
+        raise SandboxViolation("functools.wraps(assigned=..., updated=...) is withheld in the sandbox: it copies "
+                               "attributes named by the caller; use @functools.wraps(func)")  # fmt: skip
+
+    def decorate(wrapper: Any) -> Any:
+        if type(wrapper) is not types.FunctionType or wrapper.__code__.co_filename != TOOL_FILENAME:
+            raise TypeError("functools.wraps in the sandbox decorates functions the program defines")
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+            value = getattr(wrapped, attr, None)
+            if type(value) is str:
+                setattr(wrapper, attr, value)
+        return wrapper
+
+    return decorate
+
+
+def _safe_canonicalize(xml_data: Any = None, *, out: Any = None, from_file: Any = None, **options: Any) -> Any:
+    """``xml.etree.ElementTree.canonicalize`` without file opening: ``from_file`` must be an object with a
+    ``read`` method (as ``io.StringIO`` is), never a path or a descriptor number, which the real one opens."""
+    import xml.etree.ElementTree as ET
+
+    if from_file is not None and (isinstance(from_file, _STRINGY) or not callable(getattr(from_file, "read", None))):
+        raise SandboxViolation(
+            "xml.etree.ElementTree.canonicalize(from_file=...) takes a file-like object with a read() method in "
+            "the sandbox, never a path or descriptor; pass the text as xml_data"
+        )
+    return ET.canonicalize(xml_data, out=out, from_file=from_file, **options)
+
+
+#: Public names replaced by a runner function of the same contract, minus the unsafe part.
+MODULE_WRAPPERS: dict[str, dict[str, Any]] = {
+    "functools": {"wraps": _safe_wraps},
+    "xml.etree.ElementTree": {"canonicalize": _safe_canonicalize},
+}
+
+#: Special methods a program may never define, whatever else the compiler allows: the standard library calls
+#: them implicitly and acts on their results by name (copy's reduce protocol sets attributes named by the
+#: state it returns), or they run at moments the runner does not control (``__del__``, class creation hooks).
+NEVER_DEFINED = frozenset({
+    "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__",
+    "__copy__", "__deepcopy__", "__getattribute__", "__del__", "__class_getitem__", "__init_subclass__",
+    "__set_name__", "__mro_entries__", "__prepare__", "__instancecheck__", "__subclasscheck__",
+    "__subclasshook__", "__fspath__",
+})  # fmt: skip
+
+
+def inner_wall_refusal(tree: ast.AST) -> tuple[str, int | None] | None:
+    """Why the parsed program may not run (message, line), or None. Two refusals the compiler does not make:
+
+    - a string anywhere in an annotation: annotations are never evaluated in the sandbox, but a string one is
+      code that the standard library's type-hint helpers evaluate with ``eval()`` outside the restricted
+      compiler (how ``functools.singledispatch`` reached ``os``); write the annotation as an expression;
+    - a definition of a ``NEVER_DEFINED`` special method.
+    """
+    for node in ast.walk(tree):
+        annotations: list[ast.expr | None] = []
+        if isinstance(node, ast.arg):
+            annotations.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            annotations.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+        for annotation in annotations:
+            if annotation is None:
+                continue
+            for part in ast.walk(annotation):
+                if isinstance(part, ast.JoinedStr) or (
+                    isinstance(part, ast.Constant) and isinstance(part.value, (str, bytes))
+                ):
+                    return ("a string annotation is code that type-hint helpers evaluate outside the sandbox's "
+                            "compiler; write the annotation as an expression (x: Node, not x: \"Node\") or drop it",
+                            getattr(part, "lineno", None))  # fmt: skip
+        name = None
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = node.name
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            name = node.id
+        if name is not None and name in NEVER_DEFINED:
+            return f"defining {name} is not allowed in the sandbox: the standard library calls it implicitly", getattr(
+                node, "lineno", None
+            )
+    return None
+
+
+class GlobalsSeal:
+    """What the runner put into the program's globals, checked after the program returns and before each
+    nested call is answered: the same objects under the runner's names, the same builtins dict with the
+    same contents, and no real module object anywhere in the globals (programs only ever get proxies).
+    A difference means the program rewrote its own namespace (``update_wrapper(..., updated=("__globals__",))``
+    did, importing ``sys`` and the real builtins): ``sandbox_violation``."""
+
+    def __init__(self, namespace: dict[str, Any]) -> None:
+        self.namespace = namespace
+        self.installed = dict(namespace)
+        builtins = namespace.get("__builtins__")
+        self.builtins = builtins
+        self.builtin_items = dict(builtins) if isinstance(builtins, dict) else {}
+
+    def add(self, name: str) -> None:
+        """Seal one more runner-installed name (the program function, once defined)."""
+        self.installed[name] = self.namespace.get(name)
+
+    def check(self) -> None:
+        namespace = self.namespace
+        for name, value in self.installed.items():
+            if namespace.get(name, _MISSING_ARG) is not value:
+                raise SandboxViolation(f"the program's globals were rewritten: {name!r} is not the runner's")
+        builtins = self.builtins
+        if isinstance(builtins, dict) and (
+            len(builtins) != len(self.builtin_items)
+            or any(builtins.get(key, _MISSING_ARG) is not value for key, value in self.builtin_items.items())
+        ):
+            raise SandboxViolation("the program's builtins were rewritten")
+        for name, value in namespace.items():
+            if isinstance(value, types.ModuleType):
+                raise SandboxViolation(f"the program's globals hold the real module {value.__name__!r} as {name!r}")
+
+
+#: Modules the runner needs only until lock-down. Afterwards they are dropped from ``sys.modules`` and from
+#: the runner's own globals, so an escaped program does not find them there (memory-mapping, foreign
+#: calls, sockets, limits and signals). What still needs them later keeps only the values it uses.
+FORGOTTEN_MODULES = ("ctypes", "_ctypes", "mmap", "resource", "socket", "_socket", "select", "fcntl", "signal")
+#: Of those, the ones the runner's own code no longer uses once the program runs (the channel still uses
+#: ``socket`` and may use ``select``): their names in this module's globals are cleared too.
+_RUNNER_FORGETS = ("ctypes", "mmap", "resource", "fcntl", "signal")
+#: What the result needs from ``resource`` after it is forgotten.
+_GETRUSAGE, _RUSAGE_SELF = resource.getrusage, resource.RUSAGE_SELF
+
+
+def forget_lockdown_modules() -> list[str]:
+    """Drop ``FORGOTTEN_MODULES`` (and their sub-modules) from ``sys.modules``, and ``_RUNNER_FORGETS`` from
+    this module's globals; return the names dropped from ``sys.modules``. Called once per execution, after
+    lock-down and after the execute frame was read (mapping context values needs ``fcntl`` and ``mmap``),
+    before the program runs. Never in the zygote, which locks down each child it forks."""
+    dropped = []
+    for name in list(sys.modules):
+        if name.split(".")[0] in FORGOTTEN_MODULES:
+            del sys.modules[name]
+            dropped.append(name)
+    here = globals()
+    for name in _RUNNER_FORGETS:
+        if isinstance(here.get(name), types.ModuleType):
+            here[name] = None
+    return sorted(dropped)
+
+
+#: The seal of the running program's globals, checked before each nested call goes out and is answered.
+ACTIVE_SEAL: list[GlobalsSeal] = []
+
+
+def check_inner_wall() -> None:
+    """Refuse to go on after a violation or with rewritten globals (nested calls ask this first)."""
+    if VIOLATIONS:
+        raise SandboxViolation(f"the program already violated the sandbox: {VIOLATIONS[0]}")
+    for seal in ACTIVE_SEAL:
+        seal.check()
+
+
+class _ProgramStdout:
+    """``sys.stdout`` while the program runs: standard-library code that prints (``calendar.prmonth``,
+    ``re.DEBUG``) writes into the program's bounded capture, not onto the runner's own descriptors."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def write(self, text: str) -> int:
+        return int(self.target.write(str(text)))
+
+    def flush(self) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def program_streams(stdout: Any) -> Any:
+    """Point ``sys.stdout`` at the program's capture and take ``sys.stdin`` (the runner's protocol channel
+    on a container) away while the program runs."""
+    saved = sys.stdout, sys.stdin
+    sys.stdout, sys.stdin = _ProgramStdout(stdout), None
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stdin = saved
+
+
 # --- the program's world ------------------------------------------------------------------------------
 
 
 def _populate(proxy: types.SimpleNamespace, name: str) -> None:
-    """Import ``name`` and copy its public names (minus the withheld ones and sub-modules) onto ``proxy``."""
+    """Import ``name`` and copy its public names (minus the withheld ones and sub-modules) onto ``proxy``,
+    with ``MODULE_WRAPPERS``' replacements in place of the originals."""
     __import__(name)
-    withheld = ALLOWED_MODULES[name]
+    hidden = withheld(name)
+    wrappers = MODULE_WRAPPERS.get(name, {})
     for key, value in vars(sys.modules[name]).items():
-        if not key.startswith("_") and key not in withheld and not isinstance(value, types.ModuleType):
-            setattr(proxy, key, value)
+        if not key.startswith("_") and key not in hidden and not isinstance(value, types.ModuleType):
+            setattr(proxy, key, wrappers.get(key, value))
     adjust = _PROXY_ADJUSTMENTS.get(name)
     if adjust is not None:
         adjust(proxy)
@@ -504,9 +773,22 @@ def _populate(proxy: types.SimpleNamespace, name: str) -> None:
 
 #: Proxies whose module is still to be imported (lazy mode), by ``id`` of the proxy.
 _PENDING: dict[int, str] = {}
+#: Every proxy's module name, by ``id`` of the proxy (kept off the proxy, where the program would see it).
+_PROXY_MODULES: dict[int, str] = {}
 
 
-class LazyModuleProxy(types.SimpleNamespace):
+class ModuleProxy(types.SimpleNamespace):
+    """What ``import json`` gives a program: the module's audited public names, nothing else. Reading a
+    withheld name is a ``SandboxViolation``; any other missing name an ``AttributeError``."""
+
+    def __getattr__(self, attr: str) -> Any:
+        module = _PROXY_MODULES.get(id(self), "module")
+        if attr in withheld(module):
+            raise withheld_name(module, attr)
+        raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+
+
+class LazyModuleProxy(ModuleProxy):
     """A module proxy that imports its module the first time a missing attribute is read.
 
     Used where modules stay importable after lock-down (containers: the root file system is the image's),
@@ -517,7 +799,7 @@ class LazyModuleProxy(types.SimpleNamespace):
     def __getattr__(self, attr: str) -> Any:
         name = _PENDING.pop(id(self), None)
         if name is None:
-            raise AttributeError(f"module has no attribute {attr!r}")
+            return super().__getattr__(attr)
         _populate(self, name)
         return getattr(self, attr)
 
@@ -534,14 +816,17 @@ def build_module_proxies(*, lazy: bool = False) -> dict[str, types.SimpleNamespa
             proxy: types.SimpleNamespace = LazyModuleProxy()
             _PENDING[id(proxy)] = name
         else:
-            proxy = types.SimpleNamespace()
+            proxy = ModuleProxy()
             _populate(proxy, name)
         proxies[name] = proxy
+        _PROXY_MODULES[id(proxy)] = name
     for name in sorted(ALLOWED_MODULES, key=lambda n: n.count(".")):
         parts = name.split(".")
         for depth in range(1, len(parts)):
             parent = ".".join(parts[:depth])
-            proxies.setdefault(parent, types.SimpleNamespace())
+            if parent not in proxies:
+                proxies[parent] = ModuleProxy()
+                _PROXY_MODULES[id(proxies[parent])] = parent
         for depth in range(1, len(parts)):
             parent, child = ".".join(parts[:depth]), ".".join(parts[: depth + 1])
             setattr(proxies[parent], parts[depth], proxies[child])
@@ -623,6 +908,7 @@ class Bridge:
         self.next_id = 0
 
     def call(self, target: dict[str, Any], method: str, args: list[Any], kwargs: dict[str, Any]) -> ToolOutcome:
+        check_inner_wall()
         check_json(args, "nested call arguments")
         check_json(kwargs, "nested call arguments")
         call_id, self.next_id = self.next_id, self.next_id + 1
@@ -635,6 +921,7 @@ class Bridge:
         if reply.get("type") != "call_result" or reply.get("id") != call_id:
             raise RuntimeError("host sent an unexpected reply to a nested call")
         outcome = reply.get("outcome")
+        check_inner_wall()
         return ToolOutcome.from_wire(outcome if isinstance(outcome, dict) else {})
 
 
@@ -1103,6 +1390,9 @@ def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | 
                             exception=type(exc).__name__, line=line)  # fmt: skip
     except (RecursionError, MemoryError):
         return None, _error("invalid_code", "program is nested too deeply to compile")
+    refusal = inner_wall_refusal(module)
+    if refusal is not None:
+        return None, _error("sandbox_violation", f"rejected by the sandbox: {refusal[0]}", line=refusal[1])
     arguments = ast.arguments(
         posonlyargs=[], args=[ast.arg(arg=n) for n in ("context", "args", "kwargs")], vararg=None,
         kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
@@ -1149,6 +1439,8 @@ def _classify_exception(exc: BaseException) -> str:
         return "sandbox_violation"
     if isinstance(exc, NotJson):
         return "non_serializable_result"
+    if isinstance(exc, SandboxViolation):
+        return "sandbox_violation"
     return "execution"
 
 
@@ -1182,7 +1474,10 @@ def execute(
         context = LazyContext(raw_context)
         try:
             exec(compiled, namespace)  # noqa: S102 - RestrictedPython-compiled, inside the sandbox
-            value = namespace[TOOL_FUNCTION](context, args, kwargs)
+            ACTIVE_SEAL[:] = [GlobalsSeal(namespace)]
+            with program_streams(stdout):
+                value = namespace[TOOL_FUNCTION](context, args, kwargs)
+            check_inner_wall()
             if isinstance(value, ToolOutcome):
                 if not value.ok:
                     error = _error("tool_error", value.error_message or value.error_type or "tool error",
@@ -1200,11 +1495,13 @@ def execute(
                            exception=name, line=_tool_line(exc.__traceback__))  # fmt: skip
     if stdout.overflowed:
         error = _error("output_limit", f"the program printed more than {limits['max_output_bytes']} bytes")
+    if VIOLATIONS:  # sticky: whatever the program did after it, caught or not
+        error = _error("sandbox_violation", VIOLATIONS[0])
     if error is not None:
         result.fail(error)
     result.header["stdout"] = stdout.getvalue()
     result.header["stdout_truncated"] = stdout.overflowed
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+    usage = _GETRUSAGE(_RUSAGE_SELF)
     result.header["cpu_time_s"] = usage.ru_utime + usage.ru_stime
     result.header["peak_memory_mb"] = usage.ru_maxrss / 1024
     return result
@@ -1271,6 +1568,7 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
         frame, raw_context = {"type": "invalid", "error": str(exc)}, {}
     except (EOFError, ValueError, json.JSONDecodeError):
         return 3
+    forget_lockdown_modules()
     if frame.get("type") != "execute":
         result = Result()
         result.fail(_error("invalid_request", str(frame.get("error") or "expected an execute frame")))
