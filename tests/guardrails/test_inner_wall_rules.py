@@ -65,7 +65,10 @@ FLAGGED = [
     # canonicalize opening files and descriptors
     ("import xml.etree.ElementTree as ET\nreturn ET.canonicalize(from_file='/proc/self/status')", {"file_argument"}),
     ("import xml.etree.ElementTree as ET\nreturn ET.canonicalize(from_file=3)", {"file_argument"}),
-    ("import xml.etree.ElementTree as ET\np = '/etc/' + 'passwd'\nreturn ET.canonicalize(from_file=p)", {"file_argument"}),
+    (
+        "import xml.etree.ElementTree as ET\np = '/etc/' + 'passwd'\nreturn ET.canonicalize(from_file=p)",
+        {"file_argument"},
+    ),
     ("from xml.etree.ElementTree import canonicalize as c\nreturn c(from_file=args[0])", {"file_argument"}),
 ]
 
@@ -77,7 +80,8 @@ def test_flagged(source: str, rules: set[str]) -> None:
 
 
 HONEST = [
-    "import functools\ndef deco(f):\n    @functools.wraps(f)\n    def inner(*a):\n        return f(*a)\n    return inner",
+    "import functools\ndef deco(f):\n    @functools.wraps(f)\n    def inner(*a):\n        return f(*a)\n"
+    "    return inner",
     "return {'name': '__init__'}",  # a dunder-looking string as data, not passed to a call
     "def f(x: int, *, y: list[int] = None) -> dict[str, int]:\n    return {}",
     "def mode(x: Literal['fast', 'slow']) -> Annotated[int, 'meta']:\n    return 1",
