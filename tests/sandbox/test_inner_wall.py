@@ -152,6 +152,33 @@ def test_canonicalize_still_works_on_text_and_readers(sandbox: Sandbox) -> None:
     assert out.value == ['<a b="1"></a>', "<x><y></y></x>"]
 
 
+def test_xml_parsing_reads_no_file(sandbox: Sandbox) -> None:
+    """The class of item 5: no allowed parser follows external entities, DTDs or includes to a file."""
+    out = run(
+        sandbox,
+        """
+        import xml.etree.ElementTree as ET
+        out = []
+        for doc in args:
+            try:
+                out.append(ET.tostring(ET.fromstring(doc), encoding="unicode"))
+            except ET.ParseError as exc:
+                out.append("ParseError")
+        return out
+        """,
+        args=[
+            '<!DOCTYPE a [<!ENTITY x SYSTEM "file:///etc/hostname">]><a>&x;</a>',
+            '<!DOCTYPE a [<!ENTITY % p SYSTEM "file:///etc/hostname"> %p;]><a>x</a>',
+            '<!DOCTYPE a SYSTEM "file:///etc/hostname"><a>x</a>',
+            '<a xmlns:xi="http://www.w3.org/2001/XInclude"><xi:include href="/etc/hostname" parse="text"/></a>',
+        ],
+    )
+    assert out.ok, out.error_message
+    assert out.value[0] == "ParseError"
+    assert out.value[1:3] == ["<a>x</a>", "<a>x</a>"]
+    assert "xi:include" in out.value[3].replace("ns0:", "xi:")  # kept as an element, never resolved
+
+
 def test_a_violation_is_sticky(sandbox: Sandbox) -> None:
     """Catching the refusal does not help: the run ends as a violation whatever the program returns."""
     out = run(
