@@ -268,6 +268,23 @@ def test_every_allowed_module_was_audited() -> None:
             assert hasattr(real, name), f"{module}.{name} does not exist: a stale entry"
 
 
+SURFACE = Path(__file__).with_name("inner_wall_surface.json")
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the pinned surface is Python 3.11's (the image's)")
+def test_the_exposed_surface_is_the_audited_one() -> None:
+    """Every name a proxy exposes was there when the audit was made: a new public name (a Python upgrade, a
+    module re-exporting something new) fails here until it is audited and the pin regenerated."""
+    import json
+
+    pinned = json.loads(SURFACE.read_text())["surface"]
+    proxies = runner.build_module_proxies()
+    for module, names in pinned.items():
+        if module in runner.ALLOWED_MODULES:
+            new = sorted(set(vars(proxies[module])) - set(names))
+            assert not new, f"{module} exposes unaudited names {new}: audit them (docs/security.md), then re-pin"
+
+
 def test_proxies_expose_no_withheld_name_and_the_wrappers() -> None:
     proxies = runner.build_module_proxies()
     for module in runner.ALLOWED_MODULES:
