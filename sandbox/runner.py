@@ -624,26 +624,43 @@ _STRING_ANNOTATION = (
 )
 #: Fields of a statement that hold statements (annotations and definitions live only in statements).
 _BODY_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+_BODIES: dict[type, tuple[str, ...]] = {}
 
 
 def string_in_annotation(annotation: ast.expr | None) -> ast.AST | None:
     """The first string (or f-string) in an annotation that type-hint helpers would evaluate: not the values
-    of ``Literal[...]`` nor the metadata of ``Annotated[type, ...]``, which they keep as data."""
+    of ``Literal[...]`` nor the metadata of ``Annotated[type, ...]``, which they keep as data. Names,
+    attributes, subscripts, unions and tuples (nearly every annotation) take the fast paths."""
     stack: list[ast.AST] = [] if annotation is None else [annotation]
     while stack:
         part = stack.pop()
-        if isinstance(part, ast.JoinedStr) or (isinstance(part, ast.Constant) and isinstance(part.value, (str, bytes))):
+        kind = type(part)
+        if kind is ast.Name:
+            continue
+        if kind is ast.Constant:
+            if isinstance(part.value, (str, bytes)):  # type: ignore[attr-defined]
+                return part
+            continue
+        if kind is ast.JoinedStr:
             return part
-        if isinstance(part, ast.Subscript):
-            head = part.value
-            name = head.id if isinstance(head, ast.Name) else head.attr if isinstance(head, ast.Attribute) else ""
+        if kind is ast.Attribute:
+            stack.append(part.value)  # type: ignore[attr-defined]
+        elif kind is ast.Subscript:
+            head, index = part.value, part.slice  # type: ignore[attr-defined]
+            name = head.id if type(head) is ast.Name else head.attr if type(head) is ast.Attribute else ""
+            stack.append(head)
             if name == "Literal":
-                stack.append(head)
                 continue
-            if name == "Annotated" and isinstance(part.slice, ast.Tuple) and part.slice.elts:
-                stack.extend((head, part.slice.elts[0]))
+            if name == "Annotated" and type(index) is ast.Tuple and index.elts:
+                stack.append(index.elts[0])
                 continue
-        stack.extend(ast.iter_child_nodes(part))
+            stack.append(index)
+        elif kind is ast.BinOp:
+            stack.extend((part.left, part.right))  # type: ignore[attr-defined]
+        elif kind is ast.Tuple or kind is ast.List:
+            stack.extend(part.elts)  # type: ignore[attr-defined]
+        else:
+            stack.extend(ast.iter_child_nodes(part))
     return None
 
 
@@ -686,10 +703,11 @@ def inner_wall_refusal(tree: ast.Module) -> tuple[str, int | None] | None:
         if name in NEVER_DEFINED:
             message = f"defining {name} is not allowed in the sandbox: the standard library calls it implicitly"
             return message, getattr(node, "lineno", None)
-        for field in _BODY_FIELDS:
-            children = getattr(node, field, None)
-            if children:
-                stack.extend(children)
+        fields = _BODIES.get(type(node))
+        if fields is None:
+            fields = _BODIES[type(node)] = tuple(f for f in _BODY_FIELDS if f in type(node)._fields)
+        for field in fields:
+            stack.extend(getattr(node, field))
     return None
 
 

@@ -34,10 +34,14 @@ def dunder_string_argument(program: Program, options: DunderOptions) -> Iterator
     """
     flagged = GlobSet(options.names)
     allowed = GlobSet(options.allowed)
+    default = options.names == ["__*__"]
+    if default and program.source.isascii() and "__" not in program.source:
+        return  # the common case: no dunder-looking string can be in the program at all
     for node in program.nodes(ast.Constant):
-        if not isinstance(node.value, str):
+        raw = node.value
+        if type(raw) is not str or (default and raw.isascii() and not (raw.startswith("__") and raw.endswith("__"))):
             continue
-        value = normalize(node.value)
+        value = normalize(raw)
         if not flagged.matches(value) or allowed.matches(value):
             continue
         child: ast.AST = node
