@@ -13,11 +13,13 @@ import calendar
 import os
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig, runner
+from sandbox.backends.base import Backend
 from sandbox.backends.subprocess_backend import SubprocessBackend
 
 
@@ -422,3 +424,45 @@ def test_lockdown_modules_are_forgotten(tmp_path: Path) -> None:
     assert all(cleared.values()), cleared
     if out.protections.get("private_root"):
         assert reimport == "ImportError"  # nothing to import them from inside the private root
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("docker", marks=pytest.mark.docker),
+        pytest.param("gvisor", marks=[pytest.mark.docker, pytest.mark.gvisor]),
+        pytest.param("runc", marks=pytest.mark.oci("runc")),
+        pytest.param("runsc", marks=pytest.mark.oci("runsc")),
+    ]
+)
+def forgetting_container(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
+    """A container backend whose runner runs programs unrestricted but keeps its real clean-up."""
+    from sandbox.backends import docker_backend, oci_backend
+    from sandbox.backends.docker_backend import DockerBackend
+    from sandbox.backends.oci_backend import OciBackend
+    from tests.sandbox.test_container_boundary import ESCAPED_BOOTSTRAP
+
+    keep = "runner.forget_lockdown_modules = lambda: []"
+    assert keep in ESCAPED_BOOTSTRAP
+    bootstrap = "\n".join(line for line in ESCAPED_BOOTSTRAP.splitlines() if not line.startswith(keep))
+    command = ["-I", "-S", "-B", "-c", bootstrap]
+    monkeypatch.setattr(docker_backend, "COMMAND", ["python3", *command])
+    monkeypatch.setattr(oci_backend, "COMMAND", ["/usr/bin/python3", *command])
+    config = SandboxConfig(pool_size=0)
+    backend: Backend
+    if request.param in ("runc", "runsc"):
+        backend = OciBackend(config, runtime=request.param)
+    else:
+        backend = DockerBackend(config, runtime="runsc" if request.param == "gvisor" else None)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def test_lockdown_modules_are_forgotten_in_containers(forgetting_container: Backend) -> None:
+    limits = Limits(timeout_s=10, memory_mb=128, disk_mb=4, max_processes=12)
+    out = forgetting_container.spawn(limits).execute(ExecutionRequest(code=PROBE, limits=limits), None)
+    assert out.ok, (out.error_type, out.error_message, out.stderr)
+    loaded, cleared, _reimport = out.value  # the image's root holds them: they can be imported again
+    assert loaded == []
+    assert all(cleared.values()), cleared
