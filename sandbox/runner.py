@@ -711,6 +711,55 @@ def inner_wall_refusal(tree: ast.Module) -> tuple[str, int | None] | None:
     return None
 
 
+#: Every sealed proxy's module name, by ``id`` of the proxy (kept off the proxy, where the program would see it).
+_PROXY_MODULES: dict[int, str] = {}
+
+
+class ModuleProxy(types.SimpleNamespace):
+    """A namespace proxy once sealed: reading a withheld name is a ``SandboxViolation``; any other missing
+    name an ``AttributeError``."""
+
+    def __getattr__(self, attr: str) -> Any:
+        module = _PROXY_MODULES.get(id(self), "module")
+        if attr in withheld(module):
+            raise withheld_name(module, attr)
+        raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+
+
+def _withheld_getattr(module: str) -> Any:
+    """A module proxy's ``__getattr__`` (PEP 562: consulted only for names the proxy does not have)."""
+
+    def __getattr__(attr: str) -> Any:
+        if attr in withheld(module):
+            raise withheld_name(module, attr)
+        raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+
+    return __getattr__
+
+
+def seal_proxy(proxy: Any, module: str) -> None:
+    """Apply the inner wall to a freshly filled proxy of ``module``, whatever kind of object the proxy is:
+    remove every withheld name, put ``MODULE_WRAPPERS``' replacements in place, and make reading a withheld
+    name a ``SandboxViolation`` (a namespace proxy changes class; a module-object proxy gets a module-level
+    ``__getattr__``, so reading present names keeps the interpreter's fast path)."""
+    for name in withheld(module):
+        if name in vars(proxy):
+            delattr(proxy, name)
+    for name, wrapper in MODULE_WRAPPERS.get(module, {}).items():
+        if name in vars(proxy):
+            setattr(proxy, name, wrapper)
+    _PROXY_MODULES[id(proxy)] = module
+    if isinstance(proxy, types.ModuleType):
+        vars(proxy)["__getattr__"] = _withheld_getattr(module)
+    elif isinstance(proxy, types.SimpleNamespace) and not isinstance(proxy, ModuleProxy):
+        proxy.__class__ = ModuleProxy
+
+
+def _real_module(value: types.ModuleType) -> bool:
+    """An imported module (it has a spec, or is in ``sys.modules`` as itself), not a runner-made proxy."""
+    return vars(value).get("__spec__") is not None or sys.modules.get(value.__name__) is value
+
+
 class GlobalsSeal:
     """What the runner put into the program's globals, checked after the program returns and before each
     nested call is answered: the same objects under the runner's names, the same builtins dict with the
@@ -741,7 +790,7 @@ class GlobalsSeal:
         ):
             raise SandboxViolation("the program's builtins were rewritten")
         for name, value in namespace.items():
-            if isinstance(value, types.ModuleType) and name not in self.installed:
+            if isinstance(value, types.ModuleType) and name not in self.installed and _real_module(value):
                 raise SandboxViolation(f"the program's globals hold the real module {value.__name__!r} as {name!r}")
 
 
@@ -815,37 +864,23 @@ def program_streams(stdout: Any) -> Any:
 
 
 def _populate(proxy: types.SimpleNamespace, name: str) -> None:
-    """Import ``name`` and copy its public names (minus the withheld ones and sub-modules) onto ``proxy``,
-    with ``MODULE_WRAPPERS``' replacements in place of the originals."""
+    """Import ``name`` and copy its public names (minus the withheld ones and sub-modules) onto ``proxy``."""
     __import__(name)
-    hidden = withheld(name)
-    wrappers = MODULE_WRAPPERS.get(name, {})
+    withheld = ALLOWED_MODULES[name]
     for key, value in vars(sys.modules[name]).items():
-        if not key.startswith("_") and key not in hidden and not isinstance(value, types.ModuleType):
-            setattr(proxy, key, wrappers.get(key, value))
+        if not key.startswith("_") and key not in withheld and not isinstance(value, types.ModuleType):
+            setattr(proxy, key, value)
     adjust = _PROXY_ADJUSTMENTS.get(name)
     if adjust is not None:
         adjust(proxy)
+    seal_proxy(proxy, name)
 
 
 #: Proxies whose module is still to be imported (lazy mode), by ``id`` of the proxy.
 _PENDING: dict[int, str] = {}
-#: Every proxy's module name, by ``id`` of the proxy (kept off the proxy, where the program would see it).
-_PROXY_MODULES: dict[int, str] = {}
 
 
-class ModuleProxy(types.SimpleNamespace):
-    """What ``import json`` gives a program: the module's audited public names, nothing else. Reading a
-    withheld name is a ``SandboxViolation``; any other missing name an ``AttributeError``."""
-
-    def __getattr__(self, attr: str) -> Any:
-        module = _PROXY_MODULES.get(id(self), "module")
-        if attr in withheld(module):
-            raise withheld_name(module, attr)
-        raise AttributeError(f"module {module!r} has no attribute {attr!r}")
-
-
-class LazyModuleProxy(ModuleProxy):
+class LazyModuleProxy(types.SimpleNamespace):
     """A module proxy that imports its module the first time a missing attribute is read.
 
     Used where modules stay importable after lock-down (containers: the root file system is the image's),
@@ -856,7 +891,7 @@ class LazyModuleProxy(ModuleProxy):
     def __getattr__(self, attr: str) -> Any:
         name = _PENDING.pop(id(self), None)
         if name is None:
-            return super().__getattr__(attr)
+            raise AttributeError(f"module has no attribute {attr!r}")
         _populate(self, name)
         return getattr(self, attr)
 
@@ -873,17 +908,14 @@ def build_module_proxies(*, lazy: bool = False) -> dict[str, types.SimpleNamespa
             proxy: types.SimpleNamespace = LazyModuleProxy()
             _PENDING[id(proxy)] = name
         else:
-            proxy = ModuleProxy()
+            proxy = types.ModuleType(name)  # type: ignore[assignment]  # never in sys.modules; fast reads
             _populate(proxy, name)
         proxies[name] = proxy
-        _PROXY_MODULES[id(proxy)] = name
     for name in sorted(ALLOWED_MODULES, key=lambda n: n.count(".")):
         parts = name.split(".")
         for depth in range(1, len(parts)):
             parent = ".".join(parts[:depth])
-            if parent not in proxies:
-                proxies[parent] = ModuleProxy()
-                _PROXY_MODULES[id(proxies[parent])] = parent
+            proxies.setdefault(parent, types.SimpleNamespace())
         for depth in range(1, len(parts)):
             parent, child = ".".join(parts[:depth]), ".".join(parts[: depth + 1])
             setattr(proxies[parent], parts[depth], proxies[child])
