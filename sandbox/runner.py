@@ -565,7 +565,9 @@ def withheld(module: str) -> dict[str, str]:
 
 def withheld_name(module: str, name: str) -> SandboxViolation:
     reason = withheld(module).get(name, "it is not part of the audited surface")
-    return SandboxViolation(f"{module}.{name} is withheld in the sandbox: {reason}")
+    return SandboxViolation(
+        f"module {module!r} has no attribute {name!r}: {module}.{name} is withheld in the sandbox: {reason}"
+    )
 
 
 def _safe_wraps(wrapped: Any, assigned: Any = _MISSING_ARG, updated: Any = _MISSING_ARG) -> Any:
@@ -619,8 +621,8 @@ NEVER_DEFINED = frozenset({
 
 
 _STRING_ANNOTATION = (
-    "a string annotation is code that type-hint helpers evaluate outside the sandbox's compiler; write the "
-    'annotation as an expression (x: Node, not x: "Node") or drop it'
+    "String annotations are not allowed: type-hint helpers evaluate them as code, outside the sandbox's "
+    'compiler; write the annotation as an expression (x: Node, not x: "Node") or drop it'
 )
 #: Fields of a statement that hold statements (annotations and definitions live only in statements).
 _BODY_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
