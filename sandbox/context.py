@@ -56,7 +56,11 @@ def encode_value(value: Any, what: str = "a context value") -> bytes:
 def decode_value(body: bytes, what: str = "a context value") -> Any:
     """Parse one key's JSON text strictly (UTF-8, no NaN/Infinity); ContextError otherwise."""
     try:
-        return pydantic_core.from_json(body, allow_inf_nan=False)
+        value = pydantic_core.from_json(body, allow_inf_nan=False)
+        if not (value is None or isinstance(value, (str, int))):
+            # An overflowing literal (1e400) parses to inf even so; json.dumps (in C) refuses it.
+            json.dumps(value, allow_nan=False, ensure_ascii=False, check_circular=False)
+        return value
     except ValueError as exc:
         raise ContextError(f"{what} is not JSON: {exc}") from None
 

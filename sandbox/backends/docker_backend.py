@@ -33,7 +33,15 @@ from sandbox import handoff, image, seccomp
 from sandbox.backends.base import SandboxUnavailable
 from sandbox.backends.cleanup import CleanupQueue
 from sandbox.config import SandboxConfig
-from sandbox.exchange import BridgeHandler, ExitInfo, Stream, await_ready, build_outcome, run_exchange
+from sandbox.exchange import (
+    BridgeHandler,
+    ExitInfo,
+    Stream,
+    await_ready,
+    build_outcome,
+    run_exchange,
+    send_deadline,
+)
 from sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -169,7 +177,7 @@ class AttachIO:
                 "unsupported Docker transport for attaching (use a unix or tcp socket)", retriable=False
             )
         self.sock = sock
-        self.sock.setblocking(True)
+        self.sock.setblocking(False)  # every read and write waits in select, bounded by a deadline
         self._buf = bytearray()
         self._stream: Stream | None = None
         self._left = 0
@@ -177,9 +185,18 @@ class AttachIO:
         #: Set once the runner confirmed the container's hand-off directory (``send_execute`` uses it).
         self.handoff: handoff.HandoffDir | None = None
 
-    def send(self, data: bytes) -> None:
-        self.sock.settimeout(API_TIMEOUT_S)
-        self.sock.sendall(data)
+    def send(self, data: bytes, deadline: float | None = None) -> None:
+        """All of ``data`` by ``deadline``; TimeoutError when the container (or dockerd) stops taking it."""
+        until = send_deadline(deadline)
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self.sock.send(view) :]
+            except (BlockingIOError, InterruptedError):
+                remaining = until - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("the sandbox container stopped reading its input") from None
+                select.select([], [self.sock], [], remaining)
 
     def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
         if self.eof:
@@ -189,15 +206,11 @@ class AttachIO:
         if not readable:
             return []
         try:
-            self.sock.setblocking(False)
             data = self.sock.recv(1 << 20)
         except BlockingIOError:
             return []
         except OSError:
             data = b""
-        finally:
-            with contextlib.suppress(OSError):
-                self.sock.setblocking(True)
         if not data:
             self.eof = True
             return [("result", b""), ("stdout", b""), ("stderr", b"")]
@@ -455,7 +468,7 @@ class ContainerWorker:
         except _engine_errors() as exc:
             raise owner.engine_down(exc) from exc
         try:
-            self._io.send(encode_frame(self.boot_frame(limits), 1 << 20))
+            self._io.send(encode_frame(self.boot_frame(limits), 1 << 20), time.monotonic() + config.spawn_timeout_s)
             attrs = self._api.inspect_container(self.id)  # overlaps the interpreter's start-up
             ready = await_ready(self._io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
