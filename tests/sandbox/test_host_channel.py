@@ -163,7 +163,9 @@ bridge = f.f_locals['bridge']
 out = bridge.out_fd
 def send(obj):
     body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
-    os.write(out, struct.pack('>I', len(body)) + body)
+    view = memoryview(struct.pack('>I', len(body)) + body)
+    while view:
+        view = view[os.write(out, view):]
 """
 
 
