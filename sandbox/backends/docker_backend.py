@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import select
+import signal
 import socket
 import struct
 import threading
@@ -71,6 +72,8 @@ OWNER_LABEL = "sandforge.owner"
 GVISOR_PIDS_HEADROOM = 112
 GVISOR_MEMORY_HEADROOM_MB = 64
 API_TIMEOUT_S = 30.0
+#: Killing a container and waiting for it to stop: dockerd answers in milliseconds once nothing blocks it.
+KILL_TIMEOUT_S = 5.0
 _STREAMS: dict[int, Stream] = {1: "result", 2: "stderr"}
 _MUX_HEADER = struct.Struct(">BxxxI")
 
@@ -331,6 +334,15 @@ def _mount_refused(exc: Any) -> bool:
     return "bind source path" in text or "invalid mount config" in text or ("mount" in text and "not exist" in text)
 
 
+def _in_container(pid: int, container_id: str) -> bool:
+    """``pid`` is (still) a process of that container: not a reused pid."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            return container_id in fh.read()
+    except OSError:
+        return False
+
+
 def _host_view(pid: int, container_id: str) -> dict[str, bool] | None:
     """For runc on this machine: the container's process as /proc sees it (None when not visible here)."""
     from sandbox.backends.subprocess_backend import _proc_status, _rlimits_set
@@ -368,6 +380,7 @@ class ContainerWorker:
         self._io: AttachIO | None = None
         self._handoff: handoff.HandoffDir | None = None
         self.verified_from_host = False
+        self._host_pid = 0
         self.id = ""
         try:
             self.id = self._create(backend, limits)
@@ -484,6 +497,7 @@ class ContainerWorker:
         if owner.runtime is None and pid > 0:
             host_view = _host_view(pid, self.id)
         self.verified_from_host = host_view is not None
+        self._host_pid = pid if host_view is not None else 0  # runc here: killed directly (see _kill)
         self.protections = verify_protections(
             attrs, ready.protections, runtime=owner.runtime, host_pid_checked=host_view
         )
@@ -556,8 +570,19 @@ class ContainerWorker:
             self.destroy()
 
     def _kill(self) -> None:
+        """Stop the container now. The attach stream is closed first: dockerd copies the container's output
+        to it, and with a reader that stopped reading (after the output limit) that copy blocks the kill and
+        the wait for the API's whole timeout, twice (about 60 s). Then SIGKILL the container's process
+        directly when this machine sees it (runc), else ask dockerd, with a short timeout."""
+        if self._io is not None:
+            self._io.close()
+        pid = self._host_pid
+        if pid and _in_container(pid, self.id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                return
         with contextlib.suppress(Exception):
-            self._api.kill(self.id)
+            self._owner.quick_api().kill(self.id)
 
     def _exit_info(self, grace_s: float) -> tuple[ExitInfo, str | None]:
         """Exit code and OOM kill from the engine; waits (then kills) if the container is still running."""
@@ -570,7 +595,7 @@ class ContainerWorker:
                     self._api.wait(self.id, timeout=grace_s)
                 except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
                     self._kill()
-                    self._api.wait(self.id, timeout=API_TIMEOUT_S)
+                    self._owner.quick_api().wait(self.id, timeout=KILL_TIMEOUT_S)
                 state = self._api.inspect_container(self.id)["State"]
         except _engine_errors() as exc:
             return ExitInfo(), str(exc)
@@ -635,6 +660,7 @@ class DockerBackend:
         self.tag = image.expected_tag(config.image)
         self.owner = _owner()
         self._api: Any = None
+        self._quick_api: Any = None
         self._lock = threading.Lock()
         self._live: dict[str, handoff.HandoffDir | None] = {}  # container id -> its hand-off directory
         self._checked_runtime = False
@@ -648,6 +674,13 @@ class DockerBackend:
         return not self.handoff_refused and str(getattr(self._api, "base_url", "")) == "http+docker://localhost"
 
     # -- engine access --
+
+    def quick_api(self) -> Any:
+        """A second client whose calls time out after ``KILL_TIMEOUT_S``: for kill and the wait after it."""
+        with self._lock:
+            if self._quick_api is None:
+                self._quick_api = connect(self.config.docker_base_url, timeout=KILL_TIMEOUT_S)
+            return self._quick_api
 
     def api(self) -> Any:
         with self._lock:
@@ -768,6 +801,9 @@ class DockerBackend:
             self._remove_now(api, cid)
         with contextlib.suppress(Exception):
             api.close()
+        with contextlib.suppress(Exception):
+            if self._quick_api is not None:
+                self._quick_api.close()
 
 
 __all__ = ["AttachIO", "ContainerWorker", "DockerBackend", "connect", "reap_leftovers", "verify_protections"]
