@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from sandbox import handoff, image, seccomp
+from sandbox import handoff, image, leftovers, seccomp
 from sandbox.backends.base import SandboxUnavailable
 from sandbox.backends.cleanup import CleanupQueue
 from sandbox.config import SandboxConfig
@@ -689,24 +689,11 @@ class DockerBackend:
             if self._api is None:
                 api = connect(self.config.docker_base_url)
                 self._api = api
-                threading.Thread(
-                    target=self._reap_quietly, args=(api,), name="sandforge-docker-reaper", daemon=True
-                ).start()
+                leftovers.reap_in_background()  # of dead processes, every kind (sandbox/leftovers.py)
             api = self._api
         if self.runtime and not self._checked_runtime:
             self._check_runtime(api)
         return api
-
-    def _reap_quietly(self, api: Any) -> None:
-        try:
-            removed = reap_leftovers(api)
-            if removed:
-                log.info("removed %d leftover sandbox container(s) of dead processes", len(removed))
-            dirs = handoff.reap()
-            if dirs:
-                log.info("removed %d leftover hand-off directorie(s) of dead processes", len(dirs))
-        except Exception as exc:  # best effort; never disturbs execution
-            log.debug("reaping leftovers failed: %s", exc)
 
     def _check_runtime(self, api: Any) -> None:
         try:

@@ -19,7 +19,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import termios
 import threading
 import time
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import RestrictedPython
 
-from sandbox import seccomp
+from sandbox import leftovers, seccomp
 from sandbox.backends.base import SandboxUnavailable
 from sandbox.config import SUBPROCESS_PROTECTIONS, SandboxConfig
 from sandbox.exchange import (
@@ -187,7 +186,7 @@ class SubprocessWorker:
         self._zygote = zygote
         self._destroyed = False
         self._reaped = False
-        self._workdir = Path(tempfile.mkdtemp(prefix="sandforge-"))
+        self._workdir = leftovers.new_workdir()  # named after this process: reaped if it dies (leftovers.py)
         if os.geteuid() == 0:
             os.chown(self._workdir, config.sandbox_uid, config.sandbox_gid)
         stdin_sock, stdin_r = socket_channel()
@@ -415,6 +414,7 @@ class SubprocessBackend:
         self.runner = runner
         self._zygotes: dict[Limits, Zygote] = {}
         self._lock = threading.Lock()
+        leftovers.reap_in_background()  # what killed hosts left behind, of every backend
 
     def spawn(self, limits: Limits) -> SubprocessWorker:
         zygote = self._zygote(limits) if self.config.zygote else None

@@ -208,7 +208,7 @@ def attack(backend: Backend, code: str, bridge: Any = None, limits: Limits = LIM
 
 @pytest.mark.timeout(90)
 def test_a_flood_of_calls_without_reading_is_a_violation(escaped: Backend) -> None:
-    code = "for i in range(20000):\n    send({**%r, 'id': i})\ntime.sleep(60)\nreturn 1" % CALL
+    code = f"for i in range(20000):\n    send({{**{CALL!r}, 'id': i}})\ntime.sleep(60)\nreturn 1"
     out, took = attack(escaped, code)
     assert out.error_type == ErrorType.SANDBOX_VIOLATION, (out.error_type, out.error_message)
     assert took < LIMITS.timeout_s + 10, took
@@ -221,7 +221,7 @@ def test_a_runner_that_stops_reading_cannot_hold_the_host(escaped: Backend) -> N
     def big_reply(call: CallFrame) -> dict[str, Any]:
         return {"status": "ok", "value": "x" * (24 << 20)}
 
-    code = "send({**%r, 'id': 0})\ntime.sleep(120)\nreturn 1" % CALL
+    code = f"send({{**{CALL!r}, 'id': 0}})\ntime.sleep(120)\nreturn 1"
     out, took = attack(escaped, code, big_reply)
     assert out.error_type == ErrorType.TIMEOUT, (out.error_type, out.error_message)
     assert took < LIMITS.timeout_s + 15, took
@@ -250,7 +250,7 @@ def test_a_forged_ok_from_a_runner_that_then_fails_is_refused() -> None:
     """Subprocess: the host sees the exit status, and the runner exits 0 right after its result."""
     backend = SubprocessBackend(SandboxConfig(pool_size=0), runner=ESCAPED)
     try:
-        out, _ = attack(backend, "send(%r)\nos._exit(70)" % (OK,))
+        out, _ = attack(backend, f"send({OK!r})\nos._exit(70)")
     finally:
         backend.close()
     assert out.error_type == ErrorType.SANDBOX_VIOLATION and "exit status 70" in (out.error_message or "")
