@@ -382,12 +382,38 @@ def decode_runner_frame(body: bytes) -> ReadyFrame | CallFrame | ResultFrame:
         where = ".".join(str(part) for part in error.get("loc", ()))
         at = f" (at {where})" if where else ""
         raise ProtocolError(f"malformed frame from sandbox: {error['msg']}{at}") from exc
+    if isinstance(frame, ReadyFrame) or (isinstance(frame, ResultFrame) and _scalar(frame.value)):
+        return frame  # its other numbers are fields pydantic checks (finite, bounded)
+    if not may_hold_non_finite(body):
+        return frame
     if isinstance(frame, ResultFrame):
         ensure_finite(frame.value, "the result value")
-    elif isinstance(frame, CallFrame):
+    else:
         ensure_finite(frame.args, "a nested call's arguments")
         ensure_finite(frame.kwargs, "a nested call's arguments")
     return frame
+
+
+_SHAPE = bytearray(b" " * 256)
+for _digit in b"0123456789":
+    _SHAPE[_digit] = ord("0")
+_SHAPE[ord("e")] = _SHAPE[ord("E")] = ord("e")
+_SHAPE[ord("+")] = ord("+")
+_NUMBER_SHAPE = bytes(_SHAPE)
+
+
+def may_hold_non_finite(body: bytes) -> bool:
+    """Whether JSON text can parse to a non-finite float: a NaN/Infinity token, a number with an exponent,
+    or one with 309 or more digits in a row. Checked at C speed on the bytes (a translate and a few
+    searches), so the exact check (``ensure_finite``, a walk of the parsed value) runs only when needed."""
+    if b"NaN" in body or b"Infinity" in body:
+        return True
+    shape = body.translate(_NUMBER_SHAPE)
+    return b"0e0" in shape or b"0e+0" in shape or b"0" * 309 in shape
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int)) or (isinstance(value, float) and math.isfinite(value))
 
 
 def ensure_finite(value: Any, what: str) -> None:
