@@ -18,6 +18,7 @@ import stat
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -194,30 +195,46 @@ def reap(*, apply: bool = True, containers: bool = True) -> list[Leftover]:
 
 
 _LOCK = threading.Lock()
-_PENDING = False
+_PENDING: set[bool] = set()  # what the requests since the last pass asked for: True = containers too
 _RUNNING = False
+#: A subprocess backend starting asks the container engines at most this often (files: every time).
+CONTAINER_INTERVAL_S = 60.0
+_CONTAINERS_CHECKED = -CONTAINER_INTERVAL_S
+
+
+def containers_due() -> bool:
+    """For backends that run no containers: whether it is time to look at the engines again (each pass
+    costs an engine round trip and a runtime start or two, and tests start hundreds of backends)."""
+    global _CONTAINERS_CHECKED
+    with _LOCK:
+        now = time.monotonic()
+        if now - _CONTAINERS_CHECKED < CONTAINER_INTERVAL_S:
+            return False
+        _CONTAINERS_CHECKED = now
+        return True
 
 
 def reap_in_background(*, containers: bool = True) -> None:
     """Reap when a backend starts, on a daemon thread: never on an execution's path. Requests that come
     while a pass runs are served by one more pass after it (so nothing that existed at a start is missed)."""
-    global _PENDING, _RUNNING
+    global _RUNNING
     with _LOCK:
-        _PENDING = True
+        _PENDING.add(containers)
         if _RUNNING:
             return
         _RUNNING = True
 
     def run() -> None:
-        global _PENDING, _RUNNING
+        global _RUNNING
         while True:
             with _LOCK:
                 if not _PENDING:
                     _RUNNING = False
                     return
-                _PENDING = False
+                with_containers = True in _PENDING
+                _PENDING.clear()
             try:
-                removed = [item for item in reap(containers=containers) if item.removed]
+                removed = [item for item in reap(containers=with_containers) if item.removed]
                 if removed:
                     log.info("removed %d leftover(s) of dead sandforge processes", len(removed))
             except Exception as exc:  # best effort; a later start or `sandforge cleanup` tries again
@@ -226,4 +243,4 @@ def reap_in_background(*, containers: bool = True) -> None:
     threading.Thread(target=run, name="sandforge-leftovers", daemon=True).start()
 
 
-__all__ = ["WORKDIR_PREFIX", "Leftover", "find", "new_workdir", "reap", "reap_in_background"]
+__all__ = ["WORKDIR_PREFIX", "Leftover", "containers_due", "find", "new_workdir", "reap", "reap_in_background"]

@@ -414,7 +414,8 @@ class SubprocessBackend:
         self.runner = runner
         self._zygotes: dict[Limits, Zygote] = {}
         self._lock = threading.Lock()
-        leftovers.reap_in_background()  # what killed hosts left behind, of every backend
+        # What killed hosts left behind, of every backend (the container engines at most once a minute).
+        leftovers.reap_in_background(containers=leftovers.containers_due())
 
     def spawn(self, limits: Limits) -> SubprocessWorker:
         zygote = self._zygote(limits) if self.config.zygote else None
