@@ -38,6 +38,7 @@ import json
 import mmap
 import os
 import resource
+import select
 import signal
 import socket
 import stat
@@ -97,6 +98,13 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
+PR_GET_PDEATHSIG = 2
+#: The runner's own wall-clock backstop: SIGALRM (default action: terminate) this long after the host's
+#: deadline, paused while a nested call is answered. The host kills at its deadline; this only matters when
+#: the host cannot (killed, hung).
+BACKSTOP_GRACE_S = 2.0
+#: The frames-in channel, watched for the host's hang-up by the pid-namespace parent (``_become_pid1``).
+_HOST_CHANNEL_FD: int | None = None
 SECCOMP_MODE_FILTER = 2
 
 
@@ -382,22 +390,70 @@ def _private_root(libc: ctypes.CDLL, workdir: str, disk_mb: int, owner: tuple[in
     os.chdir("/")
 
 
+def _parent_death_signal(libc: ctypes.CDLL) -> int:
+    """The parent-death signal in force (0: none). A change of credentials (setuid, a new user namespace)
+    clears it, so it is read before each such change and set again after (``_rearm_parent_death``)."""
+    value = ctypes.c_int(0)
+    libc.prctl(PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0)
+    return value.value
+
+
+def _rearm_parent_death(libc: ctypes.CDLL, sig: int) -> None:
+    if sig:
+        libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def _wait_or_hang_up(pid: int, watch: int | None) -> int:
+    """Wait for ``pid``; if the host hangs up the frames-in channel first (it died), kill ``pid`` then."""
+    if watch is not None and hasattr(os, "pidfd_open"):
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = -1
+        if pidfd >= 0:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            poller.register(watch, select.POLLRDHUP)
+            done = False
+            while not done:
+                try:
+                    events = poller.poll()
+                except InterruptedError:
+                    continue
+                for fd, event in events:
+                    if fd == pidfd:
+                        done = True
+                    elif event & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                        with contextlib.suppress(OSError):
+                            os.kill(pid, signal.SIGKILL)  # the host is gone: nobody wants the result
+                        done = True
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            return status
+        except InterruptedError:
+            continue
+
+
 def _become_pid1(libc: ctypes.CDLL) -> None:
     """After unshare(CLONE_NEWPID), fork so the executing process is pid 1 of the new namespace.
 
-    The parent keeps no channel open; it waits and mirrors the child's exit, so the host sees one status.
+    The parent keeps only the frames-in channel open, to watch it: it waits and mirrors the child's exit,
+    so the host sees one status, and kills the child when the host hangs up (a killed host leaves nothing
+    running). The child dies with the parent (its parent-death signal, re-armed after each privilege change).
     """
     pid = os.fork()
     if pid == 0:
         libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
         return
-    os.closerange(0, 4096)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
+    watch = _HOST_CHANNEL_FD
+    if watch is None:
+        os.closerange(0, 4096)
+    else:
+        if watch > 0:  # closerange(0, 0) would close everything (close_range with last = -1)
+            os.closerange(0, watch)
+        os.closerange(watch + 1, 4096)
+    status = _wait_or_hang_up(pid, watch)
     if os.WIFSIGNALED(status):
         os._exit(128 + os.WTERMSIG(status))
     os._exit(os.WEXITSTATUS(status))
@@ -444,12 +500,14 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     pid_ns = False
     if boot.get("namespaces"):
+        death_signal = _parent_death_signal(libc)
         try:
             for name in _enter_namespaces(libc):
                 active[name] = True
             pid_ns = True
         except OSError as exc:
             errors.append(f"namespaces: {exc}")
+        _rearm_parent_death(libc, death_signal)  # a new user namespace clears it
     workdir = boot.get("workdir")
     if boot.get("chroot") and workdir:
         try:
@@ -462,6 +520,7 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
     if pid_ns:
         _become_pid1(libc)
     if uid is not None and gid is not None and os.geteuid() == 0:
+        death_signal = _parent_death_signal(libc)
         try:
             os.setgroups([])
             os.setgid(gid)
@@ -469,6 +528,7 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
             active["unprivileged_user"] = True
         except OSError as exc:
             errors.append(f"drop privileges: {exc}")
+        _rearm_parent_death(libc, death_signal)  # setuid/setgid clear it
     elif os.geteuid() != 0:
         active["unprivileged_user"] = True
     try:
@@ -1004,8 +1064,11 @@ class Bridge:
         check_json(kwargs, "nested call arguments")
         call_id, self.next_id = self.next_id, self.next_id + 1
         frame = {"type": "call", "id": call_id, "target": target, "method": method, "args": args, "kwargs": kwargs}
-        write_frame(self.out_fd, frame)
+        body = encode(frame)
+        left = pause_backstop()  # the host does not charge nested calls to this one's deadline
+        write_frame(self.out_fd, body)
         reply = read_frame(self.channel, self.max_bytes)
+        resume_backstop(left)
         if isinstance(self.channel, Channel) and (self.channel.fds or self.channel.truncated):
             close_fds(self.channel.take_fds()[0])
             raise RuntimeError("host passed descriptors with a nested call's reply")
@@ -1049,13 +1112,19 @@ class NotJson(TypeError):
     pass
 
 
+#: A value (a result, a context value, a nested call's argument list) nests at most this many lists and
+#: objects: the host parses frames up to 201 levels (``sandbox/protocol.py``) and a value sits one level
+#: inside its frame. Deeper is the program's error (non_serializable_result), never a protocol violation.
+MAX_VALUE_DEPTH = 200
+
+
 def check_json(value: Any, what: str, _depth: int = 0) -> None:
     """Only what JSON round-trips exactly: dicts with str keys, lists, str, int, finite float, bool, None."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        if depth > 200:
-            raise NotJson(f"{what} is nested more than 200 levels deep")
+        if depth >= MAX_VALUE_DEPTH and isinstance(item, (list, dict)):
+            raise NotJson(f"{what} is nested more than {MAX_VALUE_DEPTH} levels deep")
         if item is None or isinstance(item, (bool, int, str)):
             continue
         if isinstance(item, float):
@@ -1507,7 +1576,32 @@ def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | 
 
 
 def _error(kind: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"type": kind, "message": message[:4000], **{k: v for k, v in extra.items() if v is not None}}
+    error = {"type": kind, "message": valid_text(message[:4000]), **{k: v for k, v in extra.items() if v is not None}}
+    for name in ("exception", "tool_error_type"):  # the host accepts names of up to 200 characters
+        if isinstance(error.get(name), str):
+            error[name] = valid_text(error[name][:200])
+    return error
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid UTF-8: a lone surrogate (which no frame can carry) becomes ``?``, the byte that
+    ``BoundedText`` counted for it, instead of making the whole result unencodable."""
+    try:
+        text.encode()
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode()
+
+
+def pause_backstop() -> float:
+    """Stop the wall-clock backstop (while the host answers a nested call); returns the seconds left."""
+    left, _ = signal.setitimer(signal.ITIMER_REAL, 0)
+    return left
+
+
+def resume_backstop(left: float) -> None:
+    if left > 0:
+        signal.setitimer(signal.ITIMER_REAL, left)
 
 
 def _tool_line(tb: types.TracebackType | None) -> int | None:
@@ -1603,10 +1697,16 @@ def _encode_result(result: Result, max_bytes: int) -> list[bytes]:
     changed key. A result that does not fit ``max_bytes`` in all becomes an output_limit error."""
     header = result.header
     header["context_changed"] = [[key, len(body)] for key, body in result.changed]
+    header["stdout"] = valid_text(header.get("stdout", ""))
     try:
         rest = encode(header)
-    except (TypeError, ValueError) as exc:
-        return [encode({"type": "result", "status": "error", "error": _error("non_serializable_result", str(exc))})]
+    except (TypeError, ValueError) as exc:  # a context key that is not valid text (a lone surrogate)
+        result.fail(_error("non_serializable_result", f"the context cannot be sent back: {exc}"))
+        header["context_changed"] = []
+        try:
+            rest = encode(header)
+        except (TypeError, ValueError):
+            return [encode({"type": "result", "status": "error", "error": _error("non_serializable_result", str(exc))})]
     body = b'{"value":' + result.value + b"," + rest[1:]
     total = len(body) + sum(HEADER.size + len(text) for _, text in result.changed)
     if total <= max_bytes:
@@ -1647,8 +1747,10 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
 
 def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, types.SimpleNamespace]) -> int:
     """Lock down, report ready, run the one program, write the one result."""
+    global _HOST_CHANNEL_FD
     max_bytes = int(boot["limits"]["max_message_bytes"])
     channel = Channel(in_fd)  # before lock-down; it lives until the process exits
+    _HOST_CHANNEL_FD = in_fd
     protections, errors = lock_down(boot)
     handoff = handoff_ready(boot)
     write_frame(out_fd, {"type": "ready", "version": PROTOCOL_VERSION, "pid": os.getpid(),
@@ -1664,7 +1766,9 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
         result = Result()
         result.fail(_error("invalid_request", str(frame.get("error") or "expected an execute frame")))
     else:
+        signal.setitimer(signal.ITIMER_REAL, float(boot["limits"]["timeout_s"]) + BACKSTOP_GRACE_S)
         result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies)
+        pause_backstop()
     write_frames(out_fd, _encode_result(result, max_bytes))
     return 0
 
@@ -1711,9 +1815,6 @@ def zygote(control_fd: int) -> int:
     The zygote never runs a program: it only forks. Each child performs the full lock-down itself, exactly
     like a freshly started runner, so a child is as fresh as a new process but costs a fork, not a start.
     """
-    import select
-    import socket
-
     sock = socket.socket(fileno=control_fd)
     boot = json.loads(sock.recv(1 << 20))
     proxies = prepare(boot)
@@ -1722,6 +1823,16 @@ def zygote(control_fd: int) -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     _send(sock, {"op": "ready", "pid": os.getpid()})
+    children: set[int] = set()
+    try:
+        return _zygote_loop(sock, boot, proxies, wake_r, children)
+    finally:
+        for child in children:  # the host hung up (it died or closed us): nothing may outlive it
+            with contextlib.suppress(OSError):
+                os.killpg(child, signal.SIGKILL)
+
+
+def _zygote_loop(sock: Any, boot: dict[str, Any], proxies: dict[str, Any], wake_r: int, children: set[int]) -> int:
     while True:
         readable, _, _ = select.select([sock.fileno(), wake_r], [], [])
         if wake_r in readable:
@@ -1733,6 +1844,7 @@ def zygote(control_fd: int) -> int:
                 break
             if not pid:
                 break
+            children.discard(pid)
             _send(sock, {"op": "exited", "pid": pid, "status": status, "cpu_time_s": usage.ru_utime + usage.ru_stime,
                          "maxrss_kb": usage.ru_maxrss})  # fmt: skip
         if sock.fileno() in readable:
@@ -1744,6 +1856,7 @@ def zygote(control_fd: int) -> int:
                 if len(fds) != 4:
                     raise ValueError("a spawn request carries exactly four descriptors")
                 pid = _spawn_child(sock, boot, proxies, request, fds)
+                children.add(pid)
                 _send(sock, {"op": "spawned", "id": request.get("id"), "pid": pid})
             except (OSError, ValueError) as exc:
                 _send(sock, {"op": "failed", "id": request.get("id"), "error": str(exc)})
