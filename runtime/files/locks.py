@@ -15,6 +15,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from runtime.errors import FileIOError, UsageError
+from runtime.files.dirs import make_dirs
 from runtime.files.write import io_error
 
 LOCK_TIMEOUT_ENV = "SANDFORGE_LOCK_TIMEOUT"
@@ -43,8 +44,10 @@ def lock_path_for(path: Path) -> Path:
 def exclusive(path: Path, *, timeout: float | None = None) -> Iterator[None]:
     """Hold the exclusive lock of ``path`` (a file that may not exist yet). FileIOError on timeout or I/O."""
     wait = lock_timeout() if timeout is None else timeout
-    lock = FileLock(lock_path_for(path), timeout=wait, mode=0o600, is_singleton=False, thread_local=False)
+    lock_path = lock_path_for(path)
+    lock = FileLock(lock_path, timeout=wait, mode=0o600, is_singleton=False, thread_local=False)
     try:
+        make_dirs(lock_path.parent)  # before filelock makes them with the default mode
         lock.acquire()
     except Timeout:
         raise FileIOError(
