@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pydantic_core
@@ -60,10 +61,10 @@ def decode_json(raw: bytes, *, what: str) -> Any:
     return value
 
 
-def encode_compact(value: Any, *, limit: int, what: str) -> bytes:
+def encode_compact(value: Any, *, limit: int, what: str, default: Callable[[Any], Any] | None = None) -> bytes:
     """``value`` as compact UTF-8 JSON, at most ``limit`` bytes, else OutputTooLargeError."""
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=default)
     except (TypeError, ValueError, RecursionError) as exc:
         raise SandforgeError(f"{what} is not JSON: {one_line(str(exc))}") from None
     data = text.encode("utf-8", "backslashreplace")  # a lone surrogate becomes its \\udxxx escape: still JSON

@@ -132,7 +132,7 @@ def test_a_symlinked_context_is_written_through_to_its_target(tmp_path: Path, co
     real.chmod(0o640)
     link = tmp_path / "ctx.json"
     link.symlink_to(real)
-    code, out, err = commit(counter, link)
+    code, _, err = commit(counter, link)
     assert code == 0, err
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert json.loads(real.read_text()) == {"n": 42}
