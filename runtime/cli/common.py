@@ -26,5 +26,5 @@ class SandforgeGroup(click.Group):
         try:
             return super().invoke(ctx)
         except SandforgeError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {' '.join(str(exc).split())}", err=True)  # always one line
             ctx.exit(exc.exit_code)

@@ -165,7 +165,9 @@ def _compose(name: str, text: str) -> tuple[Any, dict[YamlPath, int]]:
         problem = exc.problem or exc.context or "malformed YAML"
         raise ConfigError(f"{name}:{line}: {problem}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{name}: malformed YAML: {exc}") from None
+        raise ConfigError(f"{name}: malformed YAML: {' '.join(str(exc).split())}") from None
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit integer, a scalar the constructor refuses
+        raise ConfigError(f"{name}: unusable YAML value: {' '.join(str(exc).split())[:200]}") from None
     finally:
         loader.dispose()
 
