@@ -122,7 +122,7 @@ def _metadata(text: str | None) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # hand-edited rows: deep nesting, 5,000-digit ints
         return {}
     return value if isinstance(value, dict) else {}
 

@@ -224,3 +224,24 @@ def test_an_existing_world_readable_session_database_is_made_private(tmp_path: P
     with SessionStore(path):
         pass
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_hostile_rows_in_a_session_database_are_read_without_a_traceback(tmp_path: Path) -> None:
+    from runtime.sessions import SessionStore
+
+    state = tmp_path / "state"
+    with SessionStore(state=state) as store:
+        session_id = store.create_session(title="t").id
+    deep = "[" * 100_000 + "]" * 100_000
+    conn = sqlite3.connect(state / "sessions.db")
+    with conn:
+        conn.execute(
+            "INSERT INTO messages (session_id, type, content, tool_name, tool_call_id, tool_status, tool_input,"
+            " created_at, metadata) VALUES (?, 'tool_call', ?, 'load_tool_group', 'x', 'success', ?, 0, ?)",
+            (session_id, "caf\u00e9 \u2603", deep, '{"n": ' + "9" * 5000 + "}"),
+        )
+    conn.close()
+    for args in (["sessions", "show", session_id, "--json"], ["sessions", "show", session_id], ["sessions", "list"]):
+        result = run(*args, "--state-dir", str(state))
+        assert result.exit_code == 0, (args, result.output, result.exception)
+        assert "Traceback" not in result.output
