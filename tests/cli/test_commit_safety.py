@@ -45,10 +45,11 @@ def counter(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # twenty CLI start-ups, serialised, on a shared 2-core machine
 def test_twenty_concurrent_commits_lose_no_update(tmp_path: Path, counter: Path) -> None:
     ctx = tmp_path / "ctx.json"
     ctx.write_text('{"n": 0}')
-    env = {**os.environ, "SANDFORGE_BACKEND": "subprocess"}
+    env = {**os.environ, "SANDFORGE_BACKEND": "subprocess", "SANDFORGE_LOCK_TIMEOUT": "850"}
     procs = [
         subprocess.Popen(
             [str(SANDFORGE), "exec", str(counter), "--context", str(ctx), "--commit", "--json"],
