@@ -45,7 +45,7 @@ def exclusive(path: Path, *, timeout: float | None = None) -> Iterator[None]:
     """Hold the exclusive lock of ``path`` (a file that may not exist yet). FileIOError on timeout or I/O."""
     wait = lock_timeout() if timeout is None else timeout
     lock_path = lock_path_for(path)
-    lock = FileLock(lock_path, timeout=wait, mode=0o600, is_singleton=False, thread_local=False)
+    lock = FileLock(lock_path, timeout=wait, mode=0o600)
     try:
         make_dirs(lock_path.parent)  # before filelock makes them with the default mode
         lock.acquire()

@@ -297,14 +297,24 @@ class SessionStore:
                 raise _map_error(exc, self.path) from exc
             try:
                 yield self._conn
+            except sqlite3.Error as exc:  # a statement failed (disk full, read-only): typed, one line
+                self._rollback()
+                raise _map_error(exc, self.path) from exc
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise
             try:
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise _map_error(exc, self.path) from exc
+
+    def _rollback(self) -> None:
+        """Roll back what is still open: on SQLITE_FULL and some I/O errors SQLite has already rolled the
+        transaction back itself, and a second ROLLBACK would raise over the real error."""
+        if self._conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
