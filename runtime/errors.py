@@ -14,7 +14,9 @@ class SandforgeError(Exception):
         self.hint = hint
 
     def __str__(self) -> str:
-        return self.message if not self.hint else f"{self.message} (hint: {self.hint})"
+        """Always one line (a YAML mark, a path with a newline): the CLI prints it as one ``error:`` line."""
+        text = self.message if not self.hint else f"{self.message} (hint: {self.hint})"
+        return " ".join(text.split())
 
 
 class UsageError(SandforgeError):

@@ -28,8 +28,6 @@ from typing import Any, Literal
 import platformdirs
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from runtime.files.dirs import make_dirs
-
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
@@ -269,6 +267,8 @@ class CallLog:
                 try:
                     fd = os.open(self.path, flags, 0o600)
                 except FileNotFoundError:  # first record: create the directory (not on every call: mkdir costs)
+                    from runtime.files.dirs import make_dirs  # 0700 at every level it creates
+
                     make_dirs(self.path.parent)
                     fd = os.open(self.path, flags, 0o600)
                 try:

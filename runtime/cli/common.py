@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import click
 
 from runtime.errors import SandforgeError
-from runtime.files import encode_compact
-
-#: The most any ``--json`` listing prints (the registry's and sessions' own caps are below this).
-MAX_JSON_OUTPUT_BYTES = 256 * 1024 * 1024
-
-
-def emit_json(payload: Any, *, limit: int = MAX_JSON_OUTPUT_BYTES, default: Callable[[Any], Any] | None = None) -> None:
-    """Print ``payload`` as one line of compact JSON (indenting grows with depth); bounded by ``limit``."""
-    click.echo(encode_compact(payload, limit=limit, what="the JSON output", default=default))
 
 
 class SandforgeGroup(click.Group):
@@ -26,5 +14,5 @@ class SandforgeGroup(click.Group):
         try:
             return super().invoke(ctx)
         except SandforgeError as exc:
-            click.echo(f"error: {' '.join(str(exc).split())}", err=True)  # always one line
+            click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from runtime.cli.common import emit_json
+from runtime.cli.output import emit_json
 from runtime.errors import UsageError
 from runtime.files import read_arg_file
 from runtime.guardrails import Policy, layered_policy, policy_json_schema, validate

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from runtime.cli.common import emit_json
+from runtime.cli.output import emit_json
 from runtime.sessions import Message, MessageType, SessionInfo, SessionStore, restore_loaded_groups
 
 _state_dir_option = click.option(

@@ -12,7 +12,8 @@ from typing import Any, ParamSpec, TypeVar
 
 import click
 
-from runtime.cli.common import SandforgeGroup, emit_json
+from runtime.cli.common import SandforgeGroup
+from runtime.cli.output import emit_json
 from runtime.store import (
     MethodArtifact,
     ToolNotFoundError,
