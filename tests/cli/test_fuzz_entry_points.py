@@ -159,3 +159,20 @@ def test_session_database_read_back(data: bytes) -> None:
         return invoke("sessions", "list", "--state-dir", str(state))
 
     check(with_file(data, "sessions.db", body), {0, 1}, one_line_codes=frozenset({1, 2, 5}))
+
+
+@FUZZ
+@given(hostile_bytes, st.sampled_from(["manifest", "method"]))
+def test_role_files_read_back(data: bytes, which: str) -> None:
+    from runtime.store import StorePaths
+
+    def body(tmp: Path, path: Path) -> Result:
+        paths = StorePaths(tmp / "state")
+        target = paths.manifest("calc") if which == "manifest" else paths.method_file("calc", "add")
+        target.parent.mkdir(parents=True)
+        path.rename(target)
+        for args in (["show", "calc"], ["show", "calc", "add"], ["history", "calc", "add"], ["list"]):
+            check(invoke("tools", "--store", str(paths.state_dir), *args), {0, 1})
+        return invoke("tools", "--store", str(paths.state_dir), "health", "--json")
+
+    check(with_file(data, "f.json", body), {0})
