@@ -132,7 +132,8 @@ CASES = [
     (
         "annotated assignments",
         "total: float = 0.0\ncount: int\nfor v in [1, 2]:\n    total += v\n"
-        "def f(a: int, *b: str, c: 'x' = 1, **d: dict) -> 'y':\n    z: 'not evaluated' = a\n    return z\n"
+        "def f(a: int, *b: str, c: undefined_name = 1, **d: dict) -> list[int]:\n"
+        "    z: also_undefined = a\n    return z\n"
         "return [total, f(3)]",
         [3.0, 3],
     ),
