@@ -27,6 +27,7 @@ def run_corpus(backend: str) -> list[corpus.Verdict]:
     return verdicts
 
 
+@pytest.mark.timeout(900)  # 115 fresh sandboxes in a row (containers: ~1 s each on a loaded machine)
 @pytest.mark.parametrize("backend", ["subprocess", pytest.param("docker", marks=pytest.mark.docker)])
 def test_the_corpus_runs_unchanged(backend: str) -> None:
     verdicts = run_corpus(backend)
