@@ -624,6 +624,11 @@ def withheld(module: str) -> dict[str, str]:
     """Every name withheld from ``module``'s proxy, with its reason."""
     names = dict.fromkeys(ALLOWED_MODULES.get(module, ()), "it bypasses the attribute guards or touches files")
     names.update(WITHHELD_NAMES.get(module, {}))
+    exposed = EXPOSED_ONLY.get(module)
+    if exposed is not None and module in sys.modules:  # allow-listed modules: everything else is withheld
+        for name in vars(sys.modules[module]):
+            if not name.startswith("_") and name not in exposed:
+                names.setdefault(name, f"only {', '.join(sorted(exposed))} of {module} are available")
     return names
 
 

@@ -55,6 +55,8 @@ FLAGGED = [
     ("import time\ntime.clock_settime(0, 0)", {"withheld_name"}),
     ("import base64\nbase64.main()", {"withheld_name"}),
     ("import xml.etree.ElementTree as ET\nET.dump(ET.fromstring(args[0]))", {"withheld_name"}),
+    ("import io\nf = io.open", {"withheld_name"}),  # io is allow-listed: StringIO and BytesIO only
+    ("from io import FileIO", {"withheld_name"}),
     # string annotations everywhere an annotation can be
     ("def f(x: 'os') -> int:\n    return 1", {"string_annotation"}),
     ("def f(x) -> list['Item']:\n    return []", {"string_annotation"}),

@@ -122,6 +122,10 @@ ESCAPES = {
         import datetime
         return repr(datetime.datetime_CAPI)
     """,
+    "io.open outside io's allow-list": """
+        import io
+        return io.open
+    """,
     "hasattr of a withheld name": """
         import functools
         return hasattr(functools, "singledispatch")
