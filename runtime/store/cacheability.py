@@ -505,12 +505,12 @@ def reads_arguments(tree: ast.AST) -> bool:
             if used & derived and not set(bound) <= derived:
                 derived.update(bound)
                 changed = True
-    propagating = set().union(*(inside for _, _, inside in propagations)) if propagations else set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in derived:
-            if id(node) not in propagating:
-                return True
-    return False
+    propagating: set[int] = set().union(*(inside for _, _, inside in propagations))
+    return any(
+        isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in derived
+        and id(node) not in propagating
+        for node in ast.walk(tree)
+    )  # fmt: skip
 
 
 def ignores_arguments(code: str, args: Sequence[object], kwargs: Mapping[str, object]) -> bool | None:
