@@ -19,6 +19,7 @@ from sandbox.protocol import (
     PROTOCOL_VERSION,
     CallFrame,
     CallResultFrame,
+    DeclareFrame,
     ErrorType,
     ExecutionOutcome,
     ExecutionRequest,
@@ -39,6 +40,9 @@ Stream = Literal["result", "stdout", "stderr"]
 
 #: Answers a nested ``tool(...)``/``delegate(...)`` call made inside the sandbox with an outcome dict
 #: (``status``, ``value``, ``error_type``, ``error_message``, ``retriable``).
+#: A handler may also have a ``declare(frame)`` method for ``declare`` frames (``delegate(...)`` ran: stage
+#: the contract), answering ``{"status": "ok"}`` or an ``invalid_contract`` error; without one a declaration
+#: is acknowledged and nothing is staged.
 BridgeHandler = Callable[[CallFrame], dict[str, Any]]
 
 TRUNCATION_MARK = "\n[... truncated by sandforge]"
@@ -304,10 +308,14 @@ def _handle_frames(io: WorkerIO, bodies: list[bytes], ex: Exchange, handler: Bri
         frame = decode_runner_frame(body)
         if isinstance(frame, ResultFrame):
             _accept_result(ex, frame, len(body), limits.max_message_bytes)
-        elif isinstance(frame, CallFrame):
+        elif isinstance(frame, CallFrame | DeclareFrame):
             began = time.monotonic()
-            outcome = handler(frame)
-            ex.nested_calls += 1
+            if isinstance(frame, DeclareFrame):
+                declare = getattr(handler, "declare", None)
+                outcome = declare(frame) if declare is not None else {"status": "ok"}
+            else:
+                outcome = handler(frame)
+                ex.nested_calls += 1
             try:
                 reply = encode_frame(CallResultFrame(id=frame.id, outcome=outcome), limits.max_message_bytes)
             except ProtocolError:

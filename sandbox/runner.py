@@ -637,6 +637,58 @@ class Bridge:
         outcome = reply.get("outcome")
         return ToolOutcome.from_wire(outcome if isinstance(outcome, dict) else {})
 
+    def declare(self, target: dict[str, Any]) -> ToolOutcome:
+        """Stage a ``delegate(...)`` contract with this attempt (a ``declare`` frame, answered like a call)."""
+        call_id, self.next_id = self.next_id, self.next_id + 1
+        write_frame(self.out_fd, {"type": "declare", "id": call_id, "target": target})
+        reply = read_frame(self.channel, self.max_bytes)
+        if isinstance(self.channel, Channel) and (self.channel.fds or self.channel.truncated):
+            close_fds(self.channel.take_fds()[0])
+            raise RuntimeError("host passed descriptors with a declaration's reply")
+        if reply.get("type") != "call_result" or reply.get("id") != call_id:
+            raise RuntimeError("host sent an unexpected reply to a declaration")
+        outcome = reply.get("outcome")
+        return ToolOutcome.from_wire(outcome if isinstance(outcome, dict) else {})
+
+
+class InvalidContract(TypeError):
+    """``delegate(...)`` got a contract the runtime cannot accept (not JSON, too long, refused by the host)."""
+
+
+#: Longest JSON text of one contract field (the wire model's MAX_CONTRACT_FIELD_CHARS).
+MAX_CONTRACT_FIELD_CHARS = 16 * 1024
+
+
+def delegate_target(
+    role: Any, purpose: Any = None, deliverable: Any = None, acceptance: Any = None, failure_policy: Any = None
+) -> dict[str, Any]:
+    """The wire target of ``delegate(...)``; InvalidContract for a field that is not JSON or too long."""
+    if purpose is not None and not isinstance(purpose, str):
+        raise InvalidContract(f"delegate(): purpose must be a string, not {type(purpose).__name__}")
+    if purpose is not None and len(purpose) > MAX_CONTRACT_FIELD_CHARS:
+        raise InvalidContract(f"delegate(): purpose is longer than {MAX_CONTRACT_FIELD_CHARS} characters")
+    target = {"kind": "delegate", "name": str(role), "purpose": purpose}
+    for name, value in (("deliverable", deliverable), ("acceptance", acceptance), ("failure_policy", failure_policy)):
+        try:
+            dump_json(value, f"delegate() {name}")
+        except NotJson as exc:
+            raise InvalidContract(
+                f"{exc}; contract fields are JSON values (dict with str keys, list, str, int, float, bool, None)"
+            ) from None
+        if value is not None and len(json.dumps(value, ensure_ascii=False)) > MAX_CONTRACT_FIELD_CHARS:
+            raise InvalidContract(f"delegate(): {name} is longer than {MAX_CONTRACT_FIELD_CHARS} characters of JSON")
+        target[name] = value
+    return target
+
+
+def delegate(bridge: Bridge, role: Any, *contract: Any, **fields: Any) -> ToolHandle:
+    """``delegate(role, purpose=..., ...)``: declare the contract (staged with the attempt), return a handle."""
+    target = delegate_target(role, *contract, **fields)
+    reply = bridge.declare(target)
+    if not reply.ok:
+        raise InvalidContract(f"delegate({target['name']!r}): {reply.error_message or reply.error_type}")
+    return ToolHandle(bridge, target)
+
 
 class ToolHandle:
     """What ``tool(name)`` and ``delegate(role, ...)`` return: every public method is a nested call."""
@@ -1001,15 +1053,7 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
     builtins["__import__"] = _guarded_import(proxies)
     builtins["Outcome"] = OutcomeFactory
     builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
-    builtins["delegate"] = lambda role, purpose=None, deliverable=None, acceptance=None, failure_policy=None: (
-        ToolHandle(
-            bridge,
-            {
-                "kind": "delegate", "name": str(role), "purpose": purpose, "deliverable": deliverable,
-                "acceptance": acceptance, "failure_policy": failure_policy,
-            },
-        )
-    )  # fmt: skip
+    builtins["delegate"] = lambda role, *contract, **fields: delegate(bridge, role, *contract, **fields)
     return {
         "__builtins__": builtins,
         "__name__": "sandforge_tool",
@@ -1149,6 +1193,8 @@ def _classify_exception(exc: BaseException) -> str:
         return "sandbox_violation"
     if isinstance(exc, NotJson):
         return "non_serializable_result"
+    if isinstance(exc, InvalidContract):
+        return "invalid_contract"
     return "execution"
 
 

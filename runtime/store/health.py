@@ -63,6 +63,17 @@ def classify_failure(error_type: str | None) -> FailureClass:
     return FailureClass.INTRINSIC
 
 
+def classify_outcome(error_type: str | None, *, tool_error: bool, retriable: bool) -> FailureClass:
+    """The class of a failed call, the same in the outcome's metadata, the call log and the store.
+
+    A program's own non-retriable ``Outcome.error`` is its deliberate answer, not a crash: at worst
+    ADAPTIVE (it still degrades health when it keeps happening, see ``ADAPTIVE_DEGRADED_FAILURES``)."""
+    cls = classify_failure(error_type)
+    if tool_error and not retriable and cls is FailureClass.INTRINSIC:
+        return FailureClass.ADAPTIVE
+    return cls
+
+
 class ArtifactCandidate(BaseModel):
     """Code that just ran successfully and is to be stored (what the lifecycle hands to the store)."""
 
