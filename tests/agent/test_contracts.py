@@ -109,7 +109,11 @@ def test_a_result_that_misses_the_shorthand_deliverable_is_a_contract_violation_
     assert lister.context == {"n": 2}
     rec = top(ws)
     failure = rec.attempt_failures[0]
-    assert (failure.stage, failure.error_type, failure.failure_class) == ("outcome_policy", "contract_violation", "adaptive")
+    assert (failure.stage, failure.error_type, failure.failure_class) == (
+        "outcome_policy",
+        "contract_violation",
+        "adaptive",
+    )
     assert rec.outcome_repair_attempts == 1 and rec.rollback_applied
     feedback = provider.requests[1].feedback[0]
     assert feedback.kind == "outcome" and feedback.error_type == "contract_violation"
@@ -152,7 +156,9 @@ def test_prose_deliverables_are_not_checked_and_shorthand_maps_to_json_schema() 
     assert to_json_schema({"type": "list", "min_items": 1, "items": {"type": "str", "max_length": 3}}) == {
         "type": "array", "minItems": 1, "items": {"type": "string", "maxLength": 3},
     }  # fmt: skip
-    miss = check_deliverable({"items": ["abcd"]}, {"type": "dict", "properties": {"items": {"items": {"max_length": 3}}}})
+    miss = check_deliverable(
+        {"items": ["abcd"]}, {"type": "dict", "properties": {"items": {"items": {"max_length": 3}}}}
+    )
     assert miss is not None and miss.path == "$.items[0]" and miss.expected == "maxLength 3"
     with pytest.raises(InvalidContract):
         to_json_schema({"$ref": "https://example.com/schema.json"})
