@@ -541,6 +541,11 @@ class CallRun:
         txn.register(contract)
         return {"status": "ok"}
 
+    @staticmethod
+    def _withdraw(txn: Transaction, role: str) -> None:
+        """A delegated call that failed registers nothing: drop the contract this attempt staged for it."""
+        txn.tools.pop(role, None)
+
     def _nested(self, frame: CallFrame, txn: Transaction) -> dict[str, Any]:
         """Answer one ``tool(...)``/``delegate(...)`` method call made by the running program."""
         self.nested_calls += 1
@@ -558,7 +563,10 @@ class CallRun:
                 ws=self.ws, parent_txn=txn, role=target.name, method=frame.method, args=list(frame.args),
                 kwargs=dict(frame.kwargs), depth=self.depth + 1, trace_id=self.trace_id, parent_call_id=self.call_id,
             )  # fmt: skip
-            return child.run().to_wire()
+            outcome = child.run()
+            if target.kind == "delegate" and not outcome.ok:
+                self._withdraw(txn, target.name)
+            return outcome.to_wire()
         except Exception as exc:
             log.exception("nested call %s.%s failed in the host", target.name, frame.method)
             return {"status": "error", "error_type": "internal_error", "retriable": False,

@@ -60,6 +60,14 @@ def test_a_declared_contract_is_staged_without_a_call_and_committed_with_the_att
     assert "translator" not in ws2.tools  # staged with the failed attempt, rolled back with it
 
 
+def test_a_declared_tool_whose_call_failed_is_not_registered(make_ws: MakeWorkspace) -> None:
+    boss = "f = delegate('broken', purpose='Always fails')\nr = f.go()\nreturn r.error_type\n"
+    ws, _ = make_ws([boss, "return 1 / 0\n"], execution_repair_budget=0)
+    out = ws.agent("boss").run()
+    assert out.ok and out.value == "execution"
+    assert "broken" not in ws.tools
+
+
 @pytest.mark.parametrize(
     ("bad", "needle"),
     [
