@@ -170,3 +170,31 @@ def test_degraded_by_adaptive_failures_with_the_repair_budget_spent_regenerates(
     assert rec.selection_reason == "repair_budget_exhausted" and rec.program_source == "generated"
     assert provider.requests[-1].repair is None
     assert "record_regeneration@2" in rec.store_actions
+
+
+# --- point 2 and 3 with a store: structured contracts persist and are enforced in the next session ----------
+
+
+def test_a_structured_contract_persists_and_its_deliverable_is_enforced_in_a_new_session(env: Env) -> None:
+    boss = (
+        "f = delegate('page_parser', purpose='Title of a page',\n"
+        "             deliverable={'type': 'object', 'required': ['title']}, acceptance=['non-empty title'],\n"
+        "             failure_policy={'retries': 1})\n"
+        "return f.parse(args[0]).value\n"
+    )
+    parse = "return {'title': args[0]} if args[0] else {}\n"
+    ws, _ = env.session([boss, parse])
+    assert ws.agent("researcher").read("Home").value == {"title": "Home"}
+    entry = env.store().get_tool("page_parser")
+    assert entry is not None and entry.deliverable == {"type": "object", "required": ["title"]}
+    assert entry.acceptance == ["non-empty title"] and entry.failure_policy == {"retries": 1}
+
+    use = "r = tool('page_parser').parse(args[0])\nreturn [r.ok, r.value, r.error_type]\n"
+    ws2, provider2 = env.session([use, "return {'title': args[0] or 'untitled'}\n"])
+    out = ws2.agent("analyst").read("")
+    assert out.value == [True, {"title": "untitled"}, None]
+    nested = [r for r in ws2.log.records if r.depth == 1][-1]
+    assert nested.program_source == "repaired"
+    assert nested.attempt_failures[0].error_type == "contract_violation"
+    assert "'title' is a required property" in nested.attempt_failures[0].error_message
+    assert provider2.requests[1].contract is not None  # the persisted contract reached the repair prompt
