@@ -10,8 +10,8 @@ is a description for the model and is not checked. Two spellings are accepted:
 
 Validation uses the ``jsonschema`` library. The host runs it on a schema and a value that a program chose,
 so keywords that would run program-chosen regular expressions in the host (``pattern``,
-``patternProperties``) and references (``$ref``, ``$dynamicRef``) are refused as an invalid contract, and
-``format`` is not asserted.
+``patternProperties``), references (``$ref``, ``$dynamicRef``) and ``uniqueItems`` (quadratic) are
+refused as an invalid contract, and ``format`` is not asserted.
 """
 
 from __future__ import annotations
@@ -44,7 +44,10 @@ SHORTHAND_KEYWORDS: dict[str, str] = {
     "min_length": "minLength",
     "max_length": "maxLength",
 }
-REFUSED_KEYWORDS: frozenset[str] = frozenset({"pattern", "patternProperties", "$ref", "$dynamicRef"})
+#: Refused in a deliverable: program-chosen regular expressions run in the host (``pattern``,
+#: ``patternProperties``), references (``$ref``, ``$dynamicRef``), and ``uniqueItems`` (quadratic in the
+#: result's length for unhashable items).
+REFUSED_KEYWORDS: frozenset[str] = frozenset({"pattern", "patternProperties", "$ref", "$dynamicRef", "uniqueItems"})
 #: Keywords whose value is one schema / a map of schemas / a list of schemas (walked for the mapping).
 _SUB_SCHEMA = frozenset({"items", "additionalProperties", "contains", "not", "propertyNames", "if", "then", "else"})
 _SCHEMA_MAP = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
@@ -132,7 +135,11 @@ def deliverable_validator(deliverable: JsonValue) -> Draft202012Validator | None
     Raises :class:`InvalidContract` when it is an object but not a usable schema."""
     if not isinstance(deliverable, dict):
         return None
-    return _validator(json.dumps(deliverable, sort_keys=True, ensure_ascii=False, allow_nan=False))
+    try:
+        text = json.dumps(deliverable, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidContract(f"the deliverable is not JSON: {exc}") from None
+    return _validator(text)
 
 
 def check_contract(contract: ToolContractView) -> None:
