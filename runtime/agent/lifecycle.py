@@ -531,13 +531,17 @@ class CallRun:
     def _declare(self, frame: DeclareFrame, txn: Transaction) -> dict[str, Any]:
         """``delegate(...)`` ran: stage its contract with this attempt (committed only if the attempt is)."""
         target = frame.target
-        contract = ToolContract(role=target.name, purpose=target.purpose, deliverable=target.deliverable,
-                                acceptance=target.acceptance, failure_policy=target.failure_policy)  # fmt: skip
         try:
+            contract = ToolContract(role=target.name, purpose=target.purpose, deliverable=target.deliverable,
+                                    acceptance=target.acceptance, failure_policy=target.failure_policy)  # fmt: skip
             check_contract(contract)
-        except InvalidContract as exc:
+        except (InvalidContract, ValidationError) as exc:
             return {"status": "error", "error_type": "invalid_contract", "retriable": False,
-                    "error_message": str(exc)}  # fmt: skip
+                    "error_message": bounded(str(exc), 2000)}  # fmt: skip
+        except Exception as exc:
+            log.exception("declaring %s failed in the host", target.name)
+            return {"status": "error", "error_type": "internal_error", "retriable": False,
+                    "error_message": f"the host failed to stage the contract: {type(exc).__name__}"}  # fmt: skip
         txn.register(contract)
         return {"status": "ok"}
 
