@@ -449,10 +449,6 @@ def find_baked_inputs(
 ARGUMENT_NAMES: frozenset[str] = frozenset({"args", "kwargs"})
 
 
-def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
 def _target_names(target: ast.AST) -> list[str] | None:
     """The names a plain-name target binds (``a``, ``a, (b, *c)``); None for attribute/subscript targets."""
     if isinstance(target, ast.Name):
@@ -478,8 +474,12 @@ def reads_arguments(tree: ast.AST) -> bool:
     plain names only *propagates*; a derived name used anywhere else (returned, tested, passed to a call,
     written into ``context``, iterated over, read by a nested function...) is a read. So ``n = args[0]`` with
     ``n`` never used afterwards still ignores the arguments."""
+    nodes = list(ast.walk(tree))
+    loads = [n for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    if not any(n.id in ARGUMENT_NAMES for n in loads):
+        return False
     propagations: list[tuple[list[str], set[str], set[int]]] = []
-    for node in ast.walk(tree):
+    for node in nodes:
         targets: list[ast.AST] = []
         value: ast.AST | None = None
         if isinstance(node, ast.Assign):
@@ -495,22 +495,18 @@ def reads_arguments(tree: ast.AST) -> bool:
                 break
             bound.extend(names)
         else:
-            inside = {id(n) for n in ast.walk(value) if isinstance(n, ast.Name)}
-            propagations.append((bound, _names(value), inside))
+            used = [n for n in ast.walk(value) if isinstance(n, ast.Name)]
+            propagations.append((bound, {n.id for n in used}, {id(n) for n in used}))
     derived = set(ARGUMENT_NAMES)
     changed = True
     while changed:
         changed = False
-        for bound, used, _ in propagations:
-            if used & derived and not set(bound) <= derived:
+        for bound, used_names, _ in propagations:
+            if used_names & derived and not set(bound) <= derived:
                 derived.update(bound)
                 changed = True
     propagating: set[int] = set().union(*(inside for _, _, inside in propagations))
-    return any(
-        isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in derived
-        and id(node) not in propagating
-        for node in ast.walk(tree)
-    )  # fmt: skip
+    return any(n.id in derived and id(n) not in propagating for n in loads)
 
 
 def ignores_arguments(code: str, args: Sequence[object], kwargs: Mapping[str, object]) -> bool | None:
