@@ -276,9 +276,10 @@ class ReadyFrame(BaseModel):
     handoff: bool = Field(default=False, description="the runner sees the boot frame's handoff_dir")
 
 
-#: Longest JSON text of one contract field (purpose, deliverable, acceptance, failure_policy) on the wire;
-#: the runner refuses a longer one itself (``invalid_contract``), so only a misbehaving runner sends one.
-MAX_CONTRACT_FIELD_CHARS = 16 * 1024
+#: Longest ``purpose`` and longest JSON text of each other contract field on the wire; the runner refuses
+#: longer ones itself (``invalid_contract``), so only a misbehaving runner sends one.
+MAX_PURPOSE_CHARS = 1000
+MAX_CONTRACT_FIELD_CHARS = 2000
 
 
 def _bounded_contract_field(value: JsonValue) -> JsonValue:
@@ -298,7 +299,7 @@ class CallTarget(BaseModel):
 
     kind: Literal["tool", "delegate"]
     name: str = Field(max_length=200)
-    purpose: str | None = Field(None, max_length=MAX_CONTRACT_FIELD_CHARS)
+    purpose: str | None = Field(None, max_length=MAX_PURPOSE_CHARS)
     deliverable: ContractField = None
     acceptance: ContractField = None
     failure_policy: ContractField = None

@@ -621,6 +621,7 @@ class Bridge:
     def __init__(self, channel: int | Channel, out_fd: int, max_bytes: int) -> None:
         self.channel, self.out_fd, self.max_bytes = channel, out_fd, max_bytes
         self.next_id = 0
+        self.next_declare_id = 0
 
     def call(self, target: dict[str, Any], method: str, args: list[Any], kwargs: dict[str, Any]) -> ToolOutcome:
         check_json(args, "nested call arguments")
@@ -638,8 +639,9 @@ class Bridge:
         return ToolOutcome.from_wire(outcome if isinstance(outcome, dict) else {})
 
     def declare(self, target: dict[str, Any]) -> ToolOutcome:
-        """Stage a ``delegate(...)`` contract with this attempt (a ``declare`` frame, answered like a call)."""
-        call_id, self.next_id = self.next_id, self.next_id + 1
+        """Stage a ``delegate(...)`` contract with this attempt (a ``declare`` frame, answered like a call).
+        Declarations are numbered on their own: nested calls keep their consecutive ids."""
+        call_id, self.next_declare_id = self.next_declare_id, self.next_declare_id + 1
         write_frame(self.out_fd, {"type": "declare", "id": call_id, "target": target})
         reply = read_frame(self.channel, self.max_bytes)
         if isinstance(self.channel, Channel) and (self.channel.fds or self.channel.truncated):
@@ -655,8 +657,9 @@ class InvalidContract(TypeError):
     """``delegate(...)`` got a contract the runtime cannot accept (not JSON, too long, refused by the host)."""
 
 
-#: Longest JSON text of one contract field (the wire model's MAX_CONTRACT_FIELD_CHARS).
-MAX_CONTRACT_FIELD_CHARS = 16 * 1024
+#: Longest purpose and JSON text of each other contract field (the wire model's bounds).
+MAX_PURPOSE_CHARS = 1000
+MAX_CONTRACT_FIELD_CHARS = 2000
 
 
 def delegate_target(
@@ -665,8 +668,8 @@ def delegate_target(
     """The wire target of ``delegate(...)``; InvalidContract for a field that is not JSON or too long."""
     if purpose is not None and not isinstance(purpose, str):
         raise InvalidContract(f"delegate(): purpose must be a string, not {type(purpose).__name__}")
-    if purpose is not None and len(purpose) > MAX_CONTRACT_FIELD_CHARS:
-        raise InvalidContract(f"delegate(): purpose is longer than {MAX_CONTRACT_FIELD_CHARS} characters")
+    if purpose is not None and len(purpose) > MAX_PURPOSE_CHARS:
+        raise InvalidContract(f"delegate(): purpose is longer than {MAX_PURPOSE_CHARS} characters")
     target = {"kind": "delegate", "name": str(role), "purpose": purpose}
     for name, value in (("deliverable", deliverable), ("acceptance", acceptance), ("failure_policy", failure_policy)):
         try:

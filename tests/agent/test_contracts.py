@@ -74,6 +74,8 @@ def test_a_declared_tool_whose_call_failed_is_not_registered(make_ws: MakeWorksp
         ("deliverable={1, 2}", "not JSON"),  # a set
         ("acceptance=[len]", "not JSON"),  # a function
         ("purpose=42", "purpose must be a string"),
+        ("purpose='x' * 1001", "purpose is longer than 1000"),
+        ("acceptance=['y' * 3000]", "longer than 2000"),
         ("deliverable={'type': 'no_such_type'}", "not a valid JSON Schema"),  # refused by the host
         ("deliverable={'type': 'string', 'pattern': '(a+)+$'}", "'pattern' is not supported"),
     ],
