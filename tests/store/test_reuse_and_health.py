@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from runtime.agent import Budgets, CallLog, CallRecord, Workspace
 from runtime.providers import ScriptedProvider
-from runtime.store import SelectionPolicy, ToolStore
+from runtime.store import CacheabilityReason, SelectionPolicy, ToolStore, assess_cacheability
 from sandbox import Sandbox, SandboxConfig
 
 
@@ -198,3 +198,52 @@ def test_a_structured_contract_persists_and_its_deliverable_is_enforced_in_a_new
     assert nested.attempt_failures[0].error_type == "contract_violation"
     assert "'title' is a required property" in nested.attempt_failures[0].error_message
     assert provider2.requests[1].contract is not None  # the persisted contract reached the repair prompt
+
+
+# --- the AST rules, directly -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "reads"),
+    [
+        ("return 3", False),
+        ("n = args[0]\nreturn 3", False),  # derived, never used
+        ("n = args[0]\nm = n * 2\nreturn 3", False),
+        ("a, b = args\nreturn 3", False),
+        ("total = 0\ntotal += args[0]\nreturn 1", False),
+        ("return args[0] ** 0.5", True),
+        ("n = args[0]\nreturn n", True),
+        ("a, (b, c) = args\nreturn c", True),
+        ("opts = dict(kwargs)\nreturn opts.get('x')", True),
+        ("if args:\n    return 1\nreturn 2", True),  # control flow depends on them
+        ("context['last'] = args[0]\nreturn None", True),  # written into the state
+        ("for a in args:\n    pass\nreturn 1", True),
+        ("def f():\n    return kwargs['q']\nreturn f()", True),
+        ("return tool('x').y(*args)", True),
+    ],
+)
+def test_what_counts_as_reading_the_arguments(code: str, reads: bool) -> None:
+    verdict = assess_cacheability("m", code, [4], {"q": "query"})
+    assert (verdict.reason is not CacheabilityReason.ARG_IGNORED_CODE) is reads, verdict
+    assert assess_cacheability("m", code, [], {}).reason is not CacheabilityReason.ARG_IGNORED_CODE  # no arguments
+
+
+@pytest.mark.parametrize(
+    ("code", "args", "contract", "baked"),
+    [
+        ("x = args[0]\nreturn x * 3 if x != 7 else 21", [7], None, True),  # small number, exact
+        ("return {'q': args[0]}", ["q"], None, True),  # one character, exact
+        ("return args[0] * 2.5", [2.5], None, True),
+        ("return args[0][1] + 1", [[1, 2]], None, False),  # structural 1, index 1
+        ("return args[0][-3:]", [3], None, False),  # slice bound
+        ("return args[0] + 0", [0], None, False),
+        ("return [n for n in range(args[0]) if n < 20]", [20], {"deliverable": {"max_items": 20}}, False),
+        ("return args[0] == 'monthly'", ["monthly"], {"purpose": "Report monthly totals"}, False),
+        ("return args[0] == 'monthly'", ["monthly"], {"purpose": "Report totals"}, True),
+    ],
+)
+def test_exact_literals_of_any_size_with_the_documented_exceptions(
+    code: str, args: list[object], contract: object, baked: bool
+) -> None:
+    verdict = assess_cacheability("m", code, args, {}, contract=contract)
+    assert (verdict.reason is CacheabilityReason.INPUT_BAKED) is baked, verdict
