@@ -71,6 +71,7 @@ class Sandbox:
                 ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=exc.retriable, backend=name
             )
             if isinstance(exc, MissingProtections):
+                outcome.protections = exc.verified
                 outcome.metadata["protections_missing"] = list(exc.missing)
         else:
             outcome = worker.execute(request, bridge)

@@ -69,10 +69,17 @@ def waived(required: Iterable[Protection], allow_missing: Iterable[Protection]) 
 class MissingProtections(SandboxUnavailable):
     """A sandbox lacked required protections: it was destroyed unused. Never retriable on this machine."""
 
-    def __init__(self, backend: str, missing: tuple[Protection, ...], reasons: Iterable[str]) -> None:
+    def __init__(
+        self,
+        backend: str,
+        missing: tuple[Protection, ...],
+        reasons: Iterable[str],
+        verified: Mapping[str, bool] | None = None,
+    ) -> None:
         self.backend = backend
         self.missing = missing
         self.reasons = tuple(reasons)
+        self.verified = dict(verified or {})
         why = "; ".join(self.reasons) or "not verified from the host"
         super().__init__(
             f"{backend} sandbox refused: required protections missing: {', '.join(missing)} ({why}); "
@@ -85,4 +92,4 @@ def require(backend: str, verified: Mapping[str, bool], must: Iterable[Protectio
     """Raise MissingProtections unless every protection in ``must`` was verified active."""
     missing = tuple(p for p in must if not verified.get(p))
     if missing:
-        raise MissingProtections(backend, missing, reasons)
+        raise MissingProtections(backend, missing, reasons, verified)

@@ -364,15 +364,13 @@ NAMESPACE_FLAGS = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLO
 NAMESPACE_NAMES = ["net_namespace", "mount_namespace", "ipc_namespace", "uts_namespace", "pid_namespace"]
 
 
-def _unshare_user(libc: ctypes.CDLL, inner_uid: int, inner_gid: int) -> None:
-    """Enter a fresh user namespace and map our own (outer) ids to the given inner ones: the one mapping
-    an unprivileged process may write. Must run while the process is still dumpable, or /proc/self/*
+def _map_ids(inner: tuple[int, int], outer: tuple[int, int]) -> None:
+    """In a fresh user namespace, map our own (outer) ids to the given inner ones: the one mapping an
+    unprivileged process may write. Must run while the process is still dumpable, or /proc/self/*
     belongs to root and the writes fail with EACCES."""
-    uid, gid = os.geteuid(), os.getegid()  # before unshare: inside, they read as the overflow id
-    _check(libc.unshare(CLONE_NEWUSER), "unshare(user)")
     _write_file("/proc/self/setgroups", "deny")  # required before gid_map without CAP_SETGID outside
-    _write_file("/proc/self/uid_map", f"{inner_uid} {uid} 1")
-    _write_file("/proc/self/gid_map", f"{inner_gid} {gid} 1")
+    _write_file("/proc/self/uid_map", f"{inner[0]} {outer[0]} 1")
+    _write_file("/proc/self/gid_map", f"{inner[1]} {outer[1]} 1")
 
 
 def _uid_mapped(uid: int) -> bool:
@@ -383,13 +381,6 @@ def _uid_mapped(uid: int) -> bool:
     except (OSError, ValueError):
         return False
     return any(first <= uid < first + count for first, _, count in ranges)
-
-
-def _enter_user_namespace(libc: ctypes.CDLL, user: tuple[int, int]) -> None:
-    """Rootless: a user namespace of our own that maps our id to ``user`` inside. The namespaces created
-    after it belong to it, and the capabilities it grants (dropped in ``_drop_capabilities``) are what
-    mount the private root."""
-    _unshare_user(libc, *user)
 
 
 def _drop_capabilities(libc: ctypes.CDLL) -> None:
@@ -493,8 +484,13 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
     if boot.get("namespaces"):
         try:
             if not as_root:
-                in_userns = True  # from here on: capabilities to drop, even if the maps fail
-                _enter_user_namespace(libc, inner)
+                # Rootless: a user namespace of our own, mapping our id to the sandbox uid inside. The
+                # namespaces created next belong to it; the capabilities it grants mount the private root
+                # and are then dropped (``_drop_capabilities``).
+                outer = (os.geteuid(), os.getegid())  # before unshare: inside, they read as the overflow id
+                _check(libc.unshare(CLONE_NEWUSER), "unshare(user)")
+                in_userns = True  # from here on there are capabilities to drop, even if the maps fail
+                _map_ids(inner, outer)
                 active["user_namespace"] = True
             _check(libc.unshare(NAMESPACE_FLAGS), "unshare(net, mount, ipc, uts, pid)")
             active.update(dict.fromkeys(NAMESPACE_NAMES, True))
@@ -1432,8 +1428,10 @@ def _reexec_in_user_namespace(argv: list[str]) -> None:
     does as root. Each runner then enters a nested user namespace of its own in ``lock_down``. On failure
     the reason is kept for the ready report and the lock-down proceeds without (the host then refuses)."""
     libc = _libc()
+    outer = (os.geteuid(), os.getegid())
     try:
-        _unshare_user(libc, 0, 0)
+        _check(libc.unshare(CLONE_NEWUSER), "unshare(user)")
+        _map_ids((0, 0), outer)
     except OSError as exc:
         USERNS_ERRORS.append(f"user namespace: {exc}")
         return
