@@ -92,3 +92,16 @@ def test_container_cold_figure_includes_the_container_start() -> None:
     assert report["works"], report
     assert all(report["protections"][p] for p in report["required"]), report
     assert report["cold_ms"] > report["execution_ms"] > 0, report
+
+
+def test_exec_refuses_a_sandbox_missing_its_walls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 14.1 as a user meets it: `exec` no longer returns ok without the namespaces and private root."""
+    monkeypatch.setattr(sandbox_pkg, "make_backend", lambda name, cfg: SubprocessBackend(cfg, runner=NO_NAMESPACES))
+    program = tmp_path / "p.py"
+    program.write_text("return 42\n")
+    result = CliRunner().invoke(main, ["exec", str(program), "--json"])
+    assert result.exit_code == 1
+    outcome = json.loads(result.stdout)
+    assert outcome["status"] == "error" and outcome["error_type"] == "sandbox_unavailable"
+    assert "net_namespace" in outcome["metadata"]["protections_missing"]
+    assert "required protections missing" in outcome["error_message"]
