@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from sandbox import BACKENDS, ExecutionRequest, Sandbox, SandboxConfig
+from sandbox.backends.subprocess_backend import rootless
 from sandbox.config import SandboxConfigError
 
 PROBE = "context['probe'] = sum(range(10))\nreturn 'ok'"
@@ -44,8 +45,10 @@ def probe_backend(name: str, config: SandboxConfig) -> dict[str, Any]:
     return report
 
 
-def _mode() -> str:
-    return "root" if os.geteuid() == 0 else f"rootless (uid {os.geteuid()}: walls from user namespaces)"
+def _mode(config: SandboxConfig) -> str:
+    if not rootless(config):
+        return "root"
+    return f"rootless (uid {os.geteuid()}: subprocess walls from unprivileged user namespaces)"
 
 
 @click.command("doctor")
@@ -66,13 +69,10 @@ def command(backends: tuple[str, ...], as_json: bool) -> None:
     reports = [probe_backend(name, config) for name in (backends or BACKENDS)]
     waived = list(config.waived_protections)
     if as_json:
-        click.echo(
-            json.dumps(
-                {"default_backend": config.backend, "mode": _mode(), "waived": waived, "backends": reports}, indent=2
-            )
-        )
+        summary = {"default_backend": config.backend, "mode": _mode(config), "waived": waived, "backends": reports}
+        click.echo(json.dumps(summary, indent=2))
     else:
-        click.echo(f"mode: {_mode()}")
+        click.echo(f"mode: {_mode(config)}")
         if waived:
             click.echo(f"WARNING: protections waived by configuration (not required): {', '.join(waived)}")
         for r in reports:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import selectors
@@ -148,7 +149,7 @@ class SubprocessWorker:
         self._destroyed = False
         self._reaped = False
         self._workdir = Path(tempfile.mkdtemp(prefix="sandforge-"))
-        if os.geteuid() == 0:
+        if not rootless(config):
             os.chown(self._workdir, config.sandbox_uid, config.sandbox_gid)
         stdin_sock, stdin_r = socket_channel()
         result_r, result_w = os.pipe()
@@ -187,7 +188,7 @@ class SubprocessWorker:
     def _popen(self, config: SandboxConfig, runner: Path, stdin: int, out: int, err: int, result: int) -> int:
         python = config.python or sys.executable
         self.proc = subprocess.Popen(
-            [python, "-I", "-S", "-B", str(runner), "--result-fd", str(result), *rootless_args()],
+            [python, "-I", "-S", "-B", str(runner), "--result-fd", str(result), *rootless_args(config)],
             stdin=stdin, stdout=out, stderr=err, env={}, cwd=self._workdir, close_fds=True,
             pass_fds=(result,), start_new_session=True,
         )  # fmt: skip
@@ -272,10 +273,25 @@ class SubprocessWorker:
         shutil.rmtree(self._workdir, ignore_errors=True)
 
 
-def rootless_args() -> list[str]:
-    """Runner arguments for a host without root: build the walls from user namespaces (see the runner's
-    ``_reexec_in_user_namespace``)."""
-    return [] if os.geteuid() == 0 else ["--userns"]
+def rootless(config: SandboxConfig) -> bool:
+    """Whether the walls must come from user namespaces: not root, or root of a user namespace in which the
+    sandbox uid does not exist (the runner makes the same choice in ``lock_down``)."""
+    return os.geteuid() != 0 or not _uid_mapped_here(config.sandbox_uid)
+
+
+@functools.cache
+def _uid_mapped_here(uid: int) -> bool:
+    try:
+        with open("/proc/self/uid_map") as fh:
+            ranges = [[int(x) for x in line.split()] for line in fh if line.strip()]
+    except (OSError, ValueError):
+        return False
+    return any(first <= uid < first + count for first, _, count in ranges)
+
+
+def rootless_args(config: SandboxConfig) -> list[str]:
+    """Runner arguments in rootless mode (see the runner's ``_reexec_in_user_namespace``)."""
+    return ["--userns"] if rootless(config) else []
 
 
 def boot_frame(config: SandboxConfig, limits: Limits, workdir: str | None) -> BootFrame:
@@ -440,7 +456,11 @@ class SubprocessBackend:
             boot = boot_frame(self.config, limits, None).model_dump(mode="json")
             try:
                 zygote = Zygote(
-                    python, self.runner, boot, start_timeout=self.config.spawn_timeout_s, extra_args=rootless_args()
+                    python,
+                    self.runner,
+                    boot,
+                    start_timeout=self.config.spawn_timeout_s,
+                    extra_args=rootless_args(self.config),
                 )
             except ZygoteError as exc:
                 log.warning("zygote unavailable, falling back to one interpreter per worker: %s", exc)

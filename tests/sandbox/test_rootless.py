@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -195,3 +196,30 @@ def test_rootless_program_cannot_regain_privilege_or_leave() -> None:
     assert value["setuid0"] == 1 and value["setgroups"] == 1 and value["chroot"] == 1, value
     assert value["unshare_user"] == -1 and value["mount"] == -1, value
     assert value["uid_map"] == []  # an empty private root: no /proc to reach the host's user namespace through
+
+
+def _can_unshare_user() -> bool:
+    return subprocess.run(["unshare", "-Ur", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare_user(), reason="needs `unshare -Ur` (user namespaces) to build the test machine")
+def test_a_kernel_that_refuses_user_namespaces_gets_a_refusal_not_a_weaker_sandbox(tmp_path: Path) -> None:
+    """The real kernel, not a patched runner: inside a user namespace whose limit of nested user namespaces is
+    0 (and where uid 65534 does not exist, so the walls must come from user namespaces), doctor fails and
+    names what is missing and why, and exec refuses to run."""
+    limit = "echo 0 > /proc/sys/user/max_user_namespaces && "
+    cli = f"{sys.executable} -c 'from runtime.cli import main; main()'"
+    root = Path(__file__).resolve().parents[2]
+    doctor = subprocess.run(["unshare", "-Ur", "sh", "-c", f"{limit}{cli} doctor --backend subprocess --json"],
+                            capture_output=True, text=True, cwd=root, timeout=120)  # fmt: skip
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    report = json.loads(doctor.stdout)["backends"][0]
+    assert not report["works"] and set(WALLS) <= set(report["missing"]), report
+    assert "unshare(user)" in report["error"], report["error"]
+    program = tmp_path / "p.py"
+    program.write_text("return 42\n")
+    exec_run = subprocess.run(["unshare", "-Ur", "sh", "-c", f"{limit}{cli} exec {program}"],
+                              capture_output=True, text=True, cwd=root, timeout=120)  # fmt: skip
+    assert exec_run.returncode == 1, exec_run.stdout + exec_run.stderr
+    assert "required protections missing" in exec_run.stdout + exec_run.stderr
+    assert "ok: 42" not in exec_run.stdout
