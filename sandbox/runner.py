@@ -383,15 +383,21 @@ def _uid_mapped(uid: int) -> bool:
     return any(first <= uid < first + count for first, _, count in ranges)
 
 
-def _drop_capabilities(libc: ctypes.CDLL) -> None:
-    """Give up every capability the user namespace granted: bounding set, ambient set, then all three sets.
-
-    The uid is already the unprivileged inner one, so no setuid clears them as it does for root."""
+def _drop_bounding_set(libc: ctypes.CDLL) -> None:
+    """Empty the capability bounding set (needs CAP_SETPCAP: before setuid as root, or in the user namespace),
+    so that nothing could ever bring a capability back, even through an exec that seccomp already denies."""
     for cap in range(64):
         if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             if ctypes.get_errno() == errno.EINVAL:  # past the kernel's last capability
                 break
             _check(-1, f"drop capability {cap} from the bounding set")
+
+
+def _drop_capabilities(libc: ctypes.CDLL) -> None:
+    """Give up every capability the user namespace granted: bounding set, ambient set, then all three sets.
+
+    The uid is already the unprivileged inner one, so no setuid clears them as it does for root."""
+    _drop_bounding_set(libc)
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 
     class CapHeader(ctypes.Structure):
@@ -511,6 +517,7 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
         _become_pid1(libc)
     if as_root and uid is not None and gid is not None:
         try:
+            _drop_bounding_set(libc)
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)

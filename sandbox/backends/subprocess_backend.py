@@ -359,7 +359,7 @@ def verify_protections(pid: int, claimed: dict[str, bool]) -> dict[str, bool]:
         claimed.get("unprivileged_user", False)
         and bool(uids)
         and all(u != "0" for u in (*uids, *inner))
-        and _no_capabilities(status)
+        and _no_capabilities(status, bounding=namespaces["user"] or os.geteuid() == 0)
     )
     for kind in ("net", "mnt", "ipc", "uts", "pid"):
         name = {"mnt": "mount"}.get(kind, kind) + "_namespace"
@@ -387,9 +387,12 @@ def _inner_uids(pid: int, uids: list[str]) -> list[str]:
     return inner
 
 
-def _no_capabilities(status: dict[str, str]) -> bool:
+def _no_capabilities(status: dict[str, str], *, bounding: bool) -> bool:
+    """No capability in any set; with ``bounding``, the bounding set emptied too (a worker that held
+    capabilities, as root or in its user namespace, must have dropped it; one that never had any cannot)."""
+    kinds = ("Inh", "Prm", "Eff", "Amb", "Bnd") if bounding else ("Inh", "Prm", "Eff", "Amb")
     try:
-        return all(int(status.get(f"Cap{kind}", "1"), 16) == 0 for kind in ("Inh", "Prm", "Eff", "Amb"))
+        return all(int(status.get(f"Cap{kind}", "1"), 16) == 0 for kind in kinds)
     except ValueError:
         return False
 
