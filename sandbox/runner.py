@@ -929,6 +929,8 @@ FORGOTTEN_MODULES = ("ctypes", "_ctypes", "mmap", "resource", "socket", "_socket
 _RUNNER_FORGETS = ("ctypes", "mmap", "resource", "fcntl", "signal")
 #: What the result needs from ``resource`` after it is forgotten.
 _GETRUSAGE, _RUSAGE_SELF = resource.getrusage, resource.RUSAGE_SELF
+#: What the wall-clock backstop needs from ``signal`` after it is forgotten.
+_SETITIMER, _ITIMER_REAL = signal.setitimer, signal.ITIMER_REAL
 
 
 def forget_lockdown_modules() -> list[str]:
@@ -1659,13 +1661,13 @@ def valid_text(text: str) -> str:
 
 def pause_backstop() -> float:
     """Stop the wall-clock backstop (while the host answers a nested call); returns the seconds left."""
-    left, _ = signal.setitimer(signal.ITIMER_REAL, 0)
+    left, _ = _SETITIMER(_ITIMER_REAL, 0)
     return left
 
 
 def resume_backstop(left: float) -> None:
     if left > 0:
-        signal.setitimer(signal.ITIMER_REAL, left)
+        _SETITIMER(_ITIMER_REAL, left)
 
 
 def _tool_line(tb: types.TracebackType | None) -> int | None:
@@ -1830,7 +1832,7 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
         result = Result()
         result.fail(_error("invalid_request", str(frame.get("error") or "expected an execute frame")))
     else:
-        signal.setitimer(signal.ITIMER_REAL, float(boot["limits"]["timeout_s"]) + BACKSTOP_GRACE_S)
+        _SETITIMER(_ITIMER_REAL, float(boot["limits"]["timeout_s"]) + BACKSTOP_GRACE_S)
         result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies)
         pause_backstop()
     write_frames(out_fd, _encode_result(result, max_bytes))
