@@ -27,6 +27,46 @@ context['total'] = total
 return total
 """
 
+#: The forms models write (issue 15): a small class with state, accumulators (``+=`` on names, attributes
+#: and items), tuple unpacking and swaps, method calls, string building and dict counting. The CPU workload
+#: above avoids all of them; this one is made of little else (~50 ms of pure CPython).
+MODEL_STYLE_ITERATIONS = 10_000
+MODEL_STYLE = f"""from collections import defaultdict
+
+
+class Account:
+    def __init__(self, owner):
+        self.owner = owner
+        self.balance = 0
+        self.history = []
+
+    def deposit(self, amount):
+        self.balance += amount
+        self.history.append(amount)
+
+
+counts = defaultdict(int)
+totals = {{}}
+accounts = [Account(f"user{{i}}") for i in range(10)]
+parts = []
+a, b = 0, 1
+for i in range({MODEL_STYLE_ITERATIONS}):
+    acct = accounts[i % 10]
+    acct.deposit(i % 7)
+    word = "w" + str(i % 13)
+    counts[word] += 1
+    totals[acct.owner] = totals.get(acct.owner, 0) + 1
+    for key, value in ((word, i), (acct.owner, i % 3)):
+        if value % 2:
+            parts.append(key.upper())
+    a, b = b, (a + b) % 1000
+    if i % 1000 == 0:
+        parts.append(f"{{i}}:{{acct.balance}}")
+text = "|".join(parts)
+context["summary"] = {{"words": len(counts), "text_len": len(text), "fib": a}}
+return [sum(x.balance for x in accounts), counts["w3"], len(text), a]
+"""
+
 #: Reads the whole context and writes a key back.
 CONTEXT_PROGRAM = """rows = context['rows']
 context['count'] = len(rows)
@@ -149,6 +189,11 @@ def build(quick: bool, *, many: int = 100) -> list[Workload]:
     return [
         Workload("trivial", "trivial program (`return 1 + 1`)", (program(TRIVIAL),)),
         Workload("cpu_50ms", f"CPU-bound, ~50 ms pure Python ({CPU_ITERATIONS:,} iterations)", (program(CPU_BOUND),)),
+        Workload(
+            "model_style",
+            f"model-style program: a class with state, +=, unpacking, counting ({MODEL_STYLE_ITERATIONS:,} rounds)",
+            (program(MODEL_STYLE),),
+        ),
         Workload(
             "context_1mb",
             "context snapshot of 1 MB carried, one small key updated",

@@ -31,6 +31,7 @@ from sandbox.protocol import (
     decode_runner_frame,
     encode_frame,
 )
+from sandbox.runner import host_compiled
 
 if TYPE_CHECKING:
     from sandbox.handoff import HandoffDir
@@ -251,6 +252,9 @@ def send_execute(
     # through the model cost measurable CPU for large arguments.
     frame = {"type": "execute", "code": request.code, "args": request.args, "kwargs": request.kwargs,
              "context_keys": keys}  # fmt: skip
+    compiled = host_compiled(request.code)  # compiled once per program text here, not in every sandbox
+    if compiled is not None:
+        frame["compiled"] = compiled
     header = encode_frame(frame, max_bytes)
     total = len(header) + context.nbytes + HEADER.size * (len(context) - len(passed))
     if total > max_bytes:

@@ -256,6 +256,11 @@ class ExecuteFrame(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plug
     context_keys: list[tuple[str, int] | tuple[str, int, int]] = Field(
         description="each key and the byte length of its JSON text (and the index of its passed descriptor)"
     )
+    compiled: dict[str, str] | None = Field(
+        default=None,
+        description="the program compiled on the host by the runner's own compile_checked: bytecode magic "
+        "and base64 marshal; the runner uses it when the magic is its own, else compiles `code` itself",
+    )
 
 
 class CallResultFrame(BaseModel):

@@ -35,6 +35,7 @@ import ctypes
 import errno
 import fcntl
 import json
+import marshal
 import mmap
 import os
 import resource
@@ -42,10 +43,13 @@ import select
 import signal
 import socket
 import stat
+import string
 import struct
 import sys
+import threading
 import types
 import warnings
+from importlib.util import MAGIC_NUMBER
 from typing import Any
 
 RUNNER_VERSION = "3"
@@ -929,7 +933,7 @@ FORGOTTEN_MODULES = ("ctypes", "_ctypes", "mmap", "resource", "socket", "_socket
 _RUNNER_FORGETS = ("ctypes", "mmap", "resource", "fcntl", "signal")
 #: What the result needs from ``resource`` after it is forgotten.
 _GETRUSAGE, _RUSAGE_SELF = resource.getrusage, resource.RUSAGE_SELF
-#: What the wall-clock backstop needs from ``signal`` after it is forgotten.
+#: What the backstop timer needs from ``signal`` after it is forgotten.
 _SETITIMER, _ITIMER_REAL = signal.setitimer, signal.ITIMER_REAL
 
 
@@ -991,7 +995,7 @@ def program_streams(stdout: Any) -> Any:
 # --- the program's world ------------------------------------------------------------------------------
 
 
-def _populate(proxy: types.SimpleNamespace, name: str) -> None:
+def _populate(proxy: Any, name: str) -> None:
     """Import ``name`` and copy its public names (minus the withheld ones and sub-modules) onto ``proxy``."""
     __import__(name)
     withheld = ALLOWED_MODULES[name]
@@ -1008,12 +1012,12 @@ def _populate(proxy: types.SimpleNamespace, name: str) -> None:
 _PENDING: dict[int, str] = {}
 
 
-class LazyModuleProxy(types.SimpleNamespace):
+class LazyModuleProxy(types.ModuleType):
     """A module proxy that imports its module the first time a missing attribute is read.
 
     Used where modules stay importable after lock-down (containers: the root file system is the image's),
     so a container imports only what its program uses: importing every allowed module costs about 20 ms
-    of each container's start, a third of it.
+    of each container's start, a third of it. Once filled it becomes a plain module object again.
     """
 
     def __getattr__(self, attr: str) -> Any:
@@ -1021,29 +1025,37 @@ class LazyModuleProxy(types.SimpleNamespace):
         if name is None:
             raise AttributeError(f"module has no attribute {attr!r}")
         _populate(self, name)
+        self.__class__ = types.ModuleType  # type: ignore[assignment]  # reads specialise as module reads
         return getattr(self, attr)
 
 
-def build_module_proxies(*, lazy: bool = False) -> dict[str, types.SimpleNamespace]:
+def _new_proxy(name: str) -> Any:
+    """An empty proxy: a plain module object (not a SimpleNamespace) because the interpreter reads a
+    module's attributes fastest (``LOAD_ATTR_MODULE``): ``math.pi`` or ``json.dumps`` costs what it
+    costs outside the sandbox. It is never in ``sys.modules``, and its dunder names stay unreachable."""
+    return types.ModuleType(name)
+
+
+def build_module_proxies(*, lazy: bool = False) -> dict[str, Any]:
     """A proxy per allowed module: filled now (``lazy=False``: nothing can be imported after a lock-down
     that changes the root), or on first use.
 
     Dotted modules hang under their parents' proxies, so ``import xml.etree.ElementTree as ET`` works.
     """
-    proxies: dict[str, types.SimpleNamespace] = {}
+    proxies: dict[str, Any] = {}
     for name in sorted(ALLOWED_MODULES):
         if lazy:
-            proxy: types.SimpleNamespace = LazyModuleProxy()
+            proxy: Any = LazyModuleProxy(name)
             _PENDING[id(proxy)] = name
         else:
-            proxy = types.ModuleType(name)  # type: ignore[assignment]  # never in sys.modules; fast reads
+            proxy = _new_proxy(name)
             _populate(proxy, name)
         proxies[name] = proxy
     for name in sorted(ALLOWED_MODULES, key=lambda n: n.count(".")):
         parts = name.split(".")
         for depth in range(1, len(parts)):
             parent = ".".join(parts[:depth])
-            proxies.setdefault(parent, types.SimpleNamespace())
+            proxies.setdefault(parent, _new_proxy(parent))
         for depth in range(1, len(parts)):
             parent, child = ".".join(parts[:depth]), ".".join(parts[: depth + 1])
             setattr(proxies[parent], parts[depth], proxies[child])
@@ -1197,7 +1209,7 @@ def check_json(value: Any, what: str, _depth: int = 0) -> None:
             if item != item or item in (float("inf"), float("-inf")):
                 raise NotJson(f"{what} contains a non-finite float")
             continue
-        if isinstance(item, list):
+        if isinstance(item, list | tuple):  # a tuple is sent as a list, as every JSON boundary does
             stack.extend((child, depth + 1) for child in item)
             continue
         if isinstance(item, dict):
@@ -1225,15 +1237,26 @@ def dump_json(value: Any, what: str) -> bytes:
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_json_default)
         body = text.encode()
-        exact = json.loads(text) == value
+        decoded = json.loads(text)
+        exact = decoded == value or decoded == _tuples_as_lists(value)
     except (TypeError, ValueError, RecursionError) as exc:
         check_json(value, what)
         raise NotJson(f"{what} is not JSON: {exc}") from None
     if not exact or body.count(b"[") + body.count(b"{") > MAX_DEPTH_BRACKETS:
         check_json(value, what)
         if not exact:
-            raise NotJson(f"{what} is not JSON (a non-string dict key or a tuple)")
+            raise NotJson(f"{what} is not JSON (a non-string dict key)")
     return body
+
+
+def _tuples_as_lists(value: Any) -> Any:
+    """``value`` with every tuple (nested in lists, tuples and dicts) as a list: what its JSON text decodes
+    to when nothing else was converted. Only called when the plain comparison fails."""
+    if isinstance(value, list | tuple):
+        return [_tuples_as_lists(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _tuples_as_lists(item) for key, item in value.items()}
+    return value
 
 
 def _fast_dump(value: Any) -> bytes | None:
@@ -1460,8 +1483,15 @@ def _proxy_json(module: types.SimpleNamespace) -> None:
 _PROXY_ADJUSTMENTS: dict[str, Any] = {"json": _proxy_json}
 
 
+_INTERNAL_IMPORT_DONE = types.SimpleNamespace()
+
+
 def _guarded_import(proxies: dict[str, types.SimpleNamespace]) -> Any:
     def guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        if level == 0 and name in INTERNAL_IMPORTS and name in sys.modules:
+            # The interpreter's own lazy import from C (PyImport_Import), which ignores what this returns and
+            # takes the module from sys.modules: the program never gets the real module from here.
+            return _INTERNAL_IMPORT_DONE
         if level != 0 or name not in proxies:
             raise ImportError(f"import of {name!r} is not allowed in the sandbox")
         if fromlist:
@@ -1471,46 +1501,744 @@ def _guarded_import(proxies: dict[str, types.SimpleNamespace]) -> Any:
     return guarded_import
 
 
-def _inplacevar(op: str, x: Any, y: Any) -> Any:
-    import operator
+# --- the restricted language (issue 15): what programs may write, and the guards, at close to C speed ---
+#
+# RestrictedPython's default transformer turns every attribute read, item access, iteration and unpacking
+# into a call of a guard. For us those guards check nothing the compiler cannot check once: attribute names
+# are constants in the source, and item access, iteration and unpacking have no policy at all here. So the
+# transformer below (``_policy_class``) keeps RestrictedPython's static checks and emits native operations
+# for them; only what needs a decision at run time stays a call: attribute writes (``_write_``: whose
+# object is it?), ``getattr``/``setattr``/``delattr``/``hasattr`` with computed names, and ``format``/
+# ``format_map`` of strings (plain fields only). The OS boundary is the wall; this is defence in depth.
 
-    ops = {
-        "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
-        "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "<<=": operator.ilshift,
-        ">>=": operator.irshift, "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor,
-        "@=": operator.imatmul,
-    }  # fmt: skip
-    if op not in ops:
-        raise SyntaxError(f"unsupported in-place operator {op}")
-    apply: Any = ops[op]
-    return apply(x, y)
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+#: The module name the program's code runs under: every class and function it defines carries it.
+PROGRAM_MODULE = "sandforge_tool"
+
+#: Special methods a program's own class may define (``def __eq__(self, other)`` in a class body).
+#: Not here: what changes attribute lookup for everybody (``__getattribute__``), what runs at unpredictable
+#: times (``__del__``), and hooks on class creation or pickling (``__init_subclass__``, ``__set_name__``,
+#: ``__class_getitem__``, descriptors, ``__reduce__``...).
+SPECIAL_METHODS: frozenset[str] = frozenset(
+    f"__{name}__"
+    for name in [
+        *_words(
+            "init post_init new repr str format bytes hash bool len length_hint iter next reversed contains "
+            "getitem setitem delitem missing eq ne lt le gt ge call enter exit getattr setattr delattr "
+            "neg pos abs invert round floor ceil trunc int float complex index copy deepcopy"
+        ),
+        *(
+            f"{prefix}{op}"
+            for op in _words("add sub mul truediv floordiv mod divmod pow matmul lshift rshift and or xor")
+            for prefix in ("", "r", "i")
+        ),
+    ]
+)
+#: Special methods ``super().__x__(...)`` (or ``super(C, self).__x__``) may call: a program's own special
+#: method extending its base's. Not the attribute protocol (``super().__setattr__`` writes any name).
+SUPER_METHODS: frozenset[str] = SPECIAL_METHODS - {"__getattr__", "__setattr__", "__delattr__", "__new__"}
+#: Attribute reads that stay a guard call: ``str.format`` and ``string.Formatter``'s field access.
+GUARDED_READS: frozenset[str] = frozenset({"format", "format_map", "get_field", "get_value", "vformat"})
+#: Names RestrictedPython's generated code uses (besides ``_x_`` names): never program-local.
+RESERVED_NAMES: frozenset[str] = frozenset({"_print", "_print_", "printed"})
+
+#: More modules that cannot reach the system (issue 15), each audited; merged into ALLOWED_MODULES.
+#: Withheld: whatever evaluates strings (``typing.get_type_hints``, ``ForwardRef``), creates classes from a
+#: namespace dict or a metaclass (``make_dataclass``, ``EnumType``, ``ABCMeta``), or writes attributes onto
+#: any object it is given (``typing.final``, ``dataclass_transform``, ``enum.global_enum``...).
+COMPAT_MODULES: dict[str, frozenset[str]] = {
+    "abc": frozenset({"ABCMeta", "update_abstractmethods", "get_cache_token"}),
+    "dataclasses": frozenset({"make_dataclass"}),
+    "enum": frozenset(
+        _words(
+            "EnumMeta EnumType global_enum global_enum_repr global_str global_flag_repr show_flag_values "
+            "pickle_by_enum_name pickle_by_global_name"
+        )
+    ),
+    "typing": frozenset(
+        _words(
+            "get_type_hints ForwardRef dataclass_transform no_type_check no_type_check_decorator final "
+            "reveal_type get_overloads clear_overloads TypeAliasType evaluate_forward_ref override"
+        )
+    ),
+    "io": frozenset(),
+}
+#: Modules exposed by allow-list rather than by withholding: only these names.
+EXPOSED_ONLY: dict[str, frozenset[str]] = {"io": frozenset({"StringIO", "BytesIO"})}
+#: Modules the interpreter imports lazily from C on the program's behalf (``datetime.strptime`` imports
+#: ``_strptime`` through the importing frame's ``__import__``): imported before lock-down, handed only to
+#: that import, never importable by the program (import statements of ``_`` names are refused).
+INTERNAL_IMPORTS: frozenset[str] = frozenset({"_strptime"})
+
+#: Library objects whose public attributes are meant to be set, by (module, class name).
+SETTABLE_ATTRIBUTES: dict[tuple[str, str], frozenset[str]] = {
+    ("xml.etree.ElementTree", "Element"): frozenset({"text", "tail", "tag", "attrib"}),
+    ("decimal", "Context"): frozenset({"prec", "rounding", "Emin", "Emax", "capitals", "clamp", "traps", "flags"}),
+    ("textwrap", "TextWrapper"): frozenset(
+        _words(
+            "width initial_indent subsequent_indent expand_tabs replace_whitespace fix_sentence_endings "
+            "break_long_words drop_whitespace break_on_hyphens tabsize max_lines placeholder"
+        )
+    ),
+}
+#: Mutable built-in containers: their instances (and library subclasses: defaultdict, Counter,
+#: OrderedDict, deque) take writes as they are.
+_WRITABLE_BASES: tuple[type, ...] = (dict, list, set, bytearray, collections.deque)
+_WRITABLE_TYPES: frozenset[type] = frozenset(
+    {dict, list, set, bytearray, collections.deque, collections.defaultdict, collections.OrderedDict,
+     collections.Counter, LazyContext}
+)  # fmt: skip
+_FUNCTION = types.FunctionType
+
+
+def _only(names: frozenset[str]) -> Any:
+    def adjust(proxy: types.SimpleNamespace) -> None:
+        for key in list(vars(proxy)):
+            if key not in names and not key.startswith("_"):
+                delattr(proxy, key)
+
+    return adjust
+
+
+class _ReadOnly:
+    """What ``_write_`` returns for an object the program may not write: every write is a TypeError."""
+
+    __slots__ = ("kind",)
+    kind: str
+
+    def __init__(self, ob: Any) -> None:
+        object.__setattr__(self, "kind", type(ob).__name__)
+
+    def _refuse(self, name: str, *_: Any) -> None:
+        raise TypeError(
+            f"cannot set or delete attribute {name!r} of a {self.kind} object in the sandbox: only the "
+            "program's own objects (and a few library objects meant to be set) take attribute writes"
+        )
+
+    __setattr__ = _refuse
+    __delattr__ = _refuse
+
+
+class _Settable:
+    """A library object's write proxy that passes on writes of the attributes meant to be set."""
+
+    __slots__ = ("names", "ob")
+    names: frozenset[str]
+    ob: Any
+
+    def __init__(self, ob: Any, names: frozenset[str]) -> None:
+        object.__setattr__(self, "ob", ob)
+        object.__setattr__(self, "names", names)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self.names:
+            _ReadOnly(self.ob)._refuse(name)
+        setattr(self.ob, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        _ReadOnly(self.ob)._refuse(name)
+
+
+def write_guard(ob: Any) -> Any:
+    """``_write_``: the object itself when the program may write its attributes, else a refusing proxy.
+
+    Writable: instances of the program's own classes, those classes and functions themselves (their
+    ``__module__`` is the program's; a program cannot set ``__module__``), and mutable built-in containers.
+    Attribute names are checked by the compiler (no ``_`` names); item assignment is native.
+    """
+    kind = type(ob)
+    if kind in _WRITABLE_TYPES or kind.__module__ == PROGRAM_MODULE:
+        return ob
+    if isinstance(ob, type) or kind is _FUNCTION:
+        if getattr(ob, "__module__", None) == PROGRAM_MODULE:
+            return ob
+    elif kind is LazyContext or isinstance(ob, _WRITABLE_BASES):
+        return ob
+    names = SETTABLE_ATTRIBUTES.get((kind.__module__, kind.__qualname__))
+    if names is not None:
+        return _Settable(ob, names)
+    return _ReadOnly(ob)
+
+
+_INSPECT_ATTRIBUTES: frozenset[str] = frozenset()
+_FORMATTER_PARSE: Any = None
+
+
+def _check_attribute_name(name: Any) -> None:
+    if type(name) is not str:
+        raise TypeError("attribute name must be a string")
+    if name[:1] == "_":
+        raise AttributeError(f'"{name}" is an invalid attribute name because it starts with "_"')
+    if name in _INSPECT_ATTRIBUTES or name.endswith("__roles__"):
+        raise AttributeError(f'"{name}" is a restricted name, that is forbidden to access in RestrictedPython.')
+
+
+def _plain_fields(template: str) -> None:
+    """Refuse format fields that read attributes or items (``{0.__class__}``, ``{x[k]}``)."""
+    for _literal, field, spec, _conversion in _FORMATTER_PARSE(template):
+        if field is None:
+            continue
+        if field and not (field.isdigit() or field.isidentifier()):
+            raise NotImplementedError(
+                f"format field {{{field}}} reads an attribute or an item, which the sandbox does not allow "
+                "in format strings; compute the value first and format it with a plain field"
+            )
+        if spec:
+            _plain_fields(spec)
+
+
+def _checked_format(text: str, method: str) -> Any:
+    unbound = getattr(str, method)
+
+    def format(*args: Any, **kwargs: Any) -> Any:
+        _plain_fields(text)
+        return unbound(text, *args, **kwargs)
+
+    return format
+
+
+def _checked_unbound_format(method: str) -> Any:
+    unbound = getattr(str, method)
+
+    def format(text: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(text, str):
+            _plain_fields(text)
+        return unbound(text, *args, **kwargs)
+
+    return format
+
+
+_STR_FORMATS: dict[Any, str] = {str.format: "format", str.format_map: "format_map"}
+
+
+def _format_checked(value: Any) -> Any:
+    """``value`` as read, unless it is ``str.format``/``format_map`` (bound to a string, however reached:
+    ``s.format``, ``super(S, s).format``, ``str.format``): then the checked version of it."""
+    method = getattr(value, "__name__", None)
+    if method in ("format", "format_map"):
+        owner = getattr(value, "__self__", None)
+        if type(value) is types.BuiltinMethodType and isinstance(owner, str):
+            return _checked_format(owner, method)
+        if value in _STR_FORMATS:
+            return _checked_unbound_format(_STR_FORMATS[value])
+    return value
+
+
+def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
+    """``getattr`` (and the compiler's ``_getattr_`` for ``format``-like names) with the static rules
+    checked at run time, Python's semantics for a missing attribute (AttributeError unless a default is
+    given), and ``str.format``/``format_map`` limited to plain fields."""
+    if len(default) > 1:
+        raise TypeError(f"getattr expected at most 3 arguments, got {2 + len(default)}")
+    _check_attribute_name(name)
+    if name in GUARDED_READS:
+        if isinstance(obj, string.Formatter) or (isinstance(obj, type) and issubclass(obj, string.Formatter)):
+            raise NotImplementedError("Using string.Formatter methods is not safe")
+        return _format_checked(getattr(obj, name, *default))
+    if default:
+        return getattr(obj, name, default[0])
+    return getattr(obj, name)
+
+
+def guarded_setattr(obj: Any, name: str, value: Any) -> None:
+    _check_attribute_name(name)
+    setattr(write_guard(obj), name, value)
+
+
+def guarded_delattr(obj: Any, name: str) -> None:
+    _check_attribute_name(name)
+    delattr(write_guard(obj), name)
+
+
+def _safe_hasattr(obj: Any, name: str) -> bool:
+    try:
+        guarded_getattr(obj, name)
+    except (AttributeError, NotImplementedError):
+        return False
+    return True
+
+
+class _TypeMeta(type):
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, type)
+
+    def __subclasscheck__(cls, subclass: Any) -> bool:
+        return issubclass(subclass, type)
+
+
+class SandboxType(metaclass=_TypeMeta):
+    """The program's ``type``: ``type(obj)`` for an object that is not a class, and ``isinstance(x, type)``.
+
+    Not three-argument ``type(name, bases, namespace)``, and not ``type(cls)``: a metaclass would create
+    classes from a namespace dict, around the class statement's checks (underscore names, special methods).
+    """
+
+    def __new__(cls, *args: Any) -> Any:
+        if len(args) != 1:
+            raise TypeError("the sandbox's type() takes exactly one argument; define classes with a class statement")
+        kind = type(args[0])
+        if kind is LazyContext:
+            return dict
+        if issubclass(kind, type):
+            raise TypeError("type() of a class is not available in the sandbox")
+        return kind
+
+
+def compat_builtins() -> dict[str, Any]:
+    """The builtins programs are written with, beyond RestrictedPython's safe set (issue 15)."""
+    names = _words(
+        "zip property classmethod staticmethod super object bytes bin ascii NotImplemented Ellipsis "
+        "AssertionError NameError UnboundLocalError UnicodeDecodeError UnicodeEncodeError LookupError "
+        "StopIteration ArithmeticError"
+    )
+    table = {name: getattr(py_builtins, name) for name in names}
+    table.update(type=SandboxType, getattr=guarded_getattr, setattr=guarded_setattr, delattr=guarded_delattr,
+                 hasattr=_safe_hasattr)  # fmt: skip
+    return table
+
+
+_BINDING_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _binds(function: ast.FunctionDef, name: str) -> bool:
+    """Whether anything in ``function`` (nested scopes included, to be safe) could rebind or delete
+    ``name``: an assignment, ``del``, a loop/with/except/import/match target, a nested definition or
+    parameter of that name, or a ``global``/``nonlocal`` declaration of it."""
+    for node in ast.walk(ast.Module(body=function.body, type_ignores=[])):
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+            return True
+        if isinstance(node, _BINDING_NODES) and node.name == name:
+            return True
+        if isinstance(node, ast.arg) and node.arg == name:
+            return True
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return True
+        if isinstance(node, ast.ExceptHandler) and node.name == name:
+            return True
+        if isinstance(node, ast.alias) and (node.asname or node.name).split(".")[0] == name:
+            return True
+        if isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name == name:
+            return True
+        if isinstance(node, ast.MatchMapping) and node.rest == name:
+            return True
+    return False
+
+
+class LowerForRestriction(ast.NodeTransformer):
+    """The AST pass before RestrictedPython's: what it would refuse or guard slowly, said in plain Python.
+
+    - ``x.a += v`` becomes ``t = x; u = t.a; u += v; t.a = u`` (each part evaluated once, in-place
+      semantics kept; the write goes through ``_write_``). Names and items stay native augmented assignments.
+    - Annotations are never evaluated: removed from function signatures and from assignments outside class
+      bodies (``total: float = 0.0`` is ``total = 0.0``). In class bodies they stay (dataclasses, NamedTuple
+      and TypedDict read them) and are checked like any expression, and string annotations are refused.
+    - A ``def`` directly in a class body is marked as a method (special method names are allowed there).
+    """
+
+    def __init__(self) -> None:
+        self.counter = 0
+        self.in_class: list[bool] = [False]
+        self.selfs: list[str | None] = [None]  # the current method's never-rebound first parameter
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        """Only statement lists are walked: everything this pass rewrites (definitions, annotated and
+        augmented assignments) is a statement, and no expression contains a statement (a lambda has no
+        annotations), so expressions are never descended into: the pass costs a visit per statement."""
+        for field in ("body", "orelse", "finalbody"):
+            value = getattr(node, field, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                setattr(node, field, self._statements(value))
+        for handler in getattr(node, "handlers", None) or ():
+            handler.body = self._statements(handler.body)
+        for case in getattr(node, "cases", None) or ():
+            case.body = self._statements(case.body)
+        return node
+
+    def _temp(self, value: ast.expr, node: ast.AST) -> tuple[ast.Assign, str]:
+        self.counter += 1
+        name = f"sandforge_aug_{self.counter}"
+        assign = ast.copy_location(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value), node)
+        return ast.fix_missing_locations(assign), name
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> Any:
+        for child in node.body:
+            if isinstance(child, ast.FunctionDef):
+                child.sandforge_method = True  # type: ignore[attr-defined]
+                first = (child.args.posonlyargs + child.args.args)[:1]
+                if first and not _binds(child, first[0].arg):
+                    child.sandforge_self = first[0].arg  # type: ignore[attr-defined]
+        self.in_class.append(True)
+        try:
+            self.generic_visit(node)
+        finally:
+            self.in_class.pop()
+        return node
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> Any:
+        self.selfs.append(getattr(node, "sandforge_self", None))
+        try:
+            return self._function_body(node)
+        finally:
+            self.selfs.pop()
+
+    def _function_body(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> Any:
+        args = node.args
+        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+            if arg is not None:
+                arg.annotation = None
+        if isinstance(node, ast.Lambda):
+            return node  # an expression: no statements, no annotations
+        node.returns = None
+        self.in_class.append(False)
+        try:
+            node.body = self._statements(node.body)
+        finally:
+            self.in_class.pop()
+        return node
+
+    def _statements(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for stmt in body:
+            result = self.visit(stmt)
+            if result is None:
+                continue
+            out.extend(result if isinstance(result, list) else [result])
+        return out or [ast.Pass()]
+
+    visit_FunctionDef = _function
+    visit_AsyncFunctionDef = _function
+    visit_Lambda = _function
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> Any:
+        if self.in_class[-1] and isinstance(node.target, ast.Name):
+            return node  # evaluated into the class's __annotations__; RestrictedPython checks it
+        if node.value is None:
+            return ast.copy_location(ast.Pass(), node)
+        return ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> Any:
+        target = node.target
+        if not isinstance(target, ast.Attribute):
+            return node
+        prelude: list[ast.stmt] = []
+        if isinstance(target.value, ast.Name) and target.value.id == self.selfs[-1]:
+            obj = target.value.id  # a method's own never-rebound ``self``: evaluating it twice is the same
+        else:
+            bind_obj, obj = self._temp(target.value, node)
+            prelude.append(bind_obj)
+        bind_val, val = self._temp(ast.Attribute(ast.Name(obj, ast.Load()), target.attr, ast.Load()), node)
+        update = ast.AugAssign(target=ast.Name(val, ast.Store()), op=node.op, value=node.value)
+        store = ast.Assign(
+            targets=[ast.Attribute(ast.Name(obj, ast.Load()), target.attr, ast.Store())],
+            value=ast.Name(val, ast.Load()),
+        )
+        fixed = [ast.fix_missing_locations(ast.copy_location(stmt, node)) for stmt in (update, store)]
+        return [*prelude, bind_val, *fixed]
+
+
+#: The flag a method sets once per call when its first parameter is the program's own object.
+OWN_FLAG = "_own_self_"
+
+
+class _OwnWrites(ast.NodeTransformer):
+    """In one method's body (not nested scopes), ``_write_(self)`` becomes
+    ``(self if _own_self_ else _write_(self))``: a native store for the program's own objects, the guard
+    for anything else (a method called on a foreign object: ``Class.method(library_object)``)."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.changed = False
+
+    def rewrite(self, function: ast.FunctionDef) -> bool:
+        function.body = [self.visit(stmt) for stmt in function.body]
+        return self.changed
+
+    def visit_FunctionDef(self, node: ast.AST) -> Any:
+        return node  # a nested scope: its ``self`` is a closure variable, guarded as usual
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        self.generic_visit(node)
+        if (isinstance(node.func, ast.Name) and node.func.id == "_write_" and len(node.args) == 1
+                and isinstance(node.args[0], ast.Name) and node.args[0].id == self.owner):  # fmt: skip
+            self.changed = True
+            native = ast.IfExp(test=ast.Name(OWN_FLAG, ast.Load()), body=ast.Name(self.owner, ast.Load()), orelse=node)
+            return ast.fix_missing_locations(ast.copy_location(native, node))
+        return node
+
+
+_POLICY: Any = None
+
+
+def _policy_class() -> Any:
+    """The RestrictedPython transformer sandforge compiles with (built once, after RestrictedPython is
+    importable: in a container its path comes with the boot frame)."""
+    global _POLICY, _INSPECT_ATTRIBUTES, _FORMATTER_PARSE
+    if _POLICY is not None:
+        return _POLICY
+    from RestrictedPython import transformer as rp
+
+    _INSPECT_ATTRIBUTES = frozenset(rp.INSPECT_ATTRIBUTES)
+    _FORMATTER_PARSE = string.Formatter().parse
+
+    def is_super_call(node: ast.expr) -> bool:
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+
+    class SandforgePolicy(rp.RestrictingNodeTransformer):
+        """RestrictedPython's static rules, native operations where its guards would check nothing."""
+
+        special_def: str | None = None
+
+        def check_name(self, node: Any, name: str | None, allow_magic_methods: bool = False) -> None:
+            if name and name[0] == "_" and name != "_" and name == self.special_def:
+                return
+            if (name and name[0] == "_" and len(name) > 1 and name[1] != "_" and name[-1] != "_"
+                    and name not in RESERVED_NAMES and not (name[:4] == "_tmp" and name[4:].isdigit())):  # fmt: skip
+                return  # a program-local helper name (``_parse``, ``_CACHE``): never one the runtime uses
+            super().check_name(node, name, allow_magic_methods)
+
+        def check_import_names(self, node: ast.Import | ast.ImportFrom) -> Any:
+            # no program-local ``_`` names here: ``import _strptime`` and ``from _strptime import x`` stay refused
+            modules = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            for name in [*modules, *(n for alias in node.names for n in (alias.name, alias.asname) if n)]:
+                if any(part.startswith("_") for part in name.split(".")):
+                    self.error(node, f'"{name}" is an invalid variable name because it starts with "_"')
+            return super().check_import_names(node)
+
+        def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+            outer = self.special_def
+            method = getattr(node, "sandforge_method", False) and node.name in SPECIAL_METHODS
+            self.special_def = node.name if method else None
+            try:
+                self.check_name(node, node.name)
+            finally:
+                self.special_def = outer
+            self.check_function_argument_names(node)
+            with self.print_info.new_print_scope():
+                node = self.node_contents_visit(node)
+                self.inject_print_collector(node)
+            owner = getattr(node, "sandforge_self", None)
+            if owner is not None and _OwnWrites(owner).rewrite(node):
+                # once per call: is ``self`` the program's own object? Then its writes are native stores.
+                check = ast.parse(f"{OWN_FLAG} = _type_({owner}).__module__ == {PROGRAM_MODULE!r}").body[0]
+                first = node.body[0]
+                docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                node.body.insert(1 if docstring else 0, ast.fix_missing_locations(ast.copy_location(check, first)))
+            return node
+
+        def visit_Attribute(self, node: ast.Attribute) -> Any:
+            attr = node.attr
+            if attr.startswith("_") and not (attr in SUPER_METHODS and is_super_call(node.value)):
+                self.error(node, f'"{attr}" is an invalid attribute name because it starts with "_".')
+            if attr.endswith("__roles__"):
+                self.error(node, f'"{attr}" is an invalid attribute name because it ends with "__roles__".')
+            if attr in rp.INSPECT_ATTRIBUTES:
+                self.error(node, f'"{attr}" is a restricted name, that is forbidden to access in RestrictedPython.')
+            node = self.node_contents_visit(node)
+            if isinstance(node.ctx, ast.Load):
+                if attr not in GUARDED_READS:
+                    return node  # the name is checked above: a native read is the guarded read
+                call = ast.Call(func=ast.Name("_getattr_", ast.Load()), args=[node.value, ast.Constant(attr)],
+                                keywords=[])  # fmt: skip
+                return ast.fix_missing_locations(ast.copy_location(call, node))
+            guard = ast.Call(func=ast.Name("_write_", ast.Load()), args=[node.value], keywords=[])
+            node.value = ast.fix_missing_locations(ast.copy_location(guard, node.value))
+            return node
+
+        # Shortcuts: RestrictedPython visits every node's fields generically; these nodes need no check.
+        def visit_Constant(self, node: ast.Constant) -> Any:
+            return node
+
+        def visit_Load(self, node: ast.AST) -> Any:
+            return node
+
+        visit_Store = visit_Del = visit_Load
+
+        def visit_Name(self, node: ast.Name) -> Any:
+            if node.id in ("print", "printed"):
+                return super().visit_Name(node)  # the print collector's rewriting
+            if isinstance(node.ctx, ast.Load):
+                self.used_names[node.id] = True
+            self.check_name(node, node.id)
+            return node
+
+        def _literal(self, node: Any) -> Any:
+            if all(type(element) is ast.Constant for element in node.elts):
+                return node  # a data literal: nothing to check in it
+            return self.node_contents_visit(node)
+
+        visit_List = visit_Tuple = visit_Set = _literal
+
+        def visit_Subscript(self, node: ast.Subscript) -> Any:
+            return self.node_contents_visit(node)  # item access has no policy here: native
+
+        def guard_iter(self, node: Any) -> Any:
+            return self.node_contents_visit(node)  # iteration and unpacking: native
+
+        def visit_Assign(self, node: ast.Assign) -> Any:
+            return self.node_contents_visit(node)
+
+        def visit_With(self, node: ast.With) -> Any:
+            return self.node_contents_visit(node)
+
+        def visit_AugAssign(self, node: ast.AugAssign) -> Any:
+            if isinstance(node.target, ast.Attribute):
+                self.error(node, "Augmented assignment of attributes is not allowed.")  # lowered before
+            return self.node_contents_visit(node)  # names and items: Python's own in-place operation
+
+        def visit_Call(self, node: ast.Call) -> Any:
+            if isinstance(node.func, ast.Name) and node.func.id in ("exec", "eval"):
+                self.error(node, f"{node.func.id.capitalize()} calls are not allowed.")
+            return self.node_contents_visit(node)
+
+        def visit_AnnAssign(self, node: ast.AnnAssign) -> Any:
+            for sub in ast.walk(node.annotation):
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    self.error(node, "String annotations are not allowed: name the type itself.")
+                    break
+            return self.node_contents_visit(node)
+
+        def visit_Nonlocal(self, node: ast.Nonlocal) -> Any:
+            for name in node.names:
+                self.check_name(node, name)
+            return node
+
+        # match statements: patterns compile to native reads; the names in them are checked statically
+        def visit_Match(self, node: Any) -> Any:
+            return self.node_contents_visit(node)
+
+        def visit_match_case(self, node: Any) -> Any:
+            return self.node_contents_visit(node)
+
+        def _static_reference(self, node: ast.expr) -> None:
+            """A pattern's class or value reference (``Color.RED``): a dotted name, read natively."""
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Attribute) and (
+                    sub.attr.startswith("_") or sub.attr in rp.INSPECT_ATTRIBUTES or sub.attr in GUARDED_READS
+                ):
+                    self.error(node, f'"{sub.attr}" is an invalid attribute name in a pattern.')
+                elif isinstance(sub, ast.Name):
+                    self.check_name(node, sub.id)
+
+        def visit_MatchValue(self, node: Any) -> Any:
+            self._static_reference(node.value)
+            return node
+
+        def visit_MatchSingleton(self, node: Any) -> Any:
+            return node
+
+        def visit_MatchSequence(self, node: Any) -> Any:
+            return self.node_contents_visit(node)
+
+        def visit_MatchMapping(self, node: Any) -> Any:
+            self.check_name(node, node.rest)
+            for key in node.keys:
+                self._static_reference(key)
+            node.patterns = [self.visit(p) for p in node.patterns]
+            return node
+
+        def visit_MatchClass(self, node: Any) -> Any:
+            self._static_reference(node.cls)
+            for attr in node.kwd_attrs:  # read natively: what the guards read through a call is refused
+                if attr.startswith("_") or attr in GUARDED_READS or attr in rp.INSPECT_ATTRIBUTES:
+                    self.error(node, f'"{attr}" is an invalid attribute name in a pattern.')
+            node.patterns = [self.visit(p) for p in node.patterns]
+            node.kwd_patterns = [self.visit(p) for p in node.kwd_patterns]
+            return node
+
+        def visit_MatchStar(self, node: Any) -> Any:
+            self.check_name(node, node.name)
+            return node
+
+        def visit_MatchAs(self, node: Any) -> Any:
+            self.check_name(node, node.name)
+            return self.node_contents_visit(node)
+
+        def visit_MatchOr(self, node: Any) -> Any:
+            return self.node_contents_visit(node)
+
+    _POLICY = SandforgePolicy
+    return _POLICY
+
+
+def _proxy_dataclasses(module: types.SimpleNamespace) -> None:
+    """``dataclass`` on the program's own classes only: on a library class it would rewrite the library's
+    methods in place (``@dataclass`` sets ``__init__``, ``__eq__``... on the class it is given)."""
+    real = module.dataclass
+
+    def dataclass(cls: Any = None, /, **options: Any) -> Any:
+        def wrap(target: Any) -> Any:
+            if not (isinstance(target, type) and getattr(target, "__module__", None) == PROGRAM_MODULE):
+                raise TypeError("dataclass() applies to the program's own classes only")
+            return real(**options)(target)
+
+        return wrap if cls is None else wrap(cls)
+
+    module.dataclass = dataclass
+
+
+ALLOWED_MODULES.update(COMPAT_MODULES)
+_PROXY_ADJUSTMENTS.update({name: _only(names) for name, names in EXPOSED_ONLY.items()})
+_PROXY_ADJUSTMENTS["dataclasses"] = _proxy_dataclasses
+
+
+_BASE_BUILTINS: dict[str, Any] = {}
+_PRINTER: Any = None
+
+
+def _base_builtins() -> dict[str, Any]:
+    """The builtins every program gets, built once per process (a run copies the dict, ~2 us)."""
+    if not _BASE_BUILTINS:
+        from RestrictedPython.Guards import safe_builtins
+
+        table = dict(safe_builtins)
+        # Not RestrictedPython's limited_builtins: resource limits are the OS's job, and its range() caps at 1000.
+        for extra in (
+            "range", "tuple", "dict", "list", "set", "frozenset", "sum", "min", "max", "enumerate", "map",
+            "filter", "reversed", "any", "all", "iter", "next", "sorted", "bytearray", "format",
+            "ArithmeticError", "AttributeError", "Exception", "IndexError", "KeyError", "LookupError",
+            "NotImplementedError", "RuntimeError", "StopIteration", "TypeError", "ValueError",
+            "ZeroDivisionError", "OverflowError", "RecursionError", "UnicodeError",
+        ):  # fmt: skip
+            table[extra] = getattr(py_builtins, extra)
+        table.update(compat_builtins())
+        _BASE_BUILTINS.update(table)
+    return _BASE_BUILTINS
+
+
+def _printer_class() -> Any:
+    global _PRINTER
+    if _PRINTER is None:
+        from RestrictedPython.PrintCollector import PrintCollector
+
+        class Printer(PrintCollector):
+            """RestrictedPython's print target, mirrored into the bounded stdout capture."""
+
+            stdout: BoundedText
+
+            def write(self, text: str) -> None:
+                self.txt.append(text)
+                self.stdout.write(text)
+
+        _PRINTER = Printer
+    return _PRINTER
 
 
 def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText, bridge: Bridge) -> dict[str, Any]:
-    from RestrictedPython import Guards
-    from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
-    from RestrictedPython.Guards import safe_builtins
-    from RestrictedPython.PrintCollector import PrintCollector
+    _policy_class()  # the run-time guards' tables (INSPECT_ATTRIBUTES, the format parser) come with it
+    printer = _printer_class()
 
-    class Printer(PrintCollector):
-        """RestrictedPython's print target, mirrored into the bounded stdout capture."""
+    def make_printer(_getattr_: Any = None) -> Any:
+        collector = printer(_getattr_)
+        collector.stdout = stdout
+        return collector
 
-        def write(self, text: str) -> None:
-            self.txt.append(text)
-            stdout.write(text)
-
-    builtins = dict(safe_builtins)
-    # Not RestrictedPython's limited_builtins: resource limits are the OS's job, and its range() caps at 1000.
-    for extra in (
-        "range", "tuple", "dict", "list", "set", "frozenset", "sum", "min", "max", "enumerate", "map", "filter",
-        "reversed", "any", "all", "iter", "next", "sorted", "bytearray", "format",
-        "ArithmeticError", "AttributeError", "Exception", "IndexError", "KeyError", "LookupError",
-        "NotImplementedError", "RuntimeError", "StopIteration", "TypeError", "ValueError",
-        "ZeroDivisionError", "OverflowError", "RecursionError", "UnicodeError",
-    ):  # fmt: skip
-        builtins[extra] = getattr(py_builtins, extra)
-    builtins["getattr"] = guarded_getattr
-    builtins["hasattr"] = lambda obj, name: _safe_hasattr(guarded_getattr, obj, name)
+    builtins = dict(_base_builtins())
     builtins["__import__"] = _guarded_import(proxies)
     builtins["Outcome"] = OutcomeFactory
     builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
@@ -1528,117 +2256,150 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
         "__name__": "sandforge_tool",
         "__metaclass__": type,
         "_getattr_": guarded_getattr,
-        "_getitem_": default_guarded_getitem,
-        "_getiter_": default_guarded_getiter,
-        "_iter_unpack_sequence_": Guards.guarded_iter_unpack_sequence,
-        "_unpack_sequence_": Guards.guarded_unpack_sequence,
-        "_write_": Guards.full_write_guard,
-        "_inplacevar_": _inplacevar,
-        "_print_": Printer,
+        "_write_": write_guard,
+        "_type_": type,
+        "_print_": make_printer,
         "_apply_": lambda f, *a, **kw: f(*a, **kw),
     }
 
 
-_MISSING = object()
+def _compile_restricted(tree: ast.Module) -> types.CodeType:
+    """RestrictedPython's checks and rewrites (sandforge's policy), then ``compile`` without inheriting this
+    module's ``from __future__ import annotations`` (class-body annotations must be objects, not strings,
+    for dataclasses). SyntaxError with the policy's messages when it refuses the program."""
+    errors: list[str] = []
+    policy = _policy_class()(errors, [], {})
+    policy.visit(tree)
+    if errors:
+        raise SyntaxError(tuple(errors))
+    return compile(tree, TOOL_FILENAME, "exec", dont_inherit=True)
 
 
-def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
-    """RestrictedPython's ``safer_getattr`` with Python's semantics for a missing attribute.
-
-    ``safer_getattr`` falls back to a default of ``None``, so ``x.missing`` and ``getattr(x, "missing")``
-    would quietly be ``None`` and ``hasattr`` always true; a tool would compute with ``None`` instead of
-    failing. Here a missing attribute raises ``AttributeError`` unless a default is given.
-    """
-    from RestrictedPython import Guards
-
-    if len(default) > 1:
-        raise TypeError(f"getattr expected at most 3 arguments, got {2 + len(default)}")
-    value = Guards.safer_getattr(obj, name, _MISSING)  # type: ignore[no-untyped-call]
-    if value is _MISSING:
-        if default:
-            return default[0]
-        raise AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
-    return value
+#: One refusal of the compiler: (``invalid_code`` or ``sandbox_violation``, line or None, message).
+Refusal = tuple[str, int | None, str]
 
 
-def _safe_hasattr(getter: Any, obj: Any, name: str) -> bool:
-    try:
-        getter(obj, name)
-    except (AttributeError, NotImplementedError):
-        return False
-    return True
+#: Host side: programs compiled here (by validation or the exchange), by text, as marshal bytes; the
+#: execute frame carries them so the sandbox skips RestrictedPython's compilation (``host_compiled``).
+_HOST_CODE: dict[str, bytes] = {}
+_HOST_CODE_LOCK = threading.Lock()
+HOST_CODE_CACHE = 256
+#: What a shipped code object must have been compiled for: this interpreter's bytecode (magic number).
+CODE_MAGIC = MAGIC_NUMBER.hex()
 
 
-class LowerAugmentedAssignment(ast.NodeTransformer):
-    """Rewrite ``x[k] += v`` / ``x.a += v`` as plain assignments, which RestrictedPython can guard.
-
-    Each sub-expression is bound to a temporary first, so it is evaluated exactly once, as in Python.
-    """
-
-    def __init__(self) -> None:
-        self.counter = 0
-
-    def _temp(self, value: ast.expr, node: ast.AST) -> tuple[ast.Assign, ast.Name]:
-        self.counter += 1
-        name = f"sandforge_aug_{self.counter}"
-        assign = ast.copy_location(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value), node)
-        return assign, ast.Name(name, ast.Load())
-
-    def visit_AugAssign(self, node: ast.AugAssign) -> Any:
-        self.generic_visit(node)
-        target = node.target
-        if isinstance(target, ast.Subscript) and not isinstance(target.slice, ast.Slice):
-            bind_obj, obj = self._temp(target.value, node)
-            bind_key, key = self._temp(target.slice, node)
-            load: ast.expr = ast.Subscript(obj, key, ast.Load())
-            store: ast.expr = ast.Subscript(ast.Name(obj.id, ast.Load()), ast.Name(key.id, ast.Load()), ast.Store())
-            prelude = [bind_obj, bind_key]
-        elif isinstance(target, ast.Attribute):
-            bind_obj, obj = self._temp(target.value, node)
-            load = ast.Attribute(obj, target.attr, ast.Load())
-            store = ast.Attribute(ast.Name(obj.id, ast.Load()), target.attr, ast.Store())
-            prelude = [bind_obj]
-        else:
-            return node
-        assign = ast.Assign(targets=[store], value=ast.BinOp(load, node.op, node.value))
-        return [*prelude, ast.copy_location(assign, node)]
+def host_compiled(code: str) -> dict[str, str] | None:
+    """The execute frame's ``compiled`` field for ``code``: the code object ``compile_checked`` produces,
+    compiled once per program text on the host (validation already did it for a validated program) and
+    marshalled; None when the program does not compile (the runner then reports why, as always)."""
+    with _HOST_CODE_LOCK:
+        blob = _HOST_CODE.get(code)
+    if blob is None:
+        compile_checked(code, remember=True)
+        with _HOST_CODE_LOCK:
+            blob = _HOST_CODE.get(code)
+        if blob is None:
+            return None
+    return {"magic": CODE_MAGIC, "marshal": base64.b64encode(blob).decode("ascii")}
 
 
-def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | None]:
-    """Compile the body as a function under RestrictedPython; return (code, None) or (None, error)."""
-    from RestrictedPython.compile import compile_restricted
+def _remember(code: str, compiled: types.CodeType) -> None:
+    blob = marshal.dumps(compiled)
+    with _HOST_CODE_LOCK:
+        _HOST_CODE.pop(code, None)
+        _HOST_CODE[code] = blob
+        while len(_HOST_CODE) > HOST_CODE_CACHE:
+            del _HOST_CODE[next(iter(_HOST_CODE))]
 
-    try:
-        module = ast.parse(code, TOOL_FILENAME, "exec")
-    except (SyntaxError, ValueError) as exc:
-        line = getattr(exc, "lineno", None)
-        return None, _error("invalid_code", f"syntax error: {exc.msg if isinstance(exc, SyntaxError) else exc}",
-                            exception=type(exc).__name__, line=line)  # fmt: skip
-    except (RecursionError, MemoryError):
-        return None, _error("invalid_code", "program is nested too deeply to compile")
-    refusal = inner_wall_refusal(module)
+
+def shipped_code(frame: dict[str, Any]) -> types.CodeType | None:
+    """The code object the host compiled for this frame's program, if it was compiled for this
+    interpreter's bytecode; None otherwise (the runner compiles the program itself). The host is the
+    trusted side of the channel: only it writes frames to the runner."""
+    shipped = frame.get("compiled")
+    if (
+        not isinstance(shipped, dict)
+        or shipped.get("magic") != CODE_MAGIC
+        or not isinstance(shipped.get("marshal"), str)
+    ):
+        return None
+    try:  # host to sandbox only: the host never decodes anything but JSON from a sandbox
+        compiled = marshal.loads(base64.b64decode(shipped["marshal"], validate=True))  # noqa: S302
+    except (ValueError, TypeError, EOFError):
+        return None
+    if type(compiled) is not types.CodeType or compiled.co_filename != TOOL_FILENAME:
+        return None
+    return compiled
+
+
+def compile_checked(
+    code: str, tree: ast.Module | None = None, *, remember: bool = False
+) -> tuple[types.CodeType | None, list[Refusal]]:
+    """Compile the body as a function under sandforge's RestrictedPython policy: (code, []) or (None, every
+    refusal). The host's validation calls this very function (``runtime.guardrails.engine``), so what the
+    policy approves is what the sandbox compiles. ``tree``: the program already parsed (it is changed);
+    ``remember``: keep the result for ``host_compiled`` (host side)."""
+    compiled, refusals = _compile_checked(code, tree)
+    if remember and compiled is not None:
+        _remember(code, compiled)
+    return compiled, refusals
+
+
+def _compile_checked(code: str, tree: ast.Module | None) -> tuple[types.CodeType | None, list[Refusal]]:
+    if tree is None:
+        try:
+            tree = ast.parse(code, TOOL_FILENAME, "exec")
+        except (SyntaxError, ValueError) as exc:
+            message = f"syntax error: {exc.msg if isinstance(exc, SyntaxError) else exc}"
+            return None, [("invalid_code", getattr(exc, "lineno", None), message)]
+        except (RecursionError, MemoryError):
+            return None, [("invalid_code", None, "program is nested too deeply to compile")]
+    refusal = inner_wall_refusal(tree)  # before lowering: it looks at annotations the lowering removes
     if refusal is not None:
-        return None, _error("sandbox_violation", f"rejected by the sandbox: {refusal[0]}", line=refusal[1])
+        return None, [("sandbox_violation", refusal[1], refusal[0])]
     arguments = ast.arguments(
         posonlyargs=[], args=[ast.arg(arg=n) for n in ("context", "args", "kwargs")], vararg=None,
         kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
     )  # fmt: skip
-    body = module.body or [ast.Pass()]
-    func = ast.FunctionDef(name=TOOL_FUNCTION, args=arguments, body=body, decorator_list=[], returns=None)
-    wrapper = LowerAugmentedAssignment().visit(ast.Module(body=[func], type_ignores=[]))
-    ast.fix_missing_locations(wrapper)
+    at = {"lineno": 1, "col_offset": 0, "end_lineno": 1, "end_col_offset": 0}
+    for arg in arguments.args:
+        ast.copy_location(arg, ast.Pass(**at))
+    body = tree.body or [ast.Pass(**at)]
+    func = ast.FunctionDef(name=TOOL_FUNCTION, args=arguments, body=body, decorator_list=[], returns=None, **at)  # type: ignore[arg-type]
     try:
+        # every node made from here on gets its location where it is made (no walk of the whole tree)
+        wrapper = LowerForRestriction().visit(ast.Module(body=[func], type_ignores=[]))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # RestrictedPython warns about constructs it then rejects
-            compiled = compile_restricted(wrapper, TOOL_FILENAME, "exec")
+            return _compile_restricted(wrapper), []
     except SyntaxError as exc:
-        message = "; ".join(str(m) for m in exc.args[0]) if isinstance(exc.args[0], tuple) else str(exc)
-        kind = "invalid_code" if "outside function" in message else "sandbox_violation"
-        return None, _error(kind, f"rejected by the sandbox: {message}", exception="SyntaxError",
-                            line=getattr(exc, "lineno", None))  # fmt: skip
+        if isinstance(exc.args[0], tuple):
+            return None, [_refusal(str(m)) for m in exc.args[0]]
+        kind = "invalid_code" if "outside function" in str(exc.msg) else "sandbox_violation"
+        return None, [(kind, exc.lineno, str(exc.msg))]
     except (RecursionError, MemoryError):
-        return None, _error("invalid_code", "program is nested too deeply to compile")
-    return compiled, None
+        return None, [("invalid_code", None, "program is nested too deeply to compile")]
+
+
+def _refusal(text: str) -> Refusal:
+    """RestrictedPython's ``Line N: message`` as a refusal."""
+    head, sep, rest = text.partition(": ")
+    if sep and head.startswith("Line ") and head[5:].isdigit():
+        return "sandbox_violation", int(head[5:]), rest
+    return "sandbox_violation", None, text
+
+
+def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | None]:
+    """Compile the body as a function under RestrictedPython; return (code, None) or (None, error)."""
+    compiled, refusals = compile_checked(code)
+    if not refusals:
+        return compiled, None
+    kind, line, message = refusals[0]
+    if message.startswith("syntax error") or "nested too deeply" in message:
+        return None, _error(kind, message, exception="SyntaxError" if line else None, line=line)
+    text = "; ".join(f"Line {ln}: {msg}" if ln else msg for _, ln, msg in refusals)
+    kind = "invalid_code" if "outside function" in text else "sandbox_violation"
+    return None, _error(kind, f"rejected by the sandbox: {text}", exception="SyntaxError", line=line)
 
 
 def _error(kind: str, message: str, **extra: Any) -> dict[str, Any]:
@@ -1668,6 +2429,15 @@ def pause_backstop() -> float:
 def resume_backstop(left: float) -> None:
     if left > 0:
         _SETITIMER(_ITIMER_REAL, left)
+
+
+def _describe(exc: BaseException) -> str:
+    """``str(exc)``, which runs the program's code (its ``__str__``, its arguments' ``__repr__``): whatever
+    that raises or returns, the runner still writes its result."""
+    try:
+        return str(exc)
+    except BaseException:
+        return "(the exception's message could not be computed)"
 
 
 def _tool_line(tb: types.TracebackType | None) -> int | None:
@@ -1715,7 +2485,10 @@ def execute(
     limits = boot["limits"]
     stdout = BoundedText(int(limits["max_output_bytes"]))
     result = Result()
-    compiled, error = compile_program(str(frame.get("code", "")))
+    compiled = shipped_code(frame)
+    error = None
+    if compiled is None:
+        compiled, error = compile_program(str(frame.get("code", "")))
     args, kwargs = frame.get("args"), frame.get("kwargs")
     if error is None and not (isinstance(args, list) and isinstance(kwargs, dict)):
         error = _error("invalid_request", "args must be a list and kwargs an object")
@@ -1741,7 +2514,7 @@ def execute(
         except BaseException as exc:
             kind = _classify_exception(exc)
             name = type(exc).__name__
-            message = str(exc) if kind != "memory_limit" else f"memory limit of {limits['memory_mb']} MB exceeded"
+            message = _describe(exc) if kind != "memory_limit" else f"memory limit of {limits['memory_mb']} MB exceeded"
             error = _error(kind, f"{name}: {message}" if kind == "execution" else message,
                            exception=name, line=_tool_line(exc.__traceback__))  # fmt: skip
     if stdout.overflowed:
@@ -1803,6 +2576,9 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
     """Everything that must happen before lock-down: imports, module proxies, a warm compiler."""
     sys.path[:0] = [p for p in boot.get("sys_path", []) if isinstance(p, str)]
     import RestrictedPython  # noqa: F401 - import before lock-down: nothing is importable after it
+
+    for name in INTERNAL_IMPORTS:
+        __import__(name)
 
     # With a chroot (subprocess backend) nothing is importable after lock-down: import every allowed module
     # now. In a container the root stays the image, so modules are imported on first use.

@@ -15,6 +15,7 @@ from runtime.files import decode_json, encode_compact, exclusive, read_user_file
 from runtime.files.jsontext import UTF8_BOM, one_line
 from runtime.gate import guarded_execute
 from runtime.guardrails import default_policy, load_policy
+from runtime.guardrails.engine import source_text
 from sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
 
 
@@ -154,9 +155,7 @@ def command(
     with exclusive(context_path) if commit and context_path is not None else contextlib.nullcontext():
         context = _read_context(context_path, bound)
         try:
-            request = ExecutionRequest(
-                code=code.decode("utf-8", "surrogateescape"), context=context, args=args, kwargs=kwargs, limits=limits
-            )
+            request = ExecutionRequest(code=source_text(code), context=context, args=args, kwargs=kwargs, limits=limits)
         except ValidationError as exc:
             raise _invalid(exc) from None
         with Sandbox(config) as sb:

@@ -35,6 +35,7 @@ from runtime.guardrails.results import (
     GUARDRAIL_ERROR,
     INVALID_CODE,
     NESTING_TOO_DEEP,
+    SANDBOX_RESTRICTION,
     SOURCE_TOO_LARGE,
     Capability,
     Classification,
@@ -71,6 +72,14 @@ ENGINE_RULES: dict[str, tuple[Classification, str, str]] = {
         "The program nests deeper than the policy's `limits.max_ast_depth`, or deeper than the parser can handle.",
         "Flatten the deepest nesting: bind intermediate results to variables and move nested blocks into "
         "helper functions.",
+    ),
+    SANDBOX_RESTRICTION: (
+        "recoverable",
+        "The sandbox's restricted compiler refuses the program: the same RestrictedPython compilation the "
+        "sandbox runs, checked at validation so the policy's verdict is the sandbox's verdict.",
+        "Rewrite the refused construct: use public names for attributes (no leading `_` or `__`, except "
+        "special methods such as `__init__` defined in a class and called through `super()`), no "
+        "`exec`/`eval`, `async`, `except*`, metaclasses, or string annotations.",
     ),
     GUARDRAIL_ERROR: (
         "terminal",
@@ -182,9 +191,66 @@ def _validate(source: str | bytes, policy: Policy) -> ValidationResult:
             continue
         for (line, column), finding in findings.items():
             found.append((line, column, order, _violation(rule, finding, program)))
+    capabilities = _capabilities(program, detected, policy)
+    if program.too_deep is None:
+        flagged = {v.location.line for *_, v in found if v.location is not None}
+        found.extend(_restricted_compile(program, text, tree, flagged))  # last: it rewrites the tree
     found.sort(key=lambda item: item[:3])
     violations = [violation for *_, violation in found[: limits.max_violations]]
-    return _result(policy, violations, _capabilities(program, detected, policy), truncated=len(found) > len(violations))
+    return _result(policy, violations, capabilities, truncated=len(found) > len(violations))
+
+
+def _restricted_compile(
+    program: Program, text: str, tree: ast.Module, flagged: set[int]
+) -> list[tuple[int, int, int, Violation]]:
+    """What the sandbox's compiler refuses (``sandbox.runner.compile_checked``, the very function the
+    runner compiles with), as recoverable violations; a line a policy rule already flagged is not reported
+    twice (the rule's message and correction are the more specific ones)."""
+    from sandbox.runner import compile_checked  # the in-sandbox runner: stdlib and RestrictedPython only
+
+    _, refusals = compile_checked(text, tree, remember=True)  # the exchange ships the code it compiled
+    found: list[tuple[int, int, int, Violation]] = []
+    for kind, line, message in refusals:
+        if line is not None and line in flagged:
+            continue
+        location = None
+        if line is not None and line >= 1:
+            source_line = program.line_text(line)
+            if len(source_line) > MAX_SOURCE_LINE:
+                source_line = source_line[: MAX_SOURCE_LINE - 3] + "..."
+            location = Location(line=line, column=1, source_line=source_line)
+        if kind == INVALID_CODE:
+            violation = _engine_violation(INVALID_CODE, f"the program does not compile: {message}", location)
+        else:
+            classification, _, correction = ENGINE_RULES[SANDBOX_RESTRICTION]
+            violation = Violation(
+                violation_type=SANDBOX_RESTRICTION,
+                message=f"refused by the sandbox's compiler: {message}",
+                location=location,
+                classification=classification,
+                required_correction=_restriction_correction(message) or correction,
+            )
+        found.append((line or 0, 0, 1 << 20, violation))
+    return found
+
+
+def _restriction_correction(message: str) -> str | None:
+    """A correction specific to the refusal, where one is known."""
+    if "invalid attribute name" in message:
+        return (
+            "Use public attribute names: store state as `self.balance`, not `self._balance` or "
+            "`self.__balance`; read type names with `type(x) is int` instead of `__name__`/`__class__`."
+        )
+    if "invalid variable name" in message:
+        return (
+            "Rename it: names ending in `_`, dunder names outside a class's special methods, and names the "
+            "runtime uses (`_print`, `_getattr_`...) are reserved; a plain name or `_helper` works."
+        )
+    if "String annotations" in message:
+        return "Name the type itself in the annotation (`x: int`, `items: list[Item]`), or leave it out."
+    if "TryStar" in message:
+        return "Use a plain `except` clause; exception groups are not available in the sandbox."
+    return None
 
 
 def _result(
@@ -201,6 +267,15 @@ def _result(
 
 
 # ------------------------------------------------------------------------------------------- input
+
+
+def source_text(data: bytes) -> str:
+    """A program file's bytes as the text ``validate`` judges and the sandbox runs: a UTF-8 BOM dropped
+    (as ``validate`` drops it from bytes), invalid UTF-8 kept as surrogates, which validation refuses with
+    their line. ``policy check`` (bytes) and ``exec`` (this text) reach the same verdict."""
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]
+    return data.decode("utf-8", "surrogateescape")
 
 
 def _decode(source: str | bytes, limit: int) -> tuple[str, Violation | None]:

@@ -135,6 +135,7 @@ class AttributeMatcher(Matcher):
     def __init__(self, spec: pm.AttributeMatch) -> None:
         self.names = GlobSet(spec.names)
         self.exempt = GlobSet(spec.except_)
+        self.exempt_super = GlobSet(spec.except_super)
 
     def describe(self) -> str:
         return f"attributes named {_listing(self.names)}{_except(self.exempt)}"
@@ -142,8 +143,16 @@ class AttributeMatcher(Matcher):
     def find(self, analysis: Analysis) -> Iterator[Finding]:
         for name, facts in self.names.select(analysis.program.attributes):
             if not self.exempt.matches(name):
+                super_exempt = self.exempt_super.matches(name)
                 for fact in facts:
-                    yield Finding(fact.node, {"attribute": name})
+                    if not (super_exempt and _reads_super(fact.node)):
+                        yield Finding(fact.node, {"attribute": name})
+
+
+def _reads_super(node: ast.AST) -> bool:
+    """``super().name`` or ``super(C, self).name``: an attribute read from a ``super()`` call."""
+    value = getattr(node, "value", None) if isinstance(node, ast.Attribute) else None
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super"
 
 
 class CallMatcher(Matcher):

@@ -85,6 +85,10 @@ class AttributeMatch(_Model):
     kind: Literal["attribute"]
     names: Globs = Field(min_length=1)
     except_: Globs = Field(default_factory=list, alias="except")
+    except_super: Globs = Field(
+        default_factory=list,
+        description="names exempt when read from a super() call (super().__init__(...) in a subclass)",
+    )
 
 
 class ArgumentCondition(_Model):

@@ -22,6 +22,8 @@ INVALID_CODE = "invalid_code"
 SOURCE_TOO_LARGE = "source_too_large"
 NESTING_TOO_DEEP = "nesting_too_deep"
 GUARDRAIL_ERROR = "guardrail_error"
+#: What the sandbox's restricted compiler refuses (the same compilation the sandbox runs; issue 15).
+SANDBOX_RESTRICTION = "sandbox_restriction"
 
 
 class Location(BaseModel):

@@ -40,12 +40,11 @@ ESCAPES: dict[str, list[tuple[str, str, str]]] = {
     ],
     "format-string attribute access": [
         ('return "{0.__class__}".format(args)', "dunder_attribute", "recoverable"),
-        ('return "{0.__class__}".format(args)', "str_format", "recoverable"),
         ('return "{x.__init__.__globals__}".format_map({"x": args})', "dunder_attribute", "recoverable"),
         ('return str.format("{0.__class__}", args)', "dunder_attribute", "recoverable"),
         ('return "{0:{1.__class__}}".format(1, args)', "dunder_attribute", "recoverable"),
         ('fmt = "{0.gi_frame}"\nreturn fmt.format(args)', "introspection_attribute", "recoverable"),
-        ('return "{} items".format(len(args))', "str_format", "recoverable"),
+        ('return string.Formatter().vformat("{0.__class__}", [args], {})', "str_format", "recoverable"),
     ],
     "getattr with computed names": [
         ("getattr(args, '__cla' + 'ss__')", "dynamic_evaluation", "recoverable"),
@@ -101,11 +100,11 @@ ESCAPES: dict[str, list[tuple[str, str, str]]] = {
     "match class patterns that read attributes": [
         ("match args:\n    case object(__class__=cls):\n        pass", "dunder_attribute", "recoverable"),
         ("match args:\n    case object(gi_frame=frame):\n        pass", "introspection_attribute", "recoverable"),
-        ("match args:\n    case str(format=f):\n        pass", "str_format", "recoverable"),
+        ("match args:\n    case str(format=f):\n        pass", "sandbox_restriction", "recoverable"),
         ("class P:\n    __match_args__ = ('__class__',)", "dunder_definition", "recoverable"),
     ],
     "implicit calls through special methods and metaclasses": [
-        ("class A:\n    def __getattr__(self, name):\n        return name", "dunder_definition", "recoverable"),
+        ("class A:\n    def __getattribute__(self, name):\n        return name", "dunder_definition", "recoverable"),
         ("class A:\n    def __del__(self):\n        pass", "dunder_definition", "recoverable"),
         ("class Meta(type):\n    pass", "metaclass_definition", "recoverable"),
         ("class A(metaclass=args[0]):\n    pass", "metaclass_definition", "recoverable"),

@@ -198,18 +198,21 @@ def test_override_can_replace_a_matcher(tmp_path: Path) -> None:
         match: {kind: name, names: [input]}
     """
     policy = layered_policy([layer(tmp_path, text)])
-    assert validate("breakpoint()\n", policy).verdict == "approved"
+    assert validate("help()\n", policy).verdict == "approved"
     assert validate("input()\n", policy).verdict == "recoverable"
 
 
 def test_disable_and_re_enable(tmp_path: Path) -> None:
     first = layer(tmp_path, "disable: [dunder_attribute]\n")
     policy = layered_policy([first])
-    assert validate("x = args.__class__\n", policy).verdict == "approved"
+    # the rule is off; the sandbox's own compiler still refuses the read (one verdict, issue 15)
+    found = [v.violation_type for v in validate("x = args.__class__\n", policy).violations]
+    assert found == ["sandbox_restriction"]
     second = tmp_path / "second"
     second.mkdir()
     (second / "p.yaml").write_text("override:\n  dunder_attribute:\n    enabled: true\n")
-    assert validate("x = args.__class__\n", layered_policy([first, second])).verdict == "recoverable"
+    found = [v.violation_type for v in validate("x = args.__class__\n", layered_policy([first, second])).violations]
+    assert found == ["dunder_attribute"]
 
 
 def test_grant_and_deny_capabilities(tmp_path: Path) -> None:
