@@ -13,17 +13,21 @@ from sandbox.backends.base import Backend, SandboxUnavailable, Worker
 from sandbox.config import BACKENDS, BackendName, SandboxConfig
 from sandbox.exchange import BridgeHandler
 from sandbox.pool import WarmPool
+from sandbox.protections import DEFAULT_REQUIRED, MissingProtections, Protection
 from sandbox.protocol import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, ResourceUsage
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "BACKENDS",
+    "DEFAULT_REQUIRED",
     "BridgeHandler",
     "ErrorType",
     "ExecutionOutcome",
     "ExecutionRequest",
     "Limits",
+    "MissingProtections",
+    "Protection",
     "ResourceUsage",
     "Sandbox",
     "SandboxConfig",
@@ -63,10 +67,17 @@ class Sandbox:
         try:
             worker = self._acquire(name, request.limits)
         except SandboxUnavailable as exc:
-            return ExecutionOutcome.failure(
+            outcome = ExecutionOutcome.failure(
                 ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=exc.retriable, backend=name
             )
-        return worker.execute(request, bridge)
+            if isinstance(exc, MissingProtections):
+                outcome.protections = exc.verified
+                outcome.metadata["protections_missing"] = list(exc.missing)
+        else:
+            outcome = worker.execute(request, bridge)
+        if waived := self.config.waived_protections:
+            outcome.metadata["protections_waived"] = list(waived)  # a weaker wall is never silent
+        return outcome
 
     def pool(self, backend: BackendName | None = None, limits: Limits | None = None) -> WarmPool:
         """The warm pool for a backend and limits profile (created on first use)."""

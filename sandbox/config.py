@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sandbox import protections
+from sandbox.protections import DEFAULT_REQUIRED, Protection
 from sandbox.protocol import Limits
 
 BackendName = Literal["subprocess", "docker", "gvisor", "runc", "runsc"]
@@ -14,11 +16,12 @@ BackendName = Literal["subprocess", "docker", "gvisor", "runc", "runsc"]
 #: driven directly from an OCI bundle, without a daemon (root only).
 BACKENDS: tuple[BackendName, ...] = ("subprocess", "docker", "gvisor", "runc", "runsc")
 
-#: Protections the subprocess backend can apply; `sandforge doctor` shows which ones are active here.
-SUBPROCESS_PROTECTIONS = (
-    "rlimits", "seccomp", "no_new_privs", "unprivileged_user", "private_root", "net_namespace",
-    "mount_namespace", "ipc_namespace", "uts_namespace", "pid_namespace",
-)  # fmt: skip
+#: Protections the subprocess backend applies; `sandforge doctor` shows which ones are active here.
+SUBPROCESS_PROTECTIONS: tuple[Protection, ...] = DEFAULT_REQUIRED
+
+
+class SandboxConfigError(ValueError):
+    """A SANDFORGE_* setting is malformed; the message names the variable."""
 
 
 class SandboxConfig(BaseModel):
@@ -32,9 +35,15 @@ class SandboxConfig(BaseModel):
     pool_spawn_concurrency: int = Field(4, ge=1, le=64, description="warm workers started at once")
     pool_idle_s: float = Field(300.0, gt=0, description="a warm worker idle this long is replaced")
     spawn_timeout_s: float = Field(20.0, gt=0, description="how long a worker may take to report ready")
-    required_protections: tuple[str, ...] = Field(
-        ("rlimits", "seccomp", "no_new_privs"),
-        description="every backend refuses to run unless each of these is verified active",
+    required_protections: tuple[Protection, ...] = Field(
+        DEFAULT_REQUIRED,
+        description="every backend refuses to run unless each of these is verified active (default: the "
+        "documented wall, see sandbox/protections.py)",
+    )
+    allow_missing: tuple[Protection, ...] = Field(
+        (),
+        description="protections explicitly waived: a sandbox may lack them; shown by doctor and in every "
+        "outcome's metadata['protections_waived']",
     )
     zygote: bool = Field(True, description="fork subprocess workers from a pre-imported template process")
     python: str | None = Field(None, description="interpreter for the subprocess runner (default: this one)")
@@ -43,19 +52,49 @@ class SandboxConfig(BaseModel):
     sandbox_uid: int = 65534
     sandbox_gid: int = 65534
 
+    @property
+    def enforced_protections(self) -> tuple[Protection, ...]:
+        """What every sandbox must show before it is used: required minus explicitly waived."""
+        return protections.enforced(self.required_protections, self.allow_missing)
+
+    @property
+    def waived_protections(self) -> tuple[Protection, ...]:
+        """What this configuration gives up compared with the documented wall (empty by default)."""
+        return protections.waived(self.required_protections, self.allow_missing)
+
     @classmethod
     def from_env(cls, **overrides: object) -> SandboxConfig:
+        """Read SANDFORGE_* overrides; a malformed value is a SandboxConfigError naming the variable."""
         env = os.environ
         values: dict[str, object] = {}
-        if "SANDFORGE_BACKEND" in env:
-            values["backend"] = env["SANDFORGE_BACKEND"]
-        if "SANDFORGE_POOL_SIZE" in env:
-            values["pool_size"] = int(env["SANDFORGE_POOL_SIZE"])
-        if "SANDFORGE_REQUIRE_PROTECTIONS" in env:
-            values["required_protections"] = tuple(
-                p.strip() for p in env["SANDFORGE_REQUIRE_PROTECTIONS"].split(",") if p.strip()
-            )
+        try:
+            if "SANDFORGE_BACKEND" in env:
+                values["backend"] = env["SANDFORGE_BACKEND"]
+            if "SANDFORGE_POOL_SIZE" in env:
+                values["pool_size"] = _env_int("SANDFORGE_POOL_SIZE")
+            if protections.REQUIRE_ENV in env:
+                values["required_protections"] = protections.parse_list(
+                    env[protections.REQUIRE_ENV], protections.REQUIRE_ENV
+                )
+            if protections.ALLOW_MISSING_ENV in env:
+                values["allow_missing"] = protections.parse_list(
+                    env[protections.ALLOW_MISSING_ENV], protections.ALLOW_MISSING_ENV
+                )
+        except ValueError as exc:
+            raise SandboxConfigError(str(exc).splitlines()[0]) from exc
         if "DOCKER_HOST" in env:
             values["docker_base_url"] = env["DOCKER_HOST"]
         values.update(overrides)
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise SandboxConfigError(f"invalid sandbox setting {where}: {err['msg']}") from exc
+
+
+def _env_int(name: str) -> int:
+    try:
+        return int(os.environ[name])
+    except ValueError:
+        raise ValueError(f"{name}: expected an integer, got {os.environ[name]!r}") from None

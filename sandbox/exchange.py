@@ -19,6 +19,7 @@ from sandbox.protocol import (
     PROTOCOL_VERSION,
     CallFrame,
     CallResultFrame,
+    DeclareFrame,
     ErrorType,
     ExecutionOutcome,
     ExecutionRequest,
@@ -40,6 +41,9 @@ Stream = Literal["result", "stdout", "stderr"]
 
 #: Answers a nested ``tool(...)``/``delegate(...)`` call made inside the sandbox with an outcome dict
 #: (``status``, ``value``, ``error_type``, ``error_message``, ``retriable``).
+#: A handler may also have a ``declare(frame)`` method for ``declare`` frames (``delegate(...)`` ran: stage
+#: the contract), answering ``{"status": "ok"}`` or an ``invalid_contract`` error; without one a declaration
+#: is acknowledged and nothing is staged.
 BridgeHandler = Callable[[CallFrame], dict[str, Any]]
 
 TRUNCATION_MARK = "\n[... truncated by sandforge]"
@@ -115,6 +119,7 @@ class Exchange:
     wall_s: float = 0.0
     bridge_s: float = 0.0
     nested_calls: int = 0
+    declarations: int = 0
 
     @property
     def complete(self) -> bool:
@@ -359,16 +364,22 @@ def _handle_frames(
         frame = decode_runner_frame(body)
         if isinstance(frame, ResultFrame):
             _accept_result(ex, frame, len(body), limits)
-        elif isinstance(frame, CallFrame):
+        elif isinstance(frame, CallFrame | DeclareFrame):
             if index + 1 < len(bodies) or reader.pending:
                 raise ProtocolError("the sandbox wrote past a nested call before reading its reply")
             if _unread(io):
                 raise ProtocolError("a nested call arrived before the previous reply (or the request) was read")
-            if frame.id != ex.nested_calls:
-                raise ProtocolError(f"nested call {frame.id} out of order (expected {ex.nested_calls})")
+            expected = ex.nested_calls if isinstance(frame, CallFrame) else ex.declarations
+            if frame.id != expected:
+                raise ProtocolError(f"nested {frame.type} {frame.id} out of order (expected {expected})")
             began = time.monotonic()
-            outcome = handler(frame)
-            ex.nested_calls += 1
+            if isinstance(frame, DeclareFrame):
+                declare = getattr(handler, "declare", None)
+                outcome = declare(frame) if declare is not None else {"status": "ok"}
+                ex.declarations += 1
+            else:
+                outcome = handler(frame)
+                ex.nested_calls += 1
             try:
                 reply = encode_frame(CallResultFrame(id=frame.id, outcome=outcome), limits.max_message_bytes)
             except ProtocolError:

@@ -104,6 +104,8 @@ class WarmPool:
         except SandboxUnavailable as exc:
             self.last_error = str(exc)
             log.warning("pool %s cannot start a worker: %s", self.name, exc)
+            if not exc.retriable:  # e.g. required protections missing: this machine will not change soon
+                self._backoff = 5.0
             time.sleep(self._backoff)  # engine down: retry slowly, not in a tight loop
             self._backoff = min(self._backoff * 2, 5.0)
             worker = None

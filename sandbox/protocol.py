@@ -5,7 +5,8 @@ Nothing else ever crosses the boundary (no pickle). The runner (``sandbox/runner
 framing with the standard library only; this module is the host's typed, size-bounded view of it.
 
 Host to runner:  ``boot`` (once, at spawn), ``execute`` (once), ``call_result`` (per nested call).
-Runner to host:  ``ready`` (after lock-down), ``call`` (nested tool call), ``result`` (exactly once).
+Runner to host:  ``ready`` (after lock-down), ``call`` (nested tool call), ``declare`` (a ``delegate(...)``
+contract, answered like a call), ``result`` (exactly once).
 
 The context travels per key (protocol 2): the ``execute`` frame lists the context's keys with the byte
 length of each key's JSON text, and each text follows as a frame of its own; the ``result`` frame lists
@@ -26,6 +27,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -62,6 +64,7 @@ class ErrorType(StrEnum):
     INVALID_REQUEST = "invalid_request"
     TOOL_ERROR = "tool_error"  # the program returned Outcome.error(...) itself
     GUARDRAIL_VIOLATION = "guardrail_violation"  # rejected by the host's policy; nothing was executed
+    INVALID_CONTRACT = "invalid_contract"  # delegate(...) got a contract field that is not JSON (the caller's mistake)
 
 
 #: Extrinsic failures: the same program may succeed when retried later (engine back up, less load).
@@ -280,15 +283,44 @@ class ReadyFrame(BaseModel):
     handoff: bool = Field(default=False, description="the runner sees the boot frame's handoff_dir")
 
 
+#: Longest ``purpose`` and longest JSON text of each other contract field on the wire; the runner refuses
+#: longer ones itself (``invalid_contract``), so only a misbehaving runner sends one.
+MAX_PURPOSE_CHARS = 1000
+MAX_CONTRACT_FIELD_CHARS = 2000
+
+
+def _bounded_contract_field(value: JsonValue) -> JsonValue:
+    if value is not None and len(json.dumps(value, ensure_ascii=False)) > MAX_CONTRACT_FIELD_CHARS:
+        raise ValueError(f"contract field longer than {MAX_CONTRACT_FIELD_CHARS} characters of JSON")
+    return value
+
+
+ContractField = Annotated[JsonValue, AfterValidator(_bounded_contract_field)]
+
+
 class CallTarget(BaseModel):
+    """Who a nested call goes to. A ``delegate`` target carries its contract: ``purpose`` is text, the
+    other fields are any JSON values (a deliverable is typically a JSON Schema object)."""
+
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["tool", "delegate"]
     name: str = Field(max_length=200)
-    purpose: str | None = None
-    deliverable: str | None = None
-    acceptance: str | None = None
-    failure_policy: str | None = None
+    purpose: str | None = Field(None, max_length=MAX_PURPOSE_CHARS)
+    deliverable: ContractField = None
+    acceptance: ContractField = None
+    failure_policy: ContractField = None
+
+
+class DeclareFrame(BaseModel):
+    """``delegate(role, ...)`` ran: stage the role's contract with this attempt (answered by a
+    ``call_result``), whether or not the program then calls the tool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["declare"]
+    id: int = Field(ge=0)
+    target: CallTarget
 
 
 class CallFrame(BaseModel):
@@ -309,6 +341,7 @@ class CallFrame(BaseModel):
 RUNNER_ERROR_TYPES: frozenset[ErrorType] = frozenset({
     ErrorType.EXECUTION, ErrorType.INVALID_CODE, ErrorType.NON_SERIALIZABLE_RESULT, ErrorType.SANDBOX_VIOLATION,
     ErrorType.MEMORY_LIMIT, ErrorType.OUTPUT_LIMIT, ErrorType.TOOL_ERROR, ErrorType.INVALID_REQUEST,
+    ErrorType.INVALID_CONTRACT,
 })  # fmt: skip
 #: Bounds of a result frame's fields, as the runner produces them (``sandbox/runner.py``).
 MAX_ERROR_MESSAGE = 4096
@@ -359,8 +392,8 @@ class ResultFrame(BaseModel):
     peak_memory_mb: _Usage = 0.0
 
 
-RunnerFrame = Annotated[ReadyFrame | CallFrame | ResultFrame, Field(discriminator="type")]
-_RUNNER_FRAME: TypeAdapter[ReadyFrame | CallFrame | ResultFrame] = TypeAdapter(RunnerFrame)
+RunnerFrame = Annotated[ReadyFrame | CallFrame | DeclareFrame | ResultFrame, Field(discriminator="type")]
+_RUNNER_FRAME: TypeAdapter[ReadyFrame | CallFrame | DeclareFrame | ResultFrame] = TypeAdapter(RunnerFrame)
 
 
 def encode_frame(frame: BaseModel | dict[str, Any], max_bytes: int) -> bytes:
@@ -375,7 +408,7 @@ def encode_frame(frame: BaseModel | dict[str, Any], max_bytes: int) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def decode_runner_frame(body: bytes) -> ReadyFrame | CallFrame | ResultFrame:
+def decode_runner_frame(body: bytes) -> ReadyFrame | CallFrame | DeclareFrame | ResultFrame:
     """Validate one frame that came out of the sandbox. Anything unexpected is a ProtocolError.
 
     Strict JSON only: jiter refuses ``NaN``/``Infinity`` tokens here and bounds the depth, but turns an
@@ -393,9 +426,12 @@ def decode_runner_frame(body: bytes) -> ReadyFrame | CallFrame | ResultFrame:
         return frame
     if isinstance(frame, ResultFrame):
         ensure_finite(frame.value, "the result value")
-    else:
+        return frame
+    if isinstance(frame, CallFrame):
         ensure_finite(frame.args, "a nested call's arguments")
         ensure_finite(frame.kwargs, "a nested call's arguments")
+    target = frame.target
+    ensure_finite([target.deliverable, target.acceptance, target.failure_policy], "a delegate contract")
     return frame
 
 

@@ -102,6 +102,8 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
+PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PR_GET_PDEATHSIG = 2
 #: The runner's own wall-clock backstop: SIGALRM (default action: terminate) this long after the host's
 #: deadline, paused while a nested call is answered. The host kills at its deadline; this only matters when
@@ -368,20 +370,56 @@ def _write_file(path: str, data: str) -> None:
         os.close(fd)
 
 
-def _enter_namespaces(libc: ctypes.CDLL) -> list[str]:
-    """New network, mount, ipc, uts and pid namespaces; a user namespace too when not root."""
-    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
-    names = ["net_namespace", "mount_namespace", "ipc_namespace", "uts_namespace", "pid_namespace"]
-    uid, gid = os.geteuid(), os.getegid()
-    if uid != 0:
-        flags |= CLONE_NEWUSER
-        names.append("user_namespace")
-    _check(libc.unshare(flags), "unshare")
-    if uid != 0:
-        _write_file("/proc/self/setgroups", "deny")
-        _write_file("/proc/self/uid_map", f"0 {uid} 1")
-        _write_file("/proc/self/gid_map", f"0 {gid} 1")
-    return names
+#: Why the runner could not enter its outer user namespace before exec (rootless mode; see ``main``).
+USERNS_ERRORS: list[str] = []
+NAMESPACE_FLAGS = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
+NAMESPACE_NAMES = ["net_namespace", "mount_namespace", "ipc_namespace", "uts_namespace", "pid_namespace"]
+
+
+def _map_ids(inner: tuple[int, int], outer: tuple[int, int]) -> None:
+    """In a fresh user namespace, map our own (outer) ids to the given inner ones: the one mapping an
+    unprivileged process may write. Must run while the process is still dumpable, or /proc/self/*
+    belongs to root and the writes fail with EACCES."""
+    _write_file("/proc/self/setgroups", "deny")  # required before gid_map without CAP_SETGID outside
+    _write_file("/proc/self/uid_map", f"{inner[0]} {outer[0]} 1")
+    _write_file("/proc/self/gid_map", f"{inner[1]} {outer[1]} 1")
+
+
+def _uid_mapped(uid: int) -> bool:
+    """Whether ``uid`` exists in our user namespace (root on the host: always; in a user namespace: rarely)."""
+    try:
+        with open("/proc/self/uid_map") as fh:
+            ranges = [tuple(int(x) for x in line.split()) for line in fh if line.strip()]
+    except (OSError, ValueError):
+        return False
+    return any(first <= uid < first + count for first, _, count in ranges)
+
+
+def _drop_bounding_set(libc: ctypes.CDLL) -> None:
+    """Empty the capability bounding set (needs CAP_SETPCAP: before setuid as root, or in the user namespace),
+    so that nothing could ever bring a capability back, even through an exec that seccomp already denies."""
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            if ctypes.get_errno() == errno.EINVAL:  # past the kernel's last capability
+                break
+            _check(-1, f"drop capability {cap} from the bounding set")
+
+
+def _drop_capabilities(libc: ctypes.CDLL) -> None:
+    """Give up every capability the user namespace granted: bounding set, ambient set, then all three sets.
+
+    The uid is already the unprivileged inner one, so no setuid clears them as it does for root."""
+    _drop_bounding_set(libc)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+
+    class CapHeader(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class CapData(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    header, data = CapHeader(LINUX_CAPABILITY_VERSION_3, 0), (CapData * 2)()
+    _check(libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
 
 
 def _private_root(libc: ctypes.CDLL, workdir: str, disk_mb: int, owner: tuple[int, int]) -> None:
@@ -492,40 +530,57 @@ def _install_seccomp(libc: ctypes.CDLL, bpf: bytes) -> None:
 
 
 def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
-    """Apply every protection the boot frame asks for; report what is active and what failed."""
+    """Apply every protection the boot frame asks for; report what is active and what failed.
+
+    Two ways to the same walls. As real root: new namespaces, private root, then setuid to the sandbox
+    user. Otherwise (rootless): a user namespace first, mapping our id to the sandbox uid inside, then the
+    other namespaces and the private root with the capabilities it grants, then those capabilities dropped.
+    The dumpable flag is cleared only after the id maps are written (``/proc/self`` turns root-owned)."""
     libc = _libc()
     active: dict[str, bool] = {}
-    errors: list[str] = []
+    errors: list[str] = list(USERNS_ERRORS)
     limits = boot["limits"]
     uid, gid = boot.get("drop_to_uid"), boot.get("drop_to_gid")
-    owner = (uid if uid is not None else 0, gid if gid is not None else 0)
+    inner = (uid if uid is not None else 65534, gid if gid is not None else 65534)
+    as_root = os.geteuid() == 0 and _uid_mapped(inner[0])
+    owner = inner if not as_root and boot.get("namespaces") else (uid or 0, gid or 0)
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    pid_ns = False
+    pid_ns = in_userns = False
     if boot.get("namespaces"):
         death_signal = _parent_death_signal(libc)
         try:
-            for name in _enter_namespaces(libc):
-                active[name] = True
+            if not as_root:
+                # Rootless: a user namespace of our own, mapping our id to the sandbox uid inside. The
+                # namespaces created next belong to it; the capabilities it grants mount the private root
+                # and are then dropped (``_drop_capabilities``).
+                outer = (os.geteuid(), os.getegid())  # before unshare: inside, they read as the overflow id
+                _check(libc.unshare(CLONE_NEWUSER), "unshare(user)")
+                in_userns = True  # from here on there are capabilities to drop, even if the maps fail
+                _map_ids(inner, outer)
+                active["user_namespace"] = True
+            _check(libc.unshare(NAMESPACE_FLAGS), "unshare(net, mount, ipc, uts, pid)")
+            active.update(dict.fromkeys(NAMESPACE_NAMES, True))
             pid_ns = True
         except OSError as exc:
             errors.append(f"namespaces: {exc}")
         _rearm_parent_death(libc, death_signal)  # a new user namespace clears it
     workdir = boot.get("workdir")
-    if boot.get("chroot") and workdir:
+    if boot.get("chroot") and workdir and pid_ns:
         try:
             _private_root(libc, workdir, int(limits["disk_mb"]), owner)
             active["private_root"] = True
         except OSError as exc:
             errors.append(f"private root: {exc}")
     elif workdir:
-        os.chdir(workdir)
+        with contextlib.suppress(OSError):
+            os.chdir(workdir)
     if pid_ns:
         _become_pid1(libc)
-    if uid is not None and gid is not None and os.geteuid() == 0:
+    if as_root and uid is not None and gid is not None:
         death_signal = _parent_death_signal(libc)
         try:
+            _drop_bounding_set(libc)
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
@@ -533,8 +588,17 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
         except OSError as exc:
             errors.append(f"drop privileges: {exc}")
         _rearm_parent_death(libc, death_signal)  # setuid/setgid clear it
+    elif in_userns:
+        death_signal = _parent_death_signal(libc)
+        try:
+            _drop_capabilities(libc)
+            active["unprivileged_user"] = os.geteuid() != 0
+        except OSError as exc:
+            errors.append(f"drop capabilities: {exc}")
+        _rearm_parent_death(libc, death_signal)  # a credential change may clear it
     elif os.geteuid() != 0:
         active["unprivileged_user"] = True
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # after the last credential change, which may reset it
     try:
         _set_rlimits(limits)
         active["rlimits"] = True
@@ -1076,6 +1140,7 @@ class Bridge:
     def __init__(self, channel: int | Channel, out_fd: int, max_bytes: int) -> None:
         self.channel, self.out_fd, self.max_bytes = channel, out_fd, max_bytes
         self.next_id = 0
+        self.next_declare_id = 0
 
     def call(self, target: dict[str, Any], method: str, args: list[Any], kwargs: dict[str, Any]) -> ToolOutcome:
         check_inner_wall()
@@ -1096,6 +1161,62 @@ class Bridge:
         outcome = reply.get("outcome")
         check_inner_wall()
         return ToolOutcome.from_wire(outcome if isinstance(outcome, dict) else {})
+
+    def declare(self, target: dict[str, Any]) -> ToolOutcome:
+        """Stage a ``delegate(...)`` contract with this attempt (a ``declare`` frame, answered like a call).
+        Declarations are numbered on their own: nested calls keep their consecutive ids."""
+        check_inner_wall()
+        call_id, self.next_declare_id = self.next_declare_id, self.next_declare_id + 1
+        write_frame(self.out_fd, {"type": "declare", "id": call_id, "target": target})
+        reply = read_frame(self.channel, self.max_bytes)
+        if isinstance(self.channel, Channel) and (self.channel.fds or self.channel.truncated):
+            close_fds(self.channel.take_fds()[0])
+            raise RuntimeError("host passed descriptors with a declaration's reply")
+        if reply.get("type") != "call_result" or reply.get("id") != call_id:
+            raise RuntimeError("host sent an unexpected reply to a declaration")
+        outcome = reply.get("outcome")
+        check_inner_wall()
+        return ToolOutcome.from_wire(outcome if isinstance(outcome, dict) else {})
+
+
+class InvalidContract(TypeError):
+    """``delegate(...)`` got a contract the runtime cannot accept (not JSON, too long, refused by the host)."""
+
+
+#: Longest purpose and JSON text of each other contract field (the wire model's bounds).
+MAX_PURPOSE_CHARS = 1000
+MAX_CONTRACT_FIELD_CHARS = 2000
+
+
+def delegate_target(
+    role: Any, purpose: Any = None, deliverable: Any = None, acceptance: Any = None, failure_policy: Any = None
+) -> dict[str, Any]:
+    """The wire target of ``delegate(...)``; InvalidContract for a field that is not JSON or too long."""
+    if purpose is not None and not isinstance(purpose, str):
+        raise InvalidContract(f"delegate(): purpose must be a string, not {type(purpose).__name__}")
+    if purpose is not None and len(purpose) > MAX_PURPOSE_CHARS:
+        raise InvalidContract(f"delegate(): purpose is longer than {MAX_PURPOSE_CHARS} characters")
+    target = {"kind": "delegate", "name": str(role), "purpose": purpose}
+    for name, value in (("deliverable", deliverable), ("acceptance", acceptance), ("failure_policy", failure_policy)):
+        try:
+            dump_json(value, f"delegate() {name}")
+        except NotJson as exc:
+            raise InvalidContract(
+                f"{exc}; contract fields are JSON values (dict with str keys, list, str, int, float, bool, None)"
+            ) from None
+        if value is not None and len(json.dumps(value, ensure_ascii=False)) > MAX_CONTRACT_FIELD_CHARS:
+            raise InvalidContract(f"delegate(): {name} is longer than {MAX_CONTRACT_FIELD_CHARS} characters of JSON")
+        target[name] = value
+    return target
+
+
+def delegate(bridge: Bridge, role: Any, *contract: Any, **fields: Any) -> ToolHandle:
+    """``delegate(role, purpose=..., ...)``: declare the contract (staged with the attempt), return a handle."""
+    target = delegate_target(role, *contract, **fields)
+    reply = bridge.declare(target)
+    if not reply.ok:
+        raise InvalidContract(f"delegate({target['name']!r}): {reply.error_message or reply.error_type}")
+    return ToolHandle(bridge, target)
 
 
 class ToolHandle:
@@ -2183,15 +2304,7 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
     builtins["__import__"] = _guarded_import(proxies)
     builtins["Outcome"] = OutcomeFactory
     builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
-    builtins["delegate"] = lambda role, purpose=None, deliverable=None, acceptance=None, failure_policy=None: (
-        ToolHandle(
-            bridge,
-            {
-                "kind": "delegate", "name": str(role), "purpose": purpose, "deliverable": deliverable,
-                "acceptance": acceptance, "failure_policy": failure_policy,
-            },
-        )
-    )  # fmt: skip
+    builtins["delegate"] = lambda role, *contract, **fields: delegate(bridge, role, *contract, **fields)
     return {
         "__builtins__": builtins,
         "__name__": "sandforge_tool",
@@ -2403,6 +2516,8 @@ def _classify_exception(exc: BaseException) -> str:
         return "non_serializable_result"
     if isinstance(exc, SandboxViolation):
         return "sandbox_violation"
+    if isinstance(exc, InvalidContract):
+        return "invalid_contract"
     return "execution"
 
 
@@ -2648,7 +2763,31 @@ def _zygote_loop(sock: Any, boot: dict[str, Any], proxies: dict[str, Any], wake_
                     os.close(fd)
 
 
+def _reexec_in_user_namespace(argv: list[str]) -> None:
+    """Rootless start (``--userns``): enter a user namespace mapping our id to root, then exec this
+    interpreter again inside it, before anything else runs.
+
+    A process's memory belongs to the user namespace it exec'd in. Exec'd here, the runner (and every
+    child a zygote forks) stays inspectable through ``/proc/<pid>/ns`` and ``root`` by the host, which owns
+    this namespace, after the dumpable flag is cleared: the host verifies namespaces from outside, as it
+    does as root. Each runner then enters a nested user namespace of its own in ``lock_down``. On failure
+    the reason is kept for the ready report and the lock-down proceeds without (the host then refuses)."""
+    libc = _libc()
+    outer = (os.geteuid(), os.getegid())
+    try:
+        _check(libc.unshare(CLONE_NEWUSER), "unshare(user)")
+        _map_ids((0, 0), outer)
+    except OSError as exc:
+        USERNS_ERRORS.append(f"user namespace: {exc}")
+        return
+    script = os.path.abspath(sys.argv[0])  # noqa: PTH100 - the runner avoids pathlib (import cost)
+    args = [sys.executable, "-I", "-S", "-B", script, *(a for a in argv if a != "--userns")]
+    os.execv(sys.executable, args)  # noqa: S606 - this interpreter again, same arguments
+
+
 def main(argv: list[str]) -> int:
+    if "--userns" in argv:
+        _reexec_in_user_namespace(argv)
     if "--zygote" in argv:
         return zygote(int(argv[argv.index("--control-fd") + 1]))
     in_fd = int(argv[argv.index("--input-fd") + 1]) if "--input-fd" in argv else 0

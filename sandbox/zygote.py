@@ -30,11 +30,20 @@ class ZygoteError(Exception):
 
 
 class Zygote:
-    def __init__(self, python: str, runner: Path, boot: dict[str, Any], *, start_timeout: float = 20.0) -> None:
+    def __init__(
+        self,
+        python: str,
+        runner: Path,
+        boot: dict[str, Any],
+        *,
+        start_timeout: float = 20.0,
+        extra_args: list[str] | None = None,
+    ) -> None:
         self._sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [python, "-I", "-S", "-B", str(runner), "--zygote", "--control-fd", str(child.fileno())]
         try:
             self.proc = subprocess.Popen(
-                [python, "-I", "-S", "-B", str(runner), "--zygote", "--control-fd", str(child.fileno())],
+                [*argv, *(extra_args or [])],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

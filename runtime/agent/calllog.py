@@ -143,6 +143,9 @@ class CallRecord(BaseModel):
     error_message: str | None = None
     retriable: bool = False
     failure_class: str | None = None
+    normalization_policy: str | None = Field(
+        None, description="versioned rule that replaced the top-level error message (boundary-normalization/v1)"
+    )
     tool_error: bool = Field(False, description="the error is the program's own Outcome.error, returned as its answer")
     # ADR 0016 section 6
     attempt_id: str

@@ -10,7 +10,7 @@ agent layer) and it is re-exported here, so a call's lane and its artifact's hea
 
 from __future__ import annotations
 
-from runtime.store.health import ADAPTIVE_ERROR_TYPES, EXTRINSIC_ERROR_TYPES, classify_failure
+from runtime.store.health import ADAPTIVE_ERROR_TYPES, EXTRINSIC_ERROR_TYPES, classify_failure, classify_outcome
 from runtime.store.models import FailureClass
 from sandbox import ErrorType
 
@@ -21,6 +21,7 @@ EXECUTION_FAILURES: frozenset[ErrorType] = frozenset(
         ErrorType.INVALID_CODE,
         ErrorType.NON_SERIALIZABLE_RESULT,
         ErrorType.SANDBOX_VIOLATION,
+        ErrorType.INVALID_CONTRACT,
         ErrorType.MEMORY_LIMIT,
         ErrorType.OUTPUT_LIMIT,
     }
@@ -32,4 +33,5 @@ __all__ = [
     "EXTRINSIC_ERROR_TYPES",
     "FailureClass",
     "classify_failure",
+    "classify_outcome",
 ]

@@ -44,7 +44,8 @@ from runtime.agent.calllog import (
     bounded_json,
     now_utc,
 )
-from runtime.agent.failures import EXECUTION_FAILURES, FailureClass, classify_failure
+from runtime.agent.contracts import ContractViolation, InvalidContract, check_contract, check_deliverable
+from runtime.agent.failures import EXECUTION_FAILURES, FailureClass, classify_failure, classify_outcome
 from runtime.agent.outcome import Outcome
 from runtime.agent.source import ProgramCandidate, ProgramPlan, ProgramStore, PromptExtras
 from runtime.agent.state import ToolContract, Transaction
@@ -59,7 +60,7 @@ from runtime.providers.base import (
 )
 from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
 from sandbox.context import ContextSnapshot
-from sandbox.protocol import CallFrame
+from sandbox.protocol import CallFrame, DeclareFrame
 from sandbox.runner import ALLOWED_MODULES
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ GUARDRAIL_EXHAUSTED_MESSAGE = (
     "The tool could not produce a program that satisfies the runtime safety policy, so nothing was run. "
     "Details are in the call log."
 )
+#: Versioned name of the rule that replaced a depth-0 exhaustion message (recorded with the outcome).
+NORMALIZATION_POLICY = "boundary-normalization/v1"
 MAX_CONTEXT_KEYS_IN_PROMPT = 50
 LANE_STAGE: dict[FeedbackKind, FailureStage] = {
     "generation": "generation",
@@ -192,12 +195,12 @@ class CallRun:
             except ProviderError as exc:
                 self._rollback(txn)
                 return self._error(exc.error_type, exc.message, retriable=exc.retriable,
-                                   provider_error_kind=exc.kind)  # fmt: skip
+                                   provider_error_kind=exc.kind, failure_class="extrinsic")  # fmt: skip
             except Exception as exc:  # a provider bug must not escape as a tool failure
                 log.exception("provider %s failed unexpectedly", self.ws.provider_name)
                 self._rollback(txn)
                 return self._error("provider", f"the provider failed: {type(exc).__name__}", retriable=False,
-                                   provider_error_kind="internal")  # fmt: skip
+                                   provider_error_kind="internal", failure_class="extrinsic")  # fmt: skip
 
             code = self.candidate.code
             problem = _syntax_problem(code)
@@ -232,6 +235,12 @@ class CallRun:
             execution = self._execute(code, txn)
             self.execution = execution
             self.stage = "executed"
+            if execution.ok and (violation := self._deliverable_violation(execution, txn)) is not None:
+                self._rollback(txn)
+                outcome = self._contract_violation(violation, code)
+                if outcome is None:
+                    continue
+                return outcome
             if execution.ok:
                 assert execution.context_snapshot is not None
                 txn.set_context(self.role, execution.context_snapshot)  # unchanged keys keep their bytes
@@ -412,9 +421,10 @@ class CallRun:
             f" ({_location(first)})" if _location(first) else ""
         )
         user_message = GUARDRAIL_EXHAUSTED_MESSAGE if self.depth == 0 else raw
+        normalized = {"normalization_policy": NORMALIZATION_POLICY} if self.depth == 0 else {}
         return self._error(
             "guardrail_retry_exhausted", user_message, retriable=False, last_violation=last,
-            raw_error_message=raw, normalized=self.depth == 0,
+            raw_error_message=raw, normalized=self.depth == 0, **normalized,
         )  # fmt: skip
 
     def _retry_record_only(self, stage: FailureStage, violation: Any, message: str) -> None:
@@ -433,7 +443,7 @@ class CallRun:
         message = ex.error_message or error_type
         if ex.error_type is ErrorType.TOOL_ERROR:
             tool_type = str(ex.metadata.get("tool_error_type") or "tool_error")
-            cls = classify_failure(tool_type)
+            cls = classify_outcome(tool_type, tool_error=True, retriable=ex.retriable)
             if not ex.retriable or cls is FailureClass.EXTRINSIC:
                 return self._error(tool_type, message, retriable=ex.retriable, failure_class=cls.value, tool_error=True)
             if self._retry("outcome", tool_type, tool_type, message, code=code, failure_class=cls.value):
@@ -464,6 +474,31 @@ class CallRun:
         cls = classify_failure(error_type)
         return self._error(error_type, message, retriable=ex.retriable, failure_class=cls.value)
 
+    def _deliverable_violation(self, ex: ExecutionOutcome, txn: Transaction) -> ContractViolation | None:
+        """Check the value of a successful execution against the role's declared deliverable (if any)."""
+        contract = txn.contract(self.role)
+        if contract is None and self.plan is not None:
+            contract = self.plan.contract
+        if contract is None or contract.deliverable is None:
+            return None
+        try:
+            return check_deliverable(ex.value, contract.deliverable)
+        except Exception:  # a validator bug must not fail the call as if the tool were wrong
+            log.exception("deliverable check of %s.%s failed", self.role, self.method)
+            return None
+
+    def _contract_violation(self, violation: ContractViolation, code: str) -> Outcome | None:
+        """A result that does not match the deliverable: adaptive, outcome-repair lane, never committed."""
+        adaptive = FailureClass.ADAPTIVE.value
+        if self._retry("outcome", "contract_violation", "contract_violation", violation.text, code=code,
+                       failure_class=adaptive):  # fmt: skip
+            return None
+        self.lanes.outcome_exhausted = True
+        return self._error(
+            "contract_violation", violation.text, retriable=True, failure_class=adaptive,
+            contract_violation=violation.model_dump(),
+        )  # fmt: skip
+
     def _exhausted_generation(self) -> Outcome:
         self.lanes.generation_exhausted = True
         last = self.failures[-1]
@@ -480,8 +515,7 @@ class CallRun:
             code=code, context=txn.snapshot(self.role), args=self.args, kwargs=self.kwargs, limits=self.ws.limits
         )
 
-        def bridge(frame: CallFrame) -> dict[str, Any]:
-            return self._nested(frame, txn)
+        bridge = _Bridge(self, txn)
 
         try:
             outcome = self.ws.sandbox.execute(request, backend=self.ws.backend, bridge=bridge)
@@ -493,6 +527,28 @@ class CallRun:
             )  # fmt: skip
         self.sandbox_seconds += outcome.duration_s
         return outcome
+
+    def _declare(self, frame: DeclareFrame, txn: Transaction) -> dict[str, Any]:
+        """``delegate(...)`` ran: stage its contract with this attempt (committed only if the attempt is)."""
+        target = frame.target
+        try:
+            contract = ToolContract(role=target.name, purpose=target.purpose, deliverable=target.deliverable,
+                                    acceptance=target.acceptance, failure_policy=target.failure_policy)  # fmt: skip
+            check_contract(contract)
+        except (InvalidContract, ValidationError) as exc:
+            return {"status": "error", "error_type": "invalid_contract", "retriable": False,
+                    "error_message": bounded(str(exc), 2000)}  # fmt: skip
+        except Exception as exc:
+            log.exception("declaring %s failed in the host", target.name)
+            return {"status": "error", "error_type": "internal_error", "retriable": False,
+                    "error_message": f"the host failed to stage the contract: {type(exc).__name__}"}  # fmt: skip
+        txn.register(contract)
+        return {"status": "ok"}
+
+    @staticmethod
+    def _withdraw(txn: Transaction, role: str) -> None:
+        """A delegated call that failed registers nothing: drop the contract this attempt staged for it."""
+        txn.tools.pop(role, None)
 
     def _nested(self, frame: CallFrame, txn: Transaction) -> dict[str, Any]:
         """Answer one ``tool(...)``/``delegate(...)`` method call made by the running program."""
@@ -511,7 +567,10 @@ class CallRun:
                 ws=self.ws, parent_txn=txn, role=target.name, method=frame.method, args=list(frame.args),
                 kwargs=dict(frame.kwargs), depth=self.depth + 1, trace_id=self.trace_id, parent_call_id=self.call_id,
             )  # fmt: skip
-            return child.run().to_wire()
+            outcome = child.run()
+            if target.kind == "delegate" and not outcome.ok:
+                self._withdraw(txn, target.name)
+            return outcome.to_wire()
         except Exception as exc:
             log.exception("nested call %s.%s failed in the host", target.name, frame.method)
             return {"status": "error", "error_type": "internal_error", "retriable": False,
@@ -590,6 +649,10 @@ class CallRun:
     def _error(self, error_type: str, message: str, *, retriable: bool = False, **extra: Any) -> Outcome:
         meta = self._common_metadata()
         meta.update(extra)
+        if meta.get("failure_class") is None:  # every failure has one class: outcome, call log and store agree
+            meta["failure_class"] = classify_outcome(
+                error_type, tool_error=bool(meta.get("tool_error")), retriable=retriable
+            ).value
         return Outcome(
             status="error", error_type=error_type, error_message=message, retriable=retriable,
             tool_role=self.role, method_name=self.method, metadata=meta,
@@ -643,6 +706,7 @@ class CallRun:
             error_message=bounded(outcome.error_message),
             retriable=outcome.retriable,
             failure_class=outcome.metadata.get("failure_class"),
+            normalization_policy=outcome.metadata.get("normalization_policy"),
             tool_error=bool(outcome.metadata.get("tool_error")),
             attempt_id=self._attempt_id(),
             attempts=self.attempt,
@@ -676,6 +740,20 @@ class CallRun:
         except ValidationError:
             log.exception("program store proposed invalid call-log fields; logging the call without them")
             return CallRecord(**fields)
+
+
+@dataclass
+class _Bridge:
+    """Answers the running program's nested calls and ``delegate(...)`` declarations for one attempt."""
+
+    run: CallRun
+    txn: Transaction
+
+    def __call__(self, frame: CallFrame) -> dict[str, Any]:
+        return self.run._nested(frame, self.txn)
+
+    def declare(self, frame: DeclareFrame) -> dict[str, Any]:
+        return self.run._declare(frame, self.txn)
 
 
 def _violations(result: ValidationResult) -> list[dict[str, Any]]:

@@ -18,9 +18,9 @@ adapter. Per call (ADR 0012 sections 4 to 7 and 10, ADR 0013, the pattern-memory
   ``record_failure`` with the shared classification (only intrinsic failures count toward repair and
   regeneration; a non-retriable ``Outcome.error`` the program returned on purpose is the tool's answer, not
   a defect: recorded as adaptive unless extrinsic); a new program that succeeded -> ``record_regeneration``
-  or ``record_repair`` with the runtime's cacheability verdict (``assess_cacheability``: dynamic methods and
-  input-baked code are stored but never reused); the guardrail capabilities of every generated or repaired
-  call -> ``record_pattern``;
+  or ``record_repair`` with the runtime's cacheability verdict (``assess_cacheability``: dynamic methods,
+  input-baked and argument-blind code are stored but never reused); the guardrail capabilities of every
+  generated or repaired call -> ``record_pattern``;
 - contracts committed by ``delegate(...)`` -> ``register_tool``; ``tool("name")`` of a role known only
   from the store gets its persisted contract.
 """
@@ -402,6 +402,7 @@ class ToolStoreSource:
                     call.request.kwargs,
                     is_delegated_contract=call.contract is not None,
                     dynamic_methods=store.policy.dynamic_methods,
+                    contract=call.contract.model_dump(mode="json") if call.contract is not None else None,
                 )
                 new = ArtifactCandidate(
                     role=role,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from runtime.errors import SandforgeError
+from sandbox.config import SandboxConfigError
 
 
 class SandforgeGroup(click.Group):
@@ -16,3 +17,6 @@ class SandforgeGroup(click.Group):
         except SandforgeError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except SandboxConfigError as exc:  # a malformed SANDFORGE_* setting: a usage error
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(2)

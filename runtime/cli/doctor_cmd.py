@@ -3,54 +3,91 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from typing import Any
 
 import click
 
 from sandbox import BACKENDS, ExecutionRequest, Sandbox, SandboxConfig
+from sandbox.backends.subprocess_backend import rootless
+from sandbox.config import SandboxConfigError
 
 PROBE = "context['probe'] = sum(range(10))\nreturn 'ok'"
 
 
 def probe_backend(name: str, config: SandboxConfig) -> dict[str, Any]:
-    """Run one trivial program on ``name``; report the outcome and the protections the host verified."""
+    """Run one trivial program on ``name`` with no warm pool; report the outcome and the protections the
+    host verified.
+
+    ``cold_ms`` is the host's wall clock from asking for a sandbox to holding the result: it includes the
+    sandbox's start-up (a container's creation and start, a zygote fork and lock-down), which
+    ``execution_ms`` (the exchange with a ready sandbox) leaves out."""
     cfg = config.model_copy(update={"backend": name, "pool_size": 0})
+    started = time.monotonic()
     with Sandbox(cfg) as sb:
         outcome = sb.execute(ExecutionRequest(code=PROBE))
+        cold_s = time.monotonic() - started
     report: dict[str, Any] = {
         "backend": name,
         "works": outcome.ok and outcome.value == "ok",
         "protections": outcome.protections,
-        "duration_ms": round(outcome.duration_s * 1000, 2),
+        "required": list(cfg.enforced_protections),
+        "waived": list(cfg.waived_protections),
+        "cold_ms": round(cold_s * 1000, 2),
+        "execution_ms": round(outcome.duration_s * 1000, 2),
     }
     if not outcome.ok:
         report["error"] = f"{outcome.error_type}: {outcome.error_message}"
-    if name == "subprocess":
-        report["required"] = list(cfg.required_protections)
+    if missing := outcome.metadata.get("protections_missing"):
+        report["missing"] = list(missing)
     return report
+
+
+def _mode(config: SandboxConfig) -> str:
+    if not rootless(config):
+        return "root"
+    return f"rootless (uid {os.geteuid()}: subprocess walls from unprivileged user namespaces)"
 
 
 @click.command("doctor")
 @click.option("--backend", "backends", multiple=True, type=click.Choice(BACKENDS), help="Only these backends.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(backends: tuple[str, ...], as_json: bool) -> None:
-    """Probe every backend with a real execution and show which protections are active.
+    """Probe backends with a real execution and show which protections are active.
 
-    Exit status: 0 when the configured default backend works, 1 otherwise.
+    Exit status: with --backend, 0 only when every requested backend works; without, 0 when the
+    configured default backend works; 1 otherwise; 2 for a malformed SANDFORGE_* setting. A backend
+    works only with every required protection verified (see SANDFORGE_ALLOW_MISSING_PROTECTIONS).
     """
-    config = SandboxConfig.from_env()
+    try:
+        config = SandboxConfig.from_env()
+    except SandboxConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     reports = [probe_backend(name, config) for name in (backends or BACKENDS)]
+    waived = list(config.waived_protections)
     if as_json:
-        click.echo(json.dumps({"default_backend": config.backend, "backends": reports}, indent=2))
+        summary = {"default_backend": config.backend, "mode": _mode(config), "waived": waived, "backends": reports}
+        click.echo(json.dumps(summary, indent=2))
     else:
+        click.echo(f"mode: {_mode(config)}")
+        if waived:
+            click.echo(f"WARNING: protections waived by configuration (not required): {', '.join(waived)}")
         for r in reports:
             mark = "ok  " if r["works"] else "FAIL"
-            detail = r.get("error") or f"{r['duration_ms']} ms (cold)"
+            detail = r.get("error") or f"{r['cold_ms']} ms cold (start-up included), {r['execution_ms']} ms execution"
             click.echo(f"{mark} {r['backend']:<11} {detail}")
-            required = set(r.get("required", []))
+            required, missing = set(r["required"]), set(r.get("missing", []))
             for name, active in sorted(r["protections"].items()):
                 flag = "active " if active else "MISSING"
-                click.echo(f"       {flag} {name}{'  (required)' if name in required else ''}")
-    default = next((r for r in reports if r["backend"] == config.backend), None)
-    sys.exit(0 if default is None or default["works"] else 1)
+                note = "  (required)" if name in required else "  (waived)" if name in r["waived"] else ""
+                click.echo(f"       {flag} {name}{note}")
+            for name in sorted(missing - set(r["protections"])):
+                click.echo(f"       MISSING {name}  (required)")
+    if backends:
+        failed = [r for r in reports if not r["works"]]
+    else:
+        failed = [r for r in reports if r["backend"] == config.backend and not r["works"]]
+    sys.exit(1 if failed else 0)

@@ -186,6 +186,7 @@ def show_cmd(ctx: click.Context, role: str, method: str | None, as_json: bool, c
         ("repairs", f"{art.repair_count_since_regen} since regeneration"),
         ("last failure", f"{art.last_failure_class}: {art.last_failure_reason}" if art.last_failure_class else None),
         ("cacheable", art.cacheable if art.cacheable is not None else "legacy (unknown)"),
+        ("cacheability", art.cacheability_reason),
         ("reusable", f"{_cell(reusable)}: {why}"),
         ("input sensitive", art.input_sensitive),
         ("capabilities", ", ".join(art.capabilities) or None),

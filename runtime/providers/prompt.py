@@ -48,7 +48,8 @@ succeeds; a failed attempt is rolled back, so never rely on partial writes.
 `Outcome.ok(value)`, or `Outcome.error(error_type, message, retriable=False)` for a failure the caller \
 should see. Use a short snake_case error_type (e.g. `invalid_input`, `division_by_zero`).
 - `tool(name)` returns a handle to another tool; `delegate(role, purpose=..., deliverable=..., \
-acceptance=..., failure_policy=...)` creates (or reuses) a tool with that contract. Calling a method on \
+acceptance=..., failure_policy=...)` creates (or reuses) a tool with that contract (JSON values; a \
+`deliverable` object is a JSON Schema every result of that tool must match). Calling a method on \
 either (`tool("stats").mean([1, 2])`) is a nested call; it returns an outcome object with `.ok`, \
 `.value`, `.error_type`, `.error_message`, `.retriable`.
 - No files, network, processes, environment, `eval`/`exec`, dunder attributes or names starting with `_`.

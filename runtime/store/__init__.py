@@ -30,6 +30,7 @@ from runtime.store.health import (
     apply_failure,
     apply_success,
     classify_failure,
+    classify_outcome,
     promote,
 )
 from runtime.store.known_tools import rank_known_tools, render_known_tools, utility_score
@@ -125,6 +126,7 @@ __all__ = [
     "assess_cacheability",
     "assess_health",
     "classify_failure",
+    "classify_outcome",
     "code_checksum",
     "contract_fingerprint",
     "default_state_dir",

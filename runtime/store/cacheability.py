@@ -5,14 +5,20 @@ evolution history); only cacheable ones are executed again without generation. T
 
 1. dynamic dispatch methods (``ask``, ``chat``, ``discuss``, ``host``; configurable) are never reusable:
    their code was written for one request;
-2. code with the call's argument values baked in is never reusable. Found on the AST, not by substring
+2. code written for a call with arguments that never reads ``args`` or ``kwargs`` (directly or through a
+   name derived from them) answered that one call: not reusable (``arg_ignored_code``, see
+   :func:`reads_arguments`), e.g. ``return 3`` for ``math_helper.sqrt(9)``;
+3. code with the call's argument values baked in is never reusable. Found on the AST, not by substring
    search of the source: string/number *literals* of the program (including dict keys, f-string parts,
    constant concatenations such as URLs built from pieces, ``"...".format(...)`` of constants) compared
    with the argument values (exact match, input embedded in a literal, or a phrase of two or more content
-   words shared by both, e.g. "Google News"; URL-encoded forms too). Docstrings and trivial values (strings under 3
-   characters, integers between -10 and 10, booleans, None) are ignored;
-3. a model hint may veto (``cacheable=False``), never force;
-4. delegated contract tools and other stable methods are cacheable.
+   words shared by both, e.g. "Google News"; URL-encoded forms too). An exact match counts whatever the
+   size of the value; skipped are docstrings, booleans, None, empty strings, the structural numbers 0, 1
+   and -1, integer subscript indexes and slice bounds (``args[0]``, ``s[:3]``), and literals that also
+   appear in the method's contract (purpose, deliverable, acceptance, failure_policy). The fuzzy matches
+   (embedded, phrase) still need values of 4+ characters (3+ digits for numbers);
+4. a model hint may veto (``cacheable=False``), never force;
+5. delegated contract tools and other stable methods are cacheable.
 
 False positives only cost a regeneration; false negatives replay one query's answer for another (the
 Google/Yahoo News bug), so the heuristics lean to "not cacheable".
@@ -43,6 +49,7 @@ _WORD = re.compile(r"\w+")
 
 class CacheabilityReason(StrEnum):
     DYNAMIC_DISPATCH = "dynamic_dispatch"
+    ARG_IGNORED_CODE = "arg_ignored_code"
     INPUT_BAKED = "input_baked"
     UNPARSEABLE = "unparseable"
     MODEL_VETO = "model_veto"
@@ -90,9 +97,18 @@ class _Input:
     value: str | int | float
 
 
-def _is_trivial_number(value: int | float) -> bool:
+#: Numbers that are structure, not data: never evidence of a baked input, even on an exact match.
+STRUCTURAL_NUMBERS: frozenset[float] = frozenset({0.0, 1.0, -1.0})
+
+
+def _is_structural_number(value: int | float) -> bool:
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return True
+    return float(value) in STRUCTURAL_NUMBERS
+
+
+def _is_small_number(value: int | float) -> bool:
+    """Small integers are only compared exactly, never searched for inside other literals."""
     return float(value).is_integer() and abs(value) <= TRIVIAL_INT_RANGE
 
 
@@ -100,10 +116,10 @@ def _walk_input(value: object, where: str, depth: int) -> Iterator[_Input]:
     if depth > MAX_DEPTH or value is None or isinstance(value, bool):
         return
     if isinstance(value, str):
-        if len(value.strip()) >= MIN_STRING_CHARS:
+        if value.strip():
             yield _Input(where, value)
     elif isinstance(value, int | float):
-        if not _is_trivial_number(value):
+        if not _is_structural_number(value):
             yield _Input(where, value)
     elif isinstance(value, Mapping):
         for key, item in value.items():
@@ -121,6 +137,42 @@ def _inputs(args: Sequence[object], kwargs: Mapping[str, object]) -> list[_Input
     for key, arg in kwargs.items():  # top-level keys are parameter names, not input
         found.extend(_walk_input(arg, f"kwargs[{key!r}]", 0))
     return found[:MAX_INPUT_VALUES]
+
+
+@dataclass(frozen=True)
+class _ContractLiterals:
+    """Strings and numbers of the method's contract: a literal found there is the tool's, not the call's."""
+
+    strings: frozenset[str] = frozenset()
+    numbers: frozenset[float] = frozenset()
+
+    @classmethod
+    def of(cls, contract: object) -> _ContractLiterals:
+        strings: set[str] = set()
+        numbers: set[float] = set()
+        stack: list[tuple[object, int]] = [(contract, 0)]
+        while stack:
+            item, depth = stack.pop()
+            if depth > MAX_DEPTH or item is None or isinstance(item, bool):
+                continue
+            if isinstance(item, str):
+                if item.strip() and len(strings) < MAX_INPUT_VALUES:
+                    strings.add(_norm(item))
+            elif isinstance(item, int | float):
+                numbers.add(float(item))
+            elif isinstance(item, Mapping):
+                stack.extend((k, depth + 1) for k in item)
+                stack.extend((v, depth + 1) for v in item.values())
+            elif isinstance(item, Sequence | set | frozenset) and not isinstance(item, bytes | bytearray):
+                stack.extend((v, depth + 1) for v in item)
+        return cls(frozenset(strings), frozenset(numbers))
+
+    def has_string(self, literal: str) -> bool:
+        lit = _norm(literal)
+        return bool(lit) and any(lit == s or (len(lit) >= MIN_STRING_CHARS and lit in s) for s in self.strings)
+
+    def has_number(self, number: int | float) -> bool:
+        return float(number) in self.numbers
 
 
 # --- code literals --------------------------------------------------------------------------------------
@@ -160,6 +212,24 @@ class _Literals(ast.NodeVisitor):
                 return
         self.generic_visit(node)
 
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        self.visit(node.value)
+        self._visit_index(node.slice)
+
+    def _visit_index(self, node: ast.AST) -> None:
+        """Integer indexes and slice bounds (``args[0]``, ``s[:3]``) are structure: not collected."""
+        if _int_constant(node):
+            return
+        if isinstance(node, ast.Slice):
+            for part in (node.lower, node.upper, node.step):
+                if part is not None:
+                    self._visit_index(part)
+        elif isinstance(node, ast.Tuple):
+            for element in node.elts:
+                self._visit_index(element)
+        else:
+            self.visit(node)
+
     def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
         parts = [_fold(v) for v in node.values]
         # static text of the f-string; non-constant holes become a separator that matches nothing
@@ -173,6 +243,12 @@ class _Literals(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         self._add(_fold(node))
         self.generic_visit(node)
+
+
+def _int_constant(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool)
 
 
 def _fold(node: ast.AST) -> str | None:
@@ -293,16 +369,19 @@ def _short(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
-def _match_string(value: str, where: str, literals: list[str]) -> str | None:
+def _match_string(value: str, where: str, literals: list[str], contract: _ContractLiterals) -> str | None:
     target = _norm(value)
     encoded = {quote_plus(value).casefold(), quote(value, safe="").casefold()}
     value_words = _words(value)
+    fuzzy = len(target) >= MIN_STRING_CHARS
     for literal in literals:
         lit = _norm(literal)
-        if not lit:
+        if not lit or contract.has_string(literal):
             continue
         if lit == target:
             return f"exact: {_short(literal)} == {where}"
+        if not fuzzy:
+            continue
         if len(target) >= MIN_EMBEDDED_CHARS:
             lowered = literal.casefold()
             if target in lit or any(e in lowered for e in encoded if len(e) >= MIN_EMBEDDED_CHARS):
@@ -312,36 +391,130 @@ def _match_string(value: str, where: str, literals: list[str]) -> str | None:
     return None
 
 
-def _match_number(value: int | float, where: str, numbers: list[int | float], literals: list[str]) -> str | None:
+def _match_number(
+    value: int | float, where: str, numbers: list[int | float], literals: list[str], contract: _ContractLiterals
+) -> str | None:
+    if contract.has_number(value):
+        return None
     for number in numbers:
-        if number == value:
+        if number == value and not _is_structural_number(number):
             return f"exact: {number!r} == {where}"
     text = str(value)
-    if isinstance(value, int) and len(text.lstrip("-")) >= 3:
+    if isinstance(value, int) and not _is_small_number(value) and len(text.lstrip("-")) >= 3:
         pattern = re.compile(rf"(?<!\d){re.escape(text)}(?!\d)")
         for literal in literals:
-            if pattern.search(literal):
+            if pattern.search(literal) and not contract.has_string(literal):
                 return f"embedded: {where} inside {_short(literal)}"
     return None
 
 
-def find_baked_inputs(code: str, args: Sequence[object], kwargs: Mapping[str, object]) -> list[str] | None:
-    """Evidence that argument values of this call are literals of ``code``; None if it does not parse."""
+def _parse(code: str) -> ast.Module | None:
     try:
-        tree = ast.parse(code)
+        return ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+
+
+def _baked(tree: ast.Module, args: Sequence[object], kwargs: Mapping[str, object], contract: object) -> list[str]:
     visitor = _Literals()
-    visitor.visit(tree)
+    try:
+        visitor.visit(tree)
+    except RecursionError:
+        return ["the program is nested too deeply to inspect"]
+    known = _ContractLiterals.of(contract)
     evidence: list[str] = []
     for item in _inputs(args, kwargs):
         if isinstance(item.value, str):
-            hit = _match_string(item.value, item.where, visitor.strings)
+            hit = _match_string(item.value, item.where, visitor.strings, known)
         else:
-            hit = _match_number(item.value, item.where, visitor.numbers, visitor.strings)
+            hit = _match_number(item.value, item.where, visitor.numbers, visitor.strings, known)
         if hit is not None:
             evidence.append(hit)
     return evidence
+
+
+def find_baked_inputs(
+    code: str, args: Sequence[object], kwargs: Mapping[str, object], contract: object = None
+) -> list[str] | None:
+    """Evidence that argument values of this call are literals of ``code``; None if it does not parse.
+
+    ``contract`` is the method's contract (any JSON value, e.g. ``ToolContract.model_dump()``): its
+    literals are not evidence."""
+    tree = _parse(code)
+    return None if tree is None else _baked(tree, args, kwargs, contract)
+
+
+# --- does the program read its arguments? --------------------------------------------------------------
+
+ARGUMENT_NAMES: frozenset[str] = frozenset({"args", "kwargs"})
+
+
+def _target_names(target: ast.AST) -> list[str] | None:
+    """The names a plain-name target binds (``a``, ``a, (b, *c)``); None for attribute/subscript targets."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    if isinstance(target, ast.Tuple | ast.List):
+        names: list[str] = []
+        for element in target.elts:
+            inner = _target_names(element)
+            if inner is None:
+                return None
+            names.extend(inner)
+        return names
+    return None
+
+
+def reads_arguments(tree: ast.AST) -> bool:
+    """Does the program use ``args``/``kwargs``, directly or through a name derived from them?
+
+    Derived names are found by propagation to a fixed point: ``x = args[0]`` makes ``x`` derived. A
+    statement ``name = <expr>`` (or ``name += <expr>``, or with a type annotation) whose targets are all
+    plain names only *propagates*; a derived name used anywhere else (returned, tested, passed to a call,
+    written into ``context``, iterated over, read by a nested function...) is a read. So ``n = args[0]`` with
+    ``n`` never used afterwards still ignores the arguments."""
+    nodes = list(ast.walk(tree))
+    loads = [n for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    if not any(n.id in ARGUMENT_NAMES for n in loads):
+        return False
+    propagations: list[tuple[list[str], set[str], set[int]]] = []
+    for node in nodes:
+        targets: list[ast.AST] = []
+        value: ast.AST | None = None
+        if isinstance(node, ast.Assign):
+            targets, value = list(node.targets), node.value
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        if value is None:
+            continue
+        bound: list[str] = []
+        for target in targets:
+            names = _target_names(target)
+            if names is None:
+                break
+            bound.extend(names)
+        else:
+            used = [n for n in ast.walk(value) if isinstance(n, ast.Name)]
+            propagations.append((bound, {n.id for n in used}, {id(n) for n in used}))
+    derived = set(ARGUMENT_NAMES)
+    changed = True
+    while changed:
+        changed = False
+        for bound, used_names, _ in propagations:
+            if used_names & derived and not set(bound) <= derived:
+                derived.update(bound)
+                changed = True
+    propagating: set[int] = set().union(*(inside for _, _, inside in propagations))
+    return any(n.id in derived and id(n) not in propagating for n in loads)
+
+
+def ignores_arguments(code: str, args: Sequence[object], kwargs: Mapping[str, object]) -> bool | None:
+    """True when the call had arguments and ``code`` never reads them; None if it does not parse."""
+    tree = _parse(code)
+    if tree is None:
+        return None
+    return bool(args or kwargs) and not reads_arguments(tree)
 
 
 def assess_cacheability(
@@ -353,12 +526,18 @@ def assess_cacheability(
     is_delegated_contract: bool = False,
     model_hint: CacheabilityHint | bool | None = None,
     dynamic_methods: Iterable[str] = DEFAULT_DYNAMIC_METHODS,
+    contract: object = None,
 ) -> Cacheability:
-    """Decide at generation/repair time whether this code may be reused for later calls (ADR 0013 sec. 2, 7)."""
-    baked = find_baked_inputs(code, args, kwargs or {})
+    """Decide at generation/repair time whether this code may be reused for later calls (ADR 0013 sec. 2, 7).
+
+    ``contract`` is the method's contract as JSON (its literals are not evidence of baked inputs)."""
+    kwargs = kwargs or {}
+    tree = _parse(code)
+    baked = None if tree is None else _baked(tree, args, kwargs, contract)
+    ignored = tree is not None and bool(args or kwargs) and not reads_arguments(tree)
     dynamic = is_dynamic_method(method_name, dynamic_methods)
     evidence = tuple(baked or ())
-    sensitive = dynamic or bool(evidence)
+    sensitive = dynamic or bool(evidence) or ignored
     if dynamic:
         return Cacheability(
             cacheable=False,
@@ -379,6 +558,14 @@ def assess_cacheability(
             cacheable=False,
             reason=CacheabilityReason.INPUT_BAKED,
             detail="argument values are literals of the code: " + "; ".join(evidence[:3]),
+            input_sensitive=True,
+            baked_literals=evidence,
+        )
+    if ignored:
+        return Cacheability(
+            cacheable=False,
+            reason=CacheabilityReason.ARG_IGNORED_CODE,
+            detail="the call had arguments but the code never reads args or kwargs: it answers that one call",
             input_sensitive=True,
             baked_literals=evidence,
         )

@@ -6,7 +6,10 @@
   consecutive intrinsic failures ends.
 - failure: ``failure_count`` and the per-class counter, ``last_failure_reason``/``last_failure_class``.
   Only an INTRINSIC failure enters the outcome window (so only it moves ``recent_failure_rate``) and
-  extends ``consecutive_intrinsic_failures``: extrinsic and adaptive failures never demote an artifact.
+  extends ``consecutive_intrinsic_failures``. An ADAPTIVE failure enters ``recent_adaptive`` (the last
+  ADAPTIVE_WINDOW answers, successes too): one is the tool's answer, but repeated ones (3 of the last 5 by
+  default, ``SelectionPolicy.adaptive_degraded_failures``) degrade the artifact, so repair and forced
+  regeneration apply. Extrinsic failures never demote an artifact.
 - a new generation (:func:`promote`) starts its own health (one success: it is committed after its first
   successful run). A REPAIRED one inherits the repair budget spent (``repair_count_since_regen + 1``); a
   GENERATED one (generation or regeneration) resets it to 0.
@@ -21,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from runtime.store.cacheability import Cacheability
 from runtime.store.fingerprint import code_checksum
 from runtime.store.models import (
+    ADAPTIVE_WINDOW,
     HEALTH_WINDOW,
     MAX_REASON_CHARS,
     FailureClass,
@@ -63,6 +67,17 @@ def classify_failure(error_type: str | None) -> FailureClass:
     return FailureClass.INTRINSIC
 
 
+def classify_outcome(error_type: str | None, *, tool_error: bool, retriable: bool) -> FailureClass:
+    """The class of a failed call, the same in the outcome's metadata, the call log and the store.
+
+    A program's own non-retriable ``Outcome.error`` is its deliberate answer, not a crash: at worst
+    ADAPTIVE (it still degrades health when it keeps happening, see ``ADAPTIVE_DEGRADED_FAILURES``)."""
+    cls = classify_failure(error_type)
+    if tool_error and not retriable and cls is FailureClass.INTRINSIC:
+        return FailureClass.ADAPTIVE
+    return cls
+
+
 class ArtifactCandidate(BaseModel):
     """Code that just ran successfully and is to be stored (what the lifecycle hands to the store)."""
 
@@ -99,6 +114,10 @@ def _window(outcomes: list[bool], outcome: bool, count: int = 1) -> tuple[list[b
     return window, round(window.count(False) / len(window), 4)
 
 
+def _adaptive_window(answers: list[bool], adaptive: bool, count: int = 1) -> list[bool]:
+    return [*answers, *[adaptive] * min(count, ADAPTIVE_WINDOW)][-ADAPTIVE_WINDOW:]
+
+
 def _clip(reason: str) -> str:
     reason = clean_text(reason).strip() or "unknown failure"
     return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1] + "…"
@@ -115,6 +134,7 @@ def apply_success(artifact: MethodArtifact, now: datetime, count: int = 1) -> Me
             "recent_outcomes": window,
             "recent_failure_rate": rate,
             "consecutive_intrinsic_failures": 0,
+            "recent_adaptive": _adaptive_window(artifact.recent_adaptive, False, count),
             "last_used_at": now,
         }
     )
@@ -143,6 +163,7 @@ def apply_failure(
         update["extrinsic_failure_count"] = artifact.extrinsic_failure_count + 1
     else:
         update["adaptive_failure_count"] = artifact.adaptive_failure_count + 1
+        update["recent_adaptive"] = _adaptive_window(artifact.recent_adaptive, True)
     return artifact.model_copy(update=update)
 
 

@@ -27,6 +27,9 @@ PATTERNS_SCHEMA_VERSION = 1
 RETAINED_PREVIOUS = 2
 #: Outcomes (success / intrinsic failure) remembered per artifact to compute ``recent_failure_rate``.
 HEALTH_WINDOW = 20
+#: Recent answers (successes and adaptive failures) remembered per artifact: repeated adaptive failures
+#: (the program keeps answering ``Outcome.error`` on real inputs) degrade it (``SelectionPolicy``).
+ADAPTIVE_WINDOW = 5
 #: Longest failure reason stored (the rest is cut, with an ellipsis).
 MAX_REASON_CHARS = 500
 
@@ -152,6 +155,8 @@ class MethodArtifact(_Record):
     #: Last HEALTH_WINDOW outcomes that say something about the code: True success, False intrinsic failure.
     recent_outcomes: list[bool] = Field(default_factory=list)
     consecutive_intrinsic_failures: int = Field(0, ge=0)
+    #: Last ADAPTIVE_WINDOW answers: True an adaptive failure, False a success (intrinsic/extrinsic not here).
+    recent_adaptive: list[bool] = Field(default_factory=list)
     last_failure_reason: str | None = None
     last_failure_class: FailureClass | None = None
     created_at: AwareDatetime

@@ -25,7 +25,9 @@ EXECUTE_PERSISTED     intact, compatible, cacheable, current       run ``selecti
 
 Health (:func:`assess_health`): UNPROVEN without any success; UNHEALTHY when at least ``min_samples``
 outcomes are in the window and the intrinsic failure rate is ``>= unhealthy_failure_rate``; DEGRADED when
-the last recorded outcome was an intrinsic failure or the rate is above the threshold; else HEALTHY.
+the last recorded outcome was an intrinsic failure, the rate is above the threshold, or at least
+``adaptive_degraded_failures`` (3) of the last ADAPTIVE_WINDOW (5) answers were adaptive failures (a
+stored program that keeps returning ``Outcome.error`` on real inputs); else HEALTHY.
 ``prompt_version`` only picks the threshold: equal (or unknown) -> ``degraded_failure_rate``, different ->
 the stricter ``prompt_mismatch_failure_rate``. So a prompt change alone never demotes a clean artifact, a
 prompt change plus poor health does (ADR 0012 section 6). Extrinsic and adaptive failures are not in the
@@ -96,6 +98,8 @@ class SelectionPolicy(BaseModel):
     prompt_mismatch_failure_rate: float = Field(0.0, ge=0.0, le=1.0)
     unhealthy_failure_rate: float = Field(0.5, ge=0.0, le=1.0)
     min_samples: int = Field(4, ge=1)
+    #: DEGRADED once this many of the artifact's last ADAPTIVE_WINDOW answers were adaptive failures.
+    adaptive_degraded_failures: int = Field(3, ge=1)
     dynamic_methods: frozenset[str] = DEFAULT_DYNAMIC_METHODS
     #: exact: versions equal. minor: same MAJOR.MINOR (patch ignored). major: same MAJOR (same MINOR
     #: under 0.x) and not written by a newer runtime.
@@ -143,11 +147,16 @@ def assess_health(
     rate = artifact.recent_failure_rate
     if len(artifact.recent_outcomes) >= policy.min_samples and rate >= policy.unhealthy_failure_rate:
         return HealthStatus.UNHEALTHY
-    if artifact.consecutive_intrinsic_failures > 0:
+    if artifact.consecutive_intrinsic_failures > 0 or adaptive_degraded(artifact, policy):
         return HealthStatus.DEGRADED
     mismatch = prompt_version_matches(artifact, prompt_version) is False
     threshold = policy.prompt_mismatch_failure_rate if mismatch else policy.degraded_failure_rate
     return HealthStatus.DEGRADED if rate > threshold else HealthStatus.HEALTHY
+
+
+def adaptive_degraded(artifact: MethodArtifact, policy: SelectionPolicy = DEFAULT_POLICY) -> bool:
+    """Repeated adaptive failures: the stored program keeps giving up on the inputs it gets."""
+    return artifact.recent_adaptive.count(True) >= policy.adaptive_degraded_failures
 
 
 def reuse_allowed(
@@ -351,7 +360,8 @@ def select_artifact(
             "contract changed since the code was written"
             if stale
             else f"degraded: {artifact.consecutive_intrinsic_failures} consecutive intrinsic failure(s), "
-            f"rate {artifact.recent_failure_rate:.0%}"
+            f"rate {artifact.recent_failure_rate:.0%}, {artifact.recent_adaptive.count(True)} adaptive failure(s) "
+            f"in the last {len(artifact.recent_adaptive)} answers"
         )
         if artifact.repair_count_since_regen >= policy.max_repairs_before_regen:
             return Selection(

@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from sandbox import handoff, image, leftovers, seccomp
+from sandbox import handoff, image, leftovers, protections, seccomp
 from sandbox.backends.base import SandboxUnavailable
 from sandbox.backends.cleanup import CleanupQueue
 from sandbox.config import SandboxConfig
@@ -501,13 +501,7 @@ class ContainerWorker:
         self.protections = verify_protections(
             attrs, ready.protections, runtime=owner.runtime, host_pid_checked=host_view
         )
-        missing = [p for p in config.required_protections if not self.protections.get(p)]
-        if missing:
-            detail = "; ".join(ready.errors) or "not reported active"
-            raise SandboxUnavailable(
-                f"required protections not active in the {owner.name} sandbox: {', '.join(missing)} ({detail})",
-                retriable=False,
-            )
+        protections.require(owner.name, self.protections, config.enforced_protections, ready.errors)
 
     def boot_frame(self, limits: Limits) -> BootFrame:
         """The runner's lock-down inside the container: rlimits, no_new_privs and seccomp (namespaces, root

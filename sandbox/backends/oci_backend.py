@@ -42,7 +42,7 @@ from typing import Literal
 
 import psutil
 
-from sandbox import handoff, image, leftovers, oci_spec, seccomp
+from sandbox import handoff, image, leftovers, oci_spec, protections, seccomp
 from sandbox.backends.base import SandboxUnavailable
 from sandbox.backends.cleanup import CleanupQueue, process_tag, tag_alive
 from sandbox.backends.docker_backend import COMMAND as DOCKER_COMMAND
@@ -379,13 +379,7 @@ class OciWorker:
             for name in ("seccomp", "no_new_privs", "rlimits", "unprivileged_user"):
                 seen[name] = seen.get(name, False) and ready.protections.get(name, False)
         self.protections = {name: seen.get(name, False) for name in (*CONTAINER_PROTECTIONS, *seen)}
-        missing = [p for p in config.required_protections if not self.protections.get(p)]
-        if missing:
-            detail = "; ".join(ready.errors) or "not verified from the host"
-            raise SandboxUnavailable(
-                f"required protections not active in the {self.backend} sandbox: {', '.join(missing)} ({detail})",
-                retriable=False,
-            )
+        protections.require(self.backend, self.protections, config.enforced_protections, ready.errors)
 
     def _container_pid(self) -> int | None:
         """The process to inspect: the container's own (runc) or the gVisor sandbox process (runsc)."""

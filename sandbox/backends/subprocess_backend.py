@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import select
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import RestrictedPython
 
-from sandbox import leftovers, seccomp
+from sandbox import leftovers, protections, seccomp
 from sandbox.backends.base import SandboxUnavailable
 from sandbox.config import SUBPROCESS_PROTECTIONS, SandboxConfig
 from sandbox.exchange import (
@@ -187,7 +188,7 @@ class SubprocessWorker:
         self._destroyed = False
         self._reaped = False
         self._workdir = leftovers.new_workdir()  # named after this process: reaped if it dies (leftovers.py)
-        if os.geteuid() == 0:
+        if not rootless(config):
             os.chown(self._workdir, config.sandbox_uid, config.sandbox_gid)
         stdin_sock, stdin_r = socket_channel()
         result_r, result_w = os.pipe()
@@ -218,18 +219,16 @@ class SubprocessWorker:
             self.destroy()
             raise SandboxUnavailable(f"sandbox worker failed to start: {exc}") from exc
         self.protections = verify_protections(self.pid, ready.protections)
-        missing = [p for p in config.required_protections if not self.protections.get(p)]
-        if missing:
+        try:
+            protections.require(self.backend, self.protections, config.enforced_protections, ready.errors)
+        except protections.MissingProtections:
             self.destroy()
-            detail = "; ".join(ready.errors) or "not reported active"
-            raise SandboxUnavailable(
-                f"required protections not active on this machine: {', '.join(missing)} ({detail})",
-                retriable=False,
-            )
+            raise
 
     def _popen(self, config: SandboxConfig, runner: Path, stdin: int, out: int, err: int, result: int) -> int:
+        python = config.python or sys.executable
         self.proc = subprocess.Popen(
-            [config.python or sys.executable, "-I", "-S", "-B", str(runner), "--result-fd", str(result)],
+            [python, "-I", "-S", "-B", str(runner), "--result-fd", str(result), *rootless_args(config)],
             stdin=stdin, stdout=out, stderr=err, env={}, cwd=self._workdir, close_fds=True,
             pass_fds=(result,), start_new_session=True,
         )  # fmt: skip
@@ -317,8 +316,29 @@ class SubprocessWorker:
         shutil.rmtree(self._workdir, ignore_errors=True)
 
 
+def rootless(config: SandboxConfig) -> bool:
+    """Whether the walls must come from user namespaces: not root, or root of a user namespace in which the
+    sandbox uid does not exist (the runner makes the same choice in ``lock_down``)."""
+    return os.geteuid() != 0 or not _uid_mapped_here(config.sandbox_uid)
+
+
+@functools.cache
+def _uid_mapped_here(uid: int) -> bool:
+    try:
+        with open("/proc/self/uid_map") as fh:
+            ranges = [[int(x) for x in line.split()] for line in fh if line.strip()]
+    except (OSError, ValueError):
+        return False
+    return any(first <= uid < first + count for first, _, count in ranges)
+
+
+def rootless_args(config: SandboxConfig) -> list[str]:
+    """Runner arguments in rootless mode (see the runner's ``_reexec_in_user_namespace``)."""
+    return ["--userns"] if rootless(config) else []
+
+
 def boot_frame(config: SandboxConfig, limits: Limits, workdir: str | None) -> BootFrame:
-    root = os.geteuid() == 0
+    """As root the runner drops to ``sandbox_uid``; without root that uid is its id inside its user namespace."""
     return BootFrame(
         sys_path=[str(Path(RestrictedPython.__file__).resolve().parent.parent)],
         limits=limits,
@@ -326,8 +346,8 @@ def boot_frame(config: SandboxConfig, limits: Limits, workdir: str | None) -> Bo
         namespaces=True,
         chroot=True,
         workdir=workdir,
-        drop_to_uid=config.sandbox_uid if root else None,
-        drop_to_gid=config.sandbox_gid if root else None,
+        drop_to_uid=config.sandbox_uid,
+        drop_to_gid=config.sandbox_gid,
     )
 
 
@@ -364,29 +384,72 @@ def _worker_pid(pid: int) -> int:
 
 
 def verify_protections(pid: int, claimed: dict[str, bool]) -> dict[str, bool]:
-    """Check from outside what the runner claims; a claim the host cannot confirm counts as absent."""
+    """Check from outside what the runner claims; a claim the host cannot confirm counts as absent.
+
+    Namespaces are compared by their ``/proc/<pid>/ns`` links, the root by ``/proc/<pid>/root`` and the
+    mount table the worker sees; a user is unprivileged when its uid is not 0 both as the host sees it and
+    inside its own user namespace (rootless mode), and it holds no capability at all."""
     wpid = _worker_pid(pid)
     status = _proc_status(wpid)
-    verified: dict[str, bool] = {p: False for p in SUBPROCESS_PROTECTIONS}
+    verified: dict[str, bool] = dict.fromkeys(SUBPROCESS_PROTECTIONS, False)
     verified["seccomp"] = claimed.get("seccomp", False) and status.get("Seccomp") == "2"
     verified["no_new_privs"] = claimed.get("no_new_privs", False) and status.get("NoNewPrivs") == "1"
+    namespaces = {kind: (theirs := _ns(wpid, kind)) is not None and theirs != _ns("self", kind)
+                  for kind in ("user", "net", "mnt", "ipc", "uts", "pid")}  # fmt: skip
     uids = status.get("Uid", "0").split()
-    verified["unprivileged_user"] = (bool(uids) and all(u != "0" for u in uids)) or (
-        claimed.get("user_namespace", False) and _ns(wpid, "user") != _ns("self", "user")
+    inner = _inner_uids(wpid, uids) if namespaces["user"] else uids
+    verified["unprivileged_user"] = (
+        claimed.get("unprivileged_user", False)
+        and bool(uids)
+        and all(u != "0" for u in (*uids, *inner))
+        and _no_capabilities(status, bounding=namespaces["user"] or os.geteuid() == 0)
     )
     for kind in ("net", "mnt", "ipc", "uts", "pid"):
         name = {"mnt": "mount"}.get(kind, kind) + "_namespace"
-        theirs, ours = _ns(wpid, kind), _ns("self", kind)
-        verified[name] = claimed.get(name, False) and theirs is not None and theirs != ours
-    try:
-        root = str(Path(f"/proc/{wpid}/root").readlink())
-        verified["private_root"] = claimed.get("private_root", False) and root != "/"
-    except OSError:
-        verified["private_root"] = False
+        verified[name] = claimed.get(name, False) and namespaces[kind]
+    verified["private_root"] = claimed.get("private_root", False) and namespaces["mnt"] and _private_root(wpid)
     verified["rlimits"] = claimed.get("rlimits", False) and _rlimits_set(wpid)
-    if "user_namespace" in claimed:
-        verified["user_namespace"] = _ns(wpid, "user") != _ns("self", "user")
+    if "user_namespace" in claimed or namespaces["user"]:
+        verified["user_namespace"] = claimed.get("user_namespace", False) and namespaces["user"]
     return verified
+
+
+def _inner_uids(pid: int, uids: list[str]) -> list[str]:
+    """``uids`` (as the host sees them) translated into ``pid``'s user namespace; "0" when unmapped or
+    unreadable, so that doubt counts as root."""
+    try:
+        with open(f"/proc/{pid}/uid_map") as fh:
+            ranges = [[int(x) for x in line.split()] for line in fh if line.strip()]
+    except (OSError, ValueError):
+        return ["0"]
+    inner: list[str] = []
+    for text in uids:
+        outer = int(text)
+        match = [first + outer - lower for first, lower, count in ranges if lower <= outer < lower + count]
+        inner.append(str(match[0]) if match else "0")
+    return inner
+
+
+def _no_capabilities(status: dict[str, str], *, bounding: bool) -> bool:
+    """No capability in any set; with ``bounding``, the bounding set emptied too (a worker that held
+    capabilities, as root or in its user namespace, must have dropped it; one that never had any cannot)."""
+    kinds = ("Inh", "Prm", "Eff", "Amb", "Bnd") if bounding else ("Inh", "Prm", "Eff", "Amb")
+    try:
+        return all(int(status.get(f"Cap{kind}", "1"), 16) == 0 for kind in kinds)
+    except ValueError:
+        return False
+
+
+def _private_root(pid: int) -> bool:
+    """``pid``'s root is not the host's, and its mount table shows a tmpfs as its root."""
+    try:
+        root = str(Path(f"/proc/{pid}/root").readlink())
+        with open(f"/proc/{pid}/mountinfo") as fh:
+            table = [line.split() for line in fh]
+    except OSError:
+        return False
+    on_root = [f[f.index("-") + 1] for f in table if len(f) > 4 and f[4] == "/" and "-" in f[5:]]
+    return root != "/" and bool(on_root) and on_root[-1] == "tmpfs"  # the last mount on "/" is the one seen
 
 
 def _rlimits_set(pid: int) -> bool:
@@ -440,7 +503,13 @@ class SubprocessBackend:
             python = self.config.python or sys.executable
             boot = boot_frame(self.config, limits, None).model_dump(mode="json")
             try:
-                zygote = Zygote(python, self.runner, boot, start_timeout=self.config.spawn_timeout_s)
+                zygote = Zygote(
+                    python,
+                    self.runner,
+                    boot,
+                    start_timeout=self.config.spawn_timeout_s,
+                    extra_args=rootless_args(self.config),
+                )
             except ZygoteError as exc:
                 log.warning("zygote unavailable, falling back to one interpreter per worker: %s", exc)
                 self._zygotes.pop(limits, None)

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,10 +48,15 @@ worker.execute(ExecutionRequest(code=ENDLESS, limits=limits), None)
 """.replace("ENDLESS", repr(ENDLESS))
 
 
-def start_host(backend: str, zygote: bool) -> tuple[subprocess.Popen[str], dict[str, object]]:
+def start_host(
+    backend: str, zygote: bool, tmpdir: Path | None = None
+) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     proc = subprocess.Popen(
         [sys.executable, "-c", HOST, backend, "1" if zygote else "0"],
-        stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE, text=True, cwd=REPO, env=env,
     )  # fmt: skip
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -88,8 +94,15 @@ def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("zygote", [True, False], ids=["zygote", "fresh-interpreter"])
-def test_a_killed_hosts_subprocess_sandbox_dies_and_its_workdir_is_reaped(zygote: bool) -> None:
-    host, info = start_host("subprocess", zygote)
+def test_a_killed_hosts_subprocess_sandbox_dies_and_its_workdir_is_reaped(
+    zygote: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A temporary directory of the test's own: a backend starting in another test worker reaps dead
+    # owners' leftovers in the shared one and could remove this workdir before ``cleanup`` is asked.
+    own_tmp = Path(tempfile.mkdtemp(prefix="killed-host-"))
+    own_tmp.chmod(0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
+    host, info = start_host("subprocess", zygote, own_tmp)
     pid = int(str(info["pid"]))
     assert wait_for(lambda: len(tree(pid)) >= 2), "the program did not start"  # the runner and its pid-1 child
     sandbox = tree(pid) + ([psutil.Process(int(str(info["zygote"])))] if info["zygote"] else [])
@@ -106,6 +119,7 @@ def test_a_killed_hosts_subprocess_sandbox_dies_and_its_workdir_is_reaped(zygote
     result = CliRunner().invoke(cli, ["cleanup", "--apply", "--no-containers"])
     assert result.exit_code == 0, result.output
     assert not workdir.exists() and f"removed: workdir {workdir.name}" in result.output
+    own_tmp.rmdir()
 
 
 def test_a_live_hosts_files_are_not_leftovers(tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ def candidate(
     method: str = "fetch_url",
     code: str = FETCH_CODE,
     *,
-    args: Sequence[object] = ("https://example.com/a",),
+    args: Sequence[object] = (),
     delegated: bool = True,
     fingerprint: str | None = WEB_FETCHER.fingerprint(),
     prompt_version: str | None = "p1",

@@ -99,8 +99,9 @@ def test_baked_forms(code: str, args: list[object], kwargs: dict[str, object]) -
         ('sep = ","\nreturn args[0].split(sep)', ["a,b"]),  # short strings too
         ("return len(args)", [True]),  # booleans ignored
         ('return "https://" + args[0]', ["example.com/feed"]),  # literal is a prefix, input is data
-        ('return {"q": args[0]}', ["q"]),  # one-character input
-        ('return "no results for"', ["show results for cats"]),  # shares only one content word
+        ('return {"key": args[0]}', ["q"]),  # one-character input not among the literals
+        ("return args[0][-1] + 1", [1]),  # structural numbers and indexes
+        ('return args[0] or "no results for"', ["show results for cats"]),  # shares only one content word
     ],
 )
 def test_trivial_or_structural_literals_do_not_count(code: str, args: list[object]) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from runtime.store import (
     CORRUPT,
+    MAX_REPAIRS_BEFORE_REGEN,
     Decision,
     FailureClass,
     HealthStatus,
@@ -104,11 +105,23 @@ def test_prompt_version_mismatch_alone_never_invalidates() -> None:
     assert s.prompt_version_match is False
 
 
-def test_extrinsic_and_adaptive_failures_do_not_count() -> None:
-    art = fail(fail(artifact(), 10, FailureClass.EXTRINSIC), 10, FailureClass.ADAPTIVE)
+def test_extrinsic_and_occasional_adaptive_failures_do_not_count() -> None:
+    art = fail(artifact(), 10, FailureClass.EXTRINSIC)
+    for _ in range(5):  # 2 adaptive failures in every 5 answers stay under the threshold (3 of 5)
+        art = succeed(fail(succeed(fail(art, 1, FailureClass.ADAPTIVE)), 1, FailureClass.ADAPTIVE))
     assert art.failure_count == 20 and art.intrinsic_failure_count == 0
     assert art.recent_failure_rate == 0.0
     assert select(art).decision is Decision.EXECUTE_PERSISTED
+
+
+def test_repeated_adaptive_failures_degrade_then_force_regeneration() -> None:
+    art = fail(succeed(artifact()), 3, FailureClass.ADAPTIVE)
+    s = select(art)
+    assert s.decision is Decision.REPAIR and s.reason is SelectionReason.DEGRADED
+    assert "3 adaptive failure(s)" in s.detail
+    spent = art.model_copy(update={"repair_count_since_regen": MAX_REPAIRS_BEFORE_REGEN})
+    assert select(spent).reason is SelectionReason.REPAIR_BUDGET_EXHAUSTED
+    assert select(succeed(art, 3)).decision is Decision.EXECUTE_PERSISTED  # the window moved on
 
 
 def test_legacy_stable_artifact_without_cacheability_executes() -> None:

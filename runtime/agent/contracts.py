@@ -1,0 +1,176 @@
+"""Checked contracts: a delegated tool's ``deliverable`` as a JSON Schema the lifecycle enforces.
+
+A contract's ``deliverable`` that is a JSON object is a schema; any other value (a prose string, a list)
+is a description for the model and is not checked. Two spellings are accepted:
+
+- JSON Schema (draft 2020-12), e.g. ``{"type": "array", "items": {"type": "string"}, "minItems": 1}``;
+- the original project's shorthand, mapped onto JSON Schema: ``type`` with Python names too (``list``,
+  ``dict``, ``str``, ``int``, ``float``, ``bool``, ``none``), ``required`` (object keys), ``min_items`` /
+  ``max_items`` / ``min_length`` / ``max_length``, nested in ``items`` and ``properties``.
+
+Validation uses the ``jsonschema`` library. The host runs it on a schema and a value that a program chose,
+so keywords that would run program-chosen regular expressions in the host (``pattern``,
+``patternProperties``), references (``$ref``, ``$dynamicRef``) and ``uniqueItems`` (quadratic) are
+refused as an invalid contract, and ``format`` is not asserted.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+from runtime.providers.base import ToolContractView
+
+SHORTHAND_TYPES: dict[str, str] = {
+    "list": "array",
+    "tuple": "array",
+    "dict": "object",
+    "str": "string",
+    "int": "integer",
+    "float": "number",
+    "bool": "boolean",
+    "none": "null",
+    "None": "null",
+}
+SHORTHAND_KEYWORDS: dict[str, str] = {
+    "min_items": "minItems",
+    "max_items": "maxItems",
+    "min_length": "minLength",
+    "max_length": "maxLength",
+}
+#: Refused in a deliverable: program-chosen regular expressions run in the host (``pattern``,
+#: ``patternProperties``), references (``$ref``, ``$dynamicRef``), and ``uniqueItems`` (quadratic in the
+#: result's length for unhashable items).
+REFUSED_KEYWORDS: frozenset[str] = frozenset({"pattern", "patternProperties", "$ref", "$dynamicRef", "uniqueItems"})
+#: Keywords whose value is one schema / a map of schemas / a list of schemas (walked for the mapping).
+_SUB_SCHEMA = frozenset({"items", "additionalProperties", "contains", "not", "propertyNames", "if", "then", "else"})
+_SCHEMA_MAP = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
+_SCHEMA_LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+MAX_SCHEMA_DEPTH = 32
+MAX_PREVIEW_CHARS = 200
+
+
+class InvalidContract(ValueError):
+    """A contract field the runtime cannot accept (the program's mistake, reported as ``invalid_contract``)."""
+
+
+class ContractViolation(BaseModel):
+    """Why a result does not match the declared deliverable: where, what was expected, what was there."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    expected: str
+    actual: str
+    message: str
+
+    @property
+    def text(self) -> str:
+        return f"the result does not match the contract's deliverable at {self.path}: expected {self.expected}, " \
+               f"actual {self.actual} ({self.message})"  # fmt: skip
+
+
+def _bounded(text: str, limit: int = MAX_PREVIEW_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _preview(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return _bounded(text)
+
+
+def _type_name(value: object) -> object:
+    if isinstance(value, str):
+        return SHORTHAND_TYPES.get(value, value)
+    if isinstance(value, list):
+        return [SHORTHAND_TYPES.get(v, v) if isinstance(v, str) else v for v in value]
+    return value
+
+
+def to_json_schema(deliverable: dict[str, Any], _depth: int = 0) -> dict[str, Any]:
+    """The deliverable as JSON Schema: shorthand names mapped, everything else kept (see module doc)."""
+    if _depth > MAX_SCHEMA_DEPTH:
+        raise InvalidContract(f"the deliverable schema is nested more than {MAX_SCHEMA_DEPTH} levels deep")
+    schema: dict[str, Any] = {}
+    for key, value in deliverable.items():
+        if key in REFUSED_KEYWORDS:
+            raise InvalidContract(f"the deliverable schema keyword {key!r} is not supported")
+        name = SHORTHAND_KEYWORDS.get(key, key)
+        if name == "type":
+            value = _type_name(value)
+        elif name in _SUB_SCHEMA and isinstance(value, dict):
+            value = to_json_schema(value, _depth + 1)
+        elif name in _SCHEMA_MAP and isinstance(value, dict):
+            value = {k: to_json_schema(v, _depth + 1) if isinstance(v, dict) else v for k, v in value.items()}
+        elif name in _SCHEMA_LIST and isinstance(value, list):
+            value = [to_json_schema(v, _depth + 1) if isinstance(v, dict) else v for v in value]
+        schema[name] = value
+    return schema
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema_text: str) -> Draft202012Validator:
+    schema = to_json_schema(json.loads(schema_text))
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
+        message = f"the deliverable is not a valid JSON Schema at {where}: {_bounded(exc.message)}"
+        raise InvalidContract(message) from None
+    return Draft202012Validator(schema)
+
+
+def deliverable_validator(deliverable: JsonValue) -> Draft202012Validator | None:
+    """The validator of a schema deliverable, None when the deliverable is not a schema (not an object).
+
+    Raises :class:`InvalidContract` when it is an object but not a usable schema."""
+    if not isinstance(deliverable, dict):
+        return None
+    try:
+        text = json.dumps(deliverable, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidContract(f"the deliverable is not JSON: {exc}") from None
+    return _validator(text)
+
+
+def check_contract(contract: ToolContractView) -> None:
+    """Raise :class:`InvalidContract` if ``contract`` cannot be accepted (its deliverable is a bad schema)."""
+    deliverable_validator(contract.deliverable)
+
+
+def _path(parts: Iterable[object]) -> str:
+    text = "$"
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text
+
+
+def check_deliverable(value: JsonValue, deliverable: JsonValue) -> ContractViolation | None:
+    """The first (most relevant) mismatch of ``value`` with the deliverable, None when it matches or the
+    deliverable is not a schema. A deliverable that is not a usable schema is not enforced here: it is
+    refused when it is declared (:func:`check_contract`)."""
+    try:
+        validator = deliverable_validator(deliverable)
+    except InvalidContract:
+        return None
+    if validator is None:
+        return None
+    error: ValidationError | None = best_match(validator.iter_errors(value))
+    if error is None:
+        return None
+    keyword = str(error.validator)
+    return ContractViolation(
+        path=_path(error.absolute_path),
+        expected=f"{keyword} {_preview(error.validator_value)}",
+        actual=_preview(error.instance),
+        message=_bounded(error.message),
+    )
