@@ -20,6 +20,7 @@ from runtime.agent.state import StagedRecord, State, ToolContract
 from runtime.guardrails import Policy, default_policy
 from runtime.providers.base import Provider
 from runtime.store import ToolStore
+from runtime.store.errors import StoreError
 from sandbox import Limits, Sandbox, SandboxConfig
 from sandbox.config import BackendName
 from sandbox.context import ContextError, ContextSnapshot
@@ -192,6 +193,8 @@ class Workspace:
                 hook = plan.on_record if plan is not None and plan.on_record is not None else self.store.record
                 try:
                     updated = hook(item.candidate, record)
+                except StoreError as exc:  # a refusal the store raised on purpose: one line, no traceback
+                    log.warning("program store did not record call %s: %s", record.call_id, exc)
                 except Exception:
                     log.exception("program store failed to record call %s", record.call_id)
                 else:
@@ -207,6 +210,8 @@ class Workspace:
         for contract in tools.values():
             try:
                 register(contract)
+            except StoreError as exc:
+                log.warning("program store did not register tool %r: %s", contract.role, exc)
             except Exception:
                 log.exception("program store failed to register tool %r", contract.role)
 
