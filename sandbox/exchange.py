@@ -145,7 +145,8 @@ def run_exchange(
     ex = Exchange(stderr=BoundedCapture(limits.max_output_bytes), stray_stdout=BoundedCapture(limits.max_output_bytes))
     reader = FrameReader(limits.max_message_bytes)
     started = time.monotonic()
-    deadline = started + limits.timeout_s
+    allowed = limits.timeout_s if request.wall_budget_s is None else min(limits.timeout_s, request.wall_budget_s)
+    deadline = started + allowed  # never extended: time spent in nested calls is charged to this execution
     try:
         ex.base_context = ContextSnapshot.coerce(request.context)  # a snapshot unless built without validation
         send_execute(io, request, ex.base_context, limits.max_message_bytes)
@@ -159,7 +160,7 @@ def run_exchange(
     while open_streams and ex.failure is None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            ex.failure = (ErrorType.TIMEOUT, f"execution exceeded the {limits.timeout_s:g}s time limit")
+            ex.failure = (ErrorType.TIMEOUT, _timeout_message(limits.timeout_s, allowed))
             break
         for stream, chunk in io.poll(remaining):
             if not chunk:
@@ -170,12 +171,11 @@ def run_exchange(
                 ex.stray_stdout.add(chunk)
             else:
                 try:
-                    pause = _handle_frames(io, reader.feed(chunk), ex, handler, limits)
+                    _handle_frames(io, reader.feed(chunk), ex, handler, limits)
                 except ProtocolError as exc:
                     ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {exc}")
                     ex.context = None
                     break
-                deadline += pause
         if ex.stderr.truncated or ex.stray_stdout.truncated:
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
         if ex.complete and ("result" not in open_streams or stop_at_result):
@@ -184,6 +184,12 @@ def run_exchange(
         ex.failure = (ErrorType.SANDBOX_VIOLATION, "the sandbox sent an incomplete result")
     ex.wall_s = time.monotonic() - started - ex.bridge_s
     return ex
+
+
+def _timeout_message(limit_s: float, allowed_s: float) -> str:
+    if allowed_s < limit_s:
+        return f"execution exceeded its {allowed_s:.3g}s share of the caller's time (nested calls included)"
+    return f"execution exceeded the {limit_s:g}s time limit (nested calls included)"
 
 
 #: At most this many context values travel as descriptors in one execution (the runner accepts no more).
@@ -295,7 +301,8 @@ def _finish_context(ex: Exchange) -> None:
 
 
 def _handle_frames(io: WorkerIO, bodies: list[bytes], ex: Exchange, handler: BridgeHandler, limits: Limits) -> float:
-    """Process complete frames; returns the seconds spent in nested calls (not charged to this call)."""
+    """Process complete frames; returns the seconds spent in nested calls (charged to this call: the
+    deadline is not moved, see ``run_exchange``; the time is kept in ``ex.bridge_s`` for the record)."""
     paused = 0.0
     for body in bodies:
         if ex.result is not None:
@@ -354,7 +361,12 @@ def build_outcome(
         "usage": usage,
         "backend": backend,
         "protections": protections,
-        "metadata": {"nested_calls": ex.nested_calls, "exit_code": exit_info.exit_code, "signal": exit_info.signal},
+        "metadata": {
+            "nested_calls": ex.nested_calls,
+            "exit_code": exit_info.exit_code,
+            "signal": exit_info.signal,
+            "bridge_s": round(ex.bridge_s, 6),
+        },
     }
     stdout = ex.result.stdout if ex.result else ""
     stdout_truncated = ex.result.stdout_truncated if ex.result else False

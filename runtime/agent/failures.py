@@ -26,10 +26,22 @@ EXECUTION_FAILURES: frozenset[ErrorType] = frozenset(
     }
 )
 
+
+def program_failure_class(error_type: str | None) -> FailureClass:
+    """The class of an ``Outcome.error`` a program returned itself: at most ADAPTIVE.
+
+    Only what the host observed (its own timeout, a sandbox that did not start, the provider failing) is
+    extrinsic; a program saying ``Outcome.error("timeout", ...)`` is a claim, and a stored program that
+    makes it must still be repaired and counted against its artifact like any other failure it reports."""
+    cls = classify_failure(error_type)
+    return FailureClass.ADAPTIVE if cls is FailureClass.EXTRINSIC else cls
+
+
 __all__ = [
     "ADAPTIVE_ERROR_TYPES",
     "EXECUTION_FAILURES",
     "EXTRINSIC_ERROR_TYPES",
     "FailureClass",
     "classify_failure",
+    "program_failure_class",
 ]
