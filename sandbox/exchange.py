@@ -8,6 +8,7 @@ bounded capture of stdout/stderr, the wall-clock deadline, and turning what happ
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,15 @@ Stream = Literal["result", "stdout", "stderr"]
 BridgeHandler = Callable[[CallFrame], dict[str, Any]]
 
 TRUNCATION_MARK = "\n[... truncated by sandforge]"
+
+_SERVING = threading.local()
+
+
+def serving_deadline() -> float | None:
+    """The ``time.monotonic()`` deadline of the execution whose nested call this thread is answering (None
+    outside a bridge call): a nested call must end by then, since its time is charged to that execution."""
+    deadline: float | None = getattr(_SERVING, "deadline", None)
+    return deadline
 
 
 def no_bridge(call: CallFrame) -> dict[str, Any]:
@@ -100,6 +110,7 @@ class Exchange:
     wall_s: float = 0.0
     bridge_s: float = 0.0
     nested_calls: int = 0
+    deadline: float | None = None
 
     @property
     def complete(self) -> bool:
@@ -147,6 +158,7 @@ def run_exchange(
     started = time.monotonic()
     allowed = limits.timeout_s if request.wall_budget_s is None else min(limits.timeout_s, request.wall_budget_s)
     deadline = started + allowed  # never extended: time spent in nested calls is charged to this execution
+    ex.deadline = deadline
     try:
         ex.base_context = ContextSnapshot.coerce(request.context)  # a snapshot unless built without validation
         send_execute(io, request, ex.base_context, limits.max_message_bytes)
@@ -313,7 +325,11 @@ def _handle_frames(io: WorkerIO, bodies: list[bytes], ex: Exchange, handler: Bri
             _accept_result(ex, frame, len(body), limits.max_message_bytes)
         elif isinstance(frame, CallFrame):
             began = time.monotonic()
-            outcome = handler(frame)
+            outer, _SERVING.deadline = serving_deadline(), ex.deadline
+            try:
+                outcome = handler(frame)
+            finally:
+                _SERVING.deadline = outer
             ex.nested_calls += 1
             try:
                 reply = encode_frame(CallResultFrame(id=frame.id, outcome=outcome), limits.max_message_bytes)

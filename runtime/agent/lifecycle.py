@@ -61,6 +61,7 @@ from runtime.providers.base import (
 )
 from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
 from sandbox.context import ContextSnapshot
+from sandbox.exchange import serving_deadline
 from sandbox.protocol import CallFrame
 from sandbox.runner import ALLOWED_MODULES
 
@@ -171,6 +172,8 @@ class CallRun:
     #: when the current attempt's execution runs out of time: its nested calls' ``call_deadline``
     exec_deadline: float | None = None
     bridge_seconds: float = 0.0
+    #: set when the trace's wall-clock budget (not the program's own limit) ended the last execution
+    trace_stop: Stop | None = None
 
     # --- the loop ----------------------------------------------------------------------------------
 
@@ -256,6 +259,8 @@ class CallRun:
                 txn.commit()
                 return self._ok(execution)
             self._rollback(txn)
+            if self.trace_stop is not None:
+                return self._stopped(self.trace_stop)
             outcome = self._execution_failure(execution, code)
             if outcome is None:
                 continue
@@ -507,7 +512,7 @@ class CallRun:
 
     def _execute(self, code: str, txn: Transaction) -> ExecutionOutcome:
         limits = self.ws.limits
-        seconds, self.exec_deadline = self._meter.execution_window(limits.timeout_s, self.call_deadline)
+        seconds, self.exec_deadline, by_trace = self._meter.execution_window(limits.timeout_s, self.call_deadline)
         request = ExecutionRequest(
             code=code, context=txn.snapshot(self.role), args=self.args, kwargs=self.kwargs, limits=limits,
             wall_budget_s=max(seconds, 0.001) if seconds < limits.timeout_s else None,
@@ -527,6 +532,8 @@ class CallRun:
         self.sandbox_seconds += outcome.duration_s
         waited = outcome.metadata.get("bridge_s")
         self.bridge_seconds += waited if isinstance(waited, (int, float)) else 0.0
+        if by_trace and outcome.error_type is ErrorType.TIMEOUT:
+            self.trace_stop = self._meter.wall_exhausted()
         return outcome
 
     def _nested(self, frame: CallFrame, txn: Transaction) -> dict[str, Any]:
@@ -548,7 +555,8 @@ class CallRun:
             )
             if problem is not None:
                 return _wire_error(INVALID_TOOL_CALL, problem)
-            stop = self._meter.charge("nested_call", self.exec_deadline)
+            deadline = serving_deadline() or self.exec_deadline  # the deadline the exchange enforces
+            stop = self._meter.charge("nested_call", deadline)
             if stop is not None:
                 return _wire_error(stop.error_type, stop.message)
             scope = Transaction(self.ws._state, parent=txn)  # holds the contract until the call succeeds
@@ -560,7 +568,7 @@ class CallRun:
             child = CallRun(
                 ws=self.ws, parent_txn=scope, role=spec.role, method=spec.method, args=list(frame.args),
                 kwargs=dict(frame.kwargs), depth=self.depth + 1, trace_id=self.trace_id, parent_call_id=self.call_id,
-                meter=self.meter, call_deadline=self.exec_deadline,
+                meter=self.meter, call_deadline=deadline,
             )  # fmt: skip
             outcome = child.run()
             if not outcome.ok:

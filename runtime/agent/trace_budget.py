@@ -159,10 +159,16 @@ class TraceMeter:
                 self.sandboxes += 1
         return None
 
-    def execution_window(self, timeout_s: float, call_deadline: float | None) -> tuple[float, float]:
-        """``(seconds, deadline)`` of an execution starting now: its own limit, cut to what the trace and the
-        caller have left. Nested calls it makes get ``deadline`` as their ``call_deadline``, so time spent in
-        them is charged to it (the sandbox no longer extends its deadline while it waits for them)."""
+    def execution_window(self, timeout_s: float, call_deadline: float | None) -> tuple[float, float, bool]:
+        """``(seconds, deadline, by_trace)`` of an execution starting now: its own limit, cut to what the trace
+        and the caller have left (``by_trace``: the trace's wall-clock budget is what ends it). Nested calls
+        it makes must end by its deadline, so time spent in them is charged to it (the sandbox no longer
+        extends its deadline while it waits for them)."""
         now = time.monotonic()
-        deadline = min(now + timeout_s, self.deadline, call_deadline if call_deadline is not None else now + timeout_s)
-        return max(deadline - now, 0.0), deadline
+        own = now + timeout_s if call_deadline is None else min(now + timeout_s, call_deadline)
+        deadline = min(own, self.deadline)
+        return max(deadline - now, 0.0), deadline, self.deadline < own
+
+    def wall_exhausted(self) -> Stop:
+        """The Stop for an execution that the trace's wall-clock budget ended."""
+        return self._exhaust("max_wall_s", "the trace ran out of wall-clock time while a program ran")
