@@ -108,13 +108,6 @@ class NestedCallSpec(BaseModel):
 
     _fields = field_validator("deliverable", "acceptance", "failure_policy")(_bounded_json_field)
 
-    @field_validator("purpose")
-    @classmethod
-    def _purpose_text(cls, value: str | None) -> str | None:
-        if value is not None and not _utf8(value):
-            raise ValueError("purpose contains a lone surrogate")
-        return value
-
 
 def nested_call_spec(target: Any, method: str) -> NestedCallSpec | str:
     """The checked spec of a call frame's target and method, or a one-line reason it is refused."""
@@ -132,4 +125,6 @@ def nested_call_spec(target: Any, method: str) -> NestedCallSpec | str:
             return f"invalid tool name: a role matches {ROLE_PATTERN} (letters, digits, _ . -; at most 64)"
         if where == "method":
             return f"invalid method name: a method matches {METHOD_PATTERN} (letters, digits, _; at most 64)"
+        if err["type"] == "string_unicode":
+            return f"invalid delegate contract: {where}: not valid unicode (a lone surrogate)"
         return f"invalid delegate contract: {where}: {err['msg']}"
