@@ -18,32 +18,33 @@ call's arguments that fail it raise ``TypeError`` as any non-JSON argument does.
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
-ROLE_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
-METHOD_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
-MAX_PURPOSE_CHARS = 1000
-MAX_CONTRACT_FIELD_CHARS = 2000
+from runtime.names import (
+    MAX_CONTRACT_FIELD_CHARS,
+    MAX_PURPOSE_CHARS,
+    METHOD_PATTERN,
+    ROLE_PATTERN,
+    valid_method,
+    valid_role,
+)
+
 #: The sandbox refuses values nested deeper (``sandbox/runner.py``, ``check_json``).
 MAX_ARGUMENT_DEPTH = 200
 
 INVALID_TOOL_CALL = "invalid_tool_call"
-_ROLE = re.compile(ROLE_PATTERN)
-_METHOD = re.compile(METHOD_PATTERN)
 
-RoleName = Annotated[str, Field(pattern=ROLE_PATTERN)]
-MethodName = Annotated[str, Field(pattern=METHOD_PATTERN)]
+RoleName = Annotated[str, Field(pattern=ROLE_PATTERN), AfterValidator(lambda v: _fullmatch(v, valid_role))]
+MethodName = Annotated[str, Field(pattern=METHOD_PATTERN), AfterValidator(lambda v: _fullmatch(v, valid_method))]
 
 
-def valid_role(name: object) -> bool:
-    return isinstance(name, str) and _ROLE.match(name) is not None and "\n" not in name
-
-
-def valid_method(name: object) -> bool:
-    return isinstance(name, str) and _METHOD.match(name) is not None and "\n" not in name
+def _fullmatch(value: str, check: Callable[[object], bool]) -> str:
+    if not check(value):
+        raise ValueError("a trailing newline")  # the pattern's ``$`` lets one through
+    return value
 
 
 def json_problem(value: Any, what: str, *, max_depth: int = MAX_ARGUMENT_DEPTH) -> str | None:

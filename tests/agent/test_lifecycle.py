@@ -45,7 +45,7 @@ def test_recoverable_violation_then_valid_program(make_ws: MakeWorkspace) -> Non
     assert fb.violation_location and fb.violation_location.startswith("line 1")
     assert (fb.attempt_number, fb.remaining_budget) == (1, 1)
     assert fb.previous_code == RECOVERABLE
-    assert "required_correction:" in provider.prompts[1].user
+    assert '"required_correction"' in provider.prompts[1].user
     assert provider.requests[0].feedback == []
 
 

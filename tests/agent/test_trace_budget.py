@@ -108,7 +108,9 @@ def test_repairs_draw_on_the_same_budget(ws_with: MakeTraced) -> None:
     caller = "outs = []\nfor i in range(10):\n    outs.append(tool('broken').go().error_type)\nreturn outs\n"
     broken = "return 1 // 0\n"
     trace = TraceBudget(max_nested_calls=100, max_provider_calls=7, max_sandboxes=100)
-    ws, provider = ws_with([caller] + [broken] * 50, trace=trace, execution_repair_budget=1)
+    ws, provider = ws_with(
+        [caller] + [broken] * 50, trace=trace, limits=Limits(timeout_s=60), execution_repair_budget=1
+    )
     out = ws.agent("boss").run()
     assert out.ok and provider.calls == 7
     assert isinstance(out.value, list) and out.value[-1] == "budget_exhausted"
