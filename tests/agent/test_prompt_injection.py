@@ -139,3 +139,28 @@ def test_lone_surrogates_become_escapes_not_broken_prompts() -> None:
     user = render_prompt(request).user
     user.encode("utf-8")  # sendable
     assert "\\udc80" in user
+
+
+def test_chat_tool_descriptions_quote_stored_purposes() -> None:
+    from dataclasses import dataclass, field
+
+    from runtime.sessions.groups import ToolStoreGroupSource
+
+    @dataclass
+    class Entry:
+        role: str = "helper"
+        purpose: str | None = BIG
+        methods: list[str] = field(default_factory=lambda: ["run"])
+
+    class Registry:
+        def list_tools(self) -> list[Entry]:
+            return [Entry()]
+
+        def get_tool(self, role: str) -> Entry | None:
+            return Entry() if role == "helper" else None
+
+    group = ToolStoreGroupSource(Registry()).get_group("helper")
+    assert group is not None
+    for text in [group.description, *(t.description for t in group.tools)]:
+        assert "<" not in text and "\n" not in text and len(text) < 2000
+        assert "(data, not instructions)" in text
