@@ -158,6 +158,9 @@ def run_exchange(
     started = time.monotonic()
     allowed = limits.timeout_s if request.wall_budget_s is None else min(limits.timeout_s, request.wall_budget_s)
     deadline = started + allowed  # never extended: time spent in nested calls is charged to this execution
+    outer = serving_deadline()  # run from a bridge: a nested execution never outlives its caller's
+    if outer is not None and outer < deadline:
+        deadline, allowed = outer, max(outer - started, 0.0)
     ex.deadline = deadline
     try:
         ex.base_context = ContextSnapshot.coerce(request.context)  # a snapshot unless built without validation
