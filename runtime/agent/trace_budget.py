@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runtime.errors import ConfigError
+
 ChargeKind = Literal["nested_call", "provider_call", "sandbox"]
 BudgetLimit = Literal["max_nested_calls", "max_provider_calls", "max_sandboxes", "max_wall_s"]
 
@@ -35,6 +37,10 @@ ENV_PREFIX = "SANDFORGE_TRACE_"
 MIN_EXECUTION_S = 0.05
 
 BUDGET_EXHAUSTED = "budget_exhausted"
+
+
+class TraceBudgetError(ConfigError, ValueError):
+    """A trace budget setting (usually a ``SANDFORGE_TRACE_*`` variable) is invalid: one line in the CLI."""
 
 
 class TraceBudget(BaseModel):
@@ -52,7 +58,8 @@ class TraceBudget(BaseModel):
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> TraceBudget:
-        """Defaults, then ``SANDFORGE_TRACE_<FIELD>`` variables, then ``overrides``; a bad value is a ValueError."""
+        """Defaults, then ``SANDFORGE_TRACE_<FIELD>`` variables, then ``overrides``; a bad value is a
+        :class:`TraceBudgetError` (a ValueError and a ConfigError)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for name in cls.model_fields:
@@ -65,7 +72,9 @@ class TraceBudget(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"])
-            raise ValueError(f"invalid trace budget {where}: {err['msg']}") from None
+            raise TraceBudgetError(
+                f"invalid trace budget {where}: {err['msg']}", hint=f"check {ENV_PREFIX}{where.upper()}"
+            ) from None
 
 
 class TraceUsage(BaseModel):
