@@ -64,10 +64,14 @@ def session(sandbox_backend: str, tmp_path: Path) -> Iterator[OpenSession]:
 
 
 def test_a_200kb_injected_purpose_is_refused_and_never_stored(session: OpenSession) -> None:
-    caller = f"o = delegate('helper', purpose={BIG!r}).run()\nreturn [o.ok, o.error_type]\n"
+    caller = (
+        f"try:\n    o = delegate('helper', purpose={BIG!r}).run()\nexcept Exception:\n    return 'refused in sandbox'\n"
+        "return [o.ok, o.error_type]\n"
+    )
     ws1, p1 = session([caller])
     out = ws1.agent("boss").go()
-    assert out.ok and out.value == [False, "invalid_tool_call"]
+    # refused by the host (invalid_tool_call), or already by the runner (invalid_contract, or raised there)
+    assert out.ok and out.value in ([False, "invalid_tool_call"], [False, "invalid_contract"], "refused in sandbox")
     assert p1.calls == 1 and ws1.tools == {}
     ws1.close()
     ws2, p2 = session(["return tool('helper').run().ok\n", "return 1\n"])
