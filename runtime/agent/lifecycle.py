@@ -337,6 +337,7 @@ class CallRun:
         stop = self._meter.charge("provider_call", self.call_deadline)
         if stop is not None:
             raise BudgetStop(stop)
+        request = request.model_copy(update={"time_budget_s": self._meter.time_left(self.call_deadline)})
         self.provider_calls += 1
         candidate = ProgramCandidate.from_generated(self.ws.provider.generate(request))
         if repair is not None:

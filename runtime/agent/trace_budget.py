@@ -178,6 +178,11 @@ class TraceMeter:
         deadline = min(own, self.deadline)
         return max(deadline - now, 0.0), deadline, self.deadline < own
 
+    def time_left(self, call_deadline: float | None) -> float:
+        """Seconds until the trace's or the caller's deadline, whichever is first (at least 1 ms)."""
+        end = self.deadline if call_deadline is None else min(self.deadline, call_deadline)
+        return max(end - time.monotonic(), 0.001)
+
     def wall_exhausted(self) -> Stop:
         """The Stop for an execution that the trace's wall-clock budget ended."""
         return self._exhaust("max_wall_s", "the trace ran out of wall-clock time while a program ran")
