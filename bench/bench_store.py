@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runtime.fsio import atomic_write_bytes
+from runtime.files import write_state_file
 from runtime.store import (
     ArtifactCandidate,
     RegistryEntry,
@@ -79,7 +79,7 @@ def build_registry(store: ToolStore, n: int) -> int:
         )
     reg = RegistryFile(schema_version=REGISTRY_SCHEMA_VERSION, tools=tools)
     data = reg.model_dump_json(indent=2).encode() + b"\n"
-    atomic_write_bytes(store.paths.registry, data)
+    write_state_file(store.paths.tools, store.paths.registry, data)
     return len(data)
 
 

@@ -14,7 +14,9 @@ class SandforgeError(Exception):
         self.hint = hint
 
     def __str__(self) -> str:
-        return self.message if not self.hint else f"{self.message} (hint: {self.hint})"
+        """Always one line (a YAML mark, a path with a newline): the CLI prints it as one ``error:`` line."""
+        text = self.message if not self.hint else f"{self.message} (hint: {self.hint})"
+        return " ".join(text.split())
 
 
 class UsageError(SandforgeError):
@@ -27,3 +29,26 @@ class ConfigError(SandforgeError):
     """A configuration or policy file is malformed; the message names the file and the line."""
 
     exit_code = 2
+
+
+class FileIOError(SandforgeError):
+    """A file sandforge must write or lock could not be: disk full, read-only file system, permissions.
+
+    The original file is left as it was. A distinct exit status, so a script can tell "the program
+    failed" (1) from "the result could not be saved" (5).
+    """
+
+    exit_code = 5
+
+
+class InputFileError(UsageError):
+    """An input file was refused before it was used: missing, not a regular file, over its size bound,
+    not UTF-8, or not decodable (exit 2, like every bad input)."""
+
+
+class InputFileMissing(InputFileError):
+    """The input file does not exist (callers that treat a missing file as empty catch this one)."""
+
+
+class OutputTooLargeError(SandforgeError):
+    """What would be printed or committed is over the message limit; nothing was printed or written."""

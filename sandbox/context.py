@@ -53,10 +53,20 @@ def encode_value(value: Any, what: str = "a context value") -> bytes:
         raise ContextError(f"{what} is not JSON: {exc}") from None
 
 
+def _may_hold_non_finite(body: bytes) -> bool:
+    from sandbox.protocol import may_hold_non_finite  # protocol imports this module
+
+    return may_hold_non_finite(body if isinstance(body, (bytes, bytearray)) else bytes(body))
+
+
 def decode_value(body: bytes, what: str = "a context value") -> Any:
     """Parse one key's JSON text strictly (UTF-8, no NaN/Infinity); ContextError otherwise."""
     try:
-        return pydantic_core.from_json(body, allow_inf_nan=False)
+        value = pydantic_core.from_json(body, allow_inf_nan=False)
+        if not (value is None or isinstance(value, (str, int))) and _may_hold_non_finite(body):
+            # An overflowing literal (1e400) parses to inf even so; json.dumps (in C) refuses it.
+            json.dumps(value, allow_nan=False, ensure_ascii=False, check_circular=False)
+        return value
     except ValueError as exc:
         raise ContextError(f"{what} is not JSON: {exc}") from None
 

@@ -63,12 +63,26 @@ def no_bridge(call: CallFrame) -> dict[str, Any]:
     }
 
 
+#: A send with no execution deadline (the boot frame) is still bounded by this.
+DEFAULT_SEND_TIMEOUT_S = 30.0
+
+
+def send_deadline(deadline: float | None) -> float:
+    """The monotonic time a send must be done by: the caller's deadline or ``DEFAULT_SEND_TIMEOUT_S`` from now."""
+    return time.monotonic() + DEFAULT_SEND_TIMEOUT_S if deadline is None else deadline
+
+
 class WorkerIO(Protocol):
     """How bytes reach a worker. A channel that can pass descriptors (a unix socket) also has
-    ``send_fds(data, fds)``: ``data`` with ``fds`` attached (SCM_RIGHTS); one whose worker confirmed a
-    hand-off directory has ``handoff`` (a ``HandoffDir``). ``send_execute`` looks for both."""
+    ``send_fds(data, fds, deadline)``: ``data`` with ``fds`` attached (SCM_RIGHTS); one whose worker
+    confirmed a hand-off directory has ``handoff`` (a ``HandoffDir``). ``send_execute`` looks for both.
+    One that can tell how many bytes it sent are still unread by the worker has ``unread()``.
 
-    def send(self, data: bytes) -> None: ...
+    Every send is bounded: it raises ``TimeoutError`` when ``deadline`` (``time.monotonic()``; None means
+    ``DEFAULT_SEND_TIMEOUT_S`` from now) passes with bytes still unsent, so a worker that stops reading
+    cannot hold the host."""
+
+    def send(self, data: bytes, deadline: float | None = None) -> None: ...
 
     def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
         """Chunks that arrived within ``timeout`` seconds; an empty chunk means that stream ended."""
@@ -164,9 +178,12 @@ def run_exchange(
     ex.deadline = deadline
     try:
         ex.base_context = ContextSnapshot.coerce(request.context)  # a snapshot unless built without validation
-        send_execute(io, request, ex.base_context, limits.max_message_bytes)
+        send_execute(io, request, ex.base_context, limits.max_message_bytes, deadline=deadline)
     except (ProtocolError, ContextError) as exc:
         ex.failure = (ErrorType.INVALID_REQUEST, str(exc))
+        return ex
+    except TimeoutError:
+        ex.failure = (ErrorType.TIMEOUT, f"the sandbox did not take the program within the {limits.timeout_s:g}s limit")
         return ex
     except OSError as exc:
         ex.failure = (ErrorType.SANDBOX_UNAVAILABLE, f"could not send the program to the sandbox: {exc}")
@@ -186,10 +203,14 @@ def run_exchange(
                 ex.stray_stdout.add(chunk)
             else:
                 try:
-                    _handle_frames(io, reader.feed(chunk), ex, handler, limits)
+                    _handle_frames(io, reader, reader.feed(chunk), ex, handler, limits, deadline)
                 except ProtocolError as exc:
                     ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {exc}")
                     ex.context = None
+                    break
+                except TimeoutError:
+                    ex.failure = (ErrorType.TIMEOUT, f"execution exceeded the {limits.timeout_s:g}s time limit "
+                                                     "(the sandbox stopped reading)")  # fmt: skip
                     break
         if ex.stderr.truncated or ex.stray_stdout.truncated:
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
@@ -218,8 +239,9 @@ def fd_budget(limits: Limits) -> int:
 
 
 def send_execute(
-    io: WorkerIO, request: ExecutionRequest, context: ContextSnapshot, max_bytes: int, fd_limit: int | None = None
-) -> None:
+    io: WorkerIO, request: ExecutionRequest, context: ContextSnapshot, max_bytes: int, fd_limit: int | None = None,
+    *, deadline: float | None = None,
+) -> None:  # fmt: skip
     """The execute frame, then each context key's text as a frame of its own, ``max_bytes`` in all.
 
     The texts are sent as the snapshot holds them: nothing is encoded or escaped again. Small frames are
@@ -228,7 +250,7 @@ def send_execute(
     memfds attached to the execute frame instead: announced as ``[key, length, index]``, not copied at all;
     where the worker has a confirmed hand-off directory (``io.handoff``), they are written there as files.
     """
-    send_fds: Callable[[bytes, list[int]], None] | None = getattr(io, "send_fds", None)
+    send_fds: Callable[[bytes, list[int], float | None], None] | None = getattr(io, "send_fds", None)
     handoff: HandoffDir | None = getattr(io, "handoff", None)
     limit = fd_budget(request.limits) if fd_limit is None else fd_limit
     passed: dict[str, int] = {}
@@ -258,10 +280,10 @@ def send_execute(
 
     def flush(data: bytes) -> None:
         if fds and send_fds is not None:
-            send_fds(data, fds)  # the descriptors ride on the execute frame's first byte
+            send_fds(data, fds, deadline)  # the descriptors ride on the execute frame's first byte
             fds.clear()
         else:
-            io.send(data)
+            io.send(data, deadline)
 
     for key, text in context.items():
         if key in passed:
@@ -272,17 +294,27 @@ def send_execute(
             continue
         flush(bytes(pending))
         pending.clear()
-        io.send(text)
+        io.send(text, deadline)
     if pending:
         flush(bytes(pending))
 
 
-def _accept_result(ex: Exchange, frame: ResultFrame, size: int, max_bytes: int) -> None:
-    """Check what a result frame announces before any of its key frames is read."""
+def _accept_result(ex: Exchange, frame: ResultFrame, size: int, limits: Limits) -> None:
+    """Check what a result frame announces before any of its key frames is read: every field within what
+    the runner can produce for this request (a forged frame must gain nothing over returning a value)."""
+    max_bytes = limits.max_message_bytes
     changed = [key for key, _ in frame.context_changed]
     deleted = frame.context_deleted
     if frame.status != "ok" and (changed or deleted):
         raise ProtocolError("an error result carries context changes")
+    if (frame.status == "ok") == (frame.error is not None):
+        raise ProtocolError("an ok result with an error, or an error result without one")
+    if frame.status != "ok" and frame.value is not None:
+        raise ProtocolError("an error result carries a value")
+    for name in ("stdout", "stderr"):
+        text: str = getattr(frame, name)
+        if len(text) > limits.max_output_bytes and len(text.encode("utf-8", "replace")) > limits.max_output_bytes:
+            raise ProtocolError(f"the result's {name} exceeds the {limits.max_output_bytes}-byte output limit")
     if len(set(changed)) != len(changed) or len(set(deleted)) != len(deleted) or set(changed) & set(deleted):
         raise ProtocolError("the result names a context key twice")
     if any(key not in ex.base_context for key in deleted):
@@ -315,18 +347,43 @@ def _finish_context(ex: Exchange) -> None:
         ex.context = ex.base_context.with_changes(ex.changed, ex.result.context_deleted)
 
 
-def _handle_frames(io: WorkerIO, bodies: list[bytes], ex: Exchange, handler: BridgeHandler, limits: Limits) -> float:
-    """Process complete frames; returns the seconds spent in nested calls (charged to this call: the
-    deadline is not moved, see ``run_exchange``; the time is kept in ``ex.bridge_s`` for the record)."""
+def _unread(io: WorkerIO) -> int:
+    """Bytes the host sent that the worker has not read yet (0 where the channel cannot tell)."""
+    unread: Callable[[], int] | None = getattr(io, "unread", None)
+    if unread is None:
+        return 0
+    try:
+        return unread()
+    except OSError:
+        return 0
+
+
+def _handle_frames(
+    io: WorkerIO, reader: FrameReader, bodies: list[bytes], ex: Exchange, handler: BridgeHandler, limits: Limits,
+    deadline: float,
+) -> float:  # fmt: skip
+    """Process complete frames; returns the seconds spent in nested calls. They are charged to this call:
+    ``deadline`` is never moved (see ``run_exchange``); the time is kept in ``ex.bridge_s`` for the record.
+
+    A nested call is synchronous: after a ``call`` frame the runner writes nothing until it has read the
+    whole reply. So anything after a call frame in the same read, and a call frame while a reply (or the
+    request) still sits unread in the channel, is a protocol violation: a program that floods calls without
+    reading is stopped at once instead of filling the channel until the host's send blocks."""
     paused = 0.0
-    for body in bodies:
+    for index, body in enumerate(bodies):
         if ex.result is not None:
             _accept_context_text(ex, body)
             continue
         frame = decode_runner_frame(body)
         if isinstance(frame, ResultFrame):
-            _accept_result(ex, frame, len(body), limits.max_message_bytes)
+            _accept_result(ex, frame, len(body), limits)
         elif isinstance(frame, CallFrame):
+            if index + 1 < len(bodies) or reader.pending:
+                raise ProtocolError("the sandbox wrote past a nested call before reading its reply")
+            if _unread(io):
+                raise ProtocolError("a nested call arrived before the previous reply (or the request) was read")
+            if frame.id != ex.nested_calls:
+                raise ProtocolError(f"nested call {frame.id} out of order (expected {ex.nested_calls})")
             began = time.monotonic()
             outer, _SERVING.deadline = serving_deadline(), ex.deadline
             try:
@@ -342,10 +399,14 @@ def _handle_frames(io: WorkerIO, bodies: list[bytes], ex: Exchange, handler: Bri
                                                           "error_message": "nested result too large"}),
                     limits.max_message_bytes,
                 )  # fmt: skip
-            io.send(reply)
             spent = time.monotonic() - began
             paused += spent
             ex.bridge_s += spent
+            if time.monotonic() >= deadline:
+                return paused  # the nested call used up this execution's time: run_exchange reports the timeout
+            # A worker that is gone (killed, out of memory) cannot take the reply: its exit tells what happened.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                io.send(reply, deadline)
         else:
             raise ProtocolError("a second ready frame")
     return paused
@@ -361,13 +422,18 @@ class ExitInfo:
     usage: ResourceUsage | None = None
 
 
-SIGKILL, SIGXCPU, SIGSYS = 9, 24, 31
+SIGKILL, SIGALRM, SIGXCPU, SIGSYS = 9, 14, 24, 31
 
 
 def build_outcome(
-    ex: Exchange, exit_info: ExitInfo, *, backend: str, protections: dict[str, bool], limits: Limits
-) -> ExecutionOutcome:
-    """Combine the exchange and the exit into one outcome; host observations beat runner claims."""
+    ex: Exchange, exit_info: ExitInfo, *, backend: str, protections: dict[str, bool], limits: Limits,
+    exit_observed: bool = False,
+) -> ExecutionOutcome:  # fmt: skip
+    """Combine the exchange and the exit into one outcome; host observations beat runner claims.
+
+    ``exit_observed``: the backend waited for the worker's exit (subprocess), so an ok result also needs
+    a clean exit; a runner exits 0 right after writing its result, anything else means it was not the
+    runner that wrote it (or it did not finish)."""
     usage = exit_info.usage or ResourceUsage(
         cpu_time_s=ex.result.cpu_time_s if ex.result else 0.0,
         peak_memory_mb=ex.result.peak_memory_mb if ex.result else 0.0,
@@ -396,6 +462,10 @@ def build_outcome(
     common["stdout_truncated"] = stdout_truncated
 
     failure = ex.failure or _exit_failure(ex, exit_info, limits, usage)
+    clean = exit_info.exit_code == 0 and exit_info.signal is None
+    if failure is None and exit_observed and not clean and ex.result is not None and ex.result.status == "ok":
+        how = f"signal {exit_info.signal}" if exit_info.signal else f"exit status {exit_info.exit_code}"
+        failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox reported success but ended with {how}")
     if failure is not None:
         return ExecutionOutcome.failure(failure[0], failure[1], **common)
     result = ex.result
@@ -405,7 +475,10 @@ def build_outcome(
         meta = {**common["metadata"], "exception": err.exception, "line": err.line}
         if err.tool_error_type:
             meta["tool_error_type"] = err.tool_error_type
-        return ExecutionOutcome.failure(err.type, err.message, retriable=err.retriable, **{**common, "metadata": meta})
+        # Only a program's own Outcome.error says whether it may be retried; the runner's other errors are
+        # the program's, never extrinsic (RETRIABLE holds none of the types a runner may send).
+        retriable = err.retriable if err.type == ErrorType.TOOL_ERROR else None
+        return ExecutionOutcome.failure(err.type, err.message, retriable=retriable, **{**common, "metadata": meta})
     if result.status != "ok" or ex.context is None:
         return ExecutionOutcome.failure(
             ErrorType.SANDBOX_VIOLATION, "the sandbox returned an incomplete result", **common
@@ -422,6 +495,8 @@ def _exit_failure(
         return ErrorType.MEMORY_LIMIT, f"memory limit of {limits.memory_mb} MB exceeded"
     if exit_info.signal == SIGXCPU:
         return ErrorType.TIMEOUT, f"CPU time limit of {limits.effective_cpu_s}s exceeded"
+    if exit_info.signal == SIGALRM:  # the runner's own wall-clock backstop (the host's deadline is earlier)
+        return ErrorType.TIMEOUT, f"execution exceeded the {limits.timeout_s:g}s time limit"
     if ex.result is not None:
         return None
     if usage.peak_memory_mb >= 0.9 * limits.memory_mb:

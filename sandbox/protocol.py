@@ -20,6 +20,7 @@ by dockerd get them as files in a read-only hand-off directory instead (``sandbo
 from __future__ import annotations
 
 import json
+import math
 import struct
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -34,6 +35,7 @@ from pydantic import (
     PrivateAttr,
     TypeAdapter,
     ValidationError,
+    field_validator,
 )
 
 from sandbox.context import ContextSnapshot
@@ -303,15 +305,38 @@ class CallFrame(BaseModel):
     kwargs: JsonDict = Field(default_factory=dict)
 
 
+#: The error types a runner may report. The others are the host's own observations (``timeout``,
+#: ``sandbox_unavailable``, ``guardrail_violation``): a result frame claiming one is forged.
+RUNNER_ERROR_TYPES: frozenset[ErrorType] = frozenset({
+    ErrorType.EXECUTION, ErrorType.INVALID_CODE, ErrorType.NON_SERIALIZABLE_RESULT, ErrorType.SANDBOX_VIOLATION,
+    ErrorType.MEMORY_LIMIT, ErrorType.OUTPUT_LIMIT, ErrorType.TOOL_ERROR, ErrorType.INVALID_REQUEST,
+})  # fmt: skip
+#: Bounds of a result frame's fields, as the runner produces them (``sandbox/runner.py``).
+MAX_ERROR_MESSAGE = 4096
+MAX_NAME = 200
+MAX_STDOUT_BYTES = 16 * 1024 * 1024  # the largest ``Limits.max_output_bytes``; a request's own is checked too
+#: A frame nests at most this deep (jiter's limit): a value inside a frame at most one level less.
+MAX_FRAME_DEPTH = 201
+MAX_VALUE_DEPTH = MAX_FRAME_DEPTH - 1
+_Usage = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
+
+
 class RunnerError(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: ErrorType
-    message: str = Field(max_length=4096)
-    exception: str | None = Field(None, max_length=200)
-    line: int | None = None
+    message: str = Field(max_length=MAX_ERROR_MESSAGE)
+    exception: str | None = Field(None, max_length=MAX_NAME)
+    line: int | None = Field(None, ge=0, le=1 << 31)
     retriable: bool | None = None
-    tool_error_type: str | None = Field(None, max_length=200)
+    tool_error_type: str | None = Field(None, max_length=MAX_NAME)
+
+    @field_validator("type")
+    @classmethod
+    def _runner_may_send(cls, value: ErrorType) -> ErrorType:
+        if value not in RUNNER_ERROR_TYPES:
+            raise ValueError(f"error type {value.value!r} is the host's to report, not the runner's")
+        return value
 
 
 class ResultFrame(BaseModel):
@@ -327,12 +352,12 @@ class ResultFrame(BaseModel):
     )
     context_deleted: list[str] = Field(default_factory=list)
     error: RunnerError | None = None
-    stdout: str = ""
-    stderr: str = ""
+    stdout: str = Field("", max_length=MAX_STDOUT_BYTES)
+    stderr: str = Field("", max_length=MAX_STDOUT_BYTES)
     stdout_truncated: bool = False
     stderr_truncated: bool = False
-    cpu_time_s: float = 0.0
-    peak_memory_mb: float = 0.0
+    cpu_time_s: _Usage = 0.0
+    peak_memory_mb: _Usage = 0.0
 
 
 RunnerFrame = Annotated[ReadyFrame | CallFrame | ResultFrame, Field(discriminator="type")]
@@ -352,11 +377,64 @@ def encode_frame(frame: BaseModel | dict[str, Any], max_bytes: int) -> bytes:
 
 
 def decode_runner_frame(body: bytes) -> ReadyFrame | CallFrame | ResultFrame:
-    """Validate one frame that came out of the sandbox. Anything unexpected is a ProtocolError."""
+    """Validate one frame that came out of the sandbox. Anything unexpected is a ProtocolError.
+
+    Strict JSON only: jiter refuses ``NaN``/``Infinity`` tokens here and bounds the depth, but turns an
+    overflowing literal (``1e400``) into ``inf``; ``ensure_finite`` refuses that afterwards."""
     try:
-        return _RUNNER_FRAME.validate_json(body)
+        frame = _RUNNER_FRAME.validate_json(body)
     except ValidationError as exc:
-        raise ProtocolError(f"malformed frame from sandbox: {exc.errors()[0]['msg']}") from exc
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        at = f" (at {where})" if where else ""
+        raise ProtocolError(f"malformed frame from sandbox: {error['msg']}{at}") from exc
+    if isinstance(frame, ReadyFrame) or (isinstance(frame, ResultFrame) and _scalar(frame.value)):
+        return frame  # its other numbers are fields pydantic checks (finite, bounded)
+    if not may_hold_non_finite(body):
+        return frame
+    if isinstance(frame, ResultFrame):
+        ensure_finite(frame.value, "the result value")
+    else:
+        ensure_finite(frame.args, "a nested call's arguments")
+        ensure_finite(frame.kwargs, "a nested call's arguments")
+    return frame
+
+
+_SHAPE = bytearray(b" " * 256)
+for _digit in b"0123456789":
+    _SHAPE[_digit] = ord("0")
+_SHAPE[ord("e")] = _SHAPE[ord("E")] = ord("e")
+_SHAPE[ord("+")] = ord("+")
+_NUMBER_SHAPE = bytes(_SHAPE)
+
+
+def may_hold_non_finite(body: bytes) -> bool:
+    """Whether JSON text can parse to a non-finite float: a NaN/Infinity token, a number with an exponent,
+    or one with 309 or more digits in a row. Checked at C speed on the bytes (a translate and a few
+    searches), so the exact check (``ensure_finite``, a walk of the parsed value) runs only when needed."""
+    if b"NaN" in body or b"Infinity" in body:
+        return True
+    shape = body.translate(_NUMBER_SHAPE)
+    return b"0e0" in shape or b"0e+0" in shape or b"0" * 309 in shape
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int)) or (isinstance(value, float) and math.isfinite(value))
+
+
+def ensure_finite(value: Any, what: str) -> None:
+    """ProtocolError if ``value`` holds a non-finite float (what an overflowing literal such as ``1e400``
+    parses to). Checked by ``json.dumps`` in C, which refuses them with ``allow_nan=False``."""
+    if value is None or isinstance(value, (str, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ProtocolError(f"{what} holds a non-finite number")
+        return
+    try:
+        json.dumps(value, allow_nan=False, ensure_ascii=False, check_circular=False)
+    except ValueError:
+        raise ProtocolError(f"{what} holds a non-finite number") from None
 
 
 class FrameReader:

@@ -38,6 +38,7 @@ import json
 import mmap
 import os
 import resource
+import select
 import signal
 import socket
 import stat
@@ -97,6 +98,13 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
+PR_GET_PDEATHSIG = 2
+#: The runner's own wall-clock backstop: SIGALRM (default action: terminate) this long after the host's
+#: deadline, paused while a nested call is answered. The host kills at its deadline; this only matters when
+#: the host cannot (killed, hung).
+BACKSTOP_GRACE_S = 2.0
+#: The frames-in channel, watched for the host's hang-up by the pid-namespace parent (``_become_pid1``).
+_HOST_CHANNEL_FD: int | None = None
 SECCOMP_MODE_FILTER = 2
 
 
@@ -382,22 +390,70 @@ def _private_root(libc: ctypes.CDLL, workdir: str, disk_mb: int, owner: tuple[in
     os.chdir("/")
 
 
+def _parent_death_signal(libc: ctypes.CDLL) -> int:
+    """The parent-death signal in force (0: none). A change of credentials (setuid, a new user namespace)
+    clears it, so it is read before each such change and set again after (``_rearm_parent_death``)."""
+    value = ctypes.c_int(0)
+    libc.prctl(PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0)
+    return value.value
+
+
+def _rearm_parent_death(libc: ctypes.CDLL, sig: int) -> None:
+    if sig:
+        libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def _wait_or_hang_up(pid: int, watch: int | None) -> int:
+    """Wait for ``pid``; if the host hangs up the frames-in channel first (it died), kill ``pid`` then."""
+    if watch is not None and hasattr(os, "pidfd_open"):
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = -1
+        if pidfd >= 0:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            poller.register(watch, select.POLLRDHUP)
+            done = False
+            while not done:
+                try:
+                    events = poller.poll()
+                except InterruptedError:
+                    continue
+                for fd, event in events:
+                    if fd == pidfd:
+                        done = True
+                    elif event & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                        with contextlib.suppress(OSError):
+                            os.kill(pid, signal.SIGKILL)  # the host is gone: nobody wants the result
+                        done = True
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            return status
+        except InterruptedError:
+            continue
+
+
 def _become_pid1(libc: ctypes.CDLL) -> None:
     """After unshare(CLONE_NEWPID), fork so the executing process is pid 1 of the new namespace.
 
-    The parent keeps no channel open; it waits and mirrors the child's exit, so the host sees one status.
+    The parent keeps only the frames-in channel open, to watch it: it waits and mirrors the child's exit,
+    so the host sees one status, and kills the child when the host hangs up (a killed host leaves nothing
+    running). The child dies with the parent (its parent-death signal, re-armed after each privilege change).
     """
     pid = os.fork()
     if pid == 0:
         libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
         return
-    os.closerange(0, 4096)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
+    watch = _HOST_CHANNEL_FD
+    if watch is None:
+        os.closerange(0, 4096)
+    else:
+        if watch > 0:  # closerange(0, 0) would close everything (close_range with last = -1)
+            os.closerange(0, watch)
+        os.closerange(watch + 1, 4096)
+    status = _wait_or_hang_up(pid, watch)
     if os.WIFSIGNALED(status):
         os._exit(128 + os.WTERMSIG(status))
     os._exit(os.WEXITSTATUS(status))
@@ -444,12 +500,14 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     pid_ns = False
     if boot.get("namespaces"):
+        death_signal = _parent_death_signal(libc)
         try:
             for name in _enter_namespaces(libc):
                 active[name] = True
             pid_ns = True
         except OSError as exc:
             errors.append(f"namespaces: {exc}")
+        _rearm_parent_death(libc, death_signal)  # a new user namespace clears it
     workdir = boot.get("workdir")
     if boot.get("chroot") and workdir:
         try:
@@ -462,6 +520,7 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
     if pid_ns:
         _become_pid1(libc)
     if uid is not None and gid is not None and os.geteuid() == 0:
+        death_signal = _parent_death_signal(libc)
         try:
             os.setgroups([])
             os.setgid(gid)
@@ -469,6 +528,7 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
             active["unprivileged_user"] = True
         except OSError as exc:
             errors.append(f"drop privileges: {exc}")
+        _rearm_parent_death(libc, death_signal)  # setuid/setgid clear it
     elif os.geteuid() != 0:
         active["unprivileged_user"] = True
     try:
@@ -487,6 +547,383 @@ def lock_down(boot: dict[str, Any]) -> tuple[dict[str, bool], list[str]]:
     return active, errors
 
 
+# --- the inner wall: what each allowed module exposes, and what the runner checks around the program --------
+#
+# Every public callable of every allowed module was audited (docs/security.md, "The inner wall's real
+# guarantees") for: attribute access with caller-chosen names, eval/exec/compile of caller strings, file or
+# descriptor opening, implicit calls with runner objects, and process-global side effects. What failed the
+# audit is withheld (WITHHELD_NAMES) or replaced (MODULE_WRAPPERS); a module added to ALLOWED_MODULES must be
+# audited the same way and listed in AUDITED_MODULES (a test enforces it).
+
+#: Allowed modules whose whole public surface has been audited (see docs/security.md).
+AUDITED_MODULES = frozenset({
+    "base64", "bisect", "calendar", "cmath", "collections", "copy", "csv", "datetime", "decimal", "fractions",
+    "functools", "hashlib", "heapq", "html", "html.parser", "itertools", "json", "math", "operator", "random",
+    "re", "statistics", "string", "textwrap", "time", "unicodedata", "urllib.parse", "xml.etree.ElementTree",
+    # audited by issue 15 (h-compat's COMPAT_MODULES, with their own withheld names)
+    "abc", "dataclasses", "enum", "io", "typing",
+})  # fmt: skip
+
+#: Public names the audit withholds, per module, with the reason a program is told when it uses one. These
+#: come on top of ALLOWED_MODULES' own withheld names (same effect, same message).
+WITHHELD_NAMES: dict[str, dict[str, str]] = {
+    "base64": {
+        "main": "reads the runner's protocol channel (sys.stdin) and sys.argv",
+        "test": "reads the runner's protocol channel (sys.stdin) and sys.argv",
+    },
+    "calendar": {
+        "main": "parses a command line and writes to the runner's own stdout",
+        "different_locale": "changes the process-wide locale",
+        "LocaleTextCalendar": "changes the process-wide locale",
+        "LocaleHTMLCalendar": "changes the process-wide locale",
+    },
+    "copy": {"dispatch_table": "a process-wide registry whose entries copy() calls, setting attributes by name"},
+    "datetime": {"datetime_CAPI": "a raw C-API capsule"},
+    "functools": {
+        "update_wrapper": "copies and updates attributes named by the caller (such as __globals__)",
+        "singledispatch": "evaluates annotations with eval() outside the sandbox's compiler",
+        "singledispatchmethod": "evaluates annotations with eval() outside the sandbox's compiler",
+        "WRAPPER_ASSIGNMENTS": "only meaningful for update_wrapper",
+        "WRAPPER_UPDATES": "only meaningful for update_wrapper",
+        "GenericAlias": "builds aliases of arbitrary objects that forward attribute reads",
+        "RLock": "a threading primitive",
+        "get_cache_token": "an abc-internal token",
+        "recursive_repr": "wraps special methods by name",
+    },
+    "time": {
+        "clock_settime": "sets the system clock",
+        "clock_settime_ns": "sets the system clock",
+        "tzset": "re-reads the process environment and changes process-wide state",
+    },
+    "xml.etree.ElementTree": {"dump": "writes to the runner's own stdout; use tostring()"},
+}
+
+_STRINGY = (str, bytes, bytearray, int, os.PathLike)
+_MISSING_ARG: Any = object()
+
+
+class SandboxViolation(Exception):
+    """The program used something the inner wall refuses. Sticky: recorded in ``VIOLATIONS`` when raised,
+    so catching it does not help; the execution ends as ``sandbox_violation`` whatever it returns."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        if len(VIOLATIONS) < 16:
+            VIOLATIONS.append(message[:1000])
+
+
+#: The violations of this execution (one runner process serves one execution).
+VIOLATIONS: list[str] = []
+
+
+def withheld(module: str) -> dict[str, str]:
+    """Every name withheld from ``module``'s proxy, with its reason."""
+    names = dict.fromkeys(ALLOWED_MODULES.get(module, ()), "it bypasses the attribute guards or touches files")
+    names.update(WITHHELD_NAMES.get(module, {}))
+    return names
+
+
+def withheld_name(module: str, name: str) -> SandboxViolation:
+    reason = withheld(module).get(name, "it is not part of the audited surface")
+    return SandboxViolation(
+        f"module {module!r} has no attribute {name!r}: {module}.{name} is withheld in the sandbox: {reason}"
+    )
+
+
+def _safe_wraps(wrapped: Any, assigned: Any = _MISSING_ARG, updated: Any = _MISSING_ARG) -> Any:
+    """``functools.wraps`` for decorators: copies only ``__name__``, ``__qualname__``, ``__doc__`` and
+    ``__module__`` (strings) onto a function the program defined. The real one copies and updates any
+    attribute the caller names (``updated=("__globals__",)`` copied a module's globals into the program's)."""
+    if assigned is not _MISSING_ARG or updated is not _MISSING_ARG:
+        raise SandboxViolation("functools.wraps(assigned=..., updated=...) is withheld in the sandbox: it copies "
+                               "attributes named by the caller; use @functools.wraps(func)")  # fmt: skip
+
+    def decorate(wrapper: Any) -> Any:
+        if type(wrapper) is not types.FunctionType or wrapper.__code__.co_filename != TOOL_FILENAME:
+            raise TypeError("functools.wraps in the sandbox decorates functions the program defines")
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+            value = getattr(wrapped, attr, None)
+            if type(value) is str:
+                setattr(wrapper, attr, value)
+        return wrapper
+
+    return decorate
+
+
+def _safe_canonicalize(xml_data: Any = None, *, out: Any = None, from_file: Any = None, **options: Any) -> Any:
+    """``xml.etree.ElementTree.canonicalize`` without file opening: ``from_file`` must be an object with a
+    ``read`` method (as ``io.StringIO`` is), never a path or a descriptor number, which the real one opens."""
+    import xml.etree.ElementTree as ET
+
+    if from_file is not None and (isinstance(from_file, _STRINGY) or not callable(getattr(from_file, "read", None))):
+        raise SandboxViolation(
+            "xml.etree.ElementTree.canonicalize(from_file=...) takes a file-like object with a read() method in "
+            "the sandbox, never a path or descriptor; pass the text as xml_data"
+        )
+    return ET.canonicalize(xml_data, out=out, from_file=from_file, **options)
+
+
+#: Public names replaced by a runner function of the same contract, minus the unsafe part.
+MODULE_WRAPPERS: dict[str, dict[str, Any]] = {
+    "functools": {"wraps": _safe_wraps},
+    "xml.etree.ElementTree": {"canonicalize": _safe_canonicalize},
+}
+
+#: Special methods a program may never define, whatever else the compiler allows: the standard library calls
+#: them implicitly and acts on their results by name (copy's reduce protocol sets attributes named by the
+#: state it returns), or they run at moments the runner does not control (``__del__``, class creation hooks).
+NEVER_DEFINED = frozenset({
+    "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__",
+    "__copy__", "__deepcopy__", "__getattribute__", "__del__", "__class_getitem__", "__init_subclass__",
+    "__set_name__", "__mro_entries__", "__prepare__", "__instancecheck__", "__subclasscheck__",
+    "__subclasshook__", "__fspath__",
+})  # fmt: skip
+
+
+_STRING_ANNOTATION = (
+    "String annotations are not allowed: type-hint helpers evaluate them as code, outside the sandbox's "
+    'compiler; write the annotation as an expression (x: Node, not x: "Node") or drop it'
+)
+#: Fields of a statement that hold statements (annotations and definitions live only in statements).
+_BODY_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+_BODIES: dict[type, tuple[str, ...]] = {}
+
+
+def string_in_annotation(annotation: ast.expr | None) -> ast.AST | None:
+    """The first string (or f-string) in an annotation that type-hint helpers would evaluate: not the values
+    of ``Literal[...]`` nor the metadata of ``Annotated[type, ...]``, which they keep as data. Names,
+    attributes, subscripts, unions and tuples (nearly every annotation) take the fast paths."""
+    stack: list[ast.AST] = [] if annotation is None else [annotation]
+    while stack:
+        part = stack.pop()
+        kind = type(part)
+        if kind is ast.Name:
+            continue
+        if kind is ast.Constant:
+            if isinstance(part.value, (str, bytes)):  # type: ignore[attr-defined]
+                return part
+            continue
+        if kind is ast.JoinedStr:
+            return part
+        if kind is ast.Attribute:
+            stack.append(part.value)  # type: ignore[attr-defined]
+        elif kind is ast.Subscript:
+            head, index = part.value, part.slice  # type: ignore[attr-defined]
+            name = head.id if type(head) is ast.Name else head.attr if type(head) is ast.Attribute else ""
+            stack.append(head)
+            if name == "Literal":
+                continue
+            if name == "Annotated" and type(index) is ast.Tuple and index.elts:
+                stack.append(index.elts[0])
+                continue
+            stack.append(index)
+        elif kind is ast.BinOp:
+            stack.extend((part.left, part.right))  # type: ignore[attr-defined]
+        elif kind is ast.Tuple or kind is ast.List:
+            stack.extend(part.elts)  # type: ignore[attr-defined]
+        else:
+            stack.extend(ast.iter_child_nodes(part))
+    return None
+
+
+def inner_wall_refusal(tree: ast.Module) -> tuple[str, int | None] | None:
+    """Why the parsed program may not run (message, line), or None. Two refusals the compiler does not make:
+
+    - a string anywhere in an annotation: annotations are never evaluated in the sandbox, but a string one is
+      code that the standard library's type-hint helpers evaluate with ``eval()`` outside the restricted
+      compiler (how ``functools.singledispatch`` reached ``os``); write the annotation as an expression;
+    - a definition of a ``NEVER_DEFINED`` special method.
+
+    Annotations and definitions only occur in statements, so only statements are walked (iteratively): a
+    few percent of a program's nodes.
+    """
+    stack: list[Any] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        annotations: list[ast.expr | None] = []
+        name = None
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+            annotations.extend(a.annotation for a in every if a is not None)
+            annotations.append(node.returns)
+            name = node.name
+        elif isinstance(node, ast.ClassDef):
+            name = node.name
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+            if isinstance(node.target, ast.Name):
+                name = node.target.id
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id in NEVER_DEFINED:
+                    name = target.id
+        for annotation in annotations:
+            part = string_in_annotation(annotation)
+            if part is not None:
+                return _STRING_ANNOTATION, getattr(part, "lineno", None)
+        if name in NEVER_DEFINED:
+            message = f"defining {name} is not allowed in the sandbox: the standard library calls it implicitly"
+            return message, getattr(node, "lineno", None)
+        fields = _BODIES.get(type(node))
+        if fields is None:
+            fields = _BODIES[type(node)] = tuple(f for f in _BODY_FIELDS if f in type(node)._fields)
+        for field in fields:
+            stack.extend(getattr(node, field))
+    return None
+
+
+#: Every sealed proxy's module name, by ``id`` of the proxy (kept off the proxy, where the program would see it).
+_PROXY_MODULES: dict[int, str] = {}
+
+
+class ModuleProxy(types.SimpleNamespace):
+    """A namespace proxy once sealed: reading a withheld name is a ``SandboxViolation``; any other missing
+    name an ``AttributeError``."""
+
+    def __getattr__(self, attr: str) -> Any:
+        module = _PROXY_MODULES.get(id(self), "module")
+        if attr in withheld(module):
+            raise withheld_name(module, attr)
+        raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+
+
+def _withheld_getattr(module: str) -> Any:
+    """A module proxy's ``__getattr__`` (PEP 562: consulted only for names the proxy does not have)."""
+
+    def __getattr__(attr: str) -> Any:
+        if attr in withheld(module):
+            raise withheld_name(module, attr)
+        raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+
+    return __getattr__
+
+
+def seal_proxy(proxy: Any, module: str) -> None:
+    """Apply the inner wall to a freshly filled proxy of ``module``, whatever kind of object the proxy is:
+    remove every withheld name, put ``MODULE_WRAPPERS``' replacements in place, and make reading a withheld
+    name a ``SandboxViolation`` (a namespace proxy changes class; a module-object proxy gets a module-level
+    ``__getattr__``, so reading present names keeps the interpreter's fast path)."""
+    for name in withheld(module):
+        if name in vars(proxy):
+            delattr(proxy, name)
+    for name, wrapper in MODULE_WRAPPERS.get(module, {}).items():
+        if name in vars(proxy):
+            setattr(proxy, name, wrapper)
+    _PROXY_MODULES[id(proxy)] = module
+    if isinstance(proxy, types.ModuleType):
+        vars(proxy)["__getattr__"] = _withheld_getattr(module)
+    elif isinstance(proxy, types.SimpleNamespace) and not isinstance(proxy, ModuleProxy):
+        proxy.__class__ = ModuleProxy
+
+
+def _real_module(value: types.ModuleType) -> bool:
+    """An imported module (it has a spec, or is in ``sys.modules`` as itself), not a runner-made proxy."""
+    return vars(value).get("__spec__") is not None or sys.modules.get(value.__name__) is value
+
+
+class GlobalsSeal:
+    """What the runner put into the program's globals, checked after the program returns and before each
+    nested call is answered: the same objects under the runner's names, the same builtins dict with the
+    same contents, and no real module object anywhere in the globals (programs only ever get proxies).
+    A difference means the program rewrote its own namespace (``update_wrapper(..., updated=("__globals__",))``
+    did, importing ``sys`` and the real builtins): ``sandbox_violation``."""
+
+    def __init__(self, namespace: dict[str, Any]) -> None:
+        self.namespace = namespace
+        self.installed = dict(namespace)
+        builtins = namespace.get("__builtins__")
+        self.builtins = builtins
+        self.builtin_items = dict(builtins) if isinstance(builtins, dict) else {}
+
+    def add(self, name: str) -> None:
+        """Seal one more runner-installed name (the program function, once defined)."""
+        self.installed[name] = self.namespace.get(name)
+
+    def check(self) -> None:
+        namespace = self.namespace
+        for name, value in self.installed.items():
+            if namespace.get(name, _MISSING_ARG) is not value:
+                raise SandboxViolation(f"the program's globals were rewritten: {name!r} is not the runner's")
+        builtins = self.builtins
+        if isinstance(builtins, dict) and (
+            len(builtins) != len(self.builtin_items)
+            or any(builtins.get(key, _MISSING_ARG) is not value for key, value in self.builtin_items.items())
+        ):
+            raise SandboxViolation("the program's builtins were rewritten")
+        for name, value in namespace.items():
+            if isinstance(value, types.ModuleType) and name not in self.installed and _real_module(value):
+                raise SandboxViolation(f"the program's globals hold the real module {value.__name__!r} as {name!r}")
+
+
+#: Modules the runner needs only until lock-down. Afterwards they are dropped from ``sys.modules`` and from
+#: the runner's own globals, so an escaped program does not find them there (memory-mapping, foreign
+#: calls, sockets, limits and signals). What still needs them later keeps only the values it uses.
+FORGOTTEN_MODULES = ("ctypes", "_ctypes", "mmap", "resource", "socket", "_socket", "select", "fcntl", "signal")
+#: Of those, the ones the runner's own code no longer uses once the program runs (the channel still uses
+#: ``socket`` and may use ``select``): their names in this module's globals are cleared too.
+_RUNNER_FORGETS = ("ctypes", "mmap", "resource", "fcntl", "signal")
+#: What the result needs from ``resource`` after it is forgotten.
+_GETRUSAGE, _RUSAGE_SELF = resource.getrusage, resource.RUSAGE_SELF
+#: What the backstop timer needs from ``signal`` after it is forgotten.
+_SETITIMER, _ITIMER_REAL = signal.setitimer, signal.ITIMER_REAL
+
+
+def forget_lockdown_modules() -> list[str]:
+    """Drop ``FORGOTTEN_MODULES`` (and their sub-modules) from ``sys.modules``, and ``_RUNNER_FORGETS`` from
+    this module's globals; return the names dropped from ``sys.modules``. Called once per execution, after
+    lock-down and after the execute frame was read (mapping context values needs ``fcntl`` and ``mmap``),
+    before the program runs. Never in the zygote, which locks down each child it forks."""
+    dropped = []
+    for name in list(sys.modules):
+        if name.split(".")[0] in FORGOTTEN_MODULES:
+            del sys.modules[name]
+            dropped.append(name)
+    here = globals()
+    for name in _RUNNER_FORGETS:
+        if isinstance(here.get(name), types.ModuleType):
+            here[name] = None
+    return sorted(dropped)
+
+
+#: The seal of the running program's globals, checked before each nested call goes out and is answered.
+ACTIVE_SEAL: list[GlobalsSeal] = []
+
+
+def check_inner_wall() -> None:
+    """Refuse to go on after a violation or with rewritten globals (nested calls ask this first)."""
+    if VIOLATIONS:
+        raise SandboxViolation(f"the program already violated the sandbox: {VIOLATIONS[0]}")
+    for seal in ACTIVE_SEAL:
+        seal.check()
+
+
+class _ProgramStdout:
+    """``sys.stdout`` while the program runs: standard-library code that prints (``calendar.prmonth``,
+    ``re.DEBUG``) writes into the program's bounded capture, not onto the runner's own descriptors."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def write(self, text: str) -> int:
+        return int(self.target.write(str(text)))
+
+    def flush(self) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def program_streams(stdout: Any) -> Any:
+    """Point ``sys.stdout`` at the program's capture and take ``sys.stdin`` (the runner's protocol channel
+    on a container) away while the program runs."""
+    saved = sys.stdout, sys.stdin
+    sys.stdout, sys.stdin = _ProgramStdout(stdout), None
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stdin = saved
+
+
 # --- the program's world ------------------------------------------------------------------------------
 
 
@@ -500,6 +937,7 @@ def _populate(proxy: types.SimpleNamespace, name: str) -> None:
     adjust = _PROXY_ADJUSTMENTS.get(name)
     if adjust is not None:
         adjust(proxy)
+    seal_proxy(proxy, name)
 
 
 #: Proxies whose module is still to be imported (lazy mode), by ``id`` of the proxy.
@@ -534,7 +972,7 @@ def build_module_proxies(*, lazy: bool = False) -> dict[str, types.SimpleNamespa
             proxy: types.SimpleNamespace = LazyModuleProxy()
             _PENDING[id(proxy)] = name
         else:
-            proxy = types.SimpleNamespace()
+            proxy = types.ModuleType(name)  # type: ignore[assignment]  # never in sys.modules; fast reads
             _populate(proxy, name)
         proxies[name] = proxy
     for name in sorted(ALLOWED_MODULES, key=lambda n: n.count(".")):
@@ -623,18 +1061,23 @@ class Bridge:
         self.next_id = 0
 
     def call(self, target: dict[str, Any], method: str, args: list[Any], kwargs: dict[str, Any]) -> ToolOutcome:
+        check_inner_wall()
         check_json(args, "nested call arguments")
         check_json(kwargs, "nested call arguments")
         call_id, self.next_id = self.next_id, self.next_id + 1
         frame = {"type": "call", "id": call_id, "target": target, "method": method, "args": args, "kwargs": kwargs}
-        write_frame(self.out_fd, frame)
+        body = encode(frame)
+        left = pause_backstop()  # the host does not charge nested calls to this one's deadline
+        write_frame(self.out_fd, body)
         reply = read_frame(self.channel, self.max_bytes)
+        resume_backstop(left)
         if isinstance(self.channel, Channel) and (self.channel.fds or self.channel.truncated):
             close_fds(self.channel.take_fds()[0])
             raise RuntimeError("host passed descriptors with a nested call's reply")
         if reply.get("type") != "call_result" or reply.get("id") != call_id:
             raise RuntimeError("host sent an unexpected reply to a nested call")
         outcome = reply.get("outcome")
+        check_inner_wall()
         return ToolOutcome.from_wire(outcome if isinstance(outcome, dict) else {})
 
 
@@ -671,13 +1114,19 @@ class NotJson(TypeError):
     pass
 
 
+#: A value (a result, a context value, a nested call's argument list) nests at most this many lists and
+#: objects: the host parses frames up to 201 levels (``sandbox/protocol.py``) and a value sits one level
+#: inside its frame. Deeper is the program's error (non_serializable_result), never a protocol violation.
+MAX_VALUE_DEPTH = 200
+
+
 def check_json(value: Any, what: str, _depth: int = 0) -> None:
     """Only what JSON round-trips exactly: dicts with str keys, lists, str, int, finite float, bool, None."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        if depth > 200:
-            raise NotJson(f"{what} is nested more than 200 levels deep")
+        if depth >= MAX_VALUE_DEPTH and isinstance(item, (list, dict)):
+            raise NotJson(f"{what} is nested more than {MAX_VALUE_DEPTH} levels deep")
         if item is None or isinstance(item, (bool, int, str)):
             continue
         if isinstance(item, float):
@@ -1103,6 +1552,9 @@ def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | 
                             exception=type(exc).__name__, line=line)  # fmt: skip
     except (RecursionError, MemoryError):
         return None, _error("invalid_code", "program is nested too deeply to compile")
+    refusal = inner_wall_refusal(module)
+    if refusal is not None:
+        return None, _error("sandbox_violation", f"rejected by the sandbox: {refusal[0]}", line=refusal[1])
     arguments = ast.arguments(
         posonlyargs=[], args=[ast.arg(arg=n) for n in ("context", "args", "kwargs")], vararg=None,
         kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
@@ -1126,7 +1578,32 @@ def compile_program(code: str) -> tuple[types.CodeType | None, dict[str, Any] | 
 
 
 def _error(kind: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"type": kind, "message": message[:4000], **{k: v for k, v in extra.items() if v is not None}}
+    error = {"type": kind, "message": valid_text(message[:4000]), **{k: v for k, v in extra.items() if v is not None}}
+    for name in ("exception", "tool_error_type"):  # the host accepts names of up to 200 characters
+        if isinstance(error.get(name), str):
+            error[name] = valid_text(error[name][:200])
+    return error
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid UTF-8: a lone surrogate (which no frame can carry) becomes ``?``, the byte that
+    ``BoundedText`` counted for it, instead of making the whole result unencodable."""
+    try:
+        text.encode()
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode()
+
+
+def pause_backstop() -> float:
+    """Stop the wall-clock backstop (while the host answers a nested call); returns the seconds left."""
+    left, _ = _SETITIMER(_ITIMER_REAL, 0)
+    return left
+
+
+def resume_backstop(left: float) -> None:
+    if left > 0:
+        _SETITIMER(_ITIMER_REAL, left)
 
 
 def _tool_line(tb: types.TracebackType | None) -> int | None:
@@ -1149,6 +1626,8 @@ def _classify_exception(exc: BaseException) -> str:
         return "sandbox_violation"
     if isinstance(exc, NotJson):
         return "non_serializable_result"
+    if isinstance(exc, SandboxViolation):
+        return "sandbox_violation"
     return "execution"
 
 
@@ -1182,7 +1661,10 @@ def execute(
         context = LazyContext(raw_context)
         try:
             exec(compiled, namespace)  # noqa: S102 - RestrictedPython-compiled, inside the sandbox
-            value = namespace[TOOL_FUNCTION](context, args, kwargs)
+            ACTIVE_SEAL[:] = [GlobalsSeal(namespace)]
+            with program_streams(stdout):
+                value = namespace[TOOL_FUNCTION](context, args, kwargs)
+            check_inner_wall()
             if isinstance(value, ToolOutcome):
                 if not value.ok:
                     error = _error("tool_error", value.error_message or value.error_type or "tool error",
@@ -1200,11 +1682,13 @@ def execute(
                            exception=name, line=_tool_line(exc.__traceback__))  # fmt: skip
     if stdout.overflowed:
         error = _error("output_limit", f"the program printed more than {limits['max_output_bytes']} bytes")
+    if VIOLATIONS:  # sticky: whatever the program did after it, caught or not
+        error = _error("sandbox_violation", VIOLATIONS[0])
     if error is not None:
         result.fail(error)
     result.header["stdout"] = stdout.getvalue()
     result.header["stdout_truncated"] = stdout.overflowed
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+    usage = _GETRUSAGE(_RUSAGE_SELF)
     result.header["cpu_time_s"] = usage.ru_utime + usage.ru_stime
     result.header["peak_memory_mb"] = usage.ru_maxrss / 1024
     return result
@@ -1215,10 +1699,16 @@ def _encode_result(result: Result, max_bytes: int) -> list[bytes]:
     changed key. A result that does not fit ``max_bytes`` in all becomes an output_limit error."""
     header = result.header
     header["context_changed"] = [[key, len(body)] for key, body in result.changed]
+    header["stdout"] = valid_text(header.get("stdout", ""))
     try:
         rest = encode(header)
-    except (TypeError, ValueError) as exc:
-        return [encode({"type": "result", "status": "error", "error": _error("non_serializable_result", str(exc))})]
+    except (TypeError, ValueError) as exc:  # a context key that is not valid text (a lone surrogate)
+        result.fail(_error("non_serializable_result", f"the context cannot be sent back: {exc}"))
+        header["context_changed"] = []
+        try:
+            rest = encode(header)
+        except (TypeError, ValueError):
+            return [encode({"type": "result", "status": "error", "error": _error("non_serializable_result", str(exc))})]
     body = b'{"value":' + result.value + b"," + rest[1:]
     total = len(body) + sum(HEADER.size + len(text) for _, text in result.changed)
     if total <= max_bytes:
@@ -1259,8 +1749,10 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
 
 def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, types.SimpleNamespace]) -> int:
     """Lock down, report ready, run the one program, write the one result."""
+    global _HOST_CHANNEL_FD
     max_bytes = int(boot["limits"]["max_message_bytes"])
     channel = Channel(in_fd)  # before lock-down; it lives until the process exits
+    _HOST_CHANNEL_FD = in_fd
     protections, errors = lock_down(boot)
     handoff = handoff_ready(boot)
     write_frame(out_fd, {"type": "ready", "version": PROTOCOL_VERSION, "pid": os.getpid(),
@@ -1271,11 +1763,14 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
         frame, raw_context = {"type": "invalid", "error": str(exc)}, {}
     except (EOFError, ValueError, json.JSONDecodeError):
         return 3
+    forget_lockdown_modules()
     if frame.get("type") != "execute":
         result = Result()
         result.fail(_error("invalid_request", str(frame.get("error") or "expected an execute frame")))
     else:
+        _SETITIMER(_ITIMER_REAL, float(boot["limits"]["timeout_s"]) + BACKSTOP_GRACE_S)
         result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies)
+        pause_backstop()
     write_frames(out_fd, _encode_result(result, max_bytes))
     return 0
 
@@ -1322,9 +1817,6 @@ def zygote(control_fd: int) -> int:
     The zygote never runs a program: it only forks. Each child performs the full lock-down itself, exactly
     like a freshly started runner, so a child is as fresh as a new process but costs a fork, not a start.
     """
-    import select
-    import socket
-
     sock = socket.socket(fileno=control_fd)
     boot = json.loads(sock.recv(1 << 20))
     proxies = prepare(boot)
@@ -1333,6 +1825,16 @@ def zygote(control_fd: int) -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     _send(sock, {"op": "ready", "pid": os.getpid()})
+    children: set[int] = set()
+    try:
+        return _zygote_loop(sock, boot, proxies, wake_r, children)
+    finally:
+        for child in children:  # the host hung up (it died or closed us): nothing may outlive it
+            with contextlib.suppress(OSError):
+                os.killpg(child, signal.SIGKILL)
+
+
+def _zygote_loop(sock: Any, boot: dict[str, Any], proxies: dict[str, Any], wake_r: int, children: set[int]) -> int:
     while True:
         readable, _, _ = select.select([sock.fileno(), wake_r], [], [])
         if wake_r in readable:
@@ -1344,6 +1846,7 @@ def zygote(control_fd: int) -> int:
                 break
             if not pid:
                 break
+            children.discard(pid)
             _send(sock, {"op": "exited", "pid": pid, "status": status, "cpu_time_s": usage.ru_utime + usage.ru_stime,
                          "maxrss_kb": usage.ru_maxrss})  # fmt: skip
         if sock.fileno() in readable:
@@ -1355,6 +1858,7 @@ def zygote(control_fd: int) -> int:
                 if len(fds) != 4:
                     raise ValueError("a spawn request carries exactly four descriptors")
                 pid = _spawn_child(sock, boot, proxies, request, fds)
+                children.add(pid)
                 _send(sock, {"op": "spawned", "id": request.get("id"), "pid": pid})
             except (OSError, ValueError) as exc:
                 _send(sock, {"op": "failed", "id": request.get("id"), "error": str(exc)})

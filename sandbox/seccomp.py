@@ -18,7 +18,8 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     # network
     "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4",
     # process creation, execution, signalling, tracing
-    "fork", "vfork", "clone", "execve", "execveat", "kill", "tkill", "tgkill", "ptrace",
+    "fork", "vfork", "clone", "execve", "execveat", "kill", "tkill", "tgkill", "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo", "ptrace",
     "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
     # file systems, namespaces, identity
     "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "move_mount", "open_tree", "fsopen",

@@ -12,10 +12,12 @@ commits; a rolled-back attempt keeps a summary of them in its ``attempt_failures
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import stat
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -265,13 +267,20 @@ class CallLog:
             self._recent.append(record)
             if self.path is None:
                 return
+            # O_NONBLOCK: a FIFO in the log's place fails the open instead of hanging; only a regular file is
+            # appended to (files/dirs created 0600/0700: records hold arguments and values)
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
             try:
                 try:
-                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                    fd = os.open(self.path, flags, 0o600)
                 except FileNotFoundError:  # first record: create the directory (not on every call: mkdir costs)
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                    from runtime.files.dirs import make_dirs  # 0700 at every level it creates
+
+                    make_dirs(self.path.parent)
+                    fd = os.open(self.path, flags, 0o600)
                 try:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        raise OSError(errno.EINVAL, "not a regular file")
                     os.write(fd, line)  # one write per line: O_APPEND keeps concurrent writers' lines whole
                 finally:
                     os.close(fd)

@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import click
 
 from runtime.errors import UsageError
+from runtime.files import make_dirs
 from runtime.sessions import (
     AgentToolRunner,
     AnthropicChatProvider,
@@ -106,14 +108,18 @@ def _readline_history(state: Path) -> Iterator[None]:
         return
     path = state / HISTORY_FILE_NAME
     with contextlib.suppress(OSError):
-        readline.read_history_file(path)
+        if stat.S_ISREG(path.stat().st_mode):  # a FIFO or a device there would hang or flood the read
+            readline.read_history_file(path)
     readline.set_history_length(1000)
     try:
         yield
     finally:
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            readline.write_history_file(path)
+        with contextlib.suppress(OSError):  # what the user typed: private, like the session database
+            make_dirs(path.parent)
+            if not path.exists() or stat.S_ISREG(path.stat().st_mode):
+                path.touch(mode=0o600)
+                readline.write_history_file(path)
+                path.chmod(0o600)
 
 
 def _print_tools(session: Session) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,39 +10,41 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from runtime.errors import UsageError
-from runtime.fsio import atomic_write_json
+from runtime.errors import InputFileMissing, UsageError
+from runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
+from runtime.files.jsontext import UTF8_BOM, one_line
 from runtime.gate import guarded_execute
 from runtime.guardrails import default_policy, load_policy
 from sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
 
 
 def _json_arg(text: str, flag: str, kind: type) -> Any:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{flag} is not valid JSON: {exc.msg} at column {exc.colno}") from exc
+    value = decode_json(text.encode("utf-8", "surrogateescape"), what=flag)
     if not isinstance(value, kind):
         raise UsageError(f"{flag} must be a JSON {'array' if kind is list else 'object'}")
     return value
 
 
-def _read_context(path: Path | None) -> dict[str, Any]:
+def _read_context(path: Path | None, limit: int) -> dict[str, Any]:
+    """The context file as a JSON object: missing or blank is ``{}``; bounded, strict, regular files only."""
     if path is None:
         return {}
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        raw = read_user_file(path, limit=limit, what="context file")
+    except InputFileMissing:
         return {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read context file {path}: {exc}") from exc
-    try:
-        value = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}:{exc.lineno}:{exc.colno}: context file is not valid JSON: {exc.msg}") from exc
+    if not raw.strip() or raw.strip() == UTF8_BOM:
+        return {}
+    value = decode_json(raw, what=f"context file {path}")
     if not isinstance(value, dict):
         raise UsageError(f"{path}: the context must be a JSON object")
     return value
+
+
+def output_limit(limits: Limits) -> int:
+    """The most ``exec`` prints as one outcome: the message limit, plus the two output streams (each at
+    most ``max_output_bytes``, up to 6x that as JSON escapes) and a little for the metadata."""
+    return limits.max_message_bytes + 12 * limits.max_output_bytes + (1 << 16)
 
 
 def outcome_json(outcome: ExecutionOutcome) -> dict[str, Any]:
@@ -69,12 +71,12 @@ def outcome_json(outcome: ExecutionOutcome) -> dict[str, Any]:
     }
 
 
-def _print_text(outcome: ExecutionOutcome, committed: Path | None) -> None:
+def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -> None:
     if outcome.stdout:
         click.echo(outcome.stdout, nl=not outcome.stdout.endswith("\n"))
     if outcome.ok:
-        click.echo(f"ok: {json.dumps(outcome.value, ensure_ascii=False)}")
-        click.echo(f"context: {json.dumps(outcome.context, ensure_ascii=False)}")
+        click.echo(b"ok: " + encode_compact(outcome.value, limit=limit, what="the value"))
+        click.echo(b"context: " + encode_compact(outcome.context, limit=limit, what="the context"))
         if committed:
             click.echo(f"committed to {committed}")
     else:
@@ -126,17 +128,11 @@ def command(
 ) -> None:
     """Validate FILE (a tool program body) with the policy, run it in a fresh sandbox, print the outcome.
 
-    Exit status: 0 ok, 1 error outcome, 2 usage error.
+    Exit status: 0 ok, 1 error outcome (or a result over the message limit), 2 usage error or a refused
+    input file, 5 the context could not be written or locked (the file is left as it was).
     """
     if commit and context_path is None:
         raise UsageError("--commit needs --context FILE to write to")
-    try:
-        code = file.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {file}: {exc.strerror}") from exc
-    context = _read_context(context_path)
-    args = _json_arg(args_json, "--args", list)
-    kwargs = _json_arg(kwargs_json, "--kwargs", dict)
     config = SandboxConfig.from_env(pool_size=0, **({"backend": backend} if backend else {}))
     overrides: dict[str, Any] = {}
     if timeout is not None:
@@ -145,22 +141,37 @@ def command(
         overrides["memory_mb"] = memory
     try:
         limits = Limits(**{**config.limits.model_dump(), **overrides})
-        request = ExecutionRequest(
-            code=code.decode("utf-8", "surrogateescape"), context=context, args=args, kwargs=kwargs, limits=limits
-        )
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise UsageError(f"invalid {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from exc
+        raise _invalid(exc) from None
+    bound = limits.max_message_bytes
+    code = read_user_file(file, limit=bound, what="program")
+    args = _json_arg(args_json, "--args", list)
+    kwargs = _json_arg(kwargs_json, "--kwargs", dict)
     policy = load_policy([*default_policy().sources, *policy_dirs]) if policy_dirs else default_policy()
     config = config.model_copy(update={"limits": limits})
-    with Sandbox(config) as sb:
-        outcome, _ = guarded_execute(sb, request, policy=policy)
     committed = None
-    if commit and outcome.ok and context_path is not None:
-        atomic_write_json(context_path, outcome.context)
-        committed = context_path
+    # --commit: read, run and write under the context file's lock, so concurrent commits serialise
+    with exclusive(context_path) if commit and context_path is not None else contextlib.nullcontext():
+        context = _read_context(context_path, bound)
+        try:
+            request = ExecutionRequest(
+                code=code.decode("utf-8", "surrogateescape"), context=context, args=args, kwargs=kwargs, limits=limits
+            )
+        except ValidationError as exc:
+            raise _invalid(exc) from None
+        with Sandbox(config) as sb:
+            outcome, _ = guarded_execute(sb, request, policy=policy)
+        if commit and outcome.ok and context_path is not None:
+            data = encode_compact(outcome.context, limit=bound, what="the new context") + b"\n"
+            write_user_file(context_path, data)
+            committed = context_path
     if as_json:
-        click.echo(json.dumps(outcome_json(outcome), ensure_ascii=False, indent=2))
+        click.echo(encode_compact(outcome_json(outcome), limit=output_limit(limits), what="the outcome"))
     else:
-        _print_text(outcome, committed)
+        _print_text(outcome, committed, bound)
     sys.exit(0 if outcome.ok else 1)
+
+
+def _invalid(exc: ValidationError) -> UsageError:
+    err = exc.errors()[0]
+    return UsageError(f"invalid {'.'.join(str(p) for p in err['loc'])}: {one_line(str(err['msg']))}")

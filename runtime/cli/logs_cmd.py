@@ -3,18 +3,51 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import click
 
 from runtime.agent.calllog import CallRecord, call_log_schema, default_log_path, parse_record
-from runtime.errors import UsageError
+from runtime.errors import InputFileError, UsageError
+from runtime.files.read import file_kind
 
 POLL_S = 0.25
+#: A call record is bounded (code, values and messages are cut); a longer line is not one: skipped unread.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+
+
+def open_log(path: Path) -> BinaryIO:
+    """The log file for reading: O_NONBLOCK (a FIFO never blocks), regular files only."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InputFileError(f"cannot read call log {path}: {exc.strerror or exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise InputFileError(f"call log {path} is {file_kind(st.st_mode)}, not a regular file; refused")
+    return os.fdopen(fd, "rb")
+
+
+def bounded_lines(fh: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[str | None]:
+    """Each line (decoded, invalid UTF-8 replaced), or None for a line over ``limit`` bytes (never held)."""
+    while True:
+        line = fh.readline(limit + 1)
+        if not line:
+            return
+        if len(line) <= limit:
+            yield line.decode("utf-8", "replace")
+            continue
+        while line and not line.endswith(b"\n"):  # skip the rest of the overlong line in bounded pieces
+            line = fh.readline(limit)
+        yield None
 
 
 def _short(value: object, limit: int = 40) -> str:
@@ -121,14 +154,20 @@ def follow_lines(path: Path, *, poll_s: float = POLL_S, stop: Callable[[], bool]
         if size < position:  # truncated or replaced: start over
             position, partial = 0, ""
         if size > position:
-            with path.open("rb") as fh:
-                fh.seek(position)
-                chunk = fh.read(size - position)
-            position += len(chunk)
-            partial += chunk.decode("utf-8", "replace")
-            *complete, partial = partial.split("\n")
-            yield from complete
-            continue
+            try:
+                with open_log(path) as fh:
+                    fh.seek(position)
+                    chunk = fh.read(min(size - position, MAX_LINE_BYTES))
+            except InputFileError:  # replaced by something that is not a regular file: wait for a real one
+                chunk = b""
+            if chunk:
+                position += len(chunk)
+                partial += chunk.decode("utf-8", "replace")
+                *complete, partial = partial.split("\n")
+                if len(partial) > MAX_LINE_BYTES:  # an overlong line is no record: drop it
+                    partial = ""
+                yield from complete
+                continue
         time.sleep(poll_s)
 
 
@@ -176,11 +215,11 @@ def command(
     if log_path.exists():
         selected: deque[CallRecord] = deque(maxlen=last)
         skipped = 0
-        with log_path.open(encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                record = parse_record(line)
+        with open_log(log_path) as fh:
+            for line in bounded_lines(fh):
+                record = parse_record(line) if line is not None else None
                 if record is None:
-                    skipped += bool(line.strip())
+                    skipped += line is None or bool(line.strip())
                 elif matches(record, role=role, status=status, trace=trace):
                     selected.append(record)
         for record in selected if as_json else tree_order(list(selected)):

@@ -15,12 +15,16 @@ from typing import Any, TypeVar
 
 import click
 
+from runtime.cli.output import emit_json
 from runtime.errors import UsageError
+from runtime.files import read_arg_file
 from runtime.guardrails import Policy, layered_policy, policy_json_schema, validate
 from runtime.guardrails.report import explain, render_sarif, render_text, suggestions
 from runtime.guardrails.selftest import check_example, examples
 
 EXIT_CODES = {"approved": 0, "recoverable": 3, "terminal": 4}
+#: The largest ``limits.max_source_bytes`` a policy may set, plus one: bigger inputs are not read at all.
+MAX_PROGRAM_READ_BYTES = 16 * 1024 * 1024 + 1
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -61,15 +65,14 @@ def check(file: str, policies: tuple[Path, ...], no_default: bool, output: str) 
     """
     policy = _load(policies, no_default)
     name = "<stdin>" if file == "-" else file
-    try:
-        source = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
+    # bounded (past the largest program any policy accepts, so "too large" stays a verdict up to there),
+    # regular files only: /dev/zero or a FIFO is refused instead of read forever
+    source = read_arg_file(file, limit=MAX_PROGRAM_READ_BYTES, what="program")
     result = validate(source, policy)
     if output == "json":
-        click.echo(json.dumps({"file": name, **result.model_dump(mode="json")}, indent=2, ensure_ascii=False))
+        emit_json({"file": name, **result.model_dump(mode="json")})
     elif output == "sarif":
-        click.echo(json.dumps(render_sarif(result, name, policy), indent=2, ensure_ascii=False))
+        emit_json(render_sarif(result, name, policy))
     else:
         click.echo(render_text(result, name))
     sys.exit(EXIT_CODES[result.verdict])
@@ -145,4 +148,4 @@ def list_command(policies: tuple[Path, ...], no_default: bool) -> None:
 @command.command("schema")
 def schema_command() -> None:
     """Print the JSON Schema of policy files (committed as policies/policy.schema.json)."""
-    click.echo(json.dumps(policy_json_schema(), indent=2, ensure_ascii=False))
+    click.echo(json.dumps(policy_json_schema(), indent=2, ensure_ascii=False))  # a document for people to read

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
+from runtime.cli.output import emit_json
 from runtime.sessions import Message, MessageType, SessionInfo, SessionStore, restore_loaded_groups
 
 _state_dir_option = click.option(
@@ -72,7 +72,7 @@ def list_cmd(state_dir: Path | None, limit: int | None, as_json: bool) -> None:
     with SessionStore(state=state_dir) as store:
         sessions = store.list_sessions(limit=limit)
     if as_json:
-        click.echo(json.dumps([session_json(s) for s in sessions], ensure_ascii=False, indent=2))
+        emit_json([session_json(s) for s in sessions])
         return
     if not sessions:
         click.echo("no sessions")
@@ -100,7 +100,7 @@ def show_cmd(session_id: str, state_dir: Path | None, full: bool, as_json: bool)
             "loaded_groups": groups,
             "messages": [message_json(m) for m in messages],
         }
-        click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
+        emit_json(payload)
         return
     click.echo(f"session  {info.id}")
     if info.title:

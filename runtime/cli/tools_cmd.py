@@ -13,6 +13,7 @@ from typing import Any, ParamSpec, TypeVar
 import click
 
 from runtime.cli.common import SandforgeGroup
+from runtime.cli.output import emit_json
 from runtime.store import (
     MethodArtifact,
     ToolNotFoundError,
@@ -62,7 +63,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def _emit_json(payload: Any) -> None:
-    click.echo(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+    emit_json(payload, default=str)
 
 
 def _store(ctx: click.Context) -> ToolStore:

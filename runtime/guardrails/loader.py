@@ -14,12 +14,14 @@ import importlib.resources
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from runtime.errors import ConfigError
+from runtime.errors import ConfigError, InputFileError
+from runtime.files.read import read_user_file
 from runtime.guardrails import policy_model as pm
 from runtime.guardrails.matchers import Matcher, MatcherError, compile_matcher
 from runtime.guardrails.policy import (
@@ -90,6 +92,8 @@ def _policy_files(layer: PolicySource) -> list[tuple[str, Traversable]]:
     if layer.is_file():
         return [(str(layer), layer)]
     if not layer.is_dir():
+        if isinstance(layer, Path) and (layer.exists() or layer.is_symlink()):
+            raise ConfigError(f"policy {layer} is neither a regular file nor a directory")
         raise ConfigError(f"policy directory {layer} does not exist")
     found: list[tuple[str, str, Traversable]] = []
     stack: list[tuple[Traversable, str, int]] = [(layer, "", 0)]
@@ -110,8 +114,14 @@ def _policy_files(layer: PolicySource) -> list[tuple[str, Traversable]]:
 
 
 def _read(name: str, source: Traversable) -> _File:
-    try:
-        raw = source.read_bytes()
+    try:  # a file on disk is read bounded, and only if regular (a FIFO or /dev/zero named *.yaml is refused)
+        raw = (
+            read_user_file(source, limit=MAX_POLICY_FILE_BYTES, what="policy file")
+            if isinstance(source, Path)
+            else source.read_bytes()
+        )
+    except InputFileError as exc:
+        raise ConfigError(exc.message) from None
     except OSError as exc:
         raise ConfigError(f"{name}: cannot read policy file: {exc.strerror or exc}") from None
     if len(raw) > MAX_POLICY_FILE_BYTES:
@@ -133,6 +143,12 @@ def _read(name: str, source: Traversable) -> _File:
     return _File(name, parsed, lines)
 
 
+def compose_yaml(name: str, text: str) -> Any:
+    """Plain data from YAML text with this loader's bounds (node budget, depth, tags, string keys, no
+    duplicates); ConfigError naming ``name`` and the line otherwise. Shared by every YAML input."""
+    return _compose(name, text)[0]
+
+
 def _compose(name: str, text: str) -> tuple[Any, dict[YamlPath, int]]:
     """Parse YAML into plain data plus a map from each key/item path to its 1-based line."""
     loader = _Loader(text)
@@ -149,7 +165,9 @@ def _compose(name: str, text: str) -> tuple[Any, dict[YamlPath, int]]:
         problem = exc.problem or exc.context or "malformed YAML"
         raise ConfigError(f"{name}:{line}: {problem}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{name}: malformed YAML: {exc}") from None
+        raise ConfigError(f"{name}: malformed YAML: {' '.join(str(exc).split())}") from None
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit integer, a scalar the constructor refuses
+        raise ConfigError(f"{name}: unusable YAML value: {' '.join(str(exc).split())[:200]}") from None
     finally:
         loader.dispose()
 

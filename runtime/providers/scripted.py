@@ -10,13 +10,14 @@ plain text with programs separated by lines that are exactly ``# ---``.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from runtime.errors import UsageError
+from runtime.files import decode_json, read_user_file
+from runtime.files.structured import DATA_FILE_MAX_BYTES
 from runtime.providers.base import GeneratedProgram, GenerationRequest, ProviderError
 from runtime.providers.prompt import RenderedPrompt, render_prompt
 
@@ -74,15 +75,9 @@ class ScriptedProvider:
 
 def load_script(path: Path) -> list[GeneratedProgram]:
     """Programs from a JSON list or a ``# ---``-separated text file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read program script {path}: {exc}") from exc
+    raw = read_user_file(path, limit=DATA_FILE_MAX_BYTES, what="program script")  # bounded, regular only
     if path.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from exc
+        data = decode_json(raw, what=f"program script {path}")
         if not isinstance(data, list):
             raise UsageError(f"{path}: a JSON script must be a list of programs")
         programs = []
@@ -91,9 +86,16 @@ def load_script(path: Path) -> list[GeneratedProgram]:
                 programs.append(GeneratedProgram(code=item))
             elif isinstance(item, dict) and isinstance(item.get("code"), str):
                 deps = item.get("dependencies") or []
+                if not isinstance(deps, list):
+                    raise UsageError(f"{path}: item {index}: 'dependencies' must be a list")
                 programs.append(GeneratedProgram(code=item["code"], dependencies=[str(d) for d in deps]))
             else:
                 raise UsageError(f"{path}: item {index} is neither a string nor an object with 'code'")
         return programs
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise UsageError(f"{path}:{line}: program script is not valid UTF-8") from None
     chunks = [chunk.strip("\n") for chunk in SEPARATOR.split(text)]
     return [GeneratedProgram(code=chunk + "\n") for chunk in chunks if chunk.strip()]

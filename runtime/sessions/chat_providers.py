@@ -10,17 +10,16 @@ from the program-generation providers of ``runtime.providers``, which write tool
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, cast
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.errors import UsageError
+from runtime.files.structured import read_data_file
 from runtime.sessions.errors import ChatProviderError, ScriptExhaustedError
 
 DEFAULT_CHAT_MODEL = "claude-sonnet-4-6"
@@ -112,14 +111,7 @@ def parse_turn(turn: Any) -> ChatResponse:
 def read_script(path: Path) -> dict[str, Any]:
     """Read a script file (JSON, or YAML for other suffixes): a list of turns, or an object with ``turns``
     (and optionally ``programs`` for the Agent's ScriptedProvider and ``groups``)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read script {path}: {exc}") from exc
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise UsageError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
+    data = read_data_file(path, what="script", error=UsageError)  # bounded; strict JSON / bounded YAML
     if isinstance(data, list):
         data = {"turns": data}
     if not isinstance(data, dict) or not isinstance(data.get("turns"), list):

@@ -16,11 +16,14 @@ migrate it once.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import gc
 import json
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 import uuid
@@ -32,11 +35,14 @@ from typing import Any
 import platformdirs
 from pydantic import TypeAdapter
 
+from runtime.files import make_dirs
+from runtime.files.read import file_kind
 from runtime.sessions.errors import (
     CorruptDatabaseError,
     SchemaTooNewError,
     SessionNotFoundError,
     SessionStoreError,
+    SessionStoreIOError,
 )
 from runtime.sessions.models import Message, MessageType, SessionInfo, ToolStatus
 
@@ -116,7 +122,7 @@ def _metadata(text: str | None) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # hand-edited rows: deep nesting, 5,000-digit ints
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -190,7 +196,41 @@ def _map_error(exc: sqlite3.Error, path: Path) -> SessionStoreError:
         return SessionStoreError(
             f"session database {path} is busy: {text}", hint="another sandforge process holds a write lock"
         )
+    if "disk is full" in text or "readonly" in text or "disk I/O error" in text:
+        return SessionStoreIOError(f"session database {path}: {text}")
     return SessionStoreError(f"session database {path}: {text}")
+
+
+def _private_db_file(path: Path) -> None:
+    """Create the database file 0600 (its directory 0700) before SQLite does (SQLite gives its -wal and
+    -shm files the database file's mode); refuse anything but a regular file (a FIFO would hang every
+    open); make an existing file of ours that others could read private, with its -wal and -shm."""
+    try:
+        make_dirs(path.parent)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
+                raise
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # SQLite may still read it
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise SessionStoreError(
+                    f"session database {path} is {file_kind(st.st_mode)}, not a regular file; refused"
+                )
+            if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~0o077)
+        finally:
+            os.close(fd)
+        for suffix in ("-wal", "-shm"):
+            side = path.with_name(path.name + suffix)
+            with contextlib.suppress(FileNotFoundError):
+                st = side.lstat()
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o077:
+                    side.chmod(stat.S_IMODE(st.st_mode) & ~0o077)
+    except OSError as exc:
+        raise SessionStoreIOError(f"cannot open session database {path}: {exc.strerror or exc}") from None
 
 
 class SessionStore:
@@ -205,10 +245,7 @@ class SessionStore:
     ) -> None:
         self.path = Path(path) if path is not None else default_db_path(state)
         self._lock = threading.RLock()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SessionStoreError(f"cannot create {self.path.parent}: {exc.strerror}") from exc
+        _private_db_file(self.path)
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
@@ -260,14 +297,24 @@ class SessionStore:
                 raise _map_error(exc, self.path) from exc
             try:
                 yield self._conn
+            except sqlite3.Error as exc:  # a statement failed (disk full, read-only): typed, one line
+                self._rollback()
+                raise _map_error(exc, self.path) from exc
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise
             try:
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise _map_error(exc, self.path) from exc
+
+    def _rollback(self) -> None:
+        """Roll back what is still open: on SQLITE_FULL and some I/O errors SQLite has already rolled the
+        transaction back itself, and a second ROLLBACK would raise over the real error."""
+        if self._conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:

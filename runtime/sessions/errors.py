@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.errors import SandforgeError
+from runtime.errors import FileIOError, SandforgeError
 
 
 class SessionError(SandforgeError):
@@ -15,6 +15,10 @@ class SessionNotFoundError(SessionError):
 
 class SessionStoreError(SessionError):
     """The session database cannot be opened, read or written."""
+
+
+class SessionStoreIOError(SessionStoreError, FileIOError):
+    """The database file cannot be created, or written (disk full, read-only file system): exit 5."""
 
 
 class CorruptDatabaseError(SessionStoreError):

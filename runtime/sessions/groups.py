@@ -16,10 +16,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runtime.errors import ConfigError
+from runtime.files.structured import read_data_file
 
 log = logging.getLogger(__name__)
 
@@ -132,14 +132,7 @@ class StaticGroupSource:
 
     @classmethod
     def from_file(cls, path: Path) -> StaticGroupSource:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read tool group file {path}: {exc}") from exc
-        try:
-            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (ValueError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
+        data = read_data_file(path, what="tool group file", error=ConfigError)  # bounded; strict JSON / YAML
         if isinstance(data, dict):
             data = data.get("groups")
         if not isinstance(data, list):

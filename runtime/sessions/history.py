@@ -29,7 +29,7 @@ def restore_loaded_groups(messages: Iterable[Message]) -> list[str]:
         ):
             try:
                 params = json.loads(msg.tool_input)
-            except (ValueError, TypeError):  # malformed tool_input: skip
+            except (ValueError, TypeError, RecursionError):  # malformed or 100,000-deep tool_input: skip
                 continue
             if isinstance(params, dict):
                 name = params.get("group_name")
@@ -43,7 +43,7 @@ def _parse_input(text: str | None) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(text)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
 

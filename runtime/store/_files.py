@@ -8,6 +8,7 @@ may have been replaced by a writer in the meantime, and a good file is never mov
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,9 +19,14 @@ from typing import Generic, Literal, TypeVar
 from filelock import FileLock, Timeout
 from pydantic import BaseModel
 
-from runtime.fsio import atomic_write_bytes
+from runtime.errors import FileIOError, InputFileError, InputFileMissing
+from runtime.files import SymlinkRefused, make_dirs, open_dir_below, read_state_file, write_state_file
 from runtime.store.errors import StoreIOError, StoreLockTimeout
 from runtime.store.migrations import CorruptRecord, RecordKind, decode
+from runtime.store.paths import store_root
+
+#: No store file may be larger (a registry of ~30,000 tools); a bigger one is treated as corrupt.
+MAX_STORE_FILE_BYTES = 64 * 1024 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +48,7 @@ class Loaded(Generic[M]):
 def locked(lock: FileLock) -> Iterator[None]:
     """Hold ``lock`` (re-entrant within one thread), creating its directory; typed errors on failure."""
     try:
-        Path(lock.lock_file).parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(Path(lock.lock_file).parent)
         lock.acquire()
     except Timeout as exc:
         raise StoreLockTimeout(
@@ -83,12 +89,13 @@ def _read(
     check: Callable[[M], str | None] | None,
     cache: DecodeCache[M] | None = None,
 ) -> Loaded[M]:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    try:  # O_NOFOLLOW on the way, O_NONBLOCK, regular files only, size-capped: a FIFO, a device or a
+        # symlink planted in the store is "corrupt", never read
+        raw = read_state_file(store_root(path), path, limit=MAX_STORE_FILE_BYTES, what="store file")
+    except InputFileMissing:
         return Loaded(None, "missing")
-    except OSError as exc:  # a directory where the file should be, permissions, I/O error
-        return Loaded(None, "corrupt", reason=f"unreadable: {exc.strerror or exc}")
+    except InputFileError as exc:  # a link, a FIFO, a directory where the file should be, too large
+        return Loaded(None, "corrupt", reason=exc.message)
     if cache is not None and (hit := cache.get(raw)) is not None:
         return Loaded(hit, "ok", migrated=cache.migrated)
     try:
@@ -134,22 +141,32 @@ def load(
             return again
         dest = quarantine_name(path, now())
         try:
-            path.replace(dest)
+            _rename_below(path, dest)
         except FileNotFoundError:
             return Loaded(None, "missing")
-        except OSError as exc:
+        except (OSError, SymlinkRefused) as exc:  # a symlinked directory on the way: never rename through it
             log.warning("%s is corrupt (%s) and could not be quarantined: %s", path, again.reason, exc)
             return Loaded(None, "corrupt", reason=again.reason)
     log.warning("quarantined corrupt %s %s -> %s (%s)", kind.name, path, dest.name, again.reason)
     return Loaded(None, "corrupt", reason=again.reason, quarantined_to=dest)
 
 
+def _rename_below(path: Path, dest: Path) -> None:
+    """Rename ``path`` to ``dest`` (same directory) without following a symlinked directory on the way."""
+    base = store_root(path)
+    dfd = open_dir_below(base, path.relative_to(base).parts[:-1], create=False)
+    try:
+        os.rename(path.name, dest.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
 def write(path: Path, record: M, cache: DecodeCache[M] | None = None) -> None:
-    """Atomic write (temp file, fsync, rename, fsync dir) of ``record`` as indented JSON."""
+    """Atomic private write (0600 file, 0700 directories, no symlink followed below tools/) as indented JSON."""
     data = record.model_dump_json(indent=2).encode("utf-8") + b"\n"
     try:
-        atomic_write_bytes(path, data)
-    except OSError as exc:
-        raise StoreIOError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        write_state_file(store_root(path), path, data)
+    except (FileIOError, SymlinkRefused) as exc:
+        raise StoreIOError(exc.message, hint=exc.hint) from None
     if cache is not None:
         cache.put(data, record, False)

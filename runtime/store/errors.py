@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.errors import SandforgeError
+from runtime.errors import FileIOError, SandforgeError
 
 
 class StoreError(SandforgeError):
@@ -46,5 +46,6 @@ class RollbackError(StoreError):
     """A rollback was refused: no such generation, already current, or the target failed its checksum."""
 
 
-class StoreIOError(StoreError):
-    """The store directory could not be written (permissions, disk full, read-only file system)."""
+class StoreIOError(StoreError, FileIOError):
+    """The store directory could not be written (permissions, disk full, read-only file system, a symlink
+    in the way). Exit status 5, like every FileIOError."""

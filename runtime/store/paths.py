@@ -65,6 +65,19 @@ def safe_component(name: str) -> str:
     return f"{slug}-{digest}"
 
 
+def store_root(path: Path) -> Path:
+    """The ``tools`` directory that ``path`` lies below: the trusted base of every store file.
+
+    Every name the store makes below ``tools/`` is fixed (``registry.json``, ``.archive``), a
+    ``<slug>-<hash>`` component or a timestamp, never ``tools`` itself, so the nearest ancestor with that
+    name is the store's root; below it no symlink is followed (``runtime.files``).
+    """
+    for parent in path.parents:
+        if parent.name == TOOLS_DIR_NAME:
+            return parent
+    raise ValueError(f"{path} is not inside a {TOOLS_DIR_NAME}/ directory")
+
+
 def default_state_dir() -> Path:
     """``$SANDFORGE_STATE_DIR`` if set, else the platform's user state directory for sandforge."""
     env = os.environ.get(STATE_DIR_ENV, "").strip()

@@ -165,7 +165,7 @@ class PatternMemory:
         self.paths = paths
         self.window_cap = window_cap
         self._clock = clock or (lambda: datetime.now(UTC))
-        self._lock = FileLock(paths.patterns_lock, timeout=lock_timeout)
+        self._lock = FileLock(paths.patterns_lock, timeout=lock_timeout, mode=0o600)
         self._cache: _files.DecodeCache[PatternsFile] = _files.DecodeCache()
 
     def _load(self) -> PatternsFile:

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
+from runtime.files import make_dirs
 from runtime.store import _files
 from runtime.store.cacheability import is_dynamic_method
 from runtime.store.errors import RollbackError, StoreIOError, ToolNotFoundError
@@ -188,7 +189,7 @@ class ToolStore:
         self.paths = StorePaths(state_dir)
         self.policy = policy
         self._clock = clock or _utcnow
-        self._lock = FileLock(self.paths.store_lock, timeout=lock_timeout)
+        self._lock = FileLock(self.paths.store_lock, timeout=lock_timeout, mode=0o600)
         self._registry_cache: _files.DecodeCache[RegistryFile] = _files.DecodeCache()
         self.patterns = PatternMemory(
             self.paths, window_cap=pattern_window_cap, lock_timeout=lock_timeout, clock=self._clock
@@ -701,14 +702,15 @@ class ToolStore:
                 return PrunePlan(cutoff=cutoff, applied=True, candidates=[])
             archive = _files.quarantine_name(self.paths.archive / now.strftime("%Y%m%dT%H%M%S%fZ"), now)
             try:
-                archive.mkdir(parents=True)
+                make_dirs(archive.parent)
+                archive.mkdir(mode=0o700)
                 for c in candidates:
                     dest = archive / c.dir_name
                     src = self.paths.role_dir(c.role)
-                    if src.is_dir():
+                    if src.is_dir() and not src.is_symlink():
                         src.replace(dest)
                     else:
-                        dest.mkdir()
+                        dest.mkdir(mode=0o700)
                     _files.write(dest / "registry-entry.json", reg.tools[c.role])
             except OSError as exc:
                 raise StoreIOError(f"archiving into {archive} failed: {exc}") from exc

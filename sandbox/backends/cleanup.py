@@ -69,10 +69,19 @@ def _run(job: Callable[[], None]) -> None:
         log.exception("sandbox clean-up failed")
 
 
+_OWN_TAG: tuple[int, str] | None = None
+
+
 def process_tag(pid: int | None = None) -> str:
     """``<pid>-<start time>`` of a process (this one by default): names what it leaves behind (container
     ids, directories) so that a reaper can tell, across pid reuse, whether their owner is still alive."""
-    pid = os.getpid() if pid is None else pid
+    global _OWN_TAG
+    if pid is None:
+        own = _OWN_TAG
+        if own is not None and own[0] == os.getpid():
+            return own[1]
+        _OWN_TAG = own = (os.getpid(), process_tag(os.getpid()))
+        return own[1]
     return f"{pid}-{int(psutil.Process(pid).create_time() * 100)}"
 
 

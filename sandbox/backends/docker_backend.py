@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import select
+import signal
 import socket
 import struct
 import threading
@@ -29,11 +30,19 @@ from typing import Any
 
 import psutil
 
-from sandbox import handoff, image, seccomp
+from sandbox import handoff, image, leftovers, seccomp
 from sandbox.backends.base import SandboxUnavailable
 from sandbox.backends.cleanup import CleanupQueue
 from sandbox.config import SandboxConfig
-from sandbox.exchange import BridgeHandler, ExitInfo, Stream, await_ready, build_outcome, run_exchange
+from sandbox.exchange import (
+    BridgeHandler,
+    ExitInfo,
+    Stream,
+    await_ready,
+    build_outcome,
+    run_exchange,
+    send_deadline,
+)
 from sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -63,6 +72,8 @@ OWNER_LABEL = "sandforge.owner"
 GVISOR_PIDS_HEADROOM = 112
 GVISOR_MEMORY_HEADROOM_MB = 64
 API_TIMEOUT_S = 30.0
+#: Killing a container and waiting for it to stop: dockerd answers in milliseconds once nothing blocks it.
+KILL_TIMEOUT_S = 5.0
 _STREAMS: dict[int, Stream] = {1: "result", 2: "stderr"}
 _MUX_HEADER = struct.Struct(">BxxxI")
 
@@ -169,7 +180,7 @@ class AttachIO:
                 "unsupported Docker transport for attaching (use a unix or tcp socket)", retriable=False
             )
         self.sock = sock
-        self.sock.setblocking(True)
+        self.sock.setblocking(False)  # every read and write waits in select, bounded by a deadline
         self._buf = bytearray()
         self._stream: Stream | None = None
         self._left = 0
@@ -177,9 +188,18 @@ class AttachIO:
         #: Set once the runner confirmed the container's hand-off directory (``send_execute`` uses it).
         self.handoff: handoff.HandoffDir | None = None
 
-    def send(self, data: bytes) -> None:
-        self.sock.settimeout(API_TIMEOUT_S)
-        self.sock.sendall(data)
+    def send(self, data: bytes, deadline: float | None = None) -> None:
+        """All of ``data`` by ``deadline``; TimeoutError when the container (or dockerd) stops taking it."""
+        until = send_deadline(deadline)
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self.sock.send(view) :]
+            except (BlockingIOError, InterruptedError):
+                remaining = until - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("the sandbox container stopped reading its input") from None
+                select.select([], [self.sock], [], remaining)
 
     def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
         if self.eof:
@@ -189,15 +209,11 @@ class AttachIO:
         if not readable:
             return []
         try:
-            self.sock.setblocking(False)
             data = self.sock.recv(1 << 20)
         except BlockingIOError:
             return []
         except OSError:
             data = b""
-        finally:
-            with contextlib.suppress(OSError):
-                self.sock.setblocking(True)
         if not data:
             self.eof = True
             return [("result", b""), ("stdout", b""), ("stderr", b"")]
@@ -318,6 +334,15 @@ def _mount_refused(exc: Any) -> bool:
     return "bind source path" in text or "invalid mount config" in text or ("mount" in text and "not exist" in text)
 
 
+def _in_container(pid: int, container_id: str) -> bool:
+    """``pid`` is (still) a process of that container: not a reused pid."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            return container_id in fh.read()
+    except OSError:
+        return False
+
+
 def _host_view(pid: int, container_id: str) -> dict[str, bool] | None:
     """For runc on this machine: the container's process as /proc sees it (None when not visible here)."""
     from sandbox.backends.subprocess_backend import _proc_status, _rlimits_set
@@ -355,6 +380,7 @@ class ContainerWorker:
         self._io: AttachIO | None = None
         self._handoff: handoff.HandoffDir | None = None
         self.verified_from_host = False
+        self._host_pid = 0
         self.id = ""
         try:
             self.id = self._create(backend, limits)
@@ -455,7 +481,7 @@ class ContainerWorker:
         except _engine_errors() as exc:
             raise owner.engine_down(exc) from exc
         try:
-            self._io.send(encode_frame(self.boot_frame(limits), 1 << 20))
+            self._io.send(encode_frame(self.boot_frame(limits), 1 << 20), time.monotonic() + config.spawn_timeout_s)
             attrs = self._api.inspect_container(self.id)  # overlaps the interpreter's start-up
             ready = await_ready(self._io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
@@ -471,6 +497,7 @@ class ContainerWorker:
         if owner.runtime is None and pid > 0:
             host_view = _host_view(pid, self.id)
         self.verified_from_host = host_view is not None
+        self._host_pid = pid if host_view is not None else 0  # runc here: killed directly (see _kill)
         self.protections = verify_protections(
             attrs, ready.protections, runtime=owner.runtime, host_pid_checked=host_view
         )
@@ -543,8 +570,19 @@ class ContainerWorker:
             self.destroy()
 
     def _kill(self) -> None:
+        """Stop the container now. The attach stream is closed first: dockerd copies the container's output
+        to it, and with a reader that stopped reading (after the output limit) that copy blocks the kill and
+        the wait for the API's whole timeout, twice (about 60 s). Then SIGKILL the container's process
+        directly when this machine sees it (runc), else ask dockerd, with a short timeout."""
+        if self._io is not None:
+            self._io.close()
+        pid = self._host_pid
+        if pid and _in_container(pid, self.id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                return
         with contextlib.suppress(Exception):
-            self._api.kill(self.id)
+            self._owner.quick_api().kill(self.id)
 
     def _exit_info(self, grace_s: float) -> tuple[ExitInfo, str | None]:
         """Exit code and OOM kill from the engine; waits (then kills) if the container is still running."""
@@ -557,7 +595,7 @@ class ContainerWorker:
                     self._api.wait(self.id, timeout=grace_s)
                 except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
                     self._kill()
-                    self._api.wait(self.id, timeout=API_TIMEOUT_S)
+                    self._owner.quick_api().wait(self.id, timeout=KILL_TIMEOUT_S)
                 state = self._api.inspect_container(self.id)["State"]
         except _engine_errors() as exc:
             return ExitInfo(), str(exc)
@@ -622,6 +660,7 @@ class DockerBackend:
         self.tag = image.expected_tag(config.image)
         self.owner = _owner()
         self._api: Any = None
+        self._quick_api: Any = None
         self._lock = threading.Lock()
         self._live: dict[str, handoff.HandoffDir | None] = {}  # container id -> its hand-off directory
         self._checked_runtime = False
@@ -636,6 +675,13 @@ class DockerBackend:
 
     # -- engine access --
 
+    def quick_api(self) -> Any:
+        """A second client whose calls time out after ``KILL_TIMEOUT_S``: for kill and the wait after it."""
+        with self._lock:
+            if self._quick_api is None:
+                self._quick_api = connect(self.config.docker_base_url, timeout=KILL_TIMEOUT_S)
+            return self._quick_api
+
     def api(self) -> Any:
         with self._lock:
             if self._closed or _EXITING:
@@ -643,24 +689,11 @@ class DockerBackend:
             if self._api is None:
                 api = connect(self.config.docker_base_url)
                 self._api = api
-                threading.Thread(
-                    target=self._reap_quietly, args=(api,), name="sandforge-docker-reaper", daemon=True
-                ).start()
+                leftovers.reap_in_background()  # of dead processes, every kind (sandbox/leftovers.py)
             api = self._api
         if self.runtime and not self._checked_runtime:
             self._check_runtime(api)
         return api
-
-    def _reap_quietly(self, api: Any) -> None:
-        try:
-            removed = reap_leftovers(api)
-            if removed:
-                log.info("removed %d leftover sandbox container(s) of dead processes", len(removed))
-            dirs = handoff.reap()
-            if dirs:
-                log.info("removed %d leftover hand-off directorie(s) of dead processes", len(dirs))
-        except Exception as exc:  # best effort; never disturbs execution
-            log.debug("reaping leftovers failed: %s", exc)
 
     def _check_runtime(self, api: Any) -> None:
         try:
@@ -755,6 +788,9 @@ class DockerBackend:
             self._remove_now(api, cid)
         with contextlib.suppress(Exception):
             api.close()
+        with contextlib.suppress(Exception):
+            if self._quick_api is not None:
+                self._quick_api.close()
 
 
 __all__ = ["AttachIO", "ContainerWorker", "DockerBackend", "connect", "reap_leftovers", "verify_protections"]

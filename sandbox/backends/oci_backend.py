@@ -42,7 +42,7 @@ from typing import Literal
 
 import psutil
 
-from sandbox import handoff, image, oci_spec, seccomp
+from sandbox import handoff, image, leftovers, oci_spec, seccomp
 from sandbox.backends.base import SandboxUnavailable
 from sandbox.backends.cleanup import CleanupQueue, process_tag, tag_alive
 from sandbox.backends.docker_backend import COMMAND as DOCKER_COMMAND
@@ -90,6 +90,28 @@ COMMAND = [oci_spec.PYTHON, *DOCKER_COMMAND[1:]]
 #: before it becomes the runtime (``exec``); the runtime's own stdin is /dev/null.
 INPUT_FD = 3
 _WITH_INPUT_FD = ["/bin/sh", "-c", f'exec "$@" {INPUT_FD}<&0 </dev/null', "sh"]
+
+
+RUNTIME_ENV = _ENV
+
+
+def runtime_command(runtime: str) -> list[str] | None:
+    """``runc``/``runsc`` with this module's state directory and flags, or None when not installed."""
+    binary = shutil.which(runtime)
+    if binary is None:
+        return None
+    return [binary, "--root", str(STATE_DIR / runtime), *(RUNSC_FLAGS if runtime == "runsc" else ())]
+
+
+def force_delete(runtime: str, container_id: str) -> None:
+    """Delete a container (killing it) through its runtime; nothing happens when there is no such container."""
+    command = runtime_command(runtime)
+    if command is None:
+        return
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(
+            [*command, "delete", "--force", container_id], capture_output=True, timeout=30, env=_ENV, check=False
+        )
 
 
 def _owner_alive(container_id: str) -> bool:
@@ -334,7 +356,7 @@ class OciWorker:
 
     def _start(self, config: SandboxConfig, limits: Limits) -> None:
         try:
-            self.io.send(encode_frame(self.boot_frame(limits), 1 << 20))
+            self.io.send(encode_frame(self.boot_frame(limits), 1 << 20), time.monotonic() + config.spawn_timeout_s)
             ready = await_ready(self.io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
             raise SandboxUnavailable(f"sandbox container failed to start ({self._owner.runtime}): {exc}") from exc
@@ -519,36 +541,12 @@ class OciBackend:
             for path in (self.state, self.bundles):
                 path.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._ready = True
-        threading.Thread(target=self._reap_leftovers, name="sandforge-oci-leftovers", daemon=True).start()
-
-    def _reap_leftovers(self) -> None:
-        """Remove the containers and bundles of processes that died without cleaning up: the runtime's own
-        list (a container may outlive its bundle) and the bundle directories."""
-        try:
-            listed = subprocess.run(
-                [*self.command(), "list", "--quiet"], capture_output=True, text=True, timeout=30, env=_ENV, check=False
-            ).stdout.split()
-        except (OSError, subprocess.SubprocessError):
-            listed = []
-        for container_id in listed:
-            if container_id.startswith(f"{ID_PREFIX}-") and not _owner_alive(container_id):
-                self.force_delete(container_id)
-        for bundle in list(self.bundles.iterdir()):
-            if not _owner_alive(bundle.name):
-                if bundle.name not in listed:
-                    self.force_delete(bundle.name)
-                shutil.rmtree(bundle, ignore_errors=True)
-        handoff.reap()
+        # Containers, bundles and directories of processes that died without cleaning up (every kind, not
+        # only this backend's: see sandbox/leftovers.py).
+        leftovers.reap_in_background()
 
     def force_delete(self, container_id: str) -> None:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(
-                [*self.command(), "delete", "--force", container_id],
-                capture_output=True,
-                timeout=30,
-                env=_ENV,
-                check=False,
-            )
+        force_delete(self.runtime, container_id)
 
     def spawn(self, limits: Limits) -> OciWorker:
         self._prepare()

@@ -11,13 +11,15 @@ import contextlib
 import fcntl
 import logging
 import os
+import select
 import selectors
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
-import tempfile
+import termios
 import threading
 import time
 from pathlib import Path
@@ -25,10 +27,18 @@ from typing import TYPE_CHECKING
 
 import RestrictedPython
 
-from sandbox import seccomp
+from sandbox import leftovers, seccomp
 from sandbox.backends.base import SandboxUnavailable
 from sandbox.config import SUBPROCESS_PROTECTIONS, SandboxConfig
-from sandbox.exchange import BridgeHandler, ExitInfo, Stream, await_ready, build_outcome, run_exchange
+from sandbox.exchange import (
+    BridgeHandler,
+    ExitInfo,
+    Stream,
+    await_ready,
+    build_outcome,
+    run_exchange,
+    send_deadline,
+)
 from sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -73,18 +83,24 @@ class PipeIO:
         #: A hand-off directory the runner confirmed (the runsc backend's; see ``sandbox/handoff.py``).
         self.handoff: HandoffDir | None = None
         self.selector = selectors.DefaultSelector()
+        os.set_blocking(stdin_fd, False)  # every write waits in select, up to its deadline
         for fd, name in streams.items():
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ, name)
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes, deadline: float | None = None) -> None:
+        """Write all of ``data`` by ``deadline``; TimeoutError when the worker stops reading."""
+        until = send_deadline(deadline)
         view = memoryview(data)
         while view:
             try:
-                written = os.write(self.stdin_fd, view)
-            except InterruptedError:
-                continue
-            view = view[written:]
+                view = view[os.write(self.stdin_fd, view) :]
+            except (BlockingIOError, InterruptedError):
+                wait_writable(self.stdin_fd, until)
+
+    def unread(self) -> int:
+        """Bytes still in the pipe (the worker has not read them)."""
+        return _ioctl_int(self.stdin_fd, termios.FIONREAD)
 
     def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
         chunks: list[tuple[Stream, bytes]] = []
@@ -115,13 +131,36 @@ class SocketIO(PipeIO):
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BYTES)
 
-    def send_fds(self, data: bytes, fds: list[int]) -> None:
-        sent = socket.send_fds(self.sock, [data], fds)
-        self.send(data[sent:])
+    def send_fds(self, data: bytes, fds: list[int], deadline: float | None = None) -> None:
+        until = send_deadline(deadline)
+        while True:
+            try:
+                sent = socket.send_fds(self.sock, [data], fds)
+                break
+            except (BlockingIOError, InterruptedError):
+                wait_writable(self.stdin_fd, until)
+        self.send(data[sent:], until)
+
+    def unread(self) -> int:
+        """Bytes sent on the socket that the worker has not read (SIOCOUTQ: its unconsumed send queue)."""
+        return _ioctl_int(self.stdin_fd, termios.TIOCOUTQ)
 
     def close(self) -> None:
         super().close()
         self.sock.close()
+
+
+def wait_writable(fd: int, deadline: float) -> None:
+    """Block until ``fd`` can take more bytes; TimeoutError once ``deadline`` (monotonic) has passed."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("the sandbox stopped reading its input")
+    select.select([], [fd], [], remaining)
+
+
+def _ioctl_int(fd: int, request: int) -> int:
+    value: int = struct.unpack("i", fcntl.ioctl(fd, request, b"\0\0\0\0"))[0]
+    return value
 
 
 def socket_channel() -> tuple[socket.socket, int]:
@@ -147,7 +186,7 @@ class SubprocessWorker:
         self._zygote = zygote
         self._destroyed = False
         self._reaped = False
-        self._workdir = Path(tempfile.mkdtemp(prefix="sandforge-"))
+        self._workdir = leftovers.new_workdir()  # named after this process: reaped if it dies (leftovers.py)
         if os.geteuid() == 0:
             os.chown(self._workdir, config.sandbox_uid, config.sandbox_gid)
         stdin_sock, stdin_r = socket_channel()
@@ -170,9 +209,10 @@ class SubprocessWorker:
         finally:
             for fd in (stdin_r, result_w, out_w, err_w):
                 os.close(fd)
+        boot_by = time.monotonic() + config.spawn_timeout_s
         try:
             if zygote is None:
-                self.io.send(encode_frame(boot_frame(config, limits, str(self._workdir)), 1 << 20))
+                self.io.send(encode_frame(boot_frame(config, limits, str(self._workdir)), 1 << 20), boot_by)
             ready = await_ready(self.io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
             self.destroy()
@@ -210,7 +250,10 @@ class SubprocessWorker:
             if ex.failure is not None:
                 self._kill()
             exit_info = self._reap(grace_s=1.0)
-            return build_outcome(ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits)
+            return build_outcome(
+                ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits,
+                exit_observed=True,
+            )  # fmt: skip
         finally:
             self.destroy()
 
@@ -371,6 +414,8 @@ class SubprocessBackend:
         self.runner = runner
         self._zygotes: dict[Limits, Zygote] = {}
         self._lock = threading.Lock()
+        # What killed hosts left behind, of every backend (the container engines at most once a minute).
+        leftovers.reap_in_background(containers=leftovers.containers_due())
 
     def spawn(self, limits: Limits) -> SubprocessWorker:
         zygote = self._zygote(limits) if self.config.zygote else None

@@ -44,7 +44,8 @@ def test_failed_execution_leaves_the_context_file_untouched(tmp_path: Path, sand
     assert code == 1
     assert "execution" in err and "RuntimeError" in err
     assert ctx.read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ctx.json")] == []  # no temp file left
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".ctx.json")]
+    assert leftovers == [".ctx.json.lock"]  # no temp file left; the commit lock stays (see docs/security.md)
 
 
 def test_rejected_program_never_runs_and_commits_nothing(tmp_path: Path) -> None:

@@ -44,17 +44,17 @@ class Traffic:
         self.passed: list[int] = []
         send, send_fds, attach_send = PipeIO.send, SocketIO.send_fds, AttachIO.send
 
-        def spy_send(io: PipeIO, data: bytes) -> None:
+        def spy_send(io: PipeIO, data: bytes, deadline: float | None = None) -> None:
             self.bytes += len(data)
-            send(io, data)
+            send(io, data, deadline)
 
-        def spy_attach_send(io: AttachIO, data: bytes) -> None:
+        def spy_attach_send(io: AttachIO, data: bytes, deadline: float | None = None) -> None:
             self.bytes += len(data)
-            attach_send(io, data)
+            attach_send(io, data, deadline)
 
-        def spy_send_fds(io: SocketIO, data: bytes, fds: list[int]) -> None:
+        def spy_send_fds(io: SocketIO, data: bytes, fds: list[int], deadline: float | None = None) -> None:
             self.passed.append(len(fds))
-            send_fds(io, data, fds)
+            send_fds(io, data, fds, deadline)
 
         monkeypatch.setattr(PipeIO, "send", spy_send)
         monkeypatch.setattr(AttachIO, "send", spy_attach_send)

@@ -272,7 +272,7 @@ class ScriptedIO:
         self.chunks: list[tuple[Stream, bytes]] = [("result", result_bytes), ("result", b""), ("stdout", b""),
                                                    ("stderr", b"")]  # fmt: skip
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes, deadline: float | None = None) -> None:
         self.sent += data
 
     def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:

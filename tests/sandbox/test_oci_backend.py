@@ -188,11 +188,19 @@ def test_orphans_of_a_dead_process_are_removed(backend: OciBackend, tmp_path: Pa
         pids_headroom=oci_backend.GVISOR_PIDS_HEADROOM if gvisor else 0,
         memory_headroom_mb=oci_backend.GVISOR_MEMORY_HEADROOM_MB if gvisor else 0,
     )
-    (bundle / "config.json").write_text(json.dumps(spec))
     run = [*backend.command(), "run", "--detach", "--bundle", str(bundle), orphan]
     # (all stdio to /dev/null: a detached container keeps whatever it inherits open)
     null = subprocess.DEVNULL
-    subprocess.run(run, stdin=null, stdout=null, stderr=null, check=True, timeout=60)
+    for attempt in range(5):  # any backend starting in another test process may reap the bundle mid-setup
+        bundle.mkdir(exist_ok=True)
+        (bundle / "config.json").write_text(json.dumps(spec))
+        try:
+            subprocess.run(run, stdin=null, stdout=null, stderr=null, check=True, timeout=60)
+            break
+        except subprocess.CalledProcessError:
+            backend.force_delete(orphan)
+            if attempt == 4:
+                raise
 
     def listed() -> list[str]:
         out = subprocess.run([*backend.command(), "list", "--quiet"], capture_output=True, text=True, check=False)

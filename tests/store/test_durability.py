@@ -6,10 +6,11 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from runtime.store import Decision, LookupStatus, SelectionReason, StoreIOError, ToolStore
+from runtime.store import Decision, LookupStatus, SelectionReason, StoreIOError, ToolStore, _files
 from tests.store.conftest import RUNTIME, WEB_FETCHER, candidate
 
 FP = WEB_FETCHER.fingerprint()
@@ -35,7 +36,7 @@ def test_a_failed_write_leaves_the_old_file_intact(filled: ToolStore, monkeypatc
     path = filled.paths.method_file("web_fetcher", "fetch_url")
     before = path.read_bytes()
 
-    def broken_replace(src: object, dst: object) -> None:
+    def broken_replace(src: object, dst: object, **_: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken_replace)
@@ -56,9 +57,9 @@ def test_writes_go_through_fsync_and_rename(filled: ToolStore, monkeypatch: pyte
         calls.append("fsync")
         real_fsync(fd)
 
-    def replace(src: str, dst: str) -> None:
+    def replace(src: str, dst: str, **kwargs: int) -> None:
         calls.append("replace")
-        real_replace(src, dst)
+        real_replace(src, dst, **kwargs)
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
@@ -167,19 +168,19 @@ def test_a_good_file_is_never_quarantined_by_a_reader_that_saw_it_half_way(
     """The reader re-reads under the lock before quarantining: if a writer fixed the file, it is kept."""
     path = filled.paths.method_file("web_fetcher", "fetch_url")
     good = path.read_bytes()
-    real_read = Path.read_bytes
+    real_read = _files.read_state_file
     calls = {"n": 0}
 
-    def flaky_read(self: Path) -> bytes:
+    def flaky_read(base: Path, self: Path, **kwargs: Any) -> bytes:
         if self == path:
             calls["n"] += 1
             if calls["n"] == 1:
                 return good[:20]  # what a torn, non-atomic write would look like
-        return real_read(self)
+        return real_read(base, self, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", flaky_read)
+    monkeypatch.setattr(_files, "read_state_file", flaky_read)
     lookup = filled.lookup("web_fetcher", "fetch_url")
     assert lookup.status is LookupStatus.FOUND
     assert path.exists() and not _corrupt_files(path.parent, path.name)
     assert calls["n"] == 2
-    assert real_read(path) == good
+    assert path.read_bytes() == good

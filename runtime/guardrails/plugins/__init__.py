@@ -27,7 +27,7 @@ from runtime.guardrails.program import Finding, Program
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "sandforge.guardrails"
-_BUILTIN_MODULES = ("context_callables", "headlines", "metaclass", "tool_mutation")
+_BUILTIN_MODULES = ("context_callables", "headlines", "inner_wall", "metaclass", "tool_mutation")
 
 
 class NoOptions(BaseModel):

@@ -1,0 +1,25 @@
+"""Every file sandforge reads from a user or writes for one goes through here (docs/security.md,
+"Files and input at the edges"): bounded reads of regular files only, strict JSON, atomic private writes,
+per-file locks for read-modify-write."""
+
+from runtime.files.dirs import SymlinkRefused, make_dirs, open_dir_below
+from runtime.files.jsontext import decode_json, encode_compact
+from runtime.files.locks import exclusive
+from runtime.files.read import read_arg_file, read_state_file, read_user_file
+from runtime.files.write import io_error, make_private_dir, write_state_file, write_user_file
+
+__all__ = [
+    "SymlinkRefused",
+    "decode_json",
+    "encode_compact",
+    "exclusive",
+    "io_error",
+    "make_dirs",
+    "make_private_dir",
+    "open_dir_below",
+    "read_arg_file",
+    "read_state_file",
+    "read_user_file",
+    "write_state_file",
+    "write_user_file",
+]

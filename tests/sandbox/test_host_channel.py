@@ -1,0 +1,256 @@
+"""The host's side of the sandbox channel holds against a runner that is not the runner (issue 13, items 2, 3).
+
+An attacker who escaped RestrictedPython controls the runner process: it can write any bytes on the result
+channel and stop reading its input. The host must neither hang (every read and write is bounded by the
+execution's deadline) nor accept more from a forged frame than the program could get by returning a value.
+
+Unit tests drive ``run_exchange`` with scripted workers; the end-to-end tests run attacks through the
+escaped runners on every backend (``escaped_runner.py``, and the container bootstrap of
+``test_container_boundary.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, SandboxConfig
+from sandbox.backends import docker_backend, oci_backend
+from sandbox.backends.base import Backend
+from sandbox.backends.docker_backend import DockerBackend
+from sandbox.backends.oci_backend import OciBackend
+from sandbox.backends.subprocess_backend import SubprocessBackend
+from sandbox.exchange import ExitInfo, Stream, build_outcome, run_exchange
+from sandbox.protocol import HEADER, CallFrame, ProtocolError, decode_runner_frame
+from tests.sandbox.test_container_boundary import ESCAPED_BOOTSTRAP
+
+ESCAPED = Path(__file__).with_name("escaped_runner.py")
+LIMITS = Limits(timeout_s=4, memory_mb=256, disk_mb=4, max_output_bytes=8192)
+
+
+def frame(body: bytes | dict[str, Any]) -> bytes:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return HEADER.pack(len(data)) + data
+
+
+# --- strict result frames --------------------------------------------------------------------------------
+
+OK = {"type": "result", "status": "ok", "value": 1}
+REFUSED_FRAMES = {
+    "NaN value": b'{"type":"result","status":"ok","value":NaN}',
+    "Infinity inside the value": b'{"type":"result","status":"ok","value":[1,{"a":-Infinity}]}',
+    "overflowing literal": b'{"type":"result","status":"ok","value":1e400}',
+    "overflowing literal deep inside": b'{"type":"result","status":"ok","value":{"a":[2,-1.5E+999]}}',
+    "overflowing cpu time": b'{"type":"result","status":"ok","value":1,"cpu_time_s":1e400}',
+    "negative memory": json.dumps({**OK, "peak_memory_mb": -1}).encode(),
+    "host-only error: timeout": json.dumps(
+        {"type": "result", "status": "error", "error": {"type": "timeout", "message": "slow"}}
+    ).encode(),
+    "host-only error: guardrail_violation": json.dumps(
+        {"type": "result", "status": "error", "error": {"type": "guardrail_violation", "message": "x"}}
+    ).encode(),
+    "host-only error: sandbox_unavailable": json.dumps(
+        {"type": "result", "status": "error", "error": {"type": "sandbox_unavailable", "message": "x"}}
+    ).encode(),
+    "exception name too long": json.dumps(
+        {"type": "result", "status": "error", "error": {"type": "execution", "message": "x", "exception": "E" * 201}}
+    ).encode(),
+    "message too long": json.dumps(
+        {"type": "result", "status": "error", "error": {"type": "execution", "message": "x" * 5000}}
+    ).encode(),
+    "ok with an error": json.dumps({**OK, "error": {"type": "execution", "message": "x"}}).encode(),
+    "nested 202 deep": b'{"type":"result","status":"ok","value":' + b"[" * 201 + b"]" * 201 + b"}",
+}
+
+
+@pytest.mark.parametrize("body", list(REFUSED_FRAMES.values()), ids=list(REFUSED_FRAMES))
+def test_forged_result_fields_are_refused(body: bytes) -> None:
+    try:
+        decoded = decode_runner_frame(body)
+    except ProtocolError:
+        return
+    out = exchange_with(frame(body))  # refused by the exchange's checks (they need the request)
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION, (decoded, out)
+
+
+def test_the_deepest_value_the_runner_sends_is_accepted() -> None:
+    body = b'{"type":"result","status":"ok","value":' + b"[" * 200 + b"]" * 200 + b"}"
+    assert decode_runner_frame(body).value is not None
+
+
+class ScriptedIO:
+    """A worker that answers with the given result-channel bytes (in one read), then ends."""
+
+    def __init__(self, *chunks: bytes, unread: int = 0) -> None:
+        self.sent = bytearray()
+        self.pending: list[tuple[Stream, bytes]] = [("result", c) for c in chunks]
+        self.pending += [("result", b""), ("stdout", b""), ("stderr", b"")]
+        self._unread = unread
+
+    def send(self, data: bytes, deadline: float | None = None) -> None:
+        self.sent += data
+
+    def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
+        if not self.pending:
+            return []
+        return [self.pending.pop(0)]
+
+    def unread(self) -> int:
+        return self._unread
+
+
+def exchange_with(*chunks: bytes, limits: Limits = LIMITS, unread: int = 0, exit_code: int = 0) -> ExecutionOutcome:
+    io = ScriptedIO(*chunks, unread=unread)
+    ex = run_exchange(io, ExecutionRequest(code="return 1", limits=limits), lambda call: {"status": "ok"})
+    info = ExitInfo(exit_code=exit_code)
+    return build_outcome(ex, info, backend="test", protections={}, limits=limits, exit_observed=True)
+
+
+def test_stdout_beyond_the_output_limit_is_refused() -> None:
+    out = exchange_with(frame({**OK, "stdout": "x" * (LIMITS.max_output_bytes + 1)}))
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION and "output limit" in (out.error_message or "")
+    assert exchange_with(frame({**OK, "stdout": "x" * LIMITS.max_output_bytes})).ok
+
+
+def test_an_ok_result_needs_a_clean_exit() -> None:
+    assert exchange_with(frame(OK)).ok
+    out = exchange_with(frame(OK), exit_code=70)
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION and "exit status 70" in (out.error_message or "")
+
+
+def test_runner_errors_are_never_retriable_unless_the_program_said_so() -> None:
+    forged = {"type": "result", "status": "error", "error": {"type": "execution", "message": "x", "retriable": True}}
+    assert exchange_with(frame(forged)).retriable is False
+    own = {"type": "result", "status": "error",
+           "error": {"type": "tool_error", "message": "x", "retriable": True, "tool_error_type": "busy"}}  # fmt: skip
+    assert exchange_with(frame(own)).retriable is True
+
+
+CALL = {"type": "call", "target": {"kind": "tool", "name": "t"}, "method": "m", "args": [], "kwargs": {}}
+
+
+def test_a_call_followed_by_anything_before_its_reply_is_a_violation() -> None:
+    out = exchange_with(frame({**CALL, "id": 0}) + frame({**CALL, "id": 1}))
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION and "before reading its reply" in (out.error_message or "")
+    out = exchange_with(frame({**CALL, "id": 0}) + b"\0\0")  # even a partial frame
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION
+
+
+def test_a_call_while_the_previous_reply_is_unread_is_a_violation() -> None:
+    out = exchange_with(frame({**CALL, "id": 0}), unread=12)
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION and "was read" in (out.error_message or "")
+
+
+def test_calls_must_come_in_order() -> None:
+    out = exchange_with(frame({**CALL, "id": 5}))
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION and "out of order" in (out.error_message or "")
+    assert exchange_with(frame({**CALL, "id": 0}), frame({**CALL, "id": 1}), frame(OK)).ok
+
+
+# --- attacks through an escaped runner, on every backend -------------------------------------------------
+
+FIND_CHANNELS = """
+import json, os, struct, sys, time
+f = sys._getframe()
+while 'bridge' not in f.f_locals:
+    f = f.f_back
+bridge = f.f_locals['bridge']
+out = bridge.out_fd
+def send(obj):
+    body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+    view = memoryview(struct.pack('>I', len(body)) + body)
+    while view:
+        view = view[os.write(out, view):]
+"""
+
+
+@pytest.fixture(
+    params=[
+        "subprocess",
+        pytest.param("docker", marks=pytest.mark.docker),
+        pytest.param("gvisor", marks=[pytest.mark.docker, pytest.mark.gvisor]),
+        pytest.param("runc", marks=pytest.mark.oci("runc")),
+        pytest.param("runsc", marks=pytest.mark.oci("runsc")),
+    ]
+)
+def escaped(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
+    """Each backend with a runner whose program runs as unrestricted Python (a full escape)."""
+    config = SandboxConfig(pool_size=0)
+    backend: Backend
+    if request.param == "subprocess":
+        backend = SubprocessBackend(config, runner=ESCAPED)
+    else:
+        request.getfixturevalue("docker_env")
+        command = ["-I", "-S", "-B", "-c", ESCAPED_BOOTSTRAP]
+        monkeypatch.setattr(docker_backend, "COMMAND", ["python3", *command])
+        monkeypatch.setattr(oci_backend, "COMMAND", ["/usr/bin/python3", *command])
+        if request.param in ("runc", "runsc"):
+            backend = OciBackend(config, runtime=request.param)  # type: ignore[arg-type]
+        else:
+            backend = DockerBackend(config, runtime="runsc" if request.param == "gvisor" else None)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def attack(backend: Backend, code: str, bridge: Any = None, limits: Limits = LIMITS) -> tuple[ExecutionOutcome, float]:
+    worker = backend.spawn(limits)
+    began = time.monotonic()
+    out = worker.execute(ExecutionRequest(code=FIND_CHANNELS + code, limits=limits), bridge)
+    return out, time.monotonic() - began
+
+
+@pytest.mark.timeout(90)
+def test_a_flood_of_calls_without_reading_is_a_violation(escaped: Backend) -> None:
+    code = f"for i in range(20000):\n    send({{**{CALL!r}, 'id': i}})\ntime.sleep(60)\nreturn 1"
+    out, took = attack(escaped, code)
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION, (out.error_type, out.error_message)
+    assert took < LIMITS.timeout_s + 10, took
+
+
+@pytest.mark.timeout(90)
+def test_a_runner_that_stops_reading_cannot_hold_the_host(escaped: Backend) -> None:
+    """One call, then never read the (large) reply: the host's send is bounded by the deadline."""
+
+    def big_reply(call: CallFrame) -> dict[str, Any]:
+        return {"status": "ok", "value": "x" * (24 << 20)}
+
+    code = f"send({{**{CALL!r}, 'id': 0}})\ntime.sleep(120)\nreturn 1"
+    out, took = attack(escaped, code, big_reply)
+    assert out.error_type == ErrorType.TIMEOUT, (out.error_type, out.error_message)
+    assert took < LIMITS.timeout_s + 15, took
+
+
+FORGED_RESULTS = {
+    "NaN": b'{"type":"result","status":"ok","value":NaN}',
+    "1e400": b'{"type":"result","status":"ok","value":[1e400]}',
+    "2 MB stdout": json.dumps({**OK, "stdout": "x" * (2 << 20)}).encode(),
+    "timeout claimed": json.dumps(
+        {"type": "result", "status": "error", "error": {"type": "timeout", "message": "x"}}
+    ).encode(),
+}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("body", list(FORGED_RESULTS.values()), ids=list(FORGED_RESULTS))
+def test_forged_result_frames_are_violations_on_every_backend(escaped: Backend, body: bytes) -> None:
+    out, _ = attack(escaped, f"send({body!r})\nos._exit(0)")
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION, (out.error_type, out.error_message)
+    assert out.value is None and out.context is None
+
+
+@pytest.mark.timeout(60)
+def test_a_forged_ok_from_a_runner_that_then_fails_is_refused() -> None:
+    """Subprocess: the host sees the exit status, and the runner exits 0 right after its result."""
+    backend = SubprocessBackend(SandboxConfig(pool_size=0), runner=ESCAPED)
+    try:
+        out, _ = attack(backend, f"send({OK!r})\nos._exit(70)")
+    finally:
+        backend.close()
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION and "exit status 70" in (out.error_message or "")
