@@ -55,7 +55,14 @@ def _replace_in(dfd: int, name: str, data: bytes, *, like: os.stat_result | None
             if like is not None:
                 mine = os.fstat(fd)
                 if (mine.st_uid, mine.st_gid) != (like.st_uid, like.st_gid):
-                    os.fchown(fd, like.st_uid, like.st_gid)  # before the mode: chown may clear set-id bits
+                    try:  # before the mode: chown may clear set-id bits
+                        os.fchown(fd, like.st_uid, like.st_gid)
+                    except PermissionError:  # refused, not weakened: a new group could read the secret
+                        raise FileIOError(
+                            f"cannot write {name}: its owner {like.st_uid}:{like.st_gid} cannot be kept by this "
+                            "user (EPERM); nothing was written",
+                            hint="run as the file's owner, or chgrp the file to one of your groups",
+                        ) from None
                 os.fchmod(fd, stat.S_IMODE(like.st_mode))
             _write_all(fd, data)
             os.fsync(fd)
