@@ -7,6 +7,8 @@ engine), with a scripted provider.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from runtime.agent import GUARDRAIL_EXHAUSTED_MESSAGE
@@ -41,8 +43,11 @@ def test_a_structured_contract_crosses_the_wire_and_reaches_registry_and_prompt(
     assert contract.failure_policy == {"on_error": "retry", "retries": 1}
     # the nested generation saw the contract, JSON values rendered as JSON
     assert provider.requests[1].contract == contract
-    assert '"required": ["title"]' in provider.prompts[1].user
-    assert '{"on_error": "retry", "retries": 1}' in provider.prompts[1].user
+    user = provider.prompts[1].user
+    block = user.split('<untrusted_data source="contract">', 1)[1].split("</untrusted_data>", 1)[0]
+    rendered = json.loads(block)  # program-originated values reach the prompt only as JSON data
+    assert rendered["deliverable"]["required"] == ["title"]
+    assert rendered["failure_policy"] == {"on_error": "retry", "retries": 1}
     assert all(r.error_type != "sandbox_violation" for r in records(ws))
 
 

@@ -5,6 +5,7 @@ Every test that runs a program runs on each backend (``make_ws`` is parametrized
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from runtime.agent import Workspace
 from runtime.agent.bounds import MAX_PURPOSE_CHARS, check_arguments, nested_call_spec
@@ -58,9 +59,12 @@ def test_nested_call_spec_bounds() -> None:
     ok = nested_call_spec(CallTarget(kind="delegate", name="helper", purpose="p" * MAX_PURPOSE_CHARS), "run")
     assert not isinstance(ok, str) and ok.role == "helper"
     long_purpose = "p" * (MAX_PURPOSE_CHARS + 1)
-    too_long = nested_call_spec(CallTarget(kind="delegate", name="helper", purpose=long_purpose), "run")
+    with pytest.raises(ValidationError):  # the wire model refuses it first ...
+        CallTarget(kind="delegate", name="helper", purpose=long_purpose)
+    # ... and the host's own check holds without it
+    too_long = nested_call_spec(CallTarget.model_construct(kind="delegate", name="helper", purpose=long_purpose), "run")
     assert isinstance(too_long, str) and too_long.startswith("invalid delegate contract: purpose")
-    surrogate = nested_call_spec(CallTarget(kind="delegate", name="helper", purpose="a\udc80"), "run")
+    surrogate = nested_call_spec(CallTarget.model_construct(kind="delegate", name="helper", purpose="a\udc80"), "run")
     assert isinstance(surrogate, str) and "unicode" in surrogate
     assert nested_call_spec(CallTarget(kind="tool", name="x\ny"), "run") == (
         "invalid tool name: a role matches ^[A-Za-z][A-Za-z0-9_.-]{0,63}$ (letters, digits, _ . -; at most 64)"
