@@ -19,7 +19,7 @@ import pytest
 from runtime.guardrails import default_policy, validate
 from runtime.guardrails.policy import Policy
 from runtime.guardrails.selftest import Example, check_example, examples
-from sandbox import ExecutionRequest, Sandbox, SandboxConfig
+from sandbox import ErrorType, ExecutionRequest, Sandbox, SandboxConfig
 
 POLICY: Policy = default_policy()
 CORRECTED = [e for e in examples(POLICY) if e.expectation == "corrected"]
@@ -55,6 +55,10 @@ def test_every_corrected_program_is_approved_and_runs(sb: Sandbox, example: Exam
     result = validate(example.source, POLICY)
     assert result.verdict == "approved", [(v.violation_type, v.message) for v in result.violations]
     out = sb.execute(ExecutionRequest(code=example.source), bridge=_echo)
+    if "Outcome.error(" in example.source and out.error_type == ErrorType.TOOL_ERROR:
+        # Corrections say "report it through Outcome.error(...)": the program's deliberate answer, its own type.
+        assert f'Outcome.error("{out.metadata.get("tool_error_type")}"' in example.source, out.metadata
+        return
     assert out.status == "ok" and out.error_type is None, (out.error_type, out.error_message)
 
 
