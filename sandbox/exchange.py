@@ -8,6 +8,7 @@ bounded capture of stdout/stderr, the wall-clock deadline, and turning what happ
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,15 @@ Stream = Literal["result", "stdout", "stderr"]
 BridgeHandler = Callable[[CallFrame], dict[str, Any]]
 
 TRUNCATION_MARK = "\n[... truncated by sandforge]"
+
+_SERVING = threading.local()
+
+
+def serving_deadline() -> float | None:
+    """The ``time.monotonic()`` deadline of the execution whose nested call this thread is answering (None
+    outside a bridge call): a nested call must end by then, since its time is charged to that execution."""
+    deadline: float | None = getattr(_SERVING, "deadline", None)
+    return deadline
 
 
 def no_bridge(call: CallFrame) -> dict[str, Any]:
@@ -120,6 +130,7 @@ class Exchange:
     bridge_s: float = 0.0
     nested_calls: int = 0
     declarations: int = 0
+    deadline: float | None = None
 
     @property
     def complete(self) -> bool:
@@ -165,7 +176,12 @@ def run_exchange(
     ex = Exchange(stderr=BoundedCapture(limits.max_output_bytes), stray_stdout=BoundedCapture(limits.max_output_bytes))
     reader = FrameReader(limits.max_message_bytes)
     started = time.monotonic()
-    deadline = started + limits.timeout_s
+    allowed = limits.timeout_s if request.wall_budget_s is None else min(limits.timeout_s, request.wall_budget_s)
+    deadline = started + allowed  # never extended: time spent in nested calls is charged to this execution
+    outer = serving_deadline()  # run from a bridge: a nested execution never outlives its caller's
+    if outer is not None and outer < deadline:
+        deadline, allowed = outer, max(outer - started, 0.0)
+    ex.deadline = deadline
     try:
         ex.base_context = ContextSnapshot.coerce(request.context)  # a snapshot unless built without validation
         send_execute(io, request, ex.base_context, limits.max_message_bytes, deadline=deadline)
@@ -182,7 +198,7 @@ def run_exchange(
     while open_streams and ex.failure is None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            ex.failure = (ErrorType.TIMEOUT, f"execution exceeded the {limits.timeout_s:g}s time limit")
+            ex.failure = (ErrorType.TIMEOUT, _timeout_message(limits.timeout_s, allowed))
             break
         for stream, chunk in io.poll(remaining):
             if not chunk:
@@ -193,7 +209,7 @@ def run_exchange(
                 ex.stray_stdout.add(chunk)
             else:
                 try:
-                    pause = _handle_frames(io, reader, reader.feed(chunk), ex, handler, limits, deadline)
+                    _handle_frames(io, reader, reader.feed(chunk), ex, handler, limits, deadline)
                 except ProtocolError as exc:
                     ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {exc}")
                     ex.context = None
@@ -202,7 +218,6 @@ def run_exchange(
                     ex.failure = (ErrorType.TIMEOUT, f"execution exceeded the {limits.timeout_s:g}s time limit "
                                                      "(the sandbox stopped reading)")  # fmt: skip
                     break
-                deadline += pause
         if ex.stderr.truncated or ex.stray_stdout.truncated:
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
         if ex.complete and ("result" not in open_streams or stop_at_result):
@@ -211,6 +226,12 @@ def run_exchange(
         ex.failure = (ErrorType.SANDBOX_VIOLATION, "the sandbox sent an incomplete result")
     ex.wall_s = time.monotonic() - started - ex.bridge_s
     return ex
+
+
+def _timeout_message(limit_s: float, allowed_s: float) -> str:
+    if allowed_s < limit_s:
+        return f"execution exceeded its {allowed_s:.3g}s share of the caller's time (nested calls included)"
+    return f"execution exceeded the {limit_s:g}s time limit (nested calls included)"
 
 
 #: At most this many context values travel as descriptors in one execution (the runner accepts no more).
@@ -350,7 +371,8 @@ def _handle_frames(
     io: WorkerIO, reader: FrameReader, bodies: list[bytes], ex: Exchange, handler: BridgeHandler, limits: Limits,
     deadline: float,
 ) -> float:  # fmt: skip
-    """Process complete frames; returns the seconds spent in nested calls (not charged to this call).
+    """Process complete frames; returns the seconds spent in nested calls. They are charged to this call:
+    ``deadline`` is never moved (see ``run_exchange``); the time is kept in ``ex.bridge_s`` for the record.
 
     A nested call is synchronous: after a ``call`` frame the runner writes nothing until it has read the
     whole reply. So anything after a call frame in the same read, and a call frame while a reply (or the
@@ -373,12 +395,18 @@ def _handle_frames(
             if frame.id != expected:
                 raise ProtocolError(f"nested {frame.type} {frame.id} out of order (expected {expected})")
             began = time.monotonic()
+            outer, _SERVING.deadline = serving_deadline(), ex.deadline
+            try:
+                if isinstance(frame, DeclareFrame):
+                    declare = getattr(handler, "declare", None)
+                    outcome = declare(frame) if declare is not None else {"status": "ok"}
+                else:
+                    outcome = handler(frame)
+            finally:
+                _SERVING.deadline = outer
             if isinstance(frame, DeclareFrame):
-                declare = getattr(handler, "declare", None)
-                outcome = declare(frame) if declare is not None else {"status": "ok"}
                 ex.declarations += 1
             else:
-                outcome = handler(frame)
                 ex.nested_calls += 1
             try:
                 reply = encode_frame(CallResultFrame(id=frame.id, outcome=outcome), limits.max_message_bytes)
@@ -388,12 +416,14 @@ def _handle_frames(
                                                           "error_message": "nested result too large"}),
                     limits.max_message_bytes,
                 )  # fmt: skip
-            # A worker that is gone (killed, out of memory) cannot take the reply: its exit tells what happened.
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                io.send(reply, deadline + paused + time.monotonic() - began)
             spent = time.monotonic() - began
             paused += spent
             ex.bridge_s += spent
+            if time.monotonic() >= deadline:
+                return paused  # the nested call used up this execution's time: run_exchange reports the timeout
+            # A worker that is gone (killed, out of memory) cannot take the reply: its exit tells what happened.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                io.send(reply, deadline)
         else:
             raise ProtocolError("a second ready frame")
     return paused
@@ -433,7 +463,12 @@ def build_outcome(
         "usage": usage,
         "backend": backend,
         "protections": protections,
-        "metadata": {"nested_calls": ex.nested_calls, "exit_code": exit_info.exit_code, "signal": exit_info.signal},
+        "metadata": {
+            "nested_calls": ex.nested_calls,
+            "exit_code": exit_info.exit_code,
+            "signal": exit_info.signal,
+            "bridge_s": round(ex.bridge_s, 6),
+        },
     }
     stdout = ex.result.stdout if ex.result else ""
     stdout_truncated = ex.result.stdout_truncated if ex.result else False

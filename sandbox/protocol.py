@@ -118,6 +118,12 @@ class ExecutionRequest(BaseModel):
     args: list[JsonValue] = Field(default_factory=list)
     kwargs: JsonDict = Field(default_factory=dict)
     limits: Limits = Field(default_factory=Limits)
+    wall_budget_s: float | None = Field(
+        None, gt=0, le=3600,
+        description="host-side only: end the execution after at most this many seconds, when less than "
+        "limits.timeout_s (a nested call's share of its caller's remaining time); time spent serving the "
+        "program's own nested calls counts against it",
+    )  # fmt: skip
 
 
 class ResourceUsage(BaseModel):

@@ -27,6 +27,7 @@ from runtime.agent.lifecycle import GUARDRAIL_EXHAUSTED_MESSAGE
 from runtime.agent.outcome import Outcome
 from runtime.agent.source import ProgramCandidate, ProgramStore
 from runtime.agent.state import ToolContract
+from runtime.agent.trace_budget import TraceBudget, TraceUsage
 from runtime.agent.workspace import Workspace
 
 __all__ = [
@@ -41,6 +42,8 @@ __all__ = [
     "ProgramCandidate",
     "ProgramStore",
     "ToolContract",
+    "TraceBudget",
+    "TraceUsage",
     "Workspace",
     "call_log_schema",
     "classify_failure",

@@ -20,6 +20,7 @@ from pydantic import JsonValue
 from runtime.agent.budgets import Budgets
 from runtime.agent.outcome import Outcome
 from runtime.agent.source import ProgramStore
+from runtime.agent.trace_budget import TraceBudget
 from runtime.agent.workspace import LogSpec, Workspace
 from runtime.guardrails import Policy
 from runtime.providers.base import Provider
@@ -62,21 +63,23 @@ class Agent:
         backend: BackendName | None = None,
         limits: Limits | None = None,
         workspace: Workspace | None = None,
+        trace_budget: TraceBudget | None = None,
         **budgets: int,
     ) -> Agent:
         """An agent for ``role`` in a new workspace (or in ``workspace``, sharing its runtime).
 
         ``budgets``: ``generation_retry_budget``, ``guardrail_recovery_budget``, ``execution_repair_budget``,
-        ``fresh_outcome_repair_budget``, ``max_depth`` (see :class:`Budgets`).
+        ``fresh_outcome_repair_budget``, ``max_depth`` (see :class:`Budgets`). ``trace_budget``: what one
+        call may spend with all its nested calls (see :class:`TraceBudget`; default from the environment).
         """
         if workspace is None:
             if provider is None:
                 raise TypeError("Agent.for_role needs provider= (or workspace=)")
             workspace = Workspace(
                 provider=provider, sandbox=sandbox, backend=backend, policy=policy, log=log, store=store,
-                limits=limits, budgets=Budgets.from_kwargs(budgets),
+                limits=limits, budgets=Budgets.from_kwargs(budgets), trace_budget=trace_budget,
             )  # fmt: skip
-        elif budgets:
+        elif budgets or trace_budget is not None:
             raise TypeError("budgets belong to the workspace; pass them when creating it")
         return workspace.agent(role, context=context)
 

@@ -28,6 +28,8 @@ from typing import Any, Literal
 import platformdirs
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from runtime.agent.trace_budget import TraceUsage
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
@@ -109,6 +111,10 @@ class Usage(BaseModel):
     source: Literal["host", "sandbox"] = "host"
     sandbox_duration_s: float = 0.0
     total_sandbox_duration_s: float = Field(0.0, description="summed over every attempt of the call")
+    bridge_duration_s: float = Field(
+        0.0, description="seconds the call's executions waited for their nested calls (summed over attempts); "
+        "charged to each execution's time limit, not part of sandbox_duration_s",
+    )  # fmt: skip
 
 
 class CallRecord(BaseModel):
@@ -177,6 +183,7 @@ class CallRecord(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     nested_calls: int = 0
     stdout: str | None = None
+    trace_usage: TraceUsage | None = Field(None, description="what the whole trace had spent when this call ended")
     # ToolStore (ADR 0012 section 10): what the selector saw of the stored artifact. Defaults without a store.
     artifact_hit: bool = Field(False, description="an intact, runtime-compatible artifact was found")
     artifact_generation: int | None = None

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue, ValidationError
 
+from runtime.agent.bounds import INVALID_TOOL_CALL, json_problem, nested_call_spec
 from runtime.agent.calllog import (
     MAX_STDOUT_CHARS,
     STORE_FIELDS,
@@ -49,6 +50,7 @@ from runtime.agent.failures import EXECUTION_FAILURES, FailureClass, classify_fa
 from runtime.agent.outcome import Outcome
 from runtime.agent.source import ProgramCandidate, ProgramPlan, ProgramStore, PromptExtras
 from runtime.agent.state import ToolContract, Transaction
+from runtime.agent.trace_budget import BudgetStop, Stop, TraceMeter
 from runtime.guardrails import ValidationResult, validate
 from runtime.providers.base import (
     AttemptFeedback,
@@ -60,6 +62,7 @@ from runtime.providers.base import (
 )
 from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
 from sandbox.context import ContextSnapshot
+from sandbox.exchange import serving_deadline
 from sandbox.protocol import CallFrame, DeclareFrame
 from sandbox.runner import ALLOWED_MODULES
 
@@ -165,11 +168,22 @@ class CallRun:
     extras: PromptExtras | None = None
     extras_asked: bool = False
     repair_attempted: bool = False
+    #: the trace's account, shared with every nested call (created by the top-level call)
+    meter: TraceMeter | None = None
+    #: when the execution that made this nested call runs out of time (None at the top level)
+    call_deadline: float | None = None
+    #: when the current attempt's execution runs out of time: its nested calls' ``call_deadline``
+    exec_deadline: float | None = None
+    bridge_seconds: float = 0.0
+    #: set when the trace's wall-clock budget (not the program's own limit) ended the last execution
+    trace_stop: Stop | None = None
 
     # --- the loop ----------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
         started, clock = now_utc(), time.monotonic()
+        if self.meter is None:
+            self.meter = TraceMeter(self.ws.trace_budget)
         outcome = self._loop()
         record = self._record(outcome, started, time.monotonic() - clock)
         if self.parent_txn is not None:
@@ -187,6 +201,9 @@ class CallRun:
             request = self._generation_request(txn)
             try:
                 self.candidate = self._obtain_program(request)
+            except BudgetStop as exc:
+                self._rollback(txn)
+                return self._stopped(exc.stop)
             except InvalidProviderOutput as exc:
                 self._rollback(txn)
                 if self._retry("generation", exc.kind, "invalid_provider_output", exc.message):
@@ -232,6 +249,10 @@ class CallRun:
             self.stage = "validated"
 
             # --- execution ---
+            stop = self._meter.charge("sandbox", self.call_deadline)
+            if stop is not None:
+                self._rollback(txn)
+                return self._stopped(stop)
             execution = self._execute(code, txn)
             self.execution = execution
             self.stage = "executed"
@@ -247,6 +268,8 @@ class CallRun:
                 txn.commit()
                 return self._ok(execution)
             self._rollback(txn)
+            if self.trace_stop is not None:
+                return self._stopped(self.trace_stop)
             outcome = self._execution_failure(execution, code)
             if outcome is None:
                 continue
@@ -320,6 +343,10 @@ class CallRun:
             self.repair_attempted = True
         if update:
             request = request.model_copy(update=update)
+        stop = self._meter.charge("provider_call", self.call_deadline)
+        if stop is not None:
+            raise BudgetStop(stop)
+        request = request.model_copy(update={"time_budget_s": self._meter.time_left(self.call_deadline)})
         self.provider_calls += 1
         candidate = ProgramCandidate.from_generated(self.ws.provider.generate(request))
         if repair is not None:
@@ -443,7 +470,7 @@ class CallRun:
         message = ex.error_message or error_type
         if ex.error_type is ErrorType.TOOL_ERROR:
             tool_type = str(ex.metadata.get("tool_error_type") or "tool_error")
-            cls = classify_outcome(tool_type, tool_error=True, retriable=ex.retriable)
+            cls = classify_outcome(tool_type, tool_error=True, retriable=ex.retriable)  # never extrinsic
             if not ex.retriable or cls is FailureClass.EXTRINSIC:
                 return self._error(tool_type, message, retriable=ex.retriable, failure_class=cls.value, tool_error=True)
             if self._retry("outcome", tool_type, tool_type, message, code=code, failure_class=cls.value):
@@ -499,6 +526,10 @@ class CallRun:
             contract_violation=violation.model_dump(),
         )  # fmt: skip
 
+    def _stopped(self, stop: Stop) -> Outcome:
+        """The trace budget or the caller's deadline ended the call: host-observed, so extrinsic."""
+        return self._error(stop.error_type, stop.message, retriable=False, **stop.metadata())
+
     def _exhausted_generation(self) -> Outcome:
         self.lanes.generation_exhausted = True
         last = self.failures[-1]
@@ -510,10 +541,18 @@ class CallRun:
 
     # --- execution and nested calls ----------------------------------------------------------------
 
+    @property
+    def _meter(self) -> TraceMeter:
+        assert self.meter is not None, "run() creates the trace meter"
+        return self.meter
+
     def _execute(self, code: str, txn: Transaction) -> ExecutionOutcome:
+        limits = self.ws.limits
+        seconds, self.exec_deadline, by_trace = self._meter.execution_window(limits.timeout_s, self.call_deadline)
         request = ExecutionRequest(
-            code=code, context=txn.snapshot(self.role), args=self.args, kwargs=self.kwargs, limits=self.ws.limits
-        )
+            code=code, context=txn.snapshot(self.role), args=self.args, kwargs=self.kwargs, limits=limits,
+            wall_budget_s=max(seconds, 0.001) if seconds < limits.timeout_s else None,
+        )  # fmt: skip
 
         bridge = _Bridge(self, txn)
 
@@ -526,11 +565,18 @@ class CallRun:
                 retriable=False, backend=self.ws.backend or "",
             )  # fmt: skip
         self.sandbox_seconds += outcome.duration_s
+        waited = outcome.metadata.get("bridge_s")
+        self.bridge_seconds += waited if isinstance(waited, (int, float)) else 0.0
+        if by_trace and outcome.error_type is ErrorType.TIMEOUT:
+            self.trace_stop = self._meter.wall_exhausted()
         return outcome
 
     def _declare(self, frame: DeclareFrame, txn: Transaction) -> dict[str, Any]:
         """``delegate(...)`` ran: stage its contract with this attempt (committed only if the attempt is)."""
         target = frame.target
+        checked = nested_call_spec(target, "declare")  # the same bounds on names and fields as a call's
+        if isinstance(checked, str):
+            return _wire_error("invalid_contract", checked)
         try:
             contract = ToolContract(role=target.name, purpose=target.purpose, deliverable=target.deliverable,
                                     acceptance=target.acceptance, failure_policy=target.failure_policy)  # fmt: skip
@@ -551,25 +597,45 @@ class CallRun:
         txn.tools.pop(role, None)
 
     def _nested(self, frame: CallFrame, txn: Transaction) -> dict[str, Any]:
-        """Answer one ``tool(...)``/``delegate(...)`` method call made by the running program."""
+        """Answer one ``tool(...)``/``delegate(...)`` method call made by the running program.
+
+        It draws on the trace budget and gets at most the time this execution has left. A delegate's
+        contract is registered only if the nested call succeeds (a failed one leaves no tool behind)."""
         self.nested_calls += 1
         target = frame.target
         try:
             if self.depth + 1 > self.ws.budgets.max_depth:
                 return {"status": "error", "error_type": "max_depth_exceeded", "retriable": False,
                         "error_message": f"nested calls are limited to depth {self.ws.budgets.max_depth}"}  # fmt: skip
-            if target.kind == "delegate":
-                txn.register(
-                    ToolContract(role=target.name, purpose=target.purpose, deliverable=target.deliverable,
-                                 acceptance=target.acceptance, failure_policy=target.failure_policy)
+            spec = nested_call_spec(target, frame.method)
+            if isinstance(spec, str):
+                return _wire_error(INVALID_TOOL_CALL, spec)
+            problem = json_problem(list(frame.args), "the nested call's arguments") or json_problem(
+                dict(frame.kwargs), "the nested call's keyword arguments"
+            )
+            if problem is not None:
+                return _wire_error(INVALID_TOOL_CALL, problem)
+            deadline = serving_deadline() or self.exec_deadline  # the deadline the exchange enforces
+            stop = self._meter.charge("nested_call", deadline)
+            if stop is not None:
+                return _wire_error(stop.error_type, stop.message)
+            scope = Transaction(self.ws._state, parent=txn)  # holds the contract until the call succeeds
+            if spec.kind == "delegate":
+                scope.register(
+                    ToolContract(role=spec.role, purpose=spec.purpose, deliverable=spec.deliverable,
+                                 acceptance=spec.acceptance, failure_policy=spec.failure_policy)
                 )  # fmt: skip
             child = CallRun(
-                ws=self.ws, parent_txn=txn, role=target.name, method=frame.method, args=list(frame.args),
+                ws=self.ws, parent_txn=scope, role=spec.role, method=spec.method, args=list(frame.args),
                 kwargs=dict(frame.kwargs), depth=self.depth + 1, trace_id=self.trace_id, parent_call_id=self.call_id,
+                meter=self.meter, call_deadline=deadline,
             )  # fmt: skip
             outcome = child.run()
-            if target.kind == "delegate" and not outcome.ok:
-                self._withdraw(txn, target.name)
+            if not outcome.ok:
+                scope.tools.clear()  # its record stays (the caller may still succeed); its contract does not
+                if spec.kind == "delegate":
+                    self._withdraw(txn, spec.role)  # nor the one its ``declare`` frame staged in this attempt
+            scope.commit()
             return outcome.to_wire()
         except Exception as exc:
             log.exception("nested call %s.%s failed in the host", target.name, frame.method)
@@ -677,11 +743,13 @@ class CallRun:
     def _record(self, outcome: Outcome, started: Any, duration: float) -> CallRecord:
         last = self.failures[-1] if self.failures else None
         ex, vr, cand = self.execution, self.validation, self.candidate
-        usage = Usage(total_sandbox_duration_s=round(self.sandbox_seconds, 6))
+        totals = {"total_sandbox_duration_s": round(self.sandbox_seconds, 6),
+                  "bridge_duration_s": round(self.bridge_seconds, 6)}  # fmt: skip
+        usage = Usage(**totals)
         if ex is not None:
             usage = Usage(
                 cpu_time_s=ex.usage.cpu_time_s, peak_memory_mb=ex.usage.peak_memory_mb, source=ex.usage.source,
-                sandbox_duration_s=ex.duration_s, total_sandbox_duration_s=round(self.sandbox_seconds, 6),
+                sandbox_duration_s=ex.duration_s, **totals,
             )  # fmt: skip
         fields: dict[str, Any] = dict(
             trace_id=self.trace_id,
@@ -734,6 +802,7 @@ class CallRun:
             usage=usage,
             nested_calls=self.nested_calls,
             stdout=bounded(ex.stdout, MAX_STDOUT_CHARS) if ex and ex.stdout else None,
+            trace_usage=self.meter.usage() if self.meter is not None else None,
         )
         try:
             return CallRecord(**fields, **self._store_fields(outcome))
@@ -754,6 +823,10 @@ class _Bridge:
 
     def declare(self, frame: DeclareFrame) -> dict[str, Any]:
         return self.run._declare(frame, self.txn)
+
+
+def _wire_error(error_type: str, message: str) -> dict[str, Any]:
+    return {"status": "error", "error_type": error_type, "error_message": message, "retriable": False}
 
 
 def _violations(result: ValidationResult) -> list[dict[str, Any]]:

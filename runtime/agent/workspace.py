@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import JsonValue
 
+from runtime.agent.bounds import check_arguments
 from runtime.agent.budgets import Budgets
 from runtime.agent.calllog import STORE_FIELDS, CallLog, CallRecord, default_log_path
 from runtime.agent.lifecycle import CallRun
@@ -17,6 +18,7 @@ from runtime.agent.outcome import Outcome
 from runtime.agent.persistence import ToolStoreSource
 from runtime.agent.source import ProgramCandidate, ProgramPlan, ProgramStore
 from runtime.agent.state import StagedRecord, State, ToolContract
+from runtime.agent.trace_budget import TraceBudget
 from runtime.guardrails import Policy, default_policy
 from runtime.providers.base import Provider
 from runtime.store import ToolStore
@@ -57,7 +59,8 @@ class Workspace:
     created and closed by :meth:`close`). ``log`` is a CallLog, a path, None (the default log file, see
     ``sandforge logs``) or False (keep records in memory only). ``store`` is a ``runtime.store.ToolStore``
     (wrapped in :class:`~runtime.agent.persistence.ToolStoreSource`: artifacts, repair, pattern memory,
-    known tools; see docs/toolstore.md) or any :class:`ProgramStore`.
+    known tools; see docs/toolstore.md) or any :class:`ProgramStore`. ``trace_budget`` bounds what one
+    top-level call may spend with all its nested calls (see docs/security.md, "Trace budget").
     """
 
     def __init__(
@@ -71,9 +74,12 @@ class Workspace:
         store: ProgramStore | ToolStore | None = None,
         limits: Limits | None = None,
         budgets: Budgets | None = None,
+        trace_budget: TraceBudget | None = None,
     ) -> None:
         self.provider = provider
         self.budgets = budgets or Budgets()
+        #: what one top-level call and all its nested calls may spend (default: TraceBudget.from_env())
+        self.trace_budget = trace_budget if trace_budget is not None else TraceBudget.from_env()
         self._owns_store = isinstance(store, ToolStore)
         self.store: ProgramStore | None = ToolStoreSource(store) if isinstance(store, ToolStore) else store
         self.policy = policy if policy is not None else default_policy()
@@ -121,6 +127,7 @@ class Workspace:
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Outcome:
         """One top-level dynamic call: ``role.method(*args, **kwargs)``. Never raises for tool failures."""
+        check_arguments(list(args), dict(kwargs))  # before json: a lone surrogate passes json.dumps
         call_args = as_json(list(args), "call arguments")
         call_kwargs = as_json(dict(kwargs), "call keyword arguments")
         with self._call_lock:

@@ -91,8 +91,13 @@ class AnthropicProvider:
             params["temperature"] = self.temperature
         if self._client is None:
             raise ProviderError(self._client_error or "no Anthropic client", retriable=False, kind="credentials")
+        client = self._client
+        if request.time_budget_s is not None and request.time_budget_s < self.timeout_s:
+            # the call's remaining time (docs/security.md, "Trace budget"): one attempt, no SDK retries
+            params["timeout"] = request.time_budget_s
+            client = client.with_options(timeout=request.time_budget_s, max_retries=0)
         try:
-            message = self._client.messages.create(**params)
+            message = client.messages.create(**params)
         except anthropic.APIError as exc:
             raise map_api_error(exc) from exc
         except anthropic.AnthropicError as exc:  # bad client configuration

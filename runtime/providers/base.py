@@ -92,6 +92,10 @@ class GenerationRequest(BaseModel):
     recent_patterns: str | None = Field(
         None, description="bounded <recent_patterns> block: depth-0 calls of dynamic methods only, never code"
     )
+    time_budget_s: float | None = Field(
+        None, gt=0, description="seconds the call has left (its caller's deadline, the trace's wall time): a "
+        "provider that can should give up after that rather than answer a call that can no longer run",
+    )  # fmt: skip
 
 
 class GeneratedProgram(BaseModel):

@@ -70,10 +70,13 @@ def classify_failure(error_type: str | None) -> FailureClass:
 def classify_outcome(error_type: str | None, *, tool_error: bool, retriable: bool) -> FailureClass:
     """The class of a failed call, the same in the outcome's metadata, the call log and the store.
 
-    A program's own non-retriable ``Outcome.error`` is its deliberate answer, not a crash: at worst
-    ADAPTIVE (it still degrades health when it keeps happening, see ``ADAPTIVE_DEGRADED_FAILURES``)."""
+    A program's own ``Outcome.error`` (``tool_error``) is never extrinsic: only what the host observed (its
+    own timeout, a sandbox that did not start, the provider failing) is the world's fault, and a program
+    saying ``Outcome.error("timeout", ...)`` is a claim, so it is at most ADAPTIVE and a stored program that
+    makes it is still repaired. Its non-retriable error is its deliberate answer, not a crash: at worst
+    ADAPTIVE too (it still degrades health when it keeps happening, see ``ADAPTIVE_DEGRADED_FAILURES``)."""
     cls = classify_failure(error_type)
-    if tool_error and not retriable and cls is FailureClass.INTRINSIC:
+    if tool_error and (cls is FailureClass.EXTRINSIC or (not retriable and cls is FailureClass.INTRINSIC)):
         return FailureClass.ADAPTIVE
     return cls
 

@@ -11,11 +11,13 @@ quarantine the file.
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
+from runtime.names import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
 from runtime.store.fingerprint import code_checksum, contract_fingerprint
 
 REGISTRY_SCHEMA_VERSION = 2
@@ -54,6 +56,32 @@ class ProgramSource(StrEnum):
     GENERATED = "generated"
 
 
+def _clip_purpose(value: Any) -> Any:
+    """A purpose longer than the bound (written before it existed, or by hand) is cut, never kept whole:
+    the registry feeds prompts (issue 13 item 7)."""
+    if isinstance(value, str) and len(value) > MAX_PURPOSE_CHARS:
+        return value[: MAX_PURPOSE_CHARS - 1] + "…"
+    return value
+
+
+def _clip_json(value: Any) -> Any:
+    """A contract field whose JSON is longer than the bound becomes a marker with a bounded preview."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return value  # not JSON: the JsonValue validation refuses it
+    if len(text) <= MAX_CONTRACT_FIELD_CHARS:
+        return value
+    return {"truncated": True, "chars": len(text), "preview": text[: MAX_CONTRACT_FIELD_CHARS // 2]}
+
+
+#: Contract text as the store keeps it: bounded (see ``runtime.names``).
+Purpose = Annotated[str | None, BeforeValidator(_clip_purpose)]
+ContractField = Annotated[JsonValue, BeforeValidator(_clip_json)]
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -62,10 +90,10 @@ class ToolContract(_Record):
     """What a tool is supposed to do: the arguments of ``delegate(role, purpose=..., ...)``."""
 
     role: str
-    purpose: str | None = None
-    deliverable: JsonValue = None
-    acceptance: JsonValue = None
-    failure_policy: JsonValue = None
+    purpose: Purpose = None
+    deliverable: ContractField = None
+    acceptance: ContractField = None
+    failure_policy: ContractField = None
 
     def fingerprint(self) -> str:
         return contract_fingerprint(self.role, self.purpose, self.deliverable, self.acceptance, self.failure_policy)
@@ -76,10 +104,10 @@ class RegistryEntry(_Record):
 
     schema_version: Literal[2] = 2
     role: str
-    purpose: str | None = None
-    deliverable: JsonValue = None
-    acceptance: JsonValue = None
-    failure_policy: JsonValue = None
+    purpose: Purpose = None
+    deliverable: ContractField = None
+    acceptance: ContractField = None
+    failure_policy: ContractField = None
     contract_fingerprint: str | None = None
     created_at: AwareDatetime
     updated_at: AwareDatetime

@@ -171,7 +171,8 @@ def test_demo_live_talks_to_the_messages_api(monkeypatch: pytest.MonkeyPatch) ->
             body = json.loads(self.rfile.read(int(self.headers["content-length"])))
             seen.append(body)
             user = body["messages"][0]["content"]
-            call = user.splitlines()[0].removeprefix("Write the program for this call: ")
+            block = user.split('<untrusted_data source="call">', 1)[1].split("</untrusted_data>", 1)[0]
+            call = json.loads(block)["call"]  # the call, as data (docs/security.md, "Prompt-rendering rule")
             program = {"type": "tool_use", "id": "toolu_1", "name": "submit_program",
                        "input": {"code": LIVE_PROGRAMS[call]}}  # fmt: skip
             reply = json.dumps({

@@ -45,7 +45,7 @@ def test_recoverable_violation_then_valid_program(make_ws: MakeWorkspace) -> Non
     assert fb.violation_location and fb.violation_location.startswith("line 1")
     assert (fb.attempt_number, fb.remaining_budget) == (1, 1)
     assert fb.previous_code == RECOVERABLE
-    assert "required_correction:" in provider.prompts[1].user
+    assert '"required_correction"' in provider.prompts[1].user
     assert provider.requests[0].feedback == []
 
 
@@ -211,18 +211,25 @@ def test_outcome_repair_budget_is_configurable(make_ws: MakeWorkspace) -> None:
     assert provider.calls == 4
 
 
-def test_extrinsic_timeout_outcome_passes_through_without_regeneration(make_ws: MakeWorkspace) -> None:
+def test_a_program_reported_timeout_is_at_most_adaptive_and_is_repaired(make_ws: MakeWorkspace) -> None:
+    # Only what the host observed is extrinsic: a program saying "timeout" is making a claim (issue 13).
     slow = "context['memory'] = 1\nreturn Outcome.error('timeout', 'the upstream service timed out', retriable=True)\n"
     ws, provider = make_ws([slow, OK_ADD])
     calc = ws.agent("calc")
     out = calc.add(1)
-    assert out.error_type == "timeout" and out.retriable is True
-    assert out.error_message == "the upstream service timed out"
-    assert provider.calls == 1 and provider.remaining == 1
-    assert calc.context == {}
+    assert out.ok and provider.calls == 2
     rec = top(ws)
-    assert rec.failure_class == "extrinsic" and rec.attempts == 1
-    assert rec.outcome_repair_attempts == 0 and not rec.outcome_repair_triggered
+    assert rec.outcome_repair_attempts == 1 and rec.outcome_repair_triggered
+    assert rec.attempt_failures[0].error_type == "timeout"
+    assert rec.attempt_failures[0].failure_class == "adaptive"
+
+
+def test_a_program_reported_timeout_that_persists_is_adaptive_not_extrinsic(make_ws: MakeWorkspace) -> None:
+    slow = "return Outcome.error('timeout', 'the upstream service timed out', retriable=True)\n"
+    ws, provider = make_ws([slow] * 3)
+    out = ws.agent("calc").add(1)
+    assert out.error_type == "outcome_repair_retry_exhausted" and provider.calls == 2
+    assert top(ws).failure_class == "adaptive"
 
 
 def test_sandbox_timeout_passes_through_without_regeneration(make_ws: MakeWorkspace) -> None:

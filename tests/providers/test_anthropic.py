@@ -86,7 +86,7 @@ def test_program_comes_from_a_forced_tool_call() -> None:
     assert "BODY of a function" in body["system"]
     assert "math, statistics" in body["system"]
     user = body["messages"][0]["content"]
-    assert "calculator.add(3)" in user and "memory: int = 2" in user
+    assert '"call": "calculator.add(3)"' in user and '"memory": "int = 2"' in user
     headers = api.requests[0].headers
     assert "sk-test" in (headers.get("x-api-key", "") + headers.get("authorization", ""))
 
@@ -100,9 +100,9 @@ def test_feedback_reaches_the_model() -> None:
     )  # fmt: skip
     provider(api).generate(REQUEST.model_copy(update={"feedback": [feedback], "attempt_number": 2}))
     user = api.body()["messages"][0]["content"]
-    for text in ("violation_type: callable_in_context", "violation_message: a lambda is stored in context",
-                 "violation_location: line 2, column 1", "required_correction: store data, not functions",
-                 "attempt_number: 1; remaining_budget: 1", "context['f'] = lambda: 1"):  # fmt: skip
+    for text in ('"violation_type": "callable_in_context"', '"violation_message": "a lambda is stored in context"',
+                 '"violation_location": "line 2, column 1: x"', '"required_correction": "store data, not functions"',
+                 '"attempt_number": 1', '"remaining_budget": 1', '"context[\'f\'] = lambda: 1"'):  # fmt: skip
         assert text in user
 
 

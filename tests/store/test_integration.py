@@ -429,7 +429,7 @@ def test_pattern_memory_survives_a_restart_and_reaches_depth_0_prompts_only(env:
     block = provider.requests[0].recent_patterns
     assert block is not None and "rss_parse: seen 2 of last 2 ask calls, tool_present=false" in block
     prompt = provider.prompts[0].user
-    assert "<recent_patterns>" in prompt and "consider Forging now" in prompt
+    assert 'source="recent_patterns"' in prompt and "consider Forging now" in prompt
     for code in (GOOGLE, YAHOO):  # labels and counts only, never prior code
         assert "news.google.com" not in prompt and "news.yahoo.com" not in prompt
         assert code.splitlines()[1] not in prompt
@@ -440,11 +440,11 @@ def test_pattern_memory_survives_a_restart_and_reaches_depth_0_prompts_only(env:
     depth0, depth1 = provider.requests[1], provider.requests[2]
     assert depth0.depth == 0 and depth0.recent_patterns is not None
     assert depth1.depth == 1 and depth1.recent_patterns is None
-    assert "<recent_patterns>" not in provider.prompts[2].user
+    assert 'source="recent_patterns"' not in provider.prompts[2].user
     assert not last(ws2, depth=1).promotion_candidate_detected
 
     assert assistant.summarize("text").ok  # a stable method at depth 0: no block either
-    assert provider.requests[3].recent_patterns is None and "<recent_patterns>" not in provider.prompts[3].user
+    assert provider.requests[3].recent_patterns is None and 'source="recent_patterns"' not in provider.prompts[3].user
 
 
 def test_delegated_contracts_persist_and_materialize_in_a_new_session(env: Env) -> None:
@@ -469,7 +469,7 @@ def test_delegated_contracts_persist_and_materialize_in_a_new_session(env: Env) 
     assert nested.role == "text_cleaner" and nested.program_source == "persisted"
     known = provider.requests[0].known_tools_block
     assert known is not None and "text_cleaner" in known and "Clean up a text" in known
-    assert "<known_tools>" in provider.prompts[0].user and fetch.strip() not in provider.prompts[0].user
+    assert 'source="known_tools"' in provider.prompts[0].user and fetch.strip() not in provider.prompts[0].user
 
     changed = research.replace("return it", "return it as plain ASCII")
     ws3, provider3, _ = env.session([changed, "return ('clean: ' + args[0]).strip()\n"])
