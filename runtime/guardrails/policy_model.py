@@ -200,10 +200,17 @@ Code = Annotated[str, Field(min_length=1)]
 
 class RuleExamples(_Model):
     """Programs that must trigger the rule and programs that must not; ``sandforge policy test`` runs
-    them against the effective policy."""
+    them against the effective policy. ``corrected`` programs are trigger programs rewritten the way
+    ``required_correction`` says (``policy explain`` shows the first one under "Use instead"): they must
+    not trigger the rule nor what no policy lifts (the sandbox's compiler), and the default policy's
+    tests hold them to full approval and a successful run in the sandbox."""
 
     trigger: list[Code] = Field(min_length=1)
     clean: list[Code] = Field(min_length=1)
+    corrected: list[Code] = Field(
+        default_factory=list,
+        description="trigger programs rewritten as required_correction says; they must run unrefused",
+    )
 
 
 class RuleSpec(_Model):

@@ -190,7 +190,7 @@ def _explain_rule(rule: Rule, policy: Policy) -> str:
         "## Use instead",
         _wrap(rule.correction.text),
         "",
-        _code(spec.examples.clean[0]),
+        _code((spec.examples.corrected or spec.examples.clean)[0]),
         "",
         "## Message",
         _wrap(rule.message.text),

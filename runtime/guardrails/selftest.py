@@ -8,11 +8,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from runtime.guardrails.engine import validate
+from runtime.guardrails.engine import ENGINE_RULES, validate
 from runtime.guardrails.policy import Policy
 from runtime.guardrails.results import INVALID_CODE, ValidationResult
 
-Expectation = Literal["trigger", "clean", "tagged", "untagged"]
+Expectation = Literal["trigger", "clean", "corrected", "tagged", "untagged"]
 Subject = Literal["rule", "capability"]
 
 
@@ -46,6 +46,7 @@ def examples(policy: Policy) -> Iterator[Example]:
     for rule in policy.active_rules:
         yield from _examples("rule", rule.id, str(rule.origin), "trigger", rule.spec.examples.trigger)
         yield from _examples("rule", rule.id, str(rule.origin), "clean", rule.spec.examples.clean)
+        yield from _examples("rule", rule.id, str(rule.origin), "corrected", rule.spec.examples.corrected)
     for tag, definition in policy.capabilities.items():
         yield from _examples("capability", tag, str(definition.origin), "tagged", definition.tagged)
         yield from _examples("capability", tag, str(definition.origin), "untagged", definition.untagged)
@@ -84,6 +85,10 @@ def _judge_rule(example: Example, result: ValidationResult) -> tuple[bool, str]:
     if hits:
         where = f"line {hits[0].location.line}: " if hits[0].location else ""
         return False, f"triggered: {where}{hits[0].message}"
+    refused = sorted({v.violation_type for v in result.violations if v.violation_type in ENGINE_RULES})
+    if example.expectation == "corrected" and refused:
+        # No policy can lift these (the sandbox's own compiler, limits): the suggested correction cannot run.
+        return False, f"the corrected program is refused whatever the policy (found: {', '.join(refused)})"
     return True, "did not trigger"
 
 
