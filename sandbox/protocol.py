@@ -76,7 +76,7 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    timeout_s: float = Field(5.0, gt=0, le=3600, description="wall-clock limit")
+    timeout_s: float = Field(5.0, gt=0, le=3600, allow_inf_nan=False, description="wall-clock limit")
     memory_mb: int = Field(256, ge=32, le=65536, description="address space / container memory, no swap")
     cpu_s: int | None = Field(None, ge=1, le=3600, description="CPU seconds; default timeout + 1")
     max_output_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024, description="stdout and stderr each")
@@ -84,7 +84,7 @@ class Limits(BaseModel):
     disk_mb: int = Field(16, ge=1, le=4096, description="private writable scratch space")
     max_processes: int = Field(16, ge=1, le=4096, description="container pids limit")
     max_open_files: int = Field(64, ge=16, le=65536)
-    cpus: float = Field(1.0, gt=0, le=64, description="container CPU quota")
+    cpus: float = Field(1.0, gt=0, le=64, allow_inf_nan=False, description="container CPU quota")
 
     @property
     def effective_cpu_s(self) -> int:
