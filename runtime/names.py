@@ -1,21 +1,19 @@
 """Bounds on names and contract text that programs choose and the registry keeps (issue 13 item 7).
 
-The lowest layer: the agent (checks nested calls), the store (keeps contracts) and the prompt renderer (shows
-them to a model) all import these, so one number holds everywhere.
+The agent (checks nested calls), the store (keeps contracts) and the prompt renderer (shows them to a model)
+all import these; the contract bounds come from the wire model, so one number holds from frame to prompt.
 """
 
 from __future__ import annotations
 
 import re
 
+from sandbox.protocol import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
+
 #: A role as a program may name it in ``tool(...)``/``delegate(...)``: an identifier, not text.
 ROLE_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
 #: A method as a program may call it on a tool handle.
 METHOD_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
-#: A delegate's ``purpose``: at most this many characters.
-MAX_PURPOSE_CHARS = 1000
-#: Each other contract field (deliverable, acceptance, failure_policy): at most this many characters of JSON.
-MAX_CONTRACT_FIELD_CHARS = 2000
 
 _ROLE = re.compile(ROLE_PATTERN)
 _METHOD = re.compile(METHOD_PATTERN)
@@ -28,3 +26,14 @@ def valid_role(name: object) -> bool:
 
 def valid_method(name: object) -> bool:
     return isinstance(name, str) and _METHOD.fullmatch(name) is not None
+
+
+#: The contract bounds are the wire model's (``sandbox.protocol``): one number from the frame to the prompt.
+__all__ = [
+    "MAX_CONTRACT_FIELD_CHARS",
+    "MAX_PURPOSE_CHARS",
+    "METHOD_PATTERN",
+    "ROLE_PATTERN",
+    "valid_method",
+    "valid_role",
+]

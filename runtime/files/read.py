@@ -86,6 +86,11 @@ def read_user_file(path: Path, *, limit: int, what: str = "input file") -> bytes
         raise InputFileMissing(f"cannot read {label}: it does not exist") from None
     except OSError as exc:
         raise InputFileError(f"cannot read {label}: {_strerror(exc)}") from None
+    return _read_and_close(fd, limit, label)
+
+
+def _read_and_close(fd: int, limit: int, label: str) -> bytes:
+    """``read_fd`` on an opened descriptor, which is closed whatever happens; OSError is InputFileError."""
     try:
         return read_fd(fd, limit=limit, what=label)
     except OSError as exc:
@@ -120,11 +125,6 @@ def read_state_file(base: Path, path: Path, *, limit: int, what: str = "state fi
             if exc.errno == errno.ELOOP:
                 raise SymlinkRefused(f"{label} is a symlink; refused") from None
             raise InputFileError(f"cannot read {label}: {_strerror(exc)}") from None
-        try:
-            return read_fd(fd, limit=limit, what=label)
-        except OSError as exc:
-            raise InputFileError(f"cannot read {label}: {_strerror(exc)}") from None
-        finally:
-            os.close(fd)
+        return _read_and_close(fd, limit, label)
     finally:
         os.close(dfd)
