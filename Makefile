@@ -19,8 +19,8 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -n 2 $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check runtime sandbox bench tests
-	$(VENV)/bin/mypy runtime sandbox
+	$(VENV)/bin/ruff check sandforge runtime sandbox policies images bench tests
+	$(VENV)/bin/mypy sandforge  # follows sandforge/'s links: every module under its installed name
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench

@@ -40,9 +40,9 @@ TARGET_RATIO = 1.5
 
 def seed_store(root: Path) -> Any:
     """A ToolStore in ``root`` holding the artifact, as a first successful generation would have left it."""
-    from runtime.agent.persistence import RUNTIME_VERSION
-    from runtime.providers.prompt import PROMPT_VERSION
-    from runtime.store import ArtifactCandidate, ToolStore, assess_cacheability
+    from sandforge.runtime.agent.persistence import RUNTIME_VERSION
+    from sandforge.runtime.providers.prompt import PROMPT_VERSION
+    from sandforge.runtime.store import ArtifactCandidate, ToolStore, assess_cacheability
 
     store = ToolStore(root)
     store.record_regeneration(
@@ -71,8 +71,8 @@ class ArtifactBench:
 
     def runner(self, sandbox: Any) -> Callable[[Program], Result]:
         """The timed call for one of our sandboxes; the provider must never be asked (it has no programs)."""
-        from runtime.agent import Agent
-        from runtime.providers import ScriptedProvider
+        from sandforge.runtime.agent import Agent
+        from sandforge.runtime.providers import ScriptedProvider
 
         key = id(sandbox)
         if key not in self.agents:
@@ -127,7 +127,7 @@ class _SameProgram:
     name = "same-program"
 
     def generate(self, request: Any) -> Any:
-        from runtime.providers import GeneratedProgram
+        from sandforge.runtime.providers import GeneratedProgram
 
         return GeneratedProgram(code=ARTIFACT_CODE, provider=self.name)
 
@@ -139,9 +139,9 @@ def compare(backend: str, n: int) -> dict[str, Any]:
     the whole lifecycle (generate -> validate -> execute -> commit -> call log, no store) with a provider
     that answers at once. The series interleave call by call (same load for each), and before every timed
     call the warm pool is refilled untimed, so each one gets a started sandbox."""
-    from runtime.agent import Agent
-    from runtime.guardrails import default_policy, validate
-    from sandbox import ExecutionRequest, Sandbox, SandboxConfig
+    from sandforge.runtime.agent import Agent
+    from sandforge.runtime.guardrails import default_policy, validate
+    from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
 
     sandbox = Sandbox(SandboxConfig(backend=backend, pool_size=1))
     bench = ArtifactBench()

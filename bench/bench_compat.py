@@ -9,7 +9,7 @@
 - the model-style workload (``bench.workloads.MODEL_STYLE``): execution only, and compile plus run.
 
 "Restricted" is exactly what the runner does (``compile_program``, ``build_globals``, ``LazyContext``),
-without the process and its lock-down (that cost is measured by ``sandforge bench``). The load average
+without the process and its lock-down (that cost is measured by ``python -m bench``). The load average
 is recorded with the numbers: on a shared machine ratios move with it, so each ratio compares the best of
 N interleaved runs of each form (the run least disturbed by other processes).
 """

@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runtime.guardrails import clear_cache, default_policy, default_policy_dir, load_policy, validate
+from sandforge.runtime.guardrails import clear_cache, default_policy, default_policy_dir, load_policy, validate
 
 HEADER = """\
 import json

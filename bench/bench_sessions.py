@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runtime.sessions import (
+from sandforge.runtime.sessions import (
     Message,
     ScriptedChatProvider,
     Session,

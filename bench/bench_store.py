@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runtime.files import write_state_file
-from runtime.store import (
+from sandforge.runtime.files import write_state_file
+from sandforge.runtime.store import (
     ArtifactCandidate,
     RegistryEntry,
     ToolStore,
@@ -38,7 +38,7 @@ from runtime.store import (
     contract_fingerprint,
     safe_component,
 )
-from runtime.store.models import REGISTRY_SCHEMA_VERSION, RegistryFile
+from sandforge.runtime.store.models import REGISTRY_SCHEMA_VERSION, RegistryFile
 
 GOAL_MS = 200.0
 CAPS = ["http_fetch", "rss_parse", "xml_parse", "html_extract", "news_headline_extract"]

@@ -111,7 +111,7 @@ def machine() -> dict[str, Any]:
 
 def image_tag() -> str | None:
     try:
-        from sandbox.image import expected_tag
+        from sandforge.sandbox.image import expected_tag
 
         return expected_tag()
     except Exception:

@@ -59,7 +59,7 @@ class Validator:
         self.fn: Callable[[str], Any] | None = None
         self.unavailable: str | None = None
         try:
-            from runtime.guardrails import default_policy, validate
+            from sandforge.runtime.guardrails import default_policy, validate
 
             policy = default_policy()
             self.fn = lambda code: validate(code, policy)
@@ -97,7 +97,7 @@ class Ours(Subject):
         if self.backend == "subprocess":
             return None
         try:
-            from sandbox import SandboxConfig, make_backend
+            from sandforge.sandbox import SandboxConfig, make_backend
 
             backend: Any = make_backend(self.backend, SandboxConfig())  # type: ignore[arg-type]
             reason: str | None = backend.unavailable_reason()
@@ -107,7 +107,7 @@ class Ours(Subject):
             return f"{type(exc).__name__}: {exc}"
 
     def sandbox(self, pool_size: int | None = None) -> Any:
-        from sandbox import Sandbox, SandboxConfig
+        from sandforge.sandbox import Sandbox, SandboxConfig
 
         if self._sandbox is None:
             size = self.pool_size if pool_size is None else pool_size
@@ -115,7 +115,7 @@ class Ours(Subject):
         return self._sandbox
 
     def run_one(self, program: Program, *, validate: bool = False) -> loops.Result:
-        from sandbox import ExecutionRequest
+        from sandforge.sandbox import ExecutionRequest
 
         if validate and self.validator is not None:
             self.validator.check(program.code)
@@ -155,7 +155,7 @@ class Ours(Subject):
 
     def throughput(self, program: Program, *, seconds: float, concurrency: int) -> Throughput:
         """A separate sandbox whose pool is as large as the concurrency, filled before the clock starts."""
-        from sandbox import Sandbox, SandboxConfig
+        from sandforge.sandbox import Sandbox, SandboxConfig
 
         size = concurrency if self.warm else 0
         with Sandbox(SandboxConfig(backend=self.backend, pool_size=size)) as sb:

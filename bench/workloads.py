@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the peers' interpreter imports this module too, and has no sandforge
-    from sandbox.context import ContextSnapshot
+    from sandforge.sandbox.context import ContextSnapshot
 
 #: Iterations of the CPU-bound loop: about 50 ms of pure CPython on this project's machines.
 CPU_ITERATIONS = 750_000
@@ -135,7 +135,7 @@ def script(code: str, *, context_literal: str | None = None) -> str:
 
 
 def program(code: str, context: dict[str, Any] | None = None) -> Program:
-    from sandbox.context import ContextSnapshot
+    from sandforge.sandbox.context import ContextSnapshot
 
     ctx = context or {}
     expected = run_plain(code, json.loads(json.dumps(ctx)))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.guardrails import default_policy
-from runtime.guardrails.selftest import Example, check_example, examples
+from sandforge.runtime.guardrails import default_policy
+from sandforge.runtime.guardrails.selftest import Example, check_example, examples
 
 EXAMPLES = list(examples(default_policy()))
 

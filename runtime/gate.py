@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.guardrails import Policy, ValidationResult, validate
-from sandbox import BridgeHandler, ErrorType, ExecutionOutcome, ExecutionRequest, Sandbox
-from sandbox.config import BackendName
+from sandforge.runtime.guardrails import Policy, ValidationResult, validate
+from sandforge.sandbox import BridgeHandler, ErrorType, ExecutionOutcome, ExecutionRequest, Sandbox
+from sandforge.sandbox.config import BackendName
 
 
 def rejection_outcome(result: ValidationResult) -> ExecutionOutcome:

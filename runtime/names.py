@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from sandbox.protocol import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
+from sandforge.sandbox.protocol import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
 
 #: A role as a program may name it in ``tool(...)``/``delegate(...)``: an identifier, not text.
 ROLE_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"

@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 import threading
 
-from sandbox.backends.base import Backend, SandboxUnavailable, Worker
-from sandbox.config import BACKENDS, BackendName, SandboxConfig
-from sandbox.exchange import BridgeHandler
-from sandbox.pool import WarmPool
-from sandbox.protections import DEFAULT_REQUIRED, MissingProtections, Protection
-from sandbox.protocol import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, ResourceUsage
+from sandforge.sandbox.backends.base import Backend, SandboxUnavailable, Worker
+from sandforge.sandbox.config import BACKENDS, BackendName, SandboxConfig
+from sandforge.sandbox.exchange import BridgeHandler
+from sandforge.sandbox.pool import WarmPool
+from sandforge.sandbox.protections import DEFAULT_REQUIRED, MissingProtections, Protection
+from sandforge.sandbox.protocol import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, ResourceUsage
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +38,14 @@ __all__ = [
 
 def make_backend(name: BackendName, config: SandboxConfig) -> Backend:
     if name == "subprocess":
-        from sandbox.backends.subprocess_backend import SubprocessBackend
+        from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
 
         return SubprocessBackend(config)
     if name in ("runc", "runsc"):
-        from sandbox.backends.oci_backend import OciBackend
+        from sandforge.sandbox.backends.oci_backend import OciBackend
 
         return OciBackend(config, runtime=name)
-    from sandbox.backends.docker_backend import DockerBackend
+    from sandforge.sandbox.backends.docker_backend import DockerBackend
 
     return DockerBackend(config, runtime="runsc" if name == "gvisor" else None)
 

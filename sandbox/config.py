@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sandbox import protections
-from sandbox.protections import DEFAULT_REQUIRED, Protection
-from sandbox.protocol import Limits
+from sandforge.sandbox import protections
+from sandforge.sandbox.protections import DEFAULT_REQUIRED, Protection
+from sandforge.sandbox.protocol import Limits
 
 BackendName = Literal["subprocess", "docker", "gvisor", "runc", "runsc"]
 #: ``docker``/``gvisor``: containers through dockerd (runc/runsc); ``runc``/``runsc``: the same runtimes

@@ -54,7 +54,7 @@ def encode_value(value: Any, what: str = "a context value") -> bytes:
 
 
 def _may_hold_non_finite(body: bytes) -> bool:
-    from sandbox.protocol import may_hold_non_finite  # protocol imports this module
+    from sandforge.sandbox.protocol import may_hold_non_finite  # protocol imports this module
 
     return may_hold_non_finite(body if isinstance(body, (bytes, bytearray)) else bytes(body))
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from sandbox.context import SEALED_MIN_BYTES, ContextError, ContextSnapshot, decode_value
-from sandbox.protocol import (
+from sandforge.sandbox.context import SEALED_MIN_BYTES, ContextError, ContextSnapshot, decode_value
+from sandforge.sandbox.protocol import (
     HEADER,
     PROTOCOL_VERSION,
     CallFrame,
@@ -33,10 +33,10 @@ from sandbox.protocol import (
     decode_runner_frame,
     encode_frame,
 )
-from sandbox.runner import host_compiled
+from sandforge.sandbox.runner import host_compiled
 
 if TYPE_CHECKING:
-    from sandbox.handoff import HandoffDir
+    from sandforge.sandbox.handoff import HandoffDir
 
 Stream = Literal["result", "stdout", "stderr"]
 

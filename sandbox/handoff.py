@@ -33,10 +33,10 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandbox.backends.cleanup import process_tag, tag_alive
+from sandforge.sandbox.backends.cleanup import process_tag, tag_alive
 
 if TYPE_CHECKING:
-    from sandbox.context import ContextSnapshot
+    from sandforge.sandbox.context import ContextSnapshot
 
 #: Where the directory appears inside the container (read-only).
 MOUNT_POINT = "/sandforge/in"

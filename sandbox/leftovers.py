@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sandbox.backends.cleanup import process_tag, tag_alive
+from sandforge.sandbox.backends.cleanup import process_tag, tag_alive
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def _own_uids() -> set[int]:
     """Whose directories count as ours: this user's, and (as root) the sandbox user's, which owns work dirs."""
     uids = {os.getuid()}
     if os.geteuid() == 0:
-        from sandbox.config import SandboxConfig
+        from sandforge.sandbox.config import SandboxConfig
 
         config = SandboxConfig()
         uids.add(config.sandbox_uid)
@@ -85,7 +85,7 @@ def _own_uids() -> set[int]:
 
 
 def _files() -> list[Leftover]:
-    from sandbox import handoff
+    from sandforge.sandbox import handoff
 
     uids = _own_uids()
     found = _dead_dirs(Path(tempfile.gettempdir()), WORKDIR_PREFIX, "workdir", uids)
@@ -95,7 +95,7 @@ def _files() -> list[Leftover]:
 
 def _docker(config: Any) -> tuple[Any, list[Leftover]]:
     """Containers labelled by a dead owner, and the API client to remove them (None without an engine)."""
-    from sandbox.backends import docker_backend
+    from sandforge.sandbox.backends import docker_backend
 
     socket_path = Path("/var/run/docker.sock")
     if not (config.docker_base_url or os.environ.get("DOCKER_HOST") or socket_path.exists()):
@@ -116,7 +116,7 @@ def _docker(config: Any) -> tuple[Any, list[Leftover]]:
 
 def _oci() -> list[Leftover]:
     """Containers the runc/runsc runtimes still list, and bundle directories, of dead owners (root only)."""
-    from sandbox.backends import oci_backend
+    from sandforge.sandbox.backends import oci_backend
 
     found: list[Leftover] = []
     if os.geteuid() != 0:
@@ -148,7 +148,7 @@ def _oci() -> list[Leftover]:
 
 def find(*, containers: bool = True) -> tuple[list[Leftover], Any]:
     """Every leftover of a dead owner (and the Docker client that can remove its containers, if any)."""
-    from sandbox.config import SandboxConfig
+    from sandforge.sandbox.config import SandboxConfig
 
     found = _files()
     api = None
@@ -162,18 +162,18 @@ def _remove(item: Leftover, api: Any) -> None:
     if item.kind in ("workdir", "handoff", "bundle"):
         path = Path(item.where) / item.name
         if item.kind == "bundle":
-            from sandbox.backends import oci_backend
+            from sandforge.sandbox.backends import oci_backend
 
             for runtime in ("runc", "runsc"):  # a container may outlive its bundle, and the other way round
                 oci_backend.force_delete(runtime, item.name)
         shutil.rmtree(path)
     elif item.kind == "container":
-        from sandbox.backends import docker_backend
+        from sandforge.sandbox.backends import docker_backend
 
         if api is None or not docker_backend._remove(api, item.name):
             raise OSError("the Docker engine did not remove it")
     else:
-        from sandbox.backends import oci_backend
+        from sandforge.sandbox.backends import oci_backend
 
         oci_backend.force_delete(item.where, item.name)
 

@@ -14,9 +14,9 @@ import errno
 from pathlib import Path
 from typing import Any
 
-from sandbox.handoff import MOUNT_POINT as HANDOFF_MOUNT_POINT
-from sandbox.protocol import Limits
-from sandbox.seccomp import DENIED_SYSCALLS, ENOSYS_SYSCALLS
+from sandforge.sandbox.handoff import MOUNT_POINT as HANDOFF_MOUNT_POINT
+from sandforge.sandbox.protocol import Limits
+from sandforge.sandbox.seccomp import DENIED_SYSCALLS, ENOSYS_SYSCALLS
 
 OCI_VERSION = "1.0.2"
 PYTHON = "/usr/bin/python3"

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from sandbox.backends.base import SandboxUnavailable, Worker
+from sandforge.sandbox.backends.base import SandboxUnavailable, Worker
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Literal, get_args
 
-from sandbox.backends.base import SandboxUnavailable
+from sandforge.sandbox.backends.base import SandboxUnavailable
 
 Protection = Literal[
     # the walls every backend provides (the default required set)

@@ -40,7 +40,7 @@ from pydantic import (
     field_validator,
 )
 
-from sandbox.context import ContextSnapshot
+from sandforge.sandbox.context import ContextSnapshot
 
 HEADER = struct.Struct(">I")
 PROTOCOL_VERSION = 3

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sandbox import Sandbox, SandboxConfig
+from sandforge.sandbox import Sandbox, SandboxConfig
 
 REQUIRE_DOCKER = os.environ.get("SANDFORGE_REQUIRE_DOCKER") == "1"
 
@@ -39,9 +39,9 @@ def _probe_docker() -> DockerEnv:
     """Connect, make sure the expected image exists (building it once if needed), check the runtimes."""
     env = DockerEnv()
     try:
-        from sandbox import image
-        from sandbox.backends.base import SandboxUnavailable
-        from sandbox.backends.docker_backend import connect
+        from sandforge.sandbox import image
+        from sandforge.sandbox.backends.base import SandboxUnavailable
+        from sandforge.sandbox.backends.docker_backend import connect
     except ImportError as exc:
         env.problems["engine"] = f"docker backend not importable: {exc}"
         return env
@@ -80,7 +80,7 @@ def container_unavailable(backend: str) -> str | None:
         return None
     reason = _docker_env().reason(backend)  # the OCI backends use the image the engine built
     if reason is None and backend in ("runc", "runsc"):
-        from sandbox.backends.oci_backend import OciBackend
+        from sandforge.sandbox.backends.oci_backend import OciBackend
 
         reason = OciBackend(SandboxConfig(), runtime=backend).unavailable_reason()  # type: ignore[arg-type]
     return reason

@@ -1,7 +1,7 @@
 """Agent API and the generation lifecycle (ADR 0016): generate -> validate -> execute -> commit.
 
-    from runtime.agent import Agent
-    from runtime.providers import ScriptedProvider
+    from sandforge.runtime.agent import Agent
+    from sandforge.runtime.providers import ScriptedProvider
 
     calc = Agent.for_role("calculator", provider=ScriptedProvider(["context['m'] = args[0]\\nreturn args[0]"]))
     calc.add(3)          # Outcome(status='ok', value=3, ...)
@@ -12,9 +12,9 @@ See docs/lifecycle.md for the lanes, budgets, transactions and the call log.
 
 from __future__ import annotations
 
-from runtime.agent.agent import Agent
-from runtime.agent.budgets import Budgets
-from runtime.agent.calllog import (
+from sandforge.runtime.agent.agent import Agent
+from sandforge.runtime.agent.budgets import Budgets
+from sandforge.runtime.agent.calllog import (
     AttemptFailure,
     CallLog,
     CallRecord,
@@ -22,13 +22,13 @@ from runtime.agent.calllog import (
     default_log_path,
     read_records,
 )
-from runtime.agent.failures import FailureClass, classify_failure
-from runtime.agent.lifecycle import GUARDRAIL_EXHAUSTED_MESSAGE
-from runtime.agent.outcome import Outcome
-from runtime.agent.source import ProgramCandidate, ProgramStore
-from runtime.agent.state import ToolContract
-from runtime.agent.trace_budget import TraceBudget, TraceUsage
-from runtime.agent.workspace import Workspace
+from sandforge.runtime.agent.failures import FailureClass, classify_failure
+from sandforge.runtime.agent.lifecycle import GUARDRAIL_EXHAUSTED_MESSAGE
+from sandforge.runtime.agent.outcome import Outcome
+from sandforge.runtime.agent.source import ProgramCandidate, ProgramStore
+from sandforge.runtime.agent.state import ToolContract
+from sandforge.runtime.agent.trace_budget import TraceBudget, TraceUsage
+from sandforge.runtime.agent.workspace import Workspace
 
 __all__ = [
     "GUARDRAIL_EXHAUSTED_MESSAGE",

@@ -17,16 +17,16 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from runtime.agent.budgets import Budgets
-from runtime.agent.outcome import Outcome
-from runtime.agent.source import ProgramStore
-from runtime.agent.trace_budget import TraceBudget
-from runtime.agent.workspace import LogSpec, Workspace
-from runtime.guardrails import Policy
-from runtime.providers.base import Provider
-from runtime.store import ToolStore
-from sandbox import Limits, Sandbox, SandboxConfig
-from sandbox.config import BackendName
+from sandforge.runtime.agent.budgets import Budgets
+from sandforge.runtime.agent.outcome import Outcome
+from sandforge.runtime.agent.source import ProgramStore
+from sandforge.runtime.agent.trace_budget import TraceBudget
+from sandforge.runtime.agent.workspace import LogSpec, Workspace
+from sandforge.runtime.guardrails import Policy
+from sandforge.runtime.providers.base import Provider
+from sandforge.runtime.store import ToolStore
+from sandforge.sandbox import Limits, Sandbox, SandboxConfig
+from sandforge.sandbox.config import BackendName
 
 RESERVED = frozenset({"role", "context", "workspace", "call"})
 

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
-from runtime.names import (
+from sandforge.runtime.names import (
     MAX_CONTRACT_FIELD_CHARS,
     MAX_PURPOSE_CHARS,
     METHOD_PATTERN,

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import platformdirs
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from runtime.agent.trace_budget import TraceUsage
+from sandforge.runtime.agent.trace_budget import TraceUsage
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +277,7 @@ class CallLog:
                 try:
                     fd = os.open(self.path, flags, 0o600)
                 except FileNotFoundError:  # first record: create the directory (not on every call: mkdir costs)
-                    from runtime.files.dirs import make_dirs  # 0700 at every level it creates
+                    from sandforge.runtime.files.dirs import make_dirs  # 0700 at every level it creates
 
                     make_dirs(self.path.parent)
                     fd = os.open(self.path, flags, 0o600)

@@ -25,7 +25,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from runtime.providers.base import ToolContractView
+from sandforge.runtime.providers.base import ToolContractView
 
 SHORTHAND_TYPES: dict[str, str] = {
     "list": "array",

@@ -10,9 +10,14 @@ agent layer) and it is re-exported here, so a call's lane and its artifact's hea
 
 from __future__ import annotations
 
-from runtime.store.health import ADAPTIVE_ERROR_TYPES, EXTRINSIC_ERROR_TYPES, classify_failure, classify_outcome
-from runtime.store.models import FailureClass
-from sandbox import ErrorType
+from sandforge.runtime.store.health import (
+    ADAPTIVE_ERROR_TYPES,
+    EXTRINSIC_ERROR_TYPES,
+    classify_failure,
+    classify_outcome,
+)
+from sandforge.runtime.store.models import FailureClass
+from sandforge.sandbox import ErrorType
 
 #: Sandbox failures that mean the program itself misbehaved while running: the execution-repair lane.
 EXECUTION_FAILURES: frozenset[ErrorType] = frozenset(

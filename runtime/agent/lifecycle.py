@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue, ValidationError
 
-from runtime.agent.bounds import INVALID_TOOL_CALL, json_problem, nested_call_spec
-from runtime.agent.calllog import (
+from sandforge.runtime.agent.bounds import INVALID_TOOL_CALL, json_problem, nested_call_spec
+from sandforge.runtime.agent.calllog import (
     MAX_STDOUT_CHARS,
     STORE_FIELDS,
     AttemptFailure,
@@ -45,14 +45,14 @@ from runtime.agent.calllog import (
     bounded_json,
     now_utc,
 )
-from runtime.agent.contracts import ContractViolation, InvalidContract, check_contract, check_deliverable
-from runtime.agent.failures import EXECUTION_FAILURES, FailureClass, classify_failure, classify_outcome
-from runtime.agent.outcome import Outcome
-from runtime.agent.source import ProgramCandidate, ProgramPlan, ProgramStore, PromptExtras
-from runtime.agent.state import ToolContract, Transaction
-from runtime.agent.trace_budget import BudgetStop, Stop, TraceMeter
-from runtime.guardrails import ValidationResult, validate
-from runtime.providers.base import (
+from sandforge.runtime.agent.contracts import ContractViolation, InvalidContract, check_contract, check_deliverable
+from sandforge.runtime.agent.failures import EXECUTION_FAILURES, FailureClass, classify_failure, classify_outcome
+from sandforge.runtime.agent.outcome import Outcome
+from sandforge.runtime.agent.source import ProgramCandidate, ProgramPlan, ProgramStore, PromptExtras
+from sandforge.runtime.agent.state import ToolContract, Transaction
+from sandforge.runtime.agent.trace_budget import BudgetStop, Stop, TraceMeter
+from sandforge.runtime.guardrails import ValidationResult, validate
+from sandforge.runtime.providers.base import (
     AttemptFeedback,
     FeedbackKind,
     GenerationRequest,
@@ -60,14 +60,14 @@ from runtime.providers.base import (
     ProviderError,
     RepairContext,
 )
-from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
-from sandbox.context import ContextSnapshot
-from sandbox.exchange import serving_deadline
-from sandbox.protocol import CallFrame, DeclareFrame
-from sandbox.runner import ALLOWED_MODULES
+from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
+from sandforge.sandbox.context import ContextSnapshot
+from sandforge.sandbox.exchange import serving_deadline
+from sandforge.sandbox.protocol import CallFrame, DeclareFrame
+from sandforge.sandbox.runner import ALLOWED_MODULES
 
 if TYPE_CHECKING:
-    from runtime.agent.workspace import Workspace
+    from sandforge.runtime.agent.workspace import Workspace
 
 log = logging.getLogger(__name__)
 

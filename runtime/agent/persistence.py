@@ -36,11 +36,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.agent.calllog import CallRecord
-from runtime.agent.source import ProgramCandidate, ProgramPlan, PromptExtras
-from runtime.providers.base import GenerationRequest, RepairContext, ToolContractView
-from runtime.providers.prompt import PROMPT_VERSION
-from runtime.store import (
+from sandforge.runtime.agent.calllog import CallRecord
+from sandforge.runtime.agent.source import ProgramCandidate, ProgramPlan, PromptExtras
+from sandforge.runtime.providers.base import GenerationRequest, RepairContext, ToolContractView
+from sandforge.runtime.providers.prompt import PROMPT_VERSION
+from sandforge.runtime.store import (
     ArtifactCandidate,
     Decision,
     FailureClass,

@@ -37,8 +37,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.agent.calllog import CallRecord, ProgramSourceKind
-from runtime.providers.base import GeneratedProgram, GenerationRequest, RepairContext, ToolContractView
+from sandforge.runtime.agent.calllog import CallRecord, ProgramSourceKind
+from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, RepairContext, ToolContractView
 
 
 class ProgramCandidate(BaseModel):

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.agent.calllog import CallRecord, NestedCallSummary
-from runtime.providers.base import ToolContractView
-from sandbox.context import ContextSnapshot
+from sandforge.runtime.agent.calllog import CallRecord, NestedCallSummary
+from sandforge.runtime.providers.base import ToolContractView
+from sandforge.sandbox.context import ContextSnapshot
 
 #: A tool's contract as registered by ``delegate(role, purpose=..., ...)``.
 ToolContract = ToolContractView

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runtime.errors import ConfigError
+from sandforge.runtime.errors import ConfigError
 
 ChargeKind = Literal["nested_call", "provider_call", "sandbox"]
 BudgetLimit = Literal["max_nested_calls", "max_provider_calls", "max_sandboxes", "max_wall_s"]

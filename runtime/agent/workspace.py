@@ -10,25 +10,25 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import JsonValue
 
-from runtime.agent.bounds import check_arguments
-from runtime.agent.budgets import Budgets
-from runtime.agent.calllog import STORE_FIELDS, CallLog, CallRecord, default_log_path
-from runtime.agent.lifecycle import CallRun
-from runtime.agent.outcome import Outcome
-from runtime.agent.persistence import ToolStoreSource
-from runtime.agent.source import ProgramCandidate, ProgramPlan, ProgramStore
-from runtime.agent.state import StagedRecord, State, ToolContract
-from runtime.agent.trace_budget import TraceBudget
-from runtime.guardrails import Policy, default_policy
-from runtime.providers.base import Provider
-from runtime.store import ToolStore
-from runtime.store.errors import StoreError
-from sandbox import Limits, Sandbox, SandboxConfig
-from sandbox.config import BackendName
-from sandbox.context import ContextError, ContextSnapshot
+from sandforge.runtime.agent.bounds import check_arguments
+from sandforge.runtime.agent.budgets import Budgets
+from sandforge.runtime.agent.calllog import STORE_FIELDS, CallLog, CallRecord, default_log_path
+from sandforge.runtime.agent.lifecycle import CallRun
+from sandforge.runtime.agent.outcome import Outcome
+from sandforge.runtime.agent.persistence import ToolStoreSource
+from sandforge.runtime.agent.source import ProgramCandidate, ProgramPlan, ProgramStore
+from sandforge.runtime.agent.state import StagedRecord, State, ToolContract
+from sandforge.runtime.agent.trace_budget import TraceBudget
+from sandforge.runtime.guardrails import Policy, default_policy
+from sandforge.runtime.providers.base import Provider
+from sandforge.runtime.store import ToolStore
+from sandforge.runtime.store.errors import StoreError
+from sandforge.sandbox import Limits, Sandbox, SandboxConfig
+from sandforge.sandbox.config import BackendName
+from sandforge.sandbox.context import ContextError, ContextSnapshot
 
 if TYPE_CHECKING:
-    from runtime.agent.agent import Agent
+    from sandforge.runtime.agent.agent import Agent
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class Workspace:
 
     def agent(self, role: str, *, context: dict[str, JsonValue] | None = None) -> Agent:
         """The agent for ``role`` (its context lives here, so two handles for one role share it)."""
-        from runtime.agent.agent import Agent
+        from sandforge.runtime.agent.agent import Agent
 
         if context is not None:
             self.set_context(role, context)

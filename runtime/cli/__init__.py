@@ -6,7 +6,7 @@ import logging
 
 import click
 
-from runtime.cli.common import SandforgeGroup
+from sandforge.runtime.cli.common import SandforgeGroup
 
 
 @click.group(cls=SandforgeGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,8 +18,7 @@ def main(verbose: int) -> None:
 
 
 def _register() -> None:
-    from runtime.cli import (
-        bench_cmd,
+    from sandforge.runtime.cli import (
         chat_cmd,
         cleanup_cmd,
         demo_cmd,
@@ -34,7 +33,6 @@ def _register() -> None:
 
     for module in (exec_cmd, doctor_cmd, image_cmd, tools_cmd, chat_cmd, sessions_cmd, logs_cmd, demo_cmd, policy_cmd):
         main.add_command(module.command)
-    main.add_command(bench_cmd.command)
     main.add_command(cleanup_cmd.command)
 
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import click
 
-from runtime.errors import UsageError
-from runtime.files import make_dirs
-from runtime.sessions import (
+from sandforge.runtime.errors import UsageError
+from sandforge.runtime.files import make_dirs
+from sandforge.runtime.sessions import (
     AgentToolRunner,
     AnthropicChatProvider,
     ChatProvider,
@@ -39,9 +39,9 @@ from runtime.sessions import (
     UnavailableRunner,
     state_dir,
 )
-from runtime.sessions.chat_providers import read_script
-from runtime.store import ToolStore
-from sandbox import BACKENDS, Sandbox, SandboxConfig
+from sandforge.runtime.sessions.chat_providers import read_script
+from sandforge.runtime.store import ToolStore
+from sandforge.sandbox import BACKENDS, Sandbox, SandboxConfig
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def _groups_source(
 
 def _program_provider(script: dict[str, Any] | None, programs_file: Path | None) -> tuple[Any, str | None]:
     """The provider that writes tool programs for the Agent, or (None, why not)."""
-    from runtime.providers import GeneratedProgram, ScriptedProvider
+    from sandforge.runtime.providers import GeneratedProgram, ScriptedProvider
 
     if programs_file is not None:
         return ScriptedProvider(programs_file), None
@@ -89,7 +89,7 @@ def _program_provider(script: dict[str, Any] | None, programs_file: Path | None)
         except ValueError as exc:
             raise UsageError(f"invalid 'programs' in the chat script: {exc}") from exc
     if os.environ.get("ANTHROPIC_API_KEY"):
-        from runtime.providers import AnthropicProvider
+        from sandforge.runtime.providers import AnthropicProvider
 
         return AnthropicProvider(), None
     return None, "no program provider (set ANTHROPIC_API_KEY, or give 'programs' in the --scripted file)"

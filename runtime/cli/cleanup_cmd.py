@@ -11,7 +11,7 @@ import json
 
 import click
 
-from runtime.errors import SandforgeError
+from sandforge.runtime.errors import SandforgeError
 
 
 @click.command("cleanup")
@@ -20,7 +20,7 @@ from runtime.errors import SandforgeError
 @click.option("--no-containers", is_flag=True, help="Only files: do not ask the container engines.")
 def command(apply_: bool, as_json: bool, no_containers: bool) -> None:
     """List (or remove, with --apply) the sandboxes and files of sandforge processes that are gone."""
-    from sandbox import leftovers
+    from sandforge.sandbox import leftovers
 
     found = leftovers.reap(apply=apply_, containers=not no_containers)
     failed = [item for item in found if item.error]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from runtime.errors import SandforgeError
-from sandbox.config import SandboxConfigError
+from sandforge.runtime.errors import SandforgeError
+from sandforge.sandbox.config import SandboxConfigError
 
 
 class SandforgeGroup(click.Group):

@@ -16,13 +16,13 @@ from typing import Any
 
 import click
 
-from runtime.agent import Agent, Outcome, Workspace
-from runtime.agent.calllog import CallLog
-from runtime.cli.logs_cmd import failure_text, format_record, tree_order
-from runtime.errors import UsageError
-from runtime.providers import ScriptedProvider
-from runtime.providers.base import GeneratedProgram, GenerationRequest, Provider
-from sandbox import BACKENDS, ExecutionRequest, Sandbox, SandboxConfig
+from sandforge.runtime.agent import Agent, Outcome, Workspace
+from sandforge.runtime.agent.calllog import CallLog
+from sandforge.runtime.cli.logs_cmd import failure_text, format_record, tree_order
+from sandforge.runtime.errors import UsageError
+from sandforge.runtime.providers import ScriptedProvider
+from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, Provider
+from sandforge.sandbox import BACKENDS, ExecutionRequest, Sandbox, SandboxConfig
 
 #: What the scripted "model" answers, in the order the lifecycle asks for programs.
 DEMO_PROGRAMS: list[str] = [
@@ -172,7 +172,7 @@ def command(backend: str, live: bool, model: str | None, log_path: Path | None) 
     if live:
         if not os.environ.get("ANTHROPIC_API_KEY"):
             raise UsageError("--live needs ANTHROPIC_API_KEY", hint="without --live the demo uses scripted programs")
-        from runtime.providers.anthropic_provider import AnthropicProvider
+        from sandforge.runtime.providers.anthropic_provider import AnthropicProvider
 
         provider = AnthropicProvider(model=model)
     else:

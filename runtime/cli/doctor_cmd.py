@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
-from sandbox import BACKENDS, ExecutionRequest, Sandbox, SandboxConfig
-from sandbox.backends.subprocess_backend import rootless
-from sandbox.config import SandboxConfigError
+from sandforge.sandbox import BACKENDS, ExecutionRequest, Sandbox, SandboxConfig
+from sandforge.sandbox.backends.subprocess_backend import rootless
+from sandforge.sandbox.config import SandboxConfigError
 
 PROBE = "context['probe'] = sum(range(10))\nreturn 'ok'"
 

@@ -10,13 +10,13 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from runtime.errors import InputFileMissing, UsageError
-from runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
-from runtime.files.jsontext import UTF8_BOM, one_line
-from runtime.gate import guarded_execute
-from runtime.guardrails import default_policy, load_policy
-from runtime.guardrails.engine import source_text
-from sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
+from sandforge.runtime.errors import InputFileMissing, UsageError
+from sandforge.runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
+from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
+from sandforge.runtime.gate import guarded_execute
+from sandforge.runtime.guardrails import default_policy, load_policy
+from sandforge.runtime.guardrails.engine import source_text
+from sandforge.sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
 
 
 def _json_arg(text: str, flag: str, kind: type) -> Any:

@@ -8,13 +8,13 @@ from typing import Any
 
 import click
 
-from runtime.errors import SandforgeError
-from sandbox import SandboxConfig
-from sandbox.backends.base import SandboxUnavailable
+from sandforge.runtime.errors import SandforgeError
+from sandforge.sandbox import SandboxConfig
+from sandforge.sandbox.backends.base import SandboxUnavailable
 
 
 def _client(config: SandboxConfig) -> Any:
-    from sandbox.backends.docker_backend import connect
+    from sandforge.sandbox.backends.docker_backend import connect
 
     try:
         return connect(config.docker_base_url)
@@ -37,7 +37,7 @@ def build_cmd(force: bool, refresh_base: bool, quiet: bool) -> None:
     debootstrap (Debian bookworm, minbase + python3) from the mirror apt uses, cached under
     ~/.cache/sandforge; `docker import` as a local base; then images/Dockerfile adds the runner.
     """
-    from sandbox import image
+    from sandforge.sandbox import image
 
     config = SandboxConfig.from_env()
     client = _client(config)
@@ -60,7 +60,7 @@ def build_cmd(force: bool, refresh_base: bool, quiet: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status_cmd(as_json: bool) -> None:
     """Show the expected tag and whether it is present (exit 1 when it is missing or stale)."""
-    from sandbox import image
+    from sandforge.sandbox import image
 
     config = SandboxConfig.from_env()
     st = image.status(_client(config), config.image)

@@ -14,9 +14,9 @@ from typing import BinaryIO
 
 import click
 
-from runtime.agent.calllog import CallRecord, call_log_schema, default_log_path, parse_record
-from runtime.errors import InputFileError, UsageError
-from runtime.files.read import file_kind
+from sandforge.runtime.agent.calllog import CallRecord, call_log_schema, default_log_path, parse_record
+from sandforge.runtime.errors import InputFileError, UsageError
+from sandforge.runtime.files.read import file_kind
 
 POLL_S = 0.25
 #: A call record is bounded (code, values and messages are cut); a longer line is not one: skipped unread.

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from runtime.files import encode_compact
+from sandforge.runtime.files import encode_compact
 
 #: The most any ``--json`` listing prints (the registry's and sessions' own caps are below this).
 MAX_JSON_OUTPUT_BYTES = 256 * 1024 * 1024

@@ -15,12 +15,12 @@ from typing import Any, TypeVar
 
 import click
 
-from runtime.cli.output import emit_json
-from runtime.errors import UsageError
-from runtime.files import read_arg_file
-from runtime.guardrails import Policy, layered_policy, policy_json_schema, validate
-from runtime.guardrails.report import explain, render_sarif, render_text, suggestions
-from runtime.guardrails.selftest import check_example, examples
+from sandforge.runtime.cli.output import emit_json
+from sandforge.runtime.errors import UsageError
+from sandforge.runtime.files import read_arg_file
+from sandforge.runtime.guardrails import Policy, layered_policy, policy_json_schema, validate
+from sandforge.runtime.guardrails.report import explain, render_sarif, render_text, suggestions
+from sandforge.runtime.guardrails.selftest import check_example, examples
 
 EXIT_CODES = {"approved": 0, "recoverable": 3, "terminal": 4}
 #: The largest ``limits.max_source_bytes`` a policy may set, plus one: bigger inputs are not read at all.

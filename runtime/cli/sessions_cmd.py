@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from runtime.cli.output import emit_json
-from runtime.sessions import Message, MessageType, SessionInfo, SessionStore, restore_loaded_groups
+from sandforge.runtime.cli.output import emit_json
+from sandforge.runtime.sessions import Message, MessageType, SessionInfo, SessionStore, restore_loaded_groups
 
 _state_dir_option = click.option(
     "--state-dir",

@@ -12,9 +12,9 @@ from typing import Any, ParamSpec, TypeVar
 
 import click
 
-from runtime.cli.common import SandforgeGroup
-from runtime.cli.output import emit_json
-from runtime.store import (
+from sandforge.runtime.cli.common import SandforgeGroup
+from sandforge.runtime.cli.output import emit_json
+from sandforge.runtime.store import (
     MethodArtifact,
     ToolNotFoundError,
     ToolStore,
@@ -22,7 +22,7 @@ from runtime.store import (
     reuse_allowed,
     summarize,
 )
-from runtime.store.errors import StoreIOError
+from sandforge.runtime.store.errors import StoreIOError
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -2,11 +2,11 @@
 "Files and input at the edges"): bounded reads of regular files only, strict JSON, atomic private writes,
 per-file locks for read-modify-write."""
 
-from runtime.files.dirs import SymlinkRefused, make_dirs, open_dir_below
-from runtime.files.jsontext import decode_json, encode_compact
-from runtime.files.locks import exclusive
-from runtime.files.read import read_arg_file, read_state_file, read_user_file
-from runtime.files.write import io_error, make_private_dir, write_state_file, write_user_file
+from sandforge.runtime.files.dirs import SymlinkRefused, make_dirs, open_dir_below
+from sandforge.runtime.files.jsontext import decode_json, encode_compact
+from sandforge.runtime.files.locks import exclusive
+from sandforge.runtime.files.read import read_arg_file, read_state_file, read_user_file
+from sandforge.runtime.files.write import io_error, make_private_dir, write_state_file, write_user_file
 
 __all__ = [
     "SymlinkRefused",

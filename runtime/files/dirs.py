@@ -9,7 +9,7 @@ import errno
 import os
 from pathlib import Path
 
-from runtime.errors import InputFileError
+from sandforge.runtime.errors import InputFileError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pydantic_core
 
-from runtime.errors import InputFileError, OutputTooLargeError, SandforgeError
+from sandforge.runtime.errors import InputFileError, OutputTooLargeError, SandforgeError
 
 UTF8_BOM = b"\xef\xbb\xbf"
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff")

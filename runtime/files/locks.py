@@ -14,9 +14,9 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from runtime.errors import FileIOError, UsageError
-from runtime.files.dirs import make_dirs
-from runtime.files.write import io_error
+from sandforge.runtime.errors import FileIOError, UsageError
+from sandforge.runtime.files.dirs import make_dirs
+from sandforge.runtime.files.write import io_error
 
 LOCK_TIMEOUT_ENV = "SANDFORGE_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT_S = 300.0

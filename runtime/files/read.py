@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
-from runtime.errors import InputFileError, InputFileMissing
-from runtime.files.dirs import SymlinkRefused, open_dir_below, split_below
+from sandforge.runtime.errors import InputFileError, InputFileMissing
+from sandforge.runtime.files.dirs import SymlinkRefused, open_dir_below, split_below
 
 _FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _CHUNK = 1 << 20

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import ConfigError, InputFileError, SandforgeError
-from runtime.files.jsontext import UTF8_BOM, decode_json
-from runtime.files.read import read_user_file
+from sandforge.runtime.errors import ConfigError, InputFileError, SandforgeError
+from sandforge.runtime.files.jsontext import UTF8_BOM, decode_json
+from sandforge.runtime.files.read import read_user_file
 
 #: Chat scripts, tool group files and program scripts are small; 16 MiB is generous.
 DATA_FILE_MAX_BYTES = 16 * 1024 * 1024
@@ -24,7 +24,7 @@ def decode_data(raw: bytes, *, name: str, json_only: bool) -> Any:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise InputFileError(f"{name}:{line}: not valid UTF-8") from None
-    from runtime.guardrails.loader import compose_yaml  # the policy loader's bounded YAML reader
+    from sandforge.runtime.guardrails.loader import compose_yaml  # the policy loader's bounded YAML reader
 
     try:
         return compose_yaml(name, text)

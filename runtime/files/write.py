@@ -21,8 +21,8 @@ import secrets
 import stat
 from pathlib import Path
 
-from runtime.errors import FileIOError
-from runtime.files.dirs import make_dirs, open_dir_below, split_below
+from sandforge.runtime.errors import FileIOError
+from sandforge.runtime.files.dirs import make_dirs, open_dir_below, split_below
 
 _HINTS = {
     errno.ENOSPC: "the file system is full; free some space and retry",

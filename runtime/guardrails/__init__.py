@@ -2,7 +2,7 @@
 capability extraction, driven by the policy files in ``policies/``.
 
 ```python
-from runtime.guardrails import default_policy, validate
+from sandforge.runtime.guardrails import default_policy, validate
 
 result = validate(source, default_policy())
 if result.verdict != "approved":
@@ -14,11 +14,11 @@ See ``docs/policies.md`` for the policy format and the ``sandforge policy`` comm
 
 from __future__ import annotations
 
-from runtime.guardrails.engine import ENGINE_RULES, clear_cache, validate
-from runtime.guardrails.loader import default_policy, default_policy_dir, layered_policy, load_policy
-from runtime.guardrails.policy import ENGINE_VERSION, CapabilityDefinition, Origin, Policy, PolicySource, Rule
-from runtime.guardrails.policy_model import policy_json_schema
-from runtime.guardrails.results import (
+from sandforge.runtime.guardrails.engine import ENGINE_RULES, clear_cache, validate
+from sandforge.runtime.guardrails.loader import default_policy, default_policy_dir, layered_policy, load_policy
+from sandforge.runtime.guardrails.policy import ENGINE_VERSION, CapabilityDefinition, Origin, Policy, PolicySource, Rule
+from sandforge.runtime.guardrails.policy_model import policy_json_schema
+from sandforge.runtime.guardrails.results import (
     Capability,
     Classification,
     Evidence,

@@ -26,12 +26,12 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from runtime.errors import ConfigError
-from runtime.guardrails.loader import default_policy
-from runtime.guardrails.matchers import Analysis
-from runtime.guardrails.policy import Policy, Rule
-from runtime.guardrails.program import MAX_SOURCE_LINE, Finding, Program
-from runtime.guardrails.results import (
+from sandforge.runtime.errors import ConfigError
+from sandforge.runtime.guardrails.loader import default_policy
+from sandforge.runtime.guardrails.matchers import Analysis
+from sandforge.runtime.guardrails.policy import Policy, Rule
+from sandforge.runtime.guardrails.program import MAX_SOURCE_LINE, Finding, Program
+from sandforge.runtime.guardrails.results import (
     GUARDRAIL_ERROR,
     INVALID_CODE,
     NESTING_TOO_DEEP,
@@ -206,7 +206,7 @@ def _restricted_compile(
     """What the sandbox's compiler refuses (``sandbox.runner.compile_checked``, the very function the
     runner compiles with), as recoverable violations; a line a policy rule already flagged is not reported
     twice (the rule's message and correction are the more specific ones)."""
-    from sandbox.runner import compile_checked  # the in-sandbox runner: stdlib and RestrictedPython only
+    from sandforge.sandbox.runner import compile_checked  # the in-sandbox runner: stdlib and RestrictedPython only
 
     _, refusals = compile_checked(text, tree, remember=True)  # the exchange ships the code it compiled
     found: list[tuple[int, int, int, Violation]] = []

@@ -20,11 +20,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from runtime.errors import ConfigError, InputFileError
-from runtime.files.read import read_user_file
-from runtime.guardrails import policy_model as pm
-from runtime.guardrails.matchers import Matcher, MatcherError, compile_matcher
-from runtime.guardrails.policy import (
+from sandforge.runtime.errors import ConfigError, InputFileError
+from sandforge.runtime.files.read import read_user_file
+from sandforge.runtime.guardrails import policy_model as pm
+from sandforge.runtime.guardrails.matchers import Matcher, MatcherError, compile_matcher
+from sandforge.runtime.guardrails.policy import (
     CapabilityDefinition,
     Origin,
     Policy,
@@ -46,7 +46,7 @@ _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def default_policy_dir() -> Traversable:
     """The shipped default policy, as package data (``policies/default``)."""
-    return importlib.resources.files("policies") / "default"
+    return importlib.resources.files("sandforge.policies") / "default"
 
 
 @functools.cache

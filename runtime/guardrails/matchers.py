@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
-from runtime.guardrails import policy_model as pm
-from runtime.guardrails.globs import GlobSet
-from runtime.guardrails.plugins import Plugin, builtin_plugins, get_plugin
-from runtime.guardrails.program import Finding, Program, argument, literal_string
+from sandforge.runtime.guardrails import policy_model as pm
+from sandforge.runtime.guardrails.globs import GlobSet
+from sandforge.runtime.guardrails.plugins import Plugin, builtin_plugins, get_plugin
+from sandforge.runtime.guardrails.program import Finding, Program, argument, literal_string
 
 
 @dataclass(frozen=True, slots=True)

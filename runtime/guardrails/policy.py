@@ -11,8 +11,8 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from runtime.guardrails import policy_model as pm
-from runtime.guardrails.matchers import Matcher
+from sandforge.runtime.guardrails import policy_model as pm
+from sandforge.runtime.guardrails.matchers import Matcher
 
 #: Where a policy layer comes from: a directory or file path, or package data (``importlib.resources``).
 PolicySource = Path | Traversable

@@ -7,9 +7,9 @@ import difflib
 import textwrap
 from typing import Any
 
-from runtime.guardrails.engine import ENGINE_RULES
-from runtime.guardrails.policy import ENGINE_VERSION, Policy, Rule
-from runtime.guardrails.results import ValidationResult, Violation
+from sandforge.runtime.guardrails.engine import ENGINE_RULES
+from sandforge.runtime.guardrails.policy import ENGINE_VERSION, Policy, Rule
+from sandforge.runtime.guardrails.results import ValidationResult, Violation
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL_NAME = "sandforge-guardrails"

@@ -8,9 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from runtime.guardrails.engine import ENGINE_RULES, validate
-from runtime.guardrails.policy import Policy
-from runtime.guardrails.results import INVALID_CODE, ValidationResult
+from sandforge.runtime.guardrails.engine import ENGINE_RULES, validate
+from sandforge.runtime.guardrails.policy import Policy
+from sandforge.runtime.guardrails.results import INVALID_CODE, ValidationResult
 
 Expectation = Literal["trigger", "clean", "corrected", "tagged", "untagged"]
 Subject = Literal["rule", "capability"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runtime.providers.base import (
+from sandforge.runtime.providers.base import (
     AttemptFeedback,
     GeneratedProgram,
     GenerationRequest,
@@ -17,11 +17,11 @@ from runtime.providers.base import (
     ProviderError,
     ToolContractView,
 )
-from runtime.providers.prompt import PROGRAM_TOOL_NAME, PROGRAM_TOOL_SCHEMA, RenderedPrompt, render_prompt
-from runtime.providers.scripted import ScriptedProvider, load_script
+from sandforge.runtime.providers.prompt import PROGRAM_TOOL_NAME, PROGRAM_TOOL_SCHEMA, RenderedPrompt, render_prompt
+from sandforge.runtime.providers.scripted import ScriptedProvider, load_script
 
 if TYPE_CHECKING:
-    from runtime.providers.anthropic_provider import AnthropicProvider
+    from sandforge.runtime.providers.anthropic_provider import AnthropicProvider
 
 __all__ = [
     "PROGRAM_TOOL_NAME",
@@ -44,7 +44,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # The anthropic SDK takes a while to import; load it only when asked for.
     if name == "AnthropicProvider":
-        from runtime.providers.anthropic_provider import AnthropicProvider
+        from sandforge.runtime.providers.anthropic_provider import AnthropicProvider
 
         return AnthropicProvider
     raise AttributeError(name)

@@ -16,8 +16,8 @@ from typing import Any
 
 import anthropic
 
-from runtime.providers.base import GeneratedProgram, GenerationRequest, InvalidProviderOutput, ProviderError
-from runtime.providers.prompt import PROGRAM_TOOL_NAME, PROGRAM_TOOL_SCHEMA, render_prompt
+from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, InvalidProviderOutput, ProviderError
+from sandforge.runtime.providers.prompt import PROGRAM_TOOL_NAME, PROGRAM_TOOL_SCHEMA, render_prompt
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from runtime.names import MAX_PURPOSE_CHARS, valid_role
-from runtime.providers.base import AttemptFeedback, GenerationRequest, RepairContext
-from runtime.store.patterns import NUDGE
+from sandforge.runtime.names import MAX_PURPOSE_CHARS, valid_role
+from sandforge.runtime.providers.base import AttemptFeedback, GenerationRequest, RepairContext
+from sandforge.runtime.store.patterns import NUDGE
 
 #: Name of the forced tool call through which a model returns its program.
 PROGRAM_TOOL_NAME = "submit_program"

@@ -15,11 +15,11 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from runtime.errors import UsageError
-from runtime.files import decode_json, read_user_file
-from runtime.files.structured import DATA_FILE_MAX_BYTES
-from runtime.providers.base import GeneratedProgram, GenerationRequest, ProviderError
-from runtime.providers.prompt import RenderedPrompt, render_prompt
+from sandforge.runtime.errors import UsageError
+from sandforge.runtime.files import decode_json, read_user_file
+from sandforge.runtime.files.structured import DATA_FILE_MAX_BYTES
+from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, ProviderError
+from sandforge.runtime.providers.prompt import RenderedPrompt, render_prompt
 
 SEPARATOR = re.compile(r"^# ---[ \t]*$", re.MULTILINE)
 

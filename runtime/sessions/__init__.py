@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from runtime.sessions.chat_providers import (
+from sandforge.runtime.sessions.chat_providers import (
     AnthropicChatProvider,
     ChatProvider,
     ChatRequest,
@@ -12,8 +12,8 @@ from runtime.sessions.chat_providers import (
     TextBlock,
     ToolUseBlock,
 )
-from runtime.sessions.db import SCHEMA_VERSION, SessionStore, default_db_path, state_dir
-from runtime.sessions.errors import (
+from sandforge.runtime.sessions.db import SCHEMA_VERSION, SessionStore, default_db_path, state_dir
+from sandforge.runtime.sessions.errors import (
     ChatProviderError,
     CorruptDatabaseError,
     SchemaTooNewError,
@@ -22,7 +22,7 @@ from runtime.sessions.errors import (
     SessionNotFoundError,
     SessionStoreError,
 )
-from runtime.sessions.groups import (
+from sandforge.runtime.sessions.groups import (
     CORE_TOOLS,
     LIST_TOOL_GROUPS,
     LOAD_TOOL_GROUP,
@@ -34,10 +34,16 @@ from runtime.sessions.groups import (
     ToolSpec,
     ToolStoreGroupSource,
 )
-from runtime.sessions.history import restore_loaded_groups, to_api_messages
-from runtime.sessions.models import Message, MessageType, SessionInfo, ToolStatus
-from runtime.sessions.runner import AgentToolRunner, ToolResult, ToolRunner, UnavailableRunner, outcome_to_result
-from runtime.sessions.session import Session, ToolCallRecord, TurnResult, not_available
+from sandforge.runtime.sessions.history import restore_loaded_groups, to_api_messages
+from sandforge.runtime.sessions.models import Message, MessageType, SessionInfo, ToolStatus
+from sandforge.runtime.sessions.runner import (
+    AgentToolRunner,
+    ToolResult,
+    ToolRunner,
+    UnavailableRunner,
+    outcome_to_result,
+)
+from sandforge.runtime.sessions.session import Session, ToolCallRecord, TurnResult, not_available
 
 __all__ = [
     "CORE_TOOLS",

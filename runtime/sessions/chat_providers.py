@@ -18,9 +18,9 @@ from typing import Annotated, Any, Literal, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runtime.errors import UsageError
-from runtime.files.structured import read_data_file
-from runtime.sessions.errors import ChatProviderError, ScriptExhaustedError
+from sandforge.runtime.errors import UsageError
+from sandforge.runtime.files.structured import read_data_file
+from sandforge.runtime.sessions.errors import ChatProviderError, ScriptExhaustedError
 
 DEFAULT_CHAT_MODEL = "claude-sonnet-4-6"
 CHAT_MODEL_ENV = "SANDFORGE_CHAT_MODEL"

@@ -35,16 +35,16 @@ from typing import Any
 import platformdirs
 from pydantic import TypeAdapter
 
-from runtime.files import make_dirs
-from runtime.files.read import file_kind
-from runtime.sessions.errors import (
+from sandforge.runtime.files import make_dirs
+from sandforge.runtime.files.read import file_kind
+from sandforge.runtime.sessions.errors import (
     CorruptDatabaseError,
     SchemaTooNewError,
     SessionNotFoundError,
     SessionStoreError,
     SessionStoreIOError,
 )
-from runtime.sessions.models import Message, MessageType, SessionInfo, ToolStatus
+from sandforge.runtime.sessions.models import Message, MessageType, SessionInfo, ToolStatus
 
 log = logging.getLogger(__name__)
 

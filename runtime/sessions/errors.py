@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.errors import FileIOError, SandforgeError
+from sandforge.runtime.errors import FileIOError, SandforgeError
 
 
 class SessionError(SandforgeError):

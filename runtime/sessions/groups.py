@@ -18,8 +18,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runtime.errors import ConfigError
-from runtime.files.structured import read_data_file
+from sandforge.runtime.errors import ConfigError
+from sandforge.runtime.files.structured import read_data_file
 
 log = logging.getLogger(__name__)
 

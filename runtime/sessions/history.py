@@ -6,8 +6,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from runtime.sessions.groups import LOAD_TOOL_GROUP
-from runtime.sessions.models import Message, MessageType, ToolStatus
+from sandforge.runtime.sessions.groups import LOAD_TOOL_GROUP
+from sandforge.runtime.sessions.models import Message, MessageType, ToolStatus
 
 
 def restore_loaded_groups(messages: Iterable[Message]) -> list[str]:

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.errors import SandforgeError
-from runtime.sessions.groups import ToolGroup, ToolSpec
+from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.sessions.groups import ToolGroup, ToolSpec
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class AgentToolRunner:
         self._lock = threading.Lock()
 
     def _default_factory(self, role: str) -> Any:
-        from runtime.agent import Agent, Budgets, Workspace
+        from sandforge.runtime.agent import Agent, Budgets, Workspace
 
         if self.workspace is None:
             self.workspace = Workspace(

@@ -22,12 +22,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.sessions.chat_providers import ChatProvider, ChatRequest, ToolUseBlock
-from runtime.sessions.db import SessionStore
-from runtime.sessions.groups import LIST_TOOL_GROUPS, LOAD_TOOL_GROUP, ToolGroup, ToolRegistry, ToolSpec
-from runtime.sessions.history import restore_loaded_groups, to_api_messages
-from runtime.sessions.models import Message, SessionInfo, ToolStatus
-from runtime.sessions.runner import ToolResult, ToolRunner
+from sandforge.runtime.sessions.chat_providers import ChatProvider, ChatRequest, ToolUseBlock
+from sandforge.runtime.sessions.db import SessionStore
+from sandforge.runtime.sessions.groups import LIST_TOOL_GROUPS, LOAD_TOOL_GROUP, ToolGroup, ToolRegistry, ToolSpec
+from sandforge.runtime.sessions.history import restore_loaded_groups, to_api_messages
+from sandforge.runtime.sessions.models import Message, SessionInfo, ToolStatus
+from sandforge.runtime.sessions.runner import ToolResult, ToolRunner
 
 log = logging.getLogger(__name__)
 

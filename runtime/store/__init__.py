@@ -6,7 +6,7 @@ file layout and decision table are in docs/toolstore.md.
 
 from __future__ import annotations
 
-from runtime.store.cacheability import (
+from sandforge.runtime.store.cacheability import (
     DEFAULT_DYNAMIC_METHODS,
     Cacheability,
     CacheabilityHint,
@@ -15,7 +15,7 @@ from runtime.store.cacheability import (
     find_baked_inputs,
     is_dynamic_method,
 )
-from runtime.store.errors import (
+from sandforge.runtime.store.errors import (
     InvalidNameError,
     RollbackError,
     SchemaTooNewError,
@@ -24,8 +24,8 @@ from runtime.store.errors import (
     StoreLockTimeout,
     ToolNotFoundError,
 )
-from runtime.store.fingerprint import code_checksum, contract_fingerprint
-from runtime.store.health import (
+from sandforge.runtime.store.fingerprint import code_checksum, contract_fingerprint
+from sandforge.runtime.store.health import (
     ArtifactCandidate,
     apply_failure,
     apply_success,
@@ -33,8 +33,8 @@ from runtime.store.health import (
     classify_outcome,
     promote,
 )
-from runtime.store.known_tools import rank_known_tools, render_known_tools, utility_score
-from runtime.store.models import (
+from sandforge.runtime.store.known_tools import rank_known_tools, render_known_tools, utility_score
+from sandforge.runtime.store.models import (
     HEALTH_WINDOW,
     RETAINED_PREVIOUS,
     FailureClass,
@@ -46,8 +46,8 @@ from runtime.store.models import (
     RoleManifest,
     ToolContract,
 )
-from runtime.store.paths import StorePaths, default_state_dir, safe_component
-from runtime.store.patterns import (
+from sandforge.runtime.store.paths import StorePaths, default_state_dir, safe_component
+from sandforge.runtime.store.patterns import (
     PatternMemory,
     PatternSummary,
     PromotionSignal,
@@ -55,7 +55,7 @@ from runtime.store.patterns import (
     render_recent_patterns,
     summarize,
 )
-from runtime.store.selection import (
+from sandforge.runtime.store.selection import (
     CORRUPT,
     DEFAULT_POLICY,
     MAX_REPAIRS_BEFORE_REGEN,
@@ -71,7 +71,7 @@ from runtime.store.selection import (
     runtime_compatible,
     select_artifact,
 )
-from runtime.store.toolstore import (
+from sandforge.runtime.store.toolstore import (
     ArtifactHealth,
     ArtifactLookup,
     LookupStatus,

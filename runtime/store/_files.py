@@ -19,11 +19,11 @@ from typing import Generic, Literal, TypeVar
 from filelock import FileLock, Timeout
 from pydantic import BaseModel
 
-from runtime.errors import FileIOError, InputFileError, InputFileMissing
-from runtime.files import SymlinkRefused, make_dirs, open_dir_below, read_state_file, write_state_file
-from runtime.store.errors import StoreIOError, StoreLockTimeout
-from runtime.store.migrations import CorruptRecord, RecordKind, decode
-from runtime.store.paths import store_root
+from sandforge.runtime.errors import FileIOError, InputFileError, InputFileMissing
+from sandforge.runtime.files import SymlinkRefused, make_dirs, open_dir_below, read_state_file, write_state_file
+from sandforge.runtime.store.errors import StoreIOError, StoreLockTimeout
+from sandforge.runtime.store.migrations import CorruptRecord, RecordKind, decode
+from sandforge.runtime.store.paths import store_root
 
 #: No store file may be larger (a registry of ~30,000 tools); a bigger one is treated as corrupt.
 MAX_STORE_FILE_BYTES = 64 * 1024 * 1024

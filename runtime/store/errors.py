@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.errors import FileIOError, SandforgeError
+from sandforge.runtime.errors import FileIOError, SandforgeError
 
 
 class StoreError(SandforgeError):

@@ -21,9 +21,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from runtime.store.cacheability import Cacheability
-from runtime.store.fingerprint import code_checksum
-from runtime.store.models import (
+from sandforge.runtime.store.cacheability import Cacheability
+from sandforge.runtime.store.fingerprint import code_checksum
+from sandforge.runtime.store.models import (
     ADAPTIVE_WINDOW,
     HEALTH_WINDOW,
     MAX_REASON_CHARS,

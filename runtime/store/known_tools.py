@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
-from runtime.store.models import RegistryEntry
-from runtime.store.patterns import safe_text
+from sandforge.runtime.store.models import RegistryEntry
+from sandforge.runtime.store.patterns import safe_text
 
 DEFAULT_TOP_N = 10
 DEFAULT_HALF_LIFE_DAYS = 14.0

@@ -37,9 +37,9 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from runtime.store.errors import SchemaTooNewError
-from runtime.store.fingerprint import code_checksum
-from runtime.store.models import (
+from sandforge.runtime.store.errors import SchemaTooNewError
+from sandforge.runtime.store.fingerprint import code_checksum
+from sandforge.runtime.store.models import (
     ARTIFACT_SCHEMA_VERSION,
     HEALTH_WINDOW,
     MANIFEST_SCHEMA_VERSION,
@@ -50,7 +50,7 @@ from runtime.store.models import (
     RegistryFile,
     RoleManifest,
 )
-from runtime.store.paths import StorePaths, safe_component
+from sandforge.runtime.store.paths import StorePaths, safe_component
 
 M = TypeVar("M", bound=BaseModel)
 Raw = dict[str, Any]

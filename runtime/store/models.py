@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
-from runtime.names import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
-from runtime.store.fingerprint import code_checksum, contract_fingerprint
+from sandforge.runtime.names import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
+from sandforge.runtime.store.fingerprint import code_checksum, contract_fingerprint
 
 REGISTRY_SCHEMA_VERSION = 2
 MANIFEST_SCHEMA_VERSION = 2

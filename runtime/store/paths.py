@@ -35,7 +35,7 @@ from pathlib import Path
 
 import platformdirs
 
-from runtime.store.errors import InvalidNameError
+from sandforge.runtime.store.errors import InvalidNameError
 
 STATE_DIR_ENV = "SANDFORGE_STATE_DIR"
 TOOLS_DIR_NAME = "tools"

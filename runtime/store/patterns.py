@@ -23,11 +23,11 @@ from typing import Literal
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
-from runtime.store import _files
-from runtime.store.cacheability import DEFAULT_DYNAMIC_METHODS
-from runtime.store.migrations import PATTERNS
-from runtime.store.models import PATTERNS_SCHEMA_VERSION, PatternEvent, PatternsFile, RolePatterns
-from runtime.store.paths import StorePaths, check_name
+from sandforge.runtime.store import _files
+from sandforge.runtime.store.cacheability import DEFAULT_DYNAMIC_METHODS
+from sandforge.runtime.store.migrations import PATTERNS
+from sandforge.runtime.store.models import PATTERNS_SCHEMA_VERSION, PatternEvent, PatternsFile, RolePatterns
+from sandforge.runtime.store.paths import StorePaths, check_name
 
 DEFAULT_WINDOW_CAP = 50
 DEFAULT_SUMMARY_WINDOW = 5

@@ -44,8 +44,8 @@ from typing import Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.store.cacheability import DEFAULT_DYNAMIC_METHODS
-from runtime.store.models import FailureClass, MethodArtifact, ProgramSource
+from sandforge.runtime.store.cacheability import DEFAULT_DYNAMIC_METHODS
+from sandforge.runtime.store.models import FailureClass, MethodArtifact, ProgramSource
 
 MAX_REPAIRS_BEFORE_REGEN = 3
 

@@ -23,14 +23,14 @@ from types import MappingProxyType
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
-from runtime.files import make_dirs
-from runtime.store import _files
-from runtime.store.cacheability import is_dynamic_method
-from runtime.store.errors import RollbackError, StoreIOError, ToolNotFoundError
-from runtime.store.health import ArtifactCandidate, apply_failure, apply_success, promote
-from runtime.store.known_tools import DEFAULT_TOP_N, rank_known_tools, render_known_tools
-from runtime.store.migrations import MANIFEST, METHOD, REGISTRY
-from runtime.store.models import (
+from sandforge.runtime.files import make_dirs
+from sandforge.runtime.store import _files
+from sandforge.runtime.store.cacheability import is_dynamic_method
+from sandforge.runtime.store.errors import RollbackError, StoreIOError, ToolNotFoundError
+from sandforge.runtime.store.health import ArtifactCandidate, apply_failure, apply_success, promote
+from sandforge.runtime.store.known_tools import DEFAULT_TOP_N, rank_known_tools, render_known_tools
+from sandforge.runtime.store.migrations import MANIFEST, METHOD, REGISTRY
+from sandforge.runtime.store.models import (
     ARTIFACT_SCHEMA_VERSION,
     MANIFEST_SCHEMA_VERSION,
     REGISTRY_SCHEMA_VERSION,
@@ -44,8 +44,8 @@ from runtime.store.models import (
     RoleManifest,
     ToolContract,
 )
-from runtime.store.paths import StorePaths, check_name, safe_component
-from runtime.store.patterns import (
+from sandforge.runtime.store.paths import StorePaths, check_name, safe_component
+from sandforge.runtime.store.patterns import (
     DEFAULT_PROMOTION_THRESHOLD,
     DEFAULT_SUMMARY_WINDOW,
     DEFAULT_WINDOW_CAP,
@@ -54,7 +54,7 @@ from runtime.store.patterns import (
     promotion_signal,
     render_recent_patterns,
 )
-from runtime.store.selection import (
+from sandforge.runtime.store.selection import (
     CORRUPT,
     DEFAULT_POLICY,
     HealthStatus,

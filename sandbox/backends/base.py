@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from sandbox.exchange import BridgeHandler
-from sandbox.protocol import ExecutionOutcome, ExecutionRequest, Limits
+from sandforge.sandbox.exchange import BridgeHandler
+from sandforge.sandbox.protocol import ExecutionOutcome, ExecutionRequest, Limits
 
 
 class SandboxUnavailable(Exception):

@@ -30,11 +30,11 @@ from typing import Any
 
 import psutil
 
-from sandbox import handoff, image, leftovers, protections, seccomp
-from sandbox.backends.base import SandboxUnavailable
-from sandbox.backends.cleanup import CleanupQueue
-from sandbox.config import SandboxConfig
-from sandbox.exchange import (
+from sandforge.sandbox import handoff, image, leftovers, protections, seccomp
+from sandforge.sandbox.backends.base import SandboxUnavailable
+from sandforge.sandbox.backends.cleanup import CleanupQueue
+from sandforge.sandbox.config import SandboxConfig
+from sandforge.sandbox.exchange import (
     BridgeHandler,
     ExitInfo,
     Stream,
@@ -43,7 +43,7 @@ from sandbox.exchange import (
     run_exchange,
     send_deadline,
 )
-from sandbox.protocol import (
+from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
     ExecutionOutcome,
@@ -345,7 +345,7 @@ def _in_container(pid: int, container_id: str) -> bool:
 
 def _host_view(pid: int, container_id: str) -> dict[str, bool] | None:
     """For runc on this machine: the container's process as /proc sees it (None when not visible here)."""
-    from sandbox.backends.subprocess_backend import _proc_status, _rlimits_set
+    from sandforge.sandbox.backends.subprocess_backend import _proc_status, _rlimits_set
 
     try:
         with open(f"/proc/{pid}/cgroup") as fh:

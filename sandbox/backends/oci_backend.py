@@ -42,16 +42,16 @@ from typing import Literal
 
 import psutil
 
-from sandbox import handoff, image, leftovers, oci_spec, protections, seccomp
-from sandbox.backends.base import SandboxUnavailable
-from sandbox.backends.cleanup import CleanupQueue, process_tag, tag_alive
-from sandbox.backends.docker_backend import COMMAND as DOCKER_COMMAND
-from sandbox.backends.docker_backend import (
+from sandforge.sandbox import handoff, image, leftovers, oci_spec, protections, seccomp
+from sandforge.sandbox.backends.base import SandboxUnavailable
+from sandforge.sandbox.backends.cleanup import CleanupQueue, process_tag, tag_alive
+from sandforge.sandbox.backends.docker_backend import COMMAND as DOCKER_COMMAND
+from sandforge.sandbox.backends.docker_backend import (
     CONTAINER_PROTECTIONS,
     GVISOR_MEMORY_HEADROOM_MB,
     GVISOR_PIDS_HEADROOM,
 )
-from sandbox.backends.subprocess_backend import (
+from sandforge.sandbox.backends.subprocess_backend import (
     PipeIO,
     SocketIO,
     _ns,
@@ -60,9 +60,9 @@ from sandbox.backends.subprocess_backend import (
     socket_channel,
     widen_pipe,
 )
-from sandbox.config import SandboxConfig
-from sandbox.exchange import BridgeHandler, ExitInfo, Stream, await_ready, build_outcome, run_exchange
-from sandbox.protocol import (
+from sandforge.sandbox.config import SandboxConfig
+from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, Stream, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
     ExecutionOutcome,

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING
 
 import RestrictedPython
 
-from sandbox import leftovers, protections, seccomp
-from sandbox.backends.base import SandboxUnavailable
-from sandbox.config import SUBPROCESS_PROTECTIONS, SandboxConfig
-from sandbox.exchange import (
+from sandforge.sandbox import leftovers, protections, seccomp
+from sandforge.sandbox.backends.base import SandboxUnavailable
+from sandforge.sandbox.config import SUBPROCESS_PROTECTIONS, SandboxConfig
+from sandforge.sandbox.exchange import (
     BridgeHandler,
     ExitInfo,
     Stream,
@@ -40,7 +40,7 @@ from sandbox.exchange import (
     run_exchange,
     send_deadline,
 )
-from sandbox.protocol import (
+from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
     ExecutionOutcome,
@@ -50,10 +50,10 @@ from sandbox.protocol import (
     ResourceUsage,
     encode_frame,
 )
-from sandbox.zygote import Zygote, ZygoteError
+from sandforge.sandbox.zygote import Zygote, ZygoteError
 
 if TYPE_CHECKING:
-    from sandbox.handoff import HandoffDir
+    from sandforge.sandbox.handoff import HandoffDir
 
 log = logging.getLogger(__name__)
 

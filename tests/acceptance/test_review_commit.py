@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runtime.cli import main
+from sandforge.runtime.cli import main
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the file another owner")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runtime.cli import main
+from sandforge.runtime.cli import main
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.agent import Agent
-from runtime.providers import ScriptedProvider
-from runtime.store import ToolStore
+from sandforge.runtime.agent import Agent
+from sandforge.runtime.providers import ScriptedProvider
+from sandforge.runtime.store import ToolStore
 
 
 def test_symlinked_role_directory_is_refused_without_traceback(

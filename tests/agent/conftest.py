@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime.agent import Budgets, CallLog, CallRecord, Workspace
-from runtime.guardrails import default_policy, validate
-from runtime.providers import ScriptedProvider
-from runtime.providers.scripted import ScriptItem
-from sandbox import Limits, SandboxConfig
+from sandforge.runtime.agent import Budgets, CallLog, CallRecord, Workspace
+from sandforge.runtime.guardrails import default_policy, validate
+from sandforge.runtime.providers import ScriptedProvider
+from sandforge.runtime.providers.scripted import ScriptItem
+from sandforge.sandbox import Limits, SandboxConfig
 
 #: Breaks a recoverable rule of the default policy (RECOVERABLE_RULE); it would write context if it ran.
 RECOVERABLE = "import os\ncontext['cwd'] = os.getcwd()\nreturn 1\n"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from runtime.agent import Agent, CallRecord, Outcome, ProgramCandidate, Workspace
-from runtime.providers import GenerationRequest, ScriptedProvider
-from sandbox import ErrorType, ExecutionOutcome, SandboxConfig
+from sandforge.runtime.agent import Agent, CallRecord, Outcome, ProgramCandidate, Workspace
+from sandforge.runtime.providers import GenerationRequest, ScriptedProvider
+from sandforge.sandbox import ErrorType, ExecutionOutcome, SandboxConfig
 from tests.agent.conftest import RECOVERABLE, RECOVERABLE_RULE
 
 OK_ADD = "context['memory'] = context.get('memory', 0) + args[0]\nreturn context['memory']\n"

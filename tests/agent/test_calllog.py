@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runtime.agent import CallLog, CallRecord, Workspace, call_log_schema, read_records
-from runtime.agent.calllog import MAX_JSON_CHARS, MAX_MESSAGE_CHARS, default_log_path
-from runtime.providers import ScriptedProvider
-from sandbox import SandboxConfig
+from sandforge.runtime.agent import CallLog, CallRecord, Workspace, call_log_schema, read_records
+from sandforge.runtime.agent.calllog import MAX_JSON_CHARS, MAX_MESSAGE_CHARS, default_log_path
+from sandforge.runtime.providers import ScriptedProvider
+from sandforge.sandbox import SandboxConfig
 from tests.agent.conftest import RECOVERABLE
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "schemas" / "call-log.schema.json"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.agent import CallLog, CallRecord, read_records
+from sandforge.runtime.agent import CallLog, CallRecord, read_records
 
 PROCESSES = 6
 RECORDS = 40

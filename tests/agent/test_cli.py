@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runtime.agent import CallLog, Workspace, read_records
-from runtime.cli import main
-from runtime.cli.logs_cmd import follow_lines
-from runtime.providers import ScriptedProvider
-from sandbox import SandboxConfig
+from sandforge.runtime.agent import CallLog, Workspace, read_records
+from sandforge.runtime.cli import main
+from sandforge.runtime.cli.logs_cmd import follow_lines
+from sandforge.runtime.providers import ScriptedProvider
+from sandforge.sandbox import SandboxConfig
 from tests.agent.conftest import RECOVERABLE
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.context import ContextSnapshot
+from sandforge.sandbox.context import ContextSnapshot
 from tests.agent.conftest import MakeWorkspace
 
 BUMP = "context['memory'] = context.get('memory', 0) + args[0]\nreturn len(context)\n"

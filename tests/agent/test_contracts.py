@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from runtime.agent import GUARDRAIL_EXHAUSTED_MESSAGE
-from runtime.agent.contracts import InvalidContract, check_deliverable, to_json_schema
-from runtime.agent.lifecycle import NORMALIZATION_POLICY
+from sandforge.runtime.agent import GUARDRAIL_EXHAUSTED_MESSAGE
+from sandforge.runtime.agent.contracts import InvalidContract, check_deliverable, to_json_schema
+from sandforge.runtime.agent.lifecycle import NORMALIZATION_POLICY
 from tests.agent.conftest import RECOVERABLE, MakeWorkspace, records, top
 
 PAGE_PARSER = (

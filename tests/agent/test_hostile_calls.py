@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from runtime.agent import Workspace
-from runtime.agent.bounds import MAX_PURPOSE_CHARS, check_arguments, nested_call_spec
-from runtime.providers import ScriptedProvider
-from sandbox.protocol import CallTarget
+from sandforge.runtime.agent import Workspace
+from sandforge.runtime.agent.bounds import MAX_PURPOSE_CHARS, check_arguments, nested_call_spec
+from sandforge.runtime.providers import ScriptedProvider
+from sandforge.sandbox.protocol import CallTarget
 from tests.agent.conftest import MakeWorkspace
 
 REFUSED = ([False, "invalid_tool_call"], [False, "invalid_contract"], "refused in sandbox")

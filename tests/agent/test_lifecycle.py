@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.agent import GUARDRAIL_EXHAUSTED_MESSAGE, Agent
-from runtime.providers import InvalidProviderOutput, ProviderError
-from sandbox import Limits
+from sandforge.runtime.agent import GUARDRAIL_EXHAUSTED_MESSAGE, Agent
+from sandforge.runtime.providers import InvalidProviderOutput, ProviderError
+from sandforge.sandbox import Limits
 from tests.agent.conftest import RECOVERABLE, RECOVERABLE_RULE, TERMINAL, MakeWorkspace, records, top
 
 OK_ADD = "context['memory'] = context.get('memory', 0) + args[0]\nreturn context['memory']\n"
@@ -371,7 +371,7 @@ def test_state_is_kept_across_calls(make_ws: MakeWorkspace) -> None:
 
 
 def test_agent_for_role_runs_on_the_backend(sandbox_backend: str, tmp_path: object) -> None:
-    from runtime.providers import ScriptedProvider
+    from sandforge.runtime.providers import ScriptedProvider
 
     provider = ScriptedProvider([OK_ADD])
     with Agent.for_role("calc", provider=provider, sandbox=sandbox_backend, log=False,  # type: ignore[arg-type]

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from runtime.agent import Budgets, CallLog, CallRecord, TraceBudget, Workspace
-from runtime.providers import ScriptedProvider
-from sandbox import Limits, SandboxConfig
+from sandforge.runtime.agent import Budgets, CallLog, CallRecord, TraceBudget, Workspace
+from sandforge.runtime.providers import ScriptedProvider
+from sandforge.sandbox import Limits, SandboxConfig
 
 #: Calls ``tool('slow').spin()`` three times and returns what each said; each nested program spins forever.
 FAN_SLOW = "outs = []\nfor i in range(3):\n    outs.append(tool('slow').spin().error_type)\nreturn outs\n"

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runtime.cli import main
-from runtime.errors import FileIOError
-from runtime.files import write_user_file
-from runtime.files.locks import lock_path_for
+from sandforge.runtime.cli import main
+from sandforge.runtime.errors import FileIOError
+from sandforge.runtime.files import write_user_file
+from sandforge.runtime.files.locks import lock_path_for
 
 COUNTER = "context['n'] = context.get('n', 0) + 1\nreturn context['n']\n"
 SANDFORGE = Path(sys.executable).parent / "sandforge"

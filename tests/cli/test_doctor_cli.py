@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import sandbox as sandbox_pkg
-from runtime.cli import main
-from sandbox.backends.subprocess_backend import SubprocessBackend, SubprocessWorker
-from sandbox.protocol import Limits
+from sandforge import sandbox as sandbox_pkg
+from sandforge.runtime.cli import main
+from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend, SubprocessWorker
+from sandforge.sandbox.protocol import Limits
 
 NO_NAMESPACES = Path(__file__).parent.parent / "sandbox" / "no_namespaces_runner.py"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runtime.cli import main
-from sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
+from sandforge.runtime.cli import main
+from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
 
 COUNTER = "context['n'] = context.get('n', 0) + args[0]\nreturn context['n']\n"
 POLLUTE_THEN_RAISE = "context['n'] = 999\ncontext['junk'] = True\nraise RuntimeError('after writing context')\n"

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.cli import main
+from sandforge.runtime.cli import main
 
 REJECTED = "import os\nreturn 1\n"  # the default policy refuses it: nothing is ever executed
 
@@ -164,7 +164,7 @@ def test_session_database_read_back(data: bytes) -> None:
 @FUZZ
 @given(hostile_bytes, st.sampled_from(["manifest", "method"]))
 def test_role_files_read_back(data: bytes, which: str) -> None:
-    from runtime.store import StorePaths
+    from sandforge.runtime.store import StorePaths
 
     def body(tmp: Path, path: Path) -> Result:
         paths = StorePaths(tmp / "state")

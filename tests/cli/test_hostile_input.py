@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from runtime.cli import main
-from runtime.errors import InputFileError
-from runtime.files import decode_json
+from sandforge.runtime.cli import main
+from sandforge.runtime.errors import InputFileError
+from sandforge.runtime.files import decode_json
 
 COUNTER = "context['n'] = context.get('n', 0) + 1\nreturn context['n']\n"
 DEEP_LIST = b"[" * 100_000 + b"]" * 100_000
@@ -205,7 +205,7 @@ def test_a_garbage_session_database_is_one_line(tmp_path: Path) -> None:
 
 
 def test_session_database_files_are_private(tmp_path: Path) -> None:
-    from runtime.sessions import SessionStore
+    from sandforge.runtime.sessions import SessionStore
 
     state = tmp_path / "state"
     with SessionStore(state=state) as store:
@@ -216,7 +216,7 @@ def test_session_database_files_are_private(tmp_path: Path) -> None:
 
 
 def test_an_existing_world_readable_session_database_is_made_private(tmp_path: Path) -> None:
-    from runtime.sessions import SessionStore
+    from sandforge.runtime.sessions import SessionStore
 
     path = tmp_path / "old.db"
     sqlite3.connect(path).close()
@@ -227,7 +227,7 @@ def test_an_existing_world_readable_session_database_is_made_private(tmp_path: P
 
 
 def test_hostile_rows_in_a_session_database_are_read_without_a_traceback(tmp_path: Path) -> None:
-    from runtime.sessions import SessionStore
+    from sandforge.runtime.sessions import SessionStore
 
     state = tmp_path / "state"
     with SessionStore(state=state) as store:

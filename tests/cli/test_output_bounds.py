@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from runtime.cli import exec_cmd, main
-from runtime.errors import OutputTooLargeError
-from runtime.files import encode_compact
-from sandbox import Limits, SandboxConfig
+from sandforge.runtime.cli import exec_cmd, main
+from sandforge.runtime.errors import OutputTooLargeError
+from sandforge.runtime.files import encode_compact
+from sandforge.sandbox import Limits, SandboxConfig
 
 DEEP = "v = 1\nfor _ in range(150):\n    v = [v]\ncontext['deep'] = v\nreturn v\n"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox import ExecutionRequest, Sandbox, SandboxConfig
+from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
 from tests.compat import corpus
 
 REQUIRED_SHARE = 0.95

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runtime.cli import main
-from runtime.guardrails import default_policy, validate
-from runtime.guardrails.selftest import examples
-from sandbox import ErrorType, ExecutionRequest, Sandbox, SandboxConfig
+from sandforge.runtime.cli import main
+from sandforge.runtime.guardrails import default_policy, validate
+from sandforge.runtime.guardrails.selftest import examples
+from sandforge.sandbox import ErrorType, ExecutionRequest, Sandbox, SandboxConfig
 from tests.compat import corpus
 
 #: What a program the policy approved must never get from the sandbox: it was refused before running.

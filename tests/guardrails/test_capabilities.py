@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from runtime.guardrails import default_policy, validate
+from sandforge.runtime.guardrails import default_policy, validate
 
 POLICY = default_policy()
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from runtime.cli import main
-from runtime.cli.policy_cmd import EXIT_CODES
+from sandforge.runtime.cli import main
+from sandforge.runtime.cli.policy_cmd import EXIT_CODES
 
 PROGRAMS = {
     "approved": "import json\nreturn json.loads(args[0])\n",

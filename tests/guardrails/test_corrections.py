@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from runtime.guardrails import default_policy, validate
-from runtime.guardrails.policy import Policy
-from runtime.guardrails.selftest import Example, check_example, examples
-from sandbox import ErrorType, ExecutionRequest, Sandbox, SandboxConfig
+from sandforge.runtime.guardrails import default_policy, validate
+from sandforge.runtime.guardrails.policy import Policy
+from sandforge.runtime.guardrails.selftest import Example, check_example, examples
+from sandforge.sandbox import ErrorType, ExecutionRequest, Sandbox, SandboxConfig
 
 POLICY: Policy = default_policy()
 CORRECTED = [e for e in examples(POLICY) if e.expectation == "corrected"]

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from runtime.guardrails import ValidationResult, default_policy, validate
+from sandforge.runtime.guardrails import ValidationResult, default_policy, validate
 
 
 def fullwidth(ascii_text: str) -> str:

@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from runtime.guardrails import default_policy, validate
-from runtime.guardrails.plugins.inner_wall import withheld_qualnames
-from sandbox import runner
+from sandforge.runtime.guardrails import default_policy, validate
+from sandforge.runtime.guardrails.plugins.inner_wall import withheld_qualnames
+from sandforge.sandbox import runner
 
 
 def fired(source: str) -> set[str]:

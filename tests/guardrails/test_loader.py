@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import ConfigError
-from runtime.guardrails import default_policy, default_policy_dir, layered_policy, load_policy, validate
-from runtime.guardrails.selftest import run_examples
+from sandforge.runtime.errors import ConfigError
+from sandforge.runtime.guardrails import default_policy, default_policy_dir, layered_policy, load_policy, validate
+from sandforge.runtime.guardrails.selftest import run_examples
 
 RULE = """\
 rules:
@@ -143,7 +143,7 @@ def test_alias_bombs_are_bounded(tmp_path: Path) -> None:
 def test_cli_prints_config_errors_as_one_line(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from runtime.cli import main
+    from sandforge.runtime.cli import main
 
     directory = layer(tmp_path, RULE.replace("kind: import", "kind: imprt"))
     program = tmp_path / "p.py"

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from runtime.guardrails.program import Program, format_field_attributes
+from sandforge.runtime.guardrails.program import Program, format_field_attributes
 
 
 def program(source: str) -> Program:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.guardrails import ValidationResult, clear_cache, default_policy, layered_policy, validate
-from runtime.guardrails import engine as engine_module
-from runtime.guardrails.plugins import tool_mutation
+from sandforge.runtime.guardrails import ValidationResult, clear_cache, default_policy, layered_policy, validate
+from sandforge.runtime.guardrails import engine as engine_module
+from sandforge.runtime.guardrails.plugins import tool_mutation
 
 POLICY = default_policy()
 

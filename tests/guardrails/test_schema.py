@@ -7,12 +7,12 @@ from importlib.resources import files
 
 import yaml
 
-from runtime.guardrails import default_policy_dir, policy_json_schema
-from runtime.guardrails.policy_model import PolicyFile
+from sandforge.runtime.guardrails import default_policy_dir, policy_json_schema
+from sandforge.runtime.guardrails.policy_model import PolicyFile
 
 
 def test_committed_schema_is_the_generated_schema() -> None:
-    committed = json.loads((files("policies") / "policy.schema.json").read_text(encoding="utf-8"))
+    committed = json.loads((files("sandforge.policies") / "policy.schema.json").read_text(encoding="utf-8"))
     assert committed == policy_json_schema(), (
         "policies/policy.schema.json is stale: run `sandforge policy schema > policies/policy.schema.json`"
     )

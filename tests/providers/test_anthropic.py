@@ -9,9 +9,9 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
-from runtime.providers import AnthropicProvider, GenerationRequest, InvalidProviderOutput, ProviderError
-from runtime.providers.base import AttemptFeedback
-from runtime.providers.prompt import PROGRAM_TOOL_NAME, PROGRAM_TOOL_SCHEMA
+from sandforge.runtime.providers import AnthropicProvider, GenerationRequest, InvalidProviderOutput, ProviderError
+from sandforge.runtime.providers.base import AttemptFeedback
+from sandforge.runtime.providers.prompt import PROGRAM_TOOL_NAME, PROGRAM_TOOL_SCHEMA
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import UsageError
-from runtime.providers import (
+from sandforge.runtime.errors import UsageError
+from sandforge.runtime.providers import (
     GeneratedProgram,
     GenerationRequest,
     InvalidProviderOutput,

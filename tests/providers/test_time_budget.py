@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx2 as httpx
 import pytest
 
-from runtime.providers import ProviderError
+from sandforge.runtime.providers import ProviderError
 from tests.providers.test_anthropic import REQUEST, FakeApi, message, provider, tool_use
 
 

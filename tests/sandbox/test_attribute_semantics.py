@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox import ErrorType, ExecutionRequest, Sandbox
+from sandforge.sandbox import ErrorType, ExecutionRequest, Sandbox
 
 
 @pytest.mark.parametrize(

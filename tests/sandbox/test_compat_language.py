@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sandbox import ErrorType, ExecutionRequest, Sandbox, SandboxConfig
+from sandforge.sandbox import ErrorType, ExecutionRequest, Sandbox, SandboxConfig
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, SandboxConfig, handoff
-from sandbox.backends import docker_backend, oci_backend
-from sandbox.backends.base import Backend
-from sandbox.backends.docker_backend import DockerBackend
-from sandbox.backends.oci_backend import OciBackend
-from sandbox.image import IMAGE_RUNNER
+from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, SandboxConfig, handoff
+from sandforge.sandbox.backends import docker_backend, oci_backend
+from sandforge.sandbox.backends.base import Backend
+from sandforge.sandbox.backends.docker_backend import DockerBackend
+from sandforge.sandbox.backends.oci_backend import OciBackend
+from sandforge.sandbox.image import IMAGE_RUNNER
 
 ESCAPED_BOOTSTRAP = f"""
 import ast, os, signal, socket, sys, types
@@ -202,7 +202,7 @@ def test_a_passed_context_value_cannot_be_changed(escaped_backend: Backend) -> N
     """runc gets large context values as sealed memfds: found, they cannot be written, resized or unsealed,
     and the socket they came on is one way; the other backends get them as hand-off files (nothing to find
     among the descriptors)."""
-    from sandbox.context import ContextSnapshot
+    from sandforge.sandbox.context import ContextSnapshot
     from tests.sandbox.test_context_memfd import ATTACK, BIG
 
     runc = isinstance(escaped_backend, OciBackend) and escaped_backend.runtime == "runc"
@@ -270,7 +270,7 @@ return tried
 def test_the_handoff_directory_cannot_be_changed_or_listed(escaped_backend: Backend) -> None:
     """The backends that hand values off: the directory is mounted read-only, cannot be listed, and no file in
     it can be written, created, removed, renamed or re-permissioned; the host's value is unchanged."""
-    from sandbox.context import ContextSnapshot
+    from sandforge.sandbox.context import ContextSnapshot
     from tests.sandbox.test_context_memfd import BIG
 
     snapshot = ContextSnapshot.from_dict({"big": BIG})

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
-from sandbox import runner as runner_module
-from sandbox.backends.docker_backend import AttachIO
-from sandbox.backends.subprocess_backend import PipeIO, SocketIO
-from sandbox.context import SEALED_MIN_BYTES, SEALS, ContextSnapshot, SealedText
-from sandbox.exchange import MAX_PASSED_FDS, fd_budget
-from sandbox.protocol import HEADER
+from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
+from sandforge.sandbox import runner as runner_module
+from sandforge.sandbox.backends.docker_backend import AttachIO
+from sandforge.sandbox.backends.subprocess_backend import PipeIO, SocketIO
+from sandforge.sandbox.context import SEALED_MIN_BYTES, SEALS, ContextSnapshot, SealedText
+from sandforge.sandbox.exchange import MAX_PASSED_FDS, fd_budget
+from sandforge.sandbox.protocol import HEADER
 from tests.sandbox.test_os_boundary import escaped
 
 BIG = "x" * (2 * SEALED_MIN_BYTES) + "end"
@@ -81,7 +81,7 @@ HANDS_OFF = {"docker", "gvisor", "runsc"}
 def test_each_backend_passes_or_hands_off_large_values(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     """subprocess and runc pass the large value as a memfd; docker, gvisor and runsc put it into the
     container's hand-off directory. No backend copies it through its channel."""
-    from sandbox.handoff import HandoffDir
+    from sandforge.sandbox.handoff import HandoffDir
 
     snapshot = ContextSnapshot.from_dict({"big": BIG, "small": [1, 2]})
     traffic = Traffic(monkeypatch)
@@ -327,7 +327,7 @@ def test_too_many_descriptors_with_the_execute_frame_are_refused() -> None:
 
 def test_a_forged_descriptor_is_an_invalid_request_end_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host side that passes an unsealed memfd gets invalid_request back, and nothing runs."""
-    import sandbox.context as context_module
+    import sandforge.sandbox.context as context_module
 
     class Unsealed(SealedText):
         def __init__(self, text: bytes, name: str = "x") -> None:

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
-from sandbox import exchange as exchange_module
-from sandbox.context import ContextError, ContextSnapshot
-from sandbox.exchange import Exchange, Stream, run_exchange
-from sandbox.protocol import HEADER, ResultFrame
+from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
+from sandforge.sandbox import exchange as exchange_module
+from sandforge.sandbox.context import ContextError, ContextSnapshot
+from sandforge.sandbox.exchange import Exchange, Stream, run_exchange
+from sandforge.sandbox.protocol import HEADER, ResultFrame
 
 CTX: dict[str, Any] = {"a": 1, "b": {"x": [1, 2]}, "s": "żółw 🐢", "rows": [1, 2, 3], "n": None}
 

@@ -22,11 +22,11 @@ from typing import Any
 import docker.errors
 import pytest
 
-from sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig, handoff
-from sandbox.backends.base import SandboxUnavailable
-from sandbox.backends.cleanup import process_tag
-from sandbox.backends.docker_backend import LABEL, OWNER_LABEL, ContainerWorker, DockerBackend, reap_leftovers
-from sandbox.protocol import BootFrame
+from sandforge.sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig, handoff
+from sandforge.sandbox.backends.base import SandboxUnavailable
+from sandforge.sandbox.backends.cleanup import process_tag
+from sandforge.sandbox.backends.docker_backend import LABEL, OWNER_LABEL, ContainerWorker, DockerBackend, reap_leftovers
+from sandforge.sandbox.protocol import BootFrame
 from tests.conftest import DockerEnv
 
 CONTAINER_BACKENDS = [
@@ -158,8 +158,8 @@ def test_containers_removed_at_interpreter_exit(docker_env: DockerEnv) -> None:
     """A process that never closes its Sandbox leaves no containers behind."""
     script = textwrap.dedent(
         """
-        from sandbox import ExecutionRequest, Sandbox, SandboxConfig
-        from sandbox.backends.cleanup import process_tag
+        from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
+        from sandforge.sandbox.backends.cleanup import process_tag
         sb = Sandbox(SandboxConfig(backend="docker", pool_size=2))
         out = sb.execute(ExecutionRequest(code="return len(context['big'])", context={"big": "x" * 100_000}))
         assert out.ok, out.error_message

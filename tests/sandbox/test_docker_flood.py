@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from sandbox import ErrorType, ExecutionRequest, Limits, SandboxConfig
-from sandbox.backends.docker_backend import AttachIO, DockerBackend
+from sandforge.sandbox import ErrorType, ExecutionRequest, Limits, SandboxConfig
+from sandforge.sandbox.backends.docker_backend import AttachIO, DockerBackend
 
 FLOOD = """
 def gen():

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, Sandbox
+from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, Sandbox
 
 LIMITS = Limits(timeout_s=10)
 

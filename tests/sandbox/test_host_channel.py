@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, SandboxConfig
-from sandbox.backends import docker_backend, oci_backend
-from sandbox.backends.base import Backend
-from sandbox.backends.docker_backend import DockerBackend
-from sandbox.backends.oci_backend import OciBackend
-from sandbox.backends.subprocess_backend import SubprocessBackend
-from sandbox.exchange import ExitInfo, Stream, build_outcome, run_exchange
-from sandbox.protocol import HEADER, CallFrame, ProtocolError, decode_runner_frame
+from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, SandboxConfig
+from sandforge.sandbox.backends import docker_backend, oci_backend
+from sandforge.sandbox.backends.base import Backend
+from sandforge.sandbox.backends.docker_backend import DockerBackend
+from sandforge.sandbox.backends.oci_backend import OciBackend
+from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
+from sandforge.sandbox.exchange import ExitInfo, Stream, build_outcome, run_exchange
+from sandforge.sandbox.protocol import HEADER, CallFrame, ProtocolError, decode_runner_frame
 from tests.sandbox.test_container_boundary import ESCAPED_BOOTSTRAP
 
 ESCAPED = Path(__file__).with_name("escaped_runner.py")

@@ -4,7 +4,7 @@ and otherwise compiles the program itself, with the same result."""
 
 from __future__ import annotations
 
-from sandbox import ExecutionRequest, Sandbox, SandboxConfig, runner
+from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig, runner
 
 
 def test_the_shipped_code_is_the_checked_compilation() -> None:
@@ -39,7 +39,7 @@ def test_a_program_runs_the_same_with_and_without_shipped_code() -> None:
         original = runner.host_compiled
         runner.host_compiled = lambda _code: None  # type: ignore[assignment]
         try:
-            import sandbox.exchange as exchange
+            import sandforge.sandbox.exchange as exchange
 
             exchange.host_compiled = runner.host_compiled  # type: ignore[attr-defined]
             compiled_inside = sb.execute(ExecutionRequest(code=code, args=[1, 2]))

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig, runner
-from sandbox.backends.base import Backend
-from sandbox.backends.subprocess_backend import SubprocessBackend
+from sandforge.sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig, runner
+from sandforge.sandbox.backends.base import Backend
+from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
 
 
 def run(sandbox: Sandbox, code: str, **kw: object) -> object:
@@ -464,9 +464,9 @@ def test_lockdown_modules_are_forgotten(tmp_path: Path) -> None:
 )
 def forgetting_container(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
     """A container backend whose runner runs programs unrestricted but keeps its real clean-up."""
-    from sandbox.backends import docker_backend, oci_backend
-    from sandbox.backends.docker_backend import DockerBackend
-    from sandbox.backends.oci_backend import OciBackend
+    from sandforge.sandbox.backends import docker_backend, oci_backend
+    from sandforge.sandbox.backends.docker_backend import DockerBackend
+    from sandforge.sandbox.backends.oci_backend import OciBackend
     from tests.sandbox.test_container_boundary import ESCAPED_BOOTSTRAP
 
     keep = "runner.forget_lockdown_modules = lambda: []"

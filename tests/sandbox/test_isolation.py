@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from sandbox import ErrorType, ExecutionRequest, Limits, Sandbox
+from sandforge.sandbox import ErrorType, ExecutionRequest, Limits, Sandbox
 
 SMALL = Limits(timeout_s=3, memory_mb=128, max_output_bytes=4096)
 

@@ -22,22 +22,22 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from runtime.cli import main as cli
-from sandbox import leftovers
+from sandforge.runtime.cli import main as cli
+from sandforge.sandbox import leftovers
 
 REPO = Path(__file__).resolve().parents[2]
 ENDLESS = "x = 0\nwhile True:\n    x += 1"
 
 HOST = """
 import json, sys
-from sandbox import ExecutionRequest, Limits, SandboxConfig
+from sandforge.sandbox import ExecutionRequest, Limits, SandboxConfig
 backend_name, zygote = sys.argv[1], sys.argv[2] == "1"
 limits = Limits(timeout_s=60, cpu_s=120)
 if backend_name == "subprocess":
-    from sandbox.backends.subprocess_backend import SubprocessBackend
+    from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
     backend = SubprocessBackend(SandboxConfig(pool_size=0, zygote=zygote))
 else:
-    from sandbox.backends.docker_backend import DockerBackend
+    from sandforge.sandbox.backends.docker_backend import DockerBackend
     backend = DockerBackend(SandboxConfig(pool_size=0), runtime="runsc" if backend_name == "gvisor" else None)
 worker = backend.spawn(limits)
 info = {"pid": getattr(worker, "pid", None), "workdir": str(getattr(worker, "_workdir", "")),
@@ -138,7 +138,7 @@ def test_a_live_hosts_files_are_not_leftovers(tmp_path: Path) -> None:
      pytest.param("gvisor", marks=[pytest.mark.docker, pytest.mark.gvisor])],
 )  # fmt: skip
 def test_a_killed_hosts_container_is_reaped_by_the_next_start(backend: str, docker_env: object) -> None:
-    from sandbox.backends.docker_backend import LABEL, connect
+    from sandforge.sandbox.backends.docker_backend import LABEL, connect
 
     host, info = start_host(backend, False)
     container = str(info["container"])
@@ -159,9 +159,9 @@ def test_a_killed_hosts_container_is_reaped_by_the_next_start(backend: str, dock
 def test_the_runner_ends_itself_after_its_deadline_when_the_host_cannot(tmp_path: Path) -> None:
     """The wall-clock backstop: a host that is hung (here: one that only never kills) still gets its
     sandbox ended, by SIGALRM in the runner, shortly after the deadline."""
-    from sandbox.backends.subprocess_backend import RUNNER, boot_frame
-    from sandbox.config import SandboxConfig
-    from sandbox.protocol import Limits, encode_frame
+    from sandforge.sandbox.backends.subprocess_backend import RUNNER, boot_frame
+    from sandforge.sandbox.config import SandboxConfig
+    from sandforge.sandbox.protocol import Limits, encode_frame
 
     limits = Limits(timeout_s=1, cpu_s=60)
     boot = boot_frame(SandboxConfig(), limits, None)

@@ -19,12 +19,21 @@ from typing import Any
 
 import pytest
 
-from sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig, SandboxUnavailable, handoff, oci_spec
-from sandbox.backends import oci_backend
-from sandbox.backends.cleanup import process_tag
-from sandbox.backends.docker_backend import CONTAINER_PROTECTIONS
-from sandbox.backends.oci_backend import OciBackend
-from sandbox.seccomp import DENIED_SYSCALLS
+from sandforge.sandbox import (
+    ErrorType,
+    ExecutionRequest,
+    Limits,
+    Sandbox,
+    SandboxConfig,
+    SandboxUnavailable,
+    handoff,
+    oci_spec,
+)
+from sandforge.sandbox.backends import oci_backend
+from sandforge.sandbox.backends.cleanup import process_tag
+from sandforge.sandbox.backends.docker_backend import CONTAINER_PROTECTIONS
+from sandforge.sandbox.backends.oci_backend import OciBackend
+from sandforge.sandbox.seccomp import DENIED_SYSCALLS
 
 LIMITS = Limits(timeout_s=5, memory_mb=96, disk_mb=4, max_processes=8, cpus=0.5)
 RUNTIMES = [pytest.param("runc", marks=pytest.mark.oci("runc")), pytest.param("runsc", marks=pytest.mark.oci("runsc"))]
@@ -246,7 +255,7 @@ def test_the_pool_serves_never_reused_containers(backend: OciBackend) -> None:
 
 @pytest.mark.oci("runc")
 def test_image_status_reports_the_unpacked_rootfs(docker_env: Any) -> None:
-    from sandbox import image
+    from sandforge.sandbox import image
 
     st = image.status(docker_env.api)
     assert st.oci_rootfs_present and Path(st.oci_rootfs) == image.oci_rootfs(st.expected)

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, SandboxConfig
-from sandbox.backends.subprocess_backend import SubprocessBackend
+from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, SandboxConfig
+from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
 
 ESCAPED = Path(__file__).with_name("escaped_runner.py")
 LIMITS = Limits(timeout_s=5, memory_mb=256, disk_mb=4, max_output_bytes=8192)

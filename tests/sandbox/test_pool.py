@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from sandbox.backends.base import SandboxUnavailable
-from sandbox.pool import WarmPool
-from sandbox.protocol import Limits
+from sandforge.sandbox.backends.base import SandboxUnavailable
+from sandforge.sandbox.pool import WarmPool
+from sandforge.sandbox.protocol import Limits
 
 
 class FakeWorker:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-import sandbox as sandbox_pkg
-from sandbox import DEFAULT_REQUIRED, ExecutionRequest, Limits, MissingProtections, Sandbox, SandboxConfig
-from sandbox.backends.subprocess_backend import SubprocessBackend, verify_protections
-from sandbox.config import SandboxConfigError
-from sandbox.protections import PROTECTIONS, parse_list
+from sandforge import sandbox as sandbox_pkg
+from sandforge.sandbox import DEFAULT_REQUIRED, ExecutionRequest, Limits, MissingProtections, Sandbox, SandboxConfig
+from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend, verify_protections
+from sandforge.sandbox.config import SandboxConfigError
+from sandforge.sandbox.protections import PROTECTIONS, parse_list
 
 HERE = Path(__file__).parent
 NO_NAMESPACES = HERE / "no_namespaces_runner.py"
@@ -207,7 +207,7 @@ def test_a_kernel_that_refuses_user_namespaces_gets_a_refusal_not_a_weaker_sandb
     0 (and where uid 65534 does not exist, so the walls must come from user namespaces), doctor fails and
     names what is missing and why, and exec refuses to run."""
     limit = "echo 0 > /proc/sys/user/max_user_namespaces && "
-    cli = f"{sys.executable} -c 'from runtime.cli import main; main()'"
+    cli = f"{sys.executable} -c 'from sandforge.runtime.cli import main; main()'"
     root = Path(__file__).resolve().parents[2]
     doctor = subprocess.run(["unshare", "-Ur", "sh", "-c", f"{limit}{cli} doctor --backend subprocess --json"],
                             capture_output=True, text=True, cwd=root, timeout=120)  # fmt: skip

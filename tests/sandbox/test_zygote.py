@@ -8,8 +8,8 @@ import signal
 import psutil
 import pytest
 
-from sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
-from sandbox.backends.subprocess_backend import SubprocessBackend
+from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
+from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
 
 
 @pytest.mark.parametrize("zygote", [True, False], ids=["zygote", "direct"])
@@ -74,7 +74,7 @@ def test_timeout_kills_a_zygote_child() -> None:
 @pytest.mark.parametrize("zygote", [True, False], ids=["zygote", "direct"])
 def test_missing_required_protection_refuses_to_run(monkeypatch: pytest.MonkeyPatch, zygote: bool) -> None:
     """As on a machine without libseccomp: the worker comes up without a filter, and the host notices."""
-    from sandbox import seccomp
+    from sandforge.sandbox import seccomp
 
     monkeypatch.setattr(seccomp, "compiled_filter", lambda: None)
     with Sandbox(SandboxConfig(pool_size=0, zygote=zygote)) as sb:

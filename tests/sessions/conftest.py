@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.sessions import SessionStore
+from sandforge.runtime.sessions import SessionStore
 
 
 @pytest.fixture

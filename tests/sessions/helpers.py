@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from runtime.sessions import (
+from sandforge.runtime.sessions import (
     Session,
     SessionStore,
     StaticGroupSource,
@@ -14,7 +14,7 @@ from runtime.sessions import (
     ToolResult,
     ToolSpec,
 )
-from runtime.sessions.chat_providers import ScriptedChatProvider
+from sandforge.runtime.sessions.chat_providers import ScriptedChatProvider
 
 QUERY_SCHEMA = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
 ID_SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from runtime.providers import ScriptedProvider
-from runtime.sessions import AgentToolRunner, SessionStore, ToolStatus
-from sandbox import Sandbox, SandboxConfig
+from sandforge.runtime.providers import ScriptedProvider
+from sandforge.runtime.sessions import AgentToolRunner, SessionStore, ToolStatus
+from sandforge.sandbox import Sandbox, SandboxConfig
 from tests.sessions.helpers import call, load, make_session
 
 SEARCH = "context['last_query'] = kwargs['query']\nreturn ['m1', 'm2', 'm3']"

@@ -10,8 +10,8 @@ import anthropic
 import httpx2 as httpx
 import pytest
 
-from runtime.errors import UsageError
-from runtime.sessions import (
+from sandforge.runtime.errors import UsageError
+from sandforge.runtime.sessions import (
     AnthropicChatProvider,
     ChatProviderError,
     ChatRequest,

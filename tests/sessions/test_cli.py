@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from runtime.cli import main
+from sandforge.runtime.cli import main
 from tests.sessions.helpers import ALL_GROUPS, call, load
 
 GROUPS = [g.model_dump(mode="json", exclude_none=True) for g in ALL_GROUPS]
@@ -149,7 +149,7 @@ def test_chat_runs_group_tools_through_the_agent_and_sandbox(tmp_path: Path) -> 
 
 
 def test_ctrl_c_during_a_turn_returns_to_the_prompt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from runtime.sessions import Session
+    from sandforge.runtime.sessions import Session
 
     real_send = Session.send
     calls: list[str] = []

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runtime.sessions import SessionStore
+from sandforge.runtime.sessions import SessionStore
 from tests.sessions.helpers import CORE, call, load, make_session
 
 TOOLS = {

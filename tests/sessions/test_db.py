@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.sessions import (
+from sandforge.runtime.sessions import (
     SCHEMA_VERSION,
     CorruptDatabaseError,
     Message,
@@ -18,7 +18,7 @@ from runtime.sessions import (
     ToolStatus,
     default_db_path,
 )
-from runtime.sessions.db import MIGRATIONS
+from sandforge.runtime.sessions.db import MIGRATIONS
 
 
 def _v1_database(path: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import FileIOError
-from runtime.sessions import Message, MessageType, SessionStore, SessionStoreError
+from sandforge.runtime.errors import FileIOError
+from sandforge.runtime.sessions import Message, MessageType, SessionStore, SessionStoreError
 
 
 @pytest.fixture

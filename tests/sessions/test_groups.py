@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from runtime.errors import ConfigError
-from runtime.sessions import (
+from sandforge.runtime.errors import ConfigError
+from sandforge.runtime.sessions import (
     CompositeGroupSource,
     SessionStore,
     StaticGroupSource,
@@ -21,10 +21,10 @@ from runtime.sessions import (
     ToolStatus,
     ToolStoreGroupSource,
 )
-from runtime.sessions.groups import ARGS_KWARGS_SCHEMA, tool_name_for
-from runtime.sessions.runner import split_input
-from runtime.store import ArtifactCandidate, ToolStore, assess_cacheability
-from runtime.store.models import ProgramSource
+from sandforge.runtime.sessions.groups import ARGS_KWARGS_SCHEMA, tool_name_for
+from sandforge.runtime.sessions.runner import split_input
+from sandforge.runtime.store import ArtifactCandidate, ToolStore, assess_cacheability
+from sandforge.runtime.store.models import ProgramSource
 from tests.sessions.helpers import CORE, GMAIL, RecordingRunner, call, load, make_session
 
 GROUPS_YAML = """
@@ -177,7 +177,7 @@ def test_unreadable_toolstore_offers_nothing() -> None:
 
 
 def test_toolstore_role_without_methods_is_no_group(tmp_path: Path) -> None:
-    from runtime.store import ToolContract
+    from sandforge.runtime.store import ToolContract
 
     tools = ToolStore(tmp_path, clock=lambda: datetime(2026, 1, 1, tzinfo=UTC))
     tools.register_tool(ToolContract(role="planner", purpose="plans"))

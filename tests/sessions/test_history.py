@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.sessions import Message, MessageType, ToolStatus, to_api_messages
+from sandforge.runtime.sessions import Message, MessageType, ToolStatus, to_api_messages
 
 S = "s"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.sessions import SessionStore, ToolStatus
+from sandforge.runtime.sessions import SessionStore, ToolStatus
 from tests.sessions.helpers import RecordingRunner, call, load, make_session
 
 SCRIPT = [

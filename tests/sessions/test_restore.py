@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from runtime.sessions import Message, MessageType, SessionStore, ToolStatus, restore_loaded_groups
+from sandforge.runtime.sessions import Message, MessageType, SessionStore, ToolStatus, restore_loaded_groups
 from tests.sessions.helpers import CORE, GMAIL, call, load, make_session, registry
 
 GMAIL_TOOLS = ["gmail_search", "gmail_trash"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.store import (
+from sandforge.runtime.store import (
     ArtifactCandidate,
     Cacheability,
     CacheabilityReason,

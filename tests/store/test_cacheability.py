@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.store import (
+from sandforge.runtime.store import (
     CacheabilityHint,
     CacheabilityReason,
     assess_cacheability,

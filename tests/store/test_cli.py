@@ -10,13 +10,13 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from runtime.store import FailureClass, ToolStore
+from sandforge.runtime.store import FailureClass, ToolStore
 from tests.store.conftest import WEB_FETCHER, Clock, candidate
 
 
 @pytest.fixture
 def cli() -> click.Group:
-    from runtime.cli.tools_cmd import command
+    from sandforge.runtime.cli.tools_cmd import command
 
     return command
 
@@ -39,7 +39,7 @@ def run(cli: click.Group, store: ToolStore, *args: str) -> Result:
 
 
 def test_registered_on_the_root_command() -> None:
-    from runtime.cli import main
+    from sandforge.runtime.cli import main
 
     assert "tools" in main.commands
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.store import FailureClass, ToolStore
+from sandforge.runtime.store import FailureClass, ToolStore
 from tests.store.conftest import candidate
 
 PROCESSES = 4

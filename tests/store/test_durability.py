@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runtime.store import Decision, LookupStatus, SelectionReason, StoreIOError, ToolStore, _files
+from sandforge.runtime.store import Decision, LookupStatus, SelectionReason, StoreIOError, ToolStore, _files
 from tests.store.conftest import RUNTIME, WEB_FETCHER, candidate
 
 FP = WEB_FETCHER.fingerprint()

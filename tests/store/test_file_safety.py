@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.store import LookupStatus, StoreIOError, ToolStore
-from runtime.store import _files as store_files
+from sandforge.runtime.store import LookupStatus, StoreIOError, ToolStore
+from sandforge.runtime.store import _files as store_files
 from tests.store.conftest import WEB_FETCHER, candidate
 
 

@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-import runtime.agent.failures as lifecycle_failures
-import runtime.store as store_pkg
-from runtime.agent import Budgets, CallLog, CallRecord, Workspace, call_log_schema, read_records
-from runtime.agent.persistence import RUNTIME_VERSION, ToolStoreSource
-from runtime.guardrails import default_policy, validate
-from runtime.providers import ScriptedProvider
-from runtime.providers.prompt import PROMPT_VERSION
-from runtime.providers.scripted import ScriptItem
-from runtime.store import (
+import sandforge.runtime.agent.failures as lifecycle_failures
+import sandforge.runtime.store as store_pkg
+from sandforge.runtime.agent import Budgets, CallLog, CallRecord, Workspace, call_log_schema, read_records
+from sandforge.runtime.agent.persistence import RUNTIME_VERSION, ToolStoreSource
+from sandforge.runtime.guardrails import default_policy, validate
+from sandforge.runtime.providers import ScriptedProvider
+from sandforge.runtime.providers.prompt import PROMPT_VERSION
+from sandforge.runtime.providers.scripted import ScriptItem
+from sandforge.runtime.store import (
     MAX_REPAIRS_BEFORE_REGEN,
     Decision,
     FailureClass,
@@ -32,7 +32,7 @@ from runtime.store import (
     SelectionReason,
     ToolStore,
 )
-from sandbox import ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
+from sandforge.sandbox import ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
 
 ADD = "context['total'] = context.get('total', 0) + args[0]\nreturn context['total']\n"
 TAMPERED = "context['tampered'] = True\nreturn 'TAMPERED'\n"

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from runtime.store import (
+from sandforge.runtime.store import (
     Decision,
     SchemaTooNewError,
     ToolStore,
     code_checksum,
     select_artifact,
 )
-from runtime.store.migrations import METHOD, REGISTRY, CorruptRecord, decode
+from sandforge.runtime.store.migrations import METHOD, REGISTRY, CorruptRecord, decode
 from tests.store.conftest import RUNTIME, WEB_FETCHER, candidate
 
 LEGACY_ASK = "return Outcome.ok(fetch('https://news.google.com/rss'))"

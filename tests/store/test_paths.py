@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.store import InvalidNameError, StorePaths, ToolStore, default_state_dir, safe_component
+from sandforge.runtime.store import InvalidNameError, StorePaths, ToolStore, default_state_dir, safe_component
 from tests.store.conftest import candidate
 
 NASTY = [

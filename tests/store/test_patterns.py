@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runtime.store import (
+from sandforge.runtime.store import (
     PatternEvent,
     ToolStore,
     promotion_signal,
@@ -16,8 +16,8 @@ from runtime.store import (
     render_recent_patterns,
     summarize,
 )
-from runtime.store.models import RegistryEntry
-from runtime.store.patterns import NUDGE
+from sandforge.runtime.store.models import RegistryEntry
+from sandforge.runtime.store.patterns import NUDGE
 from tests.store.conftest import Clock, candidate
 
 NOW = datetime(2026, 2, 15, tzinfo=UTC)

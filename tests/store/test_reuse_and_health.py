@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runtime.agent import Budgets, CallLog, CallRecord, Workspace
-from runtime.providers import ScriptedProvider
-from runtime.store import CacheabilityReason, SelectionPolicy, ToolStore, assess_cacheability
-from sandbox import Sandbox, SandboxConfig
+from sandforge.runtime.agent import Budgets, CallLog, CallRecord, Workspace
+from sandforge.runtime.providers import ScriptedProvider
+from sandforge.runtime.store import CacheabilityReason, SelectionPolicy, ToolStore, assess_cacheability
+from sandforge.sandbox import Sandbox, SandboxConfig
 
 
 class Env:
@@ -57,7 +57,7 @@ def top(ws: Workspace) -> CallRecord:
 
 
 def tools_show(env: Env, role: str, method: str) -> str:
-    from runtime.cli.tools_cmd import command
+    from sandforge.runtime.cli.tools_cmd import command
 
     result = CliRunner().invoke(command, ["--store", str(env.state_dir), "show", role, method], catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runtime.store import (
+from sandforge.runtime.store import (
     CORRUPT,
     MAX_REPAIRS_BEFORE_REGEN,
     Decision,

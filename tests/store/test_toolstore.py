@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runtime.store import (
+from sandforge.runtime.store import (
     MAX_REPAIRS_BEFORE_REGEN,
     RETAINED_PREVIOUS,
     Decision,

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from runtime.guardrails.program import Finding, Program
+from sandforge.runtime.guardrails.program import Finding, Program
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator, Set
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.guardrails.plugins import register
-from runtime.guardrails.program import LAMBDA, Finding, Program
+from sandforge.runtime.guardrails.plugins import register
+from sandforge.runtime.guardrails.program import LAMBDA, Finding, Program
 
 BUILTIN_CALLABLES = frozenset(name for name in dir(builtins) if callable(getattr(builtins, name)))
 _ROOT_HOPS = 8

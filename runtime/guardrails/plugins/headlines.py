@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.guardrails.plugins import register
-from runtime.guardrails.program import Finding, Program, child_fields
+from sandforge.runtime.guardrails.plugins import register
+from sandforge.runtime.guardrails.program import Finding, Program, child_fields
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _LOOPS = (ast.For, ast.AsyncFor, *_COMPREHENSIONS)

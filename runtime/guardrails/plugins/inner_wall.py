@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.guardrails.globs import GlobSet
-from runtime.guardrails.plugins import register
-from runtime.guardrails.program import Finding, Program, normalize
-from sandbox import runner
+from sandforge.runtime.guardrails.globs import GlobSet
+from sandforge.runtime.guardrails.plugins import register
+from sandforge.runtime.guardrails.program import Finding, Program, normalize
+from sandforge.sandbox import runner
 
 
 class DunderOptions(BaseModel):

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.guardrails.globs import GlobSet
-from runtime.guardrails.plugins import register
-from runtime.guardrails.program import Finding, Program
+from sandforge.runtime.guardrails.globs import GlobSet
+from sandforge.runtime.guardrails.plugins import register
+from sandforge.runtime.guardrails.program import Finding, Program
 
 
 class Options(BaseModel):

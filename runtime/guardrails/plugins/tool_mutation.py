@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.guardrails.plugins import register
-from runtime.guardrails.program import Finding, Program
+from sandforge.runtime.guardrails.plugins import register
+from sandforge.runtime.guardrails.program import Finding, Program
 
 MUTATORS = ("setattr", "delattr", "object.__setattr__", "object.__delattr__")
 
