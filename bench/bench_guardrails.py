@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import gc
 import importlib
 import json
 import os
@@ -46,6 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sandforge.runtime.gc_pause import gc_paused
 from sandforge.runtime.guardrails import clear_cache, default_policy, default_policy_dir, load_policy, validate
 
 HEADER = """\
@@ -132,11 +132,8 @@ def cold(source: str) -> None:
 
 def parse_without_gc(source: str) -> None:
     """``ast.parse`` under the same conditions as inside `validate` (cyclic collector paused)."""
-    gc.disable()
-    try:
+    with gc_paused():
         ast.parse(source)
-    finally:
-        gc.enable()
 
 
 def as_function(source: str) -> str:
@@ -173,11 +170,8 @@ def parser_floors() -> dict[str, tuple[Callable[[str], str], Callable[[str], obj
 
 def paused(fn: Callable[[str], object], text: str) -> None:
     """One parse with the cyclic collector paused, as inside `validate`."""
-    gc.disable()
-    try:
+    with gc_paused():
         fn(text)
-    finally:
-        gc.enable()
 
 
 def calibration() -> None:

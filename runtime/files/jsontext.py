@@ -12,7 +12,6 @@ and bounded: over the limit is an OutputTooLargeError, never a partial write.
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import re
@@ -22,6 +21,7 @@ from typing import Any
 import pydantic_core
 
 from sandforge.runtime.errors import InputFileError, OutputTooLargeError, SandforgeError
+from sandforge.runtime.gc_pause import gc_paused
 
 UTF8_BOM = b"\xef\xbb\xbf"
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff")
@@ -53,15 +53,11 @@ def decode_json(raw: bytes, *, what: str) -> Any:
         raw = raw[len(UTF8_BOM) :]
     elif raw.startswith(_WIDE_BOMS):
         raise InputFileError(f"{what} starts with a UTF-16/32 byte-order mark; sandforge reads UTF-8 JSON")
-    enabled = gc.isenabled()
-    gc.disable()  # millions of small containers make the cyclic GC rescan them over and over (7x slower)
     try:
-        value = pydantic_core.from_json(raw, allow_inf_nan=False)
+        with gc_paused():  # millions of small containers: the cyclic GC would rescan them over and over
+            value = pydantic_core.from_json(raw, allow_inf_nan=False)
     except ValueError as exc:
         raise InputFileError(f"{what} is not valid JSON: {one_line(str(exc))}") from None
-    finally:
-        if enabled:
-            gc.enable()
     if _MAYBE_HUGE.search(raw) and _non_finite(value):
         raise InputFileError(f"{what} is not valid JSON: a number overflows to infinity")
     return value

@@ -1,6 +1,6 @@
 """`validate`: bounded input checks, one parse, one analysis, then every rule. It never raises.
 
-The cyclic garbage collector is paused during a validation (see `_collector_paused`). Results are cached
+The cyclic garbage collector is paused during a validation (``runtime.gc_pause``). Results are cached
 by program text and effective policy (an LRU of `CACHE_SIZE` entries): tools persisted in the store are
 validated before every run, and a repeat costs one sha256.
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import codecs
-import gc
 import hashlib
 import io
 import logging
@@ -23,10 +22,10 @@ import threading
 import tokenize
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 
 from sandforge.runtime.errors import ConfigError
+from sandforge.runtime.gc_pause import gc_paused
 from sandforge.runtime.guardrails.loader import default_policy
 from sandforge.runtime.guardrails.matchers import Analysis
 from sandforge.runtime.guardrails.policy import Policy, Rule
@@ -107,7 +106,7 @@ def validate(source: str | bytes, policy: Policy | None = None) -> ValidationRes
                 _CACHE.move_to_end(key)
                 return cached
     try:
-        with _collector_paused():
+        with gc_paused():  # the AST and its indexes form no cycles: collections would find nothing
             result = _validate(source, policy)
     except Exception as exc:  # a bug must reject the program, never crash the caller
         log.exception("guardrail validation failed")
@@ -138,21 +137,6 @@ def _cache_key(source: object, policy: Policy) -> tuple[str, str, str] | None:
     else:
         digest = hashlib.sha256(source).hexdigest() + "b"
     return digest, policy.fingerprint, policy.name
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a program is analysed. The AST and the indexes form no
-    reference cycles (reference counting frees them), but their allocations trigger collections whose
-    cost grows with the whole heap: about a fifth of a 5,000-line validation, more in a large host."""
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _validate(source: str | bytes, policy: Policy) -> ValidationResult:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gc
 import json
 import logging
 import os
@@ -37,6 +36,7 @@ from pydantic import TypeAdapter
 
 from sandforge.runtime.files import make_dirs
 from sandforge.runtime.files.read import file_kind
+from sandforge.runtime.gc_pause import gc_paused
 from sandforge.runtime.sessions.errors import (
     CorruptDatabaseError,
     SchemaTooNewError,
@@ -135,19 +135,6 @@ _SELECT_MESSAGES = (
     "SELECT id, session_id, type, content, tool_name, tool_call_id, tool_status, tool_input, created_at,"
     " metadata FROM messages WHERE session_id = ? ORDER BY id"
 )
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Building thousands of small objects triggers cyclic-GC passes that find nothing (at 10,000 messages
-    about a third of the load); pause the collector meanwhile, as the ToolStore does for its decoding."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _rows_to_messages(rows: list[tuple[Any, ...]]) -> list[Message]:
@@ -468,7 +455,7 @@ class SessionStore:
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's history, oldest first (a snapshot; one query)."""
-        with _gc_paused():
+        with gc_paused():  # thousands of rows form no cycles: collections would find nothing
             return _rows_to_messages(self._query(_SELECT_MESSAGES, (session_id,)))
 
     def session_exists(self, session_id: str) -> bool:
