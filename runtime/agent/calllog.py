@@ -25,16 +25,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import platformdirs
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from sandforge.runtime.agent.trace_budget import TraceUsage
+from sandforge.runtime.state_dir import resolve_state_dir
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 LOG_ENV = "SANDFORGE_CALL_LOG"
-STATE_DIR_ENV = "SANDFORGE_STATE_DIR"
 MAX_MESSAGE_CHARS = 500
 MAX_CODE_CHARS = 20_000
 MAX_JSON_CHARS = 2_000
@@ -245,9 +244,7 @@ def default_log_path() -> Path:
     env = os.environ.get(LOG_ENV, "").strip()
     if env:
         return Path(env).expanduser()
-    state = os.environ.get(STATE_DIR_ENV, "").strip()
-    base = Path(state).expanduser() if state else platformdirs.user_state_path("sandforge")
-    return base / "logs" / "calls.jsonl"
+    return resolve_state_dir() / "logs" / "calls.jsonl"
 
 
 class CallLog:

@@ -31,7 +31,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 from pydantic import TypeAdapter
 
 from sandforge.runtime.files import make_dirs
@@ -45,22 +44,17 @@ from sandforge.runtime.sessions.errors import (
     SessionStoreIOError,
 )
 from sandforge.runtime.sessions.models import Message, MessageType, SessionInfo, ToolStatus
+from sandforge.runtime.state_dir import resolve_state_dir
 
 log = logging.getLogger(__name__)
 
-STATE_DIR_ENV = "SANDFORGE_STATE_DIR"
 DB_FILE_NAME = "sessions.db"
 TITLE_MAX = 60
 
 
 def state_dir(override: Path | str | None = None) -> Path:
     """The state directory: ``override``, else ``$SANDFORGE_STATE_DIR``, else the platform's user state dir."""
-    if override is not None:
-        return Path(override)
-    env = os.environ.get(STATE_DIR_ENV)
-    if env:
-        return Path(env)
-    return platformdirs.user_state_path("sandforge")
+    return resolve_state_dir(override)
 
 
 def default_db_path(state: Path | str | None = None) -> Path:

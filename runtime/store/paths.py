@@ -28,16 +28,13 @@ loaded record whose stored name differs from the requested one is treated as cor
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import unicodedata
 from pathlib import Path
 
-import platformdirs
-
+from sandforge.runtime.state_dir import resolve_state_dir
 from sandforge.runtime.store.errors import InvalidNameError
 
-STATE_DIR_ENV = "SANDFORGE_STATE_DIR"
 TOOLS_DIR_NAME = "tools"
 SLUG_MAX = 40
 DIGEST_HEX = 16
@@ -79,18 +76,15 @@ def store_root(path: Path) -> Path:
 
 
 def default_state_dir() -> Path:
-    """``$SANDFORGE_STATE_DIR`` if set, else the platform's user state directory for sandforge."""
-    env = os.environ.get(STATE_DIR_ENV, "").strip()
-    if env:
-        return Path(env).expanduser()
-    return platformdirs.user_state_path("sandforge")
+    """``$SANDFORGE_STATE_DIR`` if set, else the platform's user state directory (``runtime.state_dir``)."""
+    return resolve_state_dir()
 
 
 class StorePaths:
     """Every path of one store, derived from the state directory. Pure: touches no file."""
 
     def __init__(self, state_dir: Path | str | None = None) -> None:
-        self.state_dir = Path(state_dir).expanduser() if state_dir is not None else default_state_dir()
+        self.state_dir = resolve_state_dir(state_dir)
         self.tools = self.state_dir / TOOLS_DIR_NAME
 
     @property
