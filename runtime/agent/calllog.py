@@ -29,6 +29,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, Val
 
 from sandforge.runtime.agent.trace_budget import TraceUsage
 from sandforge.runtime.state_dir import resolve_state_dir
+from sandforge.runtime.store.logfields import STORE_LOG_FIELDS, ProgramSourceField, StoreLogFields
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,6 @@ MAX_STDOUT_CHARS = 2_000
 
 AttemptStage = Literal["generated", "validated", "executed", "rolled_back"]
 FailureStage = Literal["generation", "validation", "execution", "outcome_policy"]
-ProgramSourceKind = Literal["generated", "persisted", "repaired"]
 
 
 def bounded(text: str | None, limit: int = MAX_MESSAGE_CHARS) -> str | None:
@@ -87,7 +87,7 @@ class AttemptFailure(BaseModel):
         None, description="intrinsic/adaptive/extrinsic, or recoverable/terminal for guardrails"
     )
     violation_location: str | None = None
-    program_source: ProgramSourceKind | None = None
+    program_source: ProgramSourceField | None = Field(None, title="Program Source")
     timestamp: AwareDatetime
     discarded_nested_calls: list[NestedCallSummary] = Field(default_factory=list)
 
@@ -116,10 +116,8 @@ class Usage(BaseModel):
     )  # fmt: skip
 
 
-class CallRecord(BaseModel):
-    """One logical call. Field names of ADR 0016 sections 6 and 7 are kept verbatim."""
-
-    model_config = ConfigDict(extra="forbid")
+class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugin: field named `kwargs`
+    """The call's own fields; :class:`CallRecord` adds the store's (``runtime.store.logfields``) after them."""
 
     schema_version: Literal[1] = 1
     # identity
@@ -134,7 +132,7 @@ class CallRecord(BaseModel):
     started_at: AwareDatetime
     duration_s: float = Field(ge=0)
     # the program of the last attempt
-    program_source: ProgramSourceKind | None = None
+    program_source: ProgramSourceField | None = Field(None, title="Program Source")
     program_code: str | None = None
     program_sha256: str | None = None
     dependencies: list[str] = Field(default_factory=list)
@@ -183,33 +181,15 @@ class CallRecord(BaseModel):
     nested_calls: int = 0
     stdout: str | None = None
     trace_usage: TraceUsage | None = Field(None, description="what the whole trace had spent when this call ended")
-    # ToolStore (ADR 0012 section 10): what the selector saw of the stored artifact. Defaults without a store.
-    artifact_hit: bool = Field(False, description="an intact, runtime-compatible artifact was found")
-    artifact_generation: int | None = None
-    artifact_prompt_version: str | None = None
-    artifact_contract_fingerprint: str | None = None
-    artifact_success_count: int | None = None
-    artifact_failure_count: int | None = None
-    artifact_intrinsic_failure_count: int | None = None
-    artifact_extrinsic_failure_count: int | None = None
-    artifact_cacheable: bool | None = None
-    artifact_cacheability_reason: str | None = None
-    artifact_input_sensitive: bool | None = None
-    selection_decision: str | None = Field(None, description="generate | execute_persisted | repair | regenerate")
-    selection_reason: str | None = None
-    repair_attempted: bool = Field(False, description="the provider was asked to repair a stored program")
-    repair_succeeded: bool = Field(False, description="the call succeeded with the repaired program")
-    # ADR 0013: the runtime's cacheability verdict on the program that ran (stored artifact or new code)
-    cacheable: bool | None = None
-    cacheability_reason: str | None = None
-    input_sensitive: bool | None = None
-    # pattern memory (plan phases 1 and 4)
-    capability_patterns: list[str] = Field(default_factory=list)
-    promotion_candidate_detected: bool = False
-    promotion_candidate_capabilities: list[str] = Field(default_factory=list)
-    store_actions: list[str] = Field(
-        default_factory=list, description="what the store recorded, e.g. record_success@2, record_failure:extrinsic@2"
-    )
+
+
+class CallRecord(StoreLogFields, _CallFields):
+    """One logical call. Field names of ADR 0016 sections 6 and 7 are kept verbatim."""
+
+    # Its fields are the call's own, then the ToolStore's (``runtime.store.logfields.StoreLogFields``, declared
+    # once by the store), flat in the JSON: the order of the bases keeps the published field order.
+
+    model_config = ConfigDict(extra="forbid")
 
     @staticmethod
     def code_fields(code: str | None) -> dict[str, Any]:
@@ -223,12 +203,7 @@ class CallRecord(BaseModel):
 
 #: Fields a program store may fill in (``ProgramPlan.log_fields``, ``PromptExtras.log_fields`` and the
 #: record it returns); the lifecycle ignores any other key a store proposes.
-STORE_FIELDS: frozenset[str] = frozenset(
-    name
-    for name in CallRecord.model_fields
-    if name.startswith(("artifact_", "selection_", "repair_", "promotion_"))
-    or name in {"cacheable", "cacheability_reason", "input_sensitive", "capability_patterns", "store_actions"}
-)
+STORE_FIELDS: frozenset[str] = STORE_LOG_FIELDS
 
 
 def call_log_schema() -> dict[str, Any]:

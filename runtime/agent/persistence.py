@@ -53,6 +53,7 @@ from sandforge.runtime.store import (
     classify_failure,
     is_dynamic_method,
 )
+from sandforge.runtime.store.logfields import SELECTION_LOG_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +70,6 @@ WRITE_BEHIND_MAX_DELAY_S = 1.0
 #: Error types of the lifecycle that mean the stored code was rejected by the current policy.
 GUARDRAIL_ERRORS = frozenset({"guardrail_violation", "guardrail_retry_exhausted"})
 _CLASSES = frozenset(c.value for c in FailureClass)
-#: Selection fields copied into the call log (the rest of ``CallLogFields`` is known only after the call).
-_SELECTION_LOG_FIELDS = {
-    "artifact_hit", "artifact_generation", "artifact_prompt_version", "artifact_contract_fingerprint",
-    "artifact_success_count", "artifact_failure_count", "artifact_intrinsic_failure_count",
-    "artifact_extrinsic_failure_count", "artifact_cacheable", "artifact_cacheability_reason",
-    "artifact_input_sensitive", "selection_decision", "selection_reason",
-}  # fmt: skip
 
 
 def store_contract(view: ToolContractView) -> ToolContract:
@@ -267,14 +261,14 @@ class ToolStoreSource:
         )
         call = _Call(request=request, selection=selection, contract=contract)
         fields = selection.log_fields(program_source=ProgramSource.GENERATED).model_dump(
-            mode="json", include=_SELECTION_LOG_FIELDS
+            mode="json", include=set(SELECTION_LOG_FIELDS)
         )
         candidate = repair = on_failure = None
         art = selection.artifact
         if selection.decision is Decision.EXECUTE_PERSISTED and art is not None:
             candidate = ProgramCandidate(
                 code=art.code,
-                source="persisted",
+                source=ProgramSource.PERSISTED,
                 dependencies=list(art.dependencies),
                 provider="toolstore",
                 model=art.model,

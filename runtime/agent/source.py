@@ -37,8 +37,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandforge.runtime.agent.calllog import CallRecord, ProgramSourceKind
+from sandforge.runtime.agent.calllog import CallRecord
 from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, RepairContext, ToolContractView
+from sandforge.runtime.store.models import ProgramSource
 
 
 class ProgramCandidate(BaseModel):
@@ -47,7 +48,7 @@ class ProgramCandidate(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     code: str
-    source: ProgramSourceKind = "generated"
+    source: ProgramSource = ProgramSource.GENERATED
     dependencies: list[str] = Field(default_factory=list)
     provider: str | None = None
     model: str | None = None
@@ -57,7 +58,7 @@ class ProgramCandidate(BaseModel):
     def from_generated(cls, program: GeneratedProgram) -> ProgramCandidate:
         return cls(
             code=program.code,
-            source="generated",
+            source=ProgramSource.GENERATED,
             dependencies=list(program.dependencies),
             provider=program.provider or None,
             model=program.model,

@@ -45,6 +45,7 @@ from typing import Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandforge.runtime.store.cacheability import DEFAULT_DYNAMIC_METHODS
+from sandforge.runtime.store.logfields import StoreLogFields
 from sandforge.runtime.store.models import FailureClass, MethodArtifact, ProgramSource
 
 MAX_REPAIRS_BEFORE_REGEN = 3
@@ -209,31 +210,18 @@ class ArtifactObservation(BaseModel):
         )
 
 
-class CallLogFields(BaseModel):
-    """The ToolStore fields of one dynamic call's log entry (ADR 0012 sec. 10, ADR 0013, plan phase 4)."""
+class CallLogFields(StoreLogFields):
+    """The ToolStore fields of one dynamic call's log entry (ADR 0012 sec. 10, ADR 0013, plan phase 4), as
+    the selection sees them: the call record's store fields plus its program source and failure class,
+    with the store's enumerations."""
 
     model_config = ConfigDict(frozen=True)
 
     program_source: ProgramSource
     artifact_hit: bool
-    artifact_generation: int | None = None
-    artifact_prompt_version: str | None = None
-    artifact_contract_fingerprint: str | None = None
-    artifact_success_count: int | None = None
-    artifact_failure_count: int | None = None
-    artifact_intrinsic_failure_count: int | None = None
-    artifact_extrinsic_failure_count: int | None = None
-    artifact_cacheable: bool | None = None
-    artifact_cacheability_reason: str | None = None
-    artifact_input_sensitive: bool | None = None
-    selection_decision: Decision
+    selection_decision: Decision  # narrowed from the record's str
     selection_reason: SelectionReason
-    repair_attempted: bool = False
-    repair_succeeded: bool = False
     failure_class: FailureClass | None = None
-    capability_patterns: list[str] = Field(default_factory=list)
-    promotion_candidate_detected: bool = False
-    promotion_candidate_capabilities: list[str] = Field(default_factory=list)
 
 
 class Selection(BaseModel):
