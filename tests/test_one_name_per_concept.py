@@ -57,3 +57,36 @@ def test_state_dir_override_and_fallback(tmp_path: Path, monkeypatch: pytest.Mon
     assert resolve_state_dir(tmp_path / "x") == tmp_path / "x"
     monkeypatch.setenv("HOME", str(tmp_path))
     assert resolve_state_dir("~/state") == tmp_path / "state"
+
+
+def test_one_contract_model_from_the_agent_to_the_store() -> None:
+    from sandforge.runtime import agent, providers, store
+    from sandforge.runtime.providers.base import GenerationRequest
+
+    assert agent.ToolContract is providers.ToolContract is store.ToolContract
+    contract = store.ToolContract(role="helper", purpose="helps", deliverable={"type": "string"})
+    request = GenerationRequest(role="boss", method="go", contract=contract, known_tools=[contract])
+    assert request.contract is contract
+
+
+def test_the_store_keeps_a_bounded_contract_the_agent_a_whole_one(tmp_path: Path) -> None:
+    from sandforge.runtime.names import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
+    from sandforge.runtime.store import ToolContract, ToolStore
+
+    schema = {"type": "object", "properties": {f"k{i}": {"type": "string"} for i in range(200)}}
+    whole = ToolContract(role="helper", purpose="p" * (MAX_PURPOSE_CHARS + 5), deliverable=schema)
+    assert whole.deliverable == schema and whole.purpose is not None and len(whole.purpose) > MAX_PURPOSE_CHARS
+    kept = whole.bounded()
+    assert kept.purpose is not None and len(kept.purpose) == MAX_PURPOSE_CHARS
+    assert isinstance(kept.deliverable, dict) and kept.deliverable["truncated"] is True
+    assert kept.deliverable["chars"] > MAX_CONTRACT_FIELD_CHARS
+    assert whole.fingerprint() == kept.fingerprint()
+    small = ToolContract(role="helper", purpose="p")
+    assert small.bounded() is small
+
+    tools = ToolStore(tmp_path / "state")
+    tools.register_tool(whole)
+    manifest = tools.manifest("helper")
+    assert manifest is not None and manifest.contract == kept
+    entry = tools.get_tool("helper")
+    assert entry is not None and entry.contract() == kept

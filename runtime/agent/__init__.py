@@ -26,9 +26,9 @@ from sandforge.runtime.agent.failures import FailureClass, classify_failure
 from sandforge.runtime.agent.lifecycle import GUARDRAIL_EXHAUSTED_MESSAGE
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.source import ProgramCandidate, ProgramStore
-from sandforge.runtime.agent.state import ToolContract
 from sandforge.runtime.agent.trace_budget import TraceBudget, TraceUsage
 from sandforge.runtime.agent.workspace import Workspace
+from sandforge.runtime.store.models import ToolContract
 
 __all__ = [
     "GUARDRAIL_EXHAUSTED_MESSAGE",

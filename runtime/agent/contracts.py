@@ -25,7 +25,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from sandforge.runtime.providers.base import ToolContractView
+from sandforge.runtime.store.models import ToolContract
 
 SHORTHAND_TYPES: dict[str, str] = {
     "list": "array",
@@ -142,7 +142,7 @@ def deliverable_validator(deliverable: JsonValue) -> Draft202012Validator | None
     return _validator(text)
 
 
-def check_contract(contract: ToolContractView) -> None:
+def check_contract(contract: ToolContract) -> None:
     """Raise :class:`InvalidContract` if ``contract`` cannot be accepted (its deliverable is a bad schema)."""
     deliverable_validator(contract.deliverable)
 

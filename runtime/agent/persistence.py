@@ -38,7 +38,7 @@ from typing import Any
 
 from sandforge.runtime.agent.calllog import CallRecord
 from sandforge.runtime.agent.source import ProgramCandidate, ProgramPlan, PromptExtras
-from sandforge.runtime.providers.base import GenerationRequest, RepairContext, ToolContractView
+from sandforge.runtime.providers.base import GenerationRequest, RepairContext
 from sandforge.runtime.providers.prompt import PROMPT_VERSION
 from sandforge.runtime.store import (
     ArtifactCandidate,
@@ -72,26 +72,6 @@ GUARDRAIL_ERRORS = frozenset({"guardrail_violation", "guardrail_retry_exhausted"
 _CLASSES = frozenset(c.value for c in FailureClass)
 
 
-def store_contract(view: ToolContractView) -> ToolContract:
-    return ToolContract(
-        role=view.role,
-        purpose=view.purpose,
-        deliverable=view.deliverable,
-        acceptance=view.acceptance,
-        failure_policy=view.failure_policy,
-    )
-
-
-def contract_view(contract: ToolContract) -> ToolContractView:
-    return ToolContractView(
-        role=contract.role,
-        purpose=contract.purpose,
-        deliverable=contract.deliverable,
-        acceptance=contract.acceptance,
-        failure_policy=contract.failure_policy,
-    )
-
-
 def artifact_failure_class(record: CallRecord) -> FailureClass:
     """How a failed call of a persisted program counts against its artifact (only INTRINSIC demotes it)."""
     if record.error_type in GUARDRAIL_ERRORS:
@@ -117,11 +97,11 @@ class _Call:
 
     request: GenerationRequest
     selection: Selection
-    contract: ToolContractView | None
+    contract: ToolContract | None
 
     @property
     def fingerprint(self) -> str | None:
-        return store_contract(self.contract).fingerprint() if self.contract is not None else None
+        return self.contract.fingerprint() if self.contract is not None else None
 
 
 _LIVE: weakref.WeakSet[ToolStoreSource] = weakref.WeakSet()
@@ -241,12 +221,12 @@ class ToolStoreSource:
 
     # --- before the call -------------------------------------------------------------------------------
 
-    def _persisted_contract(self, role: str) -> ToolContractView | None:
+    def _persisted_contract(self, role: str) -> ToolContract | None:
         manifest = self.store.manifest(role)
         if manifest is not None:
-            return contract_view(manifest.contract) if manifest.contract is not None else None
+            return manifest.contract
         entry = self.store.get_tool(role)
-        return contract_view(entry.contract()) if entry is not None and entry.has_contract else None
+        return entry.contract() if entry is not None and entry.has_contract else None
 
     def lookup(self, request: GenerationRequest) -> ProgramPlan:
         role, method = request.role, request.method
@@ -255,7 +235,7 @@ class ToolStoreSource:
         selection = self.store.select(
             role,
             method,
-            contract_fingerprint=store_contract(contract).fingerprint() if contract is not None else None,
+            contract_fingerprint=contract.fingerprint() if contract is not None else None,
             runtime_version=self.runtime_version,
             prompt_version=self.prompt_version,
         )
@@ -320,9 +300,9 @@ class ToolStoreSource:
         log.debug("call %s had no store plan; not recorded in the store", record.call_id)
         return None
 
-    def register_tool(self, contract: ToolContractView) -> None:
+    def register_tool(self, contract: ToolContract) -> None:
         """Persist a committed contract (``delegate(...)``), unless the store already has this one."""
-        wanted = store_contract(contract)
+        wanted = contract.bounded()
         manifest = self.store.manifest(contract.role)
         stored = manifest.contract if manifest is not None else None
         if stored is not None and stored.fingerprint() == wanted.fingerprint():

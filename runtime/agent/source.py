@@ -38,8 +38,8 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandforge.runtime.agent.calllog import CallRecord
-from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, RepairContext, ToolContractView
-from sandforge.runtime.store.models import ProgramSource
+from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, RepairContext
+from sandforge.runtime.store.models import ProgramSource, ToolContract
 
 
 class ProgramCandidate(BaseModel):
@@ -87,7 +87,7 @@ class ProgramPlan:
     #: If the persisted candidate fails and its lane retries: repair it (the lifecycle adds the failure).
     repair_on_failure: RepairContext | None = None
     #: The tool's contract when the call has none in this workspace (materialized from the store).
-    contract: ToolContractView | None = None
+    contract: ToolContract | None = None
     log_fields: Mapping[str, Any] = field(default_factory=dict)
     prompt_extras: Callable[[GenerationRequest], PromptExtras] | None = None
     on_record: RecordHook | None = None

@@ -20,11 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandforge.runtime.agent.calllog import CallRecord, NestedCallSummary
-from sandforge.runtime.providers.base import ToolContractView
+from sandforge.runtime.store.models import ToolContract as ToolContract  # the one contract model, re-exported
 from sandforge.sandbox.context import ContextSnapshot
-
-#: A tool's contract as registered by ``delegate(role, purpose=..., ...)``.
-ToolContract = ToolContractView
 
 JsonDict = dict[str, Any]
 

@@ -15,7 +15,7 @@ from sandforge.runtime.providers.base import (
     InvalidProviderOutput,
     Provider,
     ProviderError,
-    ToolContractView,
+    ToolContract,
 )
 from sandforge.runtime.providers.prompt import PROGRAM_TOOL_NAME, PROGRAM_TOOL_SCHEMA, RenderedPrompt, render_prompt
 from sandforge.runtime.providers.scripted import ScriptedProvider, load_script
@@ -35,7 +35,7 @@ __all__ = [
     "ProviderError",
     "RenderedPrompt",
     "ScriptedProvider",
-    "ToolContractView",
+    "ToolContract",
     "load_script",
     "render_prompt",
 ]

@@ -12,19 +12,14 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from sandforge.runtime.store.models import ToolContract
+
+__all__ = [
+    "AttemptFeedback", "FeedbackKind", "GeneratedProgram", "GenerationRequest", "InvalidProviderOutput", "Provider",
+    "ProviderError", "RepairContext", "ToolContract",
+]  # fmt: skip
+
 FeedbackKind = Literal["generation", "guardrail", "execution", "outcome"]
-
-
-class ToolContractView(BaseModel):
-    """The contract a tool was delegated with (``delegate(role, purpose=..., ...)``), as the model sees it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    role: str
-    purpose: str | None = None
-    deliverable: JsonValue = None
-    acceptance: JsonValue = None
-    failure_policy: JsonValue = None
 
 
 class AttemptFeedback(BaseModel):
@@ -81,8 +76,8 @@ class GenerationRequest(BaseModel):
     context_summary: dict[str, str] = Field(
         default_factory=dict, description="context key -> type and a bounded preview of its value"
     )
-    contract: ToolContractView | None = None
-    known_tools: list[ToolContractView] = Field(default_factory=list)
+    contract: ToolContract | None = None
+    known_tools: list[ToolContract] = Field(default_factory=list)
     allowed_modules: list[str] = Field(default_factory=list)
     feedback: list[AttemptFeedback] = Field(default_factory=list)
     repair: RepairContext | None = Field(None, description="set only when the store asks for a repair")

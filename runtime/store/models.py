@@ -15,7 +15,7 @@ import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
 from sandforge.runtime.names import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
 from sandforge.runtime.store.fingerprint import code_checksum, contract_fingerprint
@@ -87,16 +87,41 @@ class _Record(BaseModel):
 
 
 class ToolContract(_Record):
-    """What a tool is supposed to do: the arguments of ``delegate(role, purpose=..., ...)``."""
+    """What a tool is supposed to do: the arguments of ``delegate(role, purpose=..., ...)``.
+
+    The one contract model: the agent stages and checks it (``runtime.agent.contracts``), the provider
+    shows it to the model, the store keeps it. It holds the fields as given; what the store keeps and
+    fingerprints is :meth:`bounded` (text over the bounds of ``runtime.names`` cut, as
+    :class:`RegistryEntry` cuts it), so a contract staged in memory is enforced whole.
+    """
 
     role: str
-    purpose: Purpose = None
-    deliverable: ContractField = None
-    acceptance: ContractField = None
-    failure_policy: ContractField = None
+    purpose: str | None = None
+    deliverable: JsonValue = None
+    acceptance: JsonValue = None
+    failure_policy: JsonValue = None
+
+    def bounded(self) -> ToolContract:
+        """The contract as the store keeps it: an over-long purpose or field cut (``self`` when none is)."""
+        purpose = _clip_purpose(self.purpose)
+        deliverable, acceptance, failure_policy = (
+            _clip_json(v) for v in (self.deliverable, self.acceptance, self.failure_policy)
+        )
+        if (purpose, deliverable, acceptance, failure_policy) == (
+            self.purpose, self.deliverable, self.acceptance, self.failure_policy
+        ):  # fmt: skip
+            return self
+        return ToolContract(role=self.role, purpose=purpose, deliverable=deliverable, acceptance=acceptance,
+                            failure_policy=failure_policy)  # fmt: skip
 
     def fingerprint(self) -> str:
-        return contract_fingerprint(self.role, self.purpose, self.deliverable, self.acceptance, self.failure_policy)
+        """The fingerprint of the contract as the store keeps it (:meth:`bounded`)."""
+        c = self.bounded()
+        return contract_fingerprint(c.role, c.purpose, c.deliverable, c.acceptance, c.failure_policy)
+
+
+def _bounded_contract(value: ToolContract | None) -> ToolContract | None:
+    return value.bounded() if value is not None else None
 
 
 class RegistryEntry(_Record):
@@ -145,7 +170,7 @@ class RoleManifest(_Record):
 
     schema_version: Literal[2]
     role: str
-    contract: ToolContract | None = None
+    contract: Annotated[ToolContract | None, AfterValidator(_bounded_contract)] = None
     created_at: AwareDatetime
     updated_at: AwareDatetime
     methods: dict[str, str] = Field(default_factory=dict)

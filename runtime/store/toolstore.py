@@ -244,6 +244,7 @@ class ToolStore:
 
     def register_tool(self, contract: ToolContract) -> RegistryEntry:
         """Create or update a tool's contract (``delegate(...)``); usage and health are kept."""
+        contract = contract.bounded()  # what the store keeps: over-long text cut (model_copy does not validate)
         role = check_name(contract.role, "role")
         now = self._clock()
         with self._locked():
