@@ -19,6 +19,11 @@ class SandforgeError(Exception):
         return " ".join(text.split())
 
 
+class SessionError(SandforgeError):
+    """Base of every chat-session error (``runtime.sessions``), the chat providers' too: it lives here so
+    that ``runtime.providers.chat`` can derive from it without importing the session layer above it."""
+
+
 class UsageError(SandforgeError):
     """Bad command-line input: wrong flag values, unreadable files, malformed JSON arguments."""
 

@@ -90,3 +90,31 @@ def test_the_store_keeps_a_bounded_contract_the_agent_a_whole_one(tmp_path: Path
     assert manifest is not None and manifest.contract == kept
     entry = tools.get_tool("helper")
     assert entry is not None and entry.contract() == kept
+
+
+def test_one_anthropic_exception_map_for_both_providers() -> None:
+    import anthropic
+    import httpx2 as httpx
+
+    from sandforge.runtime.providers.anthropic_client import classify
+    from sandforge.runtime.providers.anthropic_provider import map_api_error
+    from sandforge.runtime.providers.chat import AnthropicChatProvider, ChatProviderError, ChatRequest
+    from sandforge.runtime.sessions import SessionError
+
+    request = httpx.Request("POST", "https://api.anthropic.com/v1/messages")
+    timeout = anthropic.APITimeoutError(request=request)
+    assert (classify(timeout).kind, classify(timeout).retriable) == ("timeout", True)
+    error = map_api_error(timeout)
+    assert (error.kind, error.retriable, error.message) == ("timeout", True, classify(timeout).message)
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=req)
+
+    client = anthropic.Anthropic(
+        api_key="k", max_retries=0, http_client=httpx.Client(transport=httpx.MockTransport(handler))
+    )
+    chat = AnthropicChatProvider(client=client)
+    with pytest.raises(ChatProviderError) as info:
+        chat.complete(ChatRequest(messages=[{"role": "user", "content": "hi"}]))
+    assert isinstance(info.value, SessionError)  # docs/sessions.md: every session error derives from it
+    assert (info.value.message, info.value.retriable) == (classify(timeout).message, True)

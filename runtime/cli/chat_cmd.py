@@ -20,6 +20,7 @@ import click
 
 from sandforge.runtime.errors import UsageError
 from sandforge.runtime.files import make_dirs
+from sandforge.runtime.providers.chat import read_script
 from sandforge.runtime.sessions import (
     AgentToolRunner,
     AnthropicChatProvider,
@@ -39,7 +40,6 @@ from sandforge.runtime.sessions import (
     UnavailableRunner,
     state_dir,
 )
-from sandforge.runtime.sessions.chat_providers import read_script
 from sandforge.runtime.store import ToolStore
 from sandforge.sandbox import BACKENDS, Sandbox, SandboxConfig
 

@@ -16,16 +16,13 @@ from typing import Any
 
 import anthropic
 
+from sandforge.runtime.providers.anthropic_client import DEFAULT_MODEL, bounded, classify, make_client
 from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, InvalidProviderOutput, ProviderError
 from sandforge.runtime.providers.prompt import PROGRAM_TOOL_NAME, PROGRAM_TOOL_SCHEMA, render_prompt
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "claude-sonnet-4-6"
 MODEL_ENV = "SANDFORGE_ANTHROPIC_MODEL"
-#: HTTP statuses worth retrying later (the SDK already retried them ``max_retries`` times).
-RETRIABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
-MAX_ERROR_CHARS = 500
 
 
 class AnthropicProvider:
@@ -58,17 +55,13 @@ class AnthropicProvider:
         self._client_error: str | None = None
         if client is not None:
             return
-        kwargs: dict[str, Any] = {"timeout": timeout_s, "max_retries": max_retries}
-        if api_key is not None:
-            kwargs["api_key"] = api_key
-        if base_url is not None:
-            kwargs["base_url"] = base_url
-        if http_client is not None:
-            kwargs["http_client"] = http_client
         try:
-            self._client = anthropic.Anthropic(**kwargs)
+            self._client = make_client(
+                timeout_s=timeout_s, max_retries=max_retries, api_key=api_key, base_url=base_url,
+                http_client=http_client,
+            )  # fmt: skip
         except (anthropic.AnthropicError, ValueError) as exc:  # e.g. a configured profile that is missing
-            self._client_error = _bounded(f"cannot configure the Anthropic client: {exc}")
+            self._client_error = bounded(f"cannot configure the Anthropic client: {exc}")
 
     def generate(self, request: GenerationRequest) -> GeneratedProgram:
         prompt = render_prompt(request)
@@ -98,10 +91,8 @@ class AnthropicProvider:
             client = client.with_options(timeout=request.time_budget_s, max_retries=0)
         try:
             message = client.messages.create(**params)
-        except anthropic.APIError as exc:
+        except anthropic.AnthropicError as exc:  # the API failed, or a bad client configuration
             raise map_api_error(exc) from exc
-        except anthropic.AnthropicError as exc:  # bad client configuration
-            raise ProviderError(_bounded(f"anthropic client error: {exc}"), retriable=False, kind="client") from exc
         except TypeError as exc:
             if "authentication" not in str(exc):
                 raise
@@ -112,25 +103,12 @@ class AnthropicProvider:
         return parse_message(message, default_model=self.model)
 
 
-def map_api_error(exc: anthropic.APIError) -> ProviderError:
-    """One typed ProviderError per SDK failure; the message never includes request bodies or keys."""
-    if isinstance(exc, anthropic.APITimeoutError):
-        return ProviderError("the Anthropic API timed out", retriable=True, kind="timeout")
-    if isinstance(exc, anthropic.APIConnectionError):
-        return ProviderError(_bounded(f"cannot reach the Anthropic API: {exc}"), retriable=True, kind="connection")
-    if isinstance(exc, anthropic.APIStatusError):
-        status = exc.status_code
-        detail = _bounded(f"Anthropic API error {status}: {_api_message(exc)}")
-        if status in (401, 403):
-            return ProviderError(detail, retriable=False, kind="authentication")
-        if status == 429:
-            return ProviderError(detail, retriable=True, kind="rate_limit")
-        if status in RETRIABLE_STATUSES or status >= 500:
-            return ProviderError(detail, retriable=True, kind="server_error")
-        return ProviderError(detail, retriable=False, kind="bad_request")
-    if isinstance(exc, anthropic.APIResponseValidationError):
-        return InvalidProviderOutput(_bounded(f"unexpected response from the Anthropic API: {exc}"))
-    return ProviderError(_bounded(f"Anthropic API error: {exc}"), retriable=True, kind="api_error")
+def map_api_error(exc: anthropic.AnthropicError) -> ProviderError:
+    """One typed ProviderError per SDK failure (``anthropic_client.classify``: the one exception map)."""
+    failure = classify(exc)
+    if failure.invalid_output:
+        return InvalidProviderOutput(failure.message, kind=failure.kind)
+    return ProviderError(failure.message, retriable=failure.retriable, kind=failure.kind)
 
 
 def parse_message(message: Any, *, default_model: str) -> GeneratedProgram:
@@ -165,16 +143,3 @@ def parse_message(message: Any, *, default_model: str) -> GeneratedProgram:
         input_tokens=getattr(usage, "input_tokens", None),
         output_tokens=getattr(usage, "output_tokens", None),
     )
-
-
-def _api_message(exc: anthropic.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return str(err["message"])
-    return exc.message
-
-
-def _bounded(text: str) -> str:
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from sandforge.runtime.sessions.chat_providers import (
+from sandforge.runtime.providers.chat import (
     AnthropicChatProvider,
     ChatProvider,
     ChatRequest,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from sandforge.runtime.errors import FileIOError, SandforgeError
+from sandforge.runtime.errors import FileIOError, SessionError
+from sandforge.runtime.providers.chat import ChatProviderError, ScriptExhaustedError
 
-
-class SessionError(SandforgeError):
-    """Base of every session-layer error."""
+__all__ = [
+    "ChatProviderError", "CorruptDatabaseError", "SchemaTooNewError", "ScriptExhaustedError", "SessionError",
+    "SessionNotFoundError", "SessionStoreError", "SessionStoreIOError",
+]  # fmt: skip
 
 
 class SessionNotFoundError(SessionError):
@@ -27,15 +29,3 @@ class CorruptDatabaseError(SessionStoreError):
 
 class SchemaTooNewError(SessionStoreError):
     """The database was written by a newer sandforge; this one refuses to touch it."""
-
-
-class ChatProviderError(SessionError):
-    """The chat model could not be called or answered with something unusable."""
-
-    def __init__(self, message: str, *, retriable: bool = False, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.retriable = retriable
-
-
-class ScriptExhaustedError(ChatProviderError):
-    """The scripted chat provider was asked for more turns than its script holds."""

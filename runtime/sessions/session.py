@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandforge.runtime.sessions.chat_providers import ChatProvider, ChatRequest, ToolUseBlock
+from sandforge.runtime.providers.chat import ChatProvider, ChatRequest, ToolUseBlock
 from sandforge.runtime.sessions.db import SessionStore
 from sandforge.runtime.sessions.groups import LIST_TOOL_GROUPS, LOAD_TOOL_GROUP, ToolGroup, ToolRegistry, ToolSpec
 from sandforge.runtime.sessions.history import restore_loaded_groups, to_api_messages

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from sandforge.runtime.providers.chat import ScriptedChatProvider
 from sandforge.runtime.sessions import (
     Session,
     SessionStore,
@@ -14,7 +15,6 @@ from sandforge.runtime.sessions import (
     ToolResult,
     ToolSpec,
 )
-from sandforge.runtime.sessions.chat_providers import ScriptedChatProvider
 
 QUERY_SCHEMA = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
 ID_SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}

@@ -1,7 +1,9 @@
 """Chat models for the session tool-use loop (Anthropic Messages API with ``tools``).
 
-These are *chat* providers: they answer a conversation with text and tool_use blocks. They are separate
-from the program-generation providers of ``runtime.providers``, which write tool programs for the Agent.
+These are *chat* providers: they answer a conversation with text and tool_use blocks. They live beside
+the program-generation providers (``base.py``, ``anthropic_provider.py``, ``scripted.py``), which write tool
+programs for the Agent, and share their Anthropic client set-up and exception map (``anthropic_client``).
+``runtime.sessions`` re-exports them (docs/sessions.md).
 
 - ``AnthropicChatProvider``: the ``anthropic`` SDK; API failures become typed ``ChatProviderError``s.
 - ``ScriptedChatProvider``: replays scripted assistant turns in order and records every request it got
@@ -14,16 +16,27 @@ import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, cast
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sandforge.runtime.errors import UsageError
+from sandforge.runtime.errors import SessionError, UsageError
 from sandforge.runtime.files.structured import read_data_file
-from sandforge.runtime.sessions.errors import ChatProviderError, ScriptExhaustedError
 
 DEFAULT_CHAT_MODEL = "claude-sonnet-4-6"
 CHAT_MODEL_ENV = "SANDFORGE_CHAT_MODEL"
+
+
+class ChatProviderError(SessionError):
+    """The chat model could not be called or answered with something unusable."""
+
+    def __init__(self, message: str, *, retriable: bool = False, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.retriable = retriable
+
+
+class ScriptExhaustedError(ChatProviderError):
+    """The scripted chat provider was asked for more turns than its script holds."""
 
 
 class TextBlock(BaseModel):
@@ -188,12 +201,14 @@ class AnthropicChatProvider:
         self.model = model or os.environ.get(CHAT_MODEL_ENV) or DEFAULT_CHAT_MODEL
         self.max_tokens = max_tokens
         if client is None:
-            import anthropic
+            import anthropic  # the SDK takes a while to import: only when a real client is made
 
-            if not (api_key or os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+            from sandforge.runtime.providers.anthropic_client import has_credentials, make_client
+
+            if not has_credentials(api_key):
                 raise ChatProviderError("no Anthropic API key", hint="set ANTHROPIC_API_KEY")
             try:
-                client = anthropic.Anthropic(api_key=api_key, timeout=timeout_s, max_retries=max_retries)
+                client = make_client(api_key=api_key, timeout_s=timeout_s, max_retries=max_retries)
             except anthropic.AnthropicError as exc:
                 raise ChatProviderError(
                     f"cannot create the Anthropic client: {exc}", hint="set ANTHROPIC_API_KEY"
@@ -202,6 +217,8 @@ class AnthropicChatProvider:
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         import anthropic
+
+        from sandforge.runtime.providers.anthropic_client import classify
 
         kwargs: dict[str, Any] = {
             "model": self.model,
@@ -214,14 +231,9 @@ class AnthropicChatProvider:
             kwargs["system"] = request.system
         try:
             resp = self.client.messages.create(**kwargs)
-        except anthropic.APIStatusError as exc:
-            status = exc.status_code
-            retriable = status in (408, 409, 429) or status >= 500
-            raise ChatProviderError(f"Anthropic API error {status}: {_api_message(exc)}", retriable=retriable) from exc
-        except anthropic.APIConnectionError as exc:  # includes timeouts
-            raise ChatProviderError(f"cannot reach the Anthropic API: {exc}", retriable=True) from exc
-        except anthropic.AnthropicError as exc:
-            raise ChatProviderError(f"Anthropic API call failed: {exc}") from exc
+        except anthropic.AnthropicError as exc:  # one exception map for both Anthropic providers
+            failure = classify(exc)
+            raise ChatProviderError(failure.message, retriable=failure.retriable) from exc
         blocks: list[TextBlock | ToolUseBlock] = []
         for block in resp.content:
             kind = getattr(block, "type", None)
@@ -238,12 +250,3 @@ class AnthropicChatProvider:
             model=resp.model,
             usage={k: int(v) for k in ("input_tokens", "output_tokens") if (v := getattr(usage, k, None)) is not None},
         )
-
-
-def _api_message(exc: Any) -> str:
-    body = cast(Any, getattr(exc, "body", None))
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-    return str(getattr(exc, "message", exc))
