@@ -14,7 +14,7 @@ from sandforge.sandbox.config import BACKENDS, BackendName, SandboxConfig
 from sandforge.sandbox.exchange import BridgeHandler
 from sandforge.sandbox.pool import WarmPool
 from sandforge.sandbox.protections import DEFAULT_REQUIRED, MissingProtections, Protection
-from sandforge.sandbox.protocol import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, ResourceUsage
+from sandforge.sandbox.protocol import BridgeReply, ErrorType, ExecutionOutcome, ExecutionRequest, Limits, ResourceUsage
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,7 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_REQUIRED",
     "BridgeHandler",
+    "BridgeReply",
     "ErrorType",
     "ExecutionOutcome",
     "ExecutionRequest",

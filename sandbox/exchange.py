@@ -10,14 +10,17 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from pydantic import ValidationError
 
 from sandforge.sandbox.context import SEALED_MIN_BYTES, ContextError, ContextSnapshot, decode_value
 from sandforge.sandbox.protocol import (
     HEADER,
     PROTOCOL_VERSION,
+    BridgeReply,
     CallFrame,
     CallResultFrame,
     DeclareFrame,
@@ -40,12 +43,21 @@ if TYPE_CHECKING:
 
 Stream = Literal["result", "stdout", "stderr"]
 
-#: Answers a nested ``tool(...)``/``delegate(...)`` call made inside the sandbox with an outcome dict
-#: (``status``, ``value``, ``error_type``, ``error_message``, ``retriable``).
-#: A handler may also have a ``declare(frame)`` method for ``declare`` frames (``delegate(...)`` ran: stage
-#: the contract), answering ``{"status": "ok"}`` or an ``invalid_contract`` error; without one a declaration
-#: is acknowledged and nothing is staged.
-BridgeHandler = Callable[[CallFrame], dict[str, Any]]
+#: What a bridge handler answers: a :class:`BridgeReply`, or a mapping with its fields (``status``, ``value``,
+#: ``error_type``, ``error_message``, ``retriable``), turned into one by ``BridgeReply.of``.
+Reply = BridgeReply | Mapping[str, Any]
+#: Answers a nested ``tool(...)``/``delegate(...)`` call made inside the sandbox. A handler that is also a
+#: :class:`DeclareHandler` answers ``declare`` frames (``delegate(...)`` ran: stage the contract) with ok or an
+#: ``invalid_contract`` error; for any other a declaration is acknowledged and nothing is staged.
+BridgeHandler = Callable[[CallFrame], Reply]
+
+
+@runtime_checkable
+class DeclareHandler(Protocol):
+    """A bridge handler that stages ``delegate(...)`` contracts."""
+
+    def declare(self, frame: DeclareFrame) -> Reply: ...
+
 
 TRUNCATION_MARK = "\n[... truncated by sandforge]"
 
@@ -59,13 +71,28 @@ def serving_deadline() -> float | None:
     return deadline
 
 
-def no_bridge(call: CallFrame) -> dict[str, Any]:
-    return {
-        "status": "error",
-        "error_type": "nested_calls_unavailable",
-        "error_message": f"tool {call.target.name!r} is not available: this execution has no agent to delegate to",
-        "retriable": False,
-    }
+def no_bridge(call: CallFrame) -> BridgeReply:
+    return BridgeReply.error(
+        "nested_calls_unavailable",
+        f"tool {call.target.name!r} is not available: this execution has no agent to delegate to",
+    )
+
+
+_ACKNOWLEDGED = BridgeReply(status="ok")
+_MALFORMED = BridgeReply.error("internal_error", "the host answered the nested call with a malformed reply")
+_TOO_LARGE = BridgeReply.error("output_limit", "nested result too large")
+
+
+def _answer(handler: BridgeHandler, frame: CallFrame | DeclareFrame) -> BridgeReply:
+    """The handler's reply to one nested frame (the one place that tells a declaration from a call)."""
+    if isinstance(frame, DeclareFrame):
+        reply: Reply = handler.declare(frame) if isinstance(handler, DeclareHandler) else _ACKNOWLEDGED
+    else:
+        reply = handler(frame)
+    try:
+        return BridgeReply.of(reply)
+    except ValidationError:
+        return _MALFORMED
 
 
 #: A send with no execution deadline (the boot frame) is still bounded by this.
@@ -128,9 +155,17 @@ class Exchange:
     stray_stdout: BoundedCapture = field(default_factory=lambda: BoundedCapture(0))
     wall_s: float = 0.0
     bridge_s: float = 0.0
-    nested_calls: int = 0
-    declarations: int = 0
+    #: Nested frames answered so far, by frame type (``call``, ``declare``): each type has its own ids.
+    served: dict[str, int] = field(default_factory=lambda: {"call": 0, "declare": 0})
     deadline: float | None = None
+
+    @property
+    def nested_calls(self) -> int:
+        return self.served["call"]
+
+    @property
+    def declarations(self) -> int:
+        return self.served["declare"]
 
     @property
     def complete(self) -> bool:
@@ -391,31 +426,20 @@ def _handle_frames(
                 raise ProtocolError("the sandbox wrote past a nested call before reading its reply")
             if _unread(io):
                 raise ProtocolError("a nested call arrived before the previous reply (or the request) was read")
-            expected = ex.nested_calls if isinstance(frame, CallFrame) else ex.declarations
+            expected = ex.served[frame.type]  # calls and declarations are numbered separately
             if frame.id != expected:
                 raise ProtocolError(f"nested {frame.type} {frame.id} out of order (expected {expected})")
             began = time.monotonic()
             outer, _SERVING.deadline = serving_deadline(), ex.deadline
             try:
-                if isinstance(frame, DeclareFrame):
-                    declare = getattr(handler, "declare", None)
-                    outcome = declare(frame) if declare is not None else {"status": "ok"}
-                else:
-                    outcome = handler(frame)
+                answer = _answer(handler, frame)
             finally:
                 _SERVING.deadline = outer
-            if isinstance(frame, DeclareFrame):
-                ex.declarations += 1
-            else:
-                ex.nested_calls += 1
+            ex.served[frame.type] += 1
             try:
-                reply = encode_frame(CallResultFrame(id=frame.id, outcome=outcome), limits.max_message_bytes)
+                reply = encode_frame(CallResultFrame(id=frame.id, outcome=answer).wire(), limits.max_message_bytes)
             except ProtocolError:
-                reply = encode_frame(
-                    CallResultFrame(id=frame.id, outcome={"status": "error", "error_type": "output_limit",
-                                                          "error_message": "nested result too large"}),
-                    limits.max_message_bytes,
-                )  # fmt: skip
+                reply = encode_frame(CallResultFrame(id=frame.id, outcome=_TOO_LARGE).wire(), limits.max_message_bytes)
             spent = time.monotonic() - began
             paused += spent
             ex.bridge_s += spent

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -34,10 +35,10 @@ from pydantic import (
     JsonValue,
     PlainSerializer,
     PlainValidator,
-    PrivateAttr,
     TypeAdapter,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from sandforge.sandbox.context import ContextSnapshot
@@ -139,9 +140,10 @@ class ResourceUsage(BaseModel):
 class ExecutionOutcome(BaseModel):
     """What one execution produced. ``context`` is present only when ``status`` is ok.
 
-    An outcome from a sandbox holds the new context as a snapshot (``context_snapshot``) and decodes it
-    into ``context`` only when that is first read (or the outcome is dumped): a caller that chains
-    executions passes the snapshot on and never decodes the keys it does not look at.
+    An outcome from a sandbox holds the new context as a snapshot (the ``context_snapshot`` field) and
+    decodes it into ``context`` only when that is first read (or the outcome is dumped): a caller that
+    chains executions passes the snapshot on and never decodes the keys it does not look at. An outcome
+    built with a ``context`` dict gets its snapshot from it; assigning ``context`` replaces both.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -161,8 +163,23 @@ class ExecutionOutcome(BaseModel):
     backend: str = ""
     protections: dict[str, bool] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    context_snapshot: Context | None = Field(
+        None, exclude=True, repr=False,
+        description="the new context as each key's JSON text (None for an error outcome): what a caller "
+        "chains on without decoding; not dumped (``context`` is)",
+    )  # fmt: skip
 
-    _context_snapshot: ContextSnapshot | None = PrivateAttr(default=None)
+    @model_validator(mode="after")
+    def _one_context(self) -> ExecutionOutcome:
+        given = self.model_fields_set
+        if "context" in given and "context_snapshot" in given:
+            raise ValueError("give an outcome's context or its context_snapshot, not both")
+        if "context_snapshot" in given:
+            if self.context_snapshot is not None:
+                del self.__dict__["context"]  # absent until read: decoded from the snapshot, see __getattr__
+        elif self.context is not None:
+            self.__dict__["context_snapshot"] = ContextSnapshot.from_dict(self.context)
+        return self
 
     @property
     def ok(self) -> bool:
@@ -171,22 +188,11 @@ class ExecutionOutcome(BaseModel):
     @classmethod
     def succeeded(cls, value: JsonValue, snapshot: ContextSnapshot, **fields: Any) -> ExecutionOutcome:
         """An ok outcome whose ``context`` is decoded from ``snapshot`` on first access."""
-        outcome = cls(status="ok", value=value, **fields)
-        del outcome.__dict__["context"]  # absent until read: see __getattr__
-        outcome._context_snapshot = snapshot
-        return outcome
-
-    @property
-    def context_snapshot(self) -> ContextSnapshot | None:
-        """The new context as a snapshot (None for an error outcome), without decoding anything."""
-        if "context" not in self.__dict__ or self._context_snapshot is not None:
-            return self._context_snapshot
-        context = self.__dict__["context"]
-        return None if context is None else ContextSnapshot.from_dict(context)
+        return cls(status="ok", value=value, context_snapshot=snapshot, **fields)
 
     def _materialize_context(self) -> JsonDict | None:
         if "context" not in self.__dict__:
-            snapshot = self._context_snapshot
+            snapshot = self.context_snapshot
             self.__dict__["context"] = None if snapshot is None else snapshot.to_dict()
         context: JsonDict | None = self.__dict__["context"]
         return context
@@ -200,7 +206,8 @@ class ExecutionOutcome(BaseModel):
 
         def __setattr__(self, name: str, value: Any) -> None:
             if name == "context":  # an assigned context replaces the one the execution produced
-                self._context_snapshot = None
+                snapshot = None if value is None else ContextSnapshot.from_dict(value)
+                super().__setattr__("context_snapshot", snapshot)
             super().__setattr__(name, value)
 
     def model_dump(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -272,10 +279,45 @@ class ExecuteFrame(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plug
     )
 
 
+class BridgeReply(BaseModel):
+    """The host's answer to one nested ``call`` or ``declare`` frame: what ``tool(...)``/``delegate(...)``
+    returns inside the sandbox (the runner reads exactly these fields)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    status: Literal["ok", "error"]
+    value: JsonValue = None
+    error_type: str | None = None
+    error_message: str | None = None
+    retriable: bool = False
+
+    @classmethod
+    def error(cls, error_type: str, message: str, *, retriable: bool = False) -> BridgeReply:
+        return cls(status="error", error_type=error_type, error_message=message, retriable=retriable)
+
+    @classmethod
+    def of(cls, reply: BridgeReply | Mapping[str, Any]) -> BridgeReply:
+        """A handler's answer as a reply. A mapping's envelope (status, error fields) is validated; its
+        ``value`` is checked as JSON when the reply is encoded (``encode_frame``, C speed), not walked here."""
+        if isinstance(reply, BridgeReply):
+            return reply
+        envelope = cls.model_validate({k: v for k, v in reply.items() if k != "value"})
+        return envelope.model_copy(update={"value": reply.get("value")}) if "value" in reply else envelope
+
+    def wire(self) -> dict[str, Any]:
+        """The fields as plain data: the value as the handler gave it, so that encoding it is its JSON check."""
+        return {"status": self.status, "value": self.value, "error_type": self.error_type,
+                "error_message": self.error_message, "retriable": self.retriable}  # fmt: skip
+
+
 class CallResultFrame(BaseModel):
     type: Literal["call_result"] = "call_result"
     id: int
-    outcome: JsonDict
+    outcome: BridgeReply
+
+    def wire(self) -> dict[str, Any]:
+        """The frame for ``encode_frame`` as plain data (see ``BridgeReply.wire``), not a pydantic dump."""
+        return {"type": self.type, "id": self.id, "outcome": self.outcome.wire()}
 
 
 class ReadyFrame(BaseModel):
