@@ -1,6 +1,6 @@
 """Typed errors of the ToolStore. All derive from :class:`runtime.errors.SandforgeError`.
 
-Corrupt files are *not* errors: they are quarantined and the run goes on (see ``runtime.store._files``).
+Corrupt files are *not* errors: they are quarantined and the run goes on (see ``runtime.store.record_files``).
 These errors are for conditions the caller must see: data written by a newer sandforge, a lock that cannot
 be taken, a name that cannot be stored, an unknown tool on the command line, a refused rollback.
 """

@@ -23,7 +23,7 @@ from typing import Literal
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
-from sandforge.runtime.store import _files
+from sandforge.runtime.store import record_files
 from sandforge.runtime.store.cacheability import DEFAULT_DYNAMIC_METHODS
 from sandforge.runtime.store.migrations import PATTERNS
 from sandforge.runtime.store.models import PATTERNS_SCHEMA_VERSION, PatternEvent, PatternsFile, RolePatterns
@@ -166,10 +166,10 @@ class PatternMemory:
         self.window_cap = window_cap
         self._clock = clock or (lambda: datetime.now(UTC))
         self._lock = FileLock(paths.patterns_lock, timeout=lock_timeout, mode=0o600)
-        self._cache: _files.DecodeCache[PatternsFile] = _files.DecodeCache()
+        self._cache: record_files.DecodeCache[PatternsFile] = record_files.DecodeCache()
 
     def _load(self) -> PatternsFile:
-        loaded = _files.load(self.paths.patterns, PATTERNS, lock=self._lock, now=self._clock, cache=self._cache)
+        loaded = record_files.load(self.paths.patterns, PATTERNS, lock=self._lock, now=self._clock, cache=self._cache)
         return loaded.value or PatternsFile(schema_version=PATTERNS_SCHEMA_VERSION)
 
     def record(
@@ -192,12 +192,12 @@ class PatternMemory:
             outcome_status=outcome_status,
             error_type=safe_text(error_type, 80) if error_type is not None else None,
         )
-        with _files.locked(self._lock):
+        with record_files.locked(self._lock):
             current = self._load()
             events = [*(current.roles[role].events if role in current.roles else []), event][-self.window_cap :]
             roles = dict(current.roles)
             roles[role] = RolePatterns(events=events, window_counts=_window_counts(events))
-            _files.write(
+            record_files.write(
                 self.paths.patterns,
                 PatternsFile(schema_version=PATTERNS_SCHEMA_VERSION, roles=roles),
                 self._cache,

@@ -24,7 +24,7 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
 from sandforge.runtime.files import make_dirs
-from sandforge.runtime.store import _files
+from sandforge.runtime.store import record_files
 from sandforge.runtime.store.cacheability import is_dynamic_method
 from sandforge.runtime.store.errors import RollbackError, StoreIOError, ToolNotFoundError
 from sandforge.runtime.store.health import ArtifactCandidate, apply_failure, apply_success, promote
@@ -190,7 +190,7 @@ class ToolStore:
         self.policy = policy
         self._clock = clock or _utcnow
         self._lock = FileLock(self.paths.store_lock, timeout=lock_timeout, mode=0o600)
-        self._registry_cache: _files.DecodeCache[RegistryFile] = _files.DecodeCache()
+        self._registry_cache: record_files.DecodeCache[RegistryFile] = record_files.DecodeCache()
         self.patterns = PatternMemory(
             self.paths, window_cap=pattern_window_cap, lock_timeout=lock_timeout, clock=self._clock
         )
@@ -203,7 +203,7 @@ class ToolStore:
         return self._clock()
 
     def _locked(self) -> AbstractContextManager[None]:
-        return _files.locked(self._lock)
+        return record_files.locked(self._lock)
 
     # --- registry ---------------------------------------------------------------------------------------
 
@@ -214,7 +214,7 @@ class ToolStore:
             return []
 
     def _load_registry(self) -> RegistryFile:
-        loaded = _files.load(
+        loaded = record_files.load(
             self.paths.registry,
             REGISTRY,
             lock=self._lock,
@@ -229,7 +229,7 @@ class ToolStore:
         return RegistryFile(schema_version=REGISTRY_SCHEMA_VERSION)
 
     def _write_registry(self, reg: RegistryFile) -> None:
-        _files.write(self.paths.registry, reg, self._registry_cache)
+        record_files.write(self.paths.registry, reg, self._registry_cache)
 
     def registry(self) -> Mapping[str, RegistryEntry]:
         """All tools by role (read-only view)."""
@@ -283,7 +283,9 @@ class ToolStore:
     def _rebuild_registry(self) -> RegistryFile:
         """Registry lost or corrupt: rebuild it from the role directories (counters approximated)."""
         with self._locked():
-            again = _files.load(self.paths.registry, REGISTRY, lock=self._lock, now=self._clock, check=_check_registry)
+            again = record_files.load(
+                self.paths.registry, REGISTRY, lock=self._lock, now=self._clock, check=_check_registry
+            )
             if again.value is not None:
                 return again.value
             tools: dict[str, RegistryEntry] = {}
@@ -302,12 +304,12 @@ class ToolStore:
             return reg
 
     def _scan_role_dir(self, role_dir: Path) -> tuple[str | None, RoleManifest | None, list[MethodFile]]:
-        manifest = _files.load(role_dir / "manifest.json", MANIFEST, lock=self._lock, now=self._clock).value
+        manifest = record_files.load(role_dir / "manifest.json", MANIFEST, lock=self._lock, now=self._clock).value
         files: list[MethodFile] = []
         for path in sorted(role_dir.glob("*.json")):
             if path.name == "manifest.json":
                 continue
-            mf = _files.load(path, METHOD, lock=self._lock, now=self._clock).value
+            mf = record_files.load(path, METHOD, lock=self._lock, now=self._clock).value
             if mf is not None and path.name == StorePaths.method_file_name(mf.method_name):
                 files.append(mf)
         role = manifest.role if manifest is not None else (files[0].role if files else None)
@@ -346,12 +348,12 @@ class ToolStore:
 
     def manifest(self, role: str) -> RoleManifest | None:
         check_name(role, "role")
-        return _files.load(
+        return record_files.load(
             self.paths.manifest(role), MANIFEST, lock=self._lock, now=self._clock, check=_check_manifest(role)
         ).value
 
     def _write_manifest(self, manifest: RoleManifest) -> None:
-        _files.write(self.paths.manifest(manifest.role), manifest)
+        record_files.write(self.paths.manifest(manifest.role), manifest)
 
     def _manifest_locked(self, role: str, now: datetime, reg: RegistryFile) -> tuple[RoleManifest, bool]:
         """The role's manifest and whether it is on disk; rebuilt from the method files if missing or corrupt.
@@ -406,7 +408,7 @@ class ToolStore:
     def lookup(self, role: str, method_name: str) -> ArtifactLookup:
         check_name(role, "role")
         check_name(method_name, "method name")
-        loaded = _files.load(
+        loaded = record_files.load(
             self.paths.method_file(role, method_name),
             METHOD,
             lock=self._lock,
@@ -475,7 +477,7 @@ class ToolStore:
                     current=art,
                     history=[previous.current, *previous.history][:RETAINED_PREVIOUS],
                 )
-            _files.write(self.paths.method_file(role, method), new)
+            record_files.write(self.paths.method_file(role, method), new)
             caps = self._note_method(role, art, now, reg)
             self._update_entry(
                 reg,
@@ -534,7 +536,7 @@ class ToolStore:
                 history = list(file.history)
                 history[index] = updated
                 new = file.model_copy(update={"history": history})
-            _files.write(self.paths.method_file(role, method_name), new)
+            record_files.write(self.paths.method_file(role, method_name), new)
             self._update_entry(reg, role, now, registry_change)
             return updated
 
@@ -623,7 +625,7 @@ class ToolStore:
                 update={"recent_outcomes": [], "recent_failure_rate": 0.0, "consecutive_intrinsic_failures": 0}
             )
             history = [file.current, *(a for a in file.history if a.generation != target.generation)]
-            _files.write(
+            record_files.write(
                 self.paths.method_file(role, method_name),
                 file.model_copy(update={"current": restored, "history": history}),
             )
@@ -701,7 +703,7 @@ class ToolStore:
             candidates = self._prune_candidates(reg, cutoff)
             if not candidates:
                 return PrunePlan(cutoff=cutoff, applied=True, candidates=[])
-            archive = _files.quarantine_name(self.paths.archive / now.strftime("%Y%m%dT%H%M%S%fZ"), now)
+            archive = record_files.quarantine_name(self.paths.archive / now.strftime("%Y%m%dT%H%M%S%fZ"), now)
             try:
                 make_dirs(archive.parent)
                 archive.mkdir(mode=0o700)
@@ -712,7 +714,7 @@ class ToolStore:
                         src.replace(dest)
                     else:
                         dest.mkdir(mode=0o700)
-                    _files.write(dest / "registry-entry.json", reg.tools[c.role])
+                    record_files.write(dest / "registry-entry.json", reg.tools[c.role])
             except OSError as exc:
                 raise StoreIOError(f"archiving into {archive} failed: {exc}") from exc
             remaining = {k: v for k, v in reg.tools.items() if k not in {c.role for c in candidates}}

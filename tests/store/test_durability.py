@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sandforge.runtime.store import Decision, LookupStatus, SelectionReason, StoreIOError, ToolStore, _files
+from sandforge.runtime.store import Decision, LookupStatus, SelectionReason, StoreIOError, ToolStore, record_files
 from tests.store.conftest import RUNTIME, WEB_FETCHER, candidate
 
 FP = WEB_FETCHER.fingerprint()
@@ -168,7 +168,7 @@ def test_a_good_file_is_never_quarantined_by_a_reader_that_saw_it_half_way(
     """The reader re-reads under the lock before quarantining: if a writer fixed the file, it is kept."""
     path = filled.paths.method_file("web_fetcher", "fetch_url")
     good = path.read_bytes()
-    real_read = _files.read_state_file
+    real_read = record_files.read_state_file
     calls = {"n": 0}
 
     def flaky_read(base: Path, self: Path, **kwargs: Any) -> bytes:
@@ -178,7 +178,7 @@ def test_a_good_file_is_never_quarantined_by_a_reader_that_saw_it_half_way(
                 return good[:20]  # what a torn, non-atomic write would look like
         return real_read(base, self, **kwargs)
 
-    monkeypatch.setattr(_files, "read_state_file", flaky_read)
+    monkeypatch.setattr(record_files, "read_state_file", flaky_read)
     lookup = filled.lookup("web_fetcher", "fetch_url")
     assert lookup.status is LookupStatus.FOUND
     assert path.exists() and not _corrupt_files(path.parent, path.name)

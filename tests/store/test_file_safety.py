@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sandforge.runtime.store import LookupStatus, StoreIOError, ToolStore
-from sandforge.runtime.store import _files as store_files
+from sandforge.runtime.store import record_files as store_files
 from tests.store.conftest import WEB_FETCHER, candidate
 
 
