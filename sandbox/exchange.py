@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from sandforge.sandbox.context import SEALED_MIN_BYTES, ContextError, ContextSnapshot, decode_value
+from sandforge.sandbox.inside.compilation import host_compiled
+from sandforge.sandbox.inside.wire import MAX_PASSED_FDS, ExecuteFrame
 from sandforge.sandbox.protocol import (
     HEADER,
     PROTOCOL_VERSION,
@@ -33,7 +35,6 @@ from sandforge.sandbox.protocol import (
     decode_runner_frame,
     encode_frame,
 )
-from sandforge.sandbox.runner import host_compiled
 
 if TYPE_CHECKING:
     from sandforge.sandbox.handoff import HandoffDir
@@ -234,8 +235,7 @@ def _timeout_message(limit_s: float, allowed_s: float) -> str:
     return f"execution exceeded the {limit_s:g}s time limit (nested calls included)"
 
 
-#: At most this many context values travel as descriptors in one execution (the runner accepts no more).
-MAX_PASSED_FDS = 16
+# At most ``MAX_PASSED_FDS`` context values travel as descriptors in one execution (the runner accepts no more).
 
 
 def fd_budget(limits: Limits) -> int:
@@ -274,9 +274,9 @@ def send_execute(
                 passed[key] = len(fds)
                 fds.append(handle.fd)
     keys = [[key, len(text), passed[key]] if key in passed else [key, len(text)] for key, text in context.items()]
-    # A plain dict, not an ExecuteFrame: the request's fields are validated already, and re-validating them
-    # through the model cost measurable CPU for large arguments.
-    frame = {"type": "execute", "code": request.code, "args": request.args, "kwargs": request.kwargs,
+    # A plain dict (a TypedDict), not a model: the request's fields are validated already, and re-validating
+    # them through a model cost measurable CPU for large arguments.
+    frame: ExecuteFrame = {"type": "execute", "code": request.code, "args": request.args, "kwargs": request.kwargs,
              "context_keys": keys}  # fmt: skip
     compiled = host_compiled(request.code)  # compiled once per program text here, not in every sandbox
     if compiled is not None:

@@ -63,8 +63,8 @@ from sandforge.runtime.providers.base import (
 from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.context import ContextSnapshot
 from sandforge.sandbox.exchange import serving_deadline
+from sandforge.sandbox.inside.world import ALLOWED_MODULES
 from sandforge.sandbox.protocol import CallFrame, DeclareFrame
-from sandforge.sandbox.runner import ALLOWED_MODULES
 
 if TYPE_CHECKING:
     from sandforge.runtime.agent.workspace import Workspace

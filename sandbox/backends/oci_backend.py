@@ -517,7 +517,7 @@ class OciBackend:
             return f"the {self.runtime} backend needs root (rootless containers are not supported)"
         if self._binary is None:
             return f"{self.runtime} is not installed (apt-get install {self.runtime})"
-        if not (self.rootfs / image.IMAGE_RUNNER.lstrip("/")).exists():
+        if not (self.rootfs / image.IMAGE_ENTRY.lstrip("/")).exists():
             return (
                 f"the sandbox image {self.tag} is not unpacked for {self.runtime} at {self.rootfs}; {image.BUILD_HINT}"
             )

@@ -1,6 +1,6 @@
 """The `subprocess` backend: one never-reused, locked-down Python process per execution.
 
-The runner locks itself down after boot (see ``sandbox/runner.py``); this module starts it with no
+The runner locks itself down after boot (see ``sandbox/inside/lockdown.py``); this module starts it with no
 environment and no inherited descriptors, then verifies from the outside, through ``/proc``, which
 protections are really in force, and refuses workers that lack one the configuration requires.
 """
@@ -57,7 +57,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RUNNER = Path(__file__).resolve().parent.parent / "runner.py"
+#: The runner: the inside package, started from its ``__main__.py`` (which imports it as ``inside``).
+RUNNER = Path(__file__).resolve().parent.parent / "inside" / "__main__.py"
 
 
 #: Pipes into a sandbox carry the context snapshot; the default 64 KiB buffer makes a 10 MB context cost
