@@ -4,6 +4,16 @@ The compiler (``compilation``) checks attribute names statically and emits nativ
 guard would check nothing; what needs a decision at run time calls into this module: attribute writes
 (``write_guard``: whose object is it?), ``getattr``/``setattr``/``delattr``/``hasattr`` with computed names,
 and ``str.format``/``format_map`` (plain fields only).
+
+RestrictedPython's own pieces are used where they behave as the sandbox needs: its ``safe_builtins`` (the
+base of the builtins), its ``PrintCollector`` (the print target) and its transformer's
+``INSPECT_ATTRIBUTES``. Its guard variants in ``RestrictedPython.Guards`` are not: each differs from what
+programs rely on here. ``full_write_guard`` wraps every object but dicts and lists (a program's own
+instances, ``defaultdict``, ``deque`` would refuse writes); ``guarded_setattr``/``guarded_delattr`` do not
+check the name; ``safer_getattr`` returns None for a missing attribute (Python raises AttributeError),
+refuses ``str.format`` outright (here: plain fields allowed) and misses ``__roles__`` suffixes; the
+unpacking and iteration guards check nothing the compiler has not already ruled out (``_getiter_`` is
+native here).
 """
 
 from __future__ import annotations
