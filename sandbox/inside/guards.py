@@ -34,7 +34,7 @@ from .world import PROGRAM_MODULE, BoundedText, _guarded_import, _words
 # RestrictedPython's default transformer turns every attribute read, item access, iteration and unpacking
 # into a call of a guard. For us those guards check nothing the compiler cannot check once: attribute names
 # are constants in the source, and item access, iteration and unpacking have no policy at all here. So the
-# transformer below (``_policy_class``) keeps RestrictedPython's static checks and emits native operations
+# transformer (``compilation._policy_class``) keeps RestrictedPython's static checks and emits native operations
 # for them; only what needs a decision at run time stays a call: attribute writes (``_write_``: whose
 # object is it?), ``getattr``/``setattr``/``delattr``/``hasattr`` with computed names, and ``format``/
 # ``format_map`` of strings (plain fields only). The OS boundary is the wall; this is defence in depth.

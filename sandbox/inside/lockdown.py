@@ -31,9 +31,6 @@ PR_GET_PDEATHSIG = 2
 SECCOMP_MODE_FILTER = 2
 
 
-# --- lock-down ----------------------------------------------------------------------------------------
-
-
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 

@@ -16,8 +16,6 @@ from typing import Any
 from .lazycontext import encode
 from .serving import prepare, serve
 
-# --- zygote: a pristine, pre-imported template that forks one fresh runner per execution ----------------
-
 CHILD_RESULT_FD = 3
 
 

@@ -67,7 +67,9 @@ def test_host_and_inside_encode_a_value_to_the_same_bytes() -> None:
 
 def test_the_image_tag_covers_every_file_of_the_package() -> None:
     files = image.inside_files()
-    assert set(files) == {p.relative_to(INSIDE).as_posix() for p in INSIDE.rglob("*.py") if "__pycache__" not in p.parts}
+    assert set(files) == {
+        p.relative_to(INSIDE).as_posix() for p in INSIDE.rglob("*.py") if "__pycache__" not in p.parts
+    }
     digest = image.image_digest(files)
     assert digest == image.image_digest()
     for name in files:
