@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandforge.sandbox.backends.cleanup import process_tag, tag_alive
+from sandforge.sandbox.inside.wire import HANDOFF_PROOF_FILE
 
 if TYPE_CHECKING:
     from sandforge.sandbox.context import ContextSnapshot
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 #: Where the directory appears inside the container (read-only).
 MOUNT_POINT = "/sandforge/in"
 #: The file holding the random value that proves the runner sees this host directory.
-PROOF_FILE = "token"
+PROOF_FILE = HANDOFF_PROOF_FILE
 #: Host directories are named ``<PREFIX><pid>-<start time>-<random>``: the reaper can tell whose they are.
 PREFIX = "sandforge-handoff-"
 

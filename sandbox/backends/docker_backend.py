@@ -43,6 +43,7 @@ from sandforge.sandbox.exchange import (
     run_exchange,
     send_deadline,
 )
+from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
 from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -481,7 +482,9 @@ class ContainerWorker:
         except _engine_errors() as exc:
             raise owner.engine_down(exc) from exc
         try:
-            self._io.send(encode_frame(self.boot_frame(limits), 1 << 20), time.monotonic() + config.spawn_timeout_s)
+            self._io.send(
+                encode_frame(self.boot_frame(limits), MAX_BOOT_BYTES), time.monotonic() + config.spawn_timeout_s
+            )
             attrs = self._api.inspect_container(self.id)  # overlaps the interpreter's start-up
             ready = await_ready(self._io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:

@@ -62,6 +62,7 @@ from sandforge.sandbox.backends.subprocess_backend import (
 )
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, Stream, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
 from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -356,7 +357,9 @@ class OciWorker:
 
     def _start(self, config: SandboxConfig, limits: Limits) -> None:
         try:
-            self.io.send(encode_frame(self.boot_frame(limits), 1 << 20), time.monotonic() + config.spawn_timeout_s)
+            self.io.send(
+                encode_frame(self.boot_frame(limits), MAX_BOOT_BYTES), time.monotonic() + config.spawn_timeout_s
+            )
             ready = await_ready(self.io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
             raise SandboxUnavailable(f"sandbox container failed to start ({self._owner.runtime}): {exc}") from exc

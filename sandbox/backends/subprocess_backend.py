@@ -40,6 +40,7 @@ from sandforge.sandbox.exchange import (
     run_exchange,
     send_deadline,
 )
+from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
 from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -214,7 +215,7 @@ class SubprocessWorker:
         boot_by = time.monotonic() + config.spawn_timeout_s
         try:
             if zygote is None:
-                self.io.send(encode_frame(boot_frame(config, limits, str(self._workdir)), 1 << 20), boot_by)
+                self.io.send(encode_frame(boot_frame(config, limits, str(self._workdir)), MAX_BOOT_BYTES), boot_by)
             ready = await_ready(self.io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
             self.destroy()

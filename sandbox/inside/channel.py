@@ -20,7 +20,7 @@ import stat
 from typing import Any
 
 from .lazycontext import ContextText, MappedText, encode
-from .wire import HEADER, MAX_PASSED_FDS, REQUIRED_SEALS
+from .wire import HANDOFF_PROOF_FILE, HEADER, MAX_PASSED_FDS, REQUIRED_SEALS
 
 
 class Channel:
@@ -123,7 +123,7 @@ def handoff_ready(boot: dict[str, Any]) -> str | None:
     if not (isinstance(where, str) and isinstance(token, str) and token):
         return None
     try:
-        with open(f"{where}/token", "rb") as fh:
+        with open(f"{where}/{HANDOFF_PROOF_FILE}", "rb") as fh:
             return where if fh.read(len(token) + 1) == token.encode() else None
     except OSError:
         return None

@@ -9,6 +9,7 @@ import sys
 from .channel import read_frame
 from .lockdown import _reexec_in_user_namespace
 from .serving import prepare, serve
+from .wire import MAX_BOOT_BYTES
 from .zygote import zygote
 
 
@@ -23,7 +24,7 @@ def main(argv: list[str]) -> int:
         os.dup2(2, 1)
     else:
         out_fd = int(argv[argv.index("--result-fd") + 1])
-    boot = read_frame(in_fd, 1 << 20)
+    boot = read_frame(in_fd, MAX_BOOT_BYTES)
     if boot.get("type") != "boot":
         raise SystemExit("expected a boot frame")
     return serve(in_fd, out_fd, boot, prepare(boot))

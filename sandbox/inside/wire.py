@@ -18,6 +18,11 @@ from typing import Any, Final, NotRequired, TypedDict
 PROTOCOL_VERSION: Final = 3
 #: The length prefix of every frame.
 HEADER: Final = struct.Struct(">I")
+#: The largest boot frame: the host sends no larger one, the inside reads no more.
+MAX_BOOT_BYTES: Final = 1 << 20
+#: The file of a container's hand-off directory that holds the boot frame's token: finding it there proves
+#: that the directory mounted is the one the host prepared.
+HANDOFF_PROOF_FILE: Final = "token"
 #: At most this many descriptors (sealed memfds of context values) come with the execute frame.
 MAX_PASSED_FDS: Final = 16
 #: What makes a passed memfd immutable: no writes, no shrinking, no growing, by anyone. The inside refuses

@@ -15,6 +15,7 @@ from typing import Any
 
 from .lazycontext import encode
 from .serving import prepare, serve
+from .wire import MAX_BOOT_BYTES
 
 CHILD_RESULT_FD = 3
 
@@ -57,7 +58,7 @@ def zygote(control_fd: int) -> int:
     like a freshly started runner, so a child is as fresh as a new process but costs a fork, not a start.
     """
     sock = socket.socket(fileno=control_fd)
-    boot = json.loads(sock.recv(1 << 20))
+    boot = json.loads(sock.recv(MAX_BOOT_BYTES))
     proxies = prepare(boot)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

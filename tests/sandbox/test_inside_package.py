@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sandforge.sandbox import context, image, protocol
+from sandforge.sandbox import context, handoff, image, protocol
 from sandforge.sandbox.backends.subprocess_backend import RUNNER
 from sandforge.sandbox.inside import lazycontext, wire
 
@@ -57,6 +57,7 @@ def test_the_host_takes_the_wire_constants_from_the_inside() -> None:
     }
     assert {kind.value for kind in protocol.RUNNER_ERROR_TYPES} == wire.INSIDE_ERROR_KINDS
     assert context.SEALS == wire.APPLIED_SEALS == wire.REQUIRED_SEALS | fcntl.F_SEAL_SEAL
+    assert handoff.PROOF_FILE == wire.HANDOFF_PROOF_FILE
 
 
 def test_host_and_inside_encode_a_value_to_the_same_bytes() -> None:
