@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sandforge.sandbox.backends.cleanup import process_tag, tag_alive
+from sandforge.sandbox.ownership import host_owner_alive, named_owner_alive, process_tag, tag_alive
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def _docker(config: Any) -> tuple[Any, list[Leftover]]:
     found: list[Leftover] = []
     for info in listed:
         owner = (info.get("Labels") or {}).get(docker_backend.OWNER_LABEL, "")
-        if not owner or not docker_backend._owner_alive(owner):
+        if not owner or not host_owner_alive(owner):
             found.append(Leftover("container", str(info["Id"])[:12], owner or "unknown", "docker"))
     return api, found
 
@@ -134,13 +134,14 @@ def _oci() -> list[Leftover]:
         except (OSError, subprocess.SubprocessError):
             continue
         for name in names:
-            if name.startswith(f"{oci_backend.ID_PREFIX}-") and not oci_backend._owner_alive(name):
+            if name.startswith(f"{oci_backend.ID_PREFIX}-") and not named_owner_alive(name, oci_backend.ID_PREFIX):
                 listed.add(name)
                 found.append(Leftover("oci_container", name, _tag_of(name, f"{oci_backend.ID_PREFIX}-"), runtime))
     bundles = oci_backend.STATE_DIR / "bundles"
     with contextlib.suppress(OSError):
         for entry in bundles.iterdir():
-            if entry.name.startswith(f"{oci_backend.ID_PREFIX}-") and not oci_backend._owner_alive(entry.name):
+            name = entry.name
+            if name.startswith(f"{oci_backend.ID_PREFIX}-") and not named_owner_alive(name, oci_backend.ID_PREFIX):
                 found.append(Leftover("bundle", entry.name, _tag_of(entry.name, f"{oci_backend.ID_PREFIX}-"),
                                       str(bundles)))  # fmt: skip
     return found

@@ -28,21 +28,13 @@ import weakref
 from pathlib import PurePosixPath
 from typing import Any
 
-import psutil
-
 from sandforge.sandbox import handoff, image, leftovers, protections, seccomp
 from sandforge.sandbox.backends.base import SandboxUnavailable
-from sandforge.sandbox.backends.cleanup import CleanupQueue
+from sandforge.sandbox.channel import Stream, WorkerIO, send_deadline
+from sandforge.sandbox.cleanup import CleanupQueue
 from sandforge.sandbox.config import SandboxConfig
-from sandforge.sandbox.exchange import (
-    BridgeHandler,
-    ExitInfo,
-    Stream,
-    await_ready,
-    build_outcome,
-    run_exchange,
-    send_deadline,
-)
+from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.ownership import host_owner, host_owner_alive
 from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -76,23 +68,6 @@ API_TIMEOUT_S = 30.0
 KILL_TIMEOUT_S = 5.0
 _STREAMS: dict[int, Stream] = {1: "result", 2: "stderr"}
 _MUX_HEADER = struct.Struct(">BxxxI")
-
-
-def _owner() -> str:
-    proc = psutil.Process()
-    return f"{socket.gethostname()}:{proc.pid}:{proc.create_time():.2f}"
-
-
-def _owner_alive(owner: str) -> bool:
-    host, _, rest = owner.partition(":")
-    pid_text, _, started = rest.partition(":")
-    if host != socket.gethostname():
-        return True  # another machine's container: not ours to judge
-    try:
-        proc = psutil.Process(int(pid_text))
-        return f"{proc.create_time():.2f}" == started
-    except (ValueError, psutil.Error):
-        return False
 
 
 def _engine_errors() -> tuple[type[BaseException], ...]:
@@ -160,7 +135,7 @@ def reap_leftovers(api: Any, *, everything: bool = False) -> list[str]:
     removed: list[str] = []
     for info in api.containers(all=True, filters={"label": f"{LABEL}=1"}):
         owner = (info.get("Labels") or {}).get(OWNER_LABEL, "")
-        if (everything or not owner or not _owner_alive(owner)) and _remove(api, info["Id"]):
+        if (everything or not owner or not host_owner_alive(owner)) and _remove(api, info["Id"]):
             removed.append(info["Id"])
     return removed
 
@@ -168,7 +143,7 @@ def reap_leftovers(api: Any, *, everything: bool = False) -> list[str]:
 # --- the attach socket ------------------------------------------------------------------------------
 
 
-class AttachIO:
+class AttachIO(WorkerIO):
     """WorkerIO over Docker's attach socket: frames go to stdin; stdout (results) and stderr come back
     multiplexed with 8-byte headers (stream id, 3 bytes padding, big-endian length)."""
 
@@ -652,7 +627,7 @@ class DockerBackend:
         self.runtime = runtime
         self.name = "gvisor" if runtime == "runsc" else "docker"
         self.tag = image.expected_tag(config.image)
-        self.owner = _owner()
+        self.owner = host_owner()
         self._api: Any = None
         self._quick_api: Any = None
         self._lock = threading.Lock()

@@ -44,24 +44,18 @@ import psutil
 
 from sandforge.sandbox import handoff, image, leftovers, oci_spec, protections, seccomp
 from sandforge.sandbox.backends.base import SandboxUnavailable
-from sandforge.sandbox.backends.cleanup import CleanupQueue, process_tag, tag_alive
 from sandforge.sandbox.backends.docker_backend import COMMAND as DOCKER_COMMAND
 from sandforge.sandbox.backends.docker_backend import (
     CONTAINER_PROTECTIONS,
     GVISOR_MEMORY_HEADROOM_MB,
     GVISOR_PIDS_HEADROOM,
 )
-from sandforge.sandbox.backends.subprocess_backend import (
-    PipeIO,
-    SocketIO,
-    _ns,
-    _proc_status,
-    _rlimits_set,
-    socket_channel,
-    widen_pipe,
-)
+from sandforge.sandbox.backends.subprocess_backend import _ns, _proc_status, _rlimits_set
+from sandforge.sandbox.channel import PipeIO, SocketIO, Stream, socket_channel, widen_pipe
+from sandforge.sandbox.cleanup import CleanupQueue
 from sandforge.sandbox.config import SandboxConfig
-from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, Stream, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.ownership import named_owner_alive, process_tag
 from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -115,10 +109,7 @@ def force_delete(runtime: str, container_id: str) -> None:
 
 
 def _owner_alive(container_id: str) -> bool:
-    parts = container_id.split("-")
-    if len(parts) < 4 or parts[0] != ID_PREFIX:
-        return True  # not ours
-    return tag_alive(f"{parts[1]}-{parts[2]}")
+    return named_owner_alive(container_id, ID_PREFIX)
 
 
 def _finish(

@@ -8,38 +8,24 @@ protections are really in force, and refuses workers that lack one the configura
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import logging
 import os
-import select
-import selectors
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
-import termios
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import RestrictedPython
 
 from sandforge.sandbox import leftovers, protections, seccomp
 from sandforge.sandbox.backends.base import SandboxUnavailable
+from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
 from sandforge.sandbox.config import SUBPROCESS_PROTECTIONS, SandboxConfig
-from sandforge.sandbox.exchange import (
-    BridgeHandler,
-    ExitInfo,
-    Stream,
-    await_ready,
-    build_outcome,
-    run_exchange,
-    send_deadline,
-)
+from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
 from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -52,127 +38,9 @@ from sandforge.sandbox.protocol import (
 )
 from sandforge.sandbox.zygote import Zygote, ZygoteError
 
-if TYPE_CHECKING:
-    from sandforge.sandbox.handoff import HandoffDir
-
 log = logging.getLogger(__name__)
 
 RUNNER = Path(__file__).resolve().parent.parent / "runner.py"
-
-
-#: Pipes into a sandbox carry the context snapshot; the default 64 KiB buffer makes a 10 MB context cost
-#: ~160 round trips between writer and reader, 1 MiB makes it 10 (about a third less time).
-PIPE_BYTES = 1 << 20
-F_SETPIPE_SZ = 1031
-
-
-def widen_pipe(fd: int) -> None:
-    """Grow a pipe's buffer to `PIPE_BYTES` (or the system's cap); a pipe that cannot grow works as before."""
-    try:
-        cap = int(Path("/proc/sys/fs/pipe-max-size").read_text())
-    except (OSError, ValueError):
-        cap = PIPE_BYTES
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(fd, F_SETPIPE_SZ, min(PIPE_BYTES, cap))
-
-
-class PipeIO:
-    """WorkerIO over the child's stdin (frames in), fd 3 (frames out), stdout and stderr."""
-
-    def __init__(self, stdin_fd: int, streams: dict[int, Stream]) -> None:
-        self.stdin_fd = stdin_fd
-        #: A hand-off directory the runner confirmed (the runsc backend's; see ``sandbox/handoff.py``).
-        self.handoff: HandoffDir | None = None
-        self.selector = selectors.DefaultSelector()
-        os.set_blocking(stdin_fd, False)  # every write waits in select, up to its deadline
-        for fd, name in streams.items():
-            os.set_blocking(fd, False)
-            self.selector.register(fd, selectors.EVENT_READ, name)
-
-    def send(self, data: bytes, deadline: float | None = None) -> None:
-        """Write all of ``data`` by ``deadline``; TimeoutError when the worker stops reading."""
-        until = send_deadline(deadline)
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self.stdin_fd, view) :]
-            except (BlockingIOError, InterruptedError):
-                wait_writable(self.stdin_fd, until)
-
-    def unread(self) -> int:
-        """Bytes still in the pipe (the worker has not read them)."""
-        return _ioctl_int(self.stdin_fd, termios.FIONREAD)
-
-    def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
-        chunks: list[tuple[Stream, bytes]] = []
-        for key, _ in self.selector.select(timeout):
-            fd = key.fd
-            try:
-                chunk = os.read(fd, 1 << 20)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                self.selector.unregister(fd)
-            chunks.append((key.data, chunk))
-        return chunks
-
-    def close(self) -> None:
-        for key in list(self.selector.get_map().values()):
-            self.selector.unregister(key.fd)
-        self.selector.close()
-
-
-class SocketIO(PipeIO):
-    """PipeIO whose frames-in channel is a unix stream socket, which can also pass descriptors: large
-    context values travel as sealed memfds (see ``sandbox.exchange.send_execute``), not as bytes."""
-
-    def __init__(self, sock: socket.socket, streams: dict[int, Stream]) -> None:
-        super().__init__(sock.fileno(), streams)
-        self.sock = sock
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BYTES)
-
-    def send_fds(self, data: bytes, fds: list[int], deadline: float | None = None) -> None:
-        until = send_deadline(deadline)
-        while True:
-            try:
-                sent = socket.send_fds(self.sock, [data], fds)
-                break
-            except (BlockingIOError, InterruptedError):
-                wait_writable(self.stdin_fd, until)
-        self.send(data[sent:], until)
-
-    def unread(self) -> int:
-        """Bytes sent on the socket that the worker has not read (SIOCOUTQ: its unconsumed send queue)."""
-        return _ioctl_int(self.stdin_fd, termios.TIOCOUTQ)
-
-    def close(self) -> None:
-        super().close()
-        self.sock.close()
-
-
-def wait_writable(fd: int, deadline: float) -> None:
-    """Block until ``fd`` can take more bytes; TimeoutError once ``deadline`` (monotonic) has passed."""
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise TimeoutError("the sandbox stopped reading its input")
-    select.select([], [fd], [], remaining)
-
-
-def _ioctl_int(fd: int, request: int) -> int:
-    value: int = struct.unpack("i", fcntl.ioctl(fd, request, b"\0\0\0\0"))[0]
-    return value
-
-
-def socket_channel() -> tuple[socket.socket, int]:
-    """A unix stream socketpair for frames into a sandbox: the host's end, and the sandbox's end as a bare
-    descriptor (the caller passes it on and closes it).
-
-    One way only, like the pipe it replaces: the host's end is shut for reading, which shuts the sandbox's
-    end for writing (EPIPE), so nothing (no bytes, no descriptors) can travel from the sandbox this way."""
-    host, sandbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    host.shutdown(socket.SHUT_RD)
-    return host, sandbox.detach()
 
 
 class SubprocessWorker:

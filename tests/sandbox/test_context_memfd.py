@@ -20,7 +20,7 @@ import pytest
 from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox import runner as runner_module
 from sandforge.sandbox.backends.docker_backend import AttachIO
-from sandforge.sandbox.backends.subprocess_backend import PipeIO, SocketIO
+from sandforge.sandbox.channel import PipeIO, SocketIO
 from sandforge.sandbox.context import SEALED_MIN_BYTES, SEALS, ContextSnapshot, SealedText
 from sandforge.sandbox.exchange import MAX_PASSED_FDS, fd_budget
 from sandforge.sandbox.protocol import HEADER
