@@ -28,13 +28,23 @@ import weakref
 from pathlib import PurePosixPath
 from typing import Any
 
-from sandforge.sandbox import handoff, image, leftovers, protections, seccomp
+from sandforge.sandbox import handoff, image, leftovers, protections, seccomp, verify
 from sandforge.sandbox.backends.base import SandboxUnavailable
 from sandforge.sandbox.channel import Stream, WorkerIO, send_deadline
 from sandforge.sandbox.cleanup import CleanupQueue
 from sandforge.sandbox.config import SandboxConfig
+from sandforge.sandbox.containers import (
+    COMMAND,
+    GVISOR_MEMORY_HEADROOM_MB,
+    GVISOR_PIDS_HEADROOM,
+    LABEL,
+    OWNER_LABEL,
+    SANDBOX_USER,
+    SCRATCH,
+)
 from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
 from sandforge.sandbox.ownership import host_owner, host_owner_alive
+from sandforge.sandbox.protections import Protection as P
 from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -47,22 +57,6 @@ from sandforge.sandbox.protocol import (
 
 log = logging.getLogger(__name__)
 
-#: The runner, imported from its precompiled ``.pyc`` (running the file as a script would compile it anew in
-#: every container: about 7 ms of each start).
-BOOTSTRAP = (
-    f"import sys; sys.path.insert(0, {str(PurePosixPath(image.IMAGE_RUNNER).parent)!r}); "
-    "import runner; runner.run(sys.argv[1:])"
-)
-COMMAND = ["python3", "-I", "-S", "-B", "-c", BOOTSTRAP, "--result-stdout"]
-SANDBOX_USER = "65534:65534"
-#: The container's only writable place: a size-limited noexec tmpfs (inside the container, not the host's).
-SCRATCH = "/tmp"  # noqa: S108
-LABEL = "sandforge"
-OWNER_LABEL = "sandforge.owner"
-#: runsc's own threads and memory live in the container's cgroups: headroom on top of the program's limits
-#: (the runner's rlimits still bound the program itself to ``limits``).
-GVISOR_PIDS_HEADROOM = 112
-GVISOR_MEMORY_HEADROOM_MB = 64
 API_TIMEOUT_S = 30.0
 #: Killing a container and waiting for it to stop: dockerd answers in milliseconds once nothing blocks it.
 KILL_TIMEOUT_S = 5.0
@@ -236,13 +230,6 @@ class AttachIO(WorkerIO):
 # --- protections -----------------------------------------------------------------------------------
 
 
-CONTAINER_PROTECTIONS = (
-    "network_none", "read_only_rootfs", "tmpfs_limited", "capabilities_dropped", "no_new_privs",
-    "unprivileged_user", "memory_limit", "no_swap", "pids_limit", "cpu_limit", "seccomp", "rlimits",
-    "private_root", "net_namespace", "mount_namespace", "ipc_namespace", "uts_namespace", "pid_namespace",
-)  # fmt: skip
-
-
 def verify_protections(
     attrs: dict[str, Any], claimed: dict[str, bool], *, runtime: str | None, host_pid_checked: dict[str, bool] | None
 ) -> dict[str, bool]:
@@ -261,33 +248,33 @@ def verify_protections(
     memory = int(hc.get("Memory") or 0)
     no_mounts = not hc.get("Binds") and all(_is_handoff_mount(m) for m in hc.get("Mounts") or [])
     p: dict[str, bool] = {
-        "network_none": hc.get("NetworkMode") == "none",
-        "read_only_rootfs": hc.get("ReadonlyRootfs") is True,
-        "tmpfs_limited": "size=" in tmpfs and "noexec" in tmpfs,
-        "capabilities_dropped": "ALL" in caps and not hc.get("CapAdd") and not hc.get("Privileged"),
-        "no_new_privs": any(
+        P.NETWORK_NONE: hc.get("NetworkMode") == "none",
+        P.READ_ONLY_ROOTFS: hc.get("ReadonlyRootfs") is True,
+        P.TMPFS_LIMITED: "size=" in tmpfs and "noexec" in tmpfs,
+        P.CAPABILITIES_DROPPED: "ALL" in caps and not hc.get("CapAdd") and not hc.get("Privileged"),
+        P.NO_NEW_PRIVS: any(
             o in ("no-new-privileges", "no-new-privileges:true", "no-new-privileges=true") for o in secopts
         )
-        and claimed.get("no_new_privs", False),
-        "unprivileged_user": uid not in ("", "0", "root") and claimed.get("unprivileged_user", False),
-        "memory_limit": memory > 0,
-        "no_swap": memory > 0 and int(hc.get("MemorySwap") or 0) == memory,
-        "pids_limit": int(hc.get("PidsLimit") or 0) > 0,
-        "cpu_limit": int(hc.get("NanoCpus") or 0) > 0 or int(hc.get("CpuQuota") or 0) > 0,
-        "seccomp": claimed.get("seccomp", False) and "seccomp=unconfined" not in secopts,
-        "rlimits": claimed.get("rlimits", False),
-        "private_root": hc.get("ReadonlyRootfs") is True and no_mounts,
-        "net_namespace": hc.get("NetworkMode") == "none",
-        "mount_namespace": True,
-        "ipc_namespace": hc.get("IpcMode") != "host",
-        "uts_namespace": hc.get("UTSMode") != "host",
-        "pid_namespace": hc.get("PidMode") != "host",
+        and claimed.get(P.NO_NEW_PRIVS, False),
+        P.UNPRIVILEGED_USER: uid not in ("", "0", "root") and claimed.get(P.UNPRIVILEGED_USER, False),
+        P.MEMORY_LIMIT: memory > 0,
+        P.NO_SWAP: memory > 0 and int(hc.get("MemorySwap") or 0) == memory,
+        P.PIDS_LIMIT: int(hc.get("PidsLimit") or 0) > 0,
+        P.CPU_LIMIT: int(hc.get("NanoCpus") or 0) > 0 or int(hc.get("CpuQuota") or 0) > 0,
+        P.SECCOMP: claimed.get(P.SECCOMP, False) and "seccomp=unconfined" not in secopts,
+        P.RLIMITS: claimed.get(P.RLIMITS, False),
+        P.PRIVATE_ROOT: hc.get("ReadonlyRootfs") is True and no_mounts,
+        P.NET_NAMESPACE: hc.get("NetworkMode") == "none",
+        P.MOUNT_NAMESPACE: True,
+        P.IPC_NAMESPACE: hc.get("IpcMode") != "host",
+        P.UTS_NAMESPACE: hc.get("UTSMode") != "host",
+        P.PID_NAMESPACE: hc.get("PidMode") != "host",
     }
     if host_pid_checked is not None:
         for name, ok in host_pid_checked.items():
             p[name] = p.get(name, False) and ok
     if runtime == "runsc":
-        p["gvisor"] = hc.get("Runtime") == "runsc"
+        p[P.GVISOR] = hc.get("Runtime") == "runsc"
     return p
 
 
@@ -309,32 +296,9 @@ def _mount_refused(exc: Any) -> bool:
     return "bind source path" in text or "invalid mount config" in text or ("mount" in text and "not exist" in text)
 
 
-def _in_container(pid: int, container_id: str) -> bool:
-    """``pid`` is (still) a process of that container: not a reused pid."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as fh:
-            return container_id in fh.read()
-    except OSError:
-        return False
-
-
 def _host_view(pid: int, container_id: str) -> dict[str, bool] | None:
     """For runc on this machine: the container's process as /proc sees it (None when not visible here)."""
-    from sandforge.sandbox.backends.subprocess_backend import _proc_status, _rlimits_set
-
-    try:
-        with open(f"/proc/{pid}/cgroup") as fh:
-            if container_id not in fh.read():
-                return None
-    except OSError:
-        return None
-    status = _proc_status(pid)
-    return {
-        "seccomp": status.get("Seccomp") == "2",
-        "no_new_privs": status.get("NoNewPrivs") == "1",
-        "rlimits": _rlimits_set(pid),
-        "unprivileged_user": all(u != "0" for u in status.get("Uid", "0").split()),
-    }
+    return verify.process_walls(pid) if verify.in_cgroup_of(pid, container_id) else None
 
 
 # --- the worker -----------------------------------------------------------------------------------
@@ -546,7 +510,7 @@ class ContainerWorker:
         if self._io is not None:
             self._io.close()
         pid = self._host_pid
-        if pid and _in_container(pid, self.id):
+        if pid and verify.in_cgroup_of(pid, self.id):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 return

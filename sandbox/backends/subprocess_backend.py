@@ -21,11 +21,12 @@ from pathlib import Path
 
 import RestrictedPython
 
-from sandforge.sandbox import leftovers, protections, seccomp
+from sandforge.sandbox import leftovers, protections, seccomp, verify
 from sandforge.sandbox.backends.base import SandboxUnavailable
 from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
-from sandforge.sandbox.config import SUBPROCESS_PROTECTIONS, SandboxConfig
+from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.protections import Protection as P
 from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -225,22 +226,6 @@ def _b64(data: bytes | None) -> str | None:
     return base64.b64encode(data).decode() if data else None
 
 
-def _proc_status(pid: int) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
-    return fields
-
-
-def _ns(pid: int | str, kind: str) -> str | None:
-    try:
-        return str(Path(f"/proc/{pid}/ns/{kind}").readlink())
-    except OSError:
-        return None
-
-
 def _worker_pid(pid: int) -> int:
     """The process that runs the program: the runner itself, or its pid-namespace child."""
     try:
@@ -256,82 +241,32 @@ def verify_protections(pid: int, claimed: dict[str, bool]) -> dict[str, bool]:
 
     Namespaces are compared by their ``/proc/<pid>/ns`` links, the root by ``/proc/<pid>/root`` and the
     mount table the worker sees; a user is unprivileged when its uid is not 0 both as the host sees it and
-    inside its own user namespace (rootless mode), and it holds no capability at all."""
+    inside its own user namespace (rootless mode), and it holds no capability at all (with the bounding set
+    emptied too where it held capabilities, as root or in its user namespace: one that never had any cannot
+    drop it)."""
     wpid = _worker_pid(pid)
-    status = _proc_status(wpid)
-    verified: dict[str, bool] = dict.fromkeys(SUBPROCESS_PROTECTIONS, False)
-    verified["seccomp"] = claimed.get("seccomp", False) and status.get("Seccomp") == "2"
-    verified["no_new_privs"] = claimed.get("no_new_privs", False) and status.get("NoNewPrivs") == "1"
-    namespaces = {kind: (theirs := _ns(wpid, kind)) is not None and theirs != _ns("self", kind)
-                  for kind in ("user", "net", "mnt", "ipc", "uts", "pid")}  # fmt: skip
-    uids = status.get("Uid", "0").split()
-    inner = _inner_uids(wpid, uids) if namespaces["user"] else uids
-    verified["unprivileged_user"] = (
-        claimed.get("unprivileged_user", False)
+    status = verify.proc_status(wpid)
+    verified = protections.unverified("subprocess")
+    verified[P.SECCOMP] = claimed.get(P.SECCOMP, False) and verify.seccomp_filtered(status)
+    verified[P.NO_NEW_PRIVS] = claimed.get(P.NO_NEW_PRIVS, False) and verify.no_new_privs(status)
+    namespaces = verify.separate_namespaces(wpid, ("user", *verify.NAMESPACES))
+    uids = verify.uids(status)
+    inner = verify.inner_uids(wpid, uids) if namespaces["user"] else uids
+    bounding = namespaces["user"] or os.geteuid() == 0
+    cap_sets = ("Inh", "Prm", "Eff", "Amb", "Bnd") if bounding else ("Inh", "Prm", "Eff", "Amb")
+    verified[P.UNPRIVILEGED_USER] = (
+        claimed.get(P.UNPRIVILEGED_USER, False)
         and bool(uids)
         and all(u != "0" for u in (*uids, *inner))
-        and _no_capabilities(status, bounding=namespaces["user"] or os.geteuid() == 0)
+        and verify.no_capabilities(status, cap_sets)
     )
-    for kind in ("net", "mnt", "ipc", "uts", "pid"):
-        name = {"mnt": "mount"}.get(kind, kind) + "_namespace"
+    for kind, name in verify.NAMESPACES.items():
         verified[name] = claimed.get(name, False) and namespaces[kind]
-    verified["private_root"] = claimed.get("private_root", False) and namespaces["mnt"] and _private_root(wpid)
-    verified["rlimits"] = claimed.get("rlimits", False) and _rlimits_set(wpid)
-    if "user_namespace" in claimed or namespaces["user"]:
-        verified["user_namespace"] = claimed.get("user_namespace", False) and namespaces["user"]
+    verified[P.PRIVATE_ROOT] = claimed.get(P.PRIVATE_ROOT, False) and namespaces["mnt"] and verify.tmpfs_root(wpid)
+    verified[P.RLIMITS] = claimed.get(P.RLIMITS, False) and verify.rlimits_set(wpid)
+    if P.USER_NAMESPACE in claimed or namespaces["user"]:
+        verified[P.USER_NAMESPACE] = claimed.get(P.USER_NAMESPACE, False) and namespaces["user"]
     return verified
-
-
-def _inner_uids(pid: int, uids: list[str]) -> list[str]:
-    """``uids`` (as the host sees them) translated into ``pid``'s user namespace; "0" when unmapped or
-    unreadable, so that doubt counts as root."""
-    try:
-        with open(f"/proc/{pid}/uid_map") as fh:
-            ranges = [[int(x) for x in line.split()] for line in fh if line.strip()]
-    except (OSError, ValueError):
-        return ["0"]
-    inner: list[str] = []
-    for text in uids:
-        outer = int(text)
-        match = [first + outer - lower for first, lower, count in ranges if lower <= outer < lower + count]
-        inner.append(str(match[0]) if match else "0")
-    return inner
-
-
-def _no_capabilities(status: dict[str, str], *, bounding: bool) -> bool:
-    """No capability in any set; with ``bounding``, the bounding set emptied too (a worker that held
-    capabilities, as root or in its user namespace, must have dropped it; one that never had any cannot)."""
-    kinds = ("Inh", "Prm", "Eff", "Amb", "Bnd") if bounding else ("Inh", "Prm", "Eff", "Amb")
-    try:
-        return all(int(status.get(f"Cap{kind}", "1"), 16) == 0 for kind in kinds)
-    except ValueError:
-        return False
-
-
-def _private_root(pid: int) -> bool:
-    """``pid``'s root is not the host's, and its mount table shows a tmpfs as its root."""
-    try:
-        root = str(Path(f"/proc/{pid}/root").readlink())
-        with open(f"/proc/{pid}/mountinfo") as fh:
-            table = [line.split() for line in fh]
-    except OSError:
-        return False
-    on_root = [f[f.index("-") + 1] for f in table if len(f) > 4 and f[4] == "/" and "-" in f[5:]]
-    return root != "/" and bool(on_root) and on_root[-1] == "tmpfs"  # the last mount on "/" is the one seen
-
-
-def _rlimits_set(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/limits") as fh:
-            text = fh.read()
-    except OSError:
-        return False
-    limits = {line[:26].strip(): line[26:].split() for line in text.splitlines()[1:]}
-    needed = ("Max cpu time", "Max address space", "Max file size", "Max open files", "Max processes")
-    return (
-        all(name in limits and limits[name][0] != "unlimited" for name in needed)
-        and limits.get("Max core file size", ["1"])[0] == "0"
-    )
 
 
 class SubprocessBackend:
