@@ -14,7 +14,6 @@ and containers of dead processes (label ``sandforge.owner``) are reaped when a b
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
 import logging
 import os
@@ -28,7 +27,7 @@ import weakref
 from pathlib import PurePosixPath
 from typing import Any
 
-from sandforge.sandbox import handoff, image, leftovers, protections, seccomp, verify
+from sandforge.sandbox import boot, handoff, image, leftovers, protections, verify
 from sandforge.sandbox.backends.base import SandboxUnavailable
 from sandforge.sandbox.channel import Stream, WorkerIO, send_deadline
 from sandforge.sandbox.cleanup import CleanupQueue
@@ -445,18 +444,7 @@ class ContainerWorker:
     def boot_frame(self, limits: Limits) -> BootFrame:
         """The runner's lock-down inside the container: rlimits, no_new_privs and seccomp (namespaces, root
         and the unprivileged user are the container's own)."""
-        return BootFrame(
-            sys_path=[image.IMAGE_LIB],
-            limits=limits,
-            seccomp_bpf_b64=_b64(seccomp.compiled_filter()),
-            namespaces=False,
-            chroot=False,
-            workdir=SCRATCH,
-            drop_to_uid=None,
-            drop_to_gid=None,
-            handoff_dir=handoff.MOUNT_POINT if self._handoff else None,
-            handoff_token=self._handoff.token if self._handoff else None,
-        )
+        return boot.container_boot(limits, self._handoff)
 
     # -- the Worker protocol --
 
@@ -574,10 +562,6 @@ class ContainerWorker:
         if self._handoff is not None:
             self._handoff.remove()
             self._handoff = None
-
-
-def _b64(data: bytes | None) -> str | None:
-    return base64.b64encode(data).decode() if data else None
 
 
 # --- the backend ----------------------------------------------------------------------------------

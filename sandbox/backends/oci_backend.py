@@ -23,7 +23,6 @@ root: rootless containers are not supported by these backends.
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
 import itertools
 import json
@@ -42,7 +41,7 @@ from typing import Literal
 
 import psutil
 
-from sandforge.sandbox import handoff, image, leftovers, oci_spec, protections, seccomp, verify
+from sandforge.sandbox import boot, handoff, image, leftovers, oci_spec, protections, verify
 from sandforge.sandbox.backends.base import SandboxUnavailable
 from sandforge.sandbox.channel import PipeIO, SocketIO, Stream, socket_channel, widen_pipe
 from sandforge.sandbox.cleanup import CleanupQueue
@@ -305,19 +304,7 @@ class OciWorker:
     def boot_frame(self, limits: Limits) -> BootFrame:
         """As in the Docker backend: namespaces, root and user are the container's; the runner adds rlimits,
         no_new_privs and its own seccomp filter (which also denies execve)."""
-        bpf = seccomp.compiled_filter()
-        return BootFrame(
-            sys_path=[image.IMAGE_LIB],
-            limits=limits,
-            seccomp_bpf_b64=base64.b64encode(bpf).decode() if bpf else None,
-            namespaces=False,
-            chroot=False,
-            workdir=oci_spec.SCRATCH,
-            drop_to_uid=None,
-            drop_to_gid=None,
-            handoff_dir=handoff.MOUNT_POINT if self._handoff else None,
-            handoff_token=self._handoff.token if self._handoff else None,
-        )
+        return boot.container_boot(limits, self._handoff)
 
     # -- the Worker protocol --
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import RestrictedPython
 
-from sandforge.sandbox import leftovers, protections, seccomp, verify
+from sandforge.sandbox import boot, leftovers, protections, verify
 from sandforge.sandbox.backends.base import SandboxUnavailable
 from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
 from sandforge.sandbox.config import SandboxConfig
@@ -208,22 +208,13 @@ def rootless_args(config: SandboxConfig) -> list[str]:
 
 def boot_frame(config: SandboxConfig, limits: Limits, workdir: str | None) -> BootFrame:
     """As root the runner drops to ``sandbox_uid``; without root that uid is its id inside its user namespace."""
-    return BootFrame(
+    return boot.process_boot(
+        limits,
         sys_path=[str(Path(RestrictedPython.__file__).resolve().parent.parent)],
-        limits=limits,
-        seccomp_bpf_b64=_b64(seccomp.compiled_filter()),
-        namespaces=True,
-        chroot=True,
         workdir=workdir,
-        drop_to_uid=config.sandbox_uid,
-        drop_to_gid=config.sandbox_gid,
+        uid=config.sandbox_uid,
+        gid=config.sandbox_gid,
     )
-
-
-def _b64(data: bytes | None) -> str | None:
-    import base64
-
-    return base64.b64encode(data).decode() if data else None
 
 
 def _worker_pid(pid: int) -> int:
