@@ -172,7 +172,7 @@ def _remove(item: Leftover, api: Any) -> None:
     elif item.kind == "container":
         from sandforge.sandbox.backends import docker_backend
 
-        if api is None or not docker_backend._remove(api, item.name):
+        if api is None or not docker_backend.remove_container(api, item.name):
             raise OSError("the Docker engine did not remove it")
     else:
         from sandforge.sandbox.backends import oci_backend

@@ -88,7 +88,8 @@ def connect(base_url: str | None = None, timeout: float = API_TIMEOUT_S) -> Any:
 # --- container removal, off the hot path --------------------------------------------------------------
 
 
-def _remove(api: Any, cid: str) -> bool:
+def remove_container(api: Any, cid: str) -> bool:
+    """Remove (and so kill) a container; False when the engine would not, after three tries."""
     import docker.errors
 
     for attempt in range(3):
@@ -128,7 +129,7 @@ def reap_leftovers(api: Any, *, everything: bool = False) -> list[str]:
     removed: list[str] = []
     for info in api.containers(all=True, filters={"label": f"{LABEL}=1"}):
         owner = (info.get("Labels") or {}).get(OWNER_LABEL, "")
-        if (everything or not owner or not host_owner_alive(owner)) and _remove(api, info["Id"]):
+        if (everything or not owner or not host_owner_alive(owner)) and remove_container(api, info["Id"]):
             removed.append(info["Id"])
     return removed
 
@@ -361,7 +362,7 @@ class ContainerWorker:
             raise backend.engine_down(exc) from exc
         cid = str(created["Id"])
         if not backend.track(cid, self._handoff):  # closed meanwhile (pool shutting down, interpreter exiting)
-            _remove(self._api, cid)
+            remove_container(self._api, cid)
             raise SandboxUnavailable(f"the {backend.name} backend is closed", retriable=False)
         return cid
 
@@ -678,7 +679,7 @@ class DockerBackend:
         _REMOVER.submit(lambda: self._remove_now(api, cid))
 
     def _remove_now(self, api: Any, cid: str) -> None:
-        if _remove(api, cid):
+        if remove_container(api, cid):
             with self._lock:
                 handed = self._live.pop(cid, None)
             if handed is not None:
@@ -710,4 +711,7 @@ class DockerBackend:
                 self._quick_api.close()
 
 
-__all__ = ["AttachIO", "ContainerWorker", "DockerBackend", "connect", "reap_leftovers", "verify_protections"]
+__all__ = [
+    "AttachIO", "ContainerWorker", "DockerBackend", "connect", "reap_leftovers", "remove_container",
+    "verify_protections",
+]  # fmt: skip
