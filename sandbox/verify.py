@@ -226,10 +226,11 @@ def only_loopback(pid: int) -> bool:
 # --- the walls a runner raises itself, as the host sees them ----------------------------------------------
 
 
-def process_walls(pid: int) -> dict[str, bool]:
-    """The runner's own lock-down of ``pid`` (seccomp, no_new_privs, rlimits, a non-root user) from ``/proc``:
-    what a container backend confirms of the runner's claims where this machine sees the process."""
-    status = proc_status(pid)
+def process_walls(pid: int, status: dict[str, str] | None = None) -> dict[str, bool]:
+    """The runner's own lock-down of ``pid`` (seccomp, no_new_privs, rlimits, a non-root user) from ``/proc``
+    (``status``: its ``proc_status`` if already read): what a container backend confirms of the runner's
+    claims where this machine sees the process."""
+    status = proc_status(pid) if status is None else status
     return {
         Protection.SECCOMP: seccomp_filtered(status),
         Protection.NO_NEW_PRIVS: no_new_privs(status),

@@ -154,7 +154,7 @@ def host_view(pid: int, limits: Limits, *, memory_bytes: int, pids: int) -> dict
     root_opts = mounts.get("/", ("", ""))[1].split(",")
     tmp_type, tmp_opts = mounts.get(oci_spec.SCRATCH, ("", ""))
     namespaces = verify.separate_namespaces(pid)
-    walls = verify.process_walls(pid)
+    walls = verify.process_walls(pid, status)
     return {
         P.NETWORK_NONE: namespaces["net"] and verify.only_loopback(pid),
         P.READ_ONLY_ROOTFS: "ro" in root_opts,
