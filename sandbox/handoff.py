@@ -33,8 +33,8 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandforge.sandbox.backends.cleanup import process_tag, tag_alive
 from sandforge.sandbox.inside.wire import HANDOFF_PROOF_FILE
+from sandforge.sandbox.ownership import process_tag, tag_alive
 
 if TYPE_CHECKING:
     from sandforge.sandbox.context import ContextSnapshot

@@ -19,7 +19,7 @@ import pytest
 
 from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.backends.docker_backend import AttachIO
-from sandforge.sandbox.backends.subprocess_backend import PipeIO, SocketIO
+from sandforge.sandbox.channel import PipeIO, SocketIO
 from sandforge.sandbox.context import SEALED_MIN_BYTES, SEALS, ContextSnapshot, SealedText
 from sandforge.sandbox.exchange import MAX_PASSED_FDS, fd_budget
 from sandforge.sandbox.inside import channel as inside_channel

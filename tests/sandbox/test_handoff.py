@@ -21,10 +21,10 @@ import pytest
 
 from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig, handoff
 from sandforge.sandbox.backends import docker_backend
-from sandforge.sandbox.backends.cleanup import process_tag
 from sandforge.sandbox.backends.docker_backend import verify_protections
 from sandforge.sandbox.context import ContextSnapshot
 from sandforge.sandbox.inside import channel as inside_channel
+from sandforge.sandbox.ownership import process_tag
 from tests.sandbox.test_context_memfd import BIG, Traffic, forged
 
 
