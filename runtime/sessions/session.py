@@ -27,7 +27,7 @@ from sandforge.runtime.sessions.db import SessionStore
 from sandforge.runtime.sessions.groups import LIST_TOOL_GROUPS, LOAD_TOOL_GROUP, ToolGroup, ToolRegistry, ToolSpec
 from sandforge.runtime.sessions.history import restore_loaded_groups, to_api_messages
 from sandforge.runtime.sessions.models import Message, SessionInfo, ToolStatus
-from sandforge.runtime.sessions.runner import ToolResult, ToolRunner
+from sandforge.runtime.sessions.tool_runner import ToolResult, ToolRunner
 
 log = logging.getLogger(__name__)
 
