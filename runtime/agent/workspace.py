@@ -17,7 +17,7 @@ from sandforge.runtime.agent.env import CallEnv, CallSpec
 from sandforge.runtime.agent.lifecycle import CallRun
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.persistence import ToolStoreSource
-from sandforge.runtime.agent.source import ProgramPlan, ProgramStore
+from sandforge.runtime.agent.source import ProgramStore
 from sandforge.runtime.agent.state import StagedRecord, State, ToolContract
 from sandforge.runtime.agent.trace_budget import TraceBudget
 from sandforge.runtime.guardrails import Policy, default_policy
@@ -193,7 +193,7 @@ class Workspace:
         for item in staged:
             record = item.record
             if self.store is not None:
-                plan = item.plan if isinstance(item.plan, ProgramPlan) else None
+                plan = item.plan
                 hook = plan.on_record if plan is not None and plan.on_record is not None else self.store.record
                 try:
                     updated = hook(item.candidate, record)
