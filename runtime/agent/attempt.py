@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sandforge.runtime.agent.calllog import AttemptStage, ProgramSourceKind
+from sandforge.runtime.agent.calllog import AttemptStage
 from sandforge.runtime.agent.source import ProgramCandidate
 from sandforge.runtime.guardrails import ValidationResult
 from sandforge.sandbox import ExecutionOutcome
@@ -29,7 +29,3 @@ class Attempt:
     @property
     def id(self) -> str:
         return f"{self.call_id}.{self.number}"
-
-    @property
-    def source(self) -> ProgramSourceKind | None:
-        return self.candidate.source if self.candidate else None

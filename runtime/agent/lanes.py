@@ -131,8 +131,9 @@ class Lanes:
             AttemptFailure(
                 attempt_id=at.id, attempt_number=at.number, call_id=at.call_id, stage=LANE_STAGE[lane],
                 error_class=error_class[:200], error_type=error_type, error_message=bounded(message) or "",
-                failure_class=failure_class, violation_location=bounded(where), program_source=at.source,
-                timestamp=now_utc(), discarded_nested_calls=self.discarded,
+                failure_class=failure_class, violation_location=bounded(where),
+                program_source=at.candidate.source if at.candidate else None, timestamp=now_utc(),
+                discarded_nested_calls=self.discarded,
             )
         )  # fmt: skip
         self.discarded = []
@@ -162,7 +163,8 @@ class Lanes:
                 attempt_id=at.id, attempt_number=at.number, call_id=at.call_id, stage="validation",
                 error_class=str(violation.violation_type)[:200], error_type="guardrail_violation",
                 error_message=bounded(message) or "", failure_class="terminal",
-                violation_location=bounded(location(violation)), program_source=at.source, timestamp=now_utc(),
+                violation_location=bounded(location(violation)),
+                program_source=at.candidate.source if at.candidate else None, timestamp=now_utc(),
             )
         )  # fmt: skip
 

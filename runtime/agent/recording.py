@@ -62,7 +62,7 @@ class Recorder:
             "depth": self.spec.depth,
             "attempts": self.at.number,
             "provider_calls": self.seam.provider_calls,
-            "program_source": self.at.source,
+            "program_source": self.at.candidate.source if self.at.candidate else None,
             "rollback_applied": lanes.rollback_applied,
             "retry_feedback_injected": bool(lanes.feedback),
             "guardrail_recovery_attempts": lanes.guardrail,
