@@ -421,7 +421,8 @@ class ContainerWorker:
         except _engine_errors() as exc:
             raise owner.engine_down(exc) from exc
         try:
-            self._io.send(encode_frame(self.boot_frame(limits), MAX_BOOT_BYTES), time.monotonic() + config.spawn_timeout_s)
+            boot_frame = encode_frame(self.boot_frame(limits), MAX_BOOT_BYTES)
+            self._io.send(boot_frame, time.monotonic() + config.spawn_timeout_s)
             attrs = self._api.inspect_container(self.id)  # overlaps the interpreter's start-up
             ready = await_ready(self._io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:

@@ -263,7 +263,8 @@ class OciWorker:
 
     def _start(self, config: SandboxConfig, limits: Limits) -> None:
         try:
-            self.io.send(encode_frame(self.boot_frame(limits), MAX_BOOT_BYTES), time.monotonic() + config.spawn_timeout_s)
+            boot_frame = encode_frame(self.boot_frame(limits), MAX_BOOT_BYTES)
+            self.io.send(boot_frame, time.monotonic() + config.spawn_timeout_s)
             ready = await_ready(self.io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
             raise SandboxUnavailable(f"sandbox container failed to start ({self._owner.runtime}): {exc}") from exc
