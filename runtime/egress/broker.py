@@ -224,6 +224,9 @@ class EgressSession:
             raise
         finally:
             record.duration_ms = round((time.monotonic() - start) * 1000, 3)
+            record.url = self._redact(record.url)
+            record.final_url = self._redact(record.final_url) if record.final_url else None
+            record.redirects = [self._redact(url) for url in record.redirects]
             with self._lock:
                 self._records.append(record)
             logger.info("egress %s", json.dumps(record.model_dump(mode="json"), separators=(",", ":")))
@@ -299,7 +302,7 @@ class EgressSession:
             return FetchResponse(
                 status=raw.status,
                 headers=self._response_headers(raw.headers, decoded=bool(raw.body) or raw.wire_bytes > 0),
-                url=target.url,
+                url=self._redact(target.url),
                 body_b64=base64.b64encode(self._redact_bytes(raw.body)).decode("ascii"),
                 elapsed_ms=round((time.monotonic() - start) * 1000, 3),
             )
@@ -351,7 +354,7 @@ class EgressSession:
     ) -> list[tuple[str, str]]:
         injected = self._broker._credentials.for_target(target)
         with self._lock:
-            self._secrets.update(item.value for item in injected)
+            self._secrets.update(secret for item in injected for secret in item.secrets)
         replaced = {item.header.lower() for item in injected}
         sent = [("Host", target.authority)]
         for name, value in headers:

@@ -5,6 +5,7 @@ redacts them from everything it hands back or records."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,8 +19,17 @@ MAX_SECRET_FILE_BYTES = 64 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Injected:
+    """A header to add, and every secret text in it (the whole value and each substituted reference),
+    which the broker redacts wherever it could surface."""
+
     header: str
     value: str
+    secrets: tuple[str, ...]
+
+
+#: Substituted pieces shorter than this are not redacted on their own (they would mangle ordinary text);
+#: the whole header value always is.
+MIN_REDACTED_PIECE = 4
 
 
 def _read_secret_file(path: str, credential: Credential) -> str:
@@ -44,16 +54,16 @@ def _read_secret_file(path: str, credential: Credential) -> str:
         raise MissingCredentials(f"{where}: the file it references is not UTF-8") from None
 
 
-def resolve_value(credential: Credential, environ: Mapping[str, str]) -> str:
-    """The credential's value with every reference substituted. The message of a failure names the
-    variable or the file, never a value."""
+def resolve_value(credential: Credential, environ: Mapping[str, str]) -> tuple[str, tuple[str, ...]]:
+    """The credential's value with every reference substituted, and the substituted pieces. The message of
+    a failure names the variable or the file, never a value."""
+    pieces: list[str] = []
 
-    def substitute(match: object) -> str:
-        import re
-
-        assert isinstance(match, re.Match)
+    def substitute(match: re.Match[str]) -> str:
         if match["file"] is not None:
-            return _read_secret_file(match["file"], credential)
+            piece = _read_secret_file(match["file"], credential)
+            pieces.append(piece)
+            return piece
         name = match["env"]
         value = environ.get(name)
         if not value:
@@ -62,6 +72,7 @@ def resolve_value(credential: Credential, environ: Mapping[str, str]) -> str:
                 reason="missing_credentials",
                 hint="set it in the host's environment; retrying the program will not help",
             )
+        pieces.append(value)
         return value
 
     value = REFERENCE.sub(substitute, credential.value)
@@ -71,7 +82,7 @@ def resolve_value(credential: Credential, environ: Mapping[str, str]) -> str:
             "(control characters)",
             reason="missing_credentials",
         )
-    return value
+    return value, tuple(piece for piece in pieces if len(piece) >= MIN_REDACTED_PIECE)
 
 
 class CredentialSource:
@@ -86,8 +97,9 @@ class CredentialSource:
         return frozenset(c.header.lower() for c in self._credentials)
 
     def for_target(self, target: Target) -> list[Injected]:
-        return [
-            Injected(c.header, resolve_value(c, self._environ))
-            for c in self._credentials
-            if target.scheme in c.schemes and host_matches(c.host, target)
-        ]
+        out: list[Injected] = []
+        for credential in self._credentials:
+            if target.scheme in credential.schemes and host_matches(credential.host, target):
+                value, pieces = resolve_value(credential, self._environ)
+                out.append(Injected(credential.header, value, (value, *pieces)))
+        return out
