@@ -106,9 +106,11 @@ def denied_reason(address: IPAddress) -> str:
     if address in _COMPATIBLE:
         if int(address) <= 1:
             return f"{address} is {'unspecified' if int(address) == 0 else 'loopback'}"
-        return f"{address} is IPv4-compatible (deprecated), embedding {ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)}"
-    for net, why in _V6_NETS:
-        if address in net:
+        return (
+            f"{address} is IPv4-compatible (deprecated), embedding {ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)}"
+        )
+    for net6, why in _V6_NETS:
+        if address in net6:
             return f"{address} is {why}"
     if address not in _GLOBAL_UNICAST:
         return f"{address} is outside IPv6 global unicast (2000::/3)"
@@ -134,4 +136,5 @@ def classify(address: IPAddress, exempt: Sequence[IPNetwork] = ()) -> Verdict:
 
 
 def networks(cidrs: Sequence[str]) -> tuple[IPNetwork, ...]:
-    return tuple(ipaddress.ip_network(cidr, strict=False) for cidr in cidrs)
+    out: list[IPNetwork] = [ipaddress.ip_network(cidr, strict=False) for cidr in cidrs]
+    return tuple(out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import functools
 import ipaddress
 import json
 import logging
@@ -19,6 +20,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -37,6 +39,7 @@ from sandforge.runtime.egress.rules import compile_allow, match_rule
 from sandforge.runtime.egress.transport import exchange
 from sandforge.runtime.egress.urls import Target, join, parse_url
 from sandforge.runtime.egress.wire import FetchFailure, FetchReply, FetchRequest, FetchResponse
+from sandforge.runtime.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +50,21 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 #: Headers a program may not set: the broker owns the connection, its framing and the Host it checked.
 FORBIDDEN_HEADERS = frozenset(
-    {"host", "connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "content-length",
-     "expect", "http2-settings", "proxy-authorization", "proxy-authenticate", "proxy-connection"}
+    {
+        "host",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "expect",
+        "http2-settings",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "proxy-connection",
+    }
 )
 #: Replaced by the broker (it decodes what it asked for).
 OWNED_HEADERS = frozenset({"accept-encoding"})
@@ -70,7 +86,9 @@ def system_resolver(timeout: float) -> Resolver:
         except concurrent.futures.TimeoutError:
             raise NetworkError(f"DNS: resolving {host} timed out", reason="dns") from None
         except (OSError, UnicodeError) as exc:
-            raise NetworkError(f"DNS: cannot resolve {host} ({getattr(exc, 'strerror', None) or exc})", reason="dns") from None
+            raise NetworkError(
+                f"DNS: cannot resolve {host} ({getattr(exc, 'strerror', None) or exc})", reason="dns"
+            ) from None
         out: list[IPAddress] = []
         for _family, _type, _proto, _canon, sockaddr in infos:
             address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
@@ -79,6 +97,21 @@ def system_resolver(timeout: float) -> Resolver:
         return out
 
     return resolve
+
+
+@functools.lru_cache(maxsize=32)
+def _tls_context(ca_file: tuple[str, int, int] | None) -> ssl.SSLContext:
+    """The system store (plus `ca_file`'s certificates), TLS 1.2 or later. Loading the store costs tens of
+    milliseconds, so contexts are shared (an SSLContext is safe to share between threads); a CA file is
+    keyed by its modification time and size, so a changed file is loaded again."""
+    context = ssl.create_default_context()
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=ca_file[0])
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"egress.ca_file {ca_file[0]}: cannot load CA certificates ({exc})") from None
+    return context
 
 
 class EgressRecord(BaseModel):
@@ -125,16 +158,14 @@ class EgressBroker:
 
     @staticmethod
     def _context(ca_file: str | None) -> ssl.SSLContext:
-        context = ssl.create_default_context()
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        key: tuple[str, int, int] | None = None
         if ca_file:
             try:
-                context.load_verify_locations(cafile=ca_file)
-            except (OSError, ssl.SSLError) as exc:
-                from sandforge.runtime.errors import ConfigError
-
-                raise ConfigError(f"egress.ca_file {ca_file}: cannot load CA certificates ({exc})") from None
-        return context
+                info = Path(ca_file).stat()
+            except OSError as exc:
+                raise ConfigError(f"egress.ca_file {ca_file}: cannot read it ({exc.strerror})") from None
+            key = (ca_file, info.st_mtime_ns, info.st_size)
+        return _tls_context(key)
 
     def session(self, *, deadline: float | None = None) -> EgressSession:
         """Budgets and records for one execution. `deadline` (``time.monotonic()``) is the execution's own:
@@ -334,9 +365,7 @@ class EgressSession:
             if any(ch in value for ch in "\r\n\0") or any(ord(ch) < 0x20 and ch != "\t" for ch in value):
                 raise EgressDenied(f"header {name!r} has CR, LF or control characters", reason="header_injection")
             if lower in FORBIDDEN_HEADERS or lower.startswith("proxy-"):
-                raise EgressDenied(
-                    f"header {name!r} is set by the broker, not the program", reason="forbidden_header"
-                )
+                raise EgressDenied(f"header {name!r} is set by the broker, not the program", reason="forbidden_header")
             if lower in seen:
                 raise InvalidFetch(f"header {name!r} given twice", reason="duplicate_header")
             seen.add(lower)

@@ -19,6 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 Scheme = Literal["http", "https"]
 
+
+def _read_only() -> list[Method]:
+    return ["GET", "HEAD"]
+
+
+def _https() -> list[Scheme]:
+    return ["https"]
+
+
 #: ``${NAME}`` (host environment) or ``${file:/absolute/path}`` (a file's content, trailing newline dropped).
 REFERENCE = re.compile(r"\$\{(?:file:(?P<file>[^}]+)|(?P<env>[A-Za-z_][A-Za-z0-9_]*))\}")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
@@ -54,7 +63,7 @@ class AllowEntry(_Model):
 
     url: str | None = Field(None, min_length=8, max_length=2048, description="scheme://host[:port]/path-glob")
     host: str | None = Field(None, min_length=1, max_length=253, description="host glob, e.g. *.example.com")
-    methods: list[Method] = Field(default_factory=lambda: ["GET", "HEAD"], min_length=1)
+    methods: list[Method] = Field(default_factory=_read_only, min_length=1)
     schemes: list[Scheme] | None = Field(None, min_length=1, description="host entries only; default [https]")
     ports: list[Annotated[int, Field(ge=1, le=65535)]] | None = Field(
         None, min_length=1, description="host entries only; default: the scheme's default port"
@@ -99,7 +108,7 @@ class Credential(_Model):
     host: str = Field(min_length=1, max_length=253, description="host glob the credential is sent to")
     header: str = Field(min_length=1, max_length=128)
     value: str = Field(min_length=1, max_length=8192, description="template with ${ENV} / ${file:/path}")
-    schemes: list[Scheme] = Field(default_factory=lambda: ["https"], min_length=1)
+    schemes: list[Scheme] = Field(default_factory=_https, min_length=1)
 
     @field_validator("host")
     @classmethod

@@ -10,6 +10,7 @@ arrive and again after decompression (a gzip bomb stops at the cap).
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import http.client
 import itertools
@@ -74,10 +75,8 @@ class Watchdog:
             sock = head.sock
             if sock is not None:
                 head.fired = True
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
 WATCHDOG = Watchdog()
@@ -170,8 +169,12 @@ def exchange(
                 return RawResponse(status, reason, raw_headers, b"", 0)
             encoding = (response.getheader("content-encoding") or "").strip().lower()
             decoded, wire = _read_body(response, encoding, cap, cap_what, target)
+            if watch.fired:  # the watchdog shut the socket: what arrived is a prefix, not the body
+                raise NetworkError(f"{target.url}: timed out", reason="timeout")
+            if response.length:  # http.client returns b"" at an early EOF of a Content-Length body
+                raise NetworkError(f"{target.url}: {_describe(http.client.IncompleteRead(b''))}", reason="protocol")
             return RawResponse(status, reason, raw_headers, decoded, wire)
-        except EgressLimit:
+        except (EgressLimit, NetworkError):
             raise
         except (OSError, http.client.HTTPException, ValueError) as exc:
             if watch.fired or isinstance(exc, TimeoutError | socket.timeout):
@@ -181,10 +184,8 @@ def exchange(
             conn.close()
     finally:
         Watchdog.disarm(watch)
-        try:
+        with contextlib.suppress(OSError):
             sock.close()
-        except OSError:
-            pass
 
 
 def _describe(exc: BaseException) -> str:

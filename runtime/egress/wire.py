@@ -51,9 +51,7 @@ class FetchRequest(_Wire):
     ) -> FetchRequest:
         """Convenience for host-side callers and tests."""
         encoded = base64.b64encode(body).decode("ascii") if body is not None else None
-        return cls(
-            method=method, url=url, headers=headers or {}, params=params, body_b64=encoded, timeout_s=timeout_s
-        )
+        return cls(method=method, url=url, headers=headers or {}, params=params, body_b64=encoded, timeout_s=timeout_s)
 
     def body(self) -> bytes | None:
         if self.body_b64 is None:

@@ -87,8 +87,22 @@ def _run_module(rootdir: Path, module: str) -> dict[str, Any]:
         report.unlink(missing_ok=True)
         env = {**os.environ, ENV_INSIDE: "1", ENV_REPORT: str(report)}
         env.pop("PYTEST_XDIST_WORKER", None)
-        command = [*prefix, "--", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                   "-p", "no:randomly", f"--rootdir={rootdir}", module]
+        command = [
+            *prefix,
+            "--",
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:randomly",
+            f"--rootdir={rootdir}",
+            module,
+        ]
         try:
             done = subprocess.run(
                 command, cwd=rootdir, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False

@@ -88,8 +88,13 @@ class _Handler(BaseHTTPRequestHandler):
         route = url.path
         try:
             if route == "/echo" or route.startswith("/public/"):
-                payload = {"method": seen.method, "path": seen.path, "headers": seen.headers,
-                           "body": seen.body.decode("latin-1"), "sni": seen.sni}
+                payload = {
+                    "method": seen.method,
+                    "path": seen.path,
+                    "headers": seen.headers,
+                    "body": seen.body.decode("latin-1"),
+                    "sni": seen.sni,
+                }
                 extra = {"Content-Type": "application/json"}
                 if "authorization" in seen.headers:
                     extra["X-Echo-Authorization"] = seen.headers["authorization"]
