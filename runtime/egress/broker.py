@@ -260,7 +260,8 @@ class EgressSession:
             record.redirects = [self._redact(url) for url in record.redirects]
             with self._lock:
                 self._records.append(record)
-            logger.info("egress %s", json.dumps(record.model_dump(mode="json"), separators=(",", ":")))
+            if logger.isEnabledFor(logging.INFO):
+                logger.info("egress %s", json.dumps(record.model_dump(mode="json"), separators=(",", ":")))
 
     # ------------------------------------------------------------------------------------------ steps
 
@@ -330,7 +331,7 @@ class EgressSession:
             record.final_url = target.url
             record.status = raw.status
             record.bytes = len(raw.body)
-            return FetchResponse(
+            return FetchResponse.model_construct(  # every field built here; the body is not validated twice
                 status=raw.status,
                 headers=self._response_headers(raw.headers, decoded=bool(raw.body) or raw.wire_bytes > 0),
                 url=self._redact(target.url),

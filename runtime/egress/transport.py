@@ -54,7 +54,8 @@ class Watchdog:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="sandforge-egress-watchdog", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if self._heap[0] is watch:  # only an earlier deadline needs the thread awake sooner
+                self._cond.notify()
         return watch
 
     @staticmethod
@@ -217,6 +218,12 @@ def _read_body(
 
     def over() -> EgressLimit:
         return EgressLimit(f"response from {target.url} is larger than {cap_what} ({cap} bytes)", reason="size")
+
+    if decoder is None and response.length is not None and not response.chunked:
+        if response.length > cap:  # announced too large: refused before reading any of it
+            raise over()
+        body = response.read(response.length)  # the watchdog bounds the time; an early EOF leaves length > 0
+        return body, len(body)
 
     while True:
         chunk = response.read1(READ_CHUNK)
