@@ -11,6 +11,7 @@ verified to hold nothing else before any test runs.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -20,6 +21,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -65,9 +67,21 @@ def unshare_command() -> tuple[list[str] | None, str]:
     return None, "cannot create a network namespace (" + "; ".join(problems) + ")"
 
 
+STALE_AFTER_S = 6 * 3600
+
+
 def _shared_dir() -> Path:
+    """This run's cache directory (shared by its xdist workers); earlier runs' directories are swept."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
-    path = Path(tempfile.gettempdir()) / f"sandforge-egress-netns-{os.getuid()}-{run}"
+    base = Path(tempfile.gettempdir())
+    prefix = f"sandforge-egress-netns-{os.getuid()}-"
+    path = base / f"{prefix}{run}"
+    if not path.exists():
+        now = time.time()
+        for old in base.glob(f"{prefix}*"):
+            with contextlib.suppress(OSError):
+                if old.is_dir() and not old.is_symlink() and now - old.stat().st_mtime > STALE_AFTER_S:
+                    shutil.rmtree(old)
     path.mkdir(mode=0o700, exist_ok=True)
     return path
 
