@@ -13,25 +13,51 @@ session = broker.session(deadline=deadline)   # once per execution
 response = session.fetch(FetchRequest.of("https://news.example.com/rss"))
 session.records                               # provenance, one per request
 ```
+
+Names load lazily: the policy model imports ``runtime.egress.config`` alone, and loading a policy does not
+pay for the HTTP client, TLS and the thread pools.
 """
 
 from __future__ import annotations
 
-from sandforge.runtime.egress.addresses import Verdict, classify, denied_reason
-from sandforge.runtime.egress.broker import EgressBroker, EgressRecord, EgressSession, Resolver, dump_records
-from sandforge.runtime.egress.config import AllowEntry, Credential, EgressLimits, EgressPolicy, EgressSection
-from sandforge.runtime.egress.errors import (
-    LIFECYCLE,
-    EgressDenied,
-    EgressLimit,
-    FetchError,
-    InvalidFetch,
-    MissingCredentials,
-    NetworkError,
-)
-from sandforge.runtime.egress.rules import static_check
-from sandforge.runtime.egress.urls import Target, parse_url
-from sandforge.runtime.egress.wire import FetchFailure, FetchReply, FetchRequest, FetchResponse
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sandforge.runtime.egress.addresses import Verdict, classify, denied_reason
+    from sandforge.runtime.egress.broker import EgressBroker, EgressRecord, EgressSession, Resolver, dump_records
+    from sandforge.runtime.egress.config import AllowEntry, Credential, EgressLimits, EgressPolicy, EgressSection
+    from sandforge.runtime.egress.errors import (
+        LIFECYCLE,
+        EgressDenied,
+        EgressLimit,
+        FetchError,
+        InvalidFetch,
+        MissingCredentials,
+        NetworkError,
+    )
+    from sandforge.runtime.egress.rules import static_check
+    from sandforge.runtime.egress.urls import Target, parse_url
+    from sandforge.runtime.egress.wire import FetchFailure, FetchReply, FetchRequest, FetchResponse
+
+_WHERE = {
+    "addresses": ("Verdict", "classify", "denied_reason"),
+    "broker": ("EgressBroker", "EgressRecord", "EgressSession", "Resolver", "dump_records"),
+    "config": ("AllowEntry", "Credential", "EgressLimits", "EgressPolicy", "EgressSection"),
+    "errors": (
+        "LIFECYCLE",
+        "EgressDenied",
+        "EgressLimit",
+        "FetchError",
+        "InvalidFetch",
+        "MissingCredentials",
+        "NetworkError",
+    ),
+    "rules": ("static_check",),
+    "urls": ("Target", "parse_url"),
+    "wire": ("FetchFailure", "FetchReply", "FetchRequest", "FetchResponse"),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
 __all__ = [
     "LIFECYCLE",
@@ -62,3 +88,12 @@ __all__ = [
     "parse_url",
     "static_check",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
