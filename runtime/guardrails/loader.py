@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sandforge.runtime.egress.config import EgressPolicy, EgressSection
 from sandforge.runtime.errors import ConfigError, InputFileError
 from sandforge.runtime.files.read import read_user_file
 from sandforge.runtime.guardrails import policy_model as pm
@@ -83,6 +84,7 @@ class _File:
     name: str
     data: pm.PolicyFile
     lines: dict[YamlPath, int]
+    directory: Path | None = None  # where relative paths in the file (egress.ca_file) start
 
     def origin(self, path: YamlPath) -> Origin:
         return Origin(self.name, _line_of(self.lines, path))
@@ -140,7 +142,7 @@ def _read(name: str, source: Traversable) -> _File:
         parsed = pm.PolicyFile.model_validate(data)
     except ValidationError as exc:
         raise _validation_error(name, lines, data, exc, ()) from None
-    return _File(name, parsed, lines)
+    return _File(name, parsed, lines, source.parent if isinstance(source, Path) else None)
 
 
 def compose_yaml(name: str, text: str) -> Any:
@@ -292,6 +294,7 @@ class _Builder:
         self.granted: set[str] = set()
         self.grant_sites: list[tuple[str, Origin]] = []
         self.limits: dict[str, int] = {}
+        self.egress = EgressPolicy()
         self.name = "policy"
         self.description = ""
 
@@ -316,6 +319,16 @@ class _Builder:
                 (self.granted.add if section == "grant" else self.granted.discard)(tag)
         if data.limits is not None:
             self.limits.update(data.limits.model_dump(exclude_none=True))
+        if data.egress is not None:
+            self._egress(file, data.egress)
+
+    def _egress(self, file: _File, section: EgressSection) -> None:
+        ca_file = section.ca_file
+        if ca_file is not None and not Path(ca_file).is_absolute():
+            if file.directory is None:
+                raise ConfigError(f"{file.origin(('egress', 'ca_file'))}: egress.ca_file must be an absolute path here")
+            ca_file = str(file.directory / ca_file)
+        self.egress = self.egress.merge(section, ca_file=ca_file)
 
     def _capability(self, file: _File, tag: str, spec: pm.CapabilitySpec) -> None:
         base: YamlPath = ("capabilities", tag)
@@ -376,6 +389,7 @@ class _Builder:
             capabilities=capabilities,
             granted=frozenset(self.granted),
             limits=limits,
+            egress=self.egress,
         )
         return dataclasses.replace(policy, fingerprint=fingerprint(policy))
 
