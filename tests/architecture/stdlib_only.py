@@ -30,20 +30,20 @@ class StdlibOnlyContract(Contract):
     allowed_modules = fields.ListField(subfield=fields.StringField(), required=False, default=[])
 
     def check(self, graph: grimp.ImportGraph, verbose: bool) -> ContractCheck:
-        present = [m for m in self.source_modules if m in graph.modules]  # type: ignore[attr-defined]
+        present = [m for m in self.source_modules if m in graph.modules]
         if not present:
-            return ContractCheck(kept=False, metadata={"missing": list(self.source_modules), "invalid": []})  # type: ignore[call-overload]
+            return ContractCheck(kept=False, metadata={"missing": list(self.source_modules), "invalid": []})
         sources: set[str] = set()
         for module in present:
             sources |= {module} | graph.find_descendants(module)
-        allowed = STDLIB | set(self.allowed_modules)  # type: ignore[call-overload]
+        allowed = STDLIB | set(self.allowed_modules)
         invalid = []
         for importer in sorted(sources):
             for imported in sorted(graph.find_modules_directly_imported_by(importer)):
                 if imported in sources or imported.split(".")[0] in allowed:
                     continue
-                details = graph.get_import_details(importer=importer, imported=imported)
-                invalid.append({"importer": importer, "imported": imported, "lines": [d["line_number"] for d in details]})
+                lines = [d["line_number"] for d in graph.get_import_details(importer=importer, imported=imported)]
+                invalid.append({"importer": importer, "imported": imported, "lines": lines})
         return ContractCheck(kept=not invalid, metadata={"missing": [], "invalid": invalid})
 
     def render_broken_contract(self, check: ContractCheck) -> None:

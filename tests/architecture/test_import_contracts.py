@@ -87,7 +87,9 @@ def test_every_contract_is_kept(builder: _Builder) -> None:
 VIOLATIONS = {
     "sandbox-below-runtime": [(f"sandforge.sandbox.{SYNTHETIC}", "sandforge.runtime.agent")],
     "inside-stdlib-only": [("{inside}", "pydantic")],
-    "backends-independent": [("sandforge.sandbox.backends.subprocess_backend", "sandforge.sandbox.backends.oci_backend")],
+    "backends-independent": [
+        ("sandforge.sandbox.backends.subprocess_backend", "sandforge.sandbox.backends.oci_backend"),
+    ],
     "store-not-agent": [(f"sandforge.runtime.store.{SYNTHETIC}", "sandforge.runtime.agent")],
     "product-not-bench": [(f"sandforge.runtime.cli.{SYNTHETIC}", "bench")],
     "no-old-top-level-names": [(f"tests.{SYNTHETIC}", "sandbox")],
