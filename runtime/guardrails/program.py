@@ -851,17 +851,8 @@ class Program:
                         pending.append(node)
                     continue
                 else:  # IfExp, BoolOp, NamedExpr, Starred, Await: the union of their parts (`_combine`)
-                    parts: list[str] = []
-                    for dep in self._deps(node):
-                        part = memo.get(dep)
-                        if part is None:
-                            if dep.__class__ in _DEPENDENT:
-                                pending.append(node)
-                                break
-                            part = _static_qualnames(dep)  # type: ignore[arg-type]
-                        parts.extend(part)
-                    else:
-                        memo[node] = _unique(parts)
+                    if not self._combine_union_now(node):
+                        pending.append(node)
                     continue
                 for qualname in found:  # index a name or attribute reference
                     bucket = refs.get(qualname)
@@ -870,15 +861,31 @@ class Program:
                     else:
                         bucket.append(node)
         if pending:
-            self._resolve_names()
-            for node in pending:
-                found = self.qualnames(node)
-                if isinstance(node, ast.Call):
-                    self._index_call(node, self.qualnames(node.func))
-                elif isinstance(node, ast.Attribute) or (
-                    isinstance(node, ast.Name) and type(node.ctx) is not ast.Store
-                ):
-                    self._index_reference(node, found)
+            self._resolve_pending(pending)
+
+    def _combine_union_now(self, node: ast.expr) -> bool:
+        """Resolve ``node`` (a rare kind: IfExp, BoolOp, ...) to the union of its parts if they are resolved."""
+        memo = self._memo
+        parts: list[str] = []
+        for dep in self._deps(node):
+            part = memo.get(dep)
+            if part is None:
+                if dep.__class__ in _DEPENDENT:
+                    return False
+                part = _static_qualnames(dep)  # type: ignore[arg-type]
+            parts.extend(part)
+        memo[node] = _unique(parts)
+        return True
+
+    def _resolve_pending(self, pending: list[ast.expr]) -> None:
+        """Finish what one pass of `_resolve` left: names used before an assignment, and cycles."""
+        self._resolve_names()
+        for node in pending:
+            found = self.qualnames(node)
+            if isinstance(node, ast.Call):
+                self._index_call(node, self.qualnames(node.func))
+            elif isinstance(node, ast.Attribute) or (isinstance(node, ast.Name) and type(node.ctx) is not ast.Store):
+                self._index_reference(node, found)
 
     def _combine_call_now(self, call: ast.Call) -> bool:
         memo, func = self._memo, call.func
