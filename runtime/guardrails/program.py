@@ -326,9 +326,6 @@ class Program:
         key = self.binding_key(name) if isinstance(name, ast.Name) else name
         return self._bindings.get(key, [])
 
-    def binding_keys(self) -> list[str]:
-        return list(self._bindings)
-
     def bindings_by_key(self) -> Mapping[str, list[Binding]]:
         """Every variable's bindings, by binding key (read only)."""
         return self._bindings
@@ -354,13 +351,6 @@ class Program:
             memo[key] = self._combine(key)
             stack.pop()
         return memo[node]
-
-    def name_qualnames(self, name: str) -> tuple[str, ...]:
-        """What a top-level name resolves to."""
-        found = self._memo.get(name)
-        if found is None:
-            found = self.qualnames(ast.Name(id=name, ctx=ast.Load()))
-        return found
 
     def is_called(self, node: ast.AST) -> bool:
         """Whether `node` is the callee of a call expression."""

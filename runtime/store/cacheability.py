@@ -509,14 +509,6 @@ def reads_arguments(tree: ast.AST) -> bool:
     return any(n.id in derived and id(n) not in propagating for n in loads)
 
 
-def ignores_arguments(code: str, args: Sequence[object], kwargs: Mapping[str, object]) -> bool | None:
-    """True when the call had arguments and ``code`` never reads them; None if it does not parse."""
-    tree = _parse(code)
-    if tree is None:
-        return None
-    return bool(args or kwargs) and not reads_arguments(tree)
-
-
 def assess_cacheability(
     method_name: str,
     code: str,
