@@ -90,6 +90,8 @@ VIOLATIONS = {
     "backends-independent": [
         ("sandforge.sandbox.backends.subprocess_backend", "sandforge.sandbox.backends.oci_backend"),
     ],
+    "rooms-below-backends": [(f"sandforge.sandbox.{SYNTHETIC}", "sandforge.sandbox.backends.subprocess_backend")],
+    "lifecycle-behind-port": [("sandforge.runtime.agent.lifecycle", "sandforge.runtime.agent.agent")],
     "store-not-agent": [(f"sandforge.runtime.store.{SYNTHETIC}", "sandforge.runtime.agent")],
     "product-not-bench": [(f"sandforge.runtime.cli.{SYNTHETIC}", "bench")],
     "no-old-top-level-names": [(f"tests.{SYNTHETIC}", "sandbox")],
