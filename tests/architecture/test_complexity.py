@@ -22,8 +22,8 @@ LINTED = ["runtime", "sandbox", "policies", "images", "bench", "tests"]  # as `m
 RULES = ["C901", "PLR0912", "PLR0913", "PLR0915"]
 
 #: Offenders per rule when the rules went in (main at f430523, after splitting store/selection.py's
-#: select_artifact and part of guardrails/program.py's _resolve).
-CEILING = {"C901": 27, "PLR0912": 10, "PLR0913": 9, "PLR0915": 7}
+#: select_artifact, part of guardrails/program.py's _resolve and bench/run.py's main).
+CEILING = {"C901": 26, "PLR0912": 9, "PLR0913": 9, "PLR0915": 6}
 
 MAX_FUNCTION_LINES = 80
 #: Functions longer than MAX_FUNCTION_LINES then: (path pattern, qualified name) -> lines.
@@ -31,7 +31,6 @@ LONG_FUNCTIONS = {
     ("runtime/agent/*.py", "CallRun._loop"): 82,  # h-port splits the lifecycle
     ("sandbox/runner.py|sandbox/inside/*.py", "lock_down"): 84,  # h-inside splits the runner
     ("sandbox/runner.py|sandbox/inside/*.py", "_policy_class"): 189,
-    ("bench/run.py", "main"): 101,
 }
 
 
