@@ -90,6 +90,15 @@ def _policy_files(layer: PolicySource) -> list[tuple[str, Traversable]]:
         if isinstance(layer, Path) and (layer.exists() or layer.is_symlink()):
             raise ConfigError(f"policy {layer} is neither a regular file nor a directory")
         raise ConfigError(f"policy directory {layer} does not exist")
+    found = _yaml_files_below(layer)
+    if not found:
+        raise ConfigError(f"policy directory {layer} has no .yaml files")
+    return [(display, entry) for _, display, entry in sorted(found, key=lambda item: item[0])]
+
+
+def _yaml_files_below(layer: Traversable) -> list[tuple[str, str, Traversable]]:
+    """Every ``.yaml``/``.yml`` file below ``layer`` (hidden entries skipped, MAX_LAYER_DEPTH folders deep):
+    (path relative to the layer, display name, the file)."""
     found: list[tuple[str, str, Traversable]] = []
     stack: list[tuple[Traversable, str, int]] = [(layer, "", 0)]
     while stack:
@@ -103,9 +112,7 @@ def _policy_files(layer: PolicySource) -> list[tuple[str, Traversable]]:
                     stack.append((entry, f"{relative}{name}/", depth + 1))
             elif name.endswith((".yaml", ".yml")):
                 found.append((relative + name, str(entry), entry))
-    if not found:
-        raise ConfigError(f"policy directory {layer} has no .yaml files")
-    return [(display, entry) for _, display, entry in sorted(found, key=lambda item: item[0])]
+    return found
 
 
 def _read(name: str, source: Traversable) -> _File:
