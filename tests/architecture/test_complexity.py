@@ -21,10 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 LINTED = ["runtime", "sandbox", "policies", "images", "bench", "tests"]  # as `make lint`; sandforge/ only links
 RULES = ["C901", "PLR0912", "PLR0913", "PLR0915"]
 
-#: Offenders per rule when the rules went in (main at f430523, after splitting store/selection.py's
-#: select_artifact, part of guardrails/program.py's _resolve, bench/run.py's main, cacheability's _fold and
-#: the policy loader's _policy_files).
-CEILING = {"C901": 23, "PLR0912": 8, "PLR0913": 9, "PLR0915": 6}
+#: Offenders per rule when the rules went in (main at f430523), less those split since: select_artifact,
+#: part of _resolve, bench's main, cacheability's _fold, the policy loader's _policy_files, `sandforge logs`.
+CEILING = {"C901": 22, "PLR0912": 8, "PLR0913": 9, "PLR0915": 6}
 
 MAX_FUNCTION_LINES = 80
 #: Functions longer than MAX_FUNCTION_LINES then: (path pattern, qualified name) -> lines.
