@@ -43,7 +43,8 @@ def encode_value(value: Any, what: str = "a context value") -> bytes:
     """One value's canonical JSON text; ContextError if it is not JSON.
 
     ``json.dumps`` (C) is the check: it refuses NaN/Infinity and every non-JSON type. pydantic's JsonValue
-    walk, which this replaces, cost ~450 ms for 10 MB. What json.dumps normalizes rather than refuses
+    walk, which this replaces, was far slower on large contexts (docs/benchmarks.md, "Numbers behind the
+    code"). What json.dumps normalizes rather than refuses
     (non-string dict keys below the top level become strings, tuples become lists) is normalized here too,
     as ``Workspace`` always did with ``json.loads(json.dumps(...))``; the runner, which must report a
     program's mistakes, checks those exactly.

@@ -108,7 +108,8 @@ def _context_dict(snapshot: ContextSnapshot) -> dict[str, Any]:
 
 
 #: A context as requests hold it: a ContextSnapshot. A dict is encoded into one key by key (json.dumps in C
-#: is the check; pydantic's JsonValue walk cost ~450 ms for 10 MB); a non-JSON value is a validation error.
+#: is the check; pydantic's JsonValue walk is far slower: docs/benchmarks.md, "Numbers behind the code"); a
+#: non-JSON value is a validation error.
 #: Dumped and described in JSON schema as the JSON object it is.
 Context = Annotated[
     ContextSnapshot,

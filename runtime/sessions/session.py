@@ -168,12 +168,6 @@ class Session:
                 self._reset_tools(self.history())
             return [n for n, g in self._loaded.items() if g is not None]
 
-    def active_tools(self) -> list[ToolSpec]:
-        with self._lock:
-            if not self._ready:
-                self._reset_tools(self.history())
-            return [spec for spec, _ in self._active.values()]
-
     # --- the loop ---------------------------------------------------------------------------------------
 
     def _system(self) -> str:

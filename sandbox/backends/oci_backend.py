@@ -1,7 +1,7 @@
 """The `runc` and `runsc` backends: one disposable container per execution, with no daemon in the path.
 
 The Docker backends spend most of a container's start-up in dockerd (API calls, image and network
-bookkeeping): on two cores that caps them near 10 containers per second. These backends drive the OCI
+bookkeeping), which caps their container rate (docs/benchmarks.md). These backends drive the OCI
 runtime binary itself: each worker is ``runc run`` (or ``runsc run``, gVisor) of a per-container bundle
 whose ``config.json`` comes from ``sandbox/oci_spec.py`` and whose root is the sandbox image's
 filesystem, unpacked once by ``sandforge image build`` and shared read-only by every container. The
