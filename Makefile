@@ -21,6 +21,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sandforge runtime sandbox policies images bench tests
 	$(VENV)/bin/mypy sandforge  # follows sandforge/'s links: every module under its installed name
+	$(VENV)/bin/lint-imports --no-cache --no-logo  # the import contracts in pyproject.toml ([tool.importlinter])
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "sandbox"))  # the runner is a plain module, as in the sandbox
+sys.path.insert(0, str(REPO / "sandbox"))  # the inside is a plain top-level package, as in the sandbox
 
-import runner  # noqa: E402
+from inside import bridge, compilation, guards, lazycontext, world  # noqa: E402
 
 from bench.workloads import MODEL_STYLE  # noqa: E402
 from tests.compat import corpus  # noqa: E402
@@ -57,7 +57,7 @@ CONSTRUCTS: list[tuple[str, str, str]] = [
 
 def plain_function(code: str) -> Callable[..., Any]:
     source = "def sandforge_tool(context, args, kwargs):\n" + textwrap.indent(code, "    ") + "\n"
-    namespace: dict[str, Any] = {"__name__": runner.PROGRAM_MODULE, "Outcome": runner.OutcomeFactory}
+    namespace: dict[str, Any] = {"__name__": world.PROGRAM_MODULE, "Outcome": bridge.OutcomeFactory}
     exec(compile(source, "<tool>", "exec"), namespace)
     return namespace["sandforge_tool"]  # type: ignore[no-any-return]
 
@@ -66,23 +66,23 @@ class Restricted:
     """The runner's steps for one program, in process."""
 
     def __init__(self) -> None:
-        self.proxies = runner.build_module_proxies()
+        self.proxies = world.build_module_proxies()
 
     def compile(self, code: str) -> Any:
-        compiled, error = runner.compile_program(code)
+        compiled, error = compilation.compile_program(code)
         if error is not None:
             raise RuntimeError(error["message"])
         return compiled
 
     def function(self, compiled: Any) -> Callable[..., Any]:
-        namespace = runner.build_globals(self.proxies, runner.BoundedText(1 << 20), None)  # type: ignore[arg-type]
+        namespace = guards.build_globals(self.proxies, world.BoundedText(1 << 20), None)  # type: ignore[arg-type]
         exec(compiled, namespace)
-        return namespace[runner.TOOL_FUNCTION]  # type: ignore[no-any-return]
+        return namespace[world.TOOL_FUNCTION]  # type: ignore[no-any-return]
 
 
 def _context(program: corpus.Program, restricted: bool) -> Any:
     if restricted:
-        return runner.LazyContext({k: json.dumps(v).encode() for k, v in program.context.items()})
+        return lazycontext.LazyContext({k: json.dumps(v).encode() for k, v in program.context.items()})
     return copy.deepcopy(program.context)
 
 
@@ -108,16 +108,16 @@ def _corpus_forms(restricted: Restricted, program: corpus.Program) -> dict[str, 
         return plain_function(program.code)(_context(program, False), copy.deepcopy(args), copy.deepcopy(kwargs))
 
     def plain_exec() -> Any:
-        namespace: dict[str, Any] = {"__name__": runner.PROGRAM_MODULE, "Outcome": runner.OutcomeFactory}
+        namespace: dict[str, Any] = {"__name__": world.PROGRAM_MODULE, "Outcome": bridge.OutcomeFactory}
         exec(plain_code, namespace)
         return namespace["sandforge_tool"](_context(program, False), copy.deepcopy(args), copy.deepcopy(kwargs))
 
     def restricted_cold() -> Any:
-        runner._HOST_CODE.pop(program.code, None)
+        compilation._HOST_CODE.pop(program.code, None)
         return restricted_warm()
 
     def restricted_warm() -> Any:
-        code = runner.shipped_code({"compiled": runner.host_compiled(program.code)})
+        code = compilation.shipped_code({"compiled": compilation.host_compiled(program.code)})
         return restricted.function(code)(_context(program, True), copy.deepcopy(args), copy.deepcopy(kwargs))
 
     def restricted_exec() -> Any:
@@ -163,11 +163,11 @@ def measure_constructs(iterations: int, rounds: int) -> list[dict[str, Any]]:
         compiled = restricted.compile(code)
         plain_times, restricted_times = [], []
         for _ in range(rounds):
-            namespace: dict[str, Any] = {"__name__": runner.PROGRAM_MODULE}
+            namespace: dict[str, Any] = {"__name__": world.PROGRAM_MODULE}
             exec(plain, namespace)
             plain_times.append(time_once(lambda ns=namespace: ns["sandforge_tool"]({}, [], {})))  # type: ignore[misc]
             fn = restricted.function(compiled)
-            restricted_times.append(time_once(lambda fn=fn: fn(runner.LazyContext({}), [], {})))  # type: ignore[misc]
+            restricted_times.append(time_once(lambda fn=fn: fn(lazycontext.LazyContext({}), [], {})))  # type: ignore[misc]
         p, r = min(plain_times), min(restricted_times)
         rows.append({"construct": name, "plain_ns": p / iterations * 1e9, "restricted_ns": r / iterations * 1e9,
                      "ratio": r / p, "same_bytecode": _instructions(plain) == _instructions(compiled)})  # fmt: skip
@@ -190,7 +190,7 @@ def measure_model_style(rounds: int) -> dict[str, Any]:
     plain_code = _plain_code(MODEL_STYLE)
     out: dict[str, list[float]] = {"plain_exec": [], "restricted_exec": [], "plain_all": [], "restricted_all": []}
     for _ in range(rounds):
-        namespace: dict[str, Any] = {"__name__": runner.PROGRAM_MODULE}
+        namespace: dict[str, Any] = {"__name__": world.PROGRAM_MODULE}
         exec(plain_code, namespace)
         out["plain_exec"].append(time_once(lambda ns=namespace: ns["sandforge_tool"]({}, [], {})))  # type: ignore[misc]
         fn = restricted.function(compiled)
@@ -198,9 +198,9 @@ def measure_model_style(rounds: int) -> dict[str, Any]:
         out["plain_all"].append(time_once(lambda: plain_function(MODEL_STYLE)({}, [], {})))
         out["restricted_all"].append(
             time_once(
-                lambda: restricted.function(runner.shipped_code({"compiled": runner.host_compiled(MODEL_STYLE)}))(
-                    _context(program, True), [], {}
-                )
+                lambda: restricted.function(
+                    compilation.shipped_code({"compiled": compilation.host_compiled(MODEL_STYLE)})
+                )(_context(program, True), [], {})
             )
         )
     med = {k: min(v) for k, v in out.items()}

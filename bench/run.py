@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -169,10 +170,12 @@ def build_subjects(args: argparse.Namespace, log: Callable[[str], None], validat
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     quick = args.quick
-    n = args.n or (3 if quick else 30)
-    budget = args.budget or (20.0 if quick else 45.0)
-    seconds = args.seconds or (1.0 if quick else 10.0)
-    concurrency = args.concurrency or 2 * (os.cpu_count() or 1)
+    settings = _Settings(
+        n=args.n or (3 if quick else 30),
+        budget=args.budget or (20.0 if quick else 45.0),
+        seconds=args.seconds or (1.0 if quick else 10.0),
+        concurrency=args.concurrency or 2 * (os.cpu_count() or 1),
+    )
     out_dir: Path = args.out
     default_plot = DEFAULT_PLOT if out_dir.resolve() == DEFAULT_OUT.resolve() else out_dir / "bench-latency.png"
     plot_path: Path = args.plot or default_plot
@@ -180,10 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_FewPerLogger())
-    handler.setFormatter(logging.Formatter("  [%(name)s] %(levelname)s %(message)s"))
-    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    _configure_logging()
     started = time.monotonic()
     meta = {"started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), **machine()}
     log(f"sandforge bench ({'quick' if quick else 'full'}) on {meta['nproc']} cores, kernel {meta['kernel']}")
@@ -193,23 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     subjects_ours, others, peer_info = build_subjects(args, log, validator)
     warm = [s for s in subjects_ours if s.warm]
     cold = [s for s in subjects_ours if not s.warm]
-    workloads = build(quick)
-    if args.workloads:
-        wanted = {w.strip() for w in args.workloads.split(",")}
-        workloads = [w for w in workloads if w.name in wanted]
-    extra_skips: dict[str, str] = {}
-    art, art_bench, art_skip = artifact_workload()
-    if art is not None and (not args.workloads or art.name in args.workloads):
-        workloads.append(art)
-    elif art_skip:
-        extra_skips["persisted_artifact"] = art_skip
-        log(f"  persisted_artifact: skipped ({art_skip})")
+    workloads, art_bench, extra_skips = _select_workloads(args, log)
 
     all_subjects: list[Subject] = [*warm, *others]
     run: dict[str, Any] = {
         "meta": meta,
-        "config": {"quick": quick, "n": n, "budget_s": budget, "throughput_seconds": seconds,
-                   "concurrency": concurrency, "image": image_tag(), "peers": peer_info,
+        "config": {"quick": quick, "n": settings.n, "budget_s": settings.budget,
+                   "throughput_seconds": settings.seconds, "concurrency": settings.concurrency,
+                   "image": image_tag(), "peers": peer_info,
                    "validation": "runtime.guardrails default_policy" if validator.fn else validator.unavailable},
         "subjects": {s.key: {"label": s.label, "kind": s.kind, "ref": s.ref, "note": s.note,
                              "short": SHORT.get(s.key, s.label), "skipped": s.skipped}
@@ -222,26 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
 
     try:
-        for w in workloads:
-            run["workloads"][w.name] = {"title": w.title, "programs": len(w.programs), "context_bytes": w.context_bytes,
-                                        "validate": w.validate, "notes": w.notes}  # fmt: skip
-            run["latency"][w.name] = {}
-            many = len(w.programs) > 1
-            count, cell_budget = (max(n, len(w.programs)), budget * 2) if many else (n, budget)
-            for s in all_subjects:
-                if w.name == "persisted_artifact" and art_bench is not None:
-                    cell = measure_artifact(s, w, art_bench, count, cell_budget, log)
-                else:
-                    cell = measure_latency(s, w, count, cell_budget, log)
-                run["latency"][w.name][s.key] = cell
-        if not args.workloads or "trivial" in args.workloads:
-            trivial = build(quick)[0]
-            for s in cold:
-                run["cold"][s.key] = measure_latency(s, trivial, n, budget, log)
-        if not args.no_throughput:
-            trivial = build(quick)[0]
-            for s in all_subjects:
-                run["throughput"][s.key] = measure_throughput(s, trivial, seconds, concurrency, log)
+        _measure(run, args, settings, workloads, all_subjects, cold, art_bench, log)
     finally:
         if art_bench is not None:
             art_bench.close()
@@ -252,6 +224,85 @@ def main(argv: list[str] | None = None) -> int:
     run["targets"] = [t.as_dict() for t in targets]
     run["meta"]["bench_seconds"] = round(time.monotonic() - started, 1)
     run["meta"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    json_path = _write(run, out_dir, plot_path, log)
+    print(render(run, targets))
+    if args.write_docs:
+        report.write_docs(REPO / "docs" / "benchmarks.md", run, targets)
+    log(f"results: {json_path}  plot: {plot_path}  ({run['meta']['bench_seconds']} s)")
+    return 0
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """How much to measure: runs per latency cell, seconds per cell, throughput seconds and concurrency."""
+
+    n: int
+    budget: float
+    seconds: float
+    concurrency: int
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_FewPerLogger())
+    handler.setFormatter(logging.Formatter("  [%(name)s] %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+
+
+def _select_workloads(
+    args: argparse.Namespace, log: Callable[[str], None]
+) -> tuple[list[Workload], ArtifactBench | None, dict[str, str]]:
+    """The workloads asked for (``--workloads``), the persisted-artifact one when it can run, and why not."""
+    workloads = build(args.quick)
+    if args.workloads:
+        wanted = {w.strip() for w in args.workloads.split(",")}
+        workloads = [w for w in workloads if w.name in wanted]
+    extra_skips: dict[str, str] = {}
+    art, art_bench, art_skip = artifact_workload()
+    if art is not None and (not args.workloads or art.name in args.workloads):
+        workloads.append(art)
+    elif art_skip:
+        extra_skips["persisted_artifact"] = art_skip
+        log(f"  persisted_artifact: skipped ({art_skip})")
+    return workloads, art_bench, extra_skips
+
+
+def _measure(
+    run: dict[str, Any],
+    args: argparse.Namespace,
+    settings: _Settings,
+    workloads: list[Workload],
+    all_subjects: list[Subject],
+    cold: list[Subject],
+    art_bench: ArtifactBench | None,
+    log: Callable[[str], None],
+) -> None:
+    """Latency per workload and subject, cold starts, throughput: into ``run``."""
+    n, budget = settings.n, settings.budget
+    for w in workloads:
+        run["workloads"][w.name] = {"title": w.title, "programs": len(w.programs), "context_bytes": w.context_bytes,
+                                    "validate": w.validate, "notes": w.notes}  # fmt: skip
+        run["latency"][w.name] = {}
+        many = len(w.programs) > 1
+        count, cell_budget = (max(n, len(w.programs)), budget * 2) if many else (n, budget)
+        for s in all_subjects:
+            if w.name == "persisted_artifact" and art_bench is not None:
+                cell = measure_artifact(s, w, art_bench, count, cell_budget, log)
+            else:
+                cell = measure_latency(s, w, count, cell_budget, log)
+            run["latency"][w.name][s.key] = cell
+    if not args.workloads or "trivial" in args.workloads:
+        trivial = build(args.quick)[0]
+        for s in cold:
+            run["cold"][s.key] = measure_latency(s, trivial, n, budget, log)
+    if not args.no_throughput:
+        trivial = build(args.quick)[0]
+        for s in all_subjects:
+            run["throughput"][s.key] = measure_throughput(s, trivial, settings.seconds, settings.concurrency, log)
+
+
+def _write(run: dict[str, Any], out_dir: Path, plot_path: Path, log: Callable[[str], None]) -> Path:
+    """``latest.json`` (atomically) and the plot; the JSON's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / "latest.json"
     tmp = json_path.with_suffix(".json.tmp")
@@ -262,11 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         run["meta"]["plot"] = str(plot_path)
     except Exception as exc:  # the plot is a convenience; the numbers are in the JSON
         log(f"plot failed: {type(exc).__name__}: {exc}")
-    print(render(run, targets))
-    if args.write_docs:
-        report.write_docs(REPO / "docs" / "benchmarks.md", run, targets)
-    log(f"results: {json_path}  plot: {plot_path}  ({run['meta']['bench_seconds']} s)")
-    return 0
+    return json_path
 
 
 def measure_latency(s: Subject, w: Workload, n: int, budget: float, log: Callable[[str], None]) -> dict[str, Any]:

@@ -1,12 +1,59 @@
-"""Validate, then execute: the single path by which any program (fresh or persisted) reaches a sandbox."""
+"""Validate, then execute: the single path by which any program (fresh or persisted) reaches a sandbox.
+
+:func:`approve` is the only maker of an :class:`Approval`, and :func:`execute_approved` runs nothing
+without one for the very code it is asked to run. ``sandforge exec`` uses both through
+:func:`guarded_execute`; the agent lifecycle calls them one by one, because it spends its trace budget
+and decides its lanes between the two steps.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from sandforge.runtime.guardrails import Policy, ValidationResult, validate
-from sandforge.sandbox import BridgeHandler, ErrorType, ExecutionOutcome, ExecutionRequest, Sandbox
+from sandforge.sandbox import BridgeHandler, ErrorType, ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.config import BackendName
+
+
+class SandboxPort(Protocol):
+    """What the gate needs of a sandbox: :class:`sandforge.sandbox.Sandbox`, or an in-memory one in tests."""
+
+    def execute(
+        self, request: ExecutionRequest, *, backend: BackendName | None = None, bridge: BridgeHandler | None = None
+    ) -> ExecutionOutcome: ...
+
+
+@dataclass(frozen=True)
+class Approval:
+    """The policy approved ``code``: the ticket :func:`execute_approved` asks for. Made only by :func:`approve`."""
+
+    code: str
+    result: ValidationResult
+
+
+class NotApproved(ValueError):
+    """A request whose code is not the approved program reached :func:`execute_approved` (a host bug)."""
+
+
+def approve(code: str, policy: Policy) -> tuple[ValidationResult, Approval | None]:
+    """Validate ``code``; the approval is None unless the verdict is ``approved``."""
+    result = validate(code, policy)
+    return result, (Approval(code, result) if result.verdict == "approved" else None)
+
+
+def execute_approved(
+    sandbox: SandboxPort,
+    request: ExecutionRequest,
+    approval: Approval,
+    *,
+    backend: BackendName | None = None,
+    bridge: BridgeHandler | None = None,
+) -> ExecutionOutcome:
+    """Run ``request`` in ``sandbox``: only the code ``approval`` was given for."""
+    if approval.result.verdict != "approved" or request.code != approval.code:
+        raise NotApproved("the request's code is not the program the policy approved")
+    return sandbox.execute(request, backend=backend, bridge=bridge)
 
 
 def rejection_outcome(result: ValidationResult) -> ExecutionOutcome:
@@ -32,7 +79,7 @@ def validation_metadata(result: ValidationResult) -> dict[str, Any]:
 
 
 def guarded_execute(
-    sandbox: Sandbox,
+    sandbox: SandboxPort,
     request: ExecutionRequest,
     *,
     policy: Policy,
@@ -40,9 +87,9 @@ def guarded_execute(
     bridge: BridgeHandler | None = None,
 ) -> tuple[ExecutionOutcome, ValidationResult]:
     """Run ``request`` only if ``policy`` approves its code; the verdict travels in the outcome metadata."""
-    result = validate(request.code, policy)
-    if result.verdict != "approved":
+    result, approval = approve(request.code, policy)
+    if approval is None:
         return rejection_outcome(result), result
-    outcome = sandbox.execute(request, backend=backend, bridge=bridge)
+    outcome = execute_approved(sandbox, request, approval, backend=backend, bridge=bridge)
     outcome.metadata.update(validation_metadata(result))
     return outcome, result

@@ -16,9 +16,6 @@ BackendName = Literal["subprocess", "docker", "gvisor", "runc", "runsc"]
 #: driven directly from an OCI bundle, without a daemon (root only).
 BACKENDS: tuple[BackendName, ...] = ("subprocess", "docker", "gvisor", "runc", "runsc")
 
-#: Protections the subprocess backend applies; `sandforge doctor` shows which ones are active here.
-SUBPROCESS_PROTECTIONS: tuple[Protection, ...] = DEFAULT_REQUIRED
-
 
 class SandboxConfigError(ValueError):
     """A SANDFORGE_* setting is malformed; the message names the variable."""

@@ -5,8 +5,8 @@ Carrying state a program does not touch must cost no more than moving its bytes:
 as a delta (the keys the program changed or deleted). Deriving the next snapshot shares every unchanged
 key's bytes, and a key is decoded only when someone asks for its value.
 
-The encoding is fixed (``json.dumps`` with ``ensure_ascii=False``, ``allow_nan=False`` and compact
-separators, as UTF-8), the same one the runner uses, so "re-encodes to the same bytes" means "unchanged".
+The encoding is fixed (``wire.dumps``: ``ensure_ascii=False``, ``allow_nan=False`` and compact separators,
+as UTF-8), the very one the runner uses, so "re-encodes to the same bytes" means "unchanged".
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ from typing import Any, NoReturn, TypeVar
 
 import pydantic_core
 
+from sandforge.sandbox.inside import wire
+
 #: A key's text at least this long may travel to the runner as a sealed memfd instead of a frame.
 SEALED_MIN_BYTES = 1 << 16
 #: Seals that make a memfd's contents immutable for everyone (the host included) and forbid new seals.
-SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
+SEALS = wire.APPLIED_SEALS
 _SHARED_LOCK = threading.Lock()
 T = TypeVar("T")
 
@@ -41,13 +43,14 @@ def encode_value(value: Any, what: str = "a context value") -> bytes:
     """One value's canonical JSON text; ContextError if it is not JSON.
 
     ``json.dumps`` (C) is the check: it refuses NaN/Infinity and every non-JSON type. pydantic's JsonValue
-    walk, which this replaces, cost ~450 ms for 10 MB. What json.dumps normalizes rather than refuses
+    walk, which this replaces, was far slower on large contexts (docs/benchmarks.md, "Numbers behind the
+    code"). What json.dumps normalizes rather than refuses
     (non-string dict keys below the top level become strings, tuples become lists) is normalized here too,
     as ``Workspace`` always did with ``json.loads(json.dumps(...))``; the runner, which must report a
     program's mistakes, checks those exactly.
     """
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_not_json)
+        text = wire.dumps(value, _not_json)
         return text.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:
         raise ContextError(f"{what} is not JSON: {exc}") from None

@@ -1,7 +1,7 @@
 """One execution's conversation with a runner, independent of how the bytes travel.
 
-Backends provide a ``WorkerIO`` (pipes for a subprocess, an attach socket for a container); this module
-owns everything that must behave identically on all of them: framing, ordering, the nested-call bridge,
+Backends provide a ``WorkerIO`` (``sandbox/channel.py``: pipes and sockets; Docker's attach socket); this
+module owns everything that must behave identically on all of them: framing, ordering, the nested-call bridge,
 bounded capture of stdout/stderr, the wall-clock deadline, and turning what happened into an outcome.
 """
 
@@ -12,11 +12,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
+from sandforge.sandbox.channel import Stream, WorkerIO
 from sandforge.sandbox.context import SEALED_MIN_BYTES, ContextError, ContextSnapshot, decode_value
+from sandforge.sandbox.inside.compilation import host_compiled
+from sandforge.sandbox.inside.wire import MAX_PASSED_FDS, ExecuteFrame
 from sandforge.sandbox.protocol import (
     HEADER,
     PROTOCOL_VERSION,
@@ -36,12 +39,6 @@ from sandforge.sandbox.protocol import (
     decode_runner_frame,
     encode_frame,
 )
-from sandforge.sandbox.runner import host_compiled
-
-if TYPE_CHECKING:
-    from sandforge.sandbox.handoff import HandoffDir
-
-Stream = Literal["result", "stdout", "stderr"]
 
 #: What a bridge handler answers: a :class:`BridgeReply`, or a mapping with its fields (``status``, ``value``,
 #: ``error_type``, ``error_message``, ``retriable``), turned into one by ``BridgeReply.of``.
@@ -93,32 +90,6 @@ def _answer(handler: BridgeHandler, frame: CallFrame | DeclareFrame) -> BridgeRe
         return BridgeReply.of(reply)
     except ValidationError:
         return _MALFORMED
-
-
-#: A send with no execution deadline (the boot frame) is still bounded by this.
-DEFAULT_SEND_TIMEOUT_S = 30.0
-
-
-def send_deadline(deadline: float | None) -> float:
-    """The monotonic time a send must be done by: the caller's deadline or ``DEFAULT_SEND_TIMEOUT_S`` from now."""
-    return time.monotonic() + DEFAULT_SEND_TIMEOUT_S if deadline is None else deadline
-
-
-class WorkerIO(Protocol):
-    """How bytes reach a worker. A channel that can pass descriptors (a unix socket) also has
-    ``send_fds(data, fds, deadline)``: ``data`` with ``fds`` attached (SCM_RIGHTS); one whose worker
-    confirmed a hand-off directory has ``handoff`` (a ``HandoffDir``). ``send_execute`` looks for both.
-    One that can tell how many bytes it sent are still unread by the worker has ``unread()``.
-
-    Every send is bounded: it raises ``TimeoutError`` when ``deadline`` (``time.monotonic()``; None means
-    ``DEFAULT_SEND_TIMEOUT_S`` from now) passes with bytes still unsent, so a worker that stops reading
-    cannot hold the host."""
-
-    def send(self, data: bytes, deadline: float | None = None) -> None: ...
-
-    def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
-        """Chunks that arrived within ``timeout`` seconds; an empty chunk means that stream ended."""
-        ...
 
 
 @dataclass
@@ -269,8 +240,7 @@ def _timeout_message(limit_s: float, allowed_s: float) -> str:
     return f"execution exceeded the {limit_s:g}s time limit (nested calls included)"
 
 
-#: At most this many context values travel as descriptors in one execution (the runner accepts no more).
-MAX_PASSED_FDS = 16
+# At most ``MAX_PASSED_FDS`` context values travel as descriptors in one execution (the runner accepts no more).
 
 
 def fd_budget(limits: Limits) -> int:
@@ -287,16 +257,15 @@ def send_execute(
 
     The texts are sent as the snapshot holds them: nothing is encoded or escaped again. Small frames are
     coalesced into one write; a large text is written as it is rather than copied into a buffer. Where the
-    channel can pass descriptors (``io.send_fds``), the largest texts (up to ``fd_budget``) travel as sealed
+    channel can pass descriptors (``io.passes_fds``), the largest texts (up to ``fd_budget``) travel as sealed
     memfds attached to the execute frame instead: announced as ``[key, length, index]``, not copied at all;
     where the worker has a confirmed hand-off directory (``io.handoff``), they are written there as files.
     """
-    send_fds: Callable[[bytes, list[int], float | None], None] | None = getattr(io, "send_fds", None)
-    handoff: HandoffDir | None = getattr(io, "handoff", None)
+    passes_fds, handoff = io.passes_fds, io.handoff
     limit = fd_budget(request.limits) if fd_limit is None else fd_limit
     passed: dict[str, int] = {}
     fds: list[int] = []
-    if (send_fds is not None or handoff is not None) and limit > 0:
+    if (passes_fds or handoff is not None) and limit > 0:
         large = sorted((k for k, t in context.items() if len(t) >= SEALED_MIN_BYTES), key=lambda k: -len(context[k]))
         chosen = set(large[:limit])
         for key in (k for k in context if k in chosen):
@@ -309,9 +278,9 @@ def send_execute(
                 passed[key] = len(fds)
                 fds.append(handle.fd)
     keys = [[key, len(text), passed[key]] if key in passed else [key, len(text)] for key, text in context.items()]
-    # A plain dict, not an ExecuteFrame: the request's fields are validated already, and re-validating them
-    # through the model cost measurable CPU for large arguments.
-    frame = {"type": "execute", "code": request.code, "args": request.args, "kwargs": request.kwargs,
+    # A plain dict (a TypedDict), not a model: the request's fields are validated already, and re-validating
+    # them through a model cost measurable CPU for large arguments.
+    frame: ExecuteFrame = {"type": "execute", "code": request.code, "args": request.args, "kwargs": request.kwargs,
              "context_keys": keys}  # fmt: skip
     compiled = host_compiled(request.code)  # compiled once per program text here, not in every sandbox
     if compiled is not None:
@@ -323,8 +292,8 @@ def send_execute(
     pending = bytearray(header)
 
     def flush(data: bytes) -> None:
-        if fds and send_fds is not None:
-            send_fds(data, fds, deadline)  # the descriptors ride on the execute frame's first byte
+        if fds and passes_fds:
+            io.send_fds(data, fds, deadline)  # the descriptors ride on the execute frame's first byte
             fds.clear()
         else:
             io.send(data, deadline)
@@ -393,11 +362,8 @@ def _finish_context(ex: Exchange) -> None:
 
 def _unread(io: WorkerIO) -> int:
     """Bytes the host sent that the worker has not read yet (0 where the channel cannot tell)."""
-    unread: Callable[[], int] | None = getattr(io, "unread", None)
-    if unread is None:
-        return 0
     try:
-        return unread()
+        return io.unread()
     except OSError:
         return 0
 

@@ -2,11 +2,11 @@
 pushed through the engine.
 
 Frames to a container started by dockerd travel client -> dockerd -> containerd-shim -> a fifo -> the
-container's stdin: about 40 ms for 10 MB under runc and more under gVisor, where an empty execution costs a
-few. Sealed memfds (what the subprocess and runc backends pass) cannot cross that path. Instead each
-container gets a fresh, empty host directory bind-mounted read-only at ``MOUNT_POINT``; before the execute
-frame is sent, each large value is put there as ``<index>``, and the frame announces it as
-``[key, length, index]`` exactly as it would a passed descriptor. The runner opens and maps the file
+container's stdin: for 10 MB, many times what an empty execution costs, under runc and more under gVisor
+(docs/benchmarks.md, "Numbers behind the code"). Sealed memfds (what the subprocess and runc backends pass)
+cannot cross that path. Instead each container gets a fresh, empty host directory bind-mounted read-only at
+``MOUNT_POINT``; before the execute frame is sent, each large value is put there as ``<index>``, and the frame
+announces it as ``[key, length, index]`` exactly as it would a passed descriptor. The runner opens and maps the file
 read-only, so a value the program never reads costs the runner nothing. The host makes each value's file
 once per snapshot key, in this process's private store, and hard-links it into each container's directory:
 carrying an unchanged 10 MB value costs a link, not a 10 MB write.
@@ -33,7 +33,8 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandforge.sandbox.backends.cleanup import process_tag, tag_alive
+from sandforge.sandbox.inside.wire import HANDOFF_PROOF_FILE
+from sandforge.sandbox.ownership import process_tag, tag_alive
 
 if TYPE_CHECKING:
     from sandforge.sandbox.context import ContextSnapshot
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 #: Where the directory appears inside the container (read-only).
 MOUNT_POINT = "/sandforge/in"
 #: The file holding the random value that proves the runner sees this host directory.
-PROOF_FILE = "token"
+PROOF_FILE = HANDOFF_PROOF_FILE
 #: Host directories are named ``<PREFIX><pid>-<start time>-<random>``: the reaper can tell whose they are.
 PREFIX = "sandforge-handoff-"
 

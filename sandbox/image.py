@@ -1,9 +1,10 @@
 """Build the sandbox image offline and tell whether the one this code expects is present.
 
 No registry is involved: a Debian rootfs is debootstrapped from the mirror apt already uses (cached as a
-tarball), ``docker import``-ed as a local base image, and ``images/Dockerfile`` adds the runner and
-RestrictedPython on top. The tag is derived from what runs inside (runner, RestrictedPython version,
-recipe), so a stale image is never used: the backends only ever start the exact :func:`expected_tag`.
+tarball), ``docker import``-ed as a local base image, and ``images/Dockerfile`` adds the inside package
+(``sandbox/inside/``) and RestrictedPython on top. The tag is derived from what runs inside (every file of
+the inside package, RestrictedPython version, recipe), so a stale image is never used: the backends only
+ever start the exact :func:`expected_tag`.
 """
 
 from __future__ import annotations
@@ -30,15 +31,18 @@ from pydantic import BaseModel, ConfigDict
 log = logging.getLogger(__name__)
 
 SANDBOX_DIR = Path(__file__).resolve().parent
-RUNNER = SANDBOX_DIR / "runner.py"
+#: The package that runs inside the sandbox: all of it goes into the image, and into its tag.
+INSIDE_DIR = SANDBOX_DIR / "inside"
 RECIPE_DIR = SANDBOX_DIR.parent / "images"
 DOCKERFILE = RECIPE_DIR / "Dockerfile"
 
 SUITE = "bookworm"
 BASE_IMAGE = f"sandforge-base:{SUITE}-python3"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
-#: Inside the image: where the runner and RestrictedPython live (the runner's BootFrame.sys_path).
-IMAGE_RUNNER = "/opt/sandforge/runner.py"
+#: Inside the image: where the inside package and RestrictedPython live (the latter is BootFrame.sys_path).
+IMAGE_INSIDE = "/opt/sandforge/inside"
+#: A file of the image whose presence says the inside package is there (an unpacked rootfs is complete).
+IMAGE_ENTRY = f"{IMAGE_INSIDE}/start.py"
 IMAGE_LIB = "/opt/sandforge/lib"
 LABEL = "sandforge.image"
 #: Trimmed from the rootfs before it is imported: nothing the runner needs.
@@ -91,10 +95,21 @@ def restrictedpython_version() -> str:
         ).hexdigest()
 
 
-def image_digest(runner: bytes | None = None) -> str:
-    """12 hex digits of sha256 over the runner, the RestrictedPython version and the recipe."""
+def inside_files() -> dict[str, bytes]:
+    """Every source file of the inside package, by its path relative to the package (no caches)."""
+    return {
+        path.relative_to(INSIDE_DIR).as_posix(): path.read_bytes()
+        for path in sorted(INSIDE_DIR.rglob("*.py"))
+        if "__pycache__" not in path.parts
+    }
+
+
+def image_digest(inside: dict[str, bytes] | None = None) -> str:
+    """12 hex digits of sha256 over every file of the inside package (names and contents), the
+    RestrictedPython version and the recipe."""
     h = hashlib.sha256()
-    h.update(RUNNER.read_bytes() if runner is None else runner)
+    for name, data in sorted((inside_files() if inside is None else inside).items()):
+        h.update(b"\0inside/" + name.encode() + b"\0" + hashlib.sha256(data).digest())
     h.update(b"\0RestrictedPython==" + restrictedpython_version().encode())
     h.update(b"\0" + (DOCKERFILE.read_bytes() if DOCKERFILE.exists() else b""))
     return h.hexdigest()[:12]
@@ -128,7 +143,7 @@ def status(client: Any, repository: str = "sandforge-sandbox") -> ImageStatus:
         expected=tag,
         present=False,
         oci_rootfs=str(rootfs),
-        oci_rootfs_present=(rootfs / IMAGE_RUNNER.lstrip("/")).exists(),
+        oci_rootfs_present=(rootfs / IMAGE_ENTRY.lstrip("/")).exists(),
     )
     try:
         info = api.inspect_image(tag)
@@ -247,8 +262,9 @@ def ensure_base(client: Any, progress: Progress, *, refresh: bool = False) -> st
 # --- the sandbox image ----------------------------------------------------------------------------------
 
 
-def build_context(runner: bytes) -> bytes:
-    """The build context: Dockerfile, runner.py and the installed RestrictedPython package (no caches)."""
+def build_context(inside: dict[str, bytes]) -> bytes:
+    """The build context: Dockerfile, the inside package and the installed RestrictedPython package (no
+    caches)."""
     if not DOCKERFILE.exists():
         raise ImageBuildError(f"image recipe {DOCKERFILE} not found (sandforge must run from its source tree)")
     buf = io.BytesIO()
@@ -260,7 +276,8 @@ def build_context(runner: bytes) -> bytes:
             tar.addfile(info, io.BytesIO(data))
 
         add("Dockerfile", DOCKERFILE.read_bytes())
-        add("runner.py", runner)
+        for name, data in sorted(inside.items()):
+            add(f"inside/{name}", data)
         package = restrictedpython_dir()
         for path in sorted(package.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
@@ -282,8 +299,8 @@ def build(
 
     api = _low_level(client)
     say: Progress = progress or (lambda msg: log.info("%s", msg))
-    runner = RUNNER.read_bytes()  # read once: the tag must describe exactly what goes into the image
-    tag = f"{repository}:{image_digest(runner)}"
+    inside = inside_files()  # read once: the tag must describe exactly what goes into the image
+    tag = f"{repository}:{image_digest(inside)}"
     started = time.monotonic()
     steps: dict[str, float] = {}
     lock = FileLock(str(cache_dir() / "image-build.lock"))
@@ -310,7 +327,7 @@ def build(
         say(f"building {tag} from {base}")
         log_lines: list[str] = []
         for chunk in api.build(
-            fileobj=io.BytesIO(build_context(runner)),
+            fileobj=io.BytesIO(build_context(inside)),
             custom_context=True,
             tag=tag,
             buildargs={"BASE": base},
@@ -357,7 +374,7 @@ def export_rootfs(api: Any, tag: str, progress: Progress) -> bool:
     renamed into place only when complete, so a half-unpacked root is never used.
     """
     target = oci_rootfs(tag)
-    if (target / IMAGE_RUNNER.lstrip("/")).exists():
+    if (target / IMAGE_ENTRY.lstrip("/")).exists():
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
     progress(f"unpacking {tag} for the runc/runsc backends into {target}")

@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sandforge.sandbox.backends.cleanup import process_tag, tag_alive
+from sandforge.sandbox.containers import ID_PREFIX, LABEL, OWNER_LABEL
+from sandforge.sandbox.ownership import host_owner_alive, named_owner_alive, process_tag, tag_alive
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +103,14 @@ def _docker(config: Any) -> tuple[Any, list[Leftover]]:
         return None, []
     try:
         api = docker_backend.connect(config.docker_base_url, timeout=10.0)
-        listed = api.containers(all=True, filters={"label": f"{docker_backend.LABEL}=1"})
+        listed = api.containers(all=True, filters={"label": f"{LABEL}=1"})
     except Exception as exc:  # no engine: nothing of ours can be running in it either
         log.debug("docker leftovers not checked: %s", exc)
         return None, []
     found: list[Leftover] = []
     for info in listed:
-        owner = (info.get("Labels") or {}).get(docker_backend.OWNER_LABEL, "")
-        if not owner or not docker_backend._owner_alive(owner):
+        owner = (info.get("Labels") or {}).get(OWNER_LABEL, "")
+        if not owner or not host_owner_alive(owner):
             found.append(Leftover("container", str(info["Id"])[:12], owner or "unknown", "docker"))
     return api, found
 
@@ -134,14 +135,15 @@ def _oci() -> list[Leftover]:
         except (OSError, subprocess.SubprocessError):
             continue
         for name in names:
-            if name.startswith(f"{oci_backend.ID_PREFIX}-") and not oci_backend._owner_alive(name):
+            if name.startswith(f"{ID_PREFIX}-") and not named_owner_alive(name, ID_PREFIX):
                 listed.add(name)
-                found.append(Leftover("oci_container", name, _tag_of(name, f"{oci_backend.ID_PREFIX}-"), runtime))
+                found.append(Leftover("oci_container", name, _tag_of(name, f"{ID_PREFIX}-"), runtime))
     bundles = oci_backend.STATE_DIR / "bundles"
     with contextlib.suppress(OSError):
         for entry in bundles.iterdir():
-            if entry.name.startswith(f"{oci_backend.ID_PREFIX}-") and not oci_backend._owner_alive(entry.name):
-                found.append(Leftover("bundle", entry.name, _tag_of(entry.name, f"{oci_backend.ID_PREFIX}-"),
+            name = entry.name
+            if name.startswith(f"{ID_PREFIX}-") and not named_owner_alive(name, ID_PREFIX):
+                found.append(Leftover("bundle", entry.name, _tag_of(entry.name, f"{ID_PREFIX}-"),
                                       str(bundles)))  # fmt: skip
     return found
 
@@ -170,7 +172,7 @@ def _remove(item: Leftover, api: Any) -> None:
     elif item.kind == "container":
         from sandforge.sandbox.backends import docker_backend
 
-        if api is None or not docker_backend._remove(api, item.name):
+        if api is None or not docker_backend.remove_container(api, item.name):
             raise OSError("the Docker engine did not remove it")
     else:
         from sandforge.sandbox.backends import oci_backend

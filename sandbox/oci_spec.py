@@ -14,12 +14,12 @@ import errno
 from pathlib import Path
 from typing import Any
 
+from sandforge.sandbox.containers import PYTHON, SCRATCH
 from sandforge.sandbox.handoff import MOUNT_POINT as HANDOFF_MOUNT_POINT
 from sandforge.sandbox.protocol import Limits
 from sandforge.sandbox.seccomp import DENIED_SYSCALLS, ENOSYS_SYSCALLS
 
 OCI_VERSION = "1.0.2"
-PYTHON = "/usr/bin/python3"
 #: Allowed by the runtime-level filter because the runtime needs them to start the container process;
 #: the runner's own filter (loaded before any program runs) denies them.
 RUNTIME_NEEDS = frozenset({"execve", "execveat"})
@@ -30,8 +30,6 @@ MASKED_PATHS = (
 READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
 NAMESPACES = ("pid", "network", "ipc", "uts", "mount", "cgroup")
 CPU_PERIOD_US = 100_000
-#: The container's only writable place (inside the container, not the host's).
-SCRATCH = "/tmp"  # noqa: S108
 
 
 def seccomp_profile() -> dict[str, Any]:
@@ -118,3 +116,6 @@ def container_spec(
         ],
         "linux": linux,
     }
+
+
+__all__ = ["PYTHON", "SCRATCH", "container_spec", "seccomp_profile"]

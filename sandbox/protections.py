@@ -10,28 +10,77 @@ it gives up is shown by ``sandforge doctor`` and in every outcome's ``metadata["
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Literal, get_args
+from enum import StrEnum
 
 from sandforge.sandbox.backends.base import SandboxUnavailable
 
-Protection = Literal[
-    # the walls every backend provides (the default required set)
-    "rlimits", "seccomp", "no_new_privs", "unprivileged_user", "private_root", "net_namespace",
-    "mount_namespace", "ipc_namespace", "uts_namespace", "pid_namespace",
-    # subprocess backend without root: the namespaces above are owned by a user namespace of its own
-    "user_namespace",
-    # containers (docker, gvisor, runc, runsc)
-    "network_none", "read_only_rootfs", "tmpfs_limited", "capabilities_dropped", "memory_limit", "no_swap",
-    "pids_limit", "cpu_limit", "gvisor",
-]  # fmt: skip
 
-PROTECTIONS: tuple[Protection, ...] = get_args(Protection)
+class Protection(StrEnum):
+    """One wall a sandbox can have. A member is its name as a string (configuration, outcomes, doctor), so a
+    misspelt one is an error where it is written, not a protection that reads as missing."""
+
+    # the walls every backend provides (the default required set)
+    RLIMITS = "rlimits"
+    SECCOMP = "seccomp"
+    NO_NEW_PRIVS = "no_new_privs"
+    UNPRIVILEGED_USER = "unprivileged_user"
+    PRIVATE_ROOT = "private_root"
+    NET_NAMESPACE = "net_namespace"
+    MOUNT_NAMESPACE = "mount_namespace"
+    IPC_NAMESPACE = "ipc_namespace"
+    UTS_NAMESPACE = "uts_namespace"
+    PID_NAMESPACE = "pid_namespace"
+    # subprocess backend without root: the namespaces above are owned by a user namespace of its own
+    USER_NAMESPACE = "user_namespace"
+    # containers (docker, gvisor, runc, runsc)
+    NETWORK_NONE = "network_none"
+    READ_ONLY_ROOTFS = "read_only_rootfs"
+    TMPFS_LIMITED = "tmpfs_limited"
+    CAPABILITIES_DROPPED = "capabilities_dropped"
+    MEMORY_LIMIT = "memory_limit"
+    NO_SWAP = "no_swap"
+    PIDS_LIMIT = "pids_limit"
+    CPU_LIMIT = "cpu_limit"
+    GVISOR = "gvisor"
+
+
+P = Protection
+
+PROTECTIONS: tuple[Protection, ...] = tuple(Protection)
 
 #: What the documentation promises for every backend; required unless a deployment explicitly waives some.
 DEFAULT_REQUIRED: tuple[Protection, ...] = (
-    "rlimits", "seccomp", "no_new_privs", "unprivileged_user", "private_root", "net_namespace",
-    "mount_namespace", "ipc_namespace", "uts_namespace", "pid_namespace",
+    P.RLIMITS, P.SECCOMP, P.NO_NEW_PRIVS, P.UNPRIVILEGED_USER, P.PRIVATE_ROOT, P.NET_NAMESPACE,
+    P.MOUNT_NAMESPACE, P.IPC_NAMESPACE, P.UTS_NAMESPACE, P.PID_NAMESPACE,
 )  # fmt: skip
+
+# --- what each backend provides: every one is reported (verified or not) in each worker's protections ---
+
+#: The subprocess backend (rootless, it also reports ``USER_NAMESPACE``: see ``ROOTLESS_PROTECTIONS``).
+SUBPROCESS_PROTECTIONS: tuple[Protection, ...] = DEFAULT_REQUIRED
+ROOTLESS_PROTECTIONS: tuple[Protection, ...] = (P.USER_NAMESPACE,)
+#: Every container backend (docker, gvisor, runc, runsc), in the order outcomes list them.
+CONTAINER_PROTECTIONS: tuple[Protection, ...] = (
+    P.NETWORK_NONE, P.READ_ONLY_ROOTFS, P.TMPFS_LIMITED, P.CAPABILITIES_DROPPED, P.NO_NEW_PRIVS,
+    P.UNPRIVILEGED_USER, P.MEMORY_LIMIT, P.NO_SWAP, P.PIDS_LIMIT, P.CPU_LIMIT, P.SECCOMP, P.RLIMITS,
+    P.PRIVATE_ROOT, P.NET_NAMESPACE, P.MOUNT_NAMESPACE, P.IPC_NAMESPACE, P.UTS_NAMESPACE, P.PID_NAMESPACE,
+)  # fmt: skip
+#: Containers on gVisor's kernel (gvisor through dockerd, runsc directly).
+GVISOR_PROTECTIONS: tuple[Protection, ...] = (*CONTAINER_PROTECTIONS, P.GVISOR)
+
+PROVIDED: Mapping[str, tuple[Protection, ...]] = {
+    "subprocess": SUBPROCESS_PROTECTIONS,
+    "docker": CONTAINER_PROTECTIONS,
+    "gvisor": GVISOR_PROTECTIONS,
+    "runc": CONTAINER_PROTECTIONS,
+    "runsc": GVISOR_PROTECTIONS,
+}
+
+
+def unverified(backend: str) -> dict[str, bool]:
+    """Every protection ``backend`` provides, none verified yet: what its host checks then fill in."""
+    return dict.fromkeys(PROVIDED[backend], False)
+
 
 #: Environment variables: the exact required set (kept for compatibility), and the explicit waiver list.
 REQUIRE_ENV = "SANDFORGE_REQUIRE_PROTECTIONS"
@@ -50,7 +99,7 @@ def parse_list(text: str, source: str) -> tuple[Protection, ...]:
             continue
         if name not in PROTECTIONS:
             raise ValueError(f"{source}: unknown protection {name!r} (known: {', '.join(PROTECTIONS)})")
-        names.append(name)
+        names.append(Protection(name))
     return tuple(dict.fromkeys(names))
 
 

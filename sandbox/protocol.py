@@ -1,8 +1,10 @@
 """The wire protocol between the host and the in-sandbox runner, seen from the host.
 
 Every message is one *frame*: a 4-byte big-endian length followed by that many bytes of UTF-8 JSON.
-Nothing else ever crosses the boundary (no pickle). The runner (``sandbox/runner.py``) speaks the same
-framing with the standard library only; this module is the host's typed, size-bounded view of it.
+Nothing else ever crosses the boundary (no pickle). The runner (the ``sandbox/inside/`` package) speaks the
+same framing with the standard library only; its ``wire`` module holds what both sides must agree on (the
+protocol version, header, bounds, error kinds, JSON encoding) and this module is the host's typed,
+size-bounded view of it.
 
 Host to runner:  ``boot`` (once, at spawn), ``execute`` (once), ``call_result`` (per nested call).
 Runner to host:  ``ready`` (after lock-down), ``call`` (nested tool call), ``declare`` (a ``delegate(...)``
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -42,9 +43,16 @@ from pydantic import (
 )
 
 from sandforge.sandbox.context import ContextSnapshot
-
-HEADER = struct.Struct(">I")
-PROTOCOL_VERSION = 3
+from sandforge.sandbox.inside import wire
+from sandforge.sandbox.inside.wire import HEADER as HEADER
+from sandforge.sandbox.inside.wire import MAX_CONTRACT_FIELD_CHARS as MAX_CONTRACT_FIELD_CHARS
+from sandforge.sandbox.inside.wire import MAX_ERROR_MESSAGE as MAX_ERROR_MESSAGE
+from sandforge.sandbox.inside.wire import MAX_FRAME_DEPTH as MAX_FRAME_DEPTH
+from sandforge.sandbox.inside.wire import MAX_NAME as MAX_NAME
+from sandforge.sandbox.inside.wire import MAX_PURPOSE_CHARS as MAX_PURPOSE_CHARS
+from sandforge.sandbox.inside.wire import MAX_VALUE_DEPTH as MAX_VALUE_DEPTH
+from sandforge.sandbox.inside.wire import PROTOCOL_VERSION as PROTOCOL_VERSION
+from sandforge.sandbox.inside.wire import ErrorKind
 
 
 class ProtocolError(Exception):
@@ -54,18 +62,18 @@ class ProtocolError(Exception):
 class ErrorType(StrEnum):
     """Typed failure classes of one execution. ``retriable`` is derived from the type (see RETRIABLE)."""
 
-    TIMEOUT = "timeout"
-    MEMORY_LIMIT = "memory_limit"
-    OUTPUT_LIMIT = "output_limit"
-    EXECUTION = "execution"
-    INVALID_CODE = "invalid_code"
-    NON_SERIALIZABLE_RESULT = "non_serializable_result"
-    SANDBOX_VIOLATION = "sandbox_violation"
-    SANDBOX_UNAVAILABLE = "sandbox_unavailable"
-    INVALID_REQUEST = "invalid_request"
-    TOOL_ERROR = "tool_error"  # the program returned Outcome.error(...) itself
-    GUARDRAIL_VIOLATION = "guardrail_violation"  # rejected by the host's policy; nothing was executed
-    INVALID_CONTRACT = "invalid_contract"  # delegate(...) got a contract field that is not JSON (the caller's mistake)
+    TIMEOUT = ErrorKind.TIMEOUT
+    MEMORY_LIMIT = ErrorKind.MEMORY_LIMIT
+    OUTPUT_LIMIT = ErrorKind.OUTPUT_LIMIT
+    EXECUTION = ErrorKind.EXECUTION
+    INVALID_CODE = ErrorKind.INVALID_CODE
+    NON_SERIALIZABLE_RESULT = ErrorKind.NON_SERIALIZABLE_RESULT
+    SANDBOX_VIOLATION = ErrorKind.SANDBOX_VIOLATION
+    SANDBOX_UNAVAILABLE = ErrorKind.SANDBOX_UNAVAILABLE
+    INVALID_REQUEST = ErrorKind.INVALID_REQUEST
+    TOOL_ERROR = ErrorKind.TOOL_ERROR  # the program returned Outcome.error(...) itself
+    GUARDRAIL_VIOLATION = ErrorKind.GUARDRAIL_VIOLATION  # rejected by the host's policy; nothing was executed
+    INVALID_CONTRACT = ErrorKind.INVALID_CONTRACT  # delegate(...) got a contract field that is not JSON
 
 
 #: Extrinsic failures: the same program may succeed when retried later (engine back up, less load).
@@ -100,7 +108,8 @@ def _context_dict(snapshot: ContextSnapshot) -> dict[str, Any]:
 
 
 #: A context as requests hold it: a ContextSnapshot. A dict is encoded into one key by key (json.dumps in C
-#: is the check; pydantic's JsonValue walk cost ~450 ms for 10 MB); a non-JSON value is a validation error.
+#: is the check; pydantic's JsonValue walk is far slower: docs/benchmarks.md, "Numbers behind the code"); a
+#: non-JSON value is a validation error.
 #: Dumped and described in JSON schema as the JSON object it is.
 Context = Annotated[
     ContextSnapshot,
@@ -259,24 +268,9 @@ class BootFrame(BaseModel):
     handoff_token: str | None = Field(default=None, description="what the runner must find in handoff_dir/token")
 
 
-class ExecuteFrame(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugin: field named `kwargs`
-    """The program; one frame per context key follows it, in ``context_keys`` order (the key's JSON text),
-    except for keys announced as ``(key, length, i)``: their text is descriptor ``i`` of those attached to
-    this frame (SCM_RIGHTS), a sealed, read-only memfd of exactly ``length`` bytes (protocol 3); where the
-    runner confirmed a hand-off directory at boot, file ``i`` in that directory instead."""
-
-    type: Literal["execute"] = "execute"
-    code: str
-    args: list[JsonValue]
-    kwargs: JsonDict
-    context_keys: list[tuple[str, int] | tuple[str, int, int]] = Field(
-        description="each key and the byte length of its JSON text (and the index of its passed descriptor)"
-    )
-    compiled: dict[str, str] | None = Field(
-        default=None,
-        description="the program compiled on the host by the runner's own compile_checked: bytecode magic "
-        "and base64 marshal; the runner uses it when the magic is its own, else compiles `code` itself",
-    )
+# The execute frame is ``wire.ExecuteFrame`` (a TypedDict the host builds and the inside reads): the request
+# it carries is validated already, and re-validating it through a model cost measurable CPU for large
+# arguments.
 
 
 class BridgeReply(BaseModel):
@@ -331,10 +325,8 @@ class ReadyFrame(BaseModel):
     handoff: bool = Field(default=False, description="the runner sees the boot frame's handoff_dir")
 
 
-#: Longest ``purpose`` and longest JSON text of each other contract field on the wire; the runner refuses
-#: longer ones itself (``invalid_contract``), so only a misbehaving runner sends one.
-MAX_PURPOSE_CHARS = 1000
-MAX_CONTRACT_FIELD_CHARS = 2000
+# ``MAX_PURPOSE_CHARS`` and ``MAX_CONTRACT_FIELD_CHARS`` (from ``wire``): the runner refuses longer contract
+# fields itself (``invalid_contract``), so only a misbehaving runner sends one.
 
 
 def _bounded_contract_field(value: JsonValue) -> JsonValue:
@@ -386,18 +378,12 @@ class CallFrame(BaseModel):
 
 #: The error types a runner may report. The others are the host's own observations (``timeout``,
 #: ``sandbox_unavailable``, ``guardrail_violation``): a result frame claiming one is forged.
-RUNNER_ERROR_TYPES: frozenset[ErrorType] = frozenset({
-    ErrorType.EXECUTION, ErrorType.INVALID_CODE, ErrorType.NON_SERIALIZABLE_RESULT, ErrorType.SANDBOX_VIOLATION,
-    ErrorType.MEMORY_LIMIT, ErrorType.OUTPUT_LIMIT, ErrorType.TOOL_ERROR, ErrorType.INVALID_REQUEST,
-    ErrorType.INVALID_CONTRACT,
-})  # fmt: skip
-#: Bounds of a result frame's fields, as the runner produces them (``sandbox/runner.py``).
-MAX_ERROR_MESSAGE = 4096
-MAX_NAME = 200
+RUNNER_ERROR_TYPES: frozenset[ErrorType] = frozenset(ErrorType(kind) for kind in wire.INSIDE_ERROR_KINDS)
+#: Bounds of a result frame's fields, as the runner produces them: ``MAX_ERROR_MESSAGE`` and ``MAX_NAME``
+#: (``wire``), and this one.
 MAX_STDOUT_BYTES = 16 * 1024 * 1024  # the largest ``Limits.max_output_bytes``; a request's own is checked too
-#: A frame nests at most this deep (jiter's limit): a value inside a frame at most one level less.
-MAX_FRAME_DEPTH = 201
-MAX_VALUE_DEPTH = MAX_FRAME_DEPTH - 1
+# A frame nests at most ``MAX_FRAME_DEPTH`` deep (jiter's limit): a value inside a frame at most one level
+# less (``MAX_VALUE_DEPTH``); both from ``wire``.
 _Usage = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
 
 
@@ -444,11 +430,11 @@ RunnerFrame = Annotated[ReadyFrame | CallFrame | DeclareFrame | ResultFrame, Fie
 _RUNNER_FRAME: TypeAdapter[ReadyFrame | CallFrame | DeclareFrame | ResultFrame] = TypeAdapter(RunnerFrame)
 
 
-def encode_frame(frame: BaseModel | dict[str, Any], max_bytes: int) -> bytes:
+def encode_frame(frame: BaseModel | Mapping[str, Any], max_bytes: int) -> bytes:
     """Serialize one frame; refuses NaN/Infinity (not JSON) and anything over ``max_bytes``."""
     payload = frame.model_dump(mode="json") if isinstance(frame, BaseModel) else frame
     try:
-        body = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+        body = wire.dumps(payload).encode()
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"frame is not JSON-serializable: {exc}") from exc
     if len(body) > max_bytes:

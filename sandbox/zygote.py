@@ -1,10 +1,10 @@
 """Host side of the runner's zygote mode: fork fresh runners from a pristine, pre-imported template.
 
-Starting an interpreter and importing RestrictedPython costs ~50 ms of CPU; forking a process that
-already did costs ~1 ms. The zygote never runs a program. Each forked child performs the complete
-lock-down itself (namespaces, private root, privilege drop, rlimits, seccomp) and serves exactly one
-execution. The zygote reaps its children and reports their exit status and resource usage here, so the
-numbers stay host-measured.
+Starting an interpreter and importing RestrictedPython costs tens of times more CPU than forking a process
+that already did (docs/benchmarks.md, "Numbers behind the code"). The zygote never runs a program. Each forked
+child performs the complete lock-down itself (namespaces, private root, privilege drop, rlimits, seccomp) and
+serves exactly one execution. The zygote reaps its children and reports their exit status and resource usage
+here, so the numbers stay host-measured.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from sandforge.runtime.agent.calllog import (
     read_records,
 )
 from sandforge.runtime.agent.failures import FailureClass, classify_failure
-from sandforge.runtime.agent.lifecycle import GUARDRAIL_EXHAUSTED_MESSAGE
+from sandforge.runtime.agent.lanes import GUARDRAIL_EXHAUSTED_MESSAGE
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.source import ProgramCandidate, ProgramStore
 from sandforge.runtime.agent.trace_budget import TraceBudget, TraceUsage

@@ -38,7 +38,7 @@ class Agent:
     _workspace: Workspace
 
     def __init__(self) -> None:
-        raise TypeError("use Agent.for_role(role, provider=...) or Workspace.agent(role)")
+        raise TypeError("use Agent.for_role(role, provider=...) or Agent.for_role(role, workspace=...)")
 
     @classmethod
     def _bind(cls, workspace: Workspace, role: str) -> Agent:
@@ -66,7 +66,9 @@ class Agent:
         trace_budget: TraceBudget | None = None,
         **budgets: int,
     ) -> Agent:
-        """An agent for ``role`` in a new workspace (or in ``workspace``, sharing its runtime).
+        """An agent for ``role`` in a new workspace (or in ``workspace``, sharing its runtime: its context
+        lives there, so two agents for one role in one workspace share it). ``context`` replaces the role's
+        committed context.
 
         ``budgets``: ``generation_retry_budget``, ``guardrail_recovery_budget``, ``execution_repair_budget``,
         ``fresh_outcome_repair_budget``, ``max_depth`` (see :class:`Budgets`). ``trace_budget``: what one
@@ -81,7 +83,9 @@ class Agent:
             )  # fmt: skip
         elif budgets or trace_budget is not None:
             raise TypeError("budgets belong to the workspace; pass them when creating it")
-        return workspace.agent(role, context=context)
+        if context is not None:
+            workspace.set_context(role, context)
+        return cls._bind(workspace, role)
 
     # --- reserved API ---
 

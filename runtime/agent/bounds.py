@@ -32,7 +32,7 @@ from sandforge.runtime.names import (
     valid_role,
 )
 
-#: The sandbox refuses values nested deeper (``sandbox/runner.py``, ``check_json``).
+#: The sandbox refuses values nested deeper (``sandbox/inside/lazycontext.py``, ``check_json``).
 MAX_ARGUMENT_DEPTH = 200
 
 INVALID_TOOL_CALL = "invalid_tool_call"

@@ -331,75 +331,87 @@ class ToolStoreSource:
             return self._record_now(call, candidate, record)
 
     def _record_now(self, call: _Call, candidate: ProgramCandidate | None, record: CallRecord) -> CallRecord:
-        role, method = record.role, record.method
-        store, selection = self.store, call.selection
         actions: list[str] = []
         update: dict[str, Any] = {}
-
-        persisted = selection.artifact if selection.decision is Decision.EXECUTE_PERSISTED else None
-        if persisted is not None:
-            gen = persisted.generation
-            if record.program_source == "persisted":  # it failed (its success is handled by _on_record)
-                cls = artifact_failure_class(record)
-                reason = f"{record.error_type}: {record.error_message or ''}"
-                store.record_failure(role, method, cls, reason, generation=gen)
-                actions.append(f"record_failure:{cls.value}@{gen}")
-                update |= {
-                    "cacheable": persisted.cacheable,
-                    "cacheability_reason": persisted.cacheability_reason,
-                    "input_sensitive": persisted.input_sensitive,
-                }
-            else:  # it failed on an earlier attempt and was replaced by a repair or regeneration
-                failed = next((f for f in record.attempt_failures if f.program_source == "persisted"), None)
-                if failed is not None:
-                    cls = _attempt_failure_class(failed.failure_class)
-                    store.record_failure(
-                        role, method, cls, f"{failed.error_class}: {failed.error_message}", generation=gen
-                    )
-                    actions.append(f"record_failure:{cls.value}@{gen}")
-
+        self._record_persisted_failure(call, record, actions, update)
         if (
             candidate is not None
             and candidate.source in ("generated", "repaired")
             and record.program_source == candidate.source
         ):
-            labels = sorted({c.tag for c in record.capabilities})
-            if record.verdict is not None:  # validated: the guardrail engine extracted its capabilities
-                store.record_pattern(role, method, labels, ok=record.status == "ok", error_type=record.error_type)
-                actions.append("record_pattern")
-                update["capability_patterns"] = labels
-            if record.status == "ok":
-                verdict = assess_cacheability(
-                    method,
-                    candidate.code,
-                    call.request.args,
-                    call.request.kwargs,
-                    is_delegated_contract=call.contract is not None,
-                    dynamic_methods=store.policy.dynamic_methods,
-                    contract=call.contract.model_dump(mode="json") if call.contract is not None else None,
-                )
-                new = ArtifactCandidate(
-                    role=role,
-                    method_name=method,
-                    code=candidate.code,
-                    runtime_version=self.runtime_version,
-                    cacheability=verdict,
-                    dependencies=list(candidate.dependencies),
-                    prompt_version=self.prompt_version,
-                    model=candidate.model,
-                    contract_fingerprint=call.fingerprint,
-                    capabilities=labels,
-                )
-                if candidate.source == "repaired":
-                    art = store.record_repair(new)
-                    actions.append(f"record_repair@{art.generation}")
-                else:
-                    art = store.record_regeneration(new)
-                    actions.append(f"record_regeneration@{art.generation}")
-                update |= {
-                    "cacheable": verdict.cacheable,
-                    "cacheability_reason": verdict.reason_text,
-                    "input_sensitive": verdict.input_sensitive,
-                }
+            self._record_fresh(call, candidate, record, actions, update)
         update["store_actions"] = actions
         return record.model_copy(update=update)
+
+    def _record_persisted_failure(
+        self, call: _Call, record: CallRecord, actions: list[str], update: dict[str, Any]
+    ) -> None:
+        """The persisted program this call selected failed: its health learns why."""
+        role, method, selection = record.role, record.method, call.selection
+        persisted = selection.artifact if selection.decision is Decision.EXECUTE_PERSISTED else None
+        if persisted is None:
+            return
+        gen = persisted.generation
+        if record.program_source == "persisted":  # it failed (its success is handled by _on_record)
+            cls = artifact_failure_class(record)
+            reason = f"{record.error_type}: {record.error_message or ''}"
+            self.store.record_failure(role, method, cls, reason, generation=gen)
+            actions.append(f"record_failure:{cls.value}@{gen}")
+            update |= {
+                "cacheable": persisted.cacheable,
+                "cacheability_reason": persisted.cacheability_reason,
+                "input_sensitive": persisted.input_sensitive,
+            }
+        else:  # it failed on an earlier attempt and was replaced by a repair or regeneration
+            failed = next((f for f in record.attempt_failures if f.program_source == "persisted"), None)
+            if failed is not None:
+                cls = _attempt_failure_class(failed.failure_class)
+                self.store.record_failure(
+                    role, method, cls, f"{failed.error_class}: {failed.error_message}", generation=gen
+                )
+                actions.append(f"record_failure:{cls.value}@{gen}")
+
+    def _record_fresh(
+        self, call: _Call, candidate: ProgramCandidate, record: CallRecord, actions: list[str], update: dict[str, Any]
+    ) -> None:
+        """A generated or repaired program ran: its capability pattern, and (on success) the new artifact."""
+        role, method, store = record.role, record.method, self.store
+        labels = sorted({c.tag for c in record.capabilities})
+        if record.verdict is not None:  # validated: the guardrail engine extracted its capabilities
+            store.record_pattern(role, method, labels, ok=record.status == "ok", error_type=record.error_type)
+            actions.append("record_pattern")
+            update["capability_patterns"] = labels
+        if record.status != "ok":
+            return
+        verdict = assess_cacheability(
+            method,
+            candidate.code,
+            call.request.args,
+            call.request.kwargs,
+            is_delegated_contract=call.contract is not None,
+            dynamic_methods=store.policy.dynamic_methods,
+            contract=call.contract.model_dump(mode="json") if call.contract is not None else None,
+        )
+        new = ArtifactCandidate(
+            role=role,
+            method_name=method,
+            code=candidate.code,
+            runtime_version=self.runtime_version,
+            cacheability=verdict,
+            dependencies=list(candidate.dependencies),
+            prompt_version=self.prompt_version,
+            model=candidate.model,
+            contract_fingerprint=call.fingerprint,
+            capabilities=labels,
+        )
+        if candidate.source == "repaired":
+            art = store.record_repair(new)
+            actions.append(f"record_repair@{art.generation}")
+        else:
+            art = store.record_regeneration(new)
+            actions.append(f"record_regeneration@{art.generation}")
+        update |= {
+            "cacheable": verdict.cacheable,
+            "cacheability_reason": verdict.reason_text,
+            "input_sensitive": verdict.input_sensitive,
+        }

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandforge.runtime.agent.calllog import CallRecord, NestedCallSummary
+from sandforge.runtime.agent.source import ProgramCandidate, ProgramPlan
 from sandforge.runtime.store.models import ToolContract as ToolContract  # the one contract model, re-exported
 from sandforge.sandbox.context import ContextSnapshot
 
@@ -29,8 +30,10 @@ JsonDict = dict[str, Any]
 @dataclass
 class StagedRecord:
     record: CallRecord
-    candidate: Any = None  # the ProgramCandidate of the call, for the store hook
-    plan: Any = None  # the store's ProgramPlan for the call, if it gave one
+    #: the program of the call's last attempt, for the store hook
+    candidate: ProgramCandidate | None = None
+    #: the store's plan for the call, if it gave one
+    plan: ProgramPlan | None = None
 
 
 class State:
@@ -113,7 +116,9 @@ class Transaction:
         self._check_open()
         self.tools[contract.role] = contract
 
-    def stage_record(self, record: CallRecord, candidate: Any = None, plan: Any = None) -> None:
+    def stage_record(
+        self, record: CallRecord, candidate: ProgramCandidate | None = None, plan: ProgramPlan | None = None
+    ) -> None:
         self._check_open()
         self.records.append(StagedRecord(record, candidate, plan))
 

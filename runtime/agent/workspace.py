@@ -6,17 +6,18 @@ import json
 import logging
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import JsonValue
 
 from sandforge.runtime.agent.bounds import check_arguments
 from sandforge.runtime.agent.budgets import Budgets
 from sandforge.runtime.agent.calllog import STORE_FIELDS, CallLog, CallRecord, default_log_path
+from sandforge.runtime.agent.env import CallEnv, CallSpec
 from sandforge.runtime.agent.lifecycle import CallRun
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.persistence import ToolStoreSource
-from sandforge.runtime.agent.source import ProgramCandidate, ProgramPlan, ProgramStore
+from sandforge.runtime.agent.source import ProgramStore
 from sandforge.runtime.agent.state import StagedRecord, State, ToolContract
 from sandforge.runtime.agent.trace_budget import TraceBudget
 from sandforge.runtime.guardrails import Policy, default_policy
@@ -26,9 +27,6 @@ from sandforge.runtime.store.errors import StoreError
 from sandforge.sandbox import Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.config import BackendName
 from sandforge.sandbox.context import ContextError, ContextSnapshot
-
-if TYPE_CHECKING:
-    from sandforge.runtime.agent.agent import Agent
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +53,9 @@ def as_snapshot(context: dict[str, Any], what: str) -> ContextSnapshot:
 
 class Workspace:
     """Holds what agents share and runs their calls. Thread-safe; calls into one workspace are serialized.
+
+    Agents are made by ``Agent.for_role(role, workspace=ws)``; a call sees only the :class:`CallEnv`
+    the workspace gives it (:meth:`call_env`), never the workspace itself.
 
     ``sandbox`` may be a Sandbox (shared, not closed here), a SandboxConfig or a backend name (a Sandbox is
     created and closed by :meth:`close`). ``log`` is a CallLog, a path, None (the default log file, see
@@ -116,15 +117,16 @@ class Workspace:
     def backend_name(self) -> str:
         return self.backend or self.sandbox.config.backend
 
-    # --- agents and calls ---
+    # --- calls ---
 
-    def agent(self, role: str, *, context: dict[str, JsonValue] | None = None) -> Agent:
-        """The agent for ``role`` (its context lives here, so two handles for one role share it)."""
-        from sandforge.runtime.agent.agent import Agent
-
-        if context is not None:
-            self.set_context(role, context)
-        return Agent._bind(self, role)
+    def call_env(self) -> CallEnv:
+        """What one call may use: this workspace's runtime as it is now (read per call, so a provider or
+        policy assigned to the workspace applies from the next call on)."""
+        return CallEnv(
+            provider=self.provider, provider_name=self.provider_name, policy=self.policy, sandbox=self.sandbox,
+            backend=self.backend, limits=self.limits, budgets=self.budgets, trace_budget=self.trace_budget,
+            store=self.store, state=self._state, records=self._commit_records,
+        )  # fmt: skip
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Outcome:
         """One top-level dynamic call: ``role.method(*args, **kwargs)``. Never raises for tool failures."""
@@ -132,8 +134,8 @@ class Workspace:
         call_args = as_json(list(args), "call arguments")
         call_kwargs = as_json(dict(kwargs), "call keyword arguments")
         with self._call_lock:
-            return CallRun(ws=self, parent_txn=None, role=role, method=method, args=call_args,
-                           kwargs=call_kwargs).run()  # fmt: skip
+            spec = CallSpec(role=role, method=method, args=call_args, kwargs=call_kwargs)
+            return CallRun.top(self.call_env(), spec).run()
 
     # --- committed state ---
 
@@ -186,17 +188,12 @@ class Workspace:
 
     # --- records ---
 
-    def _emit_record(
-        self, record: CallRecord, candidate: ProgramCandidate | None, plan: ProgramPlan | None = None
-    ) -> None:
-        self._commit_records([StagedRecord(record, candidate, plan)])
-
     def _commit_records(self, staged: list[StagedRecord]) -> None:
         """The store sees each committed record first (it may add its fields), then the log gets it."""
         for item in staged:
             record = item.record
             if self.store is not None:
-                plan = item.plan if isinstance(item.plan, ProgramPlan) else None
+                plan = item.plan
                 hook = plan.on_record if plan is not None and plan.on_record is not None else self.store.record
                 try:
                     updated = hook(item.candidate, record)

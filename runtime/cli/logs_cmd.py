@@ -179,6 +179,22 @@ def _emit(record: CallRecord, *, as_json: bool, details: bool, color: bool) -> N
             click.echo(line)
 
 
+def _select(
+    log_path: Path, *, last: int | None, role: str | None, status: str | None, trace: str | None
+) -> tuple[list[CallRecord], int]:
+    """The matching records (the last ``last`` of them) and how many lines could not be read."""
+    selected: deque[CallRecord] = deque(maxlen=last)
+    skipped = 0
+    with open_log(log_path) as fh:
+        for line in bounded_lines(fh):
+            record = parse_record(line) if line is not None else None
+            if record is None:
+                skipped += line is None or bool(line.strip())
+            elif matches(record, role=role, status=status, trace=trace):
+                selected.append(record)
+    return list(selected), skipped
+
+
 @click.command("logs")
 @click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Log file. Default: $SANDFORGE_CALL_LOG or <state dir>/logs/calls.jsonl.")  # fmt: skip
@@ -213,17 +229,9 @@ def command(
     if not log_path.exists() and not follow:
         raise UsageError(f"no call log at {log_path}", hint="run `sandforge demo`, or point --file at a log")
     if log_path.exists():
-        selected: deque[CallRecord] = deque(maxlen=last)
-        skipped = 0
-        with open_log(log_path) as fh:
-            for line in bounded_lines(fh):
-                record = parse_record(line) if line is not None else None
-                if record is None:
-                    skipped += line is None or bool(line.strip())
-                elif matches(record, role=role, status=status, trace=trace):
-                    selected.append(record)
-        for record in selected if as_json else tree_order(list(selected)):
-            _emit(record, as_json=as_json, details=not brief, color=color)
+        selected, skipped = _select(log_path, last=last, role=role, status=status, trace=trace)
+        for shown in selected if as_json else tree_order(selected):
+            _emit(shown, as_json=as_json, details=not brief, color=color)
         if skipped:
             click.echo(f"({skipped} unreadable line{'s' if skipped != 1 else ''} skipped)", err=True)
     if not follow:

@@ -187,10 +187,10 @@ def _validate(source: str | bytes, policy: Policy) -> ValidationResult:
 def _restricted_compile(
     program: Program, text: str, tree: ast.Module, flagged: set[int]
 ) -> list[tuple[int, int, int, Violation]]:
-    """What the sandbox's compiler refuses (``sandbox.runner.compile_checked``, the very function the
-    runner compiles with), as recoverable violations; a line a policy rule already flagged is not reported
+    """What the sandbox's compiler refuses (``sandbox.inside.compilation.compile_checked``, the very function
+    the runner compiles with), as recoverable violations; a line a policy rule already flagged is not reported
     twice (the rule's message and correction are the more specific ones)."""
-    from sandforge.sandbox.runner import compile_checked  # the in-sandbox runner: stdlib and RestrictedPython only
+    from sandforge.sandbox.inside.compilation import compile_checked  # the inside: stdlib and RestrictedPython only
 
     _, refusals = compile_checked(text, tree, remember=True)  # the exchange ships the code it compiled
     found: list[tuple[int, int, int, Violation]] = []

@@ -17,11 +17,13 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from sandforge.runtime.egress.config import EgressPolicy, EgressSection
 from sandforge.runtime.errors import ConfigError, InputFileError
 from sandforge.runtime.files.read import read_user_file
+from sandforge.runtime.files.yamltext import YamlPath
+from sandforge.runtime.files.yamltext import compose_with_lines as _compose
 from sandforge.runtime.guardrails import policy_model as pm
 from sandforge.runtime.guardrails.matchers import Matcher, MatcherError, compile_matcher
 from sandforge.runtime.guardrails.policy import (
@@ -34,14 +36,8 @@ from sandforge.runtime.guardrails.policy import (
     fingerprint,
 )
 
-YamlPath = tuple[str | int, ...]
-
 MAX_POLICY_FILE_BYTES = 4 * 1024 * 1024
-MAX_YAML_NODES = 200_000
-MAX_YAML_DEPTH = 64
 MAX_LAYER_DEPTH = 8
-_COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def default_policy_dir() -> Traversable:
@@ -83,6 +79,7 @@ class _File:
     name: str
     data: pm.PolicyFile
     lines: dict[YamlPath, int]
+    directory: Path | None = None  # where relative paths in the file (egress.ca_file) start
 
     def origin(self, path: YamlPath) -> Origin:
         return Origin(self.name, _line_of(self.lines, path))
@@ -95,6 +92,15 @@ def _policy_files(layer: PolicySource) -> list[tuple[str, Traversable]]:
         if isinstance(layer, Path) and (layer.exists() or layer.is_symlink()):
             raise ConfigError(f"policy {layer} is neither a regular file nor a directory")
         raise ConfigError(f"policy directory {layer} does not exist")
+    found = _yaml_files_below(layer)
+    if not found:
+        raise ConfigError(f"policy directory {layer} has no .yaml files")
+    return [(display, entry) for _, display, entry in sorted(found, key=lambda item: item[0])]
+
+
+def _yaml_files_below(layer: Traversable) -> list[tuple[str, str, Traversable]]:
+    """Every ``.yaml``/``.yml`` file below ``layer`` (hidden entries skipped, MAX_LAYER_DEPTH folders deep):
+    (path relative to the layer, display name, the file)."""
     found: list[tuple[str, str, Traversable]] = []
     stack: list[tuple[Traversable, str, int]] = [(layer, "", 0)]
     while stack:
@@ -108,9 +114,7 @@ def _policy_files(layer: PolicySource) -> list[tuple[str, Traversable]]:
                     stack.append((entry, f"{relative}{name}/", depth + 1))
             elif name.endswith((".yaml", ".yml")):
                 found.append((relative + name, str(entry), entry))
-    if not found:
-        raise ConfigError(f"policy directory {layer} has no .yaml files")
-    return [(display, entry) for _, display, entry in sorted(found, key=lambda item: item[0])]
+    return found
 
 
 def _read(name: str, source: Traversable) -> _File:
@@ -140,75 +144,7 @@ def _read(name: str, source: Traversable) -> _File:
         parsed = pm.PolicyFile.model_validate(data)
     except ValidationError as exc:
         raise _validation_error(name, lines, data, exc, ()) from None
-    return _File(name, parsed, lines)
-
-
-def compose_yaml(name: str, text: str) -> Any:
-    """Plain data from YAML text with this loader's bounds (node budget, depth, tags, string keys, no
-    duplicates); ConfigError naming ``name`` and the line otherwise. Shared by every YAML input."""
-    return _compose(name, text)[0]
-
-
-def _compose(name: str, text: str) -> tuple[Any, dict[YamlPath, int]]:
-    """Parse YAML into plain data plus a map from each key/item path to its 1-based line."""
-    loader = _Loader(text)
-    lines: dict[YamlPath, int] = {(): 1}
-    budget = [MAX_YAML_NODES]
-    try:
-        root = loader.get_single_node()
-        if root is None:
-            return None, lines
-        return _convert(name, loader, root, (), lines, budget, frozenset()), lines
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else 1
-        problem = exc.problem or exc.context or "malformed YAML"
-        raise ConfigError(f"{name}:{line}: {problem}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{name}: malformed YAML: {' '.join(str(exc).split())}") from None
-    except (ValueError, RecursionError) as exc:  # a 5,000-digit integer, a scalar the constructor refuses
-        raise ConfigError(f"{name}: unusable YAML value: {' '.join(str(exc).split())[:200]}") from None
-    finally:
-        loader.dispose()
-
-
-def _convert(
-    name: str,
-    loader: yaml.SafeLoader,
-    node: yaml.Node,
-    path: YamlPath,
-    lines: dict[YamlPath, int],
-    budget: list[int],
-    active: frozenset[int],
-) -> Any:
-    line = node.start_mark.line + 1
-    lines.setdefault(path, line)
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise ConfigError(f"{name}:{line}: too many YAML nodes (alias expansion?)")
-    if len(path) > MAX_YAML_DEPTH or id(node) in active:
-        raise ConfigError(f"{name}:{line}: YAML nested too deeply or refers to itself")
-    inner = active | {id(node)}
-    if isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.tag not in _COLLECTION_TAGS:
-        raise ConfigError(f"{name}:{line}: unsupported YAML tag {node.tag!r}")
-    if isinstance(node, yaml.MappingNode):
-        loader.flatten_mapping(node)
-        out: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
-            key_line = key_node.start_mark.line + 1
-            if not isinstance(key, str):
-                raise ConfigError(f"{name}:{key_line}: mapping keys must be strings; quote {key_node.value!r}")
-            if key in out:
-                raise ConfigError(f"{name}:{key_line}: duplicate key {key!r}")
-            lines[(*path, key)] = key_line
-            out[key] = _convert(name, loader, value_node, (*path, key), lines, budget, inner)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [
-            _convert(name, loader, item, (*path, index), lines, budget, inner) for index, item in enumerate(node.value)
-        ]
-    return loader.construct_object(node)
+    return _File(name, parsed, lines, source.parent if isinstance(source, Path) else None)
 
 
 def _line_of(lines: dict[YamlPath, int], path: YamlPath) -> int:
@@ -292,6 +228,7 @@ class _Builder:
         self.granted: set[str] = set()
         self.grant_sites: list[tuple[str, Origin]] = []
         self.limits: dict[str, int] = {}
+        self.egress = EgressPolicy()
         self.name = "policy"
         self.description = ""
 
@@ -316,6 +253,16 @@ class _Builder:
                 (self.granted.add if section == "grant" else self.granted.discard)(tag)
         if data.limits is not None:
             self.limits.update(data.limits.model_dump(exclude_none=True))
+        if data.egress is not None:
+            self._egress(file, data.egress)
+
+    def _egress(self, file: _File, section: EgressSection) -> None:
+        ca_file = section.ca_file
+        if ca_file is not None and not Path(ca_file).is_absolute():
+            if file.directory is None:
+                raise ConfigError(f"{file.origin(('egress', 'ca_file'))}: egress.ca_file must be an absolute path here")
+            ca_file = str(file.directory / ca_file)
+        self.egress = self.egress.merge(section, ca_file=ca_file)
 
     def _capability(self, file: _File, tag: str, spec: pm.CapabilitySpec) -> None:
         base: YamlPath = ("capabilities", tag)
@@ -376,6 +323,7 @@ class _Builder:
             capabilities=capabilities,
             granted=frozenset(self.granted),
             limits=limits,
+            egress=self.egress,
         )
         return dataclasses.replace(policy, fingerprint=fingerprint(policy))
 

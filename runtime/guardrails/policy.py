@@ -11,6 +11,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from sandforge.runtime.egress.config import EgressPolicy
 from sandforge.runtime.guardrails import policy_model as pm
 from sandforge.runtime.guardrails.matchers import Matcher
 
@@ -110,6 +111,9 @@ class Policy:
     granted: frozenset[str]
     limits: pm.Limits
     fingerprint: str = field(default="")
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
+    """What brokered requests may reach, every layer merged (not part of the fingerprint: it changes no
+    verdict)."""
 
     @property
     def layers(self) -> tuple[str, ...]:

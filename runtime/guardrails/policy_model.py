@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
+from sandforge.runtime.egress.config import EgressSection
+
 Classification = Literal["recoverable", "terminal"]
 
 ID_PATTERN = r"^[a-z][a-z0-9_]{1,63}$"
@@ -287,7 +289,7 @@ class PolicyMeta(_Model):
 
 class PolicyFile(_Model):
     """One policy file. Sections apply in this order: capabilities, rules, override, disable, grant, deny,
-    limits."""
+    limits, egress."""
 
     schema_: str | None = Field(None, alias="$schema", description="optional, for editors")
     policy: PolicyMeta | None = None
@@ -298,6 +300,9 @@ class PolicyFile(_Model):
     grant: list[Tag] = Field(default_factory=list, description="capabilities this deployment grants")
     deny: list[Tag] = Field(default_factory=list, description="capabilities revoked (after `grant`)")
     limits: LimitsOverride | None = None
+    egress: EgressSection | None = Field(
+        None, description="what brokered requests may reach (docs/policies.md, 'Egress'); default: nothing"
+    )
 
 
 SCHEMA_ID = "https://sandforge.dev/schemas/policy.schema.json"

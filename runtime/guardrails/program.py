@@ -326,9 +326,6 @@ class Program:
         key = self.binding_key(name) if isinstance(name, ast.Name) else name
         return self._bindings.get(key, [])
 
-    def binding_keys(self) -> list[str]:
-        return list(self._bindings)
-
     def bindings_by_key(self) -> Mapping[str, list[Binding]]:
         """Every variable's bindings, by binding key (read only)."""
         return self._bindings
@@ -354,13 +351,6 @@ class Program:
             memo[key] = self._combine(key)
             stack.pop()
         return memo[node]
-
-    def name_qualnames(self, name: str) -> tuple[str, ...]:
-        """What a top-level name resolves to."""
-        found = self._memo.get(name)
-        if found is None:
-            found = self.qualnames(ast.Name(id=name, ctx=ast.Load()))
-        return found
 
     def is_called(self, node: ast.AST) -> bool:
         """Whether `node` is the callee of a call expression."""
@@ -851,17 +841,8 @@ class Program:
                         pending.append(node)
                     continue
                 else:  # IfExp, BoolOp, NamedExpr, Starred, Await: the union of their parts (`_combine`)
-                    parts: list[str] = []
-                    for dep in self._deps(node):
-                        part = memo.get(dep)
-                        if part is None:
-                            if dep.__class__ in _DEPENDENT:
-                                pending.append(node)
-                                break
-                            part = _static_qualnames(dep)  # type: ignore[arg-type]
-                        parts.extend(part)
-                    else:
-                        memo[node] = _unique(parts)
+                    if not self._combine_union_now(node):
+                        pending.append(node)
                     continue
                 for qualname in found:  # index a name or attribute reference
                     bucket = refs.get(qualname)
@@ -870,15 +851,31 @@ class Program:
                     else:
                         bucket.append(node)
         if pending:
-            self._resolve_names()
-            for node in pending:
-                found = self.qualnames(node)
-                if isinstance(node, ast.Call):
-                    self._index_call(node, self.qualnames(node.func))
-                elif isinstance(node, ast.Attribute) or (
-                    isinstance(node, ast.Name) and type(node.ctx) is not ast.Store
-                ):
-                    self._index_reference(node, found)
+            self._resolve_pending(pending)
+
+    def _combine_union_now(self, node: ast.expr) -> bool:
+        """Resolve ``node`` (a rare kind: IfExp, BoolOp, ...) to the union of its parts if they are resolved."""
+        memo = self._memo
+        parts: list[str] = []
+        for dep in self._deps(node):
+            part = memo.get(dep)
+            if part is None:
+                if dep.__class__ in _DEPENDENT:
+                    return False
+                part = _static_qualnames(dep)  # type: ignore[arg-type]
+            parts.extend(part)
+        memo[node] = _unique(parts)
+        return True
+
+    def _resolve_pending(self, pending: list[ast.expr]) -> None:
+        """Finish what one pass of `_resolve` left: names used before an assignment, and cycles."""
+        self._resolve_names()
+        for node in pending:
+            found = self.qualnames(node)
+            if isinstance(node, ast.Call):
+                self._index_call(node, self.qualnames(node.func))
+            elif isinstance(node, ast.Attribute) or (isinstance(node, ast.Name) and type(node.ctx) is not ast.Store):
+                self._index_reference(node, found)
 
     def _combine_call_now(self, call: ast.Call) -> bool:
         memo, func = self._memo, call.func

@@ -36,14 +36,16 @@ from sandforge.runtime.sessions.groups import (
 )
 from sandforge.runtime.sessions.history import restore_loaded_groups, to_api_messages
 from sandforge.runtime.sessions.models import Message, MessageType, SessionInfo, ToolStatus
-from sandforge.runtime.sessions.runner import (
+from sandforge.runtime.sessions.session import Session, ToolCallRecord, TurnResult, not_available
+from sandforge.runtime.sessions.tool_runner import (
     AgentToolRunner,
+    ToolAgent,
+    ToolOutcome,
     ToolResult,
     ToolRunner,
     UnavailableRunner,
     outcome_to_result,
 )
-from sandforge.runtime.sessions.session import Session, ToolCallRecord, TurnResult, not_available
 
 __all__ = [
     "CORE_TOOLS",
@@ -72,8 +74,10 @@ __all__ = [
     "SessionStoreError",
     "StaticGroupSource",
     "TextBlock",
+    "ToolAgent",
     "ToolCallRecord",
     "ToolGroup",
+    "ToolOutcome",
     "ToolRegistry",
     "ToolResult",
     "ToolRunner",

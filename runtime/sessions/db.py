@@ -451,6 +451,3 @@ class SessionStore:
         """The session's history, oldest first (a snapshot; one query)."""
         with gc_paused():  # thousands of rows form no cycles: collections would find nothing
             return _rows_to_messages(self._query(_SELECT_MESSAGES, (session_id,)))
-
-    def session_exists(self, session_id: str) -> bool:
-        return bool(self._query("SELECT 1 FROM sessions WHERE id = ?", (session_id,)))

@@ -281,9 +281,6 @@ class ToolRegistry:
     def core_tools(self) -> list[ToolSpec]:
         return list(self._core)
 
-    def is_core(self, tool_name: str) -> bool:
-        return any(t.name == tool_name for t in self._core)
-
     def group_names(self) -> list[str]:
         return self.source.group_names()
 

@@ -22,12 +22,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandforge.runtime.providers.chat import ChatProvider, ChatRequest, ToolUseBlock
+from sandforge.runtime.providers.chat import ChatProvider, ChatRequest, ChatResponse, ToolUseBlock
 from sandforge.runtime.sessions.db import SessionStore
 from sandforge.runtime.sessions.groups import LIST_TOOL_GROUPS, LOAD_TOOL_GROUP, ToolGroup, ToolRegistry, ToolSpec
 from sandforge.runtime.sessions.history import restore_loaded_groups, to_api_messages
 from sandforge.runtime.sessions.models import Message, SessionInfo, ToolStatus
-from sandforge.runtime.sessions.runner import ToolResult, ToolRunner
+from sandforge.runtime.sessions.tool_runner import ToolResult, ToolRunner
 
 log = logging.getLogger(__name__)
 
@@ -168,12 +168,6 @@ class Session:
                 self._reset_tools(self.history())
             return [n for n, g in self._loaded.items() if g is not None]
 
-    def active_tools(self) -> list[ToolSpec]:
-        with self._lock:
-            if not self._ready:
-                self._reset_tools(self.history())
-            return [spec for spec, _ in self._active.values()]
-
     # --- the loop ---------------------------------------------------------------------------------------
 
     def _system(self) -> str:
@@ -209,46 +203,7 @@ class Session:
                 response = self.provider.complete(request)
                 result.model_calls += 1
                 result.stop_reason = response.stop_reason
-                batch: list[Message] = []
-                if response.text:
-                    texts.append(response.text)
-                    batch.append(
-                        Message.assistant(
-                            self.id,
-                            response.text,
-                            {"model": response.model, "stop_reason": response.stop_reason, "usage": response.usage},
-                        )
-                    )
-                calls: list[Message] = []
-                results: list[Message] = []
-                for use in response.tool_uses:
-                    outcome = self._execute(use)
-                    status = ToolStatus.SUCCESS if outcome.ok else ToolStatus.ERROR
-                    calls.append(
-                        Message.tool_call(
-                            self.id,
-                            name=use.name,
-                            call_id=use.id,
-                            status=status,
-                            tool_input=json.dumps(use.input, ensure_ascii=False),
-                        )
-                    )
-                    results.append(
-                        Message.tool_result(
-                            self.id,
-                            name=use.name,
-                            call_id=use.id,
-                            status=status,
-                            content=outcome.content,
-                            metadata=outcome.metadata,
-                        )
-                    )
-                    result.tool_calls.append(
-                        ToolCallRecord(
-                            call_id=use.id, name=use.name, input=use.input, status=status, content=outcome.content
-                        )
-                    )
-                stored = self.store.append(batch + calls + results)
+                stored = self.store.append(self._step_messages(response, texts, result))
                 transcript += stored
                 new += stored
                 if not response.tool_uses:
@@ -260,6 +215,44 @@ class Session:
             result.active_groups = [n for n, g in self._loaded.items() if g is not None]
             result.messages = new
             return result
+
+    def _step_messages(self, response: ChatResponse, texts: list[str], result: TurnResult) -> list[Message]:
+        """What one model response adds to the history: its text, then its tool calls and their results
+        (each tool call run here, in order); the text and the calls are noted in ``texts`` and ``result``."""
+        batch: list[Message] = []
+        if response.text:
+            texts.append(response.text)
+            batch.append(
+                Message.assistant(
+                    self.id,
+                    response.text,
+                    {"model": response.model, "stop_reason": response.stop_reason, "usage": response.usage},
+                )
+            )
+        calls: list[Message] = []
+        results: list[Message] = []
+        for use in response.tool_uses:
+            outcome = self._execute(use)
+            status = ToolStatus.SUCCESS if outcome.ok else ToolStatus.ERROR
+            calls.append(
+                Message.tool_call(
+                    self.id,
+                    name=use.name,
+                    call_id=use.id,
+                    status=status,
+                    tool_input=json.dumps(use.input, ensure_ascii=False),
+                )
+            )
+            results.append(
+                Message.tool_result(
+                    self.id, name=use.name, call_id=use.id, status=status, content=outcome.content,
+                    metadata=outcome.metadata,
+                )
+            )  # fmt: skip
+            result.tool_calls.append(
+                ToolCallRecord(call_id=use.id, name=use.name, input=use.input, status=status, content=outcome.content)
+            )
+        return batch + calls + results
 
     # --- tools ------------------------------------------------------------------------------------------
 

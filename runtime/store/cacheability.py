@@ -268,28 +268,39 @@ def _fold(node: ast.AST) -> str | None:
         left, right = _fold(node.left), _fold(node.right)
         return None if left is None or right is None else left + right
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant):
-        fmt, arg = node.left.value, _fold(node.right)
-        if isinstance(fmt, str) and arg is not None:
-            try:
-                return fmt % arg
-            except (TypeError, ValueError):
-                return None
-        return None
+        return _fold_percent(node.left.value, node.right)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.keywords:
-        base = _fold(node.func.value)
-        if base is None:
+        return _fold_str_method(node.func, node.args)
+    return None
+
+
+def _fold_percent(fmt: object, right: ast.expr) -> str | None:
+    """``"..." % x`` with a constant format and a constant ``x``."""
+    arg = _fold(right)
+    if not isinstance(fmt, str) or arg is None:
+        return None
+    try:
+        return fmt % arg
+    except (TypeError, ValueError):
+        return None
+
+
+def _fold_str_method(func: ast.Attribute, args: list[ast.expr]) -> str | None:
+    """``"...".format(...)`` and ``"...".join([...])`` over constants."""
+    base = _fold(func.value)
+    if base is None:
+        return None
+    if func.attr == "format":
+        folded = [_fold(a) for a in args]
+        if any(a is None for a in folded):
             return None
-        if node.func.attr == "format":
-            args = [_fold(a) for a in node.args]
-            if any(a is None for a in args):
-                return None
-            try:
-                return base.format(*args)
-            except (IndexError, KeyError, ValueError):
-                return None
-        if node.func.attr == "join" and len(node.args) == 1 and isinstance(node.args[0], ast.List | ast.Tuple):
-            items = [_fold(e) for e in node.args[0].elts]
-            return None if any(i is None for i in items) else base.join(i or "" for i in items)
+        try:
+            return base.format(*folded)
+        except (IndexError, KeyError, ValueError):
+            return None
+    if func.attr == "join" and len(args) == 1 and isinstance(args[0], ast.List | ast.Tuple):
+        items = [_fold(e) for e in args[0].elts]
+        return None if any(i is None for i in items) else base.join(i or "" for i in items)
     return None
 
 
@@ -466,18 +477,8 @@ def _target_names(target: ast.AST) -> list[str] | None:
     return None
 
 
-def reads_arguments(tree: ast.AST) -> bool:
-    """Does the program use ``args``/``kwargs``, directly or through a name derived from them?
-
-    Derived names are found by propagation to a fixed point: ``x = args[0]`` makes ``x`` derived. A
-    statement ``name = <expr>`` (or ``name += <expr>``, or with a type annotation) whose targets are all
-    plain names only *propagates*; a derived name used anywhere else (returned, tested, passed to a call,
-    written into ``context``, iterated over, read by a nested function...) is a read. So ``n = args[0]`` with
-    ``n`` never used afterwards still ignores the arguments."""
-    nodes = list(ast.walk(tree))
-    loads = [n for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
-    if not any(n.id in ARGUMENT_NAMES for n in loads):
-        return False
+def _propagations(nodes: list[ast.AST]) -> list[tuple[list[str], set[str], set[int]]]:
+    """Each assignment to plain names only: (the names bound, the names its value uses, those uses' ids)."""
     propagations: list[tuple[list[str], set[str], set[int]]] = []
     for node in nodes:
         targets: list[ast.AST] = []
@@ -497,6 +498,22 @@ def reads_arguments(tree: ast.AST) -> bool:
         else:
             used = [n for n in ast.walk(value) if isinstance(n, ast.Name)]
             propagations.append((bound, {n.id for n in used}, {id(n) for n in used}))
+    return propagations
+
+
+def reads_arguments(tree: ast.AST) -> bool:
+    """Does the program use ``args``/``kwargs``, directly or through a name derived from them?
+
+    Derived names are found by propagation to a fixed point: ``x = args[0]`` makes ``x`` derived. A
+    statement ``name = <expr>`` (or ``name += <expr>``, or with a type annotation) whose targets are all
+    plain names only *propagates*; a derived name used anywhere else (returned, tested, passed to a call,
+    written into ``context``, iterated over, read by a nested function...) is a read. So ``n = args[0]`` with
+    ``n`` never used afterwards still ignores the arguments."""
+    nodes = list(ast.walk(tree))
+    loads = [n for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    if not any(n.id in ARGUMENT_NAMES for n in loads):
+        return False
+    propagations = _propagations(nodes)
     derived = set(ARGUMENT_NAMES)
     changed = True
     while changed:
@@ -507,14 +524,6 @@ def reads_arguments(tree: ast.AST) -> bool:
                 changed = True
     propagating: set[int] = set().union(*(inside for _, _, inside in propagations))
     return any(n.id in derived and id(n) not in propagating for n in loads)
-
-
-def ignores_arguments(code: str, args: Sequence[object], kwargs: Mapping[str, object]) -> bool | None:
-    """True when the call had arguments and ``code`` never reads them; None if it does not parse."""
-    tree = _parse(code)
-    if tree is None:
-        return None
-    return bool(args or kwargs) and not reads_arguments(tree)
 
 
 def assess_cacheability(

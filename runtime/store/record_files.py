@@ -67,8 +67,8 @@ class DecodeCache(Generic[M]):
     """Remembers the last decoded version of one file, keyed by its exact bytes.
 
     Keyed by content, not by stat: inode numbers are reused and mtimes are coarse, so a stat key could
-    hand a writer a stale registry and lose an update. Comparing bytes (a memcmp) is ~100x cheaper than
-    parsing them.
+    hand a writer a stale registry and lose an update. Comparing bytes (a memcmp) is far cheaper than
+    parsing them (docs/benchmarks.md, "Numbers behind the code").
     """
 
     def __init__(self) -> None:

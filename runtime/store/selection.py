@@ -40,7 +40,7 @@ import enum
 import re
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -297,27 +297,10 @@ def select_artifact(
         return Selection(decision=D.GENERATE, reason=R.CORRUPT, detail="stored artifact unreadable; quarantined")
     artifact: MethodArtifact = stored
     observed = ArtifactObservation.of(artifact)
-    if artifact.method_name != method_name:
-        return Selection(
-            decision=D.GENERATE,
-            reason=R.CORRUPT,
-            detail=f"stored artifact is for method {artifact.method_name!r}, not {method_name!r}",
-            observed=observed,
-        )
-    if not runtime_compatible(artifact.runtime_version, runtime_version, policy.runtime_compatibility):
-        return Selection(
-            decision=D.GENERATE,
-            reason=R.RUNTIME_INCOMPATIBLE,
-            detail=f"written for runtime {artifact.runtime_version!r}, running {runtime_version!r}",
-            observed=observed,
-        )
-    if not artifact.checksum_ok():
-        return Selection(
-            decision=D.GENERATE,
-            reason=R.CHECKSUM_MISMATCH,
-            detail="code does not match code_checksum: modified or damaged, not executed",
-            observed=observed,
-        )
+    unusable = _unusable(artifact, method_name=method_name, runtime_version=runtime_version, policy=policy)
+    if unusable is not None:
+        reason, detail = unusable
+        return Selection(decision=D.GENERATE, reason=reason, detail=detail, observed=observed)
 
     health = assess_health(artifact, prompt_version=prompt_version, policy=policy)
     common = {
@@ -343,24 +326,54 @@ def select_artifact(
 
     stale = artifact.contract_fingerprint != contract_fingerprint
     if stale or health is HealthStatus.DEGRADED:
-        trigger = R.STALE_CONTRACT if stale else R.DEGRADED
-        what = (
-            "contract changed since the code was written"
-            if stale
-            else f"degraded: {artifact.consecutive_intrinsic_failures} consecutive intrinsic failure(s), "
-            f"rate {artifact.recent_failure_rate:.0%}, {artifact.recent_adaptive.count(True)} adaptive failure(s) "
-            f"in the last {len(artifact.recent_adaptive)} answers"
-        )
-        if artifact.repair_count_since_regen >= policy.max_repairs_before_regen:
-            return Selection(
-                decision=D.REGENERATE,
-                reason=R.REPAIR_BUDGET_EXHAUSTED,
-                detail=f"{what}; repair budget spent ({artifact.repair_count_since_regen}/"
-                f"{policy.max_repairs_before_regen})",
-                **common,
-            )
-        return Selection(decision=D.REPAIR, reason=trigger, detail=what, artifact=artifact, **common)
+        return _repair_or_regenerate(artifact, stale=stale, policy=policy, common=common)
 
     return Selection(
         decision=D.EXECUTE_PERSISTED, reason=R.HEALTHY, detail="healthy and cacheable", artifact=artifact, **common
     )
+
+
+def _unusable(
+    artifact: MethodArtifact, *, method_name: str, runtime_version: str, policy: SelectionPolicy
+) -> tuple[SelectionReason, str] | None:
+    """Why ``artifact`` cannot be served at all (another method, another runtime, damaged code), if it cannot."""
+    if artifact.method_name != method_name:
+        return (
+            SelectionReason.CORRUPT,
+            f"stored artifact is for method {artifact.method_name!r}, not {method_name!r}",
+        )
+    if not runtime_compatible(artifact.runtime_version, runtime_version, policy.runtime_compatibility):
+        return (
+            SelectionReason.RUNTIME_INCOMPATIBLE,
+            f"written for runtime {artifact.runtime_version!r}, running {runtime_version!r}",
+        )
+    if not artifact.checksum_ok():
+        return (
+            SelectionReason.CHECKSUM_MISMATCH,
+            "code does not match code_checksum: modified or damaged, not executed",
+        )
+    return None
+
+
+def _repair_or_regenerate(
+    artifact: MethodArtifact, *, stale: bool, policy: SelectionPolicy, common: dict[str, Any]
+) -> Selection:
+    """A stale or degraded artifact: repaired while the repair budget lasts, regenerated after."""
+    D, R = Decision, SelectionReason
+    trigger = R.STALE_CONTRACT if stale else R.DEGRADED
+    what = (
+        "contract changed since the code was written"
+        if stale
+        else f"degraded: {artifact.consecutive_intrinsic_failures} consecutive intrinsic failure(s), "
+        f"rate {artifact.recent_failure_rate:.0%}, {artifact.recent_adaptive.count(True)} adaptive failure(s) "
+        f"in the last {len(artifact.recent_adaptive)} answers"
+    )
+    if artifact.repair_count_since_regen >= policy.max_repairs_before_regen:
+        return Selection(
+            decision=D.REGENERATE,
+            reason=R.REPAIR_BUDGET_EXHAUSTED,
+            detail=f"{what}; repair budget spent ({artifact.repair_count_since_regen}/"
+            f"{policy.max_repairs_before_regen})",
+            **common,
+        )
+    return Selection(decision=D.REPAIR, reason=trigger, detail=what, artifact=artifact, **common)

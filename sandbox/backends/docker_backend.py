@@ -14,7 +14,6 @@ and containers of dead processes (label ``sandforge.owner``) are reaped when a b
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
 import logging
 import os
@@ -28,21 +27,24 @@ import weakref
 from pathlib import PurePosixPath
 from typing import Any
 
-import psutil
-
-from sandforge.sandbox import handoff, image, leftovers, protections, seccomp
+from sandforge.sandbox import boot, handoff, image, leftovers, protections, verify
 from sandforge.sandbox.backends.base import SandboxUnavailable
-from sandforge.sandbox.backends.cleanup import CleanupQueue
+from sandforge.sandbox.channel import Stream, WorkerIO, send_deadline
+from sandforge.sandbox.cleanup import CleanupQueue
 from sandforge.sandbox.config import SandboxConfig
-from sandforge.sandbox.exchange import (
-    BridgeHandler,
-    ExitInfo,
-    Stream,
-    await_ready,
-    build_outcome,
-    run_exchange,
-    send_deadline,
+from sandforge.sandbox.containers import (
+    COMMAND,
+    GVISOR_MEMORY_HEADROOM_MB,
+    GVISOR_PIDS_HEADROOM,
+    LABEL,
+    OWNER_LABEL,
+    SANDBOX_USER,
+    SCRATCH,
 )
+from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
+from sandforge.sandbox.ownership import host_owner, host_owner_alive
+from sandforge.sandbox.protections import Protection as P
 from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -55,44 +57,11 @@ from sandforge.sandbox.protocol import (
 
 log = logging.getLogger(__name__)
 
-#: The runner, imported from its precompiled ``.pyc`` (running the file as a script would compile it anew in
-#: every container: about 7 ms of each start).
-BOOTSTRAP = (
-    f"import sys; sys.path.insert(0, {str(PurePosixPath(image.IMAGE_RUNNER).parent)!r}); "
-    "import runner; runner.run(sys.argv[1:])"
-)
-COMMAND = ["python3", "-I", "-S", "-B", "-c", BOOTSTRAP, "--result-stdout"]
-SANDBOX_USER = "65534:65534"
-#: The container's only writable place: a size-limited noexec tmpfs (inside the container, not the host's).
-SCRATCH = "/tmp"  # noqa: S108
-LABEL = "sandforge"
-OWNER_LABEL = "sandforge.owner"
-#: runsc's own threads and memory live in the container's cgroups: headroom on top of the program's limits
-#: (the runner's rlimits still bound the program itself to ``limits``).
-GVISOR_PIDS_HEADROOM = 112
-GVISOR_MEMORY_HEADROOM_MB = 64
 API_TIMEOUT_S = 30.0
 #: Killing a container and waiting for it to stop: dockerd answers in milliseconds once nothing blocks it.
 KILL_TIMEOUT_S = 5.0
 _STREAMS: dict[int, Stream] = {1: "result", 2: "stderr"}
 _MUX_HEADER = struct.Struct(">BxxxI")
-
-
-def _owner() -> str:
-    proc = psutil.Process()
-    return f"{socket.gethostname()}:{proc.pid}:{proc.create_time():.2f}"
-
-
-def _owner_alive(owner: str) -> bool:
-    host, _, rest = owner.partition(":")
-    pid_text, _, started = rest.partition(":")
-    if host != socket.gethostname():
-        return True  # another machine's container: not ours to judge
-    try:
-        proc = psutil.Process(int(pid_text))
-        return f"{proc.create_time():.2f}" == started
-    except (ValueError, psutil.Error):
-        return False
 
 
 def _engine_errors() -> tuple[type[BaseException], ...]:
@@ -120,7 +89,8 @@ def connect(base_url: str | None = None, timeout: float = API_TIMEOUT_S) -> Any:
 # --- container removal, off the hot path --------------------------------------------------------------
 
 
-def _remove(api: Any, cid: str) -> bool:
+def remove_container(api: Any, cid: str) -> bool:
+    """Remove (and so kill) a container; False when the engine would not, after three tries."""
     import docker.errors
 
     for attempt in range(3):
@@ -160,7 +130,7 @@ def reap_leftovers(api: Any, *, everything: bool = False) -> list[str]:
     removed: list[str] = []
     for info in api.containers(all=True, filters={"label": f"{LABEL}=1"}):
         owner = (info.get("Labels") or {}).get(OWNER_LABEL, "")
-        if (everything or not owner or not _owner_alive(owner)) and _remove(api, info["Id"]):
+        if (everything or not owner or not host_owner_alive(owner)) and remove_container(api, info["Id"]):
             removed.append(info["Id"])
     return removed
 
@@ -168,7 +138,7 @@ def reap_leftovers(api: Any, *, everything: bool = False) -> list[str]:
 # --- the attach socket ------------------------------------------------------------------------------
 
 
-class AttachIO:
+class AttachIO(WorkerIO):
     """WorkerIO over Docker's attach socket: frames go to stdin; stdout (results) and stderr come back
     multiplexed with 8-byte headers (stream id, 3 bytes padding, big-endian length)."""
 
@@ -261,13 +231,6 @@ class AttachIO:
 # --- protections -----------------------------------------------------------------------------------
 
 
-CONTAINER_PROTECTIONS = (
-    "network_none", "read_only_rootfs", "tmpfs_limited", "capabilities_dropped", "no_new_privs",
-    "unprivileged_user", "memory_limit", "no_swap", "pids_limit", "cpu_limit", "seccomp", "rlimits",
-    "private_root", "net_namespace", "mount_namespace", "ipc_namespace", "uts_namespace", "pid_namespace",
-)  # fmt: skip
-
-
 def verify_protections(
     attrs: dict[str, Any], claimed: dict[str, bool], *, runtime: str | None, host_pid_checked: dict[str, bool] | None
 ) -> dict[str, bool]:
@@ -286,33 +249,33 @@ def verify_protections(
     memory = int(hc.get("Memory") or 0)
     no_mounts = not hc.get("Binds") and all(_is_handoff_mount(m) for m in hc.get("Mounts") or [])
     p: dict[str, bool] = {
-        "network_none": hc.get("NetworkMode") == "none",
-        "read_only_rootfs": hc.get("ReadonlyRootfs") is True,
-        "tmpfs_limited": "size=" in tmpfs and "noexec" in tmpfs,
-        "capabilities_dropped": "ALL" in caps and not hc.get("CapAdd") and not hc.get("Privileged"),
-        "no_new_privs": any(
+        P.NETWORK_NONE: hc.get("NetworkMode") == "none",
+        P.READ_ONLY_ROOTFS: hc.get("ReadonlyRootfs") is True,
+        P.TMPFS_LIMITED: "size=" in tmpfs and "noexec" in tmpfs,
+        P.CAPABILITIES_DROPPED: "ALL" in caps and not hc.get("CapAdd") and not hc.get("Privileged"),
+        P.NO_NEW_PRIVS: any(
             o in ("no-new-privileges", "no-new-privileges:true", "no-new-privileges=true") for o in secopts
         )
-        and claimed.get("no_new_privs", False),
-        "unprivileged_user": uid not in ("", "0", "root") and claimed.get("unprivileged_user", False),
-        "memory_limit": memory > 0,
-        "no_swap": memory > 0 and int(hc.get("MemorySwap") or 0) == memory,
-        "pids_limit": int(hc.get("PidsLimit") or 0) > 0,
-        "cpu_limit": int(hc.get("NanoCpus") or 0) > 0 or int(hc.get("CpuQuota") or 0) > 0,
-        "seccomp": claimed.get("seccomp", False) and "seccomp=unconfined" not in secopts,
-        "rlimits": claimed.get("rlimits", False),
-        "private_root": hc.get("ReadonlyRootfs") is True and no_mounts,
-        "net_namespace": hc.get("NetworkMode") == "none",
-        "mount_namespace": True,
-        "ipc_namespace": hc.get("IpcMode") != "host",
-        "uts_namespace": hc.get("UTSMode") != "host",
-        "pid_namespace": hc.get("PidMode") != "host",
+        and claimed.get(P.NO_NEW_PRIVS, False),
+        P.UNPRIVILEGED_USER: uid not in ("", "0", "root") and claimed.get(P.UNPRIVILEGED_USER, False),
+        P.MEMORY_LIMIT: memory > 0,
+        P.NO_SWAP: memory > 0 and int(hc.get("MemorySwap") or 0) == memory,
+        P.PIDS_LIMIT: int(hc.get("PidsLimit") or 0) > 0,
+        P.CPU_LIMIT: int(hc.get("NanoCpus") or 0) > 0 or int(hc.get("CpuQuota") or 0) > 0,
+        P.SECCOMP: claimed.get(P.SECCOMP, False) and "seccomp=unconfined" not in secopts,
+        P.RLIMITS: claimed.get(P.RLIMITS, False),
+        P.PRIVATE_ROOT: hc.get("ReadonlyRootfs") is True and no_mounts,
+        P.NET_NAMESPACE: hc.get("NetworkMode") == "none",
+        P.MOUNT_NAMESPACE: True,
+        P.IPC_NAMESPACE: hc.get("IpcMode") != "host",
+        P.UTS_NAMESPACE: hc.get("UTSMode") != "host",
+        P.PID_NAMESPACE: hc.get("PidMode") != "host",
     }
     if host_pid_checked is not None:
         for name, ok in host_pid_checked.items():
             p[name] = p.get(name, False) and ok
     if runtime == "runsc":
-        p["gvisor"] = hc.get("Runtime") == "runsc"
+        p[P.GVISOR] = hc.get("Runtime") == "runsc"
     return p
 
 
@@ -334,32 +297,9 @@ def _mount_refused(exc: Any) -> bool:
     return "bind source path" in text or "invalid mount config" in text or ("mount" in text and "not exist" in text)
 
 
-def _in_container(pid: int, container_id: str) -> bool:
-    """``pid`` is (still) a process of that container: not a reused pid."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as fh:
-            return container_id in fh.read()
-    except OSError:
-        return False
-
-
 def _host_view(pid: int, container_id: str) -> dict[str, bool] | None:
     """For runc on this machine: the container's process as /proc sees it (None when not visible here)."""
-    from sandforge.sandbox.backends.subprocess_backend import _proc_status, _rlimits_set
-
-    try:
-        with open(f"/proc/{pid}/cgroup") as fh:
-            if container_id not in fh.read():
-                return None
-    except OSError:
-        return None
-    status = _proc_status(pid)
-    return {
-        "seccomp": status.get("Seccomp") == "2",
-        "no_new_privs": status.get("NoNewPrivs") == "1",
-        "rlimits": _rlimits_set(pid),
-        "unprivileged_user": all(u != "0" for u in status.get("Uid", "0").split()),
-    }
+    return verify.process_walls(pid) if verify.in_cgroup_of(pid, container_id) else None
 
 
 # --- the worker -----------------------------------------------------------------------------------
@@ -423,7 +363,7 @@ class ContainerWorker:
             raise backend.engine_down(exc) from exc
         cid = str(created["Id"])
         if not backend.track(cid, self._handoff):  # closed meanwhile (pool shutting down, interpreter exiting)
-            _remove(self._api, cid)
+            remove_container(self._api, cid)
             raise SandboxUnavailable(f"the {backend.name} backend is closed", retriable=False)
         return cid
 
@@ -481,7 +421,8 @@ class ContainerWorker:
         except _engine_errors() as exc:
             raise owner.engine_down(exc) from exc
         try:
-            self._io.send(encode_frame(self.boot_frame(limits), 1 << 20), time.monotonic() + config.spawn_timeout_s)
+            boot_frame = encode_frame(self.boot_frame(limits), MAX_BOOT_BYTES)
+            self._io.send(boot_frame, time.monotonic() + config.spawn_timeout_s)
             attrs = self._api.inspect_container(self.id)  # overlaps the interpreter's start-up
             ready = await_ready(self._io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
@@ -506,18 +447,7 @@ class ContainerWorker:
     def boot_frame(self, limits: Limits) -> BootFrame:
         """The runner's lock-down inside the container: rlimits, no_new_privs and seccomp (namespaces, root
         and the unprivileged user are the container's own)."""
-        return BootFrame(
-            sys_path=[image.IMAGE_LIB],
-            limits=limits,
-            seccomp_bpf_b64=_b64(seccomp.compiled_filter()),
-            namespaces=False,
-            chroot=False,
-            workdir=SCRATCH,
-            drop_to_uid=None,
-            drop_to_gid=None,
-            handoff_dir=handoff.MOUNT_POINT if self._handoff else None,
-            handoff_token=self._handoff.token if self._handoff else None,
-        )
+        return boot.container_boot(limits, self._handoff)
 
     # -- the Worker protocol --
 
@@ -571,7 +501,7 @@ class ContainerWorker:
         if self._io is not None:
             self._io.close()
         pid = self._host_pid
-        if pid and _in_container(pid, self.id):
+        if pid and verify.in_cgroup_of(pid, self.id):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 return
@@ -637,10 +567,6 @@ class ContainerWorker:
             self._handoff = None
 
 
-def _b64(data: bytes | None) -> str | None:
-    return base64.b64encode(data).decode() if data else None
-
-
 # --- the backend ----------------------------------------------------------------------------------
 
 
@@ -652,7 +578,7 @@ class DockerBackend:
         self.runtime = runtime
         self.name = "gvisor" if runtime == "runsc" else "docker"
         self.tag = image.expected_tag(config.image)
-        self.owner = _owner()
+        self.owner = host_owner()
         self._api: Any = None
         self._quick_api: Any = None
         self._lock = threading.Lock()
@@ -755,7 +681,7 @@ class DockerBackend:
         _REMOVER.submit(lambda: self._remove_now(api, cid))
 
     def _remove_now(self, api: Any, cid: str) -> None:
-        if _remove(api, cid):
+        if remove_container(api, cid):
             with self._lock:
                 handed = self._live.pop(cid, None)
             if handed is not None:
@@ -787,4 +713,7 @@ class DockerBackend:
                 self._quick_api.close()
 
 
-__all__ = ["AttachIO", "ContainerWorker", "DockerBackend", "connect", "reap_leftovers", "verify_protections"]
+__all__ = [
+    "AttachIO", "ContainerWorker", "DockerBackend", "connect", "reap_leftovers", "remove_container",
+    "verify_protections",
+]  # fmt: skip

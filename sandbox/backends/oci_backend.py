@@ -1,7 +1,7 @@
 """The `runc` and `runsc` backends: one disposable container per execution, with no daemon in the path.
 
 The Docker backends spend most of a container's start-up in dockerd (API calls, image and network
-bookkeeping): on two cores that caps them near 10 containers per second. These backends drive the OCI
+bookkeeping), which caps their container rate (docs/benchmarks.md). These backends drive the OCI
 runtime binary itself: each worker is ``runc run`` (or ``runsc run``, gVisor) of a per-container bundle
 whose ``config.json`` comes from ``sandbox/oci_spec.py`` and whose root is the sandbox image's
 filesystem, unpacked once by ``sandforge image build`` and shared read-only by every container. The
@@ -23,7 +23,6 @@ root: rootless containers are not supported by these backends.
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
 import itertools
 import json
@@ -42,26 +41,17 @@ from typing import Literal
 
 import psutil
 
-from sandforge.sandbox import handoff, image, leftovers, oci_spec, protections, seccomp
+from sandforge.sandbox import boot, handoff, image, leftovers, oci_spec, protections, verify
 from sandforge.sandbox.backends.base import SandboxUnavailable
-from sandforge.sandbox.backends.cleanup import CleanupQueue, process_tag, tag_alive
-from sandforge.sandbox.backends.docker_backend import COMMAND as DOCKER_COMMAND
-from sandforge.sandbox.backends.docker_backend import (
-    CONTAINER_PROTECTIONS,
-    GVISOR_MEMORY_HEADROOM_MB,
-    GVISOR_PIDS_HEADROOM,
-)
-from sandforge.sandbox.backends.subprocess_backend import (
-    PipeIO,
-    SocketIO,
-    _ns,
-    _proc_status,
-    _rlimits_set,
-    socket_channel,
-    widen_pipe,
-)
+from sandforge.sandbox.channel import PipeIO, SocketIO, Stream, socket_channel, widen_pipe
+from sandforge.sandbox.cleanup import CleanupQueue
 from sandforge.sandbox.config import SandboxConfig
-from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, Stream, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.containers import COMMAND as CONTAINER_COMMAND
+from sandforge.sandbox.containers import GVISOR_MEMORY_HEADROOM_MB, GVISOR_PIDS_HEADROOM, ID_PREFIX
+from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
+from sandforge.sandbox.ownership import named_owner_alive, process_tag
+from sandforge.sandbox.protections import Protection as P
 from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -78,11 +68,10 @@ Runtime = Literal["runc", "runsc"]
 STATE_DIR = Path(os.environ.get("SANDFORGE_OCI_STATE_DIR", "/run/sandforge"))
 #: ``runsc`` refuses to start here without it, and a sandbox has no network anyway.
 RUNSC_FLAGS = ("--network=none",)
-ID_PREFIX = "sf"
 #: The runtime's environment: nothing of ours, only where to find its helpers.
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 #: The container's process: the runner, as in the Docker backends (the runtime wants an absolute path).
-COMMAND = [oci_spec.PYTHON, *DOCKER_COMMAND[1:]]
+COMMAND = [oci_spec.PYTHON, *CONTAINER_COMMAND[1:]]
 #: runc, run in the foreground, copies the container's stdio through pipes of its own, so nothing but bytes
 #: can pass through them. Frames into a runc container travel instead over a unix socket the runtime hands
 #: to the container as descriptor 3 (``--preserve-fds 1``), which can also pass sealed memfds of large
@@ -115,10 +104,7 @@ def force_delete(runtime: str, container_id: str) -> None:
 
 
 def _owner_alive(container_id: str) -> bool:
-    parts = container_id.split("-")
-    if len(parts) < 4 or parts[0] != ID_PREFIX:
-        return True  # not ours
-    return tag_alive(f"{parts[1]}-{parts[2]}")
+    return named_owner_alive(container_id, ID_PREFIX)
 
 
 def _finish(
@@ -161,115 +147,36 @@ def _close_all_at_exit() -> None:
 # --- what the host can see -------------------------------------------------------------------------------
 
 
-def _cgroup_paths(pid: int) -> dict[str, str]:
-    """Controller -> cgroup path of ``pid`` (v1 hierarchies by controller name, v2 under ``""``)."""
-    paths: dict[str, str] = {}
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/cgroup") as fh:
-        for line in fh:
-            _, controllers, path = line.rstrip("\n").split(":", 2)
-            for controller in controllers.split(",") if controllers else [""]:
-                paths[controller] = path
-    return paths
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def _cgroup_limits(pid: int) -> dict[str, int | None]:
-    """The memory (and memory+swap), pids and CPU quota limits of ``pid``'s cgroups; None when unlimited."""
-    root = Path("/sys/fs/cgroup")
-    paths = _cgroup_paths(pid)
-
-    def number(text: str | None) -> int | None:
-        return int(text) if text and text.lstrip("-").isdigit() and int(text) > 0 and len(text) < 19 else None
-
-    if "" in paths and (root / paths[""].lstrip("/") / "memory.max").exists():  # cgroup v2
-        base = root / paths[""].lstrip("/")
-        memory = number(_read(base / "memory.max"))
-        swap = number(_read(base / "memory.swap.max"))
-        cpu = _read(base / "cpu.max") or "max"
-        return {
-            "memory": memory,
-            "memory_swap": memory + (swap or 0) if memory and swap is not None else None,
-            "pids": number(_read(base / "pids.max")),
-            "cpu_quota": number(cpu.split()[0]),
-        }
-    memory_dir = root / "memory" / paths.get("memory", "/").lstrip("/")
-    return {
-        "memory": number(_read(memory_dir / "memory.limit_in_bytes")),
-        "memory_swap": number(_read(memory_dir / "memory.memsw.limit_in_bytes")),
-        "pids": number(_read(root / "pids" / paths.get("pids", "/").lstrip("/") / "pids.max")),
-        "cpu_quota": number(_read(root / "cpu" / paths.get("cpu", "/").lstrip("/") / "cpu.cfs_quota_us")),
-    }
-
-
-def _mounts(pid: int) -> dict[str, tuple[str, str]]:
-    """Mount point -> (filesystem type, all options) in ``pid``'s mount namespace."""
-    out: dict[str, tuple[str, str]] = {}
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/mountinfo") as fh:
-        for line in fh:
-            left, _, right = line.partition(" - ")
-            fields, rfields = left.split(), right.split()
-            if len(fields) >= 6 and len(rfields) >= 3:
-                out[fields[4]] = (rfields[0], f"{fields[5]},{rfields[2]}")
-    return out
-
-
-def _no_network(pid: int) -> bool:
-    """Only a loopback interface in ``pid``'s network namespace."""
-    try:
-        with open(f"/proc/{pid}/net/dev") as fh:
-            names = [line.split(":", 1)[0].strip() for line in fh.readlines()[2:]]
-    except OSError:
-        return False
-    return names == ["lo"] or names == []
-
-
 def host_view(pid: int, limits: Limits, *, memory_bytes: int, pids: int) -> dict[str, bool]:
     """The container protections as ``/proc`` and the cgroup filesystem show them for ``pid``."""
-    status = _proc_status(pid)
-    mounts = _mounts(pid)
-    cg = _cgroup_limits(pid)
+    status = verify.proc_status(pid)
+    mounts = verify.mounts(pid)
+    cg = verify.cgroup_limits(pid)
     root_opts = mounts.get("/", ("", ""))[1].split(",")
     tmp_type, tmp_opts = mounts.get(oci_spec.SCRATCH, ("", ""))
-    namespaces = {
-        kind: (theirs := _ns(pid, kind)) is not None and theirs != _ns("self", kind)
-        for kind in ("net", "mnt", "ipc", "uts", "pid")
-    }
-    uids = status.get("Uid", "0").split()
+    namespaces = verify.separate_namespaces(pid)
+    walls = verify.process_walls(pid, status)
     return {
-        "network_none": namespaces["net"] and _no_network(pid),
-        "read_only_rootfs": "ro" in root_opts,
-        "tmpfs_limited": tmp_type == "tmpfs" and "noexec" in tmp_opts.split(",") and "size=" in tmp_opts,
-        "capabilities_dropped": int(status.get("CapEff", "1"), 16) == 0 and int(status.get("CapBnd", "1"), 16) == 0,
-        "no_new_privs": status.get("NoNewPrivs") == "1",
-        "unprivileged_user": bool(uids) and all(u != "0" for u in uids),
-        "memory_limit": cg["memory"] == memory_bytes,
-        "no_swap": cg["memory_swap"] in (None, memory_bytes) and cg["memory"] == memory_bytes,
-        "pids_limit": cg["pids"] == pids,
-        "cpu_limit": cg["cpu_quota"] is not None,
-        "seccomp": status.get("Seccomp") == "2",
-        "rlimits": _rlimits_set(pid),
-        "private_root": namespaces["mnt"] and _other_root(pid),
-        "net_namespace": namespaces["net"],
-        "mount_namespace": namespaces["mnt"],
-        "ipc_namespace": namespaces["ipc"],
-        "uts_namespace": namespaces["uts"],
-        "pid_namespace": namespaces["pid"],
+        P.NETWORK_NONE: namespaces["net"] and verify.only_loopback(pid),
+        P.READ_ONLY_ROOTFS: "ro" in root_opts,
+        P.TMPFS_LIMITED: tmp_type == "tmpfs" and "noexec" in tmp_opts.split(",") and "size=" in tmp_opts,
+        P.CAPABILITIES_DROPPED: verify.no_capabilities(status, ("Eff", "Bnd")),
+        P.NO_NEW_PRIVS: walls[P.NO_NEW_PRIVS],
+        P.UNPRIVILEGED_USER: walls[P.UNPRIVILEGED_USER],
+        P.MEMORY_LIMIT: cg["memory"] == memory_bytes,
+        P.NO_SWAP: cg["memory_swap"] in (None, memory_bytes) and cg["memory"] == memory_bytes,
+        P.PIDS_LIMIT: cg["pids"] == pids,
+        P.CPU_LIMIT: cg["cpu_quota"] is not None,
+        P.SECCOMP: walls[P.SECCOMP],
+        P.RLIMITS: walls[P.RLIMITS],
+        P.PRIVATE_ROOT: namespaces["mnt"] and verify.other_root(pid),
+        **{name: namespaces[kind] for kind, name in verify.NAMESPACES.items()},
     }
 
 
-def _other_root(pid: int) -> bool:
-    """``pid``'s root directory is not the host's (compared by device and inode, through ``/proc``)."""
-    try:
-        theirs, ours = Path(f"/proc/{pid}/root").stat(), Path("/").stat()
-    except OSError:
-        return False
-    return (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino)
+#: The walls the runner raises itself: under runsc the host sees only the sentry, so the runner's report of
+#: them stands; under runc each must also show in ``/proc`` of the container's process.
+RUNNER_WALLS = (P.SECCOMP, P.NO_NEW_PRIVS, P.RLIMITS, P.UNPRIVILEGED_USER)
 
 
 # --- the worker ------------------------------------------------------------------------------------------
@@ -356,7 +263,8 @@ class OciWorker:
 
     def _start(self, config: SandboxConfig, limits: Limits) -> None:
         try:
-            self.io.send(encode_frame(self.boot_frame(limits), 1 << 20), time.monotonic() + config.spawn_timeout_s)
+            boot_frame = encode_frame(self.boot_frame(limits), MAX_BOOT_BYTES)
+            self.io.send(boot_frame, time.monotonic() + config.spawn_timeout_s)
             ready = await_ready(self.io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
             raise SandboxUnavailable(f"sandbox container failed to start ({self._owner.runtime}): {exc}") from exc
@@ -368,17 +276,17 @@ class OciWorker:
             # The host sees the gVisor sandbox process (the sentry), not the program: the walls it can check
             # are the sentry's (namespaces, cgroup limits, its root). Inside the sentry, the runner reports its
             # own lock-down; the root and /tmp mounts are gVisor's implementation of the spec we wrote.
-            for name in ("seccomp", "no_new_privs", "rlimits", "unprivileged_user"):
+            for name in RUNNER_WALLS:
                 seen[name] = ready.protections.get(name, False)
-            for name in ("read_only_rootfs", "tmpfs_limited"):
+            for name in (P.READ_ONLY_ROOTFS, P.TMPFS_LIMITED):
                 seen[name] = True
-            seen["capabilities_dropped"] = True  # the spec grants none, and the app runs on gVisor's kernel
-            seen["gvisor"] = pid is not None
-            seen["pid_namespace"] = ready.pid == 1  # pid 1 of the sentry's own pid namespace
+            seen[P.CAPABILITIES_DROPPED] = True  # the spec grants none, and the app runs on gVisor's kernel
+            seen[P.GVISOR] = pid is not None
+            seen[P.PID_NAMESPACE] = ready.pid == 1  # pid 1 of the sentry's own pid namespace
         else:
-            for name in ("seccomp", "no_new_privs", "rlimits", "unprivileged_user"):
+            for name in RUNNER_WALLS:
                 seen[name] = seen.get(name, False) and ready.protections.get(name, False)
-        self.protections = {name: seen.get(name, False) for name in (*CONTAINER_PROTECTIONS, *seen)}
+        self.protections = {**protections.unverified(self.backend), **seen}
         protections.require(self.backend, self.protections, config.enforced_protections, ready.errors)
 
     def _container_pid(self) -> int | None:
@@ -398,19 +306,7 @@ class OciWorker:
     def boot_frame(self, limits: Limits) -> BootFrame:
         """As in the Docker backend: namespaces, root and user are the container's; the runner adds rlimits,
         no_new_privs and its own seccomp filter (which also denies execve)."""
-        bpf = seccomp.compiled_filter()
-        return BootFrame(
-            sys_path=[image.IMAGE_LIB],
-            limits=limits,
-            seccomp_bpf_b64=base64.b64encode(bpf).decode() if bpf else None,
-            namespaces=False,
-            chroot=False,
-            workdir=oci_spec.SCRATCH,
-            drop_to_uid=None,
-            drop_to_gid=None,
-            handoff_dir=handoff.MOUNT_POINT if self._handoff else None,
-            handoff_token=self._handoff.token if self._handoff else None,
-        )
+        return boot.container_boot(limits, self._handoff)
 
     # -- the Worker protocol --
 
@@ -517,7 +413,7 @@ class OciBackend:
             return f"the {self.runtime} backend needs root (rootless containers are not supported)"
         if self._binary is None:
             return f"{self.runtime} is not installed (apt-get install {self.runtime})"
-        if not (self.rootfs / image.IMAGE_RUNNER.lstrip("/")).exists():
+        if not (self.rootfs / image.IMAGE_ENTRY.lstrip("/")).exists():
             return (
                 f"the sandbox image {self.tag} is not unpacked for {self.runtime} at {self.rootfs}; {image.BUILD_HINT}"
             )

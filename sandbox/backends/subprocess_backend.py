@@ -1,6 +1,6 @@
 """The `subprocess` backend: one never-reused, locked-down Python process per execution.
 
-The runner locks itself down after boot (see ``sandbox/runner.py``); this module starts it with no
+The runner locks itself down after boot (see ``sandbox/inside/lockdown.py``); this module starts it with no
 environment and no inherited descriptors, then verifies from the outside, through ``/proc``, which
 protections are really in force, and refuses workers that lack one the configuration requires.
 """
@@ -8,38 +8,26 @@ protections are really in force, and refuses workers that lack one the configura
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import logging
 import os
-import select
-import selectors
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
-import termios
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import RestrictedPython
 
-from sandforge.sandbox import leftovers, protections, seccomp
+from sandforge.sandbox import boot, leftovers, protections, verify
 from sandforge.sandbox.backends.base import SandboxUnavailable
-from sandforge.sandbox.config import SUBPROCESS_PROTECTIONS, SandboxConfig
-from sandforge.sandbox.exchange import (
-    BridgeHandler,
-    ExitInfo,
-    Stream,
-    await_ready,
-    build_outcome,
-    run_exchange,
-    send_deadline,
-)
+from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
+from sandforge.sandbox.config import SandboxConfig
+from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
+from sandforge.sandbox.protections import Protection as P
 from sandforge.sandbox.protocol import (
     BootFrame,
     ErrorType,
@@ -52,127 +40,10 @@ from sandforge.sandbox.protocol import (
 )
 from sandforge.sandbox.zygote import Zygote, ZygoteError
 
-if TYPE_CHECKING:
-    from sandforge.sandbox.handoff import HandoffDir
-
 log = logging.getLogger(__name__)
 
-RUNNER = Path(__file__).resolve().parent.parent / "runner.py"
-
-
-#: Pipes into a sandbox carry the context snapshot; the default 64 KiB buffer makes a 10 MB context cost
-#: ~160 round trips between writer and reader, 1 MiB makes it 10 (about a third less time).
-PIPE_BYTES = 1 << 20
-F_SETPIPE_SZ = 1031
-
-
-def widen_pipe(fd: int) -> None:
-    """Grow a pipe's buffer to `PIPE_BYTES` (or the system's cap); a pipe that cannot grow works as before."""
-    try:
-        cap = int(Path("/proc/sys/fs/pipe-max-size").read_text())
-    except (OSError, ValueError):
-        cap = PIPE_BYTES
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(fd, F_SETPIPE_SZ, min(PIPE_BYTES, cap))
-
-
-class PipeIO:
-    """WorkerIO over the child's stdin (frames in), fd 3 (frames out), stdout and stderr."""
-
-    def __init__(self, stdin_fd: int, streams: dict[int, Stream]) -> None:
-        self.stdin_fd = stdin_fd
-        #: A hand-off directory the runner confirmed (the runsc backend's; see ``sandbox/handoff.py``).
-        self.handoff: HandoffDir | None = None
-        self.selector = selectors.DefaultSelector()
-        os.set_blocking(stdin_fd, False)  # every write waits in select, up to its deadline
-        for fd, name in streams.items():
-            os.set_blocking(fd, False)
-            self.selector.register(fd, selectors.EVENT_READ, name)
-
-    def send(self, data: bytes, deadline: float | None = None) -> None:
-        """Write all of ``data`` by ``deadline``; TimeoutError when the worker stops reading."""
-        until = send_deadline(deadline)
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self.stdin_fd, view) :]
-            except (BlockingIOError, InterruptedError):
-                wait_writable(self.stdin_fd, until)
-
-    def unread(self) -> int:
-        """Bytes still in the pipe (the worker has not read them)."""
-        return _ioctl_int(self.stdin_fd, termios.FIONREAD)
-
-    def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
-        chunks: list[tuple[Stream, bytes]] = []
-        for key, _ in self.selector.select(timeout):
-            fd = key.fd
-            try:
-                chunk = os.read(fd, 1 << 20)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                self.selector.unregister(fd)
-            chunks.append((key.data, chunk))
-        return chunks
-
-    def close(self) -> None:
-        for key in list(self.selector.get_map().values()):
-            self.selector.unregister(key.fd)
-        self.selector.close()
-
-
-class SocketIO(PipeIO):
-    """PipeIO whose frames-in channel is a unix stream socket, which can also pass descriptors: large
-    context values travel as sealed memfds (see ``sandbox.exchange.send_execute``), not as bytes."""
-
-    def __init__(self, sock: socket.socket, streams: dict[int, Stream]) -> None:
-        super().__init__(sock.fileno(), streams)
-        self.sock = sock
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BYTES)
-
-    def send_fds(self, data: bytes, fds: list[int], deadline: float | None = None) -> None:
-        until = send_deadline(deadline)
-        while True:
-            try:
-                sent = socket.send_fds(self.sock, [data], fds)
-                break
-            except (BlockingIOError, InterruptedError):
-                wait_writable(self.stdin_fd, until)
-        self.send(data[sent:], until)
-
-    def unread(self) -> int:
-        """Bytes sent on the socket that the worker has not read (SIOCOUTQ: its unconsumed send queue)."""
-        return _ioctl_int(self.stdin_fd, termios.TIOCOUTQ)
-
-    def close(self) -> None:
-        super().close()
-        self.sock.close()
-
-
-def wait_writable(fd: int, deadline: float) -> None:
-    """Block until ``fd`` can take more bytes; TimeoutError once ``deadline`` (monotonic) has passed."""
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise TimeoutError("the sandbox stopped reading its input")
-    select.select([], [fd], [], remaining)
-
-
-def _ioctl_int(fd: int, request: int) -> int:
-    value: int = struct.unpack("i", fcntl.ioctl(fd, request, b"\0\0\0\0"))[0]
-    return value
-
-
-def socket_channel() -> tuple[socket.socket, int]:
-    """A unix stream socketpair for frames into a sandbox: the host's end, and the sandbox's end as a bare
-    descriptor (the caller passes it on and closes it).
-
-    One way only, like the pipe it replaces: the host's end is shut for reading, which shuts the sandbox's
-    end for writing (EPIPE), so nothing (no bytes, no descriptors) can travel from the sandbox this way."""
-    host, sandbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    host.shutdown(socket.SHUT_RD)
-    return host, sandbox.detach()
+#: The runner: the inside package, started from its ``__main__.py`` (which imports it as ``inside``).
+RUNNER = Path(__file__).resolve().parent.parent / "inside" / "__main__.py"
 
 
 class SubprocessWorker:
@@ -213,7 +84,7 @@ class SubprocessWorker:
         boot_by = time.monotonic() + config.spawn_timeout_s
         try:
             if zygote is None:
-                self.io.send(encode_frame(boot_frame(config, limits, str(self._workdir)), 1 << 20), boot_by)
+                self.io.send(encode_frame(boot_frame(config, limits, str(self._workdir)), MAX_BOOT_BYTES), boot_by)
             ready = await_ready(self.io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
             self.destroy()
@@ -339,38 +210,13 @@ def rootless_args(config: SandboxConfig) -> list[str]:
 
 def boot_frame(config: SandboxConfig, limits: Limits, workdir: str | None) -> BootFrame:
     """As root the runner drops to ``sandbox_uid``; without root that uid is its id inside its user namespace."""
-    return BootFrame(
+    return boot.process_boot(
+        limits,
         sys_path=[str(Path(RestrictedPython.__file__).resolve().parent.parent)],
-        limits=limits,
-        seccomp_bpf_b64=_b64(seccomp.compiled_filter()),
-        namespaces=True,
-        chroot=True,
         workdir=workdir,
-        drop_to_uid=config.sandbox_uid,
-        drop_to_gid=config.sandbox_gid,
+        uid=config.sandbox_uid,
+        gid=config.sandbox_gid,
     )
-
-
-def _b64(data: bytes | None) -> str | None:
-    import base64
-
-    return base64.b64encode(data).decode() if data else None
-
-
-def _proc_status(pid: int) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
-    return fields
-
-
-def _ns(pid: int | str, kind: str) -> str | None:
-    try:
-        return str(Path(f"/proc/{pid}/ns/{kind}").readlink())
-    except OSError:
-        return None
 
 
 def _worker_pid(pid: int) -> int:
@@ -388,82 +234,32 @@ def verify_protections(pid: int, claimed: dict[str, bool]) -> dict[str, bool]:
 
     Namespaces are compared by their ``/proc/<pid>/ns`` links, the root by ``/proc/<pid>/root`` and the
     mount table the worker sees; a user is unprivileged when its uid is not 0 both as the host sees it and
-    inside its own user namespace (rootless mode), and it holds no capability at all."""
+    inside its own user namespace (rootless mode), and it holds no capability at all (with the bounding set
+    emptied too where it held capabilities, as root or in its user namespace: one that never had any cannot
+    drop it)."""
     wpid = _worker_pid(pid)
-    status = _proc_status(wpid)
-    verified: dict[str, bool] = dict.fromkeys(SUBPROCESS_PROTECTIONS, False)
-    verified["seccomp"] = claimed.get("seccomp", False) and status.get("Seccomp") == "2"
-    verified["no_new_privs"] = claimed.get("no_new_privs", False) and status.get("NoNewPrivs") == "1"
-    namespaces = {kind: (theirs := _ns(wpid, kind)) is not None and theirs != _ns("self", kind)
-                  for kind in ("user", "net", "mnt", "ipc", "uts", "pid")}  # fmt: skip
-    uids = status.get("Uid", "0").split()
-    inner = _inner_uids(wpid, uids) if namespaces["user"] else uids
-    verified["unprivileged_user"] = (
-        claimed.get("unprivileged_user", False)
+    status = verify.proc_status(wpid)
+    verified = protections.unverified("subprocess")
+    verified[P.SECCOMP] = claimed.get(P.SECCOMP, False) and verify.seccomp_filtered(status)
+    verified[P.NO_NEW_PRIVS] = claimed.get(P.NO_NEW_PRIVS, False) and verify.no_new_privs(status)
+    namespaces = verify.separate_namespaces(wpid, ("user", *verify.NAMESPACES))
+    uids = verify.uids(status)
+    inner = verify.inner_uids(wpid, uids) if namespaces["user"] else uids
+    bounding = namespaces["user"] or os.geteuid() == 0
+    cap_sets = ("Inh", "Prm", "Eff", "Amb", "Bnd") if bounding else ("Inh", "Prm", "Eff", "Amb")
+    verified[P.UNPRIVILEGED_USER] = (
+        claimed.get(P.UNPRIVILEGED_USER, False)
         and bool(uids)
         and all(u != "0" for u in (*uids, *inner))
-        and _no_capabilities(status, bounding=namespaces["user"] or os.geteuid() == 0)
+        and verify.no_capabilities(status, cap_sets)
     )
-    for kind in ("net", "mnt", "ipc", "uts", "pid"):
-        name = {"mnt": "mount"}.get(kind, kind) + "_namespace"
+    for kind, name in verify.NAMESPACES.items():
         verified[name] = claimed.get(name, False) and namespaces[kind]
-    verified["private_root"] = claimed.get("private_root", False) and namespaces["mnt"] and _private_root(wpid)
-    verified["rlimits"] = claimed.get("rlimits", False) and _rlimits_set(wpid)
-    if "user_namespace" in claimed or namespaces["user"]:
-        verified["user_namespace"] = claimed.get("user_namespace", False) and namespaces["user"]
+    verified[P.PRIVATE_ROOT] = claimed.get(P.PRIVATE_ROOT, False) and namespaces["mnt"] and verify.tmpfs_root(wpid)
+    verified[P.RLIMITS] = claimed.get(P.RLIMITS, False) and verify.rlimits_set(wpid)
+    if P.USER_NAMESPACE in claimed or namespaces["user"]:
+        verified[P.USER_NAMESPACE] = claimed.get(P.USER_NAMESPACE, False) and namespaces["user"]
     return verified
-
-
-def _inner_uids(pid: int, uids: list[str]) -> list[str]:
-    """``uids`` (as the host sees them) translated into ``pid``'s user namespace; "0" when unmapped or
-    unreadable, so that doubt counts as root."""
-    try:
-        with open(f"/proc/{pid}/uid_map") as fh:
-            ranges = [[int(x) for x in line.split()] for line in fh if line.strip()]
-    except (OSError, ValueError):
-        return ["0"]
-    inner: list[str] = []
-    for text in uids:
-        outer = int(text)
-        match = [first + outer - lower for first, lower, count in ranges if lower <= outer < lower + count]
-        inner.append(str(match[0]) if match else "0")
-    return inner
-
-
-def _no_capabilities(status: dict[str, str], *, bounding: bool) -> bool:
-    """No capability in any set; with ``bounding``, the bounding set emptied too (a worker that held
-    capabilities, as root or in its user namespace, must have dropped it; one that never had any cannot)."""
-    kinds = ("Inh", "Prm", "Eff", "Amb", "Bnd") if bounding else ("Inh", "Prm", "Eff", "Amb")
-    try:
-        return all(int(status.get(f"Cap{kind}", "1"), 16) == 0 for kind in kinds)
-    except ValueError:
-        return False
-
-
-def _private_root(pid: int) -> bool:
-    """``pid``'s root is not the host's, and its mount table shows a tmpfs as its root."""
-    try:
-        root = str(Path(f"/proc/{pid}/root").readlink())
-        with open(f"/proc/{pid}/mountinfo") as fh:
-            table = [line.split() for line in fh]
-    except OSError:
-        return False
-    on_root = [f[f.index("-") + 1] for f in table if len(f) > 4 and f[4] == "/" and "-" in f[5:]]
-    return root != "/" and bool(on_root) and on_root[-1] == "tmpfs"  # the last mount on "/" is the one seen
-
-
-def _rlimits_set(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/limits") as fh:
-            text = fh.read()
-    except OSError:
-        return False
-    limits = {line[:26].strip(): line[26:].split() for line in text.splitlines()[1:]}
-    needed = ("Max cpu time", "Max address space", "Max file size", "Max open files", "Max processes")
-    return (
-        all(name in limits and limits[name][0] != "unlimited" for name in needed)
-        and limits.get("Max core file size", ["1"])[0] == "0"
-    )
 
 
 class SubprocessBackend:

@@ -91,7 +91,7 @@ def test_budgets_are_validated() -> None:
 
 def test_agents_of_one_workspace_share_state(tmp_path: Path) -> None:
     ws = Workspace(provider=ScriptedProvider([]), sandbox=SandboxConfig(pool_size=0), log=False)
-    a = ws.agent("calc", context={"memory": 1})
+    a = Agent.for_role("calc", workspace=ws, context={"memory": 1})
     b = Agent.for_role("calc", workspace=ws)
     assert b.memory == 1
     b.memory = 2

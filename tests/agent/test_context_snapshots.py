@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from sandforge.runtime.agent import Agent
 from sandforge.sandbox.context import ContextSnapshot
 from tests.agent.conftest import MakeWorkspace
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.parametrize("sandbox_backend", ["subprocess"])
 
 def test_unchanged_keys_keep_their_bytes_across_calls(make_ws: MakeWorkspace) -> None:
     ws, provider = make_ws([BUMP, BUMP, BUMP])
-    calc = ws.agent("calc", context={"big": ["row"] * 20_000, "keep": {"a": 1}})
+    calc = Agent.for_role("calc", workspace=ws, context={"big": ["row"] * 20_000, "keep": {"a": 1}})
     big = ws.context_snapshot("calc")["big"]
     for step in (1, 2, 3):
         out = calc.add(step)
@@ -28,7 +29,7 @@ def test_unchanged_keys_keep_their_bytes_across_calls(make_ws: MakeWorkspace) ->
 
 def test_a_failed_attempt_commits_nothing(make_ws: MakeWorkspace) -> None:
     ws, _ = make_ws([POLLUTE], execution_repair_budget=0)
-    calc = ws.agent("calc", context={"big": ["row"], "keep": 1, "memory": 1})
+    calc = Agent.for_role("calc", workspace=ws, context={"big": ["row"], "keep": 1, "memory": 1})
     before = ws.context_snapshot("calc")
     out = calc.add(1)
     assert out.error_type == "execution"

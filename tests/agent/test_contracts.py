@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from sandforge.runtime.agent import GUARDRAIL_EXHAUSTED_MESSAGE
+from sandforge.runtime.agent import GUARDRAIL_EXHAUSTED_MESSAGE, Agent
 from sandforge.runtime.agent.contracts import InvalidContract, check_deliverable, to_json_schema
 from sandforge.runtime.agent.lifecycle import NORMALIZATION_POLICY
 from tests.agent.conftest import RECOVERABLE, MakeWorkspace, records, top
@@ -32,7 +32,7 @@ PARSE = "return {'title': args[0].upper()}\n"
 
 def test_a_structured_contract_crosses_the_wire_and_reaches_registry_and_prompt(make_ws: MakeWorkspace) -> None:
     ws, provider = make_ws([PAGE_PARSER, PARSE])
-    out = ws.agent("researcher").read("home")
+    out = Agent.for_role("researcher", workspace=ws).read("home")
     assert out.ok, out
     assert out.value == {"title": "HOME"}
     contract = ws.tools["page_parser"]
@@ -54,13 +54,13 @@ def test_a_structured_contract_crosses_the_wire_and_reaches_registry_and_prompt(
 def test_a_declared_contract_is_staged_without_a_call_and_committed_with_the_attempt(make_ws: MakeWorkspace) -> None:
     declare_only = "delegate('summarizer', purpose='Summarize a text', deliverable={'type': 'string'})\nreturn 1\n"
     ws, provider = make_ws([declare_only])
-    assert ws.agent("planner").plan().ok
+    assert Agent.for_role("planner", workspace=ws).plan().ok
     assert ws.tools["summarizer"].deliverable == {"type": "string"}
     assert provider.calls == 1  # the tool was declared, never called
 
     failing = "delegate('translator', purpose='Translate', deliverable={'type': 'string'})\nreturn 1 / 0\n"
     ws2, _ = make_ws([failing], execution_repair_budget=0)
-    out = ws2.agent("planner").plan()
+    out = Agent.for_role("planner", workspace=ws2).plan()
     assert not out.ok and out.error_type == "execution"
     assert "translator" not in ws2.tools  # staged with the failed attempt, rolled back with it
 
@@ -68,7 +68,7 @@ def test_a_declared_contract_is_staged_without_a_call_and_committed_with_the_att
 def test_a_declared_tool_whose_call_failed_is_not_registered(make_ws: MakeWorkspace) -> None:
     boss = "f = delegate('broken', purpose='Always fails')\nr = f.go()\nreturn r.error_type\n"
     ws, _ = make_ws([boss, "return 1 / 0\n"], execution_repair_budget=0)
-    out = ws.agent("boss").run()
+    out = Agent.for_role("boss", workspace=ws).run()
     assert out.ok and out.value == "execution"
     assert "broken" not in ws.tools
 
@@ -91,7 +91,7 @@ def test_a_contract_field_that_is_not_usable_is_invalid_contract_with_feedback(
     wrong = f"f = delegate('helper', {bad})\nreturn f.go(1).value\n"
     right = "f = delegate('helper', purpose='Echo', deliverable={'type': 'integer'})\nreturn f.go(args[0]).value\n"
     ws, provider = make_ws([wrong, right, "return args[0]\n"])
-    out = ws.agent("boss").run(7)
+    out = Agent.for_role("boss", workspace=ws).run(7)
     assert out.ok and out.value == 7, out
     rec = top(ws)
     failure = rec.attempt_failures[0]
@@ -104,7 +104,7 @@ def test_a_contract_field_that_is_not_usable_is_invalid_contract_with_feedback(
     assert ws.tools["helper"].purpose == "Echo"
 
     ws2, _ = make_ws([wrong], execution_repair_budget=0)
-    out2 = ws2.agent("boss").run(7)
+    out2 = Agent.for_role("boss", workspace=ws2).run(7)
     assert out2.error_type == "invalid_contract" and not out2.retriable
     assert out2.metadata["failure_class"] == top(ws2).failure_class == "intrinsic"
     assert "helper" not in ws2.tools
@@ -118,7 +118,7 @@ def test_a_result_that_misses_the_shorthand_deliverable_is_a_contract_violation_
 ) -> None:
     ws, provider = make_ws(["context['n'] = 1\nreturn []\n", "context['n'] = 2\nreturn [args[0]]\n"])
     ws.register_tool("lister", purpose="List items", deliverable={"type": "array", "min_items": 1})
-    lister = ws.agent("lister")
+    lister = Agent.for_role("lister", workspace=ws)
     out = lister.items("a")
     assert out.ok and out.value == ["a"]
     assert lister.context == {"n": 2}
@@ -143,7 +143,7 @@ def test_an_exhausted_contract_violation_is_retriable_adaptive_and_never_committ
         "titler",
         deliverable={"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]},
     )
-    out = ws.agent("titler").title("x")
+    out = Agent.for_role("titler", workspace=ws).title("x")
     assert not out.ok and out.error_type == "contract_violation" and out.retriable
     assert provider.calls == 2  # default outcome-repair budget 1
     violation = out.metadata["contract_violation"]
@@ -160,7 +160,7 @@ def test_a_delegated_deliverable_is_checked_for_the_nested_call(make_ws: MakeWor
         "r = f.count(args[0])\nreturn [r.ok, r.value, r.error_type]\n"
     )
     ws, _ = make_ws([boss, "return str(len(args[0].split()))\n", "return len(args[0].split())\n"])
-    out = ws.agent("boss").run("a b c")
+    out = Agent.for_role("boss", workspace=ws).run("a b c")
     assert out.ok and out.value == [True, 3, None]
     nested = [r for r in records(ws) if r.depth == 1][-1]
     assert [f.error_type for f in nested.attempt_failures] == ["contract_violation"]
@@ -184,7 +184,7 @@ def test_prose_deliverables_are_not_checked_and_shorthand_maps_to_json_schema() 
 
 def test_depth_0_exhaustion_records_its_normalization_policy(make_ws: MakeWorkspace) -> None:
     ws, _ = make_ws([RECOVERABLE] * 3)
-    out = ws.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws).add(1)
     assert out.error_message == GUARDRAIL_EXHAUSTED_MESSAGE
     assert out.metadata["normalization_policy"] == NORMALIZATION_POLICY == "boundary-normalization/v1"
     assert top(ws).normalization_policy == NORMALIZATION_POLICY
@@ -192,6 +192,6 @@ def test_depth_0_exhaustion_records_its_normalization_policy(make_ws: MakeWorksp
 
     boss = "r = tool('inner').go()\nreturn r.error_type\n"
     ws2, _ = make_ws([boss, RECOVERABLE, RECOVERABLE, RECOVERABLE])
-    assert ws2.agent("boss").run().value == "guardrail_retry_exhausted"
+    assert Agent.for_role("boss", workspace=ws2).run().value == "guardrail_retry_exhausted"
     nested = [r for r in records(ws2) if r.depth == 1][-1]
     assert nested.normalization_policy is None and nested.error_message != GUARDRAIL_EXHAUSTED_MESSAGE

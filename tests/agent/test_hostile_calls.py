@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sandforge.runtime.agent import Workspace
+from sandforge.runtime.agent import Agent, Workspace
 from sandforge.runtime.agent.bounds import MAX_PURPOSE_CHARS, check_arguments, nested_call_spec
 from sandforge.runtime.providers import ScriptedProvider
 from sandforge.sandbox.protocol import CallTarget
@@ -19,7 +19,7 @@ REFUSED = ([False, "invalid_tool_call"], [False, "invalid_contract"], "refused i
 def test_a_failed_delegated_call_registers_no_contract(make_ws: MakeWorkspace) -> None:
     caller = "o = delegate('helper', purpose='divides things').div(1)\ncontext['seen'] = o.error_type\nreturn o.ok\n"
     ws, _ = make_ws([caller, "return 1 // 0\n", "return 1 // 0\n"])
-    out = ws.agent("boss").run()
+    out = Agent.for_role("boss", workspace=ws).run()
     assert out.ok and out.value is False  # the caller succeeded although its delegated call failed
     assert "helper" not in ws.tools
     assert ws.context("boss") == {"seen": "execution"}
@@ -30,7 +30,7 @@ def test_a_failed_delegated_call_registers_no_contract(make_ws: MakeWorkspace) -
 def test_a_successful_delegated_call_registers_its_contract(make_ws: MakeWorkspace) -> None:
     caller = "return delegate('helper', purpose='adds one').inc(1).value\n"
     ws, _ = make_ws([caller, "return args[0] + 1\n"])
-    assert ws.agent("boss").run().value == 2
+    assert Agent.for_role("boss", workspace=ws).run().value == 2
     assert ws.tools["helper"].purpose == "adds one"
 
 
@@ -47,7 +47,7 @@ def test_a_successful_delegated_call_registers_its_contract(make_ws: MakeWorkspa
 def test_hostile_names_and_contracts_are_refused_with_a_typed_error(make_ws: MakeWorkspace, expr: str) -> None:
     program = f"try:\n    o = {expr}\nexcept Exception:\n    return 'refused in sandbox'\nreturn [o.ok, o.error_type]\n"
     ws, provider = make_ws([program, "return 1\n"])
-    out = ws.agent("boss").run()
+    out = Agent.for_role("boss", workspace=ws).run()
     assert out.ok, out  # an honest program error, never a sandbox_violation
     # refused by the host (invalid_tool_call), or already by the runner (invalid_contract, or raised there)
     assert out.value in REFUSED
@@ -95,7 +95,7 @@ def test_top_level_arguments_that_cannot_cross_give_the_documented_type_error(
     provider = ScriptedProvider(["return 1\n"])
     with Workspace(provider=provider, sandbox="subprocess", log=False) as ws:
         with pytest.raises(TypeError, match=match):
-            ws.agent("calc").call("add", *args, **kwargs)
+            Agent.for_role("calc", workspace=ws).call("add", *args, **kwargs)
         assert provider.calls == 0 and ws.log.records == []
     check_arguments([_deep(199)], {})  # within the sandbox's limit: accepted
 
@@ -109,7 +109,7 @@ def test_nested_arguments_with_a_lone_surrogate_are_an_honest_error(make_ws: Mak
         "return [o.ok, o.error_type]\n"
     )
     ws, provider = make_ws([program, "return 1\n"])
-    out = ws.agent("boss").run()
+    out = Agent.for_role("boss", workspace=ws).run()
     assert out.ok, out
     assert out.value in ([False, "invalid_tool_call"], "refused in sandbox")
     assert provider.calls == 1

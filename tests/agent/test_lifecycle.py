@@ -18,7 +18,7 @@ RAISES = "context['memory'] = 999\nreturn 1 / 0\n"
 
 def test_recoverable_violation_then_valid_program(make_ws: MakeWorkspace) -> None:
     ws, provider = make_ws([RECOVERABLE, OK_ADD])
-    calc = ws.agent("calc")
+    calc = Agent.for_role("calc", workspace=ws)
     out = calc.add(3)
     assert out.ok and out.value == 3
     assert provider.calls == 2
@@ -51,7 +51,7 @@ def test_recoverable_violation_then_valid_program(make_ws: MakeWorkspace) -> Non
 
 def test_guardrail_exhaustion_is_typed_and_normalized_at_depth_0(make_ws: MakeWorkspace) -> None:
     ws, provider = make_ws([RECOVERABLE, RECOVERABLE, RECOVERABLE, OK_ADD])
-    out = ws.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws).add(1)
     assert not out.ok
     assert out.error_type == "guardrail_retry_exhausted" and out.retriable is False
     assert out.error_message == GUARDRAIL_EXHAUSTED_MESSAGE
@@ -72,7 +72,7 @@ def test_guardrail_exhaustion_is_typed_and_normalized_at_depth_0(make_ws: MakeWo
 @pytest.mark.parametrize(("budget", "calls"), [(0, 1), (1, 2), (3, 4)])
 def test_guardrail_recovery_budget_bounds_regeneration(make_ws: MakeWorkspace, budget: int, calls: int) -> None:
     ws, provider = make_ws([RECOVERABLE] * 6, guardrail_recovery_budget=budget)
-    out = ws.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws).add(1)
     assert out.error_type == "guardrail_retry_exhausted"
     assert provider.calls == calls
 
@@ -84,7 +84,7 @@ def test_guardrail_exhaustion_is_raw_for_a_nested_caller(make_ws: MakeWorkspace)
         "        'retriable': r.retriable}\n"
     )
     ws, provider = make_ws([parent, RECOVERABLE, RECOVERABLE, RECOVERABLE])
-    out = ws.agent("boss").run()
+    out = Agent.for_role("boss", workspace=ws).run()
     assert out.ok, out
     nested = out.value
     assert isinstance(nested, dict)
@@ -103,7 +103,7 @@ def test_guardrail_exhaustion_is_raw_for_a_nested_caller(make_ws: MakeWorkspace)
 
 def test_terminal_violation_returns_at_once(make_ws: MakeWorkspace) -> None:
     ws, provider = make_ws([TERMINAL, OK_ADD])
-    out = ws.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws).add(1)
     assert out.error_type == "guardrail_violation" and out.retriable is False
     assert provider.calls == 1 and provider.remaining == 1
     assert out.metadata["violations"]
@@ -119,7 +119,7 @@ def test_terminal_violation_returns_at_once(make_ws: MakeWorkspace) -> None:
 
 def test_execution_always_failing_makes_exactly_two_provider_calls(make_ws: MakeWorkspace) -> None:
     ws, provider = make_ws([RAISES, RAISES, OK_ADD])
-    calc = ws.agent("calc")
+    calc = Agent.for_role("calc", workspace=ws)
     calc.memory = 1
     out = calc.add(1)
     assert out.error_type == "execution" and out.retriable is False
@@ -141,7 +141,7 @@ def test_polluted_context_is_rolled_back_before_the_retry(make_ws: MakeWorkspace
         "context['memory'] = context['memory'] + 1\nreturn {'seen': sorted(context), 'items': context['items']}\n"
     )
     ws, provider = make_ws([polluting, observing])
-    calc = ws.agent("calc", context={"memory": 1, "items": []})
+    calc = Agent.for_role("calc", workspace=ws, context={"memory": 1, "items": []})
     out = calc.add(1)
     assert out.ok, out
     assert out.value == {"seen": ["items", "memory"], "items": []}
@@ -152,13 +152,13 @@ def test_polluted_context_is_rolled_back_before_the_retry(make_ws: MakeWorkspace
 
 def test_execution_repair_budget_zero_returns_the_first_failure(make_ws: MakeWorkspace) -> None:
     ws, provider = make_ws([RAISES, OK_ADD], execution_repair_budget=0)
-    out = ws.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws).add(1)
     assert out.error_type == "execution" and provider.calls == 1
 
 
 def test_repaired_call_keeps_first_attempt_diagnostics(make_ws: MakeWorkspace) -> None:
     ws, _ = make_ws([RAISES, OK_ADD])
-    out = ws.agent("calc").add(2)
+    out = Agent.for_role("calc", workspace=ws).add(2)
     assert out.ok and out.value == 2
     failures = out.metadata["attempt_failures"]
     assert failures[0]["stage"] == "execution" and failures[0]["error_class"] == "ZeroDivisionError"
@@ -174,7 +174,7 @@ def test_repaired_call_keeps_first_attempt_diagnostics(make_ws: MakeWorkspace) -
 def test_adaptive_retriable_outcome_is_repaired(make_ws: MakeWorkspace) -> None:
     bad = "context['memory'] = 5\nreturn Outcome.error('parse_error', 'could not parse the input', retriable=True)\n"
     ws, provider = make_ws([bad, OK_ADD])
-    calc = ws.agent("calc")
+    calc = Agent.for_role("calc", workspace=ws)
     out = calc.add(4)
     assert out.ok and out.value == 4
     assert calc.context == {"memory": 4}
@@ -193,7 +193,7 @@ def test_swallowed_exception_outcome_is_repaired_then_exhausted(make_ws: MakeWor
         "    return Outcome.error('internal_bug', str(exc), retriable=True)\nreturn value\n"
     )
     ws, provider = make_ws([swallowing, swallowing, OK_ADD])
-    out = ws.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws).add(1)
     assert out.error_type == "outcome_repair_retry_exhausted" and out.retriable is False
     assert provider.calls == 2 and provider.remaining == 1
     assert out.metadata["last_outcome"]["error_type"] == "internal_bug"
@@ -206,7 +206,7 @@ def test_swallowed_exception_outcome_is_repaired_then_exhausted(make_ws: MakeWor
 def test_outcome_repair_budget_is_configurable(make_ws: MakeWorkspace) -> None:
     bad = "return Outcome.error('wrong_answer', 'no', retriable=True)\n"
     ws, provider = make_ws([bad] * 5, fresh_outcome_repair_budget=3)
-    out = ws.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws).add(1)
     assert out.error_type == "outcome_repair_retry_exhausted"
     assert provider.calls == 4
 
@@ -215,7 +215,7 @@ def test_a_program_reported_timeout_is_at_most_adaptive_and_is_repaired(make_ws:
     # Only what the host observed is extrinsic: a program saying "timeout" is making a claim (issue 13).
     slow = "context['memory'] = 1\nreturn Outcome.error('timeout', 'the upstream service timed out', retriable=True)\n"
     ws, provider = make_ws([slow, OK_ADD])
-    calc = ws.agent("calc")
+    calc = Agent.for_role("calc", workspace=ws)
     out = calc.add(1)
     assert out.ok and provider.calls == 2
     rec = top(ws)
@@ -227,14 +227,14 @@ def test_a_program_reported_timeout_is_at_most_adaptive_and_is_repaired(make_ws:
 def test_a_program_reported_timeout_that_persists_is_adaptive_not_extrinsic(make_ws: MakeWorkspace) -> None:
     slow = "return Outcome.error('timeout', 'the upstream service timed out', retriable=True)\n"
     ws, provider = make_ws([slow] * 3)
-    out = ws.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws).add(1)
     assert out.error_type == "outcome_repair_retry_exhausted" and provider.calls == 2
     assert top(ws).failure_class == "adaptive"
 
 
 def test_sandbox_timeout_passes_through_without_regeneration(make_ws: MakeWorkspace) -> None:
     ws, provider = make_ws(["while True:\n    pass\n", OK_ADD], limits=Limits(timeout_s=0.5))
-    out = ws.agent("calc").spin()
+    out = Agent.for_role("calc", workspace=ws).spin()
     assert out.error_type == "timeout" and out.retriable is True
     assert provider.calls == 1
 
@@ -242,7 +242,7 @@ def test_sandbox_timeout_passes_through_without_regeneration(make_ws: MakeWorksp
 def test_non_retriable_tool_error_is_the_answer(make_ws: MakeWorkspace) -> None:
     program = "return Outcome.error('division_by_zero', 'cannot divide by zero', retriable=False)\n"
     ws, provider = make_ws([program, OK_ADD])
-    out = ws.agent("calc").divide(0)
+    out = Agent.for_role("calc", workspace=ws).divide(0)
     assert (out.status, out.error_type, out.error_message, out.retriable) == (
         "error", "division_by_zero", "cannot divide by zero", False,
     )  # fmt: skip
@@ -257,7 +257,7 @@ def test_invalid_provider_output_uses_the_generation_budget_only(make_ws: MakeWo
         ["def broken(:\n", InvalidProviderOutput("no tool call"), RECOVERABLE, OK_ADD],
         generation_retry_budget=2, guardrail_recovery_budget=1,
     )  # fmt: skip
-    out = ws.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws).add(1)
     assert out.ok, out
     rec = top(ws)
     assert rec.generation_retry_attempts == 2 and rec.guardrail_recovery_attempts == 1
@@ -267,7 +267,7 @@ def test_invalid_provider_output_uses_the_generation_budget_only(make_ws: MakeWo
 
 def test_generation_budget_exhaustion(make_ws: MakeWorkspace) -> None:
     ws, provider = make_ws(["return (", "", OK_ADD], generation_retry_budget=1)
-    out = ws.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws).add(1)
     assert out.error_type == "generation_retry_exhausted" and out.retriable is False
     assert provider.calls == 2
     assert top(ws).generation_retry_exhausted
@@ -275,7 +275,7 @@ def test_generation_budget_exhaustion(make_ws: MakeWorkspace) -> None:
 
 def test_provider_api_error_is_typed_and_not_regenerated(make_ws: MakeWorkspace) -> None:
     ws, provider = make_ws([ProviderError("the API is overloaded", retriable=True, kind="server_error"), OK_ADD])
-    out = ws.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws).add(1)
     assert out.error_type == "provider" and out.retriable is True
     assert out.metadata["provider_error_kind"] == "server_error"
     assert provider.calls == 1
@@ -283,7 +283,7 @@ def test_provider_api_error_is_typed_and_not_regenerated(make_ws: MakeWorkspace)
 
 def test_empty_script_is_a_non_retriable_provider_error(make_ws: MakeWorkspace) -> None:
     ws, _ = make_ws([])
-    out = ws.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws).add(1)
     assert out.error_type == "provider" and out.retriable is False
 
 
@@ -300,7 +300,7 @@ HELPER = "context['pings'] = context.get('pings', 0) + 1\nreturn 'pong' + str(ar
 
 def test_delegate_registers_a_tool_and_runs_a_nested_call(make_ws: MakeWorkspace) -> None:
     ws, provider = make_ws([DELEGATING, HELPER])
-    out = ws.agent("boss").go()
+    out = Agent.for_role("boss", workspace=ws).go()
     assert out.ok and out.value == "pong7"
     assert ws.tools["helper"].purpose == "counts pings" and ws.tools["helper"].deliverable == "pong"
     assert ws.context("helper") == {"pings": 1}
@@ -319,7 +319,7 @@ def test_failed_attempt_leaves_no_context_and_no_registered_tool(make_ws: MakeWo
     failing = DELEGATING.replace("return r.value", "return r.value + 1")  # str + int: TypeError after the writes
     observing = "return {'keys': sorted(context), 'known': 0}\n"
     ws, provider = make_ws([failing, HELPER, observing])
-    boss = ws.agent("boss", context={"start": True})
+    boss = Agent.for_role("boss", workspace=ws, context={"start": True})
     out = boss.go()
     assert out.ok, out
     assert out.value == {"keys": ["start"], "known": 0}
@@ -347,14 +347,14 @@ def test_nested_failure_is_a_value_the_program_can_inspect(make_ws: MakeWorkspac
         "return args[0] / args[1]\n"
     )
     ws, _ = make_ws([parent, child])
-    out = ws.agent("boss").run()
+    out = Agent.for_role("boss", workspace=ws).run()
     assert out.ok and out.value == {"caught": "division_by_zero", "retriable": False}
 
 
 def test_max_depth_bounds_recursion(make_ws: MakeWorkspace) -> None:
     recursive = "r = tool('loop').again()\nreturn {'status': r.status, 'error_type': r.error_type, 'inner': r.value}\n"
     ws, provider = make_ws([recursive] * 5, max_depth=1)
-    out = ws.agent("loop").again()
+    out = Agent.for_role("loop", workspace=ws).again()
     assert out.ok
     assert out.value == {"status": "ok", "error_type": None,
                          "inner": {"status": "error", "error_type": "max_depth_exceeded", "inner": None}}  # fmt: skip
@@ -363,7 +363,7 @@ def test_max_depth_bounds_recursion(make_ws: MakeWorkspace) -> None:
 
 def test_state_is_kept_across_calls(make_ws: MakeWorkspace) -> None:
     ws, provider = make_ws([OK_ADD, OK_ADD, OK_ADD])
-    calc = ws.agent("calc")
+    calc = Agent.for_role("calc", workspace=ws)
     assert [calc.add(n).value for n in (1, 2, 3)] == [1, 3, 6]
     assert calc.memory == 6
     assert provider.calls == 3

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sandforge.runtime.agent import CallLog, Workspace
+from sandforge.runtime.agent import Agent, CallLog, Workspace
 from sandforge.runtime.names import MAX_PURPOSE_CHARS
 from sandforge.runtime.providers import ScriptedProvider
 from sandforge.runtime.providers.base import AttemptFeedback, GenerationRequest, RepairContext, ToolContract
@@ -69,13 +69,13 @@ def test_a_200kb_injected_purpose_is_refused_and_never_stored(session: OpenSessi
         "return [o.ok, o.error_type]\n"
     )
     ws1, p1 = session([caller])
-    out = ws1.agent("boss").go()
+    out = Agent.for_role("boss", workspace=ws1).go()
     # refused by the host (invalid_tool_call), or already by the runner (invalid_contract, or raised there)
     assert out.ok and out.value in ([False, "invalid_tool_call"], [False, "invalid_contract"], "refused in sandbox")
     assert p1.calls == 1 and ws1.tools == {}
     ws1.close()
     ws2, p2 = session(["return tool('helper').run().ok\n", "return 1\n"])
-    assert ws2.agent("boss").other().ok
+    assert Agent.for_role("boss", workspace=ws2).other().ok
     assert p2.calls == 2 and all("New rule" not in p.user for p in p2.prompts)
     entry = ws2.tool_store.get_tool("helper") if ws2.tool_store is not None else None
     assert entry is not None and entry.purpose is None  # a tool called since, but no contract was ever stored
@@ -84,11 +84,11 @@ def test_a_200kb_injected_purpose_is_refused_and_never_stored(session: OpenSessi
 def test_a_stored_injection_reaches_the_next_session_only_as_data(session: OpenSession) -> None:
     caller = f"return delegate('helper', purpose={FITS!r}).run().value\n"
     ws1, _ = session([caller, "return 'done'\n"])
-    assert ws1.agent("boss").go().value == "done"
+    assert Agent.for_role("boss", workspace=ws1).go().value == "done"
     assert ws1.tool_store is not None and ws1.tool_store.get_tool("helper") is not None
     ws1.close()
     ws2, p2 = session(["return 1\n"])
-    assert ws2.agent("boss").plan().ok
+    assert Agent.for_role("boss", workspace=ws2).plan().ok
     prompt = p2.prompts[0].user
     assert 'source="known_tools"' in prompt  # the stored tool is shown ...
     assert_structure_is_ours(prompt)  # ... as data

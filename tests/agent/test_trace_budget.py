@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sandforge.runtime.agent import Budgets, CallLog, CallRecord, TraceBudget, Workspace
+from sandforge.runtime.agent import Agent, Budgets, CallLog, CallRecord, TraceBudget, Workspace
 from sandforge.runtime.providers import ScriptedProvider
 from sandforge.sandbox import Limits, SandboxConfig
 
@@ -60,7 +60,7 @@ def records(ws: Workspace) -> list[CallRecord]:
 def test_nested_time_is_charged_to_the_callers_timeout(ws_with: MakeTraced) -> None:
     # Before: each nested call got its own 2 s and the caller's deadline moved by it: ok after ~6 s.
     ws, _ = ws_with([FAN_SLOW, SPIN, SPIN, SPIN], trace=TraceBudget(), limits=Limits(timeout_s=2))
-    out = ws.agent("boss").run()
+    out = Agent.for_role("boss", workspace=ws).run()
     assert out.error_type == "timeout", out
     top = next(r for r in records(ws) if r.depth == 0)
     assert top.status == "error" and top.error_type == "timeout"
@@ -72,7 +72,7 @@ def test_a_nested_call_gets_at_most_the_callers_remaining_time(ws_with: MakeTrac
     # The caller catches its nested call's failure and returns; the nested call could not outlive it.
     caller = "o = tool('slow').spin()\nreturn o.error_type\n"
     ws, provider = ws_with([caller, SPIN], trace=TraceBudget(), limits=Limits(timeout_s=2))
-    out = ws.agent("boss").run()
+    out = Agent.for_role("boss", workspace=ws).run()
     # Either the child's timeout reached the caller after the caller's own deadline (timeout), or not at
     # all: never an ok answer bought with time beyond the caller's limit.
     assert out.error_type == "timeout", out
@@ -82,7 +82,7 @@ def test_a_nested_call_gets_at_most_the_callers_remaining_time(ws_with: MakeTrac
 def test_fan_out_is_bounded_by_the_provider_budget(ws_with: MakeTraced) -> None:
     trace = TraceBudget(max_nested_calls=1000, max_provider_calls=10, max_sandboxes=1000)
     ws, provider = ws_with([TREE] * 200, trace=trace, limits=Limits(timeout_s=30))
-    out = ws.agent("node").grow(0)
+    out = Agent.for_role("node", workspace=ws).grow(0)
     assert out.ok, out  # the tree tolerates failed children
     assert provider.calls == 10  # not 121
     exhausted = [r for r in records(ws) if r.error_type == "budget_exhausted"]
@@ -95,7 +95,7 @@ def test_fan_out_is_bounded_by_the_provider_budget(ws_with: MakeTraced) -> None:
 def test_fan_out_is_bounded_by_the_nested_call_budget(ws_with: MakeTraced) -> None:
     trace = TraceBudget(max_nested_calls=5, max_provider_calls=100, max_sandboxes=100)
     ws, provider = ws_with([TREE] * 200, trace=trace, limits=Limits(timeout_s=30))
-    out = ws.agent("node").grow(0)
+    out = Agent.for_role("node", workspace=ws).grow(0)
     assert out.ok, out
     assert provider.calls == 6  # the top-level call and 5 nested calls
     top = next(r for r in records(ws) if r.depth == 0)
@@ -111,14 +111,14 @@ def test_repairs_draw_on_the_same_budget(ws_with: MakeTraced) -> None:
     ws, provider = ws_with(
         [caller] + [broken] * 50, trace=trace, limits=Limits(timeout_s=60), execution_repair_budget=1
     )
-    out = ws.agent("boss").run()
+    out = Agent.for_role("boss", workspace=ws).run()
     assert out.ok and provider.calls == 7
     assert isinstance(out.value, list) and out.value[-1] == "budget_exhausted"
 
 
 def test_sandbox_budget_is_a_typed_outcome(ws_with: MakeTraced) -> None:
     ws, _ = ws_with([TREE] * 50, trace=TraceBudget(max_sandboxes=1, max_provider_calls=50))
-    out = ws.agent("node").grow(3)
+    out = Agent.for_role("node", workspace=ws).grow(3)
     assert out.ok and out.value == 1  # every child was refused a sandbox
     child = next(r for r in records(ws) if r.depth == 1)
     assert child.error_type == "budget_exhausted"
@@ -127,7 +127,7 @@ def test_sandbox_budget_is_a_typed_outcome(ws_with: MakeTraced) -> None:
 
 def test_the_trace_wall_clock_ends_a_top_level_call(ws_with: MakeTraced) -> None:
     ws, _ = ws_with([SPIN], trace=TraceBudget(max_wall_s=1), limits=Limits(timeout_s=30))
-    out = ws.agent("boss").spin()
+    out = Agent.for_role("boss", workspace=ws).spin()
     assert out.error_type == "budget_exhausted" and out.metadata["budget_limit"] == "max_wall_s"
     assert out.metadata["failure_class"] == "extrinsic"
 

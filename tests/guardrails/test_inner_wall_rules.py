@@ -10,7 +10,7 @@ import pytest
 
 from sandforge.runtime.guardrails import default_policy, validate
 from sandforge.runtime.guardrails.plugins.inner_wall import withheld_qualnames
-from sandforge.sandbox import runner
+from sandforge.sandbox.inside import compilation, world
 
 
 def fired(source: str) -> set[str]:
@@ -101,8 +101,8 @@ def test_honest(source: str) -> None:
 
 def test_the_policy_withholds_exactly_what_the_runner_withholds() -> None:
     names = withheld_qualnames()
-    for module in runner.ALLOWED_MODULES:
-        for name in runner.withheld(module):
+    for module in world.ALLOWED_MODULES:
+        for name in world.withheld(module):
             assert f"{module}.{name}" in names
     assert {"functools.update_wrapper", "functools.singledispatch", "json.load", "copy.dispatch_table"} <= set(names)
     # and each is flagged by the rule, with the runner's reason in the message
@@ -119,7 +119,7 @@ def test_the_runner_and_the_policy_agree_on_string_annotations() -> None:
 
     for source, rules in FLAGGED:
         if "string_annotation" in rules:
-            refusal = runner.inner_wall_refusal(ast.parse(textwrap.dedent(source)))
+            refusal = compilation.inner_wall_refusal(ast.parse(textwrap.dedent(source)))
             assert refusal is not None and "string annotation" in refusal[0].lower(), source
     for source in HONEST:
-        assert runner.inner_wall_refusal(ast.parse(source)) is None, source
+        assert compilation.inner_wall_refusal(ast.parse(source)) is None, source

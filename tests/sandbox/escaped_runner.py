@@ -13,11 +13,11 @@ import sys
 import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sandbox"))
-import runner
+from inside import serving, start, world, zygote
 
 
 def compile_unrestricted(code: str):
-    module = ast.parse(code, runner.TOOL_FILENAME, "exec")
+    module = ast.parse(code, world.TOOL_FILENAME, "exec")
     args = ast.arguments(
         posonlyargs=[],
         args=[ast.arg(arg=n) for n in ("context", "args", "kwargs")],
@@ -28,10 +28,10 @@ def compile_unrestricted(code: str):
         defaults=[],
     )
     func = ast.FunctionDef(
-        name=runner.TOOL_FUNCTION, args=args, body=module.body or [ast.Pass()], decorator_list=[], returns=None
+        name=world.TOOL_FUNCTION, args=args, body=module.body or [ast.Pass()], decorator_list=[], returns=None
     )
     wrapper = ast.fix_missing_locations(ast.Module(body=[func], type_ignores=[]))
-    return compile(wrapper, runner.TOOL_FILENAME, "exec"), None
+    return compile(wrapper, world.TOOL_FILENAME, "exec"), None
 
 
 def unrestricted_globals(proxies, stdout, bridge):
@@ -41,17 +41,18 @@ def unrestricted_globals(proxies, stdout, bridge):
     namespace = {"__builtins__": __builtins__, "__name__": "escaped", "print": _print}
     zygote_child = "--zygote" in sys.argv
     namespace["result_fd"] = (
-        runner.CHILD_RESULT_FD if zygote_child else int(sys.argv[sys.argv.index("--result-fd") + 1])
+        zygote.CHILD_RESULT_FD if zygote_child else int(sys.argv[sys.argv.index("--result-fd") + 1])
     )
     namespace["sys_modules"] = types.MappingProxyType(sys.modules)
     return namespace
 
 
-runner.compile_program = compile_unrestricted
-runner.build_globals = unrestricted_globals
+# ``serving.execute`` compiles and builds the program's globals through these names.
+serving.compile_program = compile_unrestricted
+serving.build_globals = unrestricted_globals
 # The runner drops ctypes, mmap, socket... from sys.modules after lock-down; the attacker modelled here is
 # assumed to have got them back (defence in depth), so the OS boundary is tested against all of them.
-runner.forget_lockdown_modules = lambda: []
+serving.forget_lockdown_modules = lambda: []
 
 if __name__ == "__main__":
-    os._exit(runner.main(sys.argv[1:]))
+    os._exit(start.main(sys.argv[1:]))

@@ -12,7 +12,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sandbox"))
-import runner
+from inside import lockdown, start
 
 
 class _NoNamespaces:
@@ -27,8 +27,8 @@ class _NoNamespaces:
         return -1
 
 
-_real_libc = runner._libc
-runner._libc = lambda: _NoNamespaces(_real_libc())
+_real_libc = lockdown._libc
+lockdown._libc = lambda: _NoNamespaces(_real_libc())
 
 if __name__ == "__main__":
-    os._exit(runner.main(sys.argv[1:]))
+    os._exit(start.main(sys.argv[1:]))

@@ -21,31 +21,31 @@ from sandforge.sandbox.backends import docker_backend, oci_backend
 from sandforge.sandbox.backends.base import Backend
 from sandforge.sandbox.backends.docker_backend import DockerBackend
 from sandforge.sandbox.backends.oci_backend import OciBackend
-from sandforge.sandbox.image import IMAGE_RUNNER
+from sandforge.sandbox.image import IMAGE_INSIDE
 
 ESCAPED_BOOTSTRAP = f"""
 import ast, os, signal, socket, sys, types
-sys.path.insert(0, {str(Path(IMAGE_RUNNER).parent)!r})
-import runner
+sys.path.insert(0, {str(Path(IMAGE_INSIDE).parent)!r})
+from inside import serving, start, world
 
 def compile_unrestricted(code):
-    module = ast.parse(code, runner.TOOL_FILENAME, "exec")
+    module = ast.parse(code, world.TOOL_FILENAME, "exec")
     args = ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in ("context", "args", "kwargs")],
                          vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
-    func = ast.FunctionDef(name=runner.TOOL_FUNCTION, args=args, body=module.body or [ast.Pass()],
+    func = ast.FunctionDef(name=world.TOOL_FUNCTION, args=args, body=module.body or [ast.Pass()],
                            decorator_list=[], returns=None)
     wrapper = ast.fix_missing_locations(ast.Module(body=[func], type_ignores=[]))
-    return compile(wrapper, runner.TOOL_FILENAME, "exec"), None
+    return compile(wrapper, world.TOOL_FILENAME, "exec"), None
 
 def unrestricted_globals(proxies, stdout, bridge):
     def _print(*values, **kwargs):
         stdout.write(" ".join(str(v) for v in values) + kwargs.get("end", "\\n"))
     return {{"__builtins__": __builtins__, "__name__": "escaped", "print": _print}}
 
-runner.compile_program = compile_unrestricted
-runner.build_globals = unrestricted_globals
-runner.forget_lockdown_modules = lambda: []  # the attacker is assumed to have them back
-os._exit(runner.main(["--result-stdout", *sys.argv[1:]]))
+serving.compile_program = compile_unrestricted
+serving.build_globals = unrestricted_globals
+serving.forget_lockdown_modules = lambda: []  # the attacker is assumed to have them back
+os._exit(start.main(["--result-stdout", *sys.argv[1:]]))
 """
 
 LIMITS = Limits(timeout_s=10, memory_mb=128, disk_mb=4, max_processes=12)

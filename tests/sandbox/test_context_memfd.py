@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
-from sandforge.sandbox import runner as runner_module
 from sandforge.sandbox.backends.docker_backend import AttachIO
-from sandforge.sandbox.backends.subprocess_backend import PipeIO, SocketIO
+from sandforge.sandbox.channel import PipeIO, SocketIO
 from sandforge.sandbox.context import SEALED_MIN_BYTES, SEALS, ContextSnapshot, SealedText
 from sandforge.sandbox.exchange import MAX_PASSED_FDS, fd_budget
+from sandforge.sandbox.inside import channel as inside_channel
 from sandforge.sandbox.protocol import HEADER
 from tests.sandbox.test_os_boundary import escaped
 
@@ -214,8 +214,8 @@ def memfd(data: bytes, seals: int = SEALS) -> int:
 def test_the_runner_refuses_unsealed_or_wrong_size_memfds(seals: int, size: int, needle: str) -> None:
     fd = memfd(b'"abc"', seals)
     try:
-        with pytest.raises(runner_module.PassedTextError, match=needle):
-            runner_module.map_text(fd, size)
+        with pytest.raises(inside_channel.PassedTextError, match=needle):
+            inside_channel.map_text(fd, size)
     finally:
         os.close(fd)
 
@@ -227,8 +227,8 @@ def test_the_runner_refuses_descriptors_that_are_not_memfds(tmp_path: Any) -> No
     f = os.open(path, os.O_RDONLY)
     try:
         for fd in (r, w, f):
-            with pytest.raises(runner_module.PassedTextError, match="not a sealed memfd"):
-                runner_module.map_text(fd, 5)
+            with pytest.raises(inside_channel.PassedTextError, match="not a sealed memfd"):
+                inside_channel.map_text(fd, 5)
     finally:
         for fd in (r, w, f):
             os.close(fd)
@@ -237,7 +237,7 @@ def test_the_runner_refuses_descriptors_that_are_not_memfds(tmp_path: Any) -> No
 def test_the_runner_maps_a_sealed_memfd_read_only() -> None:
     fd = memfd(b'"abc"')
     try:
-        text = runner_module.map_text(fd, 5)
+        text = inside_channel.map_text(fd, 5)
     finally:
         os.close(fd)
     assert text.map is not None
@@ -267,9 +267,9 @@ def forged(
         else:
             host.sendall(data)
     host.close()
-    channel = runner_module.Channel(sandbox.detach())
+    channel = inside_channel.Channel(sandbox.detach())
     try:
-        return runner_module.read_execute(channel, 1 << 20, handoff)
+        return inside_channel.read_execute(channel, 1 << 20, handoff)
     except ValueError as exc:
         return exc
     finally:
@@ -309,7 +309,7 @@ def test_the_runner_refuses_unexpected_descriptors(keys: list[Any], nfds: int, l
     got = forged({"context_keys": keys}, fds[:nfds], b"1", later_fds=fds[:later] or None)
     for fd in fds:
         os.close(fd)
-    assert isinstance(got, runner_module.PassedTextError), got
+    assert isinstance(got, inside_channel.PassedTextError), got
     assert got.args and re.search(needle, str(got.args[0]))
     assert open_fds() <= before  # every received descriptor was closed
 
@@ -321,7 +321,7 @@ def test_too_many_descriptors_with_the_execute_frame_are_refused() -> None:
     got = forged({"context_keys": keys}, fds, b"1")
     for fd in fds:
         os.close(fd)
-    assert isinstance(got, runner_module.PassedTextError) and "more descriptors" in str(got)
+    assert isinstance(got, inside_channel.PassedTextError) and "more descriptors" in str(got)
     assert open_fds() <= before
 
 

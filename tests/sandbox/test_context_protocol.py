@@ -13,8 +13,9 @@ from pydantic import ValidationError
 
 from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox import exchange as exchange_module
+from sandforge.sandbox.channel import Stream, WorkerIO
 from sandforge.sandbox.context import ContextError, ContextSnapshot
-from sandforge.sandbox.exchange import Exchange, Stream, run_exchange
+from sandforge.sandbox.exchange import Exchange, run_exchange
 from sandforge.sandbox.protocol import HEADER, ResultFrame
 
 CTX: dict[str, Any] = {"a": 1, "b": {"x": [1, 2]}, "s": "żółw 🐢", "rows": [1, 2, 3], "n": None}
@@ -262,7 +263,7 @@ def test_outcome_decodes_its_context_lazily() -> None:
 # --- forged result frames (the host's side of the protocol) ------------------------------------------------
 
 
-class ScriptedIO:
+class ScriptedIO(WorkerIO):
     """A worker that answers the execute frame with the given bytes on the result channel, then ends."""
 
     def __init__(self, result_bytes: bytes) -> None:

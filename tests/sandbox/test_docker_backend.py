@@ -24,8 +24,8 @@ import pytest
 
 from sandforge.sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig, handoff
 from sandforge.sandbox.backends.base import SandboxUnavailable
-from sandforge.sandbox.backends.cleanup import process_tag
 from sandforge.sandbox.backends.docker_backend import LABEL, OWNER_LABEL, ContainerWorker, DockerBackend, reap_leftovers
+from sandforge.sandbox.ownership import process_tag
 from sandforge.sandbox.protocol import BootFrame
 from tests.conftest import DockerEnv
 
@@ -159,7 +159,7 @@ def test_containers_removed_at_interpreter_exit(docker_env: DockerEnv) -> None:
     script = textwrap.dedent(
         """
         from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
-        from sandforge.sandbox.backends.cleanup import process_tag
+        from sandforge.sandbox.ownership import process_tag
         sb = Sandbox(SandboxConfig(backend="docker", pool_size=2))
         out = sb.execute(ExecutionRequest(code="return len(context['big'])", context={"big": "x" * 100_000}))
         assert out.ok, out.error_message

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig, handoff
-from sandforge.sandbox import runner as runner_module
 from sandforge.sandbox.backends import docker_backend
-from sandforge.sandbox.backends.cleanup import process_tag
 from sandforge.sandbox.backends.docker_backend import verify_protections
 from sandforge.sandbox.context import ContextSnapshot
+from sandforge.sandbox.inside import channel as inside_channel
+from sandforge.sandbox.ownership import process_tag
 from tests.sandbox.test_context_memfd import BIG, Traffic, forged
 
 
@@ -138,12 +138,12 @@ def handed() -> Iterator[handoff.HandoffDir]:
 
 def test_the_runner_uses_a_directory_only_with_its_token(handed: handoff.HandoffDir) -> None:
     where = str(handed.path)
-    assert runner_module.handoff_ready({"handoff_dir": where, "handoff_token": handed.token}) == where
-    assert runner_module.handoff_ready({"handoff_dir": where, "handoff_token": "0" * 32}) is None
-    assert runner_module.handoff_ready({"handoff_dir": where, "handoff_token": handed.token[:-1]}) is None
-    assert runner_module.handoff_ready({"handoff_dir": where + "-missing", "handoff_token": handed.token}) is None
-    assert runner_module.handoff_ready({"handoff_dir": where, "handoff_token": ""}) is None
-    assert runner_module.handoff_ready({}) is None
+    assert inside_channel.handoff_ready({"handoff_dir": where, "handoff_token": handed.token}) == where
+    assert inside_channel.handoff_ready({"handoff_dir": where, "handoff_token": "0" * 32}) is None
+    assert inside_channel.handoff_ready({"handoff_dir": where, "handoff_token": handed.token[:-1]}) is None
+    assert inside_channel.handoff_ready({"handoff_dir": where + "-missing", "handoff_token": handed.token}) is None
+    assert inside_channel.handoff_ready({"handoff_dir": where, "handoff_token": ""}) is None
+    assert inside_channel.handoff_ready({}) is None
 
 
 def test_the_runner_reads_handed_off_values(handed: handoff.HandoffDir) -> None:
@@ -177,7 +177,7 @@ def test_the_runner_refuses_a_forged_handoff(tmp_path: Path, setup: str, keys: l
     elif setup == "dir":
         (where / "0").mkdir()
     got = forged({"context_keys": keys}, [], handoff=str(where))
-    assert isinstance(got, runner_module.PassedTextError), got
+    assert isinstance(got, inside_channel.PassedTextError), got
     assert got.args and re.search(needle, str(got.args[0]))
 
 
@@ -187,7 +187,7 @@ def test_descriptors_are_refused_alongside_a_handoff(handed: handoff.HandoffDir)
         got = forged({"context_keys": [["a", 1]]}, [fd], b"1", handoff=str(handed.path))
     finally:
         os.close(fd)
-    assert isinstance(got, runner_module.PassedTextError) and "not announced" in str(got)
+    assert isinstance(got, inside_channel.PassedTextError) and "not announced" in str(got)
 
 
 # --- end to end ------------------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from sandforge.sandbox.backends.base import Backend
 from sandforge.sandbox.backends.docker_backend import DockerBackend
 from sandforge.sandbox.backends.oci_backend import OciBackend
 from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
-from sandforge.sandbox.exchange import ExitInfo, Stream, build_outcome, run_exchange
+from sandforge.sandbox.channel import Stream, WorkerIO
+from sandforge.sandbox.exchange import ExitInfo, build_outcome, run_exchange
 from sandforge.sandbox.protocol import HEADER, CallFrame, ProtocolError, decode_runner_frame
 from tests.sandbox.test_container_boundary import ESCAPED_BOOTSTRAP
 
@@ -83,7 +84,7 @@ def test_the_deepest_value_the_runner_sends_is_accepted() -> None:
     assert decode_runner_frame(body).value is not None
 
 
-class ScriptedIO:
+class ScriptedIO(WorkerIO):
     """A worker that answers with the given result-channel bytes (in one read), then ends."""
 
     def __init__(self, *chunks: bytes, unread: int = 0) -> None:

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from sandforge.sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig, runner
+from sandforge.sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.backends.base import Backend
 from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
+from sandforge.sandbox.inside import bridge, compilation, guards, serving, world
 
 
 def run(sandbox: Sandbox, code: str, **kw: object) -> object:
@@ -268,9 +269,9 @@ def test_honest_annotations_still_compile(sandbox: Sandbox) -> None:
 
 def test_every_allowed_module_was_audited() -> None:
     """A module added to ALLOWED_MODULES must be audited (docs/security.md) and listed in AUDITED_MODULES."""
-    assert set(runner.ALLOWED_MODULES) <= runner.AUDITED_MODULES
-    for module, names in {**runner.WITHHELD_NAMES, **runner.MODULE_WRAPPERS}.items():
-        assert module in runner.ALLOWED_MODULES, module
+    assert set(world.ALLOWED_MODULES) <= world.AUDITED_MODULES
+    for module, names in {**world.WITHHELD_NAMES, **world.MODULE_WRAPPERS}.items():
+        assert module in world.ALLOWED_MODULES, module
         real = __import__(module, fromlist=["_"])
         for name in names:
             assert hasattr(real, name), f"{module}.{name} does not exist: a stale entry"
@@ -286,9 +287,9 @@ def test_the_exposed_surface_is_the_audited_one() -> None:
     import json
 
     pinned = json.loads(SURFACE.read_text())["surface"]
-    proxies = runner.build_module_proxies()
+    proxies = world.build_module_proxies()
     for module, names in pinned.items():
-        if module in runner.ALLOWED_MODULES:
+        if module in world.ALLOWED_MODULES:
             new = sorted({n for n in vars(proxies[module]) if not n.startswith("_")} - set(names))
             assert not new, f"{module} exposes unaudited names {new}: audit them (docs/security.md), then re-pin"
 
@@ -298,19 +299,19 @@ def test_the_exposed_surface_is_the_audited_one() -> None:
 def test_every_kind_of_proxy_is_sealed(clean_wall: object, lazy: bool, kind: str) -> None:
     """Namespace proxies and module-object proxies (faster attribute reads), filled now or on first use."""
     if kind == "namespace":
-        proxies = runner.build_module_proxies(lazy=lazy)
+        proxies = world.build_module_proxies(lazy=lazy)
         proxy = proxies["functools"]
     else:
         proxy = types.ModuleType("functools")
-        runner._populate(proxy, "functools")
+        world._populate(proxy, "functools")
     assert proxy.partial is functools.partial
-    assert proxy.wraps is runner.MODULE_WRAPPERS["functools"]["wraps"]
-    with pytest.raises(runner.SandboxViolation, match=r"functools\.update_wrapper is withheld"):
+    assert proxy.wraps is world.MODULE_WRAPPERS["functools"]["wraps"]
+    with pytest.raises(world.SandboxViolation, match=r"functools\.update_wrapper is withheld"):
         proxy.update_wrapper  # noqa: B018
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         proxy.nope  # noqa: B018
-    reason = runner.WITHHELD_NAMES["functools"]["update_wrapper"]
-    recorded = list(runner.VIOLATIONS)
+    reason = world.WITHHELD_NAMES["functools"]["update_wrapper"]
+    recorded = list(world.VIOLATIONS)
     assert recorded == [
         f"module 'functools' has no attribute 'update_wrapper': functools.update_wrapper is withheld in the "
         f"sandbox: {reason}"
@@ -318,43 +319,43 @@ def test_every_kind_of_proxy_is_sealed(clean_wall: object, lazy: bool, kind: str
 
 
 def test_proxies_expose_no_withheld_name_and_the_wrappers() -> None:
-    proxies = runner.build_module_proxies()
-    for module in runner.ALLOWED_MODULES:
+    proxies = world.build_module_proxies()
+    for module in world.ALLOWED_MODULES:
         exposed = {k: v for k, v in vars(proxies[module]).items() if not k.startswith("_")}
-        assert not set(exposed) & set(runner.withheld(module)), module
-        assert not any(isinstance(v, type(os)) and runner._real_module(v) for v in exposed.values()), module
-    assert proxies["functools"].wraps is runner.MODULE_WRAPPERS["functools"]["wraps"]
-    canonicalize = runner.MODULE_WRAPPERS["xml.etree.ElementTree"]["canonicalize"]
+        assert not set(exposed) & set(world.withheld(module)), module
+        assert not any(isinstance(v, type(os)) and world._real_module(v) for v in exposed.values()), module
+    assert proxies["functools"].wraps is world.MODULE_WRAPPERS["functools"]["wraps"]
+    canonicalize = world.MODULE_WRAPPERS["xml.etree.ElementTree"]["canonicalize"]
     assert proxies["xml.etree.ElementTree"].canonicalize is canonicalize
-    del runner.VIOLATIONS[:]
-    with pytest.raises(runner.SandboxViolation, match="withheld"):
+    del world.VIOLATIONS[:]
+    with pytest.raises(world.SandboxViolation, match="withheld"):
         proxies["functools"].singledispatch  # noqa: B018
-    assert runner.VIOLATIONS
-    del runner.VIOLATIONS[:]
+    assert world.VIOLATIONS
+    del world.VIOLATIONS[:]
 
 
 @pytest.fixture
 def clean_wall() -> object:
     yield
-    del runner.VIOLATIONS[:]
-    runner.ACTIVE_SEAL.clear()
+    del world.VIOLATIONS[:]
+    world.ACTIVE_SEAL.clear()
 
 
 def _namespace() -> dict[str, object]:
-    stdout = runner.BoundedText(1000)
-    namespace = runner.build_globals(runner.build_module_proxies(), stdout, runner.Bridge(0, 1, 1000))
-    namespace[runner.TOOL_FUNCTION] = lambda *a: None
+    stdout = world.BoundedText(1000)
+    namespace = guards.build_globals(world.build_module_proxies(), stdout, bridge.Bridge(0, 1, 1000))
+    namespace[world.TOOL_FUNCTION] = lambda *a: None
     return namespace
 
 
 def test_the_seal_sees_a_rewritten_namespace(clean_wall: object) -> None:
     namespace = _namespace()
-    seal = runner.GlobalsSeal(namespace)
+    seal = world.GlobalsSeal(namespace)
     seal.check()  # untouched
     namespace["total"] = 3  # a program's own global is fine
     seal.check()
     namespace.update(calendar.isleap.__globals__)  # what update_wrapper(updated=("__globals__",)) did
-    with pytest.raises(runner.SandboxViolation, match="rewritten"):
+    with pytest.raises(world.SandboxViolation, match="rewritten"):
         seal.check()
 
 
@@ -372,16 +373,16 @@ def test_the_seal_sees_a_rewritten_namespace(clean_wall: object) -> None:
 )
 def test_the_seal_sees_each_kind_of_change(clean_wall: object, change: object) -> None:
     namespace = _namespace()
-    seal = runner.GlobalsSeal(namespace)
+    seal = world.GlobalsSeal(namespace)
     change(namespace)  # type: ignore[operator]
-    with pytest.raises(runner.SandboxViolation):
+    with pytest.raises(world.SandboxViolation):
         seal.check()
 
 
 def test_a_missed_hole_is_still_caught_by_the_seal(clean_wall: object) -> None:
     """Put the real update_wrapper back (as if the audit had missed it): the run still ends as a violation,
     because the program's globals no longer hold what the runner put there."""
-    proxies = runner.build_module_proxies()
+    proxies = world.build_module_proxies()
     proxies["functools"].update_wrapper = functools.update_wrapper
     code = """
 import functools, calendar
@@ -393,7 +394,7 @@ return 1
     boot = {"limits": {"max_output_bytes": 1000, "memory_mb": 64}}
     frame = {"code": code, "args": [], "kwargs": {}}
     saved = sys.stdout, sys.stdin
-    result = runner.execute(frame, {}, boot, runner.Bridge(0, 1, 1000), proxies)
+    result = serving.execute(frame, {}, boot, bridge.Bridge(0, 1, 1000), proxies)
     assert (sys.stdout, sys.stdin) == saved  # restored after the program
     assert result.header["status"] == "error"
     assert result.header["error"]["type"] == "sandbox_violation", result.header
@@ -402,9 +403,9 @@ return 1
 
 def test_compile_refusals_are_violations() -> None:
     for code in ['def f(x: "os"):\n    pass', "class A:\n    def __deepcopy__(self, memo):\n        pass"]:
-        compiled, error = runner.compile_program(code)
+        compiled, error = compilation.compile_program(code)
         assert compiled is None and error is not None and error["type"] == "sandbox_violation", code
-    assert runner.inner_wall_refusal(ast.parse("def f(x: 'a'): pass")) == (runner._STRING_ANNOTATION, 1)
+    assert compilation.inner_wall_refusal(ast.parse("def f(x: 'a'): pass")) == (compilation._STRING_ANNOTATION, 1)
 
 
 # --- lock-down-only modules are gone from the runner process ----------------------------------------------
@@ -412,20 +413,22 @@ def test_compile_refusals_are_violations() -> None:
 FORGETTING_RUNNER = """
 import os, sys
 sys.path[:0] = [{sandbox!r}, {tests!r}]
-import runner
-real_forget = runner.forget_lockdown_modules
+from inside import serving, start
+real_forget = serving.forget_lockdown_modules
 import escaped_runner  # unrestricted programs, as after an escape...
-runner.forget_lockdown_modules = real_forget  # ...but with the runner's real clean-up
+serving.forget_lockdown_modules = real_forget  # ...but with the runner's real clean-up
 if __name__ == "__main__":
-    os._exit(runner.main(sys.argv[1:]))
+    os._exit(start.main(sys.argv[1:]))
 """
 
 PROBE = """
 import sys
 gone = ("ctypes", "_ctypes", "mmap", "resource", "socket", "_socket", "select", "fcntl", "signal")
 loaded = sorted(n for n in sys.modules if n.split(".")[0] in gone)
-module = sys.modules["runner"]
-cleared = {n: getattr(module, n) is None for n in ("ctypes", "mmap", "resource", "fcntl", "signal")}
+modules = [m for k, m in list(sys.modules.items()) if k == "inside" or k.startswith("inside.")]
+assert len(modules) > 5, sorted(sys.modules)
+names = ("ctypes", "mmap", "resource", "fcntl", "signal")
+cleared = {n: all(getattr(m, n, None) is None for m in modules) for n in names}
 try:
     import ctypes
     reimport = "imported"
@@ -469,7 +472,7 @@ def forgetting_container(request: pytest.FixtureRequest, monkeypatch: pytest.Mon
     from sandforge.sandbox.backends.oci_backend import OciBackend
     from tests.sandbox.test_container_boundary import ESCAPED_BOOTSTRAP
 
-    keep = "runner.forget_lockdown_modules = lambda: []"
+    keep = "serving.forget_lockdown_modules = lambda: []"
     assert keep in ESCAPED_BOOTSTRAP
     bootstrap = "\n".join(line for line in ESCAPED_BOOTSTRAP.splitlines() if not line.startswith(keep))
     command = ["-I", "-S", "-B", "-c", bootstrap]

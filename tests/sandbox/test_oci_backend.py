@@ -30,9 +30,9 @@ from sandforge.sandbox import (
     oci_spec,
 )
 from sandforge.sandbox.backends import oci_backend
-from sandforge.sandbox.backends.cleanup import process_tag
-from sandforge.sandbox.backends.docker_backend import CONTAINER_PROTECTIONS
 from sandforge.sandbox.backends.oci_backend import OciBackend
+from sandforge.sandbox.ownership import process_tag
+from sandforge.sandbox.protections import CONTAINER_PROTECTIONS
 from sandforge.sandbox.seccomp import DENIED_SYSCALLS
 
 LIMITS = Limits(timeout_s=5, memory_mb=96, disk_mb=4, max_processes=8, cpus=0.5)

@@ -22,7 +22,7 @@ from sandforge.runtime.sessions import (
     ToolStoreGroupSource,
 )
 from sandforge.runtime.sessions.groups import ARGS_KWARGS_SCHEMA, tool_name_for
-from sandforge.runtime.sessions.runner import split_input
+from sandforge.runtime.sessions.tool_runner import split_input
 from sandforge.runtime.store import ArtifactCandidate, ToolStore, assess_cacheability
 from sandforge.runtime.store.models import ProgramSource
 from tests.sessions.helpers import CORE, GMAIL, RecordingRunner, call, load, make_session

@@ -18,7 +18,7 @@ import pytest
 
 import sandforge.runtime.agent.failures as lifecycle_failures
 import sandforge.runtime.store as store_pkg
-from sandforge.runtime.agent import Budgets, CallLog, CallRecord, Workspace, call_log_schema, read_records
+from sandforge.runtime.agent import Agent, Budgets, CallLog, CallRecord, Workspace, call_log_schema, read_records
 from sandforge.runtime.agent.persistence import RUNTIME_VERSION, ToolStoreSource
 from sandforge.runtime.guardrails import default_policy, validate
 from sandforge.runtime.providers import ScriptedProvider
@@ -177,7 +177,7 @@ def test_a_toolstore_is_wrapped_and_other_program_stores_are_kept(env: Env) -> N
 def test_artifact_is_created_after_a_first_success_and_reused_by_a_new_agent(env_any: Env) -> None:
     env = env_any
     ws1, p1, _ = env.session([ADD])
-    assert ws1.agent("calc").add(3).value == 3
+    assert Agent.for_role("calc", workspace=ws1).add(3).value == 3
     first = last(ws1)
     assert (first.program_source, first.selection_reason, first.artifact_hit) == ("generated", "missing", False)
     assert first.store_actions[-1] == "record_regeneration@1" and first.cacheable is True
@@ -187,7 +187,7 @@ def test_artifact_is_created_after_a_first_success_and_reused_by_a_new_agent(env
     assert p1.calls == 1
 
     ws2, p2, spy2 = env.session([])  # a new agent: new workspace, new ToolStore instance, empty script
-    out = ws2.agent("calc").add(4)
+    out = Agent.for_role("calc", workspace=ws2).add(4)
     assert out.ok and out.value == 4  # its own (empty) context: state is per workspace, code is shared
     assert p2.calls == 0 and out.metadata["provider_calls"] == 0
     assert spy2.codes == [ADD]  # the persisted code ran in the sandbox
@@ -205,14 +205,14 @@ def test_artifact_is_created_after_a_first_success_and_reused_by_a_new_agent(env
 def test_tampered_code_is_regenerated_never_executed(env_any: Env) -> None:
     env = env_any
     ws1, _, _ = env.session([ADD])
-    assert ws1.agent("calc").add(1).ok
+    assert Agent.for_role("calc", workspace=ws1).add(1).ok
     path = env.store().paths.method_file("calc", "add")
     data = json.loads(path.read_text())
     data["current"]["code"] = TAMPERED  # edited by hand, checksum left as it was
     path.write_text(json.dumps(data))
 
     ws2, p2, spy = env.session([ADD])
-    out = ws2.agent("calc").add(5)
+    out = Agent.for_role("calc", workspace=ws2).add(5)
     assert out.ok and out.value == 5 and "tampered" not in ws2.context("calc")
     assert TAMPERED not in spy.codes and spy.codes == [ADD]
     assert p2.calls == 1 and p2.requests[0].repair is None
@@ -231,7 +231,7 @@ def test_repair_then_forced_regeneration_when_the_repair_budget_is_spent(env: En
     # execution_repair_budget=0: a failing persisted call ends there, so the NEXT call's selection decides
     repaired = [f"{DIVIDE_REPAIRED}# repair {i}\n" for i in range(MAX_REPAIRS_BEFORE_REGEN)]
     ws, provider, _ = env.session([DIVIDE, *repaired, DIVIDE], execution_repair_budget=0)
-    calc = ws.agent("calc")
+    calc = Agent.for_role("calc", workspace=ws)
     assert calc.div(4).value == 25
     for i in range(MAX_REPAIRS_BEFORE_REGEN):
         failed = calc.div(0)
@@ -266,7 +266,7 @@ def test_repair_then_forced_regeneration_when_the_repair_budget_is_spent(env: En
 
 def test_a_failing_persisted_program_is_repaired_within_the_call(env: Env) -> None:
     ws, provider, spy = env.session([DIVIDE, DIVIDE_REPAIRED])
-    calc = ws.agent("calc")
+    calc = Agent.for_role("calc", workspace=ws)
     assert calc.div(2).ok
     out = calc.div(0)  # persisted fails; the execution lane's retry is a repair of it, which fails too
     assert out.error_type == "execution" and provider.calls == 2
@@ -282,7 +282,7 @@ def test_a_failing_persisted_program_is_repaired_within_the_call(env: Env) -> No
 
 def test_no_repair_within_the_call_once_the_repair_budget_is_spent(env: Env) -> None:
     ws, provider, _ = env.session([DIVIDE, "return 0 if args[0] == 0 else 100 // args[0]\n"])
-    calc = ws.agent("calc")
+    calc = Agent.for_role("calc", workspace=ws)
     assert calc.div(2).ok
     path = env.store().paths.method_file("calc", "div")
     data = json.loads(path.read_text())
@@ -300,7 +300,7 @@ def test_no_repair_within_the_call_once_the_repair_budget_is_spent(env: Env) -> 
 
 def test_a_successful_repair_within_the_call_is_stored_as_repaired(env: Env) -> None:
     ws, provider, _ = env.session([DIVIDE, "return 0 if args[0] == 0 else 100 // args[0]\n"])
-    calc = ws.agent("calc")
+    calc = Agent.for_role("calc", workspace=ws)
     assert calc.div(2).ok
     out = calc.div(0)
     assert out.ok and out.value == 0 and provider.calls == 2
@@ -314,7 +314,7 @@ def test_a_successful_repair_within_the_call_is_stored_as_repaired(env: Env) -> 
 def test_write_behind_successes_keep_their_order_with_failures(env: Env) -> None:
     source = ToolStoreSource(env.store(), write_behind_delay=60.0)  # the writer thread never gets to it here
     ws, _, _ = env.session([DIVIDE], store=source, execution_repair_budget=0)
-    calc = ws.agent("calc")
+    calc = Agent.for_role("calc", workspace=ws)
     assert calc.div(1).ok  # generated: stored at once
     for _ in range(5):
         assert calc.div(2).ok and last(ws).program_source == "persisted"
@@ -332,7 +332,7 @@ def test_write_behind_successes_keep_their_order_with_failures(env: Env) -> None
 def test_the_writer_thread_writes_queued_successes_by_itself(env: Env) -> None:
     source = ToolStoreSource(env.store(), write_behind_delay=0.0)
     ws, _, _ = env.session([ADD], store=source)
-    assert ws.agent("calc").add(1).ok and ws.agent("calc").add(1).ok
+    assert Agent.for_role("calc", workspace=ws).add(1).ok and Agent.for_role("calc", workspace=ws).add(1).ok
     deadline = time.monotonic() + 30
     while (art := env.store().lookup("calc", "add").artifact) is not None and art.success_count < 2:
         assert time.monotonic() < deadline, "the writer thread did not write the queued success"
@@ -345,7 +345,7 @@ def test_the_writer_thread_writes_queued_successes_by_itself(env: Env) -> None:
 def test_extrinsic_failures_do_not_count_toward_regeneration(env: Env) -> None:
     slow = "if args[0] > 1000:\n    while True:\n        pass\nreturn args[0]\n"
     ws, provider, _ = env.session([slow], limits=Limits(timeout_s=0.5))
-    tool = ws.agent("worker")
+    tool = Agent.for_role("worker", workspace=ws)
     assert tool.run(1).ok
     for _ in range(4):  # more timeouts than min_samples: they must not make the artifact unhealthy
         out = tool.run(5000)
@@ -366,7 +366,7 @@ def test_a_deliberate_tool_error_is_the_answer_not_a_defect(env: Env) -> None:
         "return 100 // args[0]\n"
     )
     ws, provider, _ = env.session([code])
-    calc = ws.agent("calc")
+    calc = Agent.for_role("calc", workspace=ws)
     assert calc.div(4).ok
     assert calc.div(0).error_type == "division_by_zero"
     assert last(ws).store_actions == ["record_failure:adaptive@1"]
@@ -379,7 +379,7 @@ def test_a_deliberate_tool_error_is_the_answer_not_a_defect(env: Env) -> None:
 
 def test_google_then_yahoo_generates_twice(env: Env) -> None:
     ws, provider, spy = env.session([GOOGLE, YAHOO])
-    assistant = ws.agent("assistant")
+    assistant = Agent.for_role("assistant", workspace=ws)
     first = assistant.ask("latest on Google News?")
     assert first.ok and first.value[0]["source"] == "Google News"
     rec = last(ws)
@@ -403,7 +403,7 @@ def test_input_baked_code_of_a_stable_method_is_stored_but_not_reused(env: Env) 
     baked = "return {'url': 'https://example.com/report', 'status': 200}\n"
     generic = "return {'url': args[0], 'status': 200}\n"
     ws, provider, _ = env.session([baked, generic])
-    fetcher = ws.agent("fetcher")
+    fetcher = Agent.for_role("fetcher", workspace=ws)
     assert fetcher.fetch("https://example.com/report").ok
     assert last(ws).cacheable is False and (last(ws).cacheability_reason or "").startswith("input_baked")
     assert fetcher.fetch("https://example.com/other").value == {"url": "https://example.com/other", "status": 200}
@@ -417,14 +417,14 @@ def test_input_baked_code_of_a_stable_method_is_stored_but_not_reused(env: Env) 
 
 def test_pattern_memory_survives_a_restart_and_reaches_depth_0_prompts_only(env: Env) -> None:
     ws1, _, _ = env.session([GOOGLE, YAHOO])
-    assistant = ws1.agent("assistant")
+    assistant = Agent.for_role("assistant", workspace=ws1)
     assert assistant.ask("latest on Google News?").ok
     assert assistant.ask("latest on Yahoo News?").ok
     assert "rss_parse" in last(ws1).capability_patterns and "record_pattern" in last(ws1).store_actions
 
     nested = "r = tool('assistant').ask('and the weather?')\nreturn r.value\n"
     ws2, provider, _ = env.session([news("NYT", "nytimes.com"), nested, "return 'sunny'\n", "return 'short'\n"])
-    assistant = ws2.agent("assistant")
+    assistant = Agent.for_role("assistant", workspace=ws2)
     assert assistant.ask("latest on NYT?").ok
     block = provider.requests[0].recent_patterns
     assert block is not None and "rss_parse: seen 2 of last 2 ask calls, tool_present=false" in block
@@ -454,7 +454,7 @@ def test_delegated_contracts_persist_and_materialize_in_a_new_session(env: Env) 
         "r = f.clean(args[0])\nreturn r.value\n"
     )
     ws1, _, _ = env.session([research, fetch])
-    assert ws1.agent("researcher").run("Alpha").value == "clean: Alpha"
+    assert Agent.for_role("researcher", workspace=ws1).run("Alpha").value == "clean: Alpha"
     entry = env.store().get_tool("text_cleaner")
     assert entry is not None and entry.purpose == "Clean up a text and return it"
     art = env.store().lookup("text_cleaner", "clean").artifact
@@ -463,7 +463,7 @@ def test_delegated_contracts_persist_and_materialize_in_a_new_session(env: Env) 
 
     use = "r = tool('text_cleaner').clean(args[0])\nreturn r.value\n"
     ws2, provider, _ = env.session([use])
-    assert ws2.agent("analyst").read("Beta").value == "clean: Beta"
+    assert Agent.for_role("analyst", workspace=ws2).read("Beta").value == "clean: Beta"
     assert provider.calls == 1  # only the analyst's program; text_cleaner came from the store
     nested = last(ws2, depth=1)
     assert nested.role == "text_cleaner" and nested.program_source == "persisted"
@@ -473,7 +473,7 @@ def test_delegated_contracts_persist_and_materialize_in_a_new_session(env: Env) 
 
     changed = research.replace("return it", "return it as plain ASCII")
     ws3, provider3, _ = env.session([changed, "return ('clean: ' + args[0]).strip()\n"])
-    assert ws3.agent("researcher2").run("Gamma").ok
+    assert Agent.for_role("researcher2", workspace=ws3).run("Gamma").ok
     repair = provider3.requests[1].repair
     assert repair is not None and repair.prior_code == fetch and repair.reason.startswith("stale_contract")
     nested = last(ws3, depth=1)
@@ -486,11 +486,11 @@ def test_delegated_contracts_persist_and_materialize_in_a_new_session(env: Env) 
 
 def test_corrupt_artifact_is_quarantined_and_the_call_still_succeeds(env: Env) -> None:
     ws1, _, _ = env.session([ADD])
-    assert ws1.agent("calc").add(1).ok
+    assert Agent.for_role("calc", workspace=ws1).add(1).ok
     path = env.store().paths.method_file("calc", "add")
     path.write_text("{ not json")
     ws2, provider, _ = env.session([ADD])
-    out = ws2.agent("calc").add(2)
+    out = Agent.for_role("calc", workspace=ws2).add(2)
     assert out.ok and out.value == 2 and provider.calls == 1
     assert last(ws2).selection_reason == "corrupt"
     assert list(path.parent.glob(path.name + ".corrupt-*"))
@@ -499,13 +499,15 @@ def test_corrupt_artifact_is_quarantined_and_the_call_still_succeeds(env: Env) -
 
 def test_corrupt_registry_and_patterns_are_quarantined_and_persisted_calls_go_on(env: Env) -> None:
     ws1, _, _ = env.session([ADD, GOOGLE])
-    assert ws1.agent("calc").add(1).ok and ws1.agent("assistant").ask("latest on Google News?").ok
+    assert Agent.for_role("calc", workspace=ws1).add(1).ok
+    assert Agent.for_role("assistant", workspace=ws1).ask("latest on Google News?").ok
     paths = env.store().paths
     paths.registry.write_bytes(b"\x00garbage")
     paths.patterns.write_text('{"schema_version": 1, "roles": 7}')
     ws2, provider, _ = env.session([YAHOO])
-    assert ws2.agent("calc").add(2).ok and provider.calls == 0 and last(ws2).program_source == "persisted"
-    assert ws2.agent("assistant").ask("latest on Yahoo News?").ok
+    calc = Agent.for_role("calc", workspace=ws2)
+    assert calc.add(2).ok and provider.calls == 0 and last(ws2).program_source == "persisted"
+    assert Agent.for_role("assistant", workspace=ws2).ask("latest on Yahoo News?").ok
     assert list(paths.registry.parent.glob("registry.json.corrupt-*"))
     assert list(paths.patterns.parent.glob("patterns.json.corrupt-*"))
     assert provider.requests[0].recent_patterns is None  # memory started empty
@@ -528,12 +530,12 @@ def test_a_planted_forbidden_program_is_rejected_by_the_same_policy(env_any: Env
     forbidden = f"open({str(marker)!r}, 'w').write('x')\nreturn 1\n"
     assert validate(forbidden, default_policy()).verdict == "terminal"
     ws1, _, _ = env.session([ADD])
-    assert ws1.agent("calc").add(1).ok
+    assert Agent.for_role("calc", workspace=ws1).add(1).ok
     plant(env.store(), "calc", "add", forbidden)
     assert select(env.store(), "calc", "add").decision is Decision.EXECUTE_PERSISTED  # it looks healthy
 
     ws2, provider, spy = env.session([])
-    out = ws2.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws2).add(1)
     assert out.status == "error" and out.error_type == "guardrail_violation"
     assert spy.codes == [] and provider.calls == 0  # never reached the sandbox
     rec = last(ws2)
@@ -549,11 +551,11 @@ def test_a_planted_escape_with_the_policy_disabled_still_hits_the_sandbox_wall(e
     no_policy = dataclasses.replace(default_policy(), rules=())
     assert validate(escape, no_policy).verdict == "approved"
     ws1, _, _ = env.session([ADD])
-    assert ws1.agent("calc").add(1).ok
+    assert Agent.for_role("calc", workspace=ws1).add(1).ok
     plant(env.store(), "calc", "add", escape)
 
     ws2, _, spy = env.session([], policy=no_policy, execution_repair_budget=0)
-    out = ws2.agent("calc").add(1)
+    out = Agent.for_role("calc", workspace=ws2).add(1)
     assert spy.codes == [escape]  # the sandbox got it ...
     assert out.status == "error" and out.error_type in {"sandbox_violation", "execution"}  # ... and stopped it
     assert not marker.exists()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sandforge.runtime.agent import Budgets, CallLog, CallRecord, Workspace
+from sandforge.runtime.agent import Agent, Budgets, CallLog, CallRecord, Workspace
 from sandforge.runtime.providers import ScriptedProvider
 from sandforge.runtime.store import CacheabilityReason, SelectionPolicy, ToolStore, assess_cacheability
 from sandforge.sandbox import Sandbox, SandboxConfig
@@ -69,7 +69,7 @@ def tools_show(env: Env, role: str, method: str) -> str:
 
 def test_argument_blind_code_is_stored_but_never_reused(env: Env) -> None:
     ws, _ = env.session(["return 3\n", "return args[0] ** 0.5\n"])
-    helper = ws.agent("math_helper")
+    helper = Agent.for_role("math_helper", workspace=ws)
     assert helper.sqrt(9).value == 3
     art = env.store().lookup("math_helper", "sqrt").artifact
     assert art is not None and art.cacheable is False and art.input_sensitive
@@ -79,19 +79,19 @@ def test_argument_blind_code_is_stored_but_never_reused(env: Env) -> None:
     assert "cacheability: arg_ignored_code" in shown and "input sensitive: yes" in shown
 
     ws2, provider2 = env.session(["return args[0] ** 0.5\n"])
-    assert ws2.agent("math_helper").sqrt(16).value == 4.0  # not the stored 3
+    assert Agent.for_role("math_helper", workspace=ws2).sqrt(16).value == 4.0  # not the stored 3
     assert provider2.calls == 1 and top(ws2).program_source == "generated"
     assert top(ws2).selection_reason == "non_cacheable"
     art2 = env.store().lookup("math_helper", "sqrt").artifact
     assert art2 is not None and art2.cacheable and art2.generation == 2
     ws3, provider3 = env.session([])
-    assert ws3.agent("math_helper").sqrt(25).value == 5.0 and provider3.calls == 0
+    assert Agent.for_role("math_helper", workspace=ws3).sqrt(25).value == 5.0 and provider3.calls == 0
 
 
 def test_a_small_argument_value_baked_in_is_input_baked(env: Env) -> None:
     baked = "x = args[0]\nreturn 21 if x == 7 else x * 3\n"
     ws, _ = env.session([baked, "return args[0] * 3\n"])
-    assert ws.agent("calc").triple(7).value == 21
+    assert Agent.for_role("calc", workspace=ws).triple(7).value == 21
     art = env.store().lookup("calc", "triple").artifact
     assert art is not None and not art.cacheable and (art.cacheability_reason or "").startswith("input_baked")
     assert "exact: 7 == args[0]" in (art.cacheability_reason or "")
@@ -100,7 +100,7 @@ def test_a_small_argument_value_baked_in_is_input_baked(env: Env) -> None:
     # a literal that is also in the method's contract is the tool's own, not the call's
     ws2, _ = env.session(["return [n for n in range(args[0]) if n < 20]\n"])
     ws2.register_tool("pager", purpose="Page numbers", deliverable={"type": "array", "max_items": 20})
-    assert ws2.agent("pager").pages(20).ok
+    assert Agent.for_role("pager", workspace=ws2).pages(20).ok
     page = env.store().lookup("pager", "pages").artifact
     assert page is not None and page.cacheable and (page.cacheability_reason or "").startswith("delegated_contract")
 
@@ -112,7 +112,7 @@ def test_a_stored_program_missing_its_deliverable_fails_adaptive_and_is_repaired
     words = "return [w for w in args[0].split() if len(w) > 3]\n"
     ws, _ = env.session([words, "return args[0].split()\n"])
     ws.register_tool("lister", purpose="Split into words", deliverable={"type": "array", "min_items": 1})
-    lister = ws.agent("lister")
+    lister = Agent.for_role("lister", workspace=ws)
     assert lister.words("hello world").value == ["hello", "world"]
     out = lister.words("a b")  # the stored program answers [], the deliverable wants an item
     assert out.ok and out.value == ["a", "b"]
@@ -135,7 +135,7 @@ PARSER = (
 
 def test_repeated_deliberate_failures_degrade_and_are_repaired_with_one_failure_class(env: Env) -> None:
     ws, provider = env.session([PARSER, "return args[0].strip('<>')\n"])
-    parser = ws.agent("parser")
+    parser = Agent.for_role("parser", workspace=ws)
     assert parser.parse("<a>").ok
     for text in ("x", "y", "z"):
         out = parser.parse(text)
@@ -161,7 +161,7 @@ def test_repeated_deliberate_failures_degrade_and_are_repaired_with_one_failure_
 def test_degraded_by_adaptive_failures_with_the_repair_budget_spent_regenerates(env: Env) -> None:
     no_repairs = SelectionPolicy(max_repairs_before_regen=0)
     ws, provider = env.session([PARSER, "return args[0]\n"], policy=no_repairs)
-    parser = ws.agent("parser")
+    parser = Agent.for_role("parser", workspace=ws)
     assert parser.parse("<a>").ok
     for text in ("x", "y", "z"):
         assert parser.parse(text).error_type == "parse_failed"
@@ -184,14 +184,14 @@ def test_a_structured_contract_persists_and_its_deliverable_is_enforced_in_a_new
     )
     parse = "return {'title': args[0]} if args[0] else {}\n"
     ws, _ = env.session([boss, parse])
-    assert ws.agent("researcher").read("Home").value == {"title": "Home"}
+    assert Agent.for_role("researcher", workspace=ws).read("Home").value == {"title": "Home"}
     entry = env.store().get_tool("page_parser")
     assert entry is not None and entry.deliverable == {"type": "object", "required": ["title"]}
     assert entry.acceptance == ["non-empty title"] and entry.failure_policy == {"retries": 1}
 
     use = "r = tool('page_parser').parse(args[0])\nreturn [r.ok, r.value, r.error_type]\n"
     ws2, provider2 = env.session([use, "return {'title': args[0] or 'untitled'}\n"])
-    out = ws2.agent("analyst").read("")
+    out = Agent.for_role("analyst", workspace=ws2).read("")
     assert out.value == [True, {"title": "untitled"}, None]
     nested = [r for r in ws2.log.records if r.depth == 1][-1]
     assert nested.program_source == "repaired"

@@ -1,6 +1,6 @@
-"""The outer wall's view of the runner's inner wall (``sandbox/runner.py``, docs/security.md "The inner wall's
-real guarantees"): what the runner withholds or refuses, flagged before anything runs, from the same tables
-and the same annotation check, so the two walls cannot drift apart."""
+"""The outer wall's view of the runner's inner wall (``sandbox/inside/``: ``world`` and ``compilation``,
+docs/security.md "The inner wall's real guarantees"): what the runner withholds or refuses, flagged before
+anything runs, from the same tables and the same annotation check, so the two walls cannot drift apart."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandforge.runtime.guardrails.globs import GlobSet
 from sandforge.runtime.guardrails.plugins import register
 from sandforge.runtime.guardrails.program import Finding, Program, normalize
-from sandforge.sandbox import runner
+from sandforge.sandbox.inside import compilation, world
 
 
 class DunderOptions(BaseModel):
@@ -61,7 +61,7 @@ def string_annotation(program: Program, options: BaseModel) -> Iterator[Finding]
     Annotations are never evaluated in the sandbox, but a string annotation is source code that type-hint
     helpers (``typing.get_type_hints``, ``functools.singledispatch``) evaluate with ``eval()``, outside
     RestrictedPython; one reached ``os`` that way. The runner refuses string annotations at compile time
-    (the same check, ``sandbox.runner.string_in_annotation``).
+    (the same check, ``sandbox.inside.compilation.string_in_annotation``).
     """
     for node in program.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.AnnAssign):
         if isinstance(node, ast.AnnAssign):
@@ -71,7 +71,7 @@ def string_annotation(program: Program, options: BaseModel) -> Iterator[Finding]
             every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
             annotations = [a.annotation for a in every if a is not None] + [node.returns]
         for annotation in annotations:
-            part = runner.string_in_annotation(annotation)
+            part = compilation.string_in_annotation(annotation)
             if part is not None:
                 yield Finding(part, {})
 
@@ -120,8 +120,8 @@ class WithheldOptions(BaseModel):
 def withheld_qualnames() -> dict[str, str]:
     """Every name the runner withholds, as ``module.name`` -> the reason the runner gives."""
     names: dict[str, str] = {}
-    for module in runner.ALLOWED_MODULES:
-        for name, reason in runner.withheld(module).items():
+    for module in world.ALLOWED_MODULES:
+        for name, reason in world.withheld(module).items():
             names[f"{module}.{name}"] = reason
     return names
 

@@ -1,16 +1,14 @@
-"""Tearing sandboxes down off the hot path (one background thread per queue, drained on close and at exit),
-and telling whose leftovers are whose."""
+"""Tearing sandboxes down off the hot path (one background thread per queue, drained on close and at exit).
+
+Whose leftovers are whose is ``sandbox/ownership.py``."""
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-
-import psutil
 
 log = logging.getLogger(__name__)
 
@@ -67,27 +65,3 @@ def _run(job: Callable[[], None]) -> None:
         job()
     except Exception:  # a failed clean-up must not kill the queue; the leftover is reaped later
         log.exception("sandbox clean-up failed")
-
-
-_OWN_TAG: tuple[int, str] | None = None
-
-
-def process_tag(pid: int | None = None) -> str:
-    """``<pid>-<start time>`` of a process (this one by default): names what it leaves behind (container
-    ids, directories) so that a reaper can tell, across pid reuse, whether their owner is still alive."""
-    global _OWN_TAG
-    if pid is None:
-        own = _OWN_TAG
-        if own is not None and own[0] == os.getpid():
-            return own[1]
-        _OWN_TAG = own = (os.getpid(), process_tag(os.getpid()))
-        return own[1]
-    return f"{pid}-{int(psutil.Process(pid).create_time() * 100)}"
-
-
-def tag_alive(tag: str) -> bool:
-    """Whether the process a ``process_tag`` names is still running."""
-    try:
-        return process_tag(int(tag.partition("-")[0])) == tag
-    except (ValueError, psutil.Error):
-        return False

@@ -1,18 +1,32 @@
-"""How a group tool runs: as a method call on the Agent for the group's role (generate or reuse a tool
-program, validate it, execute it in a disposable sandbox; ADR 0016), its Outcome turned into a tool result."""
+"""The session's tool runners: how a group tool runs, as a method call on the Agent for the group's role
+(generate or reuse a tool program, validate it, execute it in a disposable sandbox; ADR 0016), its Outcome
+turned into a tool result.
+
+What a runner calls is typed: a :class:`ToolAgent` (``call(method, *args, **kwargs)``, which
+``runtime.agent.Agent`` is) answering a :class:`ToolOutcome` (which ``runtime.agent.Outcome`` is).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.sessions.groups import ToolGroup, ToolSpec
+
+if TYPE_CHECKING:
+    from sandforge.runtime.agent import ProgramStore, Workspace
+    from sandforge.runtime.agent.workspace import LogSpec
+    from sandforge.runtime.providers.base import Provider
+    from sandforge.runtime.store import ToolStore
+    from sandforge.sandbox import Sandbox, SandboxConfig
+    from sandforge.sandbox.config import BackendName
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +54,37 @@ class ToolRunner(Protocol):
     def run(self, group: ToolGroup, tool: ToolSpec, tool_input: dict[str, Any]) -> ToolResult: ...
 
 
+class ToolOutcome(Protocol):
+    """What a runner reads of one call's answer (``runtime.agent.Outcome`` is one)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def value(self) -> JsonValue: ...
+    @property
+    def error_type(self) -> str | None: ...
+    @property
+    def error_message(self) -> str | None: ...
+    @property
+    def retriable(self) -> bool: ...
+    @property
+    def tool_role(self) -> str: ...
+    @property
+    def method_name(self) -> str: ...
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
+
+
+class ToolAgent(Protocol):
+    """What :class:`AgentToolRunner` calls for a group's role (``runtime.agent.Agent`` is one): the dynamic
+    call ``method(*args, **kwargs)`` for any method name. It answers tool failures with error outcomes."""
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> ToolOutcome: ...
+
+
+AgentFactory = Callable[[str], ToolAgent]
+
+
 def split_input(tool: ToolSpec, tool_input: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """The call's positional and keyword arguments, per the tool's ``arguments`` convention."""
     if tool.arguments == "args_kwargs":
@@ -57,41 +102,39 @@ def _bounded(text: str) -> str:
     return text[:RESULT_MAX_CHARS] + f"... [truncated, {len(text)} characters]"
 
 
-def outcome_to_result(outcome: Any) -> ToolResult:
+def outcome_to_result(outcome: ToolOutcome) -> ToolResult:
     """An Agent ``Outcome`` as a tool result. Only the value or the user-facing error reaches the model;
     attempt diagnostics stay in the metadata."""
     meta: dict[str, Any] = {
-        "error_type": _str(getattr(outcome, "error_type", None)),
-        "retriable": bool(getattr(outcome, "retriable", False)),
-        "tool_role": getattr(outcome, "tool_role", None),
-        "method_name": getattr(outcome, "method_name", None),
+        "error_type": _str(outcome.error_type),
+        "retriable": bool(outcome.retriable),
+        "tool_role": outcome.tool_role,
+        "method_name": outcome.method_name,
     }
-    outcome_meta = getattr(outcome, "metadata", None)
-    if isinstance(outcome_meta, dict):
+    outcome_meta = outcome.metadata
+    if isinstance(outcome_meta, Mapping):
         keep = ("artifact_hit", "program_source", "call_id", "trace_id", "attempts", "backend", "duration_s")
         meta.update({k: outcome_meta[k] for k in keep if k in outcome_meta})
     meta = {k: v for k, v in meta.items() if v is not None}
-    if _str(getattr(outcome, "status", None)) == "ok":
-        value = getattr(outcome, "value", None)
+    if _str(outcome.status) == "ok":
+        value = outcome.value
         try:
             text = json.dumps(value, ensure_ascii=False)
         except (TypeError, ValueError):
             text = str(value)
         return ToolResult(ok=True, content=_bounded(text), metadata=meta)
     retriable = " (retriable)" if meta.get("retriable") else ""
-    message = getattr(outcome, "error_message", None) or "the tool failed"
+    message = outcome.error_message or "the tool failed"
     return ToolResult(
         ok=False, content=_bounded(f"{meta.get('error_type', 'error')}{retriable}: {message}"), metadata=meta
     )
 
 
-def _str(value: Any) -> str | None:
+def _str(value: str | None) -> str | None:
+    """The text of a status or error type (an enumeration member gives its value)."""
     if value is None:
         return None
-    return str(getattr(value, "value", value))
-
-
-AgentFactory = Callable[[str], Any]
+    return str(value.value) if isinstance(value, Enum) else str(value)
 
 
 class UnavailableRunner:
@@ -106,7 +149,7 @@ class UnavailableRunner:
 
 
 class AgentToolRunner:
-    """Runs group tools through ``runtime.agent``: ``getattr(agent, method)(*args, **kwargs)`` on the Agent
+    """Runs group tools through ``runtime.agent``: ``agent.call(method, *args, **kwargs)`` on the Agent
     for the group's role. All roles share one Workspace (provider, sandbox, policy, call log, program store):
     ``workspace`` when given, else one made from ``provider``, ``sandbox``, ``store``, ``log`` and
     ``budgets``; each agent is ``Agent.for_role(role, workspace=...)``. Agents are cached per role, so a
@@ -118,11 +161,11 @@ class AgentToolRunner:
     def __init__(
         self,
         *,
-        provider: Any = None,
-        sandbox: Any = None,
-        store: Any = None,
-        log: Any = None,
-        workspace: Any = None,
+        provider: Provider | None = None,
+        sandbox: Sandbox | SandboxConfig | BackendName | None = None,
+        store: ProgramStore | ToolStore | None = None,
+        log: LogSpec = None,
+        workspace: Workspace | None = None,
         agent_factory: AgentFactory | None = None,
         **budgets: int,
     ) -> None:
@@ -134,15 +177,16 @@ class AgentToolRunner:
         self.workspace = workspace
         self._owns_workspace = False
         self._factory = agent_factory or self._default_factory
-        self._agents: dict[str, Any] = {}
+        self._agents: dict[str, ToolAgent] = {}
         self._lock = threading.Lock()
 
-    def _default_factory(self, role: str) -> Any:
-        from sandforge.runtime.agent import Agent, Budgets, Workspace
+    def _default_factory(self, role: str) -> ToolAgent:
+        from sandforge.runtime.agent import Agent, Budgets, Workspace  # the agent layer only when a tool runs
 
         if self.workspace is None:
             self.workspace = Workspace(
-                provider=self.provider,
+                # without a provider only stored programs run; a call that needs a new one gets an error outcome
+                provider=cast("Provider", self.provider),
                 sandbox=self.sandbox,
                 store=self.store,
                 log=self.log,
@@ -151,7 +195,7 @@ class AgentToolRunner:
             self._owns_workspace = True
         return Agent.for_role(role, workspace=self.workspace)
 
-    def agent(self, role: str) -> Any:
+    def agent(self, role: str) -> ToolAgent:
         """The (cached) Agent for ``role``."""
         with self._lock:
             agent = self._agents.get(role)
@@ -166,7 +210,7 @@ class AgentToolRunner:
             return ToolResult.error(f"invalid input for tool '{tool.name}': {exc}")
         try:
             agent = self.agent(group.agent_role)
-            outcome = getattr(agent, tool.method_name)(*args, **kwargs)
+            outcome = agent.call(tool.method_name, *args, **kwargs)
         except SandforgeError as exc:
             return ToolResult.error(f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # the Agent promises Outcomes; anything else must not kill the chat

@@ -1,0 +1,65 @@
+"""The lifecycle's port: what one call may use (:class:`CallEnv`) and what the call is (:class:`CallSpec`).
+
+The call loop (``runtime.agent.lifecycle``) sees nothing of the workspace but this: a small immutable
+environment made once per top-level call and shared by its nested calls. So the lifecycle never reaches
+into a workspace's private state, and a test can run it on any sandbox, store and record sink.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pydantic import JsonValue
+
+from sandforge.runtime.agent.budgets import Budgets
+from sandforge.runtime.agent.source import ProgramStore
+from sandforge.runtime.agent.state import StagedRecord, State
+from sandforge.runtime.agent.trace_budget import TraceBudget
+from sandforge.runtime.gate import SandboxPort
+from sandforge.runtime.guardrails import Policy
+from sandforge.runtime.providers.base import Provider
+from sandforge.sandbox import Limits
+from sandforge.sandbox.config import BackendName
+
+#: Where the records of committed top-level calls go (the store's hook first, then the call log).
+RecordSink = Callable[[list[StagedRecord]], None]
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+@dataclass(frozen=True)
+class CallEnv:
+    """Everything a call may use, fixed for the call: who writes programs, what may run, where, how much."""
+
+    provider: Provider
+    provider_name: str
+    policy: Policy
+    sandbox: SandboxPort
+    backend: BackendName | None
+    limits: Limits
+    budgets: Budgets
+    trace_budget: TraceBudget
+    store: ProgramStore | None
+    #: the committed contexts and tool registry every attempt's transaction reads through to
+    state: State
+    records: RecordSink
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """One logical call: ``role.method(*args, **kwargs)`` at ``depth`` of trace ``trace_id``."""
+
+    role: str
+    method: str
+    args: list[JsonValue]
+    kwargs: dict[str, JsonValue]
+    depth: int = 0
+    trace_id: str = field(default_factory=new_id)
+    parent_call_id: str | None = None
+    call_id: str = field(default_factory=new_id)
+    #: when the execution that made this nested call runs out of time (None at the top level)
+    call_deadline: float | None = None

@@ -1,0 +1,165 @@
+"""Running an approved program, and answering what it asks the host while it runs.
+
+:meth:`Executor.execute` runs one attempt's program through ``runtime.gate`` (it needs the gate's
+:class:`~runtime.gate.Approval`); the attempt's :class:`AttemptBridge` answers the program's nested calls
+(``tool(...)``/``delegate(...)`` methods, each a whole call of its own, run by ``run_nested``) and its
+``delegate(...)`` declarations, staging both in the attempt's transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from sandforge.runtime.agent.bounds import INVALID_TOOL_CALL, NestedCallSpec, json_problem, nested_call_spec
+from sandforge.runtime.agent.calllog import bounded
+from sandforge.runtime.agent.contracts import InvalidContract, check_contract
+from sandforge.runtime.agent.env import CallEnv, CallSpec
+from sandforge.runtime.agent.outcome import Outcome
+from sandforge.runtime.agent.state import ToolContract, Transaction
+from sandforge.runtime.agent.trace_budget import Stop, TraceMeter
+from sandforge.runtime.gate import Approval, execute_approved
+from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
+from sandforge.sandbox.exchange import serving_deadline
+from sandforge.sandbox.protocol import CallFrame, DeclareFrame
+
+log = logging.getLogger(__name__)
+
+#: Runs a nested call to completion inside ``scope`` (the lifecycle's own loop, for a child call).
+NestedRunner = Callable[[CallSpec, Transaction], Outcome]
+
+
+def wire_error(error_type: str, message: str) -> dict[str, Any]:
+    return {"status": "error", "error_type": error_type, "error_message": message, "retriable": False}
+
+
+@dataclass
+class Executor:
+    """One call's executions: the sandbox time they took and what their programs asked of the host."""
+
+    env: CallEnv
+    spec: CallSpec
+    meter: TraceMeter
+    run_nested: NestedRunner
+    sandbox_seconds: float = 0.0
+    bridge_seconds: float = 0.0
+    nested_calls: int = 0
+    #: when the current attempt's execution runs out of time: its nested calls' ``call_deadline``
+    exec_deadline: float | None = None
+    #: set when the trace's wall-clock budget (not the program's own limit) ended the last execution
+    trace_stop: Stop | None = None
+
+    def execute(self, approval: Approval, txn: Transaction) -> ExecutionOutcome:
+        """Run the approved program once with the attempt's view of the context. Never raises."""
+        limits, spec = self.env.limits, self.spec
+        seconds, self.exec_deadline, by_trace = self.meter.execution_window(limits.timeout_s, spec.call_deadline)
+        request = ExecutionRequest(
+            code=approval.code, context=txn.snapshot(spec.role), args=spec.args, kwargs=spec.kwargs, limits=limits,
+            wall_budget_s=max(seconds, 0.001) if seconds < limits.timeout_s else None,
+        )  # fmt: skip
+        bridge = AttemptBridge(self, txn)
+        try:
+            outcome = execute_approved(self.env.sandbox, request, approval, backend=self.env.backend, bridge=bridge)
+        except Exception as exc:  # Sandbox.execute promises not to raise; a backend import error still can
+            log.exception("sandbox failed")
+            outcome = ExecutionOutcome.failure(
+                ErrorType.SANDBOX_UNAVAILABLE, f"the sandbox could not run: {type(exc).__name__}: {exc}",
+                retriable=False, backend=self.env.backend or "",
+            )  # fmt: skip
+        self.sandbox_seconds += outcome.duration_s
+        waited = outcome.metadata.get("bridge_s")
+        self.bridge_seconds += waited if isinstance(waited, (int, float)) else 0.0
+        if by_trace and outcome.error_type is ErrorType.TIMEOUT:
+            self.trace_stop = self.meter.wall_exhausted()
+        return outcome
+
+    def declare(self, frame: DeclareFrame, txn: Transaction) -> dict[str, Any]:
+        """``delegate(...)`` ran: stage its contract with this attempt (committed only if the attempt is)."""
+        target = frame.target
+        checked = nested_call_spec(target, "declare")  # the same bounds on names and fields as a call's
+        if isinstance(checked, str):
+            return wire_error("invalid_contract", checked)
+        try:
+            contract = ToolContract(role=target.name, purpose=target.purpose, deliverable=target.deliverable,
+                                    acceptance=target.acceptance, failure_policy=target.failure_policy)  # fmt: skip
+            check_contract(contract)
+        except (InvalidContract, ValidationError) as exc:
+            return {"status": "error", "error_type": "invalid_contract", "retriable": False,
+                    "error_message": bounded(str(exc), 2000)}  # fmt: skip
+        except Exception as exc:
+            log.exception("declaring %s failed in the host", target.name)
+            return {"status": "error", "error_type": "internal_error", "retriable": False,
+                    "error_message": f"the host failed to stage the contract: {type(exc).__name__}"}  # fmt: skip
+        txn.register(contract)
+        return {"status": "ok"}
+
+    def nested(self, frame: CallFrame, txn: Transaction) -> dict[str, Any]:
+        """Answer one ``tool(...)``/``delegate(...)`` method call made by the running program.
+
+        It draws on the trace budget and gets at most the time this execution has left. A delegate's
+        contract is registered only if the nested call succeeds (a failed one leaves no tool behind)."""
+        self.nested_calls += 1
+        try:
+            return self._nested(frame, txn)
+        except Exception as exc:
+            log.exception("nested call %s.%s failed in the host", frame.target.name, frame.method)
+            return {"status": "error", "error_type": "internal_error", "retriable": False,
+                    "error_message": f"the host failed to run the nested call: {type(exc).__name__}"}  # fmt: skip
+
+    def _nested(self, frame: CallFrame, txn: Transaction) -> dict[str, Any]:
+        max_depth = self.env.budgets.max_depth
+        if self.spec.depth + 1 > max_depth:
+            return {"status": "error", "error_type": "max_depth_exceeded", "retriable": False,
+                    "error_message": f"nested calls are limited to depth {max_depth}"}  # fmt: skip
+        spec = nested_call_spec(frame.target, frame.method)
+        if isinstance(spec, str):
+            return wire_error(INVALID_TOOL_CALL, spec)
+        problem = json_problem(list(frame.args), "the nested call's arguments") or json_problem(
+            dict(frame.kwargs), "the nested call's keyword arguments"
+        )
+        if problem is not None:
+            return wire_error(INVALID_TOOL_CALL, problem)
+        deadline = serving_deadline() or self.exec_deadline  # the deadline the exchange enforces
+        stop = self.meter.charge("nested_call", deadline)
+        if stop is not None:
+            return wire_error(stop.error_type, stop.message)
+        return self._run_child(spec, frame, txn, deadline)
+
+    def _run_child(self, spec: NestedCallSpec, frame: CallFrame, txn: Transaction,
+                   deadline: float | None) -> dict[str, Any]:  # fmt: skip
+        scope = Transaction(self.env.state, parent=txn)  # holds the contract until the call succeeds
+        if spec.kind == "delegate":
+            scope.register(
+                ToolContract(role=spec.role, purpose=spec.purpose, deliverable=spec.deliverable,
+                             acceptance=spec.acceptance, failure_policy=spec.failure_policy)
+            )  # fmt: skip
+        child = CallSpec(
+            role=spec.role, method=spec.method, args=list(frame.args), kwargs=dict(frame.kwargs),
+            depth=self.spec.depth + 1, trace_id=self.spec.trace_id, parent_call_id=self.spec.call_id,
+            call_deadline=deadline,
+        )  # fmt: skip
+        outcome = self.run_nested(child, scope)
+        if not outcome.ok:
+            scope.tools.clear()  # its record stays (the caller may still succeed); its contract does not
+            if spec.kind == "delegate":
+                txn.tools.pop(spec.role, None)  # nor the one its ``declare`` frame staged in this attempt
+        scope.commit()
+        return outcome.to_wire()
+
+
+@dataclass
+class AttemptBridge:
+    """Answers the running program's nested calls and ``delegate(...)`` declarations for one attempt."""
+
+    executor: Executor
+    txn: Transaction
+
+    def __call__(self, frame: CallFrame) -> dict[str, Any]:
+        return self.executor.nested(frame, self.txn)
+
+    def declare(self, frame: DeclareFrame) -> dict[str, Any]:
+        return self.executor.declare(frame, self.txn)

@@ -1,0 +1,255 @@
+"""One HTTP exchange on a connection to an address the broker already checked.
+
+The socket is connected to the checked address itself (never to a name, so nothing resolves again and DNS
+rebinding cannot swap the target); TLS verifies the certificate against the URL's host name with SNI set.
+The request is written with the standard library's `http.client` on that socket, which reads no proxy
+variables and opens no connection of its own. A watchdog thread shuts the socket at the deadline, so a
+server that drips bytes (headers or body) cannot hold a request past its timeout; bodies are capped as they
+arrive and again after decompression (a gzip bomb stops at the cap).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import http.client
+import itertools
+import socket
+import ssl
+import threading
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sandforge.runtime.egress.addresses import Verdict
+from sandforge.runtime.egress.errors import EgressLimit, NetworkError
+from sandforge.runtime.egress.urls import Target
+
+READ_CHUNK = 64 * 1024
+
+
+@dataclass(order=True)
+class _Watch:
+    deadline: float
+    seq: int
+    sock: socket.socket | None = field(compare=False)
+    fired: bool = field(default=False, compare=False)
+
+
+class Watchdog:
+    """Shuts sockets whose deadline passed. One thread for the process; arming and disarming take a lock
+    for a heap operation only, never for the duration of a request."""
+
+    def __init__(self) -> None:
+        self._heap: list[_Watch] = []
+        self._cond = threading.Condition()
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, sock: socket.socket, deadline: float) -> _Watch:
+        watch = _Watch(deadline, next(self._seq), sock)
+        with self._cond:
+            heapq.heappush(self._heap, watch)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="sandforge-egress-watchdog", daemon=True)
+                self._thread.start()
+            if self._heap[0] is watch:  # only an earlier deadline needs the thread awake sooner
+                self._cond.notify()
+        return watch
+
+    @staticmethod
+    def disarm(watch: _Watch) -> None:
+        watch.sock = None  # the entry stays in the heap until its deadline and is then dropped
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._cond.wait()
+                now = time.monotonic()
+                head = self._heap[0]
+                if head.deadline > now:
+                    self._cond.wait(head.deadline - now)
+                    continue
+                heapq.heappop(self._heap)
+            sock = head.sock
+            if sock is not None:
+                head.fired = True
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+WATCHDOG = Watchdog()
+
+
+@dataclass
+class RawResponse:
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    wire_bytes: int
+
+
+class _PinnedConnection(http.client.HTTPConnection):
+    """`http.client` on a socket the broker connected; it never connects (or resolves) by itself."""
+
+    def __init__(self, sock: socket.socket, target: Target, timeout: float) -> None:
+        super().__init__(target.host_text, target.port, timeout=timeout)
+        self.sock = sock
+
+    def connect(self) -> None:  # pragma: no cover - the socket is always given
+        raise NetworkError("internal: the pinned connection has no socket", reason="internal")
+
+
+def _connect(target: Target, verdicts: Sequence[Verdict], timeout: float) -> socket.socket:
+    last: OSError | None = None
+    for verdict in verdicts:
+        address = verdict.connect
+        family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect((str(address), target.port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as exc:
+            sock.close()
+            last = exc
+    what = f"{last.strerror or type(last).__name__}" if last is not None else "no address"
+    if isinstance(last, TimeoutError | socket.timeout):
+        what = "timed out"
+    raise NetworkError(f"cannot connect to {target.authority}: {what}", reason="connect")
+
+
+def exchange(
+    target: Target,
+    verdicts: Sequence[Verdict],
+    method: str,
+    headers: Sequence[tuple[str, str]],
+    body: bytes | None,
+    *,
+    deadline: float,
+    cap: int,
+    cap_what: str,
+    ssl_context: ssl.SSLContext,
+    read_body: bool = True,
+) -> RawResponse:
+    """Connect to the first reachable checked address, send one request, read the response (the body
+    only when `read_body`), decoded and within `cap` bytes. Raises NetworkError / EgressLimit."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise NetworkError(f"{target.url}: timed out before connecting", reason="timeout")
+    sock = _connect(target, verdicts, remaining)
+    watch = WATCHDOG.arm(sock, deadline)
+    try:
+        if target.scheme == "https":
+            try:
+                sock = ssl_context.wrap_socket(sock, server_hostname=target.host)
+            except ssl.SSLCertVerificationError as exc:
+                raise NetworkError(
+                    f"TLS with {target.authority} failed: {exc.verify_message or 'certificate verify failed'}",
+                    reason="tls",
+                ) from None
+            except (ssl.SSLError, OSError) as exc:
+                if watch.fired:
+                    raise NetworkError(f"{target.url}: timed out during the TLS handshake", reason="timeout") from None
+                raise NetworkError(f"TLS with {target.authority} failed: {exc}", reason="tls") from None
+            watch.sock = sock
+        conn = _PinnedConnection(sock, target, deadline - time.monotonic())
+        try:
+            conn.putrequest(method, target.request_target, skip_host=True, skip_accept_encoding=True)
+            for name, value in headers:
+                conn.putheader(name, value)
+            conn.endheaders(body)
+            response = conn.getresponse()
+            status, reason = response.status, response.reason
+            raw_headers = [(k, v) for k, v in response.getheaders()]
+            if not read_body or method == "HEAD":
+                return RawResponse(status, reason, raw_headers, b"", 0)
+            encoding = (response.getheader("content-encoding") or "").strip().lower()
+            decoded, wire = _read_body(response, encoding, cap, cap_what, target)
+            if watch.fired:  # the watchdog shut the socket: what arrived is a prefix, not the body
+                raise NetworkError(f"{target.url}: timed out", reason="timeout")
+            if response.length:  # http.client returns b"" at an early EOF of a Content-Length body
+                raise NetworkError(f"{target.url}: {_describe(http.client.IncompleteRead(b''))}", reason="protocol")
+            return RawResponse(status, reason, raw_headers, decoded, wire)
+        except (EgressLimit, NetworkError):
+            raise
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if watch.fired or isinstance(exc, TimeoutError | socket.timeout):
+                raise NetworkError(f"{target.url}: timed out", reason="timeout") from None
+            raise NetworkError(f"{target.url}: {_describe(exc)}", reason="protocol") from None
+        finally:
+            conn.close()
+    finally:
+        Watchdog.disarm(watch)
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, http.client.IncompleteRead):
+        return "connection closed before the whole body arrived"
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "server closed the connection without a response"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset"
+    text = " ".join(str(exc).split())[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _decoder(encoding: str) -> zlib._Decompress | None:
+    if encoding in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.decompressobj(zlib.MAX_WBITS)
+    return None
+
+
+def _read_body(
+    response: http.client.HTTPResponse, encoding: str, cap: int, cap_what: str, target: Target
+) -> tuple[bytes, int]:
+    decoder = _decoder(encoding)
+    wire_cap = cap + cap // 64 + 4096
+    out = bytearray()
+    wire = 0
+
+    def over() -> EgressLimit:
+        return EgressLimit(f"response from {target.url} is larger than {cap_what} ({cap} bytes)", reason="size")
+
+    if decoder is None and response.length is not None and not response.chunked:
+        if response.length > cap:  # announced too large: refused before reading any of it
+            raise over()
+        body = response.read(response.length)  # the watchdog bounds the time; an early EOF leaves length > 0
+        return body, len(body)
+
+    while True:
+        chunk = response.read1(READ_CHUNK)
+        if not chunk:
+            break
+        wire += len(chunk)
+        if wire > wire_cap:
+            raise over()
+        if decoder is None:
+            out += chunk
+        else:
+            try:
+                data = decoder.decompress(chunk, cap + 1 - len(out))
+                out += data
+                while decoder.unconsumed_tail and len(out) <= cap:
+                    out += decoder.decompress(decoder.unconsumed_tail, cap + 1 - len(out))
+            except zlib.error as exc:
+                if encoding == "deflate" and not out and wire == len(chunk):  # raw deflate, as some servers send
+                    decoder = zlib.decompressobj(-zlib.MAX_WBITS)
+                    out += decoder.decompress(chunk, cap + 1)
+                else:
+                    raise NetworkError(f"{target.url}: corrupt {encoding} body ({exc})", reason="protocol") from None
+        if len(out) > cap:
+            raise over()
+    if decoder is not None:
+        out += decoder.flush(cap + 1 - len(out)) if len(out) <= cap else b""
+        if len(out) > cap:
+            raise over()
+    return bytes(out), wire

@@ -1,0 +1,186 @@
+"""How bytes reach a worker and come back: the I/O type every backend provides, and the pipe and socket
+channels the subprocess, runc and runsc backends share (Docker's attach socket is the docker backend's own).
+
+``sandbox/exchange.py`` speaks the protocol over any ``WorkerIO``; what a channel can do beyond sending and
+polling is stated on the type, not probed: ``passes_fds`` (large context values travel as sealed memfds),
+``handoff`` (they are written to a hand-off directory the worker confirmed) and ``unread()``.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import fcntl
+import os
+import select
+import selectors
+import socket
+import struct
+import termios
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from sandforge.sandbox.handoff import HandoffDir
+
+Stream = Literal["result", "stdout", "stderr"]
+
+#: A send with no execution deadline (the boot frame) is still bounded by this.
+DEFAULT_SEND_TIMEOUT_S = 30.0
+
+
+def send_deadline(deadline: float | None) -> float:
+    """The monotonic time a send must be done by: the caller's deadline or ``DEFAULT_SEND_TIMEOUT_S`` from now."""
+    return time.monotonic() + DEFAULT_SEND_TIMEOUT_S if deadline is None else deadline
+
+
+class WorkerIO(abc.ABC):
+    """How bytes reach a worker, and what the channel can do besides.
+
+    Every send is bounded: it raises ``TimeoutError`` when ``deadline`` (``time.monotonic()``; None means
+    ``DEFAULT_SEND_TIMEOUT_S`` from now) passes with bytes still unsent, so a worker that stops reading
+    cannot hold the host."""
+
+    #: The channel can attach descriptors to what it sends (a unix socket): ``send_fds`` works.
+    passes_fds: ClassVar[bool] = False
+    #: A hand-off directory the worker confirmed (``sandbox/handoff.py``): large values are written there.
+    handoff: HandoffDir | None = None
+
+    @abc.abstractmethod
+    def send(self, data: bytes, deadline: float | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
+        """Chunks that arrived within ``timeout`` seconds; an empty chunk means that stream ended."""
+
+    def send_fds(self, data: bytes, fds: list[int], deadline: float | None = None) -> None:
+        """``data`` with ``fds`` attached (SCM_RIGHTS); only where ``passes_fds``."""
+        raise TypeError(f"{type(self).__name__} cannot pass descriptors")
+
+    def unread(self) -> int:
+        """Bytes sent that the worker has not read yet; 0 where the channel cannot tell."""
+        return 0
+
+
+#: Pipes into a sandbox carry the context snapshot; the default 64 KiB buffer makes a 10 MB context cost
+#: ~160 round trips between writer and reader, 1 MiB makes it 10 (about a third less time).
+PIPE_BYTES = 1 << 20
+F_SETPIPE_SZ = 1031
+
+
+def widen_pipe(fd: int) -> None:
+    """Grow a pipe's buffer to `PIPE_BYTES` (or the system's cap); a pipe that cannot grow works as before."""
+    try:
+        cap = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    except (OSError, ValueError):
+        cap = PIPE_BYTES
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, F_SETPIPE_SZ, min(PIPE_BYTES, cap))
+
+
+class PipeIO(WorkerIO):
+    """WorkerIO over the child's stdin (frames in), fd 3 (frames out), stdout and stderr."""
+
+    def __init__(self, stdin_fd: int, streams: dict[int, Stream]) -> None:
+        self.stdin_fd = stdin_fd
+        #: A hand-off directory the runner confirmed (the runsc backend's; see ``sandbox/handoff.py``).
+        self.handoff: HandoffDir | None = None
+        self.selector = selectors.DefaultSelector()
+        os.set_blocking(stdin_fd, False)  # every write waits in select, up to its deadline
+        for fd, name in streams.items():
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ, name)
+
+    def send(self, data: bytes, deadline: float | None = None) -> None:
+        """Write all of ``data`` by ``deadline``; TimeoutError when the worker stops reading."""
+        until = send_deadline(deadline)
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.stdin_fd, view) :]
+            except (BlockingIOError, InterruptedError):
+                wait_writable(self.stdin_fd, until)
+
+    def unread(self) -> int:
+        """Bytes still in the pipe (the worker has not read them)."""
+        return _ioctl_int(self.stdin_fd, termios.FIONREAD)
+
+    def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
+        chunks: list[tuple[Stream, bytes]] = []
+        for key, _ in self.selector.select(timeout):
+            fd = key.fd
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                self.selector.unregister(fd)
+            chunks.append((key.data, chunk))
+        return chunks
+
+    def close(self) -> None:
+        for key in list(self.selector.get_map().values()):
+            self.selector.unregister(key.fd)
+        self.selector.close()
+
+
+class SocketIO(PipeIO):
+    """PipeIO whose frames-in channel is a unix stream socket, which can also pass descriptors: large
+    context values travel as sealed memfds (see ``sandbox.exchange.send_execute``), not as bytes."""
+
+    passes_fds = True
+
+    def __init__(self, sock: socket.socket, streams: dict[int, Stream]) -> None:
+        super().__init__(sock.fileno(), streams)
+        self.sock = sock
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BYTES)
+
+    def send_fds(self, data: bytes, fds: list[int], deadline: float | None = None) -> None:
+        until = send_deadline(deadline)
+        while True:
+            try:
+                sent = socket.send_fds(self.sock, [data], fds)
+                break
+            except (BlockingIOError, InterruptedError):
+                wait_writable(self.stdin_fd, until)
+        self.send(data[sent:], until)
+
+    def unread(self) -> int:
+        """Bytes sent on the socket that the worker has not read (SIOCOUTQ: its unconsumed send queue)."""
+        return _ioctl_int(self.stdin_fd, termios.TIOCOUTQ)
+
+    def close(self) -> None:
+        super().close()
+        self.sock.close()
+
+
+def wait_writable(fd: int, deadline: float) -> None:
+    """Block until ``fd`` can take more bytes; TimeoutError once ``deadline`` (monotonic) has passed."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("the sandbox stopped reading its input")
+    select.select([], [fd], [], remaining)
+
+
+def _ioctl_int(fd: int, request: int) -> int:
+    value: int = struct.unpack("i", fcntl.ioctl(fd, request, b"\0\0\0\0"))[0]
+    return value
+
+
+def socket_channel() -> tuple[socket.socket, int]:
+    """A unix stream socketpair for frames into a sandbox: the host's end, and the sandbox's end as a bare
+    descriptor (the caller passes it on and closes it).
+
+    One way only, like the pipe it replaces: the host's end is shut for reading, which shuts the sandbox's
+    end for writing (EPIPE), so nothing (no bytes, no descriptors) can travel from the sandbox this way."""
+    host, sandbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    host.shutdown(socket.SHUT_RD)
+    return host, sandbox.detach()
+
+
+__all__ = [
+    "DEFAULT_SEND_TIMEOUT_S", "PIPE_BYTES", "PipeIO", "SocketIO", "Stream", "WorkerIO", "send_deadline",
+    "socket_channel", "wait_writable", "widen_pipe",
+]  # fmt: skip

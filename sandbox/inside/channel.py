@@ -1,0 +1,231 @@
+"""The channel to the host: frames in (fd 0: a pipe, or a unix socket that may carry descriptors) and out.
+
+Frames are a 4-byte big-endian length plus UTF-8 JSON (``wire``). The execute frame is followed by one
+frame per context key; where fd 0 is a unix socket the largest texts are not moved at all: each is a sealed
+memfd attached to the execute frame, checked and mapped read-only (``read_execute``, ``map_text``); in a
+container run by dockerd, where fd 0 is a pipe, they are files in a read-only hand-off directory the host
+confirmed at boot (``handoff_ready``).
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import fcntl
+import json
+import mmap
+import os
+import socket
+import stat
+from typing import Any
+
+from .lazycontext import ContextText, MappedText, encode
+from .wire import HANDOFF_PROOF_FILE, HEADER, MAX_PASSED_FDS, REQUIRED_SEALS
+
+
+class Channel:
+    """The frames-in channel (fd 0): a pipe (frames only) or a unix stream socket, which may also carry
+    descriptors (SCM_RIGHTS). Every read from a socket collects what came attached to the bytes read, so
+    a descriptor can never arrive unnoticed; ``take_fds`` hands them over (and ``truncated`` says the
+    kernel dropped some: more came than ``MAX_PASSED_FDS`` or the open-files limit allows)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.sock: socket.socket | None = None
+        self.fds: list[int] = []
+        self.truncated = False
+        if stat.S_ISSOCK(os.fstat(fd).st_mode):
+            self.sock = socket.socket(fileno=fd)
+
+    def readinto(self, view: memoryview) -> int:
+        if self.sock is None:
+            return os.readv(self.fd, [view])
+        got, ancillary, flags, _ = self.sock.recvmsg_into([view], socket.CMSG_SPACE(MAX_PASSED_FDS * 4))
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+                self.fds.extend(fds)
+        if flags & socket.MSG_CTRUNC:
+            self.truncated = True
+        return got
+
+    def take_fds(self) -> tuple[list[int], bool]:
+        fds, truncated = self.fds, self.truncated
+        self.fds, self.truncated = [], False
+        return fds, truncated
+
+
+def close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _read_exact(src: int | Channel, size: int) -> bytearray:
+    """Exactly ``size`` bytes, read straight into one buffer (a 10 MB context is copied once, not twice)."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    pos = 0
+    while pos < size:
+        chunk = view[pos : pos + (1 << 20)]
+        got = src.readinto(chunk) if isinstance(src, Channel) else os.readv(src, [chunk])
+        if not got:
+            raise EOFError("channel closed")
+        pos += got
+    return buf
+
+
+def read_raw_frame(src: int | Channel, max_bytes: int) -> bytearray:
+    (size,) = HEADER.unpack(_read_exact(src, HEADER.size))
+    if size > max_bytes:
+        raise ValueError(f"frame of {size} bytes exceeds the limit")
+    return _read_exact(src, size)
+
+
+def read_frame(src: int | Channel, max_bytes: int) -> dict[str, Any]:
+    frame = json.loads(read_raw_frame(src, max_bytes))
+    if not isinstance(frame, dict):
+        raise ValueError("frame is not an object")
+    return frame
+
+
+class PassedTextError(ValueError):
+    """The host's descriptors do not match what the execute frame announces: an invalid request."""
+
+
+def map_text(fd: int, size: int, *, sealed: bool = True) -> MappedText:
+    """Check that ``fd`` is a regular file of exactly ``size`` bytes (and, for a passed descriptor, a memfd
+    sealed against writing, growing and shrinking) and map it read-only; PassedTextError otherwise. The
+    caller still owns (and closes) ``fd``."""
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS) if sealed else REQUIRED_SEALS
+        info = os.fstat(fd)
+    except OSError as exc:
+        raise PassedTextError(f"a passed descriptor is not a sealed memfd ({exc.strerror})") from None
+    if seals & REQUIRED_SEALS != REQUIRED_SEALS:
+        raise PassedTextError("a passed descriptor is not sealed against writing and resizing")
+    if not stat.S_ISREG(info.st_mode) or info.st_size != size:
+        raise PassedTextError(f"a passed value holds {info.st_size} bytes, announced {size}")
+    if size == 0:
+        return MappedText(None, 0)
+    try:
+        mapped = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    except (OSError, ValueError) as exc:
+        raise PassedTextError(f"a passed value cannot be mapped: {exc}") from None
+    return MappedText(mapped, size)
+
+
+def handoff_ready(boot: dict[str, Any]) -> str | None:
+    """The boot frame's hand-off directory if it holds the boot frame's token (the host's path is really
+    what is mounted here), else None: values then come as frames."""
+    where, token = boot.get("handoff_dir"), boot.get("handoff_token")
+    if not (isinstance(where, str) and isinstance(token, str) and token):
+        return None
+    try:
+        with open(f"{where}/{HANDOFF_PROOF_FILE}", "rb") as fh:
+            return where if fh.read(len(token) + 1) == token.encode() else None
+    except OSError:
+        return None
+
+
+def open_handoff(where: str, index: int, size: int) -> MappedText:
+    """Value ``index`` of a hand-off directory, mapped read-only (never through a symlink)."""
+    try:
+        fd = os.open(f"{where}/{index}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise PassedTextError(f"handed-off value {index} cannot be opened ({exc.strerror})") from None
+    try:
+        return map_text(fd, size, sealed=False)
+    finally:
+        os.close(fd)
+
+
+def read_execute(
+    src: int | Channel, max_bytes: int, handoff: str | None = None
+) -> tuple[dict[str, Any], dict[str, ContextText]]:
+    """The execute frame and the context keys' texts that follow it, undecoded, within ``max_bytes`` in all.
+
+    A key announced as ``[key, length, i]`` is descriptor ``i`` of those attached to the execute frame
+    (a sealed memfd, mapped read-only) rather than a frame, or with a ``handoff`` directory its file ``i``;
+    any other descriptor is closed and refused."""
+    frame = read_frame(src, max_bytes)
+    fds, truncated = src.take_fds() if isinstance(src, Channel) else ([], False)
+    raw: dict[str, ContextText] = {}
+    try:
+        _context_texts(src, frame, fds, truncated, max_bytes, raw, handoff)
+        return frame, raw
+    except BaseException:
+        for text in raw.values():
+            if isinstance(text, MappedText) and text.map is not None:
+                text.map.close()
+        raise
+    finally:
+        close_fds(fds)  # mapped ones stay readable through their mapping
+        if isinstance(src, Channel):
+            close_fds(src.take_fds()[0])
+
+
+def _context_texts(
+    src: int | Channel, frame: dict[str, Any], fds: list[int], truncated: bool, max_bytes: int,
+    raw: dict[str, ContextText], handoff: str | None,
+) -> None:  # fmt: skip
+    keys = frame.get("context_keys", [])
+    if not isinstance(keys, list):
+        raise ValueError("context_keys is not a list")
+    if truncated:
+        raise PassedTextError(f"more descriptors than the {MAX_PASSED_FDS} a request may pass")
+    budget = max_bytes
+    used: set[int] = set()
+    for entry in keys:
+        if not (isinstance(entry, list) and len(entry) in (2, 3) and isinstance(entry[0], str)
+                and type(entry[1]) is int and 0 <= entry[1] <= budget and entry[0] not in raw):  # fmt: skip
+            raise ValueError("malformed context key announcement")
+        if len(entry) == 3:
+            index = entry[2]
+            passed = MAX_PASSED_FDS if handoff is not None else len(fds)
+            if type(index) is not int or not 0 <= index < passed or index in used:
+                raise PassedTextError(f"context key {entry[0]!r} names descriptor {index!r}, which was not passed")
+            used.add(index)
+            if handoff is not None:
+                raw[entry[0]] = open_handoff(handoff, index, entry[1])
+            else:
+                raw[entry[0]] = map_text(fds[index], entry[1])
+        else:
+            body = read_raw_frame(src, budget)
+            if len(body) != entry[1]:
+                raise ValueError(f"context key {entry[0]!r} is {len(body)} bytes, announced {entry[1]}")
+            raw[entry[0]] = body
+        budget -= entry[1]
+    unannounced = len(fds) if handoff is not None else len(fds) - len(used)
+    if unannounced:
+        raise PassedTextError(f"{unannounced} passed descriptors are not announced")
+    if isinstance(src, Channel) and src.fds:
+        raise PassedTextError("descriptors came with a context frame, not with the execute frame")
+
+
+def write_frame(fd: int, frame: dict[str, Any] | bytes) -> None:
+    body = frame if isinstance(frame, bytes) else encode(frame)
+    write_all(fd, HEADER.pack(len(body)) + body)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def write_frames(fd: int, bodies: list[bytes]) -> None:
+    """Length-prefixed frames in as few writes as possible; a large body is written as it is, not copied."""
+    pending = bytearray()
+    for body in bodies:
+        pending += HEADER.pack(len(body))
+        if len(body) < 1 << 16:
+            pending += body
+            continue
+        write_all(fd, bytes(pending))
+        pending.clear()
+        write_all(fd, body)
+    if pending:
+        write_all(fd, bytes(pending))

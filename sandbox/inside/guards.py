@@ -1,0 +1,337 @@
+"""The run-time guards and the builtins a program runs with.
+
+The compiler (``compilation``) checks attribute names statically and emits native operations wherever a
+guard would check nothing; what needs a decision at run time calls into this module: attribute writes
+(``write_guard``: whose object is it?), ``getattr``/``setattr``/``delattr``/``hasattr`` with computed names,
+and ``str.format``/``format_map`` (plain fields only).
+
+RestrictedPython's own pieces are used where they behave as the sandbox needs: its ``safe_builtins`` (the
+base of the builtins), its ``PrintCollector`` (the print target) and its transformer's
+``INSPECT_ATTRIBUTES``. Its guard variants in ``RestrictedPython.Guards`` are not: each differs from what
+programs rely on here. ``full_write_guard`` wraps every object but dicts and lists (a program's own
+instances, ``defaultdict``, ``deque`` would refuse writes); ``guarded_setattr``/``guarded_delattr`` do not
+check the name; ``safer_getattr`` returns None for a missing attribute (Python raises AttributeError),
+refuses ``str.format`` outright (here: plain fields allowed) and misses ``__roles__`` suffixes; the
+unpacking and iteration guards check nothing the compiler has not already ruled out (``_getiter_`` is
+native here).
+"""
+
+from __future__ import annotations
+
+import builtins as py_builtins
+import collections
+import string
+import types
+from typing import Any
+
+from .bridge import Bridge, OutcomeFactory, ToolHandle, delegate
+from .compilation import GUARDED_READS
+from .lazycontext import LazyContext
+from .world import PROGRAM_MODULE, BoundedText, _guarded_import, _words
+
+# --- the restricted language (issue 15): what programs may write, and the guards, at close to C speed ---
+#
+# RestrictedPython's default transformer turns every attribute read, item access, iteration and unpacking
+# into a call of a guard. For us those guards check nothing the compiler cannot check once: attribute names
+# are constants in the source, and item access, iteration and unpacking have no policy at all here. So the
+# transformer (``compilation._policy_class``) keeps RestrictedPython's static checks and emits native operations
+# for them; only what needs a decision at run time stays a call: attribute writes (``_write_``: whose
+# object is it?), ``getattr``/``setattr``/``delattr``/``hasattr`` with computed names, and ``format``/
+# ``format_map`` of strings (plain fields only). The OS boundary is the wall; this is defence in depth.
+
+
+#: Library objects whose public attributes are meant to be set, by (module, class name).
+SETTABLE_ATTRIBUTES: dict[tuple[str, str], frozenset[str]] = {
+    ("xml.etree.ElementTree", "Element"): frozenset({"text", "tail", "tag", "attrib"}),
+    ("decimal", "Context"): frozenset({"prec", "rounding", "Emin", "Emax", "capitals", "clamp", "traps", "flags"}),
+    ("textwrap", "TextWrapper"): frozenset(
+        _words(
+            "width initial_indent subsequent_indent expand_tabs replace_whitespace fix_sentence_endings "
+            "break_long_words drop_whitespace break_on_hyphens tabsize max_lines placeholder"
+        )
+    ),
+}
+#: Mutable built-in containers: their instances (and library subclasses: defaultdict, Counter,
+#: OrderedDict, deque) take writes as they are.
+_WRITABLE_BASES: tuple[type, ...] = (dict, list, set, bytearray, collections.deque)
+_WRITABLE_TYPES: frozenset[type] = frozenset(
+    {dict, list, set, bytearray, collections.deque, collections.defaultdict, collections.OrderedDict,
+     collections.Counter, LazyContext}
+)  # fmt: skip
+_FUNCTION = types.FunctionType
+
+
+class _ReadOnly:
+    """What ``_write_`` returns for an object the program may not write: every write is a TypeError."""
+
+    __slots__ = ("kind",)
+    kind: str
+
+    def __init__(self, ob: Any) -> None:
+        object.__setattr__(self, "kind", type(ob).__name__)
+
+    def _refuse(self, name: str, *_: Any) -> None:
+        raise TypeError(
+            f"cannot set or delete attribute {name!r} of a {self.kind} object in the sandbox: only the "
+            "program's own objects (and a few library objects meant to be set) take attribute writes"
+        )
+
+    __setattr__ = _refuse
+    __delattr__ = _refuse
+
+
+class _Settable:
+    """A library object's write proxy that passes on writes of the attributes meant to be set."""
+
+    __slots__ = ("names", "ob")
+    names: frozenset[str]
+    ob: Any
+
+    def __init__(self, ob: Any, names: frozenset[str]) -> None:
+        object.__setattr__(self, "ob", ob)
+        object.__setattr__(self, "names", names)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self.names:
+            _ReadOnly(self.ob)._refuse(name)
+        setattr(self.ob, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        _ReadOnly(self.ob)._refuse(name)
+
+
+def write_guard(ob: Any) -> Any:
+    """``_write_``: the object itself when the program may write its attributes, else a refusing proxy.
+
+    Writable: instances of the program's own classes, those classes and functions themselves (their
+    ``__module__`` is the program's; a program cannot set ``__module__``), and mutable built-in containers.
+    Attribute names are checked by the compiler (no ``_`` names); item assignment is native.
+    """
+    kind = type(ob)
+    if kind in _WRITABLE_TYPES or kind.__module__ == PROGRAM_MODULE:
+        return ob
+    if isinstance(ob, type) or kind is _FUNCTION:
+        if getattr(ob, "__module__", None) == PROGRAM_MODULE:
+            return ob
+    elif kind is LazyContext or isinstance(ob, _WRITABLE_BASES):
+        return ob
+    names = SETTABLE_ATTRIBUTES.get((kind.__module__, kind.__qualname__))
+    if names is not None:
+        return _Settable(ob, names)
+    return _ReadOnly(ob)
+
+
+_INSPECT_ATTRIBUTES: frozenset[str] = frozenset()
+_FORMATTER_PARSE: Any = None
+
+
+def _prime() -> None:
+    """The run-time guards' tables: RestrictedPython's INSPECT_ATTRIBUTES and the format parser (set once,
+    after RestrictedPython is importable: in a container its path comes with the boot frame)."""
+    global _INSPECT_ATTRIBUTES, _FORMATTER_PARSE
+    if _FORMATTER_PARSE is None:
+        from RestrictedPython.transformer import INSPECT_ATTRIBUTES
+
+        _INSPECT_ATTRIBUTES = frozenset(INSPECT_ATTRIBUTES)
+        _FORMATTER_PARSE = string.Formatter().parse
+
+
+def _check_attribute_name(name: Any) -> None:
+    if type(name) is not str:
+        raise TypeError("attribute name must be a string")
+    if name[:1] == "_":
+        raise AttributeError(f'"{name}" is an invalid attribute name because it starts with "_"')
+    if name in _INSPECT_ATTRIBUTES or name.endswith("__roles__"):
+        raise AttributeError(f'"{name}" is a restricted name, that is forbidden to access in RestrictedPython.')
+
+
+def _plain_fields(template: str) -> None:
+    """Refuse format fields that read attributes or items (``{0.__class__}``, ``{x[k]}``)."""
+    for _literal, field, spec, _conversion in _FORMATTER_PARSE(template):
+        if field is None:
+            continue
+        if field and not (field.isdigit() or field.isidentifier()):
+            raise NotImplementedError(
+                f"format field {{{field}}} reads an attribute or an item, which the sandbox does not allow "
+                "in format strings; compute the value first and format it with a plain field"
+            )
+        if spec:
+            _plain_fields(spec)
+
+
+def _checked_format(text: str, method: str) -> Any:
+    unbound = getattr(str, method)
+
+    def format(*args: Any, **kwargs: Any) -> Any:
+        _plain_fields(text)
+        return unbound(text, *args, **kwargs)
+
+    return format
+
+
+def _checked_unbound_format(method: str) -> Any:
+    unbound = getattr(str, method)
+
+    def format(text: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(text, str):
+            _plain_fields(text)
+        return unbound(text, *args, **kwargs)
+
+    return format
+
+
+_STR_FORMATS: dict[Any, str] = {str.format: "format", str.format_map: "format_map"}
+
+
+def _format_checked(value: Any) -> Any:
+    """``value`` as read, unless it is ``str.format``/``format_map`` (bound to a string, however reached:
+    ``s.format``, ``super(S, s).format``, ``str.format``): then the checked version of it."""
+    method = getattr(value, "__name__", None)
+    if method in ("format", "format_map"):
+        owner = getattr(value, "__self__", None)
+        if type(value) is types.BuiltinMethodType and isinstance(owner, str):
+            return _checked_format(owner, method)
+        if value in _STR_FORMATS:
+            return _checked_unbound_format(_STR_FORMATS[value])
+    return value
+
+
+def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
+    """``getattr`` (and the compiler's ``_getattr_`` for ``format``-like names) with the static rules
+    checked at run time, Python's semantics for a missing attribute (AttributeError unless a default is
+    given), and ``str.format``/``format_map`` limited to plain fields."""
+    if len(default) > 1:
+        raise TypeError(f"getattr expected at most 3 arguments, got {2 + len(default)}")
+    _check_attribute_name(name)
+    if name in GUARDED_READS:
+        if isinstance(obj, string.Formatter) or (isinstance(obj, type) and issubclass(obj, string.Formatter)):
+            raise NotImplementedError("Using string.Formatter methods is not safe")
+        return _format_checked(getattr(obj, name, *default))
+    if default:
+        return getattr(obj, name, default[0])
+    return getattr(obj, name)
+
+
+def guarded_setattr(obj: Any, name: str, value: Any) -> None:
+    _check_attribute_name(name)
+    setattr(write_guard(obj), name, value)
+
+
+def guarded_delattr(obj: Any, name: str) -> None:
+    _check_attribute_name(name)
+    delattr(write_guard(obj), name)
+
+
+def _safe_hasattr(obj: Any, name: str) -> bool:
+    try:
+        guarded_getattr(obj, name)
+    except (AttributeError, NotImplementedError):
+        return False
+    return True
+
+
+class _TypeMeta(type):
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, type)
+
+    def __subclasscheck__(cls, subclass: Any) -> bool:
+        return issubclass(subclass, type)
+
+
+class SandboxType(metaclass=_TypeMeta):
+    """The program's ``type``: ``type(obj)`` for an object that is not a class, and ``isinstance(x, type)``.
+
+    Not three-argument ``type(name, bases, namespace)``, and not ``type(cls)``: a metaclass would create
+    classes from a namespace dict, around the class statement's checks (underscore names, special methods).
+    """
+
+    def __new__(cls, *args: Any) -> Any:
+        if len(args) != 1:
+            raise TypeError("the sandbox's type() takes exactly one argument; define classes with a class statement")
+        kind = type(args[0])
+        if kind is LazyContext:
+            return dict
+        if issubclass(kind, type):
+            raise TypeError("type() of a class is not available in the sandbox")
+        return kind
+
+
+def compat_builtins() -> dict[str, Any]:
+    """The builtins programs are written with, beyond RestrictedPython's safe set (issue 15)."""
+    names = _words(
+        "zip property classmethod staticmethod super object bytes bin ascii NotImplemented Ellipsis "
+        "AssertionError NameError UnboundLocalError UnicodeDecodeError UnicodeEncodeError LookupError "
+        "StopIteration ArithmeticError"
+    )
+    table = {name: getattr(py_builtins, name) for name in names}
+    table.update(type=SandboxType, getattr=guarded_getattr, setattr=guarded_setattr, delattr=guarded_delattr,
+                 hasattr=_safe_hasattr)  # fmt: skip
+    return table
+
+
+_BASE_BUILTINS: dict[str, Any] = {}
+_PRINTER: Any = None
+
+
+def _base_builtins() -> dict[str, Any]:
+    """The builtins every program gets, built once per process (a run copies the dict, ~2 us)."""
+    if not _BASE_BUILTINS:
+        from RestrictedPython.Guards import safe_builtins
+
+        table = dict(safe_builtins)
+        # Not RestrictedPython's limited_builtins: resource limits are the OS's job, and its range() caps at 1000.
+        for extra in (
+            "range", "tuple", "dict", "list", "set", "frozenset", "sum", "min", "max", "enumerate", "map",
+            "filter", "reversed", "any", "all", "iter", "next", "sorted", "bytearray", "format",
+            "ArithmeticError", "AttributeError", "Exception", "IndexError", "KeyError", "LookupError",
+            "NotImplementedError", "RuntimeError", "StopIteration", "TypeError", "ValueError",
+            "ZeroDivisionError", "OverflowError", "RecursionError", "UnicodeError",
+        ):  # fmt: skip
+            table[extra] = getattr(py_builtins, extra)
+        table.update(compat_builtins())
+        _BASE_BUILTINS.update(table)
+    return _BASE_BUILTINS
+
+
+def _printer_class() -> Any:
+    global _PRINTER
+    if _PRINTER is None:
+        from RestrictedPython.PrintCollector import PrintCollector
+
+        class Printer(PrintCollector):
+            """RestrictedPython's print target, mirrored into the bounded stdout capture."""
+
+            stdout: BoundedText
+
+            def write(self, text: str) -> None:
+                self.txt.append(text)
+                self.stdout.write(text)
+
+        _PRINTER = Printer
+    return _PRINTER
+
+
+def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText, bridge: Bridge) -> dict[str, Any]:
+    _prime()
+    printer = _printer_class()
+
+    def make_printer(_getattr_: Any = None) -> Any:
+        collector = printer(_getattr_)
+        collector.stdout = stdout
+        return collector
+
+    builtins = dict(_base_builtins())
+    builtins["__import__"] = _guarded_import(proxies)
+    builtins["Outcome"] = OutcomeFactory
+    builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
+    builtins["delegate"] = lambda role, *contract, **fields: delegate(bridge, role, *contract, **fields)
+    return {
+        "__builtins__": builtins,
+        "__name__": "sandforge_tool",
+        "__metaclass__": type,
+        "_getattr_": guarded_getattr,
+        "_write_": write_guard,
+        "_type_": type,
+        "_print_": make_printer,
+        "_apply_": lambda f, *a, **kw: f(*a, **kw),
+    }

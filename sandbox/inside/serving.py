@@ -1,0 +1,213 @@
+"""Serving one execution: prepare (imports, proxies, a warm compiler), lock down, report ``ready``, read the
+``execute`` frame, run the program, write exactly one ``result`` (and one frame per changed context key).
+
+Results go to a dedicated channel (``--result-fd N``, or in a container the original stdout, which the
+entry point re-points at stderr before any program runs), so printing can never forge a result: ``print``
+output is captured, bounded, into the result's ``stdout``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import resource
+import sys
+import types
+from typing import Any
+
+from .bridge import _ITIMER_REAL, _SETITIMER, BACKSTOP_GRACE_S, Bridge, InvalidContract, ToolOutcome, pause_backstop
+from .channel import Channel, PassedTextError, handoff_ready, read_execute, write_frame, write_frames
+from .compilation import compile_program, shipped_code
+from .guards import build_globals
+from .lazycontext import ContextText, LazyContext, NotJson, dump_json, encode
+from .lockdown import lock_down
+from .wire import HEADER, PROTOCOL_VERSION, valid_text
+from .wire import error as _error
+from .world import (
+    ACTIVE_SEAL,
+    INTERNAL_IMPORTS,
+    TOOL_FILENAME,
+    TOOL_FUNCTION,
+    VIOLATIONS,
+    BoundedText,
+    GlobalsSeal,
+    OutputLimitExceeded,
+    SandboxViolation,
+    build_module_proxies,
+    check_inner_wall,
+    forget_lockdown_modules,
+    program_streams,
+)
+
+#: What the result needs from ``resource`` after it is forgotten (``world.forget_lockdown_modules``).
+_GETRUSAGE, _RUSAGE_SELF = resource.getrusage, resource.RUSAGE_SELF
+
+
+def _describe(exc: BaseException) -> str:
+    """``str(exc)``, which runs the program's code (its ``__str__``, its arguments' ``__repr__``): whatever
+    that raises or returns, the runner still writes its result."""
+    try:
+        return str(exc)
+    except BaseException:
+        return "(the exception's message could not be computed)"
+
+
+def _tool_line(tb: types.TracebackType | None) -> int | None:
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == TOOL_FILENAME:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _classify_exception(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError):
+        return "memory_limit"
+    if isinstance(exc, OutputLimitExceeded):
+        return "output_limit"
+    if isinstance(exc, ImportError) and "not allowed in the sandbox" in str(exc):
+        return "sandbox_violation"
+    if isinstance(exc, OSError) and exc.errno in (errno.EPERM, errno.EACCES, errno.EROFS):
+        return "sandbox_violation"
+    if isinstance(exc, NotJson):
+        return "non_serializable_result"
+    if isinstance(exc, SandboxViolation):
+        return "sandbox_violation"
+    if isinstance(exc, InvalidContract):
+        return "invalid_contract"
+    return "execution"
+
+
+class Result:
+    """The one result: the header frame's fields, the return value's JSON text, the changed keys' texts."""
+
+    def __init__(self) -> None:
+        self.header: dict[str, Any] = {"type": "result", "status": "error"}
+        self.value: bytes = b"null"
+        self.changed: list[tuple[str, bytes]] = []
+
+    def fail(self, error: dict[str, Any]) -> None:
+        self.header.update(status="error", error=error, context_changed=[], context_deleted=[])
+        self.value, self.changed = b"null", []
+
+
+def execute(
+    frame: dict[str, Any], raw_context: dict[str, ContextText], boot: dict[str, Any], bridge: Bridge,
+    proxies: dict[str, Any],
+) -> Result:  # fmt: skip
+    limits = boot["limits"]
+    stdout = BoundedText(int(limits["max_output_bytes"]))
+    result = Result()
+    compiled = shipped_code(frame)
+    error = None
+    if compiled is None:
+        compiled, error = compile_program(str(frame.get("code", "")))
+    args, kwargs = frame.get("args"), frame.get("kwargs")
+    if error is None and not (isinstance(args, list) and isinstance(kwargs, dict)):
+        error = _error("invalid_request", "args must be a list and kwargs an object")
+    if error is None:
+        assert compiled is not None
+        namespace = build_globals(proxies, stdout, bridge)
+        context = LazyContext(raw_context)
+        try:
+            exec(compiled, namespace)  # noqa: S102 - RestrictedPython-compiled, inside the sandbox
+            ACTIVE_SEAL[:] = [GlobalsSeal(namespace)]
+            with program_streams(stdout):
+                value = namespace[TOOL_FUNCTION](context, args, kwargs)
+            check_inner_wall()
+            if isinstance(value, ToolOutcome):
+                if not value.ok:
+                    error = _error("tool_error", value.error_message or value.error_type or "tool error",
+                                   tool_error_type=value.error_type, retriable=value.retriable)  # fmt: skip
+                value = value.value
+            if error is None:
+                result.value = dump_json(value, "the return value")
+                result.changed, deleted = context.delta()
+                result.header.update(status="ok", context_deleted=deleted)
+        except BaseException as exc:
+            kind = _classify_exception(exc)
+            name = type(exc).__name__
+            message = _describe(exc) if kind != "memory_limit" else f"memory limit of {limits['memory_mb']} MB exceeded"
+            error = _error(kind, f"{name}: {message}" if kind == "execution" else message,
+                           exception=name, line=_tool_line(exc.__traceback__))  # fmt: skip
+    if stdout.overflowed:
+        error = _error("output_limit", f"the program printed more than {limits['max_output_bytes']} bytes")
+    if VIOLATIONS:  # sticky: whatever the program did after it, caught or not
+        error = _error("sandbox_violation", VIOLATIONS[0])
+    if error is not None:
+        result.fail(error)
+    result.header["stdout"] = stdout.getvalue()
+    result.header["stdout_truncated"] = stdout.overflowed
+    usage = _GETRUSAGE(_RUSAGE_SELF)
+    result.header["cpu_time_s"] = usage.ru_utime + usage.ru_stime
+    result.header["peak_memory_mb"] = usage.ru_maxrss / 1024
+    return result
+
+
+def _encode_result(result: Result, max_bytes: int) -> list[bytes]:
+    """The result's frames: the header (the value's text spliced in, not encoded twice), then one frame per
+    changed key. A result that does not fit ``max_bytes`` in all becomes an output_limit error."""
+    header = result.header
+    header["context_changed"] = [[key, len(body)] for key, body in result.changed]
+    header["stdout"] = valid_text(header.get("stdout", ""))
+    try:
+        rest = encode(header)
+    except (TypeError, ValueError) as exc:  # a context key that is not valid text (a lone surrogate)
+        result.fail(_error("non_serializable_result", f"the context cannot be sent back: {exc}"))
+        header["context_changed"] = []
+        try:
+            rest = encode(header)
+        except (TypeError, ValueError):
+            return [encode({"type": "result", "status": "error", "error": _error("non_serializable_result", str(exc))})]
+    body = b'{"value":' + result.value + b"," + rest[1:]
+    total = len(body) + sum(HEADER.size + len(text) for _, text in result.changed)
+    if total <= max_bytes:
+        return [body, *(text for _, text in result.changed)]
+    return [encode({
+        "type": "result", "status": "error", "stdout": "", "stdout_truncated": bool(header.get("stdout")),
+        "error": _error("output_limit", f"the result is {total} bytes; the limit is {max_bytes}"),
+        "cpu_time_s": header.get("cpu_time_s", 0.0), "peak_memory_mb": header.get("peak_memory_mb", 0.0),
+    })]  # fmt: skip
+
+
+def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
+    """Everything that must happen before lock-down: imports, module proxies, a warm compiler."""
+    sys.path[:0] = [p for p in boot.get("sys_path", []) if isinstance(p, str)]
+    import RestrictedPython  # noqa: F401 - import before lock-down: nothing is importable after it
+
+    for name in INTERNAL_IMPORTS:
+        __import__(name)
+
+    # With a chroot (subprocess backend) nothing is importable after lock-down: import every allowed module
+    # now. In a container the root stays the image, so modules are imported on first use.
+    proxies = build_module_proxies(lazy=not boot.get("chroot", False))
+    compile_program("return 1")  # warm RestrictedPython's lazily imported parts
+    return proxies
+
+
+def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, types.SimpleNamespace]) -> int:
+    """Lock down, report ready, run the one program, write the one result."""
+    max_bytes = int(boot["limits"]["max_message_bytes"])
+    channel = Channel(in_fd)  # before lock-down; it lives until the process exits
+    protections, errors = lock_down(boot, host_channel_fd=in_fd)
+    handoff = handoff_ready(boot)
+    write_frame(out_fd, {"type": "ready", "version": PROTOCOL_VERSION, "pid": os.getpid(),
+                         "protections": protections, "errors": errors, "handoff": handoff is not None})  # fmt: skip
+    try:
+        frame, raw_context = read_execute(channel, max_bytes, handoff)
+    except PassedTextError as exc:
+        frame, raw_context = {"type": "invalid", "error": str(exc)}, {}
+    except (EOFError, ValueError, json.JSONDecodeError):
+        return 3
+    forget_lockdown_modules()
+    if frame.get("type") != "execute":
+        result = Result()
+        result.fail(_error("invalid_request", str(frame.get("error") or "expected an execute frame")))
+    else:
+        _SETITIMER(_ITIMER_REAL, float(boot["limits"]["timeout_s"]) + BACKSTOP_GRACE_S)
+        result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies)
+        pause_backstop()
+    write_frames(out_fd, _encode_result(result, max_bytes))
+    return 0

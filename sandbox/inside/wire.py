@@ -1,0 +1,120 @@
+"""The wire between the host and the inside: one source for what both sides must agree on.
+
+Frames are a 4-byte big-endian length (``HEADER``) plus UTF-8 JSON, encoded canonically (``dumps``). The
+host (``sandbox/protocol.py``, ``sandbox/context.py``, ``sandbox/exchange.py``) imports these constants
+from here instead of keeping copies, so a change is made once. Standard library only: the inside imports
+this module too, before lock-down.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import struct
+from collections.abc import Callable
+from typing import Any, Final, NotRequired, TypedDict
+
+#: The wire protocol both sides speak (a ``ready`` frame states it; the host refuses any other).
+PROTOCOL_VERSION: Final = 3
+#: The length prefix of every frame.
+HEADER: Final = struct.Struct(">I")
+#: The largest boot frame: the host sends no larger one, the inside reads no more.
+MAX_BOOT_BYTES: Final = 1 << 20
+#: The file of a container's hand-off directory that holds the boot frame's token: finding it there proves
+#: that the directory mounted is the one the host prepared.
+HANDOFF_PROOF_FILE: Final = "token"
+#: At most this many descriptors (sealed memfds of context values) come with the execute frame.
+MAX_PASSED_FDS: Final = 16
+#: What makes a passed memfd immutable: no writes, no shrinking, no growing, by anyone. The inside refuses
+#: a descriptor without them.
+REQUIRED_SEALS: Final = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+#: What the host applies: the required seals, and the seal on the seals.
+APPLIED_SEALS: Final = REQUIRED_SEALS | fcntl.F_SEAL_SEAL
+#: A frame nests at most this deep (the host's JSON parser's limit), so a value inside a frame (a result,
+#: a context value, a nested call's argument list) at most one level less.
+MAX_FRAME_DEPTH: Final = 201
+MAX_VALUE_DEPTH: Final = MAX_FRAME_DEPTH - 1
+#: Longest ``purpose`` and longest JSON text of each other field of a ``delegate(...)`` contract.
+MAX_PURPOSE_CHARS: Final = 1000
+MAX_CONTRACT_FIELD_CHARS: Final = 2000
+#: Longest error message and exception or error-type name a result frame carries.
+MAX_ERROR_MESSAGE: Final = 4096
+MAX_NAME: Final = 200
+#: The canonical JSON encoding of every frame and every context text: strict JSON (no NaN/Infinity),
+#: UTF-8 as it is, no spaces. The host and the inside encode the same value to the same bytes.
+JSON_DUMP_OPTIONS: Final[dict[str, Any]] = {"ensure_ascii": False, "allow_nan": False, "separators": (",", ":")}
+
+
+def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> str:
+    """``value``'s canonical JSON text; TypeError/ValueError when it is not JSON."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=default)
+
+
+class ErrorKind:
+    """The error types of one execution (the host's ``ErrorType`` enumerates these very strings)."""
+
+    TIMEOUT: Final = "timeout"
+    MEMORY_LIMIT: Final = "memory_limit"
+    OUTPUT_LIMIT: Final = "output_limit"
+    EXECUTION: Final = "execution"
+    INVALID_CODE: Final = "invalid_code"
+    NON_SERIALIZABLE_RESULT: Final = "non_serializable_result"
+    SANDBOX_VIOLATION: Final = "sandbox_violation"
+    SANDBOX_UNAVAILABLE: Final = "sandbox_unavailable"
+    INVALID_REQUEST: Final = "invalid_request"
+    TOOL_ERROR: Final = "tool_error"
+    GUARDRAIL_VIOLATION: Final = "guardrail_violation"
+    INVALID_CONTRACT: Final = "invalid_contract"
+
+
+#: The error types the inside may report. The others are the host's own observations (``timeout``,
+#: ``sandbox_unavailable``, ``guardrail_violation``): a result frame claiming one is forged.
+INSIDE_ERROR_KINDS: Final = frozenset({
+    ErrorKind.EXECUTION, ErrorKind.INVALID_CODE, ErrorKind.NON_SERIALIZABLE_RESULT, ErrorKind.SANDBOX_VIOLATION,
+    ErrorKind.MEMORY_LIMIT, ErrorKind.OUTPUT_LIMIT, ErrorKind.TOOL_ERROR, ErrorKind.INVALID_REQUEST,
+    ErrorKind.INVALID_CONTRACT,
+})  # fmt: skip
+
+
+class CompiledProgram(TypedDict):
+    """The program compiled on the host by the inside's own ``compile_checked``: the bytecode magic and the
+    base64 of the marshalled code object."""
+
+    magic: str
+    marshal: str
+
+
+class ExecuteFrame(TypedDict):
+    """The ``execute`` frame, as the host builds it and the inside reads it (a plain dict on the wire).
+
+    One frame per context key follows it, in ``context_keys`` order (the key's JSON text), except for keys
+    announced as ``[key, length, i]``: their text is descriptor ``i`` of those attached to this frame
+    (SCM_RIGHTS), a sealed, read-only memfd of exactly ``length`` bytes; where the inside confirmed a
+    hand-off directory at boot, file ``i`` in that directory instead. ``compiled``: the program compiled on
+    the host, used when its magic is the inside's own (else the inside compiles ``code`` itself)."""
+
+    type: str
+    code: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    context_keys: list[list[Any]]
+    compiled: NotRequired[CompiledProgram]
+
+
+def error(kind: str, message: str, **extra: Any) -> dict[str, Any]:
+    """A result frame's ``error`` object, within the host's bounds (message and names cut, valid UTF-8)."""
+    body = {"type": kind, "message": valid_text(message[:4000]), **{k: v for k, v in extra.items() if v is not None}}
+    for name in ("exception", "tool_error_type"):  # the host accepts names of up to MAX_NAME characters
+        if isinstance(body.get(name), str):
+            body[name] = valid_text(body[name][:MAX_NAME])
+    return body
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid UTF-8: a lone surrogate (which no frame can carry) becomes ``?``, the byte that
+    the bounded stdout capture counted for it, instead of making the whole result unencodable."""
+    try:
+        text.encode()
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode()
