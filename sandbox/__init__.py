@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from sandforge.sandbox.backends.base import Backend, SandboxUnavailable, Worker
+from sandforge.sandbox.backends.base import Backend, Worker
 from sandforge.sandbox.config import BACKENDS, BackendName, SandboxConfig
+from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import BridgeHandler
 from sandforge.sandbox.pool import WarmPool
 from sandforge.sandbox.protections import DEFAULT_REQUIRED, MissingProtections, Protection

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from sandforge.sandbox import oci_runtime
 from sandforge.sandbox.containers import ID_PREFIX, LABEL, OWNER_LABEL
 from sandforge.sandbox.ownership import host_owner_alive, named_owner_alive, process_tag, tag_alive
 
@@ -96,13 +97,13 @@ def _files() -> list[Leftover]:
 
 def _docker(config: Any) -> tuple[Any, list[Leftover]]:
     """Containers labelled by a dead owner, and the API client to remove them (None without an engine)."""
-    from sandforge.sandbox.backends import docker_backend
+    from sandforge.sandbox import docker_engine
 
     socket_path = Path("/var/run/docker.sock")
     if not (config.docker_base_url or os.environ.get("DOCKER_HOST") or socket_path.exists()):
         return None, []
     try:
-        api = docker_backend.connect(config.docker_base_url, timeout=10.0)
+        api = docker_engine.connect(config.docker_base_url, timeout=10.0)
         listed = api.containers(all=True, filters={"label": f"{LABEL}=1"})
     except Exception as exc:  # no engine: nothing of ours can be running in it either
         log.debug("docker leftovers not checked: %s", exc)
@@ -117,20 +118,19 @@ def _docker(config: Any) -> tuple[Any, list[Leftover]]:
 
 def _oci() -> list[Leftover]:
     """Containers the runc/runsc runtimes still list, and bundle directories, of dead owners (root only)."""
-    from sandforge.sandbox.backends import oci_backend
 
     found: list[Leftover] = []
     if os.geteuid() != 0:
         return found
     listed: set[str] = set()
     for runtime in ("runc", "runsc"):
-        command = oci_backend.runtime_command(runtime)
+        command = oci_runtime.runtime_command(runtime)
         if command is None:
             continue
         try:
             names = subprocess.run(
                 [*command, "list", "--quiet"], capture_output=True, text=True, timeout=30, check=False,
-                env=oci_backend.RUNTIME_ENV,
+                env=oci_runtime.RUNTIME_ENV,
             ).stdout.split()  # fmt: skip
         except (OSError, subprocess.SubprocessError):
             continue
@@ -138,7 +138,7 @@ def _oci() -> list[Leftover]:
             if name.startswith(f"{ID_PREFIX}-") and not named_owner_alive(name, ID_PREFIX):
                 listed.add(name)
                 found.append(Leftover("oci_container", name, _tag_of(name, f"{ID_PREFIX}-"), runtime))
-    bundles = oci_backend.STATE_DIR / "bundles"
+    bundles = oci_runtime.STATE_DIR / "bundles"
     with contextlib.suppress(OSError):
         for entry in bundles.iterdir():
             name = entry.name
@@ -164,20 +164,18 @@ def _remove(item: Leftover, api: Any) -> None:
     if item.kind in ("workdir", "handoff", "bundle"):
         path = Path(item.where) / item.name
         if item.kind == "bundle":
-            from sandforge.sandbox.backends import oci_backend
 
             for runtime in ("runc", "runsc"):  # a container may outlive its bundle, and the other way round
-                oci_backend.force_delete(runtime, item.name)
+                oci_runtime.force_delete(runtime, item.name)
         shutil.rmtree(path)
     elif item.kind == "container":
-        from sandforge.sandbox.backends import docker_backend
+        from sandforge.sandbox import docker_engine
 
-        if api is None or not docker_backend.remove_container(api, item.name):
+        if api is None or not docker_engine.remove_container(api, item.name):
             raise OSError("the Docker engine did not remove it")
     else:
-        from sandforge.sandbox.backends import oci_backend
 
-        oci_backend.force_delete(item.where, item.name)
+        oci_runtime.force_delete(item.where, item.name)
 
 
 def reap(*, apply: bool = True, containers: bool = True) -> list[Leftover]:

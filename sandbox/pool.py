@@ -15,7 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from sandforge.sandbox.backends.base import SandboxUnavailable, Worker
+from sandforge.sandbox.backends.base import Worker
+from sandforge.sandbox.errors import SandboxUnavailable
 
 log = logging.getLogger(__name__)
 

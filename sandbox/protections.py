@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
-from sandforge.sandbox.backends.base import SandboxUnavailable
+from sandforge.sandbox.errors import SandboxUnavailable
 
 
 class Protection(StrEnum):

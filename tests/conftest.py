@@ -40,8 +40,8 @@ def _probe_docker() -> DockerEnv:
     env = DockerEnv()
     try:
         from sandforge.sandbox import image
-        from sandforge.sandbox.backends.base import SandboxUnavailable
-        from sandforge.sandbox.backends.docker_backend import connect
+        from sandforge.sandbox.docker_engine import connect
+        from sandforge.sandbox.errors import SandboxUnavailable
     except ImportError as exc:
         env.problems["engine"] = f"docker backend not importable: {exc}"
         return env

@@ -10,11 +10,11 @@ import click
 
 from sandforge.runtime.errors import SandforgeError
 from sandforge.sandbox import SandboxConfig
-from sandforge.sandbox.backends.base import SandboxUnavailable
+from sandforge.sandbox.errors import SandboxUnavailable
 
 
 def _client(config: SandboxConfig) -> Any:
-    from sandforge.sandbox.backends.docker_backend import connect
+    from sandforge.sandbox.docker_engine import connect
 
     try:
         return connect(config.docker_base_url)

@@ -10,7 +10,7 @@ embed. For IPv6 only global unicast (``2000::/3``) minus its special blocks is r
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -81,40 +81,74 @@ def parse_address(text: str) -> IPAddress:
 def denied_reason(address: IPAddress) -> str:
     """Why the platform denies `address` (empty when it does not). Embedded IPv4 addresses are unwrapped."""
     if isinstance(address, ipaddress.IPv4Address):
-        for net, why in _V4_NETS:
-            if address in net:
-                return f"{address} is {why}"
-        if not address.is_global:  # belt and braces: anything Python's registry calls special
-            return f"{address} is not a global address"
-        return ""
-    mapped = address.ipv4_mapped
-    if mapped is not None:
-        inner = denied_reason(mapped)
-        return f"{address} is IPv4-mapped {_tail(inner)}" if inner else ""
-    if address in _NAT64:
-        embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-        inner = denied_reason(embedded)
-        return f"{address} is NAT64 for {_tail(inner)}" if inner else ""
-    if address in _NAT64_LOCAL:
-        return f"{address} is local-use NAT64 (RFC 8215), which embeds an IPv4 address"
-    if address in _SIX_TO_FOUR:
-        return f"{address} is 6to4, tunnelling IPv4 {address.sixtofour}"
-    if address in _TEREDO:
-        teredo = address.teredo
-        server, client = teredo if teredo is not None else (None, None)
-        return f"{address} is Teredo, tunnelling IPv4 (server {server}, client {client})"
-    if address in _COMPATIBLE:
-        if int(address) <= 1:
-            return f"{address} is {'unspecified' if int(address) == 0 else 'loopback'}"
-        return (
-            f"{address} is IPv4-compatible (deprecated), embedding {ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)}"
-        )
+        return _v4_denied_reason(address)
+    embedded = _embedding_reason(address)
+    if embedded is not None:
+        return embedded
     for net6, why in _V6_NETS:
         if address in net6:
             return f"{address} is {why}"
     if address not in _GLOBAL_UNICAST:
         return f"{address} is outside IPv6 global unicast (2000::/3)"
     return ""
+
+
+def _v4_denied_reason(address: ipaddress.IPv4Address) -> str:
+    for net, why in _V4_NETS:
+        if address in net:
+            return f"{address} is {why}"
+    if not address.is_global:  # belt and braces: anything Python's registry calls special
+        return f"{address} is not a global address"
+    return ""
+
+
+def _embedding_reason(address: ipaddress.IPv6Address) -> str | None:
+    """The verdict on an IPv6 form that carries an IPv4 address (``None`` when `address` is no such form):
+    mapped and NAT64 addresses are judged by the IPv4 address inside, the tunnelling forms are denied."""
+    mapped = address.ipv4_mapped
+    if mapped is not None:
+        inner = _v4_denied_reason(mapped)
+        return f"{address} is IPv4-mapped {_tail(inner)}" if inner else ""
+    if address in _NAT64:
+        inner = _v4_denied_reason(_low_v4(address))
+        return f"{address} is NAT64 for {_tail(inner)}" if inner else ""
+    for net, describe in _TUNNELS:
+        if address in net:
+            return describe(address)
+    return None
+
+
+def _low_v4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address:
+    return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+
+
+def _nat64_local(address: ipaddress.IPv6Address) -> str:
+    return f"{address} is local-use NAT64 (RFC 8215), which embeds an IPv4 address"
+
+
+def _six_to_four(address: ipaddress.IPv6Address) -> str:
+    return f"{address} is 6to4, tunnelling IPv4 {address.sixtofour}"
+
+
+def _teredo(address: ipaddress.IPv6Address) -> str:
+    teredo = address.teredo
+    server, client = teredo if teredo is not None else (None, None)
+    return f"{address} is Teredo, tunnelling IPv4 (server {server}, client {client})"
+
+
+def _compatible(address: ipaddress.IPv6Address) -> str:
+    if int(address) <= 1:
+        return f"{address} is {'unspecified' if int(address) == 0 else 'loopback'}"
+    return f"{address} is IPv4-compatible (deprecated), embedding {_low_v4(address)}"
+
+
+#: The IPv6 forms that tunnel IPv4, in the order they are checked (Teredo's /32 lies inside 2001::/23).
+_TUNNELS: tuple[tuple[ipaddress.IPv6Network, Callable[[ipaddress.IPv6Address], str]], ...] = (
+    (_NAT64_LOCAL, _nat64_local),
+    (_SIX_TO_FOUR, _six_to_four),
+    (_TEREDO, _teredo),
+    (_COMPATIBLE, _compatible),
+)
 
 
 def _tail(reason: str) -> str:

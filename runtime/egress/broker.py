@@ -36,7 +36,7 @@ from sandforge.runtime.egress.errors import (
     NetworkError,
 )
 from sandforge.runtime.egress.rules import compile_allow, match_rule
-from sandforge.runtime.egress.transport import exchange
+from sandforge.runtime.egress.transport import Outgoing, exchange
 from sandforge.runtime.egress.urls import Target, join, parse_url
 from sandforge.runtime.egress.wire import FetchFailure, FetchReply, FetchRequest, FetchResponse
 from sandforge.runtime.errors import ConfigError
@@ -300,17 +300,10 @@ class EgressSession:
             verdicts = self._broker._addresses(target, deadline)
             sent = self._hop_headers(target, headers, keep_origin_bound=target.origin == origin, body=body)
             cap, cap_what = self._cap(limits.max_response_bytes)
-            raw = exchange(
-                target,
-                verdicts,
-                method,
-                sent,
-                body,
-                deadline=deadline,
-                cap=cap,
-                cap_what=cap_what,
-                ssl_context=self._broker._ssl,
+            outgoing = Outgoing(
+                target=target, method=method, headers=sent, body=body, deadline=deadline, cap=cap, cap_what=cap_what
             )
+            raw = exchange(outgoing, verdicts, self._broker._ssl)
             location = next((v for k, v in raw.headers if k.lower() == "location"), None)
             if raw.status in REDIRECTS and location is not None:
                 hops += 1

@@ -123,70 +123,89 @@ def _connect(target: Target, verdicts: Sequence[Verdict], timeout: float) -> soc
     raise NetworkError(f"cannot connect to {target.authority}: {what}", reason="connect")
 
 
-def exchange(
-    target: Target,
-    verdicts: Sequence[Verdict],
-    method: str,
-    headers: Sequence[tuple[str, str]],
-    body: bytes | None,
-    *,
-    deadline: float,
-    cap: int,
-    cap_what: str,
-    ssl_context: ssl.SSLContext,
-    read_body: bool = True,
-) -> RawResponse:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outgoing:
+    """One request as the broker sends it on one hop: where, what, by when, and how much body it takes
+    (`cap` bytes, named `cap_what` in the error). The body is read only when `read_body`."""
+
+    target: Target
+    method: str
+    headers: Sequence[tuple[str, str]]
+    body: bytes | None
+    deadline: float
+    cap: int
+    cap_what: str
+    read_body: bool = True
+
+
+def exchange(request: Outgoing, verdicts: Sequence[Verdict], ssl_context: ssl.SSLContext) -> RawResponse:
     """Connect to the first reachable checked address, send one request, read the response (the body
     only when `read_body`), decoded and within `cap` bytes. Raises NetworkError / EgressLimit."""
-    remaining = deadline - time.monotonic()
+    target = request.target
+    remaining = request.deadline - time.monotonic()
     if remaining <= 0:
         raise NetworkError(f"{target.url}: timed out before connecting", reason="timeout")
     sock = _connect(target, verdicts, remaining)
-    watch = WATCHDOG.arm(sock, deadline)
+    watch = WATCHDOG.arm(sock, request.deadline)
     try:
         if target.scheme == "https":
-            try:
-                sock = ssl_context.wrap_socket(sock, server_hostname=target.host)
-            except ssl.SSLCertVerificationError as exc:
-                raise NetworkError(
-                    f"TLS with {target.authority} failed: {exc.verify_message or 'certificate verify failed'}",
-                    reason="tls",
-                ) from None
-            except (ssl.SSLError, OSError) as exc:
-                if watch.fired:
-                    raise NetworkError(f"{target.url}: timed out during the TLS handshake", reason="timeout") from None
-                raise NetworkError(f"TLS with {target.authority} failed: {exc}", reason="tls") from None
+            sock = _wrap_tls(sock, target, ssl_context, watch)
             watch.sock = sock
-        conn = _PinnedConnection(sock, target, deadline - time.monotonic())
-        try:
-            conn.putrequest(method, target.request_target, skip_host=True, skip_accept_encoding=True)
-            for name, value in headers:
-                conn.putheader(name, value)
-            conn.endheaders(body)
-            response = conn.getresponse()
-            status, reason = response.status, response.reason
-            raw_headers = [(k, v) for k, v in response.getheaders()]
-            if not read_body or method == "HEAD":
-                return RawResponse(status, reason, raw_headers, b"", 0)
-            encoding = (response.getheader("content-encoding") or "").strip().lower()
-            decoded, wire = _read_body(response, encoding, cap, cap_what, target)
-            if watch.fired:  # the watchdog shut the socket: what arrived is a prefix, not the body
-                raise NetworkError(f"{target.url}: timed out", reason="timeout")
-            if response.length:  # http.client returns b"" at an early EOF of a Content-Length body
-                raise NetworkError(f"{target.url}: {_describe(http.client.IncompleteRead(b''))}", reason="protocol")
-            return RawResponse(status, reason, raw_headers, decoded, wire)
-        except (EgressLimit, NetworkError):
-            raise
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            if watch.fired or isinstance(exc, TimeoutError | socket.timeout):
-                raise NetworkError(f"{target.url}: timed out", reason="timeout") from None
-            raise NetworkError(f"{target.url}: {_describe(exc)}", reason="protocol") from None
-        finally:
-            conn.close()
+        return _converse(sock, request, watch)
     finally:
         Watchdog.disarm(watch)
         with contextlib.suppress(OSError):
             sock.close()
+
+
+def _wrap_tls(sock: socket.socket, target: Target, ssl_context: ssl.SSLContext, watch: _Watch) -> ssl.SSLSocket:
+    try:
+        return ssl_context.wrap_socket(sock, server_hostname=target.host)
+    except ssl.SSLCertVerificationError as exc:
+        raise NetworkError(
+            f"TLS with {target.authority} failed: {exc.verify_message or 'certificate verify failed'}",
+            reason="tls",
+        ) from None
+    except (ssl.SSLError, OSError) as exc:
+        if watch.fired:
+            raise NetworkError(f"{target.url}: timed out during the TLS handshake", reason="timeout") from None
+        raise NetworkError(f"TLS with {target.authority} failed: {exc}", reason="tls") from None
+
+
+def _converse(sock: socket.socket, request: Outgoing, watch: _Watch) -> RawResponse:
+    """The request and its response on the connected socket; failures become NetworkError."""
+    target = request.target
+    conn = _PinnedConnection(sock, target, request.deadline - time.monotonic())
+    try:
+        return _send_and_receive(conn, request, watch)
+    except (EgressLimit, NetworkError):
+        raise
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        if watch.fired or isinstance(exc, TimeoutError | socket.timeout):
+            raise NetworkError(f"{target.url}: timed out", reason="timeout") from None
+        raise NetworkError(f"{target.url}: {_describe(exc)}", reason="protocol") from None
+    finally:
+        conn.close()
+
+
+def _send_and_receive(conn: _PinnedConnection, request: Outgoing, watch: _Watch) -> RawResponse:
+    target = request.target
+    conn.putrequest(request.method, target.request_target, skip_host=True, skip_accept_encoding=True)
+    for name, value in request.headers:
+        conn.putheader(name, value)
+    conn.endheaders(request.body)
+    response = conn.getresponse()
+    status, reason = response.status, response.reason
+    raw_headers = [(k, v) for k, v in response.getheaders()]
+    if not request.read_body or request.method == "HEAD":
+        return RawResponse(status, reason, raw_headers, b"", 0)
+    encoding = (response.getheader("content-encoding") or "").strip().lower()
+    decoded, wire = _read_body(response, encoding, request)
+    if watch.fired:  # the watchdog shut the socket: what arrived is a prefix, not the body
+        raise NetworkError(f"{target.url}: timed out", reason="timeout")
+    if response.length:  # http.client returns b"" at an early EOF of a Content-Length body
+        raise NetworkError(f"{target.url}: {_describe(http.client.IncompleteRead(b''))}", reason="protocol")
+    return RawResponse(status, reason, raw_headers, decoded, wire)
 
 
 def _describe(exc: BaseException) -> str:
@@ -208,48 +227,82 @@ def _decoder(encoding: str) -> zlib._Decompress | None:
     return None
 
 
-def _read_body(
-    response: http.client.HTTPResponse, encoding: str, cap: int, cap_what: str, target: Target
-) -> tuple[bytes, int]:
+def _over(request: Outgoing) -> EgressLimit:
+    return EgressLimit(
+        f"response from {request.target.url} is larger than {request.cap_what} ({request.cap} bytes)", reason="size"
+    )
+
+
+def _wire_cap(cap: int) -> int:
+    """How many bytes may arrive for a body of at most `cap` bytes (a little framing and compression slack)."""
+    return cap + cap // 64 + 4096
+
+
+def _read_body(response: http.client.HTTPResponse, encoding: str, request: Outgoing) -> tuple[bytes, int]:
+    """The decoded body and the bytes that arrived for it, within ``request.cap``."""
     decoder = _decoder(encoding)
-    wire_cap = cap + cap // 64 + 4096
-    out = bytearray()
-    wire = 0
-
-    def over() -> EgressLimit:
-        return EgressLimit(f"response from {target.url} is larger than {cap_what} ({cap} bytes)", reason="size")
-
-    if decoder is None and response.length is not None and not response.chunked:
-        if response.length > cap:  # announced too large: refused before reading any of it
-            raise over()
+    if decoder is not None:
+        return _read_decoded(response, decoder, encoding, request)
+    if response.length is not None and not response.chunked:
+        if response.length > request.cap:  # announced too large: refused before reading any of it
+            raise _over(request)
         body = response.read(response.length)  # the watchdog bounds the time; an early EOF leaves length > 0
         return body, len(body)
+    return _read_plain(response, request)
 
+
+def _read_plain(response: http.client.HTTPResponse, request: Outgoing) -> tuple[bytes, int]:
+    cap = request.cap
+    wire_cap = _wire_cap(cap)
+    out = bytearray()
+    wire = 0
     while True:
         chunk = response.read1(READ_CHUNK)
         if not chunk:
             break
         wire += len(chunk)
         if wire > wire_cap:
-            raise over()
-        if decoder is None:
-            out += chunk
-        else:
-            try:
-                data = decoder.decompress(chunk, cap + 1 - len(out))
-                out += data
-                while decoder.unconsumed_tail and len(out) <= cap:
-                    out += decoder.decompress(decoder.unconsumed_tail, cap + 1 - len(out))
-            except zlib.error as exc:
-                if encoding == "deflate" and not out and wire == len(chunk):  # raw deflate, as some servers send
-                    decoder = zlib.decompressobj(-zlib.MAX_WBITS)
-                    out += decoder.decompress(chunk, cap + 1)
-                else:
-                    raise NetworkError(f"{target.url}: corrupt {encoding} body ({exc})", reason="protocol") from None
+            raise _over(request)
+        out += chunk
         if len(out) > cap:
-            raise over()
-    if decoder is not None:
-        out += decoder.flush(cap + 1 - len(out)) if len(out) <= cap else b""
-        if len(out) > cap:
-            raise over()
+            raise _over(request)
     return bytes(out), wire
+
+
+def _read_decoded(
+    response: http.client.HTTPResponse, decoder: zlib._Decompress, encoding: str, request: Outgoing
+) -> tuple[bytes, int]:
+    """A gzip / deflate body, decompressed as it arrives and never past ``cap + 1`` bytes of output."""
+    cap = request.cap
+    wire_cap = _wire_cap(cap)
+    out = bytearray()
+    wire = 0
+    while True:
+        chunk = response.read1(READ_CHUNK)
+        if not chunk:
+            break
+        wire += len(chunk)
+        if wire > wire_cap:
+            raise _over(request)
+        try:
+            _inflate(decoder, chunk, out, cap)
+        except zlib.error as exc:
+            if encoding != "deflate" or out or wire != len(chunk):
+                raise NetworkError(
+                    f"{request.target.url}: corrupt {encoding} body ({exc})", reason="protocol"
+                ) from None
+            decoder = zlib.decompressobj(-zlib.MAX_WBITS)  # raw deflate, as some servers send
+            out += decoder.decompress(chunk, cap + 1)
+        if len(out) > cap:
+            raise _over(request)
+    out += decoder.flush(cap + 1 - len(out)) if len(out) <= cap else b""
+    if len(out) > cap:
+        raise _over(request)
+    return bytes(out), wire
+
+
+def _inflate(decoder: zlib._Decompress, chunk: bytes, out: bytearray, cap: int) -> None:
+    """Append what `chunk` decompresses to, up to ``cap + 1`` bytes in `out` (one past the cap tells it is over)."""
+    out += decoder.decompress(chunk, cap + 1 - len(out))
+    while decoder.unconsumed_tail and len(out) <= cap:
+        out += decoder.decompress(decoder.unconsumed_tail, cap + 1 - len(out))

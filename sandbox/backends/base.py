@@ -8,14 +8,6 @@ from sandforge.sandbox.exchange import BridgeHandler
 from sandforge.sandbox.protocol import ExecutionOutcome, ExecutionRequest, Limits
 
 
-class SandboxUnavailable(Exception):
-    """The backend cannot provide a sandbox right now (engine down, image missing, protection absent)."""
-
-    def __init__(self, message: str, *, retriable: bool = True) -> None:
-        super().__init__(message)
-        self.retriable = retriable
-
-
 class Worker(Protocol):
     """One disposable sandbox, locked down and ready; it runs exactly one execution, then is destroyed."""
 

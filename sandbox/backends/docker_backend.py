@@ -28,7 +28,6 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from sandforge.sandbox import boot, handoff, image, leftovers, protections, verify
-from sandforge.sandbox.backends.base import SandboxUnavailable
 from sandforge.sandbox.channel import Stream, WorkerIO, send_deadline
 from sandforge.sandbox.cleanup import CleanupQueue
 from sandforge.sandbox.config import SandboxConfig
@@ -41,6 +40,8 @@ from sandforge.sandbox.containers import (
     SANDBOX_USER,
     SCRATCH,
 )
+from sandforge.sandbox.docker_engine import connect, engine_errors, remove_container
+from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
 from sandforge.sandbox.ownership import host_owner, host_owner_alive
@@ -57,57 +58,10 @@ from sandforge.sandbox.protocol import (
 
 log = logging.getLogger(__name__)
 
-API_TIMEOUT_S = 30.0
 #: Killing a container and waiting for it to stop: dockerd answers in milliseconds once nothing blocks it.
 KILL_TIMEOUT_S = 5.0
 _STREAMS: dict[int, Stream] = {1: "result", 2: "stderr"}
 _MUX_HEADER = struct.Struct(">BxxxI")
-
-
-def _engine_errors() -> tuple[type[BaseException], ...]:
-    import docker.errors
-    import requests
-
-    return (docker.errors.DockerException, requests.exceptions.RequestException)
-
-
-def connect(base_url: str | None = None, timeout: float = API_TIMEOUT_S) -> Any:
-    """A low-level Docker API client with the engine's API version negotiated; SandboxUnavailable if down."""
-    import docker
-
-    try:
-        if base_url:
-            return docker.APIClient(base_url=base_url, version="auto", timeout=int(timeout))
-        return docker.from_env(version="auto", timeout=int(timeout)).api
-    except _engine_errors() as exc:
-        where = base_url or os.environ.get("DOCKER_HOST") or "the default socket"
-        raise SandboxUnavailable(
-            f"Docker engine unreachable at {where}: {exc} (is dockerd running?)", retriable=True
-        ) from exc
-
-
-# --- container removal, off the hot path --------------------------------------------------------------
-
-
-def remove_container(api: Any, cid: str) -> bool:
-    """Remove (and so kill) a container; False when the engine would not, after three tries."""
-    import docker.errors
-
-    for attempt in range(3):
-        try:
-            api.remove_container(cid, force=True, v=True)
-            return True
-        except docker.errors.NotFound:
-            return True
-        except docker.errors.APIError as exc:
-            if exc.status_code == 409 and "already in progress" in str(exc):
-                return True
-            log.debug("removing container %s failed (attempt %d): %s", cid[:12], attempt + 1, exc)
-        except _engine_errors() as exc:
-            log.debug("removing container %s failed (attempt %d): %s", cid[:12], attempt + 1, exc)
-        time.sleep(0.2 * (attempt + 1))
-    log.warning("could not remove sandbox container %s; it is labelled %s=1 for later reaping", cid[:12], LABEL)
-    return False
 
 
 _REMOVER = CleanupQueue("sandforge-docker-remover")
@@ -359,7 +313,7 @@ class ContainerWorker:
             raise SandboxUnavailable(backend.missing_image_message(), retriable=True) from exc
         except docker.errors.APIError as exc:
             raise backend.translate(exc) from exc
-        except _engine_errors() as exc:
+        except engine_errors() as exc:
             raise backend.engine_down(exc) from exc
         cid = str(created["Id"])
         if not backend.track(cid, self._handoff):  # closed meanwhile (pool shutting down, interpreter exiting)
@@ -418,7 +372,7 @@ class ContainerWorker:
             self._api.start(self.id)
         except docker.errors.APIError as exc:
             raise owner.translate(exc) from exc
-        except _engine_errors() as exc:
+        except engine_errors() as exc:
             raise owner.engine_down(exc) from exc
         try:
             boot_frame = encode_frame(self.boot_frame(limits), MAX_BOOT_BYTES)
@@ -427,7 +381,7 @@ class ContainerWorker:
             ready = await_ready(self._io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
             raise SandboxUnavailable(f"sandbox container failed to start: {exc}") from exc
-        except _engine_errors() as exc:
+        except engine_errors() as exc:
             raise owner.engine_down(exc) from exc
         if ready.handoff:
             self._io.handoff = self._handoff
@@ -521,7 +475,7 @@ class ContainerWorker:
                     self._kill()
                     self._owner.quick_api().wait(self.id, timeout=KILL_TIMEOUT_S)
                 state = self._api.inspect_container(self.id)["State"]
-        except _engine_errors() as exc:
+        except engine_errors() as exc:
             return ExitInfo(), str(exc)
         code = int(state.get("ExitCode") or 0)
         sig = code - 128 if 128 < code < 160 else None
@@ -544,7 +498,7 @@ class ContainerWorker:
                 )
                 if any(e.get("status") == "oom" or e.get("Action") == "oom" for e in events):
                     return True
-            except _engine_errors():
+            except engine_errors():
                 return False
             if time.monotonic() >= deadline:
                 return False
@@ -618,7 +572,7 @@ class DockerBackend:
     def _check_runtime(self, api: Any) -> None:
         try:
             runtimes = api.info().get("Runtimes") or {}
-        except _engine_errors() as exc:
+        except engine_errors() as exc:
             raise self.engine_down(exc) from exc
         if self.runtime not in runtimes:
             raise SandboxUnavailable(
@@ -659,7 +613,7 @@ class DockerBackend:
             return str(exc)
         except docker.errors.ImageNotFound:
             return self.missing_image_message()
-        except _engine_errors() as exc:
+        except engine_errors() as exc:
             return str(self.engine_down(exc))
         return None
 
@@ -714,6 +668,6 @@ class DockerBackend:
 
 
 __all__ = [
-    "AttachIO", "ContainerWorker", "DockerBackend", "connect", "reap_leftovers", "remove_container",
+    "AttachIO", "ContainerWorker", "DockerBackend", "reap_leftovers",
     "verify_protections",
 ]  # fmt: skip

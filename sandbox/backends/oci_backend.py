@@ -42,14 +42,15 @@ from typing import Literal
 import psutil
 
 from sandforge.sandbox import boot, handoff, image, leftovers, oci_spec, protections, verify
-from sandforge.sandbox.backends.base import SandboxUnavailable
 from sandforge.sandbox.channel import PipeIO, SocketIO, Stream, socket_channel, widen_pipe
 from sandforge.sandbox.cleanup import CleanupQueue
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.containers import COMMAND as CONTAINER_COMMAND
 from sandforge.sandbox.containers import GVISOR_MEMORY_HEADROOM_MB, GVISOR_PIDS_HEADROOM, ID_PREFIX
+from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
+from sandforge.sandbox.oci_runtime import RUNSC_FLAGS, RUNTIME_ENV, STATE_DIR, force_delete
 from sandforge.sandbox.ownership import named_owner_alive, process_tag
 from sandforge.sandbox.protections import Protection as P
 from sandforge.sandbox.protocol import (
@@ -65,11 +66,6 @@ from sandforge.sandbox.protocol import (
 log = logging.getLogger(__name__)
 
 Runtime = Literal["runc", "runsc"]
-STATE_DIR = Path(os.environ.get("SANDFORGE_OCI_STATE_DIR", "/run/sandforge"))
-#: ``runsc`` refuses to start here without it, and a sandbox has no network anyway.
-RUNSC_FLAGS = ("--network=none",)
-#: The runtime's environment: nothing of ours, only where to find its helpers.
-_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 #: The container's process: the runner, as in the Docker backends (the runtime wants an absolute path).
 COMMAND = [oci_spec.PYTHON, *CONTAINER_COMMAND[1:]]
 #: runc, run in the foreground, copies the container's stdio through pipes of its own, so nothing but bytes
@@ -81,26 +77,6 @@ INPUT_FD = 3
 _WITH_INPUT_FD = ["/bin/sh", "-c", f'exec "$@" {INPUT_FD}<&0 </dev/null', "sh"]
 
 
-RUNTIME_ENV = _ENV
-
-
-def runtime_command(runtime: str) -> list[str] | None:
-    """``runc``/``runsc`` with this module's state directory and flags, or None when not installed."""
-    binary = shutil.which(runtime)
-    if binary is None:
-        return None
-    return [binary, "--root", str(STATE_DIR / runtime), *(RUNSC_FLAGS if runtime == "runsc" else ())]
-
-
-def force_delete(runtime: str, container_id: str) -> None:
-    """Delete a container (killing it) through its runtime; nothing happens when there is no such container."""
-    command = runtime_command(runtime)
-    if command is None:
-        return
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run(
-            [*command, "delete", "--force", container_id], capture_output=True, timeout=30, env=_ENV, check=False
-        )
 
 
 def _owner_alive(container_id: str) -> bool:
@@ -232,7 +208,7 @@ class OciWorker:
                 stdin=stdin,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=_ENV,
+                env=RUNTIME_ENV,
                 close_fds=True,
                 start_new_session=True,
             )

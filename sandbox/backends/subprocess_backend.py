@@ -22,9 +22,9 @@ from pathlib import Path
 import RestrictedPython
 
 from sandforge.sandbox import boot, leftovers, protections, verify
-from sandforge.sandbox.backends.base import SandboxUnavailable
 from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
 from sandforge.sandbox.config import SandboxConfig
+from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
 from sandforge.sandbox.protections import Protection as P

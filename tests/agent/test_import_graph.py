@@ -62,37 +62,48 @@ def graph(*folders: str) -> dict[str, set[str]]:
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components with more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
+    tarjan = _Tarjan(edges)
+    for v in sorted(edges):
+        if v not in tarjan.index:
+            tarjan.visit(v)
+    return tarjan.found
 
-    def visit(v: str) -> None:
+
+class _Tarjan:
+    """Tarjan's algorithm's state; `visit` is its recursion, `found` the components of more than one module."""
+
+    def __init__(self, edges: dict[str, set[str]]) -> None:
+        self.edges = edges
+        self.index: dict[str, int] = {}
+        self.low: dict[str, int] = {}
+        self.stack: list[str] = []
+        self.on_stack: set[str] = set()
+        self.found: list[list[str]] = []
+
+    def visit(self, v: str) -> None:
+        index, low = self.index, self.low
         index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(edges.get(v, ())):
+        self.stack.append(v)
+        self.on_stack.add(v)
+        for w in sorted(self.edges.get(v, ())):
             if w not in index:
-                visit(w)
+                self.visit(w)
                 low[v] = min(low[v], low[w])
-            elif w in on_stack:
+            elif w in self.on_stack:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
+            self._pop_component(v)
 
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    return found
+    def _pop_component(self, v: str) -> None:
+        component = []
+        while True:
+            w = self.stack.pop()
+            self.on_stack.discard(w)
+            component.append(w)
+            if w == v:
+                break
+        if len(component) > 1:
+            self.found.append(sorted(component))
 
 
 # --- the checker itself -------------------------------------------------------------------------------

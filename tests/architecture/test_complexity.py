@@ -22,13 +22,13 @@ LINTED = ["runtime", "sandbox", "policies", "images", "bench", "tests"]  # as `m
 RULES = ["C901", "PLR0912", "PLR0913", "PLR0915"]
 
 #: Offenders per rule when the rules went in (main at f430523), less those split since: select_artifact,
-#: part of _resolve, bench's main, cacheability's _fold, the policy loader's _policy_files, `sandforge logs`.
-CEILING = {"C901": 22, "PLR0912": 8, "PLR0913": 9, "PLR0915": 6}
+#: part of _resolve, bench's main, cacheability's _fold, the policy loader's _policy_files, `sandforge logs`,
+#: the call loop (h-port split the lifecycle), and the egress broker's (split after it merged).
+CEILING = {"C901": 21, "PLR0912": 7, "PLR0913": 9, "PLR0915": 5}
 
 MAX_FUNCTION_LINES = 80
 #: Functions longer than MAX_FUNCTION_LINES then: (path pattern, qualified name) -> lines.
 LONG_FUNCTIONS = {
-    ("runtime/agent/*.py", "CallRun._loop"): 82,  # h-port splits the lifecycle
     ("sandbox/runner.py|sandbox/inside/*.py", "lock_down"): 84,  # h-inside splits the runner
     ("sandbox/runner.py|sandbox/inside/*.py", "_policy_class"): 189,
 }

@@ -10,6 +10,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -82,54 +83,68 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self) -> None:
         seen = self._record()
-        owner: Server = self.server.owner  # type: ignore[attr-defined]
         url = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         route = url.path
+        handler = _Handler._echo if route.startswith("/public/") else _ROUTES.get(route, _Handler._hello)
         try:
-            if route == "/echo" or route.startswith("/public/"):
-                payload = {
-                    "method": seen.method,
-                    "path": seen.path,
-                    "headers": seen.headers,
-                    "body": seen.body.decode("latin-1"),
-                    "sni": seen.sni,
-                }
-                extra = {"Content-Type": "application/json"}
-                if "authorization" in seen.headers:
-                    extra["X-Echo-Authorization"] = seen.headers["authorization"]
-                self._send(200, json.dumps(payload).encode(), extra)
-            elif route == "/redirect":
-                self._send(int(query.get("code", "302")), b"", {"Location": query["to"]})
-            elif route == "/loop":
-                self._send(302, b"", {"Location": "/loop"})
-            elif route == "/big":
-                self._send(200, b"x" * int(query["n"]))
-            elif route == "/gzipbomb":
-                self._send(200, _BOMB, {"Content-Encoding": "gzip"})
-            elif route == "/gzip":
-                self._send(200, gzip.compress(b"hello gzip"), {"Content-Encoding": "gzip"})
-            elif route == "/endless":
-                self._endless()
-            elif route == "/drip":
-                self._drip(int(query.get("n", "40")), float(query.get("every", "0.1")))
-            elif route == "/dripheaders":
-                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
-                for index in range(60):
-                    self.wfile.write(f"X-Drip-{index}: {index}\r\n".encode())
-                    self.wfile.flush()
-                    time.sleep(0.1)
-                self.wfile.write(b"Content-Length: 0\r\n\r\n")
-            elif route == "/status":
-                self._send(int(query["code"]), b"status body")
-            elif route == "/wait":
-                assert owner.barrier is not None
-                owner.barrier.wait(timeout=20)
-                self._send(200, b"together")
-            else:
-                self._send(200, b"hello", {"Content-Type": "text/plain"})
+            handler(self, seen, query)
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
             self.close_connection = True
+
+    def _echo(self, seen: Seen, query: dict[str, str]) -> None:
+        payload = {
+            "method": seen.method,
+            "path": seen.path,
+            "headers": seen.headers,
+            "body": seen.body.decode("latin-1"),
+            "sni": seen.sni,
+        }
+        extra = {"Content-Type": "application/json"}
+        if "authorization" in seen.headers:
+            extra["X-Echo-Authorization"] = seen.headers["authorization"]
+        self._send(200, json.dumps(payload).encode(), extra)
+
+    def _redirect(self, seen: Seen, query: dict[str, str]) -> None:
+        self._send(int(query.get("code", "302")), b"", {"Location": query["to"]})
+
+    def _loop(self, seen: Seen, query: dict[str, str]) -> None:
+        self._send(302, b"", {"Location": "/loop"})
+
+    def _big(self, seen: Seen, query: dict[str, str]) -> None:
+        self._send(200, b"x" * int(query["n"]))
+
+    def _gzipbomb(self, seen: Seen, query: dict[str, str]) -> None:
+        self._send(200, _BOMB, {"Content-Encoding": "gzip"})
+
+    def _gzip(self, seen: Seen, query: dict[str, str]) -> None:
+        self._send(200, gzip.compress(b"hello gzip"), {"Content-Encoding": "gzip"})
+
+    def _endless_route(self, seen: Seen, query: dict[str, str]) -> None:
+        self._endless()
+
+    def _drip_route(self, seen: Seen, query: dict[str, str]) -> None:
+        self._drip(int(query.get("n", "40")), float(query.get("every", "0.1")))
+
+    def _dripheaders(self, seen: Seen, query: dict[str, str]) -> None:
+        self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        for index in range(60):
+            self.wfile.write(f"X-Drip-{index}: {index}\r\n".encode())
+            self.wfile.flush()
+            time.sleep(0.1)
+        self.wfile.write(b"Content-Length: 0\r\n\r\n")
+
+    def _status(self, seen: Seen, query: dict[str, str]) -> None:
+        self._send(int(query["code"]), b"status body")
+
+    def _wait(self, seen: Seen, query: dict[str, str]) -> None:
+        owner: Server = self.server.owner  # type: ignore[attr-defined]
+        assert owner.barrier is not None
+        owner.barrier.wait(timeout=20)
+        self._send(200, b"together")
+
+    def _hello(self, seen: Seen, query: dict[str, str]) -> None:
+        self._send(200, b"hello", {"Content-Type": "text/plain"})
 
     def _endless(self) -> None:
         self.send_response(200)
@@ -148,6 +163,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"z")
             self.wfile.flush()
             time.sleep(every)
+
+
+#: Path -> what the handler does there (``/public/...`` echoes too; any other path says hello).
+_ROUTES: dict[str, Callable[[_Handler, Seen, dict[str, str]], None]] = {
+    "/echo": _Handler._echo,
+    "/redirect": _Handler._redirect,
+    "/loop": _Handler._loop,
+    "/big": _Handler._big,
+    "/gzipbomb": _Handler._gzipbomb,
+    "/gzip": _Handler._gzip,
+    "/endless": _Handler._endless_route,
+    "/drip": _Handler._drip_route,
+    "/dripheaders": _Handler._dripheaders,
+    "/status": _Handler._status,
+    "/wait": _Handler._wait,
+}
 
 
 class _Httpd(ThreadingHTTPServer):

@@ -23,8 +23,8 @@ import docker.errors
 import pytest
 
 from sandforge.sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig, handoff
-from sandforge.sandbox.backends.base import SandboxUnavailable
 from sandforge.sandbox.backends.docker_backend import LABEL, OWNER_LABEL, ContainerWorker, DockerBackend, reap_leftovers
+from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.ownership import process_tag
 from sandforge.sandbox.protocol import BootFrame
 from tests.conftest import DockerEnv

@@ -138,7 +138,8 @@ def test_a_live_hosts_files_are_not_leftovers(tmp_path: Path) -> None:
      pytest.param("gvisor", marks=[pytest.mark.docker, pytest.mark.gvisor])],
 )  # fmt: skip
 def test_a_killed_hosts_container_is_reaped_by_the_next_start(backend: str, docker_env: object) -> None:
-    from sandforge.sandbox.backends.docker_backend import LABEL, connect
+    from sandforge.sandbox.containers import LABEL
+    from sandforge.sandbox.docker_engine import connect
 
     host, info = start_host(backend, False)
     container = str(info["container"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from sandforge.sandbox.backends.base import SandboxUnavailable
+from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.pool import WarmPool
 from sandforge.sandbox.protocol import Limits
 

@@ -75,7 +75,7 @@ def test_the_import_check_sees_a_sibling_import(tmp_path: Path) -> None:
         probe = tmp_path / "probe_backend.py"
         probe.write_text(line + "\n")
         assert sibling_imports(probe), line
-    probe.write_text("from sandforge.sandbox.backends.base import SandboxUnavailable\n")
+    probe.write_text("from sandforge.sandbox.backends.base import Worker\n")
     assert sibling_imports(probe) == set()
 
 
