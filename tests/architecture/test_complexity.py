@@ -24,7 +24,7 @@ RULES = ["C901", "PLR0912", "PLR0913", "PLR0915"]
 #: Offenders per rule when the rules went in (main at f430523), less those split since: select_artifact,
 #: part of _resolve, bench's main, cacheability's _fold, the policy loader's _policy_files, `sandforge logs`,
 #: the call loop (h-port split the lifecycle), and the egress broker's (split after it merged).
-CEILING = {"C901": 21, "PLR0912": 7, "PLR0913": 9, "PLR0915": 5}
+CEILING = {"C901": 20, "PLR0912": 6, "PLR0913": 9, "PLR0915": 5}  # h-names: the exchange branches once on declare/call
 
 MAX_FUNCTION_LINES = 80
 #: Functions longer than MAX_FUNCTION_LINES then: (path pattern, qualified name) -> lines.
