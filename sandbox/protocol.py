@@ -42,7 +42,7 @@ from pydantic import (
     model_validator,
 )
 
-from sandforge.sandbox.context import ContextSnapshot
+from sandforge.sandbox.context import ContextSnapshot, may_hold_non_finite
 from sandforge.sandbox.inside import wire
 from sandforge.sandbox.inside.wire import HEADER as HEADER
 from sandforge.sandbox.inside.wire import MAX_CONTRACT_FIELD_CHARS as MAX_CONTRACT_FIELD_CHARS
@@ -467,24 +467,6 @@ def decode_runner_frame(body: bytes) -> ReadyFrame | CallFrame | DeclareFrame | 
     target = frame.target
     ensure_finite([target.deliverable, target.acceptance, target.failure_policy], "a delegate contract")
     return frame
-
-
-_SHAPE = bytearray(b" " * 256)
-for _digit in b"0123456789":
-    _SHAPE[_digit] = ord("0")
-_SHAPE[ord("e")] = _SHAPE[ord("E")] = ord("e")
-_SHAPE[ord("+")] = ord("+")
-_NUMBER_SHAPE = bytes(_SHAPE)
-
-
-def may_hold_non_finite(body: bytes) -> bool:
-    """Whether JSON text can parse to a non-finite float: a NaN/Infinity token, a number with an exponent,
-    or one with 309 or more digits in a row. Checked at C speed on the bytes (a translate and a few
-    searches), so the exact check (``ensure_finite``, a walk of the parsed value) runs only when needed."""
-    if b"NaN" in body or b"Infinity" in body:
-        return True
-    shape = body.translate(_NUMBER_SHAPE)
-    return b"0e0" in shape or b"0e+0" in shape or b"0" * 309 in shape
 
 
 def _scalar(value: Any) -> bool:
