@@ -25,8 +25,8 @@ import types
 from typing import Any
 
 from .bridge import Bridge, OutcomeFactory, ToolHandle, delegate
-from .compilation import GUARDED_READS
 from .lazycontext import LazyContext
+from .lowering import GUARDED_READS
 from .world import PROGRAM_MODULE, BoundedText, _guarded_import, _words
 
 # --- the restricted language (issue 15): what programs may write, and the guards, at close to C speed ---

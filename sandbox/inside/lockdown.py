@@ -217,7 +217,7 @@ def lock_down(boot: dict[str, Any], host_channel_fd: int | None = None) -> tuple
     libc = _libc()
     active: dict[str, bool] = {}
     errors: list[str] = list(USERNS_ERRORS)
-    limits = boot["limits"]
+    limits = boot["limits"]  # read first: a frame without limits fails before any wall is touched
     uid, gid = boot.get("drop_to_uid"), boot.get("drop_to_gid")
     inner = (uid if uid is not None else 65534, gid if gid is not None else 65534)
     as_root = os.geteuid() == 0 and _uid_mapped(inner[0])
@@ -226,23 +226,47 @@ def lock_down(boot: dict[str, Any], host_channel_fd: int | None = None) -> tuple
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     pid_ns = in_userns = False
     if boot.get("namespaces"):
-        death_signal = _parent_death_signal(libc)
-        try:
-            if not as_root:
-                # Rootless: a user namespace of our own, mapping our id to the sandbox uid inside. The
-                # namespaces created next belong to it; the capabilities it grants mount the private root
-                # and are then dropped (``_drop_capabilities``).
-                outer = (os.geteuid(), os.getegid())  # before unshare: inside, they read as the overflow id
-                _check(libc.unshare(CLONE_NEWUSER), "unshare(user)")
-                in_userns = True  # from here on there are capabilities to drop, even if the maps fail
-                _map_ids(inner, outer)
-                active["user_namespace"] = True
-            _check(libc.unshare(NAMESPACE_FLAGS), "unshare(net, mount, ipc, uts, pid)")
-            active.update(dict.fromkeys(NAMESPACE_NAMES, True))
-            pid_ns = True
-        except OSError as exc:
-            errors.append(f"namespaces: {exc}")
-        _rearm_parent_death(libc, death_signal)  # a new user namespace clears it
+        pid_ns, in_userns = _enter_namespaces(libc, as_root, inner, active, errors)
+    _enter_workdir(libc, boot, limits, owner, pid_ns, active, errors)
+    if pid_ns:
+        _become_pid1(libc, host_channel_fd)
+    _drop_privileges(libc, (uid, gid) if as_root else None, in_userns, active, errors)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # after the last credential change, which may reset it
+    _last_walls(libc, boot, limits, active, errors)
+    return active, errors
+
+
+def _enter_namespaces(
+    libc: Any, as_root: bool, inner: tuple[int, int], active: dict[str, bool], errors: list[str]
+) -> tuple[bool, bool]:
+    """New namespaces (rootless: a user namespace of our own first); whether the pid namespace and a user
+    namespace were entered."""
+    pid_ns = in_userns = False
+    death_signal = _parent_death_signal(libc)
+    try:
+        if not as_root:
+            # Rootless: a user namespace of our own, mapping our id to the sandbox uid inside. The
+            # namespaces created next belong to it; the capabilities it grants mount the private root
+            # and are then dropped (``_drop_capabilities``).
+            outer = (os.geteuid(), os.getegid())  # before unshare: inside, they read as the overflow id
+            _check(libc.unshare(CLONE_NEWUSER), "unshare(user)")
+            in_userns = True  # from here on there are capabilities to drop, even if the maps fail
+            _map_ids(inner, outer)
+            active["user_namespace"] = True
+        _check(libc.unshare(NAMESPACE_FLAGS), "unshare(net, mount, ipc, uts, pid)")
+        active.update(dict.fromkeys(NAMESPACE_NAMES, True))
+        pid_ns = True
+    except OSError as exc:
+        errors.append(f"namespaces: {exc}")
+    _rearm_parent_death(libc, death_signal)  # a new user namespace clears it
+    return pid_ns, in_userns
+
+
+def _enter_workdir(
+    libc: Any, boot: dict[str, Any], limits: dict[str, Any], owner: tuple[int, int], pid_ns: bool,
+    active: dict[str, bool], errors: list[str],
+) -> None:
+    """The private root over the work directory (in a pid namespace), or at least the work directory."""
     workdir = boot.get("workdir")
     if boot.get("chroot") and workdir and pid_ns:
         try:
@@ -253,9 +277,16 @@ def lock_down(boot: dict[str, Any], host_channel_fd: int | None = None) -> tuple
     elif workdir:
         with contextlib.suppress(OSError):
             os.chdir(workdir)
-    if pid_ns:
-        _become_pid1(libc, host_channel_fd)
-    if as_root and uid is not None and gid is not None:
+
+
+def _drop_privileges(
+    libc: Any, root_drop: tuple[int | None, int | None] | None, in_userns: bool, active: dict[str, bool],
+    errors: list[str],
+) -> None:
+    """As real root, setuid/setgid to the sandbox user (``root_drop``); in a user namespace of our own, drop
+    the capabilities it granted; otherwise the process is unprivileged already."""
+    uid, gid = root_drop if root_drop is not None else (None, None)
+    if root_drop is not None and uid is not None and gid is not None:
         death_signal = _parent_death_signal(libc)
         try:
             _drop_bounding_set(libc)
@@ -276,7 +307,12 @@ def lock_down(boot: dict[str, Any], host_channel_fd: int | None = None) -> tuple
         _rearm_parent_death(libc, death_signal)  # a credential change may clear it
     elif os.geteuid() != 0:
         active["unprivileged_user"] = True
-    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # after the last credential change, which may reset it
+
+
+def _last_walls(
+    libc: Any, boot: dict[str, Any], limits: dict[str, Any], active: dict[str, bool], errors: list[str]
+) -> None:
+    """rlimits, no_new_privs and the seccomp filter: after every credential change."""
     try:
         _set_rlimits(limits)
         active["rlimits"] = True
@@ -290,7 +326,6 @@ def lock_down(boot: dict[str, Any], host_channel_fd: int | None = None) -> tuple
             active["seccomp"] = True
         except (OSError, ValueError) as exc:
             errors.append(f"seccomp: {exc}")
-    return active, errors
 
 
 def _reexec_in_user_namespace(argv: list[str]) -> None:

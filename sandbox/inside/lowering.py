@@ -1,0 +1,211 @@
+"""The program's tree before RestrictedPython sees it: the lowering of the few constructs its transformer
+would refuse or slow down (``LowerForRestriction``), the rewriting of a method's writes to its own object
+(``_OwnWrites``), and the names both this lowering and the restricting policy (``restricting.py``) agree on.
+Standard library only, so ``compilation.py`` and the guards import it before RestrictedPython is importable."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from .world import _words
+
+#: Special methods a program's own class may define (``def __eq__(self, other)`` in a class body).
+#: Not here: what changes attribute lookup for everybody (``__getattribute__``), what runs at unpredictable
+#: times (``__del__``), and hooks on class creation or pickling (``__init_subclass__``, ``__set_name__``,
+#: ``__class_getitem__``, descriptors, ``__reduce__``...).
+SPECIAL_METHODS: frozenset[str] = frozenset(
+    f"__{name}__"
+    for name in [
+        *_words(
+            "init post_init new repr str format bytes hash bool len length_hint iter next reversed contains "
+            "getitem setitem delitem missing eq ne lt le gt ge call enter exit getattr setattr delattr "
+            "neg pos abs invert round floor ceil trunc int float complex index copy deepcopy"
+        ),
+        *(
+            f"{prefix}{op}"
+            for op in _words("add sub mul truediv floordiv mod divmod pow matmul lshift rshift and or xor")
+            for prefix in ("", "r", "i")
+        ),
+    ]
+)
+#: Special methods ``super().__x__(...)`` (or ``super(C, self).__x__``) may call: a program's own special
+#: method extending its base's. Not the attribute protocol (``super().__setattr__`` writes any name).
+SUPER_METHODS: frozenset[str] = SPECIAL_METHODS - {"__getattr__", "__setattr__", "__delattr__", "__new__"}
+#: Attribute reads that stay a guard call: ``str.format`` and ``string.Formatter``'s field access.
+GUARDED_READS: frozenset[str] = frozenset({"format", "format_map", "get_field", "get_value", "vformat"})
+#: Names RestrictedPython's generated code uses (besides ``_x_`` names): never program-local.
+RESERVED_NAMES: frozenset[str] = frozenset({"_print", "_print_", "printed"})
+
+#: More modules that cannot reach the system (issue 15), each audited; merged into ALLOWED_MODULES.
+
+
+_BINDING_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _binds(function: ast.FunctionDef, name: str) -> bool:
+    """Whether anything in ``function`` (nested scopes included, to be safe) could rebind or delete
+    ``name``: an assignment, ``del``, a loop/with/except/import/match target, a nested definition or
+    parameter of that name, or a ``global``/``nonlocal`` declaration of it."""
+    for node in ast.walk(ast.Module(body=function.body, type_ignores=[])):
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+            return True
+        if isinstance(node, _BINDING_NODES) and node.name == name:
+            return True
+        if isinstance(node, ast.arg) and node.arg == name:
+            return True
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return True
+        if isinstance(node, ast.ExceptHandler) and node.name == name:
+            return True
+        if isinstance(node, ast.alias) and (node.asname or node.name).split(".")[0] == name:
+            return True
+        if isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name == name:
+            return True
+        if isinstance(node, ast.MatchMapping) and node.rest == name:
+            return True
+    return False
+
+
+class LowerForRestriction(ast.NodeTransformer):
+    """The AST pass before RestrictedPython's: what it would refuse or guard slowly, said in plain Python.
+
+    - ``x.a += v`` becomes ``t = x; u = t.a; u += v; t.a = u`` (each part evaluated once, in-place
+      semantics kept; the write goes through ``_write_``). Names and items stay native augmented assignments.
+    - Annotations are never evaluated: removed from function signatures and from assignments outside class
+      bodies (``total: float = 0.0`` is ``total = 0.0``). In class bodies they stay (dataclasses, NamedTuple
+      and TypedDict read them) and are checked like any expression, and string annotations are refused.
+    - A ``def`` directly in a class body is marked as a method (special method names are allowed there).
+    """
+
+    def __init__(self) -> None:
+        self.counter = 0
+        self.in_class: list[bool] = [False]
+        self.selfs: list[str | None] = [None]  # the current method's never-rebound first parameter
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        """Only statement lists are walked: everything this pass rewrites (definitions, annotated and
+        augmented assignments) is a statement, and no expression contains a statement (a lambda has no
+        annotations), so expressions are never descended into: the pass costs a visit per statement."""
+        for field in ("body", "orelse", "finalbody"):
+            value = getattr(node, field, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                setattr(node, field, self._statements(value))
+        for handler in getattr(node, "handlers", None) or ():
+            handler.body = self._statements(handler.body)
+        for case in getattr(node, "cases", None) or ():
+            case.body = self._statements(case.body)
+        return node
+
+    def _temp(self, value: ast.expr, node: ast.AST) -> tuple[ast.Assign, str]:
+        self.counter += 1
+        name = f"sandforge_aug_{self.counter}"
+        assign = ast.copy_location(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value), node)
+        return ast.fix_missing_locations(assign), name
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> Any:
+        for child in node.body:
+            if isinstance(child, ast.FunctionDef):
+                child.sandforge_method = True  # type: ignore[attr-defined]
+                first = (child.args.posonlyargs + child.args.args)[:1]
+                if first and not _binds(child, first[0].arg):
+                    child.sandforge_self = first[0].arg  # type: ignore[attr-defined]
+        self.in_class.append(True)
+        try:
+            self.generic_visit(node)
+        finally:
+            self.in_class.pop()
+        return node
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> Any:
+        self.selfs.append(getattr(node, "sandforge_self", None))
+        try:
+            return self._function_body(node)
+        finally:
+            self.selfs.pop()
+
+    def _function_body(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> Any:
+        args = node.args
+        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+            if arg is not None:
+                arg.annotation = None
+        if isinstance(node, ast.Lambda):
+            return node  # an expression: no statements, no annotations
+        node.returns = None
+        self.in_class.append(False)
+        try:
+            node.body = self._statements(node.body)
+        finally:
+            self.in_class.pop()
+        return node
+
+    def _statements(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for stmt in body:
+            result = self.visit(stmt)
+            if result is None:
+                continue
+            out.extend(result if isinstance(result, list) else [result])
+        return out or [ast.Pass()]
+
+    visit_FunctionDef = _function
+    visit_AsyncFunctionDef = _function
+    visit_Lambda = _function
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> Any:
+        if self.in_class[-1] and isinstance(node.target, ast.Name):
+            return node  # evaluated into the class's __annotations__; RestrictedPython checks it
+        if node.value is None:
+            return ast.copy_location(ast.Pass(), node)
+        return ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> Any:
+        target = node.target
+        if not isinstance(target, ast.Attribute):
+            return node
+        prelude: list[ast.stmt] = []
+        if isinstance(target.value, ast.Name) and target.value.id == self.selfs[-1]:
+            obj = target.value.id  # a method's own never-rebound ``self``: evaluating it twice is the same
+        else:
+            bind_obj, obj = self._temp(target.value, node)
+            prelude.append(bind_obj)
+        bind_val, val = self._temp(ast.Attribute(ast.Name(obj, ast.Load()), target.attr, ast.Load()), node)
+        update = ast.AugAssign(target=ast.Name(val, ast.Store()), op=node.op, value=node.value)
+        store = ast.Assign(
+            targets=[ast.Attribute(ast.Name(obj, ast.Load()), target.attr, ast.Store())],
+            value=ast.Name(val, ast.Load()),
+        )
+        fixed = [ast.fix_missing_locations(ast.copy_location(stmt, node)) for stmt in (update, store)]
+        return [*prelude, bind_val, *fixed]
+
+
+#: The flag a method sets once per call when its first parameter is the program's own object.
+OWN_FLAG = "_own_self_"
+
+
+class _OwnWrites(ast.NodeTransformer):
+    """In one method's body (not nested scopes), ``_write_(self)`` becomes
+    ``(self if _own_self_ else _write_(self))``: a native store for the program's own objects, the guard
+    for anything else (a method called on a foreign object: ``Class.method(library_object)``)."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.changed = False
+
+    def rewrite(self, function: ast.FunctionDef) -> bool:
+        function.body = [self.visit(stmt) for stmt in function.body]
+        return self.changed
+
+    def visit_FunctionDef(self, node: ast.AST) -> Any:
+        return node  # a nested scope: its ``self`` is a closure variable, guarded as usual
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        self.generic_visit(node)
+        if (isinstance(node.func, ast.Name) and node.func.id == "_write_" and len(node.args) == 1
+                and isinstance(node.args[0], ast.Name) and node.args[0].id == self.owner):  # fmt: skip
+            self.changed = True
+            native = ast.IfExp(test=ast.Name(OWN_FLAG, ast.Load()), body=ast.Name(self.owner, ast.Load()), orelse=node)
+            return ast.fix_missing_locations(ast.copy_location(native, node))
+        return node

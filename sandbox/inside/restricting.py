@@ -1,0 +1,190 @@
+"""sandforge's RestrictedPython policy: RestrictedPython's static rules, with native operations where its
+guards would check nothing (see ``compilation.py``, which imports this module on first use, once
+RestrictedPython is importable)."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from RestrictedPython import transformer as rp
+
+from .lowering import GUARDED_READS, OWN_FLAG, RESERVED_NAMES, SPECIAL_METHODS, SUPER_METHODS, _OwnWrites
+from .world import PROGRAM_MODULE
+
+
+def is_super_call(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+
+class SandforgePolicy(rp.RestrictingNodeTransformer):
+    """RestrictedPython's static rules, native operations where its guards would check nothing."""
+
+    special_def: str | None = None
+
+    def check_name(self, node: Any, name: str | None, allow_magic_methods: bool = False) -> None:
+        if name and name[0] == "_" and name != "_" and name == self.special_def:
+            return
+        if (name and name[0] == "_" and len(name) > 1 and name[1] != "_" and name[-1] != "_"
+                and name not in RESERVED_NAMES and not (name[:4] == "_tmp" and name[4:].isdigit())):  # fmt: skip
+            return  # a program-local helper name (``_parse``, ``_CACHE``): never one the runtime uses
+        super().check_name(node, name, allow_magic_methods)
+
+    def check_import_names(self, node: ast.Import | ast.ImportFrom) -> Any:
+        # no program-local ``_`` names here: ``import _strptime`` and ``from _strptime import x`` stay refused
+        modules = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+        for name in [*modules, *(n for alias in node.names for n in (alias.name, alias.asname) if n)]:
+            if any(part.startswith("_") for part in name.split(".")):
+                self.error(node, f'"{name}" is an invalid variable name because it starts with "_"')
+        return super().check_import_names(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+        outer = self.special_def
+        method = getattr(node, "sandforge_method", False) and node.name in SPECIAL_METHODS
+        self.special_def = node.name if method else None
+        try:
+            self.check_name(node, node.name)
+        finally:
+            self.special_def = outer
+        self.check_function_argument_names(node)
+        with self.print_info.new_print_scope():
+            node = self.node_contents_visit(node)
+            self.inject_print_collector(node)
+        owner = getattr(node, "sandforge_self", None)
+        if owner is not None and _OwnWrites(owner).rewrite(node):
+            # once per call: is ``self`` the program's own object? Then its writes are native stores.
+            check = ast.parse(f"{OWN_FLAG} = _type_({owner}).__module__ == {PROGRAM_MODULE!r}").body[0]
+            first = node.body[0]
+            docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            node.body.insert(1 if docstring else 0, ast.fix_missing_locations(ast.copy_location(check, first)))
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> Any:
+        attr = node.attr
+        if attr.startswith("_") and not (attr in SUPER_METHODS and is_super_call(node.value)):
+            self.error(node, f'"{attr}" is an invalid attribute name because it starts with "_".')
+        if attr.endswith("__roles__"):
+            self.error(node, f'"{attr}" is an invalid attribute name because it ends with "__roles__".')
+        if attr in rp.INSPECT_ATTRIBUTES:
+            self.error(node, f'"{attr}" is a restricted name, that is forbidden to access in RestrictedPython.')
+        node = self.node_contents_visit(node)
+        if isinstance(node.ctx, ast.Load):
+            if attr not in GUARDED_READS:
+                return node  # the name is checked above: a native read is the guarded read
+            call = ast.Call(func=ast.Name("_getattr_", ast.Load()), args=[node.value, ast.Constant(attr)],
+                            keywords=[])  # fmt: skip
+            return ast.fix_missing_locations(ast.copy_location(call, node))
+        guard = ast.Call(func=ast.Name("_write_", ast.Load()), args=[node.value], keywords=[])
+        node.value = ast.fix_missing_locations(ast.copy_location(guard, node.value))
+        return node
+
+    # Shortcuts: RestrictedPython visits every node's fields generically; these nodes need no check.
+    def visit_Constant(self, node: ast.Constant) -> Any:
+        return node
+
+    def visit_Load(self, node: ast.AST) -> Any:
+        return node
+
+    visit_Store = visit_Del = visit_Load
+
+    def visit_Name(self, node: ast.Name) -> Any:
+        if node.id in ("print", "printed"):
+            return super().visit_Name(node)  # the print collector's rewriting
+        if isinstance(node.ctx, ast.Load):
+            self.used_names[node.id] = True
+        self.check_name(node, node.id)
+        return node
+
+    def _literal(self, node: Any) -> Any:
+        if all(type(element) is ast.Constant for element in node.elts):
+            return node  # a data literal: nothing to check in it
+        return self.node_contents_visit(node)
+
+    visit_List = visit_Tuple = visit_Set = _literal
+
+    def visit_Subscript(self, node: ast.Subscript) -> Any:
+        return self.node_contents_visit(node)  # item access has no policy here: native
+
+    def guard_iter(self, node: Any) -> Any:
+        return self.node_contents_visit(node)  # iteration and unpacking: native
+
+    def visit_Assign(self, node: ast.Assign) -> Any:
+        return self.node_contents_visit(node)
+
+    def visit_With(self, node: ast.With) -> Any:
+        return self.node_contents_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> Any:
+        if isinstance(node.target, ast.Attribute):
+            self.error(node, "Augmented assignment of attributes is not allowed.")  # lowered before
+        return self.node_contents_visit(node)  # names and items: Python's own in-place operation
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        if isinstance(node.func, ast.Name) and node.func.id in ("exec", "eval"):
+            self.error(node, f"{node.func.id.capitalize()} calls are not allowed.")
+        return self.node_contents_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> Any:
+        for sub in ast.walk(node.annotation):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                self.error(node, "String annotations are not allowed: name the type itself.")
+                break
+        return self.node_contents_visit(node)
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> Any:
+        for name in node.names:
+            self.check_name(node, name)
+        return node
+
+    # match statements: patterns compile to native reads; the names in them are checked statically
+    def visit_Match(self, node: Any) -> Any:
+        return self.node_contents_visit(node)
+
+    def visit_match_case(self, node: Any) -> Any:
+        return self.node_contents_visit(node)
+
+    def _static_reference(self, node: ast.expr) -> None:
+        """A pattern's class or value reference (``Color.RED``): a dotted name, read natively."""
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) and (
+                sub.attr.startswith("_") or sub.attr in rp.INSPECT_ATTRIBUTES or sub.attr in GUARDED_READS
+            ):
+                self.error(node, f'"{sub.attr}" is an invalid attribute name in a pattern.')
+            elif isinstance(sub, ast.Name):
+                self.check_name(node, sub.id)
+
+    def visit_MatchValue(self, node: Any) -> Any:
+        self._static_reference(node.value)
+        return node
+
+    def visit_MatchSingleton(self, node: Any) -> Any:
+        return node
+
+    def visit_MatchSequence(self, node: Any) -> Any:
+        return self.node_contents_visit(node)
+
+    def visit_MatchMapping(self, node: Any) -> Any:
+        self.check_name(node, node.rest)
+        for key in node.keys:
+            self._static_reference(key)
+        node.patterns = [self.visit(p) for p in node.patterns]
+        return node
+
+    def visit_MatchClass(self, node: Any) -> Any:
+        self._static_reference(node.cls)
+        for attr in node.kwd_attrs:  # read natively: what the guards read through a call is refused
+            if attr.startswith("_") or attr in GUARDED_READS or attr in rp.INSPECT_ATTRIBUTES:
+                self.error(node, f'"{attr}" is an invalid attribute name in a pattern.')
+        node.patterns = [self.visit(p) for p in node.patterns]
+        node.kwd_patterns = [self.visit(p) for p in node.kwd_patterns]
+        return node
+
+    def visit_MatchStar(self, node: Any) -> Any:
+        self.check_name(node, node.name)
+        return node
+
+    def visit_MatchAs(self, node: Any) -> Any:
+        self.check_name(node, node.name)
+        return self.node_contents_visit(node)
+
+    def visit_MatchOr(self, node: Any) -> Any:
+        return self.node_contents_visit(node)
