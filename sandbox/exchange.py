@@ -31,6 +31,7 @@ from sandforge.sandbox.protocol import (
     ExecutionOutcome,
     ExecutionRequest,
     FrameReader,
+    FrameTooLarge,
     Limits,
     ProtocolError,
     ReadyFrame,
@@ -78,6 +79,7 @@ def no_bridge(call: CallFrame) -> BridgeReply:
 _ACKNOWLEDGED = BridgeReply(status="ok")
 _MALFORMED = BridgeReply.error("internal_error", "the host answered the nested call with a malformed reply")
 _TOO_LARGE = BridgeReply.error("output_limit", "nested result too large")
+_NOT_JSON = BridgeReply.error("internal_error", "the host answered the nested call with a value that is not JSON")
 
 
 def _answer(handler: BridgeHandler, frame: CallFrame | DeclareFrame) -> BridgeReply:
@@ -404,8 +406,9 @@ def _handle_frames(
             ex.served[frame.type] += 1
             try:
                 reply = encode_frame(CallResultFrame(id=frame.id, outcome=answer).wire(), limits.max_message_bytes)
-            except ProtocolError:
-                reply = encode_frame(CallResultFrame(id=frame.id, outcome=_TOO_LARGE).wire(), limits.max_message_bytes)
+            except ProtocolError as exc:
+                refusal = _TOO_LARGE if isinstance(exc, FrameTooLarge) else _NOT_JSON
+                reply = encode_frame(CallResultFrame(id=frame.id, outcome=refusal).wire(), limits.max_message_bytes)
             spent = time.monotonic() - began
             paused += spent
             ex.bridge_s += spent

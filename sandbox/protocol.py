@@ -59,6 +59,10 @@ class ProtocolError(Exception):
     """A frame was malformed, oversized or out of order: the sandbox is not trusted to continue."""
 
 
+class FrameTooLarge(ProtocolError):
+    """A frame would exceed its size limit (the one ``ProtocolError`` a sender can answer with a smaller one)."""
+
+
 class ErrorType(StrEnum):
     """Typed failure classes of one execution. ``retriable`` is derived from the type (see RETRIABLE)."""
 
@@ -438,7 +442,7 @@ def encode_frame(frame: BaseModel | Mapping[str, Any], max_bytes: int) -> bytes:
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"frame is not JSON-serializable: {exc}") from exc
     if len(body) > max_bytes:
-        raise ProtocolError(f"frame of {len(body)} bytes exceeds the {max_bytes}-byte limit")
+        raise FrameTooLarge(f"frame of {len(body)} bytes exceeds the {max_bytes}-byte limit")
     return HEADER.pack(len(body)) + body
 
 

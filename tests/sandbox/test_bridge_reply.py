@@ -65,3 +65,26 @@ def test_the_outcome_snapshot_is_a_field() -> None:
     assert built.context_snapshot == snap and built.context == {"a": [1]}
     with pytest.raises(ValueError, match="not both"):
         ExecutionOutcome(status="ok", context={"a": 1}, context_snapshot=snap)
+
+
+@pytest.mark.parametrize(
+    ("value", "error_type", "message"),
+    [
+        (float("nan"), "internal_error", "the host answered the nested call with a value that is not JSON"),
+        ({1, 2}, "internal_error", "the host answered the nested call with a value that is not JSON"),
+        ("x" * 300_000, "output_limit", "nested result too large"),
+    ],
+)
+def test_a_reply_that_cannot_be_sent_says_why(value: Any, error_type: str, message: str) -> None:
+    """On a real sandbox: a handler's value that is not JSON is the host's fault, named as such; one over the
+    message limit is the output limit. Either way the program gets an error reply it can read, and runs on."""
+    from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
+
+    def bridge(call: CallFrame) -> dict[str, Any]:
+        return {"status": "ok", "value": value}
+
+    code = "r = tool('t').m()\nreturn [r.ok, r.error_type, r.error_message]"
+    with Sandbox(SandboxConfig(backend="subprocess", pool_size=0)) as sb:
+        out = sb.execute(ExecutionRequest(code=code, limits=Limits(max_message_bytes=200_000)), bridge=bridge)
+    assert out.ok, out.error_message
+    assert out.value == [False, error_type, message]
