@@ -29,7 +29,7 @@ from sandforge.runtime.agent.calllog import AttemptFailure, FailureStage, Nested
 from sandforge.runtime.agent.contracts import ContractViolation
 from sandforge.runtime.agent.failures import EXECUTION_FAILURES, FailureClass, classify_failure, classify_outcome
 from sandforge.runtime.agent.trace_budget import Stop
-from sandforge.runtime.guardrails import ValidationResult
+from sandforge.runtime.guardrails import ValidationResult, Violation
 from sandforge.runtime.providers.base import AttemptFeedback, FeedbackKind
 from sandforge.sandbox import ErrorType, ExecutionOutcome
 
@@ -63,15 +63,13 @@ class Failure:
         return cls(stop.error_type, stop.message, False, stop.metadata())
 
 
-def location(violation: Any) -> str | None:
-    loc = getattr(violation, "location", None)
+def location(violation: Violation) -> str | None:
+    """Where a violation is, as one line for feedback and records (None when the engine could not say)."""
+    loc = violation.location
     if loc is None:
         return None
-    line, column = getattr(loc, "line", None), getattr(loc, "column", None)
-    source = (getattr(loc, "source_line", None) or "").strip()
-    text = f"line {line}" if line is not None else "unknown line"
-    if column is not None:
-        text += f", column {column}"
+    text = f"line {loc.line}, column {loc.column}"
+    source = loc.source_line.strip()
     return f"{text}: {source}" if source else text
 
 
@@ -123,7 +121,7 @@ class Lanes:
         *,
         code: str | None = None,
         failure_class: str | None = None,
-        violation: Any = None,
+        violation: Violation | None = None,
     ) -> bool:
         """Record the failed attempt; spend one unit of ``lane`` and queue feedback if any is left."""
         where = location(violation) if violation is not None else None
@@ -148,16 +146,16 @@ class Lanes:
                 error_type=error_type if lane != "guardrail" else None,
                 error_message=bounded(message, 2000) if lane != "guardrail" else None,
                 failure_class=failure_class,
-                violation_type=getattr(violation, "violation_type", None),
-                violation_message=bounded(getattr(violation, "message", None), 2000),
+                violation_type=violation.violation_type if violation else None,
+                violation_message=bounded(violation.message if violation else None, 2000),
                 violation_location=where,
-                required_correction=getattr(violation, "required_correction", None),
+                required_correction=violation.required_correction if violation else None,
                 previous_code=code,
             )
         )  # fmt: skip
         return True
 
-    def _record_terminal(self, at: Attempt, violation: Any, message: str) -> None:
+    def _record_terminal(self, at: Attempt, violation: Violation, message: str) -> None:
         self.failures.append(
             AttemptFailure(
                 attempt_id=at.id, attempt_number=at.number, call_id=at.call_id, stage="validation",
