@@ -40,13 +40,10 @@ MAX_CONTRACT_FIELD_CHARS: Final = 2000
 #: Longest error message and exception or error-type name a result frame carries.
 MAX_ERROR_MESSAGE: Final = 4096
 MAX_NAME: Final = 200
-#: The canonical JSON encoding of every frame and every context text: strict JSON (no NaN/Infinity),
-#: UTF-8 as it is, no spaces. The host and the inside encode the same value to the same bytes.
-JSON_DUMP_OPTIONS: Final[dict[str, Any]] = {"ensure_ascii": False, "allow_nan": False, "separators": (",", ":")}
-
-
 def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> str:
-    """``value``'s canonical JSON text; TypeError/ValueError when it is not JSON."""
+    """``value``'s canonical JSON text, the encoding of every frame and every context text: strict JSON (no
+    NaN/Infinity), UTF-8 as it is, no spaces, so the host and the inside encode a value to the same bytes.
+    TypeError/ValueError when it is not JSON."""
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=default)
 
 

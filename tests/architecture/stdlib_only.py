@@ -20,8 +20,8 @@ STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
 class StdlibOnlyContract(Contract):
     """``source_modules`` (with their descendants) import only the standard library and ``allowed_modules``.
 
-    Source modules missing from the graph are skipped (the inside package replaces ``sandbox/runner.py`` during
-    the restructure), but at least one must exist: a contract that checks nothing is broken.
+    Source modules missing from the graph are skipped, but at least one must exist: a contract that checks
+    nothing (a source renamed away) is broken, not kept.
     """
 
     type_name = "stdlib_only"

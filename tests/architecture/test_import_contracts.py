@@ -72,7 +72,7 @@ def _broken(contract_id: str) -> list[str]:
 
 
 def _inside(graph: grimp.ImportGraph) -> str:
-    """A module of the inside package as it is today (``sandbox/inside/`` once it exists, else the runner)."""
+    """The first module the inside contract names that today's graph holds (``sandforge.sandbox.inside``)."""
     present = [m for m in CONTRACTS["inside-stdlib-only"]["source_modules"] if m in graph.modules]
     assert present, "the inside contract names no module of today's graph"
     return present[0]
