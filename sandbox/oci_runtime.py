@@ -17,12 +17,15 @@ RUNSC_FLAGS = ("--network=none",)
 RUNTIME_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
+def command_with(binary: str, runtime: str) -> list[str]:
+    """``binary`` (the ``runc``/``runsc`` found) with this module's state directory and flags for ``runtime``."""
+    return [binary, "--root", str(STATE_DIR / runtime), *(RUNSC_FLAGS if runtime == "runsc" else ())]
+
+
 def runtime_command(runtime: str) -> list[str] | None:
     """``runc``/``runsc`` with this module's state directory and flags, or None when not installed."""
     binary = shutil.which(runtime)
-    if binary is None:
-        return None
-    return [binary, "--root", str(STATE_DIR / runtime), *(RUNSC_FLAGS if runtime == "runsc" else ())]
+    return None if binary is None else command_with(binary, runtime)
 
 
 def force_delete(runtime: str, container_id: str) -> None:

@@ -46,11 +46,11 @@ from sandforge.sandbox.channel import PipeIO, SocketIO, Stream, socket_channel, 
 from sandforge.sandbox.cleanup import CleanupQueue
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.containers import COMMAND as CONTAINER_COMMAND
-from sandforge.sandbox.containers import GVISOR_MEMORY_HEADROOM_MB, GVISOR_PIDS_HEADROOM, ID_PREFIX
+from sandforge.sandbox.containers import GVISOR_MEMORY_HEADROOM_MB, GVISOR_PIDS_HEADROOM, ID_PREFIX, PYTHON, SCRATCH
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
-from sandforge.sandbox.oci_runtime import RUNSC_FLAGS, RUNTIME_ENV, STATE_DIR, force_delete
+from sandforge.sandbox.oci_runtime import RUNTIME_ENV, STATE_DIR, command_with, force_delete
 from sandforge.sandbox.ownership import named_owner_alive, process_tag
 from sandforge.sandbox.protections import Protection as P
 from sandforge.sandbox.protocol import (
@@ -67,7 +67,7 @@ log = logging.getLogger(__name__)
 
 Runtime = Literal["runc", "runsc"]
 #: The container's process: the runner, as in the Docker backends (the runtime wants an absolute path).
-COMMAND = [oci_spec.PYTHON, *CONTAINER_COMMAND[1:]]
+COMMAND = [PYTHON, *CONTAINER_COMMAND[1:]]
 #: runc, run in the foreground, copies the container's stdio through pipes of its own, so nothing but bytes
 #: can pass through them. Frames into a runc container travel instead over a unix socket the runtime hands
 #: to the container as descriptor 3 (``--preserve-fds 1``), which can also pass sealed memfds of large
@@ -75,8 +75,6 @@ COMMAND = [oci_spec.PYTHON, *CONTAINER_COMMAND[1:]]
 #: before it becomes the runtime (``exec``); the runtime's own stdin is /dev/null.
 INPUT_FD = 3
 _WITH_INPUT_FD = ["/bin/sh", "-c", f'exec "$@" {INPUT_FD}<&0 </dev/null', "sh"]
-
-
 
 
 def _owner_alive(container_id: str) -> bool:
@@ -129,7 +127,7 @@ def host_view(pid: int, limits: Limits, *, memory_bytes: int, pids: int) -> dict
     mounts = verify.mounts(pid)
     cg = verify.cgroup_limits(pid)
     root_opts = mounts.get("/", ("", ""))[1].split(",")
-    tmp_type, tmp_opts = mounts.get(oci_spec.SCRATCH, ("", ""))
+    tmp_type, tmp_opts = mounts.get(SCRATCH, ("", ""))
     namespaces = verify.separate_namespaces(pid)
     walls = verify.process_walls(pid, status)
     return {
@@ -377,8 +375,7 @@ class OciBackend:
 
     def command(self) -> list[str]:
         assert self._binary is not None
-        flags = RUNSC_FLAGS if self.runtime == "runsc" else ()
-        return [self._binary, "--root", str(self.state), *flags]
+        return command_with(self._binary, self.runtime)
 
     def new_id(self) -> str:
         return f"{ID_PREFIX}-{self._tag}-{next(_IDS)}"
