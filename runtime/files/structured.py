@@ -10,7 +10,6 @@ from typing import Any
 from sandforge.runtime.errors import ConfigError, InputFileError, SandforgeError
 from sandforge.runtime.files.jsontext import UTF8_BOM, decode_json
 from sandforge.runtime.files.read import read_user_file
-from sandforge.runtime.files.yamltext import compose_yaml
 
 #: Chat scripts, tool group files and program scripts are small; 16 MiB is generous.
 DATA_FILE_MAX_BYTES = 16 * 1024 * 1024
@@ -25,6 +24,8 @@ def decode_data(raw: bytes, *, name: str, json_only: bool) -> Any:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise InputFileError(f"{name}:{line}: not valid UTF-8") from None
+    from sandforge.runtime.files.yamltext import compose_yaml  # PyYAML only when a YAML file is read
+
     try:
         return compose_yaml(name, text)
     except ConfigError as exc:
