@@ -16,16 +16,13 @@ import os
 import re
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 import RestrictedPython
-from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict
 
 log = logging.getLogger(__name__)
@@ -203,6 +200,8 @@ def _one_line_mirror(text: str, suite: str) -> str | None:
 
 
 def cache_dir() -> Path:
+    import platformdirs  # here and below: every backend imports this module, few build an image
+
     path = Path(os.environ.get("SANDFORGE_CACHE_DIR") or platformdirs.user_cache_dir("sandforge"))
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -267,6 +266,8 @@ def build_context(inside: dict[str, bytes]) -> bytes:
     caches)."""
     if not DOCKERFILE.exists():
         raise ImageBuildError(f"image recipe {DOCKERFILE} not found (sandforge must run from its source tree)")
+    import tarfile
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
 
@@ -303,6 +304,8 @@ def build(
     tag = f"{repository}:{image_digest(inside)}"
     started = time.monotonic()
     steps: dict[str, float] = {}
+    from filelock import FileLock, Timeout
+
     lock = FileLock(str(cache_dir() / "image-build.lock"))
     try:
         lock.acquire(timeout=1800)
