@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -23,7 +22,7 @@ from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.state import ToolContract, Transaction
 from sandforge.runtime.agent.trace_budget import Stop, TraceMeter
 from sandforge.runtime.gate import Approval, execute_approved
-from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
+from sandforge.sandbox import BridgeReply, ErrorType, ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.exchange import serving_deadline
 from sandforge.sandbox.protocol import CallFrame, DeclareFrame
 
@@ -33,8 +32,12 @@ log = logging.getLogger(__name__)
 NestedRunner = Callable[[CallSpec, Transaction], Outcome]
 
 
-def wire_error(error_type: str, message: str) -> dict[str, Any]:
-    return {"status": "error", "error_type": error_type, "error_message": message, "retriable": False}
+def wire_error(error_type: str, message: str) -> BridgeReply:
+    """A refusal of a nested frame, as the program inside sees it (never retriable)."""
+    return BridgeReply.error(error_type, message)
+
+
+_STAGED = BridgeReply(status="ok")
 
 
 @dataclass
@@ -77,7 +80,7 @@ class Executor:
             self.trace_stop = self.meter.wall_exhausted()
         return outcome
 
-    def declare(self, frame: DeclareFrame, txn: Transaction) -> dict[str, Any]:
+    def declare(self, frame: DeclareFrame, txn: Transaction) -> BridgeReply:
         """``delegate(...)`` ran: stage its contract with this attempt (committed only if the attempt is)."""
         target = frame.target
         checked = nested_call_spec(target, "declare")  # the same bounds on names and fields as a call's
@@ -88,16 +91,14 @@ class Executor:
                                     acceptance=target.acceptance, failure_policy=target.failure_policy)  # fmt: skip
             check_contract(contract)
         except (InvalidContract, ValidationError) as exc:
-            return {"status": "error", "error_type": "invalid_contract", "retriable": False,
-                    "error_message": bounded(str(exc), 2000)}  # fmt: skip
+            return wire_error("invalid_contract", bounded(str(exc), 2000) or "")
         except Exception as exc:
             log.exception("declaring %s failed in the host", target.name)
-            return {"status": "error", "error_type": "internal_error", "retriable": False,
-                    "error_message": f"the host failed to stage the contract: {type(exc).__name__}"}  # fmt: skip
+            return wire_error("internal_error", f"the host failed to stage the contract: {type(exc).__name__}")
         txn.register(contract)
-        return {"status": "ok"}
+        return _STAGED
 
-    def nested(self, frame: CallFrame, txn: Transaction) -> dict[str, Any]:
+    def nested(self, frame: CallFrame, txn: Transaction) -> BridgeReply:
         """Answer one ``tool(...)``/``delegate(...)`` method call made by the running program.
 
         It draws on the trace budget and gets at most the time this execution has left. A delegate's
@@ -107,14 +108,12 @@ class Executor:
             return self._nested(frame, txn)
         except Exception as exc:
             log.exception("nested call %s.%s failed in the host", frame.target.name, frame.method)
-            return {"status": "error", "error_type": "internal_error", "retriable": False,
-                    "error_message": f"the host failed to run the nested call: {type(exc).__name__}"}  # fmt: skip
+            return wire_error("internal_error", f"the host failed to run the nested call: {type(exc).__name__}")
 
-    def _nested(self, frame: CallFrame, txn: Transaction) -> dict[str, Any]:
+    def _nested(self, frame: CallFrame, txn: Transaction) -> BridgeReply:
         max_depth = self.env.budgets.max_depth
         if self.spec.depth + 1 > max_depth:
-            return {"status": "error", "error_type": "max_depth_exceeded", "retriable": False,
-                    "error_message": f"nested calls are limited to depth {max_depth}"}  # fmt: skip
+            return wire_error("max_depth_exceeded", f"nested calls are limited to depth {max_depth}")
         spec = nested_call_spec(frame.target, frame.method)
         if isinstance(spec, str):
             return wire_error(INVALID_TOOL_CALL, spec)
@@ -130,7 +129,7 @@ class Executor:
         return self._run_child(spec, frame, txn, deadline)
 
     def _run_child(self, spec: NestedCallSpec, frame: CallFrame, txn: Transaction,
-                   deadline: float | None) -> dict[str, Any]:  # fmt: skip
+                   deadline: float | None) -> BridgeReply:  # fmt: skip
         scope = Transaction(self.env.state, parent=txn)  # holds the contract until the call succeeds
         if spec.kind == "delegate":
             scope.register(
@@ -148,7 +147,7 @@ class Executor:
             if spec.kind == "delegate":
                 txn.tools.pop(spec.role, None)  # nor the one its ``declare`` frame staged in this attempt
         scope.commit()
-        return outcome.to_wire()
+        return BridgeReply.of(outcome.to_wire())  # the envelope checked, the value sent as it is
 
 
 @dataclass
@@ -158,8 +157,8 @@ class AttemptBridge:
     executor: Executor
     txn: Transaction
 
-    def __call__(self, frame: CallFrame) -> dict[str, Any]:
+    def __call__(self, frame: CallFrame) -> BridgeReply:
         return self.executor.nested(frame, self.txn)
 
-    def declare(self, frame: DeclareFrame) -> dict[str, Any]:
+    def declare(self, frame: DeclareFrame) -> BridgeReply:
         return self.executor.declare(frame, self.txn)

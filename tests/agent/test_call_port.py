@@ -19,7 +19,7 @@ from sandforge.runtime.agent.trace_budget import TraceBudget
 from sandforge.runtime.gate import Approval, NotApproved, approve, execute_approved
 from sandforge.runtime.guardrails import default_policy
 from sandforge.runtime.providers import ScriptedProvider
-from sandforge.sandbox import BridgeHandler, ExecutionOutcome, ExecutionRequest, Limits
+from sandforge.sandbox import BridgeHandler, BridgeReply, ExecutionOutcome, ExecutionRequest, Limits
 from sandforge.sandbox.protocol import CallFrame, CallTarget
 from tests.agent.conftest import RECOVERABLE
 from tests.agent.memory_sandbox import MemorySandbox, context_of, raises, returns
@@ -99,8 +99,8 @@ def test_a_nested_call_runs_on_the_same_environment_and_commits_with_its_parent(
     def run_boss(request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
         assert bridge is not None
         frame = CallFrame(type="call", id=1, target=CallTarget(kind="tool", name="helper"), method="twice", args=[2])
-        reply = bridge(frame)
-        return ExecutionOutcome(status="ok", value=reply["value"], context=context_of(request), backend="memory")
+        reply = BridgeReply.of(bridge(frame))  # a handler answers a BridgeReply or a mapping of its fields
+        return ExecutionOutcome(status="ok", value=reply.value, context=context_of(request), backend="memory")
 
     sandbox = MemorySandbox({boss: run_boss, helper: returns(4)})
     h = harness([boss, helper], sandbox)
