@@ -26,11 +26,13 @@ from collections.abc import Iterable
 
 from sandforge.runtime.errors import ConfigError
 from sandforge.runtime.gc_pause import gc_paused
+from sandforge.runtime.guardrails.egress_literals import literal_fetches
 from sandforge.runtime.guardrails.loader import default_policy
 from sandforge.runtime.guardrails.matchers import Analysis
 from sandforge.runtime.guardrails.policy import Policy, Rule
 from sandforge.runtime.guardrails.program import MAX_SOURCE_LINE, Finding, Program
 from sandforge.runtime.guardrails.results import (
+    EGRESS_DENIED,
     GUARDRAIL_ERROR,
     INVALID_CODE,
     NESTING_TOO_DEEP,
@@ -79,6 +81,14 @@ ENGINE_RULES: dict[str, tuple[Classification, str, str]] = {
         "Rewrite the refused construct: use public names for attributes (no leading `_` or `__`, except "
         "special methods such as `__init__` defined in a class and called through `super()`), no "
         "`exec`/`eval`, `async`, `except*`, metaclasses, or string annotations.",
+    ),
+    EGRESS_DENIED: (
+        "terminal",
+        "The program fetches a literal URL that the policy's egress rules deny (no allow entry admits it, or "
+        "its address is on the platform's deny list): the host's broker would refuse the request at run time.",
+        "No rewrite can reach this destination: what is reachable is the deployment's egress policy "
+        "(`egress.allow` in its policy files). Fetch only the destinations it allows; retrying another way "
+        "will not help.",
     ),
     GUARDRAIL_ERROR: (
         "terminal",
@@ -176,12 +186,39 @@ def _validate(source: str | bytes, policy: Policy) -> ValidationResult:
         for (line, column), finding in findings.items():
             found.append((line, column, order, _violation(rule, finding, program)))
     capabilities = _capabilities(program, detected, policy)
+    capabilities = _judge_fetches(program, policy, capabilities, found)
     if program.too_deep is None:
         flagged = {v.location.line for *_, v in found if v.location is not None}
         found.extend(_restricted_compile(program, text, tree, flagged))  # last: it rewrites the tree
     found.sort(key=lambda item: item[:3])
     violations = [violation for *_, violation in found[: limits.max_violations]]
     return _result(policy, violations, capabilities, truncated=len(found) > len(violations))
+
+
+def _judge_fetches(
+    program: Program, policy: Policy, capabilities: list[Capability], found: list[tuple[int, int, int, Violation]]
+) -> list[Capability]:
+    """Literal URLs in fetching calls, judged by the egress rules: a denied one is a terminal violation (appended
+    to ``found``); the allowed ones join ``http_fetch``'s evidence, so the report lists where the program goes.
+    Without the grant there is nothing to judge: the ungranted capability is the verdict."""
+    if "http_fetch" not in policy.granted:
+        return capabilities
+    fetches = literal_fetches(program, policy.egress)
+    order = len(policy.active_rules)
+    for fetch in fetches:
+        if fetch.denied:
+            message = f"fetching a URL the egress policy denies: {fetch.denied}"
+            violation = _engine_violation(EGRESS_DENIED, message, _location(program, fetch.node))
+            found.append((*_position(fetch.node), order, violation))
+    allowed = [Finding(fetch.node, {}) for fetch in fetches if not fetch.denied]
+    if not allowed:
+        return capabilities
+    others = [c for c in capabilities if c.tag != "http_fetch"]
+    current = next((c for c in capabilities if c.tag == "http_fetch"), None)
+    evidence = {(e.line, e.column): e for e in (current.evidence if current else [])}
+    evidence.update({(e.line, e.column): e for e in _evidence(program, allowed)})
+    merged = Capability(tag="http_fetch", granted=True, evidence=[evidence[k] for k in sorted(evidence)][:MAX_EVIDENCE])
+    return sorted([*others, merged], key=lambda c: c.tag)
 
 
 def _restricted_compile(

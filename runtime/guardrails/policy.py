@@ -19,7 +19,7 @@ from sandforge.runtime.guardrails.matchers import Matcher
 PolicySource = Path | Traversable
 
 #: Bumped whenever the engine's semantics change, so verdicts cached under an old fingerprint expire.
-ENGINE_VERSION = "1"
+ENGINE_VERSION = "2"  # 2: literal URLs judged by the egress rules (egress_denied)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +112,8 @@ class Policy:
     limits: pm.Limits
     fingerprint: str = field(default="")
     egress: EgressPolicy = field(default_factory=EgressPolicy)
-    """What brokered requests may reach, every layer merged (not part of the fingerprint: it changes no
-    verdict)."""
+    """What brokered requests may reach, every layer merged. Its allow entries and ranges judge literal URLs at
+    validation (``egress_literals.py``), so they join the fingerprint when present."""
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -130,8 +130,9 @@ class Policy:
 
 def fingerprint(policy: Policy) -> str:
     """sha256 over what can change a verdict or a violation: rules (minus their documentation and
-    examples), capability matchers, grants, limits and the engine version. File names, layer order and
-    comments do not count, so the same effective policy has the same fingerprint everywhere."""
+    examples), capability matchers, grants, limits, egress allow entries and ranges, and the engine version.
+    File names, layer order and comments do not count, so the same effective policy has the same fingerprint
+    everywhere."""
     documentation = {"description", "rationale", "examples"}
     canonical: dict[str, Any] = {
         "engine": ENGINE_VERSION,
@@ -143,5 +144,10 @@ def fingerprint(policy: Policy) -> str:
         "granted": sorted(policy.granted),
         "limits": policy.limits.model_dump(mode="json"),
     }
+    if policy.egress.allow or policy.egress.allow_ranges:  # absent, the fingerprint is the one without a section
+        canonical["egress"] = {
+            "allow": [entry.model_dump(mode="json") for entry in policy.egress.allow],
+            "allow_ranges": sorted(policy.egress.allow_ranges),
+        }
     blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()

@@ -24,6 +24,8 @@ NESTING_TOO_DEEP = "nesting_too_deep"
 GUARDRAIL_ERROR = "guardrail_error"
 #: What the sandbox's restricted compiler refuses (the same compilation the sandbox runs; issue 15).
 SANDBOX_RESTRICTION = "sandbox_restriction"
+#: A literal URL in a fetching call that the policy's egress rules deny (issue 18; ``egress_literals.py``).
+EGRESS_DENIED = "egress_denied"
 
 
 class Location(BaseModel):

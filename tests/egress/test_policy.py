@@ -101,8 +101,13 @@ def test_the_schema_describes_the_section() -> None:
     assert schema["properties"]["egress"]
 
 
-def test_egress_does_not_change_the_fingerprint(tmp_path: Path) -> None:
-    """Verdicts do not depend on it, so cached validations stay valid across egress changes."""
+def test_only_the_egress_rules_that_judge_literal_urls_change_the_fingerprint(tmp_path: Path) -> None:
+    """Allow entries and ranges decide `egress_denied` at validation (tests/guardrails/test_egress_literals.py),
+    so they are verdict inputs; limits, resolve overrides and credentials act only at run time."""
     base = default_policy()
-    extra = layer(tmp_path, "e", "egress: {allow: [{host: x.com}]}\n")
-    assert load_policy([*base.sources, extra]).fingerprint == base.fingerprint
+    allow = layer(tmp_path, "e", "egress: {allow: [{host: x.com}]}\n")
+    runtime_only = layer(
+        tmp_path, "f", "egress: {limits: {max_requests: 3}, resolve: {x.com: 127.0.0.1}}\n"
+    )
+    assert load_policy([*base.sources, allow]).fingerprint != base.fingerprint
+    assert load_policy([*base.sources, runtime_only]).fingerprint == base.fingerprint
