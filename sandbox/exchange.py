@@ -223,8 +223,9 @@ def run_exchange(
                     ex.context = None
                     break
                 except TimeoutError:
-                    ex.failure = (ErrorType.TIMEOUT, f"execution exceeded the {limits.timeout_s:g}s time limit "
-                                                     "(the sandbox stopped reading)")  # fmt: skip
+                    ex.failure = _blocked_reply(io, limits)
+                    if ex.failure[0] is ErrorType.SANDBOX_VIOLATION:
+                        ex.context = None
                     break
         if ex.stderr.truncated or ex.stray_stdout.truncated:
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
@@ -360,6 +361,18 @@ def _accept_context_text(ex: Exchange, body: bytes) -> None:
 def _finish_context(ex: Exchange) -> None:
     if ex.complete and ex.result is not None and ex.result.status == "ok":
         ex.context = ex.base_context.with_changes(ex.changed, ex.result.context_deleted)
+
+
+def _blocked_reply(io: WorkerIO, limits: Limits) -> tuple[ErrorType, str]:
+    """Why a reply could not be sent before the deadline. A runner waiting for its reply writes nothing, so
+    frames that arrived meanwhile mean the program flooded calls without reading: a violation, caught here
+    where the channel cannot count unread bytes (``WorkerIO.unread``) and the flood came one frame per read.
+    Otherwise the sandbox just stopped reading: the time limit."""
+    if any(stream == "result" and chunk for stream, chunk in io.poll(0)):
+        return ErrorType.SANDBOX_VIOLATION, (
+            "the sandbox broke the protocol: the sandbox wrote past a nested call before reading its reply"
+        )
+    return ErrorType.TIMEOUT, f"execution exceeded the {limits.timeout_s:g}s time limit (the sandbox stopped reading)"
 
 
 def _unread(io: WorkerIO) -> int:
