@@ -219,7 +219,8 @@ def test_a_flood_of_calls_without_reading_is_a_violation(escaped: Backend) -> No
 def test_a_flood_of_calls_one_frame_at_a_time_is_a_violation(escaped: Backend) -> None:
     """Frames spaced out so that each read holds one, on channels that cannot count unread bytes (docker's
     attach socket): the flood shows when the host's reply cannot be sent while frames keep arriving."""
-    code = f"for i in range(20000):\n    send({{**{CALL!r}, 'id': i}})\n    time.sleep(0.0002)\ntime.sleep(60)\nreturn 1"
+    spaced = f"for i in range(20000):\n    send({{**{CALL!r}, 'id': i}})\n    time.sleep(0.0002)\n"
+    code = spaced + "time.sleep(60)\nreturn 1"
     out, took = attack(escaped, code)
     assert out.error_type == ErrorType.SANDBOX_VIOLATION, (out.error_type, out.error_message)
     assert took < LIMITS.timeout_s + 10, took
