@@ -78,10 +78,17 @@ class ErrorType(StrEnum):
     TOOL_ERROR = ErrorKind.TOOL_ERROR  # the program returned Outcome.error(...) itself
     GUARDRAIL_VIOLATION = ErrorKind.GUARDRAIL_VIOLATION  # rejected by the host's policy; nothing was executed
     INVALID_CONTRACT = ErrorKind.INVALID_CONTRACT  # delegate(...) got a contract field that is not JSON
+    EGRESS_DENIED = ErrorKind.EGRESS_DENIED  # the egress policy does not allow a request: terminal
+    EGRESS_LIMIT = ErrorKind.EGRESS_LIMIT  # an egress budget was exceeded: the program's fault
+    NETWORK_ERROR = ErrorKind.NETWORK_ERROR  # DNS, connection, TLS, timeout of a brokered request: extrinsic
+    MISSING_CREDENTIALS = ErrorKind.MISSING_CREDENTIALS  # the policy injects a credential the host lacks
+    INVALID_FETCH = ErrorKind.INVALID_FETCH  # a malformed request (not a URL, bad method, ...)
 
 
 #: Extrinsic failures: the same program may succeed when retried later (engine back up, less load).
-RETRIABLE: frozenset[ErrorType] = frozenset({ErrorType.SANDBOX_UNAVAILABLE, ErrorType.TIMEOUT})
+RETRIABLE: frozenset[ErrorType] = frozenset(
+    {ErrorType.SANDBOX_UNAVAILABLE, ErrorType.TIMEOUT, ErrorType.NETWORK_ERROR}
+)
 
 
 class Limits(BaseModel):

@@ -62,6 +62,12 @@ class ErrorKind:
     TOOL_ERROR: Final = "tool_error"
     GUARDRAIL_VIOLATION: Final = "guardrail_violation"
     INVALID_CONTRACT: Final = "invalid_contract"
+    # A brokered request failed and the program did not catch it (the host checks it did fail so).
+    EGRESS_DENIED: Final = "egress_denied"
+    EGRESS_LIMIT: Final = "egress_limit"
+    NETWORK_ERROR: Final = "network_error"
+    MISSING_CREDENTIALS: Final = "missing_credentials"
+    INVALID_FETCH: Final = "invalid_fetch"
 
 
 #: The error types the inside may report. The others are the host's own observations (``timeout``,
