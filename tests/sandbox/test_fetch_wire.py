@@ -121,9 +121,8 @@ def test_a_malformed_handler_reply_is_a_network_error_for_the_program(reply: byt
 
 
 def test_a_body_over_the_message_limit_is_an_egress_limit() -> None:
-    out, io = run(
-        frame({**FETCH, "id": 0}), frame(OK), handler=Handler(response_reply(b"x" * LIMITS.max_message_bytes))
-    )
+    too_large = Handler(response_reply(b"x" * LIMITS.max_message_bytes))
+    _, io = run(frame({**FETCH, "id": 0}), frame(OK), handler=too_large)
     [header] = replies(io)
     error = json.loads(header)["error"]
     assert error["kind"] == "egress_limit" and "message limit" in error["message"]
