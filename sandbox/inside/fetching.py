@@ -234,9 +234,9 @@ Sender = Callable[[dict[str, Any]], tuple[dict[str, Any], bytes]]
 _SENDER: list[Sender] = []
 
 
-def bind(sender: Sender) -> None:
-    """The execution's way to the host (one runner process serves one execution)."""
-    _SENDER[:] = [sender]
+def bind(sender: Sender | None) -> None:
+    """The execution's way to the host (one runner process serves one execution); None: no way."""
+    _SENDER[:] = [] if sender is None else [sender]
 
 
 def send(request: dict[str, Any]) -> Response:
