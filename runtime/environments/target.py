@@ -1,0 +1,71 @@
+"""The sandbox's interpreter, as an environment is built for it: implementation, exact version, ABI and
+platform. Wheels are chosen for *this* interpreter (its version bounds `Requires-Python`, its glibc and
+machine bound manylinux tags), not for the host's, and it is part of every environment's identity.
+
+`probe(python)` asks an interpreter on this machine (the subprocess backend's); a container image's
+interpreter is described the same way by running the probe inside it (the next round wires that), or
+given explicitly (`SandboxTarget(...)`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandforge.runtime.environments.errors import DependencyInstallFailed
+
+_PROBE = (
+    "import json, platform, sys, sysconfig;"
+    "libc = platform.libc_ver();"
+    "print(json.dumps({'implementation': sys.implementation.name, 'version': platform.python_version(),"
+    " 'cache_tag': sys.implementation.cache_tag, 'platform': sysconfig.get_platform(),"
+    " 'machine': platform.machine(), 'libc': libc[0], 'libc_version': libc[1]}))"
+)
+PROBE_ARGV = ("-I", "-S", "-c", _PROBE)
+
+
+class SandboxTarget(BaseModel):
+    """The interpreter programs run on inside the sandbox."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    implementation: str = Field(pattern=r"^cpython$", description="only CPython sandboxes exist")
+    version: str = Field(pattern=r"^3\.\d+\.\d+$", description="exact version, e.g. 3.11.2")
+    cache_tag: str = Field(pattern=r"^cpython-3\d+$", description="bytecode tag, e.g. cpython-311")
+    platform: str = Field(pattern=r"^linux-(x86_64|aarch64)$")
+    machine: str = Field(pattern=r"^(x86_64|aarch64)$")
+    libc: str = Field(pattern=r"^glibc$", description="musl sandboxes are not supported")
+    libc_version: str = Field(pattern=r"^\d+\.\d+$")
+
+    @property
+    def minor(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+    @property
+    def abi(self) -> str:
+        return "cp" + self.minor.replace(".", "")
+
+    @property
+    def uv_platform(self) -> str:
+        """uv's ``--python-platform``: manylinux up to the sandbox's glibc."""
+        return f"{self.machine}-manylinux_{self.libc_version.replace('.', '_')}"
+
+    def uv_args(self) -> list[str]:
+        return ["--python-version", self.version, "--python-platform", self.uv_platform]
+
+    def label(self) -> str:
+        return f"CPython {self.version} ({self.abi}, {self.uv_platform})"
+
+
+def probe(python: str | None = None, *, timeout: float = 30.0) -> SandboxTarget:
+    """Describe the interpreter at ``python`` (default: this one) by running it."""
+    argv = [python or sys.executable, *PROBE_ARGV]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DependencyInstallFailed(f"cannot run the sandbox interpreter {argv[0]}: {exc}") from None
+    if done.returncode != 0:
+        raise DependencyInstallFailed(f"the sandbox interpreter {argv[0]} failed to describe itself")
+    return SandboxTarget.model_validate(json.loads(done.stdout))
