@@ -117,7 +117,7 @@ class EnvironmentStore:
         env_id = spec.env_id
         record = self.record(env_id)
         if record is None:
-            with self._build_lock(env_id):
+            with self.build_lock(env_id):
                 record = self.record(env_id)  # built by the process we waited for
                 if record is None:
                     record = self._build(spec, max_env_mb=max_env_mb, resolve_ms=resolve_ms)
@@ -189,7 +189,7 @@ class EnvironmentStore:
     # ------------------------------------------------------------------------------------------ build
 
     @contextlib.contextmanager
-    def _build_lock(self, env_id: str) -> Iterator[None]:
+    def build_lock(self, env_id: str) -> Iterator[None]:
         self.locks.mkdir(parents=True, exist_ok=True, mode=0o700)
         lock = FileLock(self.locks / f"{env_id}.lock", timeout=self.wait_s, mode=0o600)
         try:

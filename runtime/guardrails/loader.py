@@ -257,8 +257,7 @@ class _Builder:
             self.limits.update(data.limits.model_dump(exclude_none=True))
         if data.egress is not None:
             self._egress(file, data.egress)
-        if data.dependencies is not None:
-            self._dependencies(file, data.dependencies)
+        self._dependencies(file, data.dependencies)
 
     def _egress(self, file: _File, section: EgressSection) -> None:
         ca_file = section.ca_file
@@ -268,7 +267,9 @@ class _Builder:
             ca_file = str(file.directory / ca_file)
         self.egress = self.egress.merge(section, ca_file=ca_file)
 
-    def _dependencies(self, file: _File, section: DependenciesSection) -> None:
+    def _dependencies(self, file: _File, section: DependenciesSection | None) -> None:
+        if section is None:
+            return
         wheelhouse = section.wheelhouse
         if wheelhouse is not None and not Path(wheelhouse).expanduser().is_absolute():
             if file.directory is None:
