@@ -70,10 +70,7 @@ def uv_wrapper(directory: Path, *, log: Path, stall_after_install: Path | None =
     real install and then sleeps (so a test can kill the build halfway)."""
     stall = ""
     if stall_after_install is not None:
-        stall = (
-            f'if [ "$2" = install ]; then "{uv_binary()}" "$@"; touch "{stall_after_install}"; '
-            "exec sleep 120; fi\n"
-        )
+        stall = f'if [ "$2" = install ]; then "{uv_binary()}" "$@"; touch "{stall_after_install}"; exec sleep 120; fi\n'
     script = directory / "uv-wrapper"
     script.write_text(f'#!/bin/sh\necho "$2" >> "{log}"\n{stall}exec "{uv_binary()}" "$@"\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR)

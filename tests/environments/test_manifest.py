@@ -7,7 +7,7 @@ import pytest
 from sandforge.runtime.environments.errors import InvalidDependencyManifest
 from sandforge.runtime.environments.manifest import MAX_REQUIREMENTS, manifest_of, normalise, script_metadata
 
-BLOCK = '''# /// script
+BLOCK = """# /// script
 # requires-python = ">=3.11"
 # dependencies = [
 #   "Python_Dateutil>=2.8",
@@ -16,7 +16,7 @@ BLOCK = '''# /// script
 # ///
 from dateutil import parser
 return parser.parse(args[0]).year
-'''
+"""
 
 
 def test_a_pep_723_block_is_read_and_normalised() -> None:
@@ -86,7 +86,7 @@ def test_too_many_requirements_are_refused() -> None:
         ("# /// script\n# packages = ['six']\n# ///\n", "unknown key"),
         ("# /// script\n# requires-python = 3\n# ///\n", "requires-python"),
         ("# /// script\n# requires-python = 'three'\n# ///\n", "requires-python"),
-        ("# /// script\n# dependencies = []\n# ///\nx = 1\n# /// script\n# dependencies = []\n# ///\n", "more than one"),
+        ("# /// script\n# dependencies = []\n# ///\nx = 1\n" * 2, "more than one"),
     ],
 )
 def test_malformed_blocks_are_invalid_manifests(source: str, words: str) -> None:
