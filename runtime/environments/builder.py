@@ -226,6 +226,7 @@ class EnvironmentStore:
         self.uv.install(pins, site, self.python, spec.target, spec.source)
         install_ms = _ms(start)
         pins.unlink()
+        (site / ".lock").unlink(missing_ok=True)  # uv's lock of the target directory, not part of it
         start = time.perf_counter()
         self._compile(site, spec.target)
         compile_ms = _ms(start)

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandforge.runtime.environments.errors import DependencyInstallFailed
 
@@ -68,4 +68,13 @@ def probe(python: str | None = None, *, timeout: float = 30.0) -> SandboxTarget:
         raise DependencyInstallFailed(f"cannot run the sandbox interpreter {argv[0]}: {exc}") from None
     if done.returncode != 0:
         raise DependencyInstallFailed(f"the sandbox interpreter {argv[0]} failed to describe itself")
-    return SandboxTarget.model_validate(json.loads(done.stdout))
+    return parse_probe(done.stdout)
+
+
+def parse_probe(output: str | bytes) -> SandboxTarget:
+    """The target an interpreter described by running ``python`` + `PROBE_ARGV` (e.g. inside a container)."""
+    try:
+        return SandboxTarget.model_validate(json.loads(output))
+    except (ValueError, ValidationError) as exc:
+        first = str(exc).splitlines()[0]
+        raise DependencyInstallFailed(f"the sandbox interpreter is not one environments can target: {first}") from None
