@@ -100,13 +100,13 @@ def build(ctx: click.Context, file: Path, policy_dirs: tuple[Path, ...], python:
 
     Exit status: 0 ready, 1 a failure to prepare it (its kind is printed), 2 a bad file or manifest."""
     source = read_user_file(file, limit=MAX_PROGRAM_BYTES, what="program").decode("utf-8", errors="replace")
-    manifest = manifest_of(source)
-    if not manifest:
-        raise InvalidDependencyManifest(f"{file} declares no dependency (no `# /// script` dependencies)")
     policy = load_policy([*default_policy().sources, *policy_dirs]) if policy_dirs else default_policy()
     store = _store(ctx)
     store.python = python or store.python
     try:
+        manifest = manifest_of(source)
+        if not manifest:
+            raise InvalidDependencyManifest(f"{file} declares no dependency (no `# /// script` dependencies)")
         prepared = store.prepare(manifest, policy.dependencies, probe(python))
     except EnvironmentFailure as exc:
         if as_json:
