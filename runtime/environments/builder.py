@@ -82,12 +82,14 @@ class EnvironmentStore:
         uv: str | None = None,
         python: str | None = None,
         wait_s: float = DEFAULT_WAIT_S,
+        cache_dir: Path | None = None,
     ) -> None:
         self.root = root
         self.envs = root / "envs"
         self.locks = root / "locks"
         self.resolutions = root / "resolutions"
-        self.uv = Uv(binary=uv or uv_binary(), cache_dir=root / "cache")
+        # the uv cache: on the environments' file system (hard links), never mounted; shared on purpose only
+        self.uv = Uv(binary=uv or uv_binary(), cache_dir=cache_dir or root / "cache")
         self.python = python or sys.executable  # compiles bytecode: must share the target's bytecode tag
         self.wait_s = wait_s
 
