@@ -12,7 +12,7 @@ import pytest
 from sandforge.runtime.environments.builder import EnvironmentStore
 from sandforge.runtime.environments.manifest import normalise
 from sandforge.runtime.environments.records import MOUNT_PATH
-from sandforge.runtime.environments.target import PROBE_ARGV, SandboxTarget, parse_probe
+from sandforge.runtime.environments.target import SandboxTarget, TargetCache, probe_container
 from tests.environments.helpers import offline_policy
 
 pytestmark = pytest.mark.docker
@@ -54,13 +54,17 @@ def test_the_image_interpreter_imports_from_a_read_only_mount(
 ) -> None:
     if runtime == "runsc" and docker_env.reason("gvisor"):
         pytest.skip(docker_env.reason("gvisor"))
-    target: SandboxTarget = parse_probe(_run(docker_env.api, docker_env.tag, ["python3", *PROBE_ARGV], runtime=runtime))
+    cache = TargetCache(tmp_path / "targets")
+    target: SandboxTarget = cache.get(
+        f"image:{docker_env.tag}:{runtime}", lambda: probe_container(docker_env.api, docker_env.tag, runtime=runtime)
+    )
+    assert target.version.startswith("3.") and target.libc == "glibc"
+    assert cache.get(f"image:{docker_env.tag}:{runtime}", _never) == target  # remembered: no second container
     store = EnvironmentStore(tmp_path / "environments")
     prepared = store.prepare(normalise(["python-dateutil", "beautifulsoup4"]), offline_policy(house), target)
     assert prepared.record.spec.target == target
     binds = {str(prepared.site): {"bind": MOUNT_PATH, "mode": "ro"}}
-    cache = str(store.root / "cache")
-    argv = ["python3", "-I", "-S", "-B", "-c", CHECK, cache]
+    argv = ["python3", "-I", "-S", "-B", "-c", CHECK, str(store.root / "cache")]
     for user, refused in (("65534:65534", {"refused 13", "refused 30"}), ("0:0", {"refused 30"})):
         out = _run(docker_env.api, docker_env.tag, argv, runtime=runtime, binds=binds, user=user)
         lines = out.splitlines()
@@ -68,3 +72,7 @@ def test_the_image_interpreter_imports_from_a_read_only_mount(
         assert set(lines[1:3]) <= refused, out  # even root inside gets EROFS: the mount is read-only
         assert lines[3].startswith("['__pycache__', 'beautifulsoup4-"), out  # packages only, no uv lock
         assert lines[3].endswith("False"), out  # the uv cache is not inside the sandbox
+
+
+def _never() -> SandboxTarget:
+    raise AssertionError("the target was probed again")
