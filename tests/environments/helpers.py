@@ -25,8 +25,17 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def make_wheel(directory: Path, name: str, version: str, *, requires: tuple[str, ...] = (), module: str = "") -> Path:
-    """A minimal, valid pure-Python wheel: one module that records its own name."""
+def make_wheel(
+    directory: Path,
+    name: str,
+    version: str,
+    *,
+    requires: tuple[str, ...] = (),
+    module: str = "",
+    extra: dict[str, bytes] | None = None,
+) -> Path:
+    """A minimal, valid pure-Python wheel: one module that records its own name (plus ``extra`` files,
+    listed in its RECORD, whatever their paths)."""
     module = module or name.replace("-", "_")
     dist = f"{name.replace('-', '_')}-{version}"
     files = {
@@ -36,6 +45,7 @@ def make_wheel(directory: Path, name: str, version: str, *, requires: tuple[str,
             + "".join(f"Requires-Dist: {r}\n" for r in requires)
         ).encode(),
         f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        **(extra or {}),
     }
     record = "".join(_record_line(k, v) + "\n" for k, v in files.items()) + f"{dist}.dist-info/RECORD,,\n"
     path = directory / f"{dist}-py3-none-any.whl"

@@ -230,3 +230,14 @@ def test_a_damaged_environment_is_not_ready_and_is_rebuilt(
 def _spec_of(store: EnvironmentStore, house: Path, target: SandboxTarget) -> EnvironmentSpec:
     scratch = EnvironmentStore(store.root.parent / f"scratch-{os.getpid()}")
     return scratch.prepare(normalise(["six"]), offline_policy(house), target).record.spec
+
+
+def test_a_wheel_cannot_write_outside_its_environment(
+    tmp_path: Path, store: EnvironmentStore, house: Path, target: SandboxTarget
+) -> None:
+    escape = {"../escaped.py": b"X = 1\n", "../../../escaped_far.py": b"X = 2\n"}
+    make_wheel(house, "sneaky", "1.0", extra=escape)
+    prepared = store.prepare(normalise(["sneaky"]), offline_policy(house, allow=("sneaky",)), target)
+    assert sorted(p.name for p in prepared.site.iterdir()) == ["__pycache__", "sneaky-1.0.dist-info", "sneaky.py"]
+    assert not list(tmp_path.rglob("escaped*.py"))
+    assert prepared.record.provides == {"sneaky": ("sneaky",)}
