@@ -510,11 +510,15 @@ def _egress_reply(
     """The handler's answer to one fetch, checked: a reply the program may get, and the response's body."""
     request = wire_dumps(frame.request).encode()
     body: bytes | None = None
+    # What ``isinstance`` with the runtime-checkable protocols tests (the method is there), at a fraction of
+    # its cost (it walks the protocol's attributes on every call: ~5 us per fetch).
     try:
-        if isinstance(handler, EgressPartsHandler):
-            raw, body = handler.egress_parts(request, deadline)
-        elif isinstance(handler, EgressHandler):
-            raw = handler.egress(request, deadline)
+        parts = getattr(handler, "egress_parts", None)
+        whole = getattr(handler, "egress", None) if parts is None else None
+        if parts is not None:
+            raw, body = parts(request, deadline)
+        elif whole is not None:
+            raw = whole(request, deadline)
         else:
             return _NO_EGRESS, b""
         reply = FetchReplyWire.model_validate_json(raw)

@@ -73,6 +73,8 @@ ORIGIN_BOUND_HEADERS = frozenset({"authorization", "cookie"})
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 USER_AGENT = "sandforge-egress/1"
 REDACTED = "[redacted]"
+#: Addresses whose verdict a broker keeps (see `EgressBroker._verdict`).
+VERDICT_CACHE = 4096
 _DNS_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="sandforge-egress-dns")
 
 
@@ -155,6 +157,10 @@ class EgressBroker:
         self._resolver = resolver
         self._credentials = CredentialSource(policy.credentials, environ)
         self._ssl = ssl_context or self._context(policy.ca_file)
+        #: address -> its verdict under this policy's exempt ranges: `classify` is a pure function of the two
+        #: (tens of microseconds for a public address: every deny range is tested), so each address is judged
+        #: once per broker. Bounded; the check itself is never skipped, only not repeated.
+        self._verdicts: dict[IPAddress, Verdict] = {}
 
     @staticmethod
     def _context(ca_file: str | None) -> ssl.SSLContext:
@@ -174,6 +180,14 @@ class EgressBroker:
 
     # --------------------------------------------------------------------------------- one hop's checks
 
+    def _verdict(self, address: IPAddress) -> Verdict:
+        verdict = self._verdicts.get(address)
+        if verdict is None:
+            verdict = classify(address, self._exempt)
+            if len(self._verdicts) < VERDICT_CACHE:  # a racing thread may judge it too: the same answer
+                self._verdicts[address] = verdict
+        return verdict
+
     def _addresses(self, target: Target, deadline: float) -> list[Verdict]:
         if target.ip is not None:
             found: Sequence[IPAddress] = [target.ip]
@@ -185,7 +199,7 @@ class EgressBroker:
             found = resolver(target.host, target.port)
             if not found:
                 raise NetworkError(f"DNS: {target.host} has no address", reason="dns")
-        verdicts = [classify(address, self._exempt) for address in found]
+        verdicts = [self._verdict(address) for address in found]
         denied = [v for v in verdicts if not v.allowed]
         if denied:
             via = "" if target.ip is not None else f"{target.host} resolves to "

@@ -46,7 +46,16 @@ def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> str:
     """``value``'s canonical JSON text, the encoding of every frame and every context text: strict JSON (no
     NaN/Infinity), UTF-8 as it is, no spaces, so the host and the inside encode a value to the same bytes.
     TypeError/ValueError when it is not JSON."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=default)
+    encoder = _ENCODERS.get(default)
+    if encoder is None:  # one encoder per hook: ``json.dumps`` with options builds a new one on every call
+        encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=default)
+        if len(_ENCODERS) < 16:  # the hooks are module functions; a stray closure is never kept
+            _ENCODERS[default] = encoder
+    return encoder.encode(value)
+
+
+#: ``dumps``' encoders by ``default`` hook (stateless between calls, so shared; a handful of hooks exist).
+_ENCODERS: dict[Callable[[Any], Any] | None, json.JSONEncoder] = {}
 
 
 class ErrorKind:
