@@ -196,6 +196,8 @@ def _ipv4(labels: list[str]) -> ipaddress.IPv4Address | None:
 
 
 def _encode(text: str, safe: frozenset[str], url: str) -> str:
+    if safe.issuperset(text):  # nothing to escape (and no %: it is in no safe set): the loop would copy it
+        return text
     out: list[str] = []
     i = 0
     while i < len(text):
@@ -278,7 +280,16 @@ def _path_regex(glob: str) -> re.Pattern[str]:
 
 def path_matches(glob: str, path: str) -> bool:
     """``**`` crosses ``/``, ``*`` and ``?`` do not. The glob is normalised like a path first."""
-    return _path_regex(_encode(glob, _PATH_SAFE | frozenset("*?"), glob)).fullmatch(path) is not None
+    return _glob_regex(glob).fullmatch(path) is not None
+
+
+_GLOB_SAFE = _PATH_SAFE | frozenset("*?")
+
+
+@functools.lru_cache(maxsize=1024)
+def _glob_regex(glob: str) -> re.Pattern[str]:
+    """A path glob normalised and compiled once (the policy's globs are few; every request matches them)."""
+    return _path_regex(_encode(glob, _GLOB_SAFE, glob))
 
 
 def host_matches(glob: str, target: Target) -> bool:

@@ -9,7 +9,7 @@ import json
 import signal
 from typing import Any
 
-from .channel import Channel, close_fds, read_frame, read_raw_frame, write_frame
+from .channel import Channel, close_fds, read_bytes_frame, read_frame, write_frame
 from .lazycontext import NotJson, check_json, dump_json, encode
 from .wire import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
 from .world import check_inner_wall
@@ -88,11 +88,10 @@ class Bridge:
         response = reply.get("response")
         if isinstance(response, dict):
             size = response.get("body_bytes")
-            raw = read_raw_frame(self.channel, self.max_bytes)
+            body = read_bytes_frame(self.channel, self.max_bytes)
             self._no_descriptors("a fetch's body")
-            if type(size) is not int or len(raw) != size:
+            if type(size) is not int or len(body) != size:
                 raise RuntimeError("host sent a fetch body of another length than announced")
-            body = bytes(raw)
         check_inner_wall()
         return reply, body
 
