@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import multiprocessing
+import os
 import statistics
 import threading
 import time
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sandforge.runtime.egress import EgressBroker, EgressPolicy, EgressSection, FetchRequest
+from sandforge.runtime.egress import EgressBroker, EgressPolicy, EgressSection, FetchReply, FetchRequest, FetchResponse
 from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.exchange import no_bridge
 from sandforge.sandbox.protocol import BridgeReply, CallFrame
@@ -84,10 +85,13 @@ def main() -> None:
         }
     )
     broker = EgressBroker(EgressPolicy().merge(section))
+    # The machine's load is part of every number here (wake-ups dominate a loopback fetch): say it.
+    print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     latency(broker, port, args.rounds)
     concurrency(broker, port, max(10, args.rounds // 4))
     if args.backend != "none":
         through_sandbox(broker, port, args.rounds, args.backend, direct)
+    print("load average at end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     if serving is not None:
         serving.terminate()
         serving.join(5)
@@ -229,7 +233,36 @@ def through_sandbox(
                 f"{size:>5} {p50['direct']:>9.3f}ms {p50['sandbox']:>10.3f}ms {p50['sandbox'] / p50['direct']:>5.2f}x "
                 f"{p50['base64']:>9.3f}ms {p50['base64'] / p50['direct']:>5.2f}x"
             )
+        _channel_only(sandbox, rounds)
         _concurrent(sandbox, broker, port, max(20, rounds // 2), direct)
+
+
+class _Canned(Bridge):
+    """Answers every fetch at once with a fixed reply and body: what the channel alone costs."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(EgressBroker(EgressPolicy()))
+        response = FetchResponse.model_construct(
+            status=200, headers={"content-type": "text/plain"}, url="http://canned.test/", body_b64="", elapsed_ms=0.0
+        )
+        self.reply = FetchReply.model_construct(response=response, error=None).model_dump_json().encode()
+        self.body = body
+
+    def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
+        return self.reply, self.body
+
+
+def _channel_only(sandbox: Sandbox, rounds: int) -> None:
+    """p50 of a fetch whose handler answers at once: the frame out, the host's wake-up, the reply frames
+    back and the sandbox's wake-up, without any HTTP."""
+    for size, nbytes in SIZES.items():
+        count = rounds if size == "1KB" else max(20, rounds // 4)
+        request = ExecutionRequest(code=LOOP, args=["http://canned.test/", count, nbytes], limits=LIMITS)
+        out = sandbox.execute(request, bridge=_Canned(b"x" * nbytes))
+        if not out.ok:
+            raise RuntimeError(f"bench program failed: {out.error_type}: {out.error_message}")
+        assert isinstance(out.value, list)
+        print(f"{size:>5} channel only (canned reply): p50 {statistics.median(out.value) * 1000:.3f}ms")
 
 
 def _concurrent(sandbox: Sandbox, broker: EgressBroker, port: int, per: int, direct: Callable[[int, str], int]) -> None:
