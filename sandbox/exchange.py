@@ -244,25 +244,19 @@ def run_exchange(
         if remaining <= 0:
             ex.failure = (ErrorType.TIMEOUT, _timeout_message(limits.timeout_s, allowed))
             break
-        for stream, chunk in io.poll(remaining):
-            if not chunk:
-                open_streams.discard(stream)
-            elif stream == "stderr":
-                ex.stderr.add(chunk)
-            elif stream == "stdout":
-                ex.stray_stdout.add(chunk)
-            else:
-                try:
-                    _handle_frames(io, reader, reader.feed(chunk), ex, handler, limits, deadline)
-                except ProtocolError as exc:
-                    ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {exc}")
+        results = _sort_chunks(io.poll(remaining), ex, open_streams)
+        if results:
+            try:
+                _handle_frames(io, reader, reader.feed(results), ex, handler, limits, deadline)
+            except ProtocolError as exc:
+                ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {exc}")
+                ex.context = None
+                break
+            except TimeoutError:
+                ex.failure = _blocked_reply(io, limits)
+                if ex.failure[0] is ErrorType.SANDBOX_VIOLATION:
                     ex.context = None
-                    break
-                except TimeoutError:
-                    ex.failure = _blocked_reply(io, limits)
-                    if ex.failure[0] is ErrorType.SANDBOX_VIOLATION:
-                        ex.context = None
-                    break
+                break
         if ex.stderr.truncated or ex.stray_stdout.truncated:
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
         if ex.complete and ("result" not in open_streams or stop_at_result):
@@ -271,6 +265,24 @@ def run_exchange(
         ex.failure = (ErrorType.SANDBOX_VIOLATION, "the sandbox sent an incomplete result")
     ex.wall_s = time.monotonic() - started - ex.bridge_s
     return ex
+
+
+def _sort_chunks(chunks: list[tuple[Stream, bytes]], ex: Exchange, open_streams: set[Stream]) -> bytes:
+    """Output into its captures, closed streams out of ``open_streams``; the result channel's bytes of this
+    poll as one piece. Served together, so that frames that came in one poll are judged together: a channel
+    that hands each write over as a chunk of its own (Docker's attach stream) must not let a frame written
+    past a nested call pass as if it came alone (``_check_nested``)."""
+    results: list[bytes] = []
+    for stream, chunk in chunks:
+        if not chunk:
+            open_streams.discard(stream)
+        elif stream == "stderr":
+            ex.stderr.add(chunk)
+        elif stream == "stdout":
+            ex.stray_stdout.add(chunk)
+        else:
+            results.append(chunk)
+    return results[0] if len(results) == 1 else b"".join(results)
 
 
 def _timeout_message(limit_s: float, allowed_s: float) -> str:

@@ -454,6 +454,8 @@ class EgressSession:
     # ------------------------------------------------------------------------------------- redaction
 
     def _redact(self, text: str) -> str:
+        if not self._secrets:  # nothing injected yet (most executions): no lock, no sort, per header value
+            return text
         with self._lock:
             secrets = sorted(self._secrets, key=len, reverse=True)
         for secret in secrets:
@@ -462,6 +464,8 @@ class EgressSession:
         return text
 
     def _redact_bytes(self, data: bytes) -> bytes:
+        if not self._secrets:
+            return data
         with self._lock:
             secrets = sorted(self._secrets, key=len, reverse=True)
         for secret in secrets:
