@@ -45,7 +45,11 @@ class Site:
 
 SITES: tuple[Site, ...] = (
     Site(
-        "Google News", "news.google.com", "/rss", "hl=en-US&gl=US&ceid=US:en", "Top stories - Google News",
+        "Google News",
+        "news.google.com",
+        "/rss",
+        "hl=en-US&gl=US&ceid=US:en",
+        "Top stories - Google News",
         (
             Story("City council approves night-time tram pilot", "tram-pilot", "A six-month trial starts in May."),
             Story("Researchers map a new deep-sea coral reef", "coral-reef", "The reef spans 12 km of seabed."),
@@ -54,7 +58,11 @@ SITES: tuple[Site, ...] = (
         ),
     ),
     Site(
-        "Yahoo News", "news.yahoo.com", "/rss/", "", "Yahoo News - Latest News & Headlines",
+        "Yahoo News",
+        "news.yahoo.com",
+        "/rss/",
+        "",
+        "Yahoo News - Latest News & Headlines",
         (
             Story("Orchard growers report record apple harvest", "apples", "Cool nights helped the crop."),
             Story("Marathon route changes to avoid river works", "marathon", "Runners will cross two parks."),
@@ -62,7 +70,11 @@ SITES: tuple[Site, ...] = (
         ),
     ),
     Site(
-        "The New York Times", "rss.nytimes.com", "/services/xml/rss/nyt/HomePage.xml", "", "NYT > Top Stories",
+        "The New York Times",
+        "rss.nytimes.com",
+        "/services/xml/rss/nyt/HomePage.xml",
+        "",
+        "NYT > Top Stories",
         (
             Story("Inside the workshop that repairs museum clocks", "clocks", "Some mechanisms are 300 years old."),
             Story("A quieter airport: electric tugs take over", "electric-tugs", "Ground noise fell by a third."),

@@ -93,8 +93,8 @@ fetcher = delegate(
 parser = delegate(
     "rss_parser",
     purpose="Parse an RSS 2.0 or Atom feed document into its channel title and headlines",
-    deliverable={{"type": "dict", "required": ["channel", "headlines"],
-                 "properties": {{"headlines": {{"type": "list", "items": {{"type": "dict", "required": ["title", "link"]}}}}}}}},
+    deliverable={{"type": "dict", "required": ["channel", "headlines"], "properties": {{
+        "headlines": {{"type": "list", "items": {{"type": "dict", "required": ["title", "link"]}}}}}}}},
     acceptance="headlines in document order, each with title, link and published",
 )
 {use}"""
