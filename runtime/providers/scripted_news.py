@@ -218,12 +218,13 @@ class NewsModel:
         raise ProviderError(f"the news script has no program for {where}", retriable=False, kind="script_exhausted")
 
     def source_of(self, question: str) -> tuple[str, str]:
-        """The catalogue entry the question names: its source name (or host name) appears in it."""
-        folded = question.casefold()
+        """The catalogue entry the question names: the source's name, its host or its key word (the longest
+        word of the name but "news" and "the": google, yahoo, times), as a whole word."""
+        words = set(re.findall(r"[\w.]+", question.casefold()))
         for source, url in self.feeds.items():
             host = url.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
-            first_word = source.casefold().removeprefix("the ").split()[0]
-            if source.casefold() in folded or host in folded or first_word in folded:
+            key = max((w for w in source.casefold().split() if w not in ("news", "the")), key=len, default="")
+            if source.casefold() in question.casefold() or host in words or key in words:
                 return source, url
         known = ", ".join(self.feeds)
         raise ProviderError(f"the news script knows no feed for {question!r} (it knows {known})",
