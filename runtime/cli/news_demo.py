@@ -94,27 +94,27 @@ def _j(value: Any) -> str:
 
 
 def egress_records(outcome: Outcome, records: Sequence[CallRecord]) -> list[dict[str, Any]]:
-    """The broker's provenance for a question: its own execution's records, then its nested calls'."""
+    """The broker's provenance for a question (``runtime.egress.EgressRecord`` fields): its own execution's
+    records (outcome metadata), then those of its nested calls (their call-log records)."""
     own = outcome.metadata.get("egress")
     found: list[dict[str, Any]] = [r for r in own if isinstance(r, dict)] if isinstance(own, list) else []
     for record in records:
         if record.depth > 0:
-            found += [r for r in getattr(record, "egress", None) or [] if isinstance(r, dict)]
+            found += [call.model_dump(mode="json") for call in getattr(record, "egress", None) or []]
     return found
 
 
 def provenance_line(record: dict[str, Any]) -> str:
-    """One broker record as a line: method, URL, status, bytes, time, and the rule (or the denial)."""
+    """One broker record as a line: method, URL, status, bytes, time, and the rule (or why it failed)."""
     what = f"{record.get('method', 'GET')} {record.get('url')}"
+    if record.get("final_url") and record["final_url"] != record.get("url"):
+        what += f" (final {record['final_url']})"
     if record.get("status") is not None:
-        what += f" -> {record['status']}, {record.get('bytes', record.get('response_bytes', 0))} bytes"
-    seconds = record.get("duration_s")
-    if isinstance(seconds, (int, float)):
-        what += f", {seconds * 1000:.0f} ms"
+        what += f" -> {record['status']}, {record.get('bytes', 0)} bytes, {record.get('duration_ms', 0):.0f} ms"
     if record.get("rule"):
         what += f", allowed by {record['rule']}"
-    if record.get("denied") or record.get("reason"):
-        what += f", DENIED: {record.get('denied') or record.get('reason')}"
+    if record.get("denied") or record.get("error"):
+        what += f", FAILED [{record.get('error')}]: {record.get('denied')}"
     return what
 
 

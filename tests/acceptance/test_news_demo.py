@@ -1,0 +1,111 @@
+"""The design documents' scenario, for real (issue 18): `sandforge demo --news`, on every backend.
+
+An assistant asks for Google News, Yahoo News and NYT headlines in turn. The feeds come from loopback
+servers reached only through the host's egress broker under the demo's policy layer. The first two answers
+are one-off generated programs, returned with the broker's provenance and not reused across sources; pattern
+memory sees http_fetch and rss_parse repeat; the third request forges web_fetcher and rss_parser, which
+persist; a second run on the same store calls them with no model call for them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sandforge.runtime.cli import main
+from sandforge.runtime.cli.news_demo import NewsRun, Step, egress_records, run_news_demo
+from sandforge.runtime.cli.news_feeds import SITES
+from sandforge.runtime.store import ToolStore
+from sandforge.sandbox import Sandbox
+
+HOSTS = [site.host for site in SITES]
+TITLES = {site.source: [story.title for story in site.stories] for site in SITES}
+
+
+def run(sandbox: Sandbox, store: Path, work: Path) -> tuple[NewsRun, list[str]]:
+    lines: list[str] = []
+    work.mkdir()
+    result = run_news_demo(sandbox, store, echo=lines.append, work_dir=work)
+    return result, lines
+
+
+def provenance(step: Step) -> list[dict[str, object]]:
+    return egress_records(step.outcome, step.records)
+
+
+def assert_answers_each_source_with_the_brokers_provenance(result: NewsRun) -> None:
+    for step, site in zip(result.steps, SITES, strict=True):
+        assert step.outcome.ok, (step.question, step.outcome.error_type, step.outcome.error_message)
+        value = step.outcome.value
+        assert isinstance(value, dict) and value["source"] == site.source
+        assert [h["title"] for h in value["headlines"]] == TITLES[site.source][:5]
+        (record,) = provenance(step)  # exactly one request, to this source's feed, recorded by the host
+        assert str(record["url"]).startswith(f"http://{site.host}:") and record["status"] == 200
+        assert record["rule"] and f"{site.host}" in str(record["rule"]) and not record["denied"]
+        assert int(str(record["bytes"])) > 500
+
+
+def test_first_run_generates_then_forges_and_a_second_run_reuses_the_tools(sandbox: Sandbox, tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    first, lines = run(sandbox, store_dir, tmp_path / "run1")
+    assert_answers_each_source_with_the_brokers_provenance(first)
+    google, yahoo, nyt = first.steps
+    assert google.decisions == ["inline:requests"] and yahoo.decisions == ["inline:urllib"]
+    assert nyt.decisions == ["forge", "web_fetcher.fetch", "rss_parser.parse"]
+    # the provenance of the first two is the outcome's own (the program fetched itself)
+    assert [r["url"] for r in google.outcome.metadata["egress"]] == [r["url"] for r in provenance(google)]
+    # ADR 0013: the Google program is stored but never run for Yahoo
+    (yahoo_top,) = [r for r in yahoo.records if r.depth == 0]
+    assert (yahoo_top.selection_decision, yahoo_top.selection_reason) == ("regenerate", "dynamic_method")
+    assert yahoo_top.program_source == "generated" and yahoo_top.cacheable is False
+    # pattern memory: the nudge reached the third prompt, naming the repeated capabilities
+    assert first.model_calls == {"assistant.ask": 3, "web_fetcher.fetch": 1, "rss_parser.parse": 1}
+    nested = {f"{r.role}.{r.method}": r for r in nyt.records if r.depth == 1}
+    assert set(nested) == {"web_fetcher.fetch", "rss_parser.parse"}
+    assert all(r.program_source == "generated" and r.cacheable for r in nested.values())
+    assert any("consider Forging now" in line for line in lines)
+    assert any("http_fetch 2/2" in line and "rss_parse 2/2" in line and "promotion" in line for line in lines)
+    # the forged tools persist, reusable
+    store = ToolStore(store_dir)
+    assert {"web_fetcher", "rss_parser"} <= {entry.role for entry in store.list_tools()}
+    assert first.tools["web_fetcher.fetch"]["cacheable"] and first.tools["rss_parser.parse"]["cacheable"]
+    assert first.served == dict.fromkeys(HOSTS, 1)
+
+    second, lines = run(sandbox, store_dir, tmp_path / "run2")
+    assert_answers_each_source_with_the_brokers_provenance(second)
+    assert [step.decisions for step in second.steps] == [["use_tools"]] * 3
+    assert second.model_calls == {"assistant.ask": 3}  # none for web_fetcher or rss_parser
+    for step in second.steps:
+        tools = [r for r in step.records if r.depth == 1]
+        assert {f"{r.role}.{r.method}" for r in tools} == {"web_fetcher.fetch", "rss_parser.parse"}
+        assert all(r.program_source == "persisted" and r.selection_decision == "execute_persisted" for r in tools)
+    assert second.served == dict.fromkeys(HOSTS, 1)
+    assert any("no model call for them" in line for line in lines)
+
+
+def test_the_cli_runs_twice_on_its_store(tmp_path: Path) -> None:
+    runner = CliRunner()
+    args = ["demo", "--news", "--store", str(tmp_path / "store")]
+    first = runner.invoke(main, args)
+    assert first.exit_code == 0, first.output
+    assert "forged two tools" in first.output and "run `sandforge demo --news` again" in first.output
+    second = runner.invoke(main, args)
+    assert second.exit_code == 0, second.output
+    assert "used the stored tools" in second.output and "persisted program, NO model call" in second.output
+    assert "of which for web_fetcher/rss_parser: 0" in second.output
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--live"], ["--log", "x.jsonl"], ["--fresh", "--store", "somewhere"]],
+)
+def test_news_refuses_options_it_does_not_take(extra: list[str], tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["demo", "--news", *extra])
+    assert result.exit_code == 2 and result.output.startswith("error:"), result.output
+
+
+def test_store_and_fresh_belong_to_news() -> None:
+    result = CliRunner().invoke(main, ["demo", "--fresh"])
+    assert result.exit_code == 2 and "--news" in result.output
