@@ -166,16 +166,18 @@ if limit:
 return {"channel": channel, "headlines": headlines}
 """
 
-_TOOL_LINE = re.compile(r"^- (?P<role>[\w./-]+)(?::[^\n(]*)?(?:\((?P<details>[^)\n]*)\))?", re.MULTILINE)
+_TOOL_LINE = re.compile(r"^- (?P<role>[\w./-]+)(?P<rest>.*)$", re.MULTILINE)
+_METHODS = re.compile(r"\(methods: (?P<methods>[^;()]*)(?:;[^()]*)?\)\s*$")
 
 
 def listed_tools(block: str | None) -> dict[str, set[str]]:
-    """Tool name -> the methods ``<known_tools>`` lists for it (read from the block, as a model reads it)."""
+    """Tool name -> the methods ``<known_tools>`` lists for it (read from the block, as a model reads it:
+    the methods are in the parentheses that end the line, whatever the purpose before them holds)."""
     tools: dict[str, set[str]] = {}
     for match in _TOOL_LINE.finditer(block or ""):
-        details = match["details"] or ""
-        methods = details.split("methods:", 1)[1].split(";", 1)[0] if "methods:" in details else ""
-        tools[match["role"]] = {m.strip() for m in methods.split(",") if m.strip() and m.strip() != "..."}
+        found = _METHODS.search(match["rest"])
+        methods = found["methods"].split(",") if found else []
+        tools[match["role"]] = {m.strip() for m in methods if m.strip() and m.strip() != "..."}
     return tools
 
 

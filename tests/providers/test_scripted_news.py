@@ -120,3 +120,7 @@ def test_listed_tools_reads_names_and_methods_from_the_block() -> None:
         "many": {"a", "b"},
     }
     assert listed_tools(None) == {}
+    purpose_with_parentheses = (
+        "- web_fetcher: Fetch a URL over HTTP(S) (and more) (methods: fetch, head; used 1x, 100% ok)"
+    )
+    assert listed_tools(purpose_with_parentheses) == {"web_fetcher": {"fetch", "head"}}
