@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sandforge.runtime.agent import Workspace
 from sandforge.runtime.cli import main
 from sandforge.runtime.cli.news_demo import NewsRun, Step, egress_records, run_news_demo
-from sandforge.runtime.cli.news_feeds import SITES
+from sandforge.runtime.cli.news_feeds import SITES, LocalInternet
+from sandforge.runtime.guardrails.loader import layered_policy
+from sandforge.runtime.providers import ScriptedProvider
 from sandforge.runtime.store import ToolStore
 from sandforge.sandbox import Sandbox
 
@@ -109,3 +112,27 @@ def test_news_refuses_options_it_does_not_take(extra: list[str], tmp_path: Path)
 def test_store_and_fresh_belong_to_news() -> None:
     result = CliRunner().invoke(main, ["demo", "--fresh"])
     assert result.exit_code == 2 and "--news" in result.output
+
+
+def test_a_program_under_the_demo_layer_reaches_only_the_three_feeds(sandbox: Sandbox, tmp_path: Path) -> None:
+    """Another path on an allowed host, an allowed path on another port, the address itself, a name the layer
+    does not resolve: each is the terminal egress_denied (no regeneration), recorded, and no server sees it."""
+    with LocalInternet() as net:
+        policy = layered_policy([net.write_policy_layer(tmp_path / "layer")])
+        google = net.servers["news.google.com"]
+        targets = [
+            f"http://news.google.com:{google.port}/admin",
+            f"http://news.yahoo.com:{google.port}/rss/",
+            f"http://127.0.0.1:{google.port}/rss",
+            "http://news.bing.com/rss",
+        ]
+        for url in targets:
+            program = "import requests\nreturn requests.get(args[0] + '').text\n"  # computed: judged at run time
+            provider = ScriptedProvider([program, program])
+            with Workspace(provider=provider, sandbox=sandbox, policy=policy, log=False) as ws:
+                outcome = ws.call("assistant", "ask", url)
+            assert outcome.error_type == "egress_denied" and not outcome.retriable, (url, outcome)
+            assert provider.calls == 1  # terminal: retrying another way will not help
+            (record,) = outcome.metadata["egress"]
+            assert record["denied"] and record["status"] is None
+        assert sum(server.served + server.refused for server in net.servers.values()) == 0
