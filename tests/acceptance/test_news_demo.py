@@ -124,7 +124,7 @@ def test_a_program_under_the_demo_layer_reaches_only_the_three_feeds(sandbox: Sa
             f"http://news.google.com:{google.port}/admin",
             f"http://news.yahoo.com:{google.port}/rss/",
             f"http://127.0.0.1:{google.port}/rss",
-            "http://news.bing.com/rss",
+            "http://news.example.invalid/rss",
         ]
         for url in targets:
             program = "import requests\nreturn requests.get(args[0] + '').text\n"  # computed: judged at run time
