@@ -18,6 +18,7 @@ import functools
 import logging
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -25,7 +26,9 @@ from pydantic import ValidationError
 from sandforge.runtime.egress.wire import FetchFailure, FetchReply, FetchRequest
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.guardrails import Policy
-from sandforge.sandbox import ErrorType, ExecutionOutcome
+from sandforge.sandbox import BridgeReply, ErrorType, ExecutionOutcome
+from sandforge.sandbox.exchange import no_bridge
+from sandforge.sandbox.protocol import CallFrame
 
 if TYPE_CHECKING:  # the broker (its HTTP client, TLS, thread pools) loads on the first fetch, not with the agent
     from sandforge.runtime.egress.broker import EgressBroker, EgressRecord, EgressSession
@@ -185,3 +188,21 @@ def egress_of(outcome: ExecutionOutcome | None) -> list[dict[str, Any]]:
         return []
     found = outcome.metadata.get("egress")
     return [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []
+
+
+@dataclass
+class StandaloneBridge:
+    """The bridge of an execution with no agent behind it (``sandforge exec``): its nested calls are
+    unavailable, its fetches are brokered under the policy that approved it, like an agent's."""
+
+    fetches: ExecutionEgress
+
+    @classmethod
+    def of(cls, policy: Policy) -> StandaloneBridge:
+        return cls(ExecutionEgress(broker_for(policy)))
+
+    def __call__(self, frame: CallFrame) -> BridgeReply:
+        return no_bridge(frame)
+
+    def egress(self, request: bytes, deadline: float) -> bytes:
+        return self.fetches.egress(request, deadline)

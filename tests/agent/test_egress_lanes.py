@@ -40,7 +40,7 @@ EXCEPTIONS = {
 }
 
 
-def fetch(bridge: BridgeHandler | None, url: str, *, method: str = "GET", deadline: float | None = None) -> Any:
+def fetch(bridge: Any, url: str, *, method: str = "GET", deadline: float | None = None) -> Any:
     """What ``fetch(url)`` does inside a sandbox: one FetchRequest frame through the bridge's egress."""
     assert bridge is not None and hasattr(bridge, "egress"), "the agent's bridge answers fetches"
     frame = FetchRequest.of(url, method=method).model_dump_json().encode()
@@ -339,3 +339,51 @@ def test_a_malformed_frame_is_an_invalid_fetch_with_or_without_a_broker(tmp_path
     for broker in (broker_for(granting(tmp_path, ALLOW_SVC)), NO_GRANT):
         reply = FetchReply.model_validate_json(ExecutionEgress(broker).egress(b'{"url": 3}', time.monotonic() + 5))
         assert reply.error is not None and reply.error.kind == "invalid_fetch"
+
+
+# --------------------------------------------------------------------------------------- logs, exec, sessions
+
+
+def test_sandforge_logs_shows_each_request_per_attempt(tmp_path: Path) -> None:
+    from sandforge.runtime.cli.logs_cmd import format_record
+
+    policy = granting(tmp_path, ALLOW_SVC + "  limits: {max_requests: 1}\n")
+    both = fetching("https://elsewhere.example/", "http://svc.test:9/x", catch=False)
+    h = harness({P1: fetching("http://svc.test:9/x", method="BREW"), P2: both}, [P1, P2], policy)
+    _, record = h.call()
+    text = "\n".join(format_record(record))
+    assert "attempt 1 failed in execution" in text
+    assert "  fetch BREW http://svc.test:9/x -> invalid_fetch: method 'BREW' is not supported" in text
+    assert "fetch GET https://elsewhere.example/ -> egress_denied: GET https://elsewhere.example/ is denied" in text
+    brief = "\n".join(format_record(record, details=False))
+    assert "fetch" not in brief
+
+
+def test_the_exec_bridge_brokers_under_the_policy_and_has_no_nested_calls(tmp_path: Path) -> None:
+    from sandforge.runtime.agent.egress import StandaloneBridge
+    from sandforge.sandbox.protocol import CallFrame, CallTarget
+
+    bridge = StandaloneBridge.of(default_policy())
+    assert fetch(bridge, "https://news.example/").error.message == NO_GRANT
+    frame = CallFrame(type="call", id=1, target=CallTarget(kind="tool", name="t"), method="m")
+    assert BridgeReply.of(bridge(frame)).error_type == "nested_calls_unavailable"
+    granted = StandaloneBridge.of(granting(tmp_path, ALLOW_SVC))
+    reply = fetch(granted, "https://elsewhere.example/")
+    assert reply.error is not None and "no allow entry covers host elsewhere.example" in reply.error.message
+    forged = ExecutionOutcome.failure(ErrorType.MISSING_CREDENTIALS, "MissingCredentials: x", backend="memory")
+    checked = granted.fetches.attach(forged)
+    assert checked.error_type is ErrorType.EXECUTION and len(checked.metadata["egress"]) == 1
+
+
+def test_session_tools_run_under_the_runners_policy(tmp_path: Path) -> None:
+    from sandforge.runtime.sessions import AgentToolRunner
+    from sandforge.sandbox import SandboxConfig
+
+    policy = granting(tmp_path, ALLOW_SVC)
+    config = SandboxConfig(backend="subprocess", pool_size=0)
+    runner = AgentToolRunner(provider=ScriptedProvider([]), sandbox=config, log=False, policy=policy)
+    try:
+        runner.agent("news")
+        assert runner.workspace is not None and runner.workspace.policy is policy
+    finally:
+        runner.close()
