@@ -7,7 +7,9 @@ bounded capture of stdout/stderr, the wall-clock deadline, and turning what happ
 
 from __future__ import annotations
 
+import binascii
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -19,7 +21,8 @@ from pydantic import ValidationError
 from sandforge.sandbox.channel import Stream, WorkerIO
 from sandforge.sandbox.context import SEALED_MIN_BYTES, ContextError, ContextSnapshot, decode_value
 from sandforge.sandbox.inside.compilation import host_compiled
-from sandforge.sandbox.inside.wire import MAX_PASSED_FDS, ExecuteFrame
+from sandforge.sandbox.inside.wire import FETCH_ERROR_KINDS, MAX_PASSED_FDS, ExecuteFrame
+from sandforge.sandbox.inside.wire import dumps as wire_dumps
 from sandforge.sandbox.protocol import (
     HEADER,
     PROTOCOL_VERSION,
@@ -30,6 +33,8 @@ from sandforge.sandbox.protocol import (
     ErrorType,
     ExecutionOutcome,
     ExecutionRequest,
+    FetchFrame,
+    FetchReplyWire,
     FrameReader,
     FrameTooLarge,
     Limits,
@@ -57,7 +62,27 @@ class DeclareHandler(Protocol):
     def declare(self, frame: DeclareFrame) -> Reply: ...
 
 
+@runtime_checkable
+class EgressHandler(Protocol):
+    """A bridge handler that brokers the program's requests (``fetch()``, ``urllib``/``requests``):
+    ``request`` is a ``FetchRequest`` as JSON bytes (``runtime/egress/wire.py``), the answer a ``FetchReply``
+    as JSON bytes; ``deadline`` is the execution's ``time.monotonic()`` deadline (fetching is charged to it).
+    A handler without ``egress`` answers every fetch with ``egress_denied``; nothing is sent anywhere."""
+
+    def egress(self, request: bytes, deadline: float) -> bytes: ...
+
+
+@runtime_checkable
+class EgressPartsHandler(Protocol):
+    """An egress handler that can also give a response's body as raw bytes beside a ``FetchReply`` whose
+    ``body_b64`` is empty (``EgressSession.handle_parts``): the body then reaches the program without a
+    base64 round trip. Preferred over ``egress`` when present; ``body`` is None for an error reply."""
+
+    def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]: ...
+
+
 TRUNCATION_MARK = "\n[... truncated by sandforge]"
+log = logging.getLogger(__name__)
 
 _SERVING = threading.local()
 
@@ -80,6 +105,14 @@ _ACKNOWLEDGED = BridgeReply(status="ok")
 _MALFORMED = BridgeReply.error("internal_error", "the host answered the nested call with a malformed reply")
 _TOO_LARGE = BridgeReply.error("output_limit", "nested result too large")
 _NOT_JSON = BridgeReply.error("internal_error", "the host answered the nested call with a value that is not JSON")
+_NO_EGRESS = FetchReplyWire.failure(
+    "egress_denied",
+    "this execution has no egress: grant http_fetch and list egress.allow entries in the policy",
+    "no_egress",
+)
+_MALFORMED_FETCH = FetchReplyWire.failure(
+    "network_error", "the host could not broker the request: its broker answered with a malformed reply", "internal"
+)
 
 
 def _answer(handler: BridgeHandler, frame: CallFrame | DeclareFrame) -> BridgeReply:
@@ -128,9 +161,12 @@ class Exchange:
     stray_stdout: BoundedCapture = field(default_factory=lambda: BoundedCapture(0))
     wall_s: float = 0.0
     bridge_s: float = 0.0
-    #: Nested frames answered so far, by frame type (``call``, ``declare``): each type has its own ids.
-    served: dict[str, int] = field(default_factory=lambda: {"call": 0, "declare": 0})
+    #: Nested frames answered so far, by frame type (``call``, ``declare``, ``fetch``): each type has its own ids.
+    served: dict[str, int] = field(default_factory=lambda: {"call": 0, "declare": 0, "fetch": 0})
     deadline: float | None = None
+    #: The error kinds this execution's fetches were answered with: the only fetch kinds its result may claim.
+    fetch_errors: set[str] = field(default_factory=set)
+    fetch_s: float = 0.0
 
     @property
     def nested_calls(self) -> int:
@@ -387,13 +423,14 @@ def _handle_frames(
     io: WorkerIO, reader: FrameReader, bodies: list[bytes], ex: Exchange, handler: BridgeHandler, limits: Limits,
     deadline: float,
 ) -> float:  # fmt: skip
-    """Process complete frames; returns the seconds spent in nested calls. They are charged to this call:
-    ``deadline`` is never moved (see ``run_exchange``); the time is kept in ``ex.bridge_s`` for the record.
+    """Process complete frames; returns the seconds spent in nested calls and fetches. They are charged to this
+    call: ``deadline`` is never moved (see ``run_exchange``); the time is kept in ``ex.bridge_s`` (nested
+    calls) and ``ex.fetch_s`` (fetches) for the record.
 
-    A nested call is synchronous: after a ``call`` frame the runner writes nothing until it has read the
-    whole reply. So anything after a call frame in the same read, and a call frame while a reply (or the
-    request) still sits unread in the channel, is a protocol violation: a program that floods calls without
-    reading is stopped at once instead of filling the channel until the host's send blocks."""
+    A nested call (or fetch) is synchronous: after a ``call`` frame the runner writes nothing until it has
+    read the whole reply. So anything after a call frame in the same read, and a call frame while a reply (or
+    the request) still sits unread in the channel, is a protocol violation: a program that floods calls
+    without reading is stopped at once instead of filling the channel until the host's send blocks."""
     paused = 0.0
     for index, body in enumerate(bodies):
         if ex.result is not None:
@@ -402,37 +439,98 @@ def _handle_frames(
         frame = decode_runner_frame(body)
         if isinstance(frame, ResultFrame):
             _accept_result(ex, frame, len(body), limits)
-        elif isinstance(frame, CallFrame | DeclareFrame):
-            if index + 1 < len(bodies) or reader.pending:
-                raise ProtocolError("the sandbox wrote past a nested call before reading its reply")
-            if _unread(io):
-                raise ProtocolError("a nested call arrived before the previous reply (or the request) was read")
-            expected = ex.served[frame.type]  # calls and declarations are numbered separately
-            if frame.id != expected:
-                raise ProtocolError(f"nested {frame.type} {frame.id} out of order (expected {expected})")
-            began = time.monotonic()
-            outer, _SERVING.deadline = serving_deadline(), ex.deadline
-            try:
-                answer = _answer(handler, frame)
-            finally:
-                _SERVING.deadline = outer
-            ex.served[frame.type] += 1
-            try:
-                reply = encode_frame(CallResultFrame(id=frame.id, outcome=answer).wire(), limits.max_message_bytes)
-            except ProtocolError as exc:
-                refusal = _TOO_LARGE if isinstance(exc, FrameTooLarge) else _NOT_JSON
-                reply = encode_frame(CallResultFrame(id=frame.id, outcome=refusal).wire(), limits.max_message_bytes)
-            spent = time.monotonic() - began
-            paused += spent
-            ex.bridge_s += spent
-            if time.monotonic() >= deadline:
-                return paused  # the nested call used up this execution's time: run_exchange reports the timeout
-            # A worker that is gone (killed, out of memory) cannot take the reply: its exit tells what happened.
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                io.send(reply, deadline)
-        else:
+            continue
+        if not isinstance(frame, CallFrame | DeclareFrame | FetchFrame):
             raise ProtocolError("a second ready frame")
+        _check_nested(io, reader, index + 1 < len(bodies), ex, frame)
+        began = time.monotonic()
+        if isinstance(frame, FetchFrame):
+            replies = _serve_fetch(frame, ex, handler, limits)
+        else:
+            replies = [_serve_call(frame, ex, handler, limits)]
+        spent = time.monotonic() - began
+        paused += spent
+        if isinstance(frame, FetchFrame):
+            ex.fetch_s += spent
+        else:
+            ex.bridge_s += spent
+        if time.monotonic() >= deadline:
+            return paused  # the nested call used up this execution's time: run_exchange reports the timeout
+        # A worker that is gone (killed, out of memory) cannot take the reply: its exit tells what happened.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for reply in replies:
+                io.send(reply, deadline)
     return paused
+
+
+def _check_nested(
+    io: WorkerIO, reader: FrameReader, more: bool, ex: Exchange, frame: CallFrame | DeclareFrame | FetchFrame
+) -> None:
+    """The ordering and flood rules every synchronous frame (call, declare, fetch) obeys."""
+    if more or reader.pending:
+        raise ProtocolError(f"the sandbox wrote past a nested {frame.type} before reading its reply")
+    if _unread(io):
+        raise ProtocolError(f"a nested {frame.type} arrived before the previous reply (or the request) was read")
+    expected = ex.served[frame.type]  # calls, declarations and fetches are numbered separately
+    if frame.id != expected:
+        raise ProtocolError(f"nested {frame.type} {frame.id} out of order (expected {expected})")
+
+
+def _serve_call(frame: CallFrame | DeclareFrame, ex: Exchange, handler: BridgeHandler, limits: Limits) -> bytes:
+    outer, _SERVING.deadline = serving_deadline(), ex.deadline
+    try:
+        answer = _answer(handler, frame)
+    finally:
+        _SERVING.deadline = outer
+    ex.served[frame.type] += 1
+    try:
+        return encode_frame(CallResultFrame(id=frame.id, outcome=answer).wire(), limits.max_message_bytes)
+    except ProtocolError as exc:
+        refusal = _TOO_LARGE if isinstance(exc, FrameTooLarge) else _NOT_JSON
+        return encode_frame(CallResultFrame(id=frame.id, outcome=refusal).wire(), limits.max_message_bytes)
+
+
+def _serve_fetch(frame: FetchFrame, ex: Exchange, handler: BridgeHandler, limits: Limits) -> list[bytes]:
+    """The ``fetch_result`` frame and, for a response, its body as one raw frame (written as it is)."""
+    assert ex.deadline is not None
+    reply, body = _egress_reply(handler, frame, ex.deadline, limits.max_message_bytes)
+    ex.served["fetch"] += 1
+    if reply.error is not None:
+        ex.fetch_errors.add(reply.error.kind)
+        return [encode_frame(reply.header(frame.id, 0), limits.max_message_bytes)]
+    header = encode_frame(reply.header(frame.id, len(body)), limits.max_message_bytes)
+    if len(body) < 1 << 16:
+        return [header + HEADER.pack(len(body)) + body]
+    return [header + HEADER.pack(len(body)), body]
+
+
+def _egress_reply(
+    handler: BridgeHandler, frame: FetchFrame, deadline: float, max_bytes: int
+) -> tuple[FetchReplyWire, bytes]:
+    """The handler's answer to one fetch, checked: a reply the program may get, and the response's body."""
+    request = wire_dumps(frame.request).encode()
+    body: bytes | None = None
+    try:
+        if isinstance(handler, EgressPartsHandler):
+            raw, body = handler.egress_parts(request, deadline)
+        elif isinstance(handler, EgressHandler):
+            raw = handler.egress(request, deadline)
+        else:
+            return _NO_EGRESS, b""
+        reply = FetchReplyWire.model_validate_json(raw)
+        if reply.response is not None and body is None:
+            body = binascii.a2b_base64(reply.response.body_b64, strict_mode=True)
+    except (ValidationError, binascii.Error, ValueError, TypeError):
+        return _MALFORMED_FETCH, b""
+    except Exception:  # a broker bug must not end the exchange: the program gets a typed failure
+        log.exception("egress handler failed")
+        return _MALFORMED_FETCH, b""
+    if reply.response is None:
+        return reply, b""
+    if len(body or b"") > max_bytes - 1024:
+        message = f"the response of {len(body or b'')} bytes exceeds the sandbox's {max_bytes}-byte message limit"
+        return FetchReplyWire.failure("egress_limit", message, "message_limit"), b""
+    return reply, body or b""
 
 
 @dataclass
@@ -474,6 +572,8 @@ def build_outcome(
             "exit_code": exit_info.exit_code,
             "signal": exit_info.signal,
             "bridge_s": round(ex.bridge_s, 6),
+            "fetches": ex.served["fetch"],
+            "fetch_s": round(ex.fetch_s, 6),
         },
     }
     stdout = ex.result.stdout if ex.result else ""
@@ -496,6 +596,9 @@ def build_outcome(
     if result.status == "error" and result.error is not None:
         err = result.error
         meta = {**common["metadata"], "exception": err.exception, "line": err.line}
+        if err.type in FETCH_ERROR_KINDS and err.type not in ex.fetch_errors:
+            message = f"the program raised {err.type} itself, but no fetch of this execution failed so: {err.message}"
+            return ExecutionOutcome.failure(ErrorType.EXECUTION, message[:4096], **{**common, "metadata": meta})
         if err.tool_error_type:
             meta["tool_error_type"] = err.tool_error_type
         # Only a program's own Outcome.error says whether it may be retried; the runner's other errors are

@@ -8,7 +8,8 @@ size-bounded view of it.
 
 Host to runner:  ``boot`` (once, at spawn), ``execute`` (once), ``call_result`` (per nested call).
 Runner to host:  ``ready`` (after lock-down), ``call`` (nested tool call), ``declare`` (a ``delegate(...)``
-contract, answered like a call), ``result`` (exactly once).
+contract, answered like a call), ``fetch`` (a brokered request, answered by ``fetch_result`` and, for a
+response, its body as one raw frame), ``result`` (exactly once).
 
 The context travels per key (protocol 2): the ``execute`` frame lists the context's keys with the byte
 length of each key's JSON text, and each text follows as a frame of its own; the ``result`` frame lists
@@ -86,9 +87,7 @@ class ErrorType(StrEnum):
 
 
 #: Extrinsic failures: the same program may succeed when retried later (engine back up, less load).
-RETRIABLE: frozenset[ErrorType] = frozenset(
-    {ErrorType.SANDBOX_UNAVAILABLE, ErrorType.TIMEOUT, ErrorType.NETWORK_ERROR}
-)
+RETRIABLE: frozenset[ErrorType] = frozenset({ErrorType.SANDBOX_UNAVAILABLE, ErrorType.TIMEOUT, ErrorType.NETWORK_ERROR})
 
 
 class Limits(BaseModel):
@@ -387,6 +386,70 @@ class CallFrame(BaseModel):
     kwargs: JsonDict = Field(default_factory=dict)
 
 
+class FetchFrame(BaseModel):
+    """A brokered request made by the program through ``fetch()`` or a stand-in (``urllib``/``requests``):
+    ``request`` holds the fields of ``runtime/egress/wire.py``'s ``FetchRequest``, judged by the broker."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["fetch"]
+    id: int = Field(ge=0)
+    request: JsonDict
+
+
+FETCH_ERROR_KINDS: frozenset[str] = wire.FETCH_ERROR_KINDS
+
+
+class FetchFailureWire(BaseModel):
+    """A broker's refusal or failure, as the program gets it (raised as the ``FetchError`` of ``kind``)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: Literal["egress_denied", "egress_limit", "network_error", "missing_credentials", "invalid_fetch"]
+    message: str = Field(max_length=MAX_ERROR_MESSAGE)
+    reason: str = Field("", max_length=100)
+
+
+class FetchResponseWire(BaseModel):
+    """A broker's response: what the ``fetch_result`` frame says of it (the body travels as its own frame)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    status: int = Field(ge=100, le=999)
+    headers: dict[str, str]
+    url: str
+    body_b64: str = ""
+    elapsed_ms: float = Field(0.0, ge=0, allow_inf_nan=False)
+
+
+class FetchReplyWire(BaseModel):
+    """An egress handler's answer (``runtime/egress/wire.py``'s ``FetchReply``): exactly one of the two."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    response: FetchResponseWire | None = None
+    error: FetchFailureWire | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> FetchReplyWire:
+        if (self.response is None) == (self.error is None):
+            raise ValueError("a fetch reply carries exactly one of response and error")
+        return self
+
+    @classmethod
+    def failure(cls, kind: str, message: str, reason: str) -> FetchReplyWire:
+        return cls.model_validate({"error": {"kind": kind, "message": message[:MAX_ERROR_MESSAGE], "reason": reason}})
+
+    def header(self, fetch_id: int, body_bytes: int) -> dict[str, Any]:
+        """The ``fetch_result`` frame: the error, or the response without its body (``body_bytes`` of it
+        follow as one raw frame)."""
+        if self.error is not None:
+            return {"type": "fetch_result", "id": fetch_id, "error": self.error.model_dump()}
+        assert self.response is not None
+        response = self.response.model_dump(exclude={"body_b64"})
+        return {"type": "fetch_result", "id": fetch_id, "response": {**response, "body_bytes": body_bytes}}
+
+
 #: The error types a runner may report. The others are the host's own observations (``timeout``,
 #: ``sandbox_unavailable``, ``guardrail_violation``): a result frame claiming one is forged.
 RUNNER_ERROR_TYPES: frozenset[ErrorType] = frozenset(ErrorType(kind) for kind in wire.INSIDE_ERROR_KINDS)
@@ -437,8 +500,8 @@ class ResultFrame(BaseModel):
     peak_memory_mb: _Usage = 0.0
 
 
-RunnerFrame = Annotated[ReadyFrame | CallFrame | DeclareFrame | ResultFrame, Field(discriminator="type")]
-_RUNNER_FRAME: TypeAdapter[ReadyFrame | CallFrame | DeclareFrame | ResultFrame] = TypeAdapter(RunnerFrame)
+RunnerFrame = Annotated[ReadyFrame | CallFrame | DeclareFrame | FetchFrame | ResultFrame, Field(discriminator="type")]
+_RUNNER_FRAME: TypeAdapter[ReadyFrame | CallFrame | DeclareFrame | FetchFrame | ResultFrame] = TypeAdapter(RunnerFrame)
 
 
 def encode_frame(frame: BaseModel | Mapping[str, Any], max_bytes: int) -> bytes:
@@ -453,7 +516,7 @@ def encode_frame(frame: BaseModel | Mapping[str, Any], max_bytes: int) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def decode_runner_frame(body: bytes) -> ReadyFrame | CallFrame | DeclareFrame | ResultFrame:
+def decode_runner_frame(body: bytes) -> ReadyFrame | CallFrame | DeclareFrame | FetchFrame | ResultFrame:
     """Validate one frame that came out of the sandbox. Anything unexpected is a ProtocolError.
 
     Strict JSON only: jiter refuses ``NaN``/``Infinity`` tokens here and bounds the depth, but turns an
@@ -471,6 +534,9 @@ def decode_runner_frame(body: bytes) -> ReadyFrame | CallFrame | DeclareFrame | 
         return frame
     if isinstance(frame, ResultFrame):
         ensure_finite(frame.value, "the result value")
+        return frame
+    if isinstance(frame, FetchFrame):
+        ensure_finite(frame.request, "a fetch request")
         return frame
     if isinstance(frame, CallFrame):
         ensure_finite(frame.args, "a nested call's arguments")

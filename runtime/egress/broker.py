@@ -224,6 +224,25 @@ class EgressSession:
     def handle(self, frame: bytes | str) -> bytes:
         """The wire entry point: a `FetchRequest` as JSON in, a `FetchReply` as JSON out. Never raises
         for anything the program sends."""
+        served = self._serve(frame)
+        if isinstance(served, FetchReply):
+            return served.model_dump_json().encode()
+        response, body = served
+        response = response.model_copy(update={"body_b64": base64.b64encode(body).decode("ascii")})
+        return FetchReply.model_construct(response=response, error=None).model_dump_json().encode()
+
+    def handle_parts(self, frame: bytes | str) -> tuple[bytes, bytes | None]:
+        """`handle` with a response's body kept apart: a `FetchReply` whose ``body_b64`` is empty and the
+        body's bytes (None for an error reply). The sandbox's exchange sends the body as a raw frame, so a
+        large body is never base64-encoded nor escaped inside JSON. Never raises."""
+        served = self._serve(frame)
+        if isinstance(served, FetchReply):
+            return served.model_dump_json().encode(), None
+        response, body = served
+        return FetchReply.model_construct(response=response, error=None).model_dump_json().encode(), body
+
+    def _serve(self, frame: bytes | str) -> FetchReply | tuple[FetchResponse, bytes]:
+        """An error reply, or the response and its body."""
         try:
             request = FetchRequest.model_validate_json(frame)
         except ValidationError as exc:
@@ -232,15 +251,20 @@ class EgressSession:
             failure = FetchFailure(
                 kind="invalid_fetch", message=f"malformed fetch request: {where}: {first['msg']}"[:4096], reason="wire"
             )
-            return FetchReply(error=failure).model_dump_json().encode()
+            return FetchReply(error=failure)
         try:
-            return FetchReply(response=self.fetch(request)).model_dump_json().encode()
+            return self.fetch_parts(request)
         except FetchError as exc:
             failure = FetchFailure(kind=exc.kind, message=self._redact(str(exc))[:4096], reason=exc.reason[:100])
-            return FetchReply(error=failure).model_dump_json().encode()
+            return FetchReply(error=failure)
 
     def fetch(self, request: FetchRequest) -> FetchResponse:
         """Perform `request` under the policy; raises a `FetchError` subclass on every failure."""
+        response, body = self.fetch_parts(request)
+        return response.model_copy(update={"body_b64": base64.b64encode(body).decode("ascii")})
+
+    def fetch_parts(self, request: FetchRequest) -> tuple[FetchResponse, bytes]:
+        """`fetch` with the body apart: the response (``body_b64`` empty) and the body's bytes."""
         start = time.monotonic()
         method = request.method.upper()
         record = EgressRecord(method=method[:16], url=_scrub(request.url))
@@ -265,7 +289,9 @@ class EgressSession:
 
     # ------------------------------------------------------------------------------------------ steps
 
-    def _fetch(self, request: FetchRequest, method: str, record: EgressRecord, start: float) -> FetchResponse:
+    def _fetch(
+        self, request: FetchRequest, method: str, record: EgressRecord, start: float
+    ) -> tuple[FetchResponse, bytes]:
         limits = self._broker.policy.limits
         with self._lock:
             if self._requests >= limits.max_requests:
@@ -324,13 +350,14 @@ class EgressSession:
             record.final_url = target.url
             record.status = raw.status
             record.bytes = len(raw.body)
-            return FetchResponse.model_construct(  # every field built here; the body is not validated twice
+            response = FetchResponse.model_construct(  # every field built here; the body travels apart
                 status=raw.status,
                 headers=self._response_headers(raw.headers, decoded=bool(raw.body) or raw.wire_bytes > 0),
                 url=self._redact(target.url),
-                body_b64=base64.b64encode(self._redact_bytes(raw.body)).decode("ascii"),
+                body_b64="",
                 elapsed_ms=round((time.monotonic() - start) * 1000, 3),
             )
+            return response, self._redact_bytes(raw.body)
 
     def _cap(self, max_response: int) -> tuple[int, str]:
         with self._lock:

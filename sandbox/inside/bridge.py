@@ -9,7 +9,7 @@ import json
 import signal
 from typing import Any
 
-from .channel import Channel, close_fds, read_frame, write_frame
+from .channel import Channel, close_fds, read_frame, read_raw_frame, write_frame
 from .lazycontext import NotJson, check_json, dump_json, encode
 from .wire import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
 from .world import check_inner_wall
@@ -71,6 +71,35 @@ class Bridge:
         self.channel, self.out_fd, self.max_bytes = channel, out_fd, max_bytes
         self.next_id = 0
         self.next_declare_id = 0
+        self.next_fetch_id = 0
+
+    def fetch(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """One brokered request (``fetching.send``): a ``fetch`` frame out, a ``fetch_result`` frame back,
+        followed, for a response, by its body as one raw frame of exactly ``body_bytes`` bytes. Time spent
+        is the execution's (the host charges it: the backstop keeps running)."""
+        check_inner_wall()
+        fetch_id, self.next_fetch_id = self.next_fetch_id, self.next_fetch_id + 1
+        write_frame(self.out_fd, {"type": "fetch", "id": fetch_id, "request": request})
+        reply = read_frame(self.channel, self.max_bytes)
+        self._no_descriptors("a fetch's reply")
+        if reply.get("type") != "fetch_result" or reply.get("id") != fetch_id:
+            raise RuntimeError("host sent an unexpected reply to a fetch")
+        body = b""
+        response = reply.get("response")
+        if isinstance(response, dict):
+            size = response.get("body_bytes")
+            raw = read_raw_frame(self.channel, self.max_bytes)
+            self._no_descriptors("a fetch's body")
+            if type(size) is not int or len(raw) != size:
+                raise RuntimeError("host sent a fetch body of another length than announced")
+            body = bytes(raw)
+        check_inner_wall()
+        return reply, body
+
+    def _no_descriptors(self, what: str) -> None:
+        if isinstance(self.channel, Channel) and (self.channel.fds or self.channel.truncated):
+            close_fds(self.channel.take_fds()[0])
+            raise RuntimeError(f"host passed descriptors with {what}")
 
     def call(self, target: dict[str, Any], method: str, args: list[Any], kwargs: dict[str, Any]) -> ToolOutcome:
         check_inner_wall()

@@ -24,6 +24,7 @@ import string
 import types
 from typing import Any
 
+from . import fetching
 from .bridge import Bridge, OutcomeFactory, ToolHandle, delegate
 from .lazycontext import LazyContext
 from .lowering import GUARDED_READS
@@ -325,6 +326,11 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
     builtins["Outcome"] = OutcomeFactory
     builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
     builtins["delegate"] = lambda role, *contract, **fields: delegate(bridge, role, *contract, **fields)
+    fetching.bind(bridge.fetch)
+    builtins["fetch"] = fetching.fetch
+    errors: list[type[fetching.FetchError]] = [fetching.FetchError, *fetching.ERRORS.values()]
+    for error in errors:
+        builtins[error.__name__] = error
     return {
         "__builtins__": builtins,
         "__name__": "sandforge_tool",

@@ -16,13 +16,15 @@ import sys
 import types
 from typing import Any
 
+from . import standins
 from .bridge import _ITIMER_REAL, _SETITIMER, BACKSTOP_GRACE_S, Bridge, InvalidContract, ToolOutcome, pause_backstop
 from .channel import Channel, PassedTextError, handoff_ready, read_execute, write_frame, write_frames
 from .compilation import compile_program, shipped_code
+from .fetching import error_kind
 from .guards import build_globals
 from .lazycontext import ContextText, LazyContext, NotJson, dump_json, encode
 from .lockdown import lock_down
-from .wire import HEADER, PROTOCOL_VERSION, valid_text
+from .wire import FETCH_ERROR_KINDS, HEADER, PROTOCOL_VERSION, valid_text
 from .wire import error as _error
 from .world import (
     ACTIVE_SEAL,
@@ -63,6 +65,9 @@ def _tool_line(tb: types.TracebackType | None) -> int | None:
 
 
 def _classify_exception(exc: BaseException) -> str:
+    fetch_kind = error_kind(exc)  # a brokered request's failure the program did not catch
+    if fetch_kind is not None:
+        return fetch_kind
     if isinstance(exc, MemoryError):
         return "memory_limit"
     if isinstance(exc, OutputLimitExceeded):
@@ -78,6 +83,10 @@ def _classify_exception(exc: BaseException) -> str:
     if isinstance(exc, InvalidContract):
         return "invalid_contract"
     return "execution"
+
+
+#: Error kinds whose message starts with the exception's name.
+_NAMED_KINDS = frozenset({"execution", *FETCH_ERROR_KINDS})
 
 
 class Result:
@@ -130,7 +139,7 @@ def execute(
             kind = _classify_exception(exc)
             name = type(exc).__name__
             message = _describe(exc) if kind != "memory_limit" else f"memory limit of {limits['memory_mb']} MB exceeded"
-            error = _error(kind, f"{name}: {message}" if kind == "execution" else message,
+            error = _error(kind, f"{name}: {message}" if kind in _NAMED_KINDS else message,
                            exception=name, line=_tool_line(exc.__traceback__))  # fmt: skip
     if stdout.overflowed:
         error = _error("output_limit", f"the program printed more than {limits['max_output_bytes']} bytes")
@@ -183,6 +192,11 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
     # With a chroot (subprocess backend) nothing is importable after lock-down: import every allowed module
     # now. In a container the root stays the image, so modules are imported on first use.
     proxies = build_module_proxies(lazy=not boot.get("chroot", False))
+    for name, module in standins.build().items():  # the broker-backed urllib.request / requests
+        proxies[name] = module
+        parent, _, child = name.rpartition(".")
+        if parent in proxies:
+            setattr(proxies[parent], child, module)
     compile_program("return 1")  # warm RestrictedPython's lazily imported parts
     return proxies
 

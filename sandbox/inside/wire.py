@@ -40,6 +40,8 @@ MAX_CONTRACT_FIELD_CHARS: Final = 2000
 #: Longest error message and exception or error-type name a result frame carries.
 MAX_ERROR_MESSAGE: Final = 4096
 MAX_NAME: Final = 200
+
+
 def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> str:
     """``value``'s canonical JSON text, the encoding of every frame and every context text: strict JSON (no
     NaN/Infinity), UTF-8 as it is, no spaces, so the host and the inside encode a value to the same bytes.
@@ -70,13 +72,21 @@ class ErrorKind:
     INVALID_FETCH: Final = "invalid_fetch"
 
 
+#: The kinds of a brokered request's failure (``fetch_result`` frames' ``error.kind``). A program that does
+#: not catch one ends with it as its error type, which the host accepts only when it answered a fetch of
+#: that execution with an error of that very kind (else the program forged it: an ``execution`` error).
+FETCH_ERROR_KINDS: Final = frozenset({
+    ErrorKind.EGRESS_DENIED, ErrorKind.EGRESS_LIMIT, ErrorKind.NETWORK_ERROR, ErrorKind.MISSING_CREDENTIALS,
+    ErrorKind.INVALID_FETCH,
+})  # fmt: skip
+
 #: The error types the inside may report. The others are the host's own observations (``timeout``,
 #: ``sandbox_unavailable``, ``guardrail_violation``): a result frame claiming one is forged.
 INSIDE_ERROR_KINDS: Final = frozenset({
     ErrorKind.EXECUTION, ErrorKind.INVALID_CODE, ErrorKind.NON_SERIALIZABLE_RESULT, ErrorKind.SANDBOX_VIOLATION,
     ErrorKind.MEMORY_LIMIT, ErrorKind.OUTPUT_LIMIT, ErrorKind.TOOL_ERROR, ErrorKind.INVALID_REQUEST,
     ErrorKind.INVALID_CONTRACT,
-})  # fmt: skip
+}) | FETCH_ERROR_KINDS  # fmt: skip
 
 
 class CompiledProgram(TypedDict):
