@@ -25,9 +25,22 @@ from typing import Any
 
 from sandforge.runtime.agent.attempt import Attempt
 from sandforge.runtime.agent.budgets import Budgets
-from sandforge.runtime.agent.calllog import AttemptFailure, FailureStage, NestedCallSummary, bounded, now_utc
+from sandforge.runtime.agent.calllog import (
+    AttemptFailure,
+    EgressCall,
+    FailureStage,
+    NestedCallSummary,
+    bounded,
+    now_utc,
+)
 from sandforge.runtime.agent.contracts import ContractViolation
-from sandforge.runtime.agent.failures import EXECUTION_FAILURES, FailureClass, classify_failure, classify_outcome
+from sandforge.runtime.agent.failures import (
+    EXECUTION_FAILURES,
+    TERMINAL_EGRESS,
+    FailureClass,
+    classify_failure,
+    classify_outcome,
+)
 from sandforge.runtime.agent.trace_budget import Stop
 from sandforge.runtime.guardrails import ValidationResult, Violation
 from sandforge.runtime.providers.base import AttemptFeedback, FeedbackKind
@@ -45,6 +58,23 @@ LANE_STAGE: dict[FeedbackKind, FailureStage] = {
     "guardrail": "validation",
     "execution": "execution",
     "outcome": "outcome_policy",
+}
+
+
+#: What the model reads after a fetch failure it caused (the execution-repair lane), beside the broker's words.
+EGRESS_REPAIR = {
+    "egress_limit": "The program went past one of this execution's egress budgets (named above, egress.limits.*), "
+    "which no program can raise: make fewer or smaller requests (fetch only what the answer needs), or catch "
+    "EgressLimit and return what was fetched.",
+    "invalid_fetch": "The program's fetch request was malformed (see above): pass an absolute http(s) URL, a "
+    "supported method, and string header names and values.",
+}
+#: Why a terminal fetch failure ends the call, for whoever reads it (a caller, or the model one level up).
+EGRESS_TERMINAL = {
+    "egress_denied": "Retrying another way will not help: what programs may reach is the deployment's egress "
+    "policy (its grants and egress.allow entries), and only a change to that policy can allow this request.",
+    "missing_credentials": "Retrying another way will not help: the policy injects a credential the host does "
+    "not have; it must be provided on the host (the variable or file the message names).",
 }
 
 
@@ -97,10 +127,16 @@ class Lanes:
     discarded: list[NestedCallSummary] = field(default_factory=list)
     rollback_applied: bool = False
     validation_failure_type: str | None = None
+    #: the requests the current attempt's execution had the host make (they go into its failure entry)
+    fetched: list[EgressCall] = field(default_factory=list)
 
     def rolled_back(self, discarded: list[NestedCallSummary]) -> None:
         self.discarded = discarded
         self.rollback_applied = True
+
+    def executed(self, egress: list[dict[str, Any]]) -> None:
+        """The attempt's program ran and had the host make these requests (provenance records)."""
+        self.fetched = EgressCall.bounded(egress)
 
     def _budget(self, lane: FeedbackKind) -> tuple[int, int]:
         b = self.budgets
@@ -131,10 +167,10 @@ class Lanes:
                 error_class=error_class[:200], error_type=error_type, error_message=bounded(message) or "",
                 failure_class=failure_class, violation_location=bounded(where),
                 program_source=at.candidate.source if at.candidate else None, timestamp=now_utc(),
-                discarded_nested_calls=self.discarded,
+                discarded_nested_calls=self.discarded, egress=self.fetched,
             )
         )  # fmt: skip
-        self.discarded = []
+        self.discarded, self.fetched = [], []
         used, budget = self._budget(lane)
         if used >= budget:
             return False
@@ -216,10 +252,17 @@ class Lanes:
         message = ex.error_message or error_type
         if ex.error_type is ErrorType.TOOL_ERROR:
             return self._tool_error(at, ex, message, code)
+        if ex.error_type in TERMINAL_EGRESS:  # the policy or the host's secrets: no rewrite fixes it
+            return Failure(error_type, f"{message} {EGRESS_TERMINAL[error_type]}", False,
+                           {"failure_class": FailureClass.EXTRINSIC.value, "terminal": True})  # fmt: skip
+        if ex.error_type is ErrorType.NETWORK_ERROR:  # the world's fault: retriable, never the artifact's
+            return Failure(error_type, message, True, {"failure_class": FailureClass.EXTRINSIC.value})
         if ex.error_type in EXECUTION_FAILURES:
             exception = ex.metadata.get("exception") or error_type
             line = ex.metadata.get("line")
             detail = f"{message} (line {line})" if line else message
+            if error_type in EGRESS_REPAIR:
+                detail = f"{detail}. {EGRESS_REPAIR[error_type]}"
             if self.retry(at, "execution", str(exception), error_type, detail, code=code,
                           failure_class=FailureClass.INTRINSIC.value):  # fmt: skip
                 return None

@@ -23,6 +23,7 @@ from sandforge.runtime.sessions.groups import ToolGroup, ToolSpec
 if TYPE_CHECKING:
     from sandforge.runtime.agent import ProgramStore, Workspace
     from sandforge.runtime.agent.workspace import LogSpec
+    from sandforge.runtime.guardrails import Policy
     from sandforge.runtime.providers.base import Provider
     from sandforge.runtime.store import ToolStore
     from sandforge.sandbox import Sandbox, SandboxConfig
@@ -152,8 +153,9 @@ class AgentToolRunner:
     """Runs group tools through ``runtime.agent``: ``agent.call(method, *args, **kwargs)`` on the Agent
     for the group's role. All roles share one Workspace (provider, sandbox, policy, call log, program store):
     ``workspace`` when given, else one made from ``provider``, ``sandbox``, ``store``, ``log`` and
-    ``budgets``; each agent is ``Agent.for_role(role, workspace=...)``. Agents are cached per role, so a
-    role's context carries over between calls and turns of the process.
+    ``budgets`` (and ``policy``, whose egress section brokers the tools' fetches); each agent is
+    ``Agent.for_role(role, workspace=...)``. Agents are cached per role, so a role's context carries over
+    between calls and turns of the process.
 
     ``agent_factory(role)`` replaces all of that (tests, custom wiring).
     """
@@ -167,9 +169,11 @@ class AgentToolRunner:
         log: LogSpec = None,
         workspace: Workspace | None = None,
         agent_factory: AgentFactory | None = None,
+        policy: Policy | None = None,
         **budgets: int,
     ) -> None:
         self.provider = provider
+        self.policy = policy  # what the tools' programs may do, fetches included (None: the default policy)
         self.sandbox = sandbox
         self.store = store
         self.log = log
@@ -191,6 +195,7 @@ class AgentToolRunner:
                 store=self.store,
                 log=self.log,
                 budgets=Budgets.from_kwargs(self.budgets),
+                policy=self.policy,
             )
             self._owns_workspace = True
         return Agent.for_role(role, workspace=self.workspace)
