@@ -127,7 +127,7 @@ def test_a_program_under_the_demo_layer_reaches_only_the_three_feeds(sandbox: Sa
             "http://news.example.invalid/rss",
         ]
         for url in targets:
-            program = "import requests\nreturn requests.get(args[0] + '').text\n"  # computed: judged at run time
+            program = "return fetch(args[0] + '').text\n"  # computed: judged at run time
             provider = ScriptedProvider([program, program])
             with Workspace(provider=provider, sandbox=sandbox, policy=policy, log=False) as ws:
                 outcome = ws.call("assistant", "ask", url)
