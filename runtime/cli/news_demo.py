@@ -179,6 +179,10 @@ class NewsDemo:
         for decision in step.decisions:
             if decision in _DECISIONS:
                 echo(f"   {_DECISIONS[decision]}")
+        for failure in step.outcome.metadata.get("attempt_failures") or []:
+            if isinstance(failure, dict):
+                echo(f"   attempt {failure.get('attempt_number')} failed at {failure.get('stage')}: "
+                     f"{failure.get('error_message')} -> rolled back, regenerated with feedback")  # fmt: skip
         self._show_nested(step)
         self._show_answer(step)
 
