@@ -126,8 +126,13 @@ def test_a_program_under_the_demo_layer_reaches_only_the_three_feeds(sandbox: Sa
             f"http://127.0.0.1:{google.port}/rss",
             "http://news.example.invalid/rss",
         ]
-        for url in targets:
-            program = "return fetch(args[0] + '').text\n"  # computed: judged at run time
+        programs = [  # the URL is computed: judged at run time, by the broker, whichever client asks
+            "return fetch(args[0] + '').text\n",
+            "import requests\nreturn requests.get(args[0] + '').text\n",
+            "import urllib.request\nreturn urllib.request.urlopen(args[0] + '').read().decode()\n",
+        ]
+        for index, url in enumerate(targets):
+            program = programs[index % len(programs)]
             provider = ScriptedProvider([program, program])
             with Workspace(provider=provider, sandbox=sandbox, policy=policy, log=False) as ws:
                 outcome = ws.call("assistant", "ask", url)
