@@ -22,6 +22,7 @@ from typing import Any
 
 from sandforge.runtime.agent import Agent, Outcome, Workspace
 from sandforge.runtime.agent.calllog import CallLog, CallRecord
+from sandforge.runtime.cli.logs_cmd import format_record, tree_order
 from sandforge.runtime.cli.news_feeds import LOOPBACK, LOOPBACK_RANGE, LocalInternet
 from sandforge.runtime.guardrails.loader import layered_policy
 from sandforge.runtime.providers.scripted_news import FETCHER, PARSER, NewsModel
@@ -243,6 +244,9 @@ class NewsDemo:
         echo(f"  of which for web_fetcher/rss_parser: {forged}")
         echo(f"feed requests the servers answered: {_j(self.run.served)}")
         echo(f"call log: {len(ws.log.records)} records in {ws.log.path}  (sandforge logs --file {ws.log.path})")
+        for record in tree_order(ws.log.records):
+            for line in format_record(record):
+                echo("  " + line)
 
 
 def run_news_demo(sandbox: Sandbox, store_dir: Path, *, echo: Echo, work_dir: Path | None = None) -> NewsRun:
