@@ -113,6 +113,15 @@ class ExecutionEgress:
         self._note(reply)
         return reply
 
+    def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
+        """:meth:`egress` with a response's body apart (raw bytes, no base64: ``EgressSession.handle_parts``)."""
+        if isinstance(self._broker, str):
+            reply, body = self._refuse(request, self._broker), None
+        else:
+            reply, body = self._session_for(deadline, self._broker).handle_parts(request)
+        self._note(reply)
+        return reply, body
+
     def _session_for(self, deadline: float, broker: EgressBroker) -> EgressSession:
         with self._lock:
             if self._session is None:
@@ -134,6 +143,8 @@ class ExecutionEgress:
         return _failure("egress_denied", why, "not_granted" if why == NO_GRANT else "policy")
 
     def _note(self, reply: bytes) -> None:
+        if reply.endswith(b'"error":null}'):  # a response (its body never holds a quote): nothing to note
+            return
         try:
             answer = FetchReply.model_validate_json(reply)
         except ValidationError:  # the broker always answers a valid reply; never trust a kind we cannot read
@@ -206,3 +217,6 @@ class StandaloneBridge:
 
     def egress(self, request: bytes, deadline: float) -> bytes:
         return self.fetches.egress(request, deadline)
+
+    def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
+        return self.fetches.egress_parts(request, deadline)

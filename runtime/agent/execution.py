@@ -181,3 +181,7 @@ class AttemptBridge:
     def egress(self, request: bytes, deadline: float) -> bytes:
         """A fetch of the running program (a ``FetchRequest`` as JSON), brokered under the call's policy."""
         return self.fetches.egress(request, deadline)
+
+    def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
+        """:meth:`egress` with the response's body as raw bytes (the exchange prefers it: no base64)."""
+        return self.fetches.egress_parts(request, deadline)
