@@ -70,7 +70,8 @@ class Executor:
             code=approval.code, context=txn.snapshot(spec.role), args=spec.args, kwargs=spec.kwargs, limits=limits,
             wall_budget_s=max(seconds, 0.001) if seconds < limits.timeout_s else None,
         )  # fmt: skip
-        bridge = AttemptBridge(self, txn, ExecutionEgress(self.egress_broker(), deadline=self.exec_deadline))
+        # the exchange hands each fetch the execution's deadline (the trace's budget and a parent's included)
+        bridge = AttemptBridge(self, txn, ExecutionEgress(self.egress_broker()))
         try:
             outcome = execute_approved(self.env.sandbox, request, approval, backend=self.env.backend, bridge=bridge)
         except Exception as exc:  # Sandbox.execute promises not to raise; a backend import error still can

@@ -387,3 +387,18 @@ def test_session_tools_run_under_the_runners_policy(tmp_path: Path) -> None:
         assert runner.workspace is not None and runner.workspace.policy is policy
     finally:
         runner.close()
+
+
+def test_a_session_tool_result_names_its_sources_to_the_model(tmp_path: Path) -> None:
+    from sandforge.runtime.sessions.tool_runner import outcome_to_result
+
+    urls = ("https://elsewhere.example/", "http://svc.test:9/x")
+    h = harness({P1: fetching(*urls, catch=True, method="BREW")}, [P1], granting(tmp_path, ALLOW_SVC))
+    outcome, _ = h.call()
+    result = outcome_to_result(outcome)
+    assert result.ok and result.content.startswith('["invalid_fetch", "invalid_fetch"]')
+    assert "sources (requests made by the host for this result):" in result.content
+    assert "- BREW https://elsewhere.example/ -> invalid_fetch" in result.content
+    assert [e["url"] for e in result.metadata["egress"]] == list(urls)
+    _, denied, _ = single(fetching("https://news.example/"), default_policy())
+    assert "- GET https://news.example/ -> egress_denied" in outcome_to_result(denied).content
