@@ -8,9 +8,14 @@ recoverable guardrail         guardrail_recovery_budget        ``guardrail_retry
                                                                depth 0)
 terminal guardrail            none                             ``guardrail_violation`` at once
 program raised / misbehaved   execution_repair_budget          the last execution error, non-retriable
+(``egress_limit``,
+``invalid_fetch`` too)
 retriable ``Outcome.error``   fresh_outcome_repair_budget      ``outcome_repair_retry_exhausted``
 (adaptive or intrinsic)
-extrinsic failure             none                             returned unchanged
+extrinsic failure             none                             returned unchanged (``network_error``:
+(``network_error`` too)                                        retriable)
+egress denied, no credential  none: terminal                   ``egress_denied``/``missing_credentials``,
+                                                               not retriable, "will not help"
 provider API error            none (the SDK retried)           ``provider``, retriable as classified
 ============================  ===============================  ============================================
 

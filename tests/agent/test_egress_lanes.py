@@ -402,3 +402,37 @@ def test_a_session_tool_result_names_its_sources_to_the_model(tmp_path: Path) ->
     assert [e["url"] for e in result.metadata["egress"]] == list(urls)
     _, denied, _ = single(fetching("https://news.example/"), default_policy())
     assert "- GET https://news.example/ -> egress_denied" in outcome_to_result(denied).content
+
+
+def test_a_stored_tool_is_not_demoted_for_network_errors_or_denials(tmp_path: Path) -> None:
+    from sandforge.runtime.agent import CallLog, Workspace
+    from sandforge.runtime.store import ToolStore
+
+    policy = granting(tmp_path, 'egress:\n  allow: [{host: "feeds.example"}]\n', name="feeds")
+    runs: list[str] = []
+
+    def tool(request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
+        runs.append(request.code)
+        if len(runs) == 1:
+            return ExecutionOutcome(status="ok", value=1, context={}, backend="memory")
+        url = "https://feeds.example/rss" if len(runs) == 2 else "https://elsewhere.example/rss"
+        return fetching(url)(request, bridge)
+
+    store = ToolStore(tmp_path / "state")
+    broker = EgressBroker(policy.egress, resolver=failing_resolver)
+    sandbox: Any = MemorySandbox({P1: tool})
+    ws = Workspace(
+        provider=ScriptedProvider([P1]), sandbox=sandbox, limits=Limits(), policy=policy, store=store,
+        log=CallLog(tmp_path / "calls.jsonl"), egress=broker,
+    )  # fmt: skip
+    try:
+        assert ws.call("feeds", "latest").ok
+        assert ws.call("feeds", "latest").error_type == "network_error"
+        assert ws.call("feeds", "latest").error_type == "egress_denied"
+    finally:
+        ws.close()
+    assert runs == [P1] * 3  # the stored program ran each time: nothing was regenerated
+    artifact = ToolStore(tmp_path / "state").lookup("feeds", "latest").artifact
+    assert artifact is not None
+    assert (artifact.extrinsic_failure_count, artifact.intrinsic_failure_count) == (2, 0)
+    assert artifact.consecutive_intrinsic_failures == 0 and artifact.recent_failure_rate == 0.0
