@@ -61,6 +61,8 @@ class Executor:
     exec_deadline: float | None = None
     #: set when the trace's wall-clock budget (not the program's own limit) ended the last execution
     trace_stop: Stop | None = None
+    #: the current execution's fetches (its own, and what its nested calls fetched)
+    fetches: ExecutionEgress | None = None
 
     def execute(self, approval: Approval, txn: Transaction) -> ExecutionOutcome:
         """Run the approved program once with the attempt's view of the context. Never raises."""
@@ -71,7 +73,8 @@ class Executor:
             wall_budget_s=max(seconds, 0.001) if seconds < limits.timeout_s else None,
         )  # fmt: skip
         # the exchange hands each fetch the execution's deadline (the trace's budget and a parent's included)
-        bridge = AttemptBridge(self, txn, ExecutionEgress(self.egress_broker()))
+        self.fetches = ExecutionEgress(self.egress_broker())
+        bridge = AttemptBridge(self, txn, self.fetches)
         try:
             outcome = execute_approved(self.env.sandbox, request, approval, backend=self.env.backend, bridge=bridge)
         except Exception as exc:  # Sandbox.execute promises not to raise; a backend import error still can
@@ -157,6 +160,9 @@ class Executor:
             call_deadline=deadline,
         )  # fmt: skip
         outcome = self.run_nested(child, scope)
+        if self.fetches is not None:
+            call = {"call_id": child.call_id, "role": child.role, "method": child.method, "depth": child.depth}
+            self.fetches.nested(call, outcome.metadata)
         if not outcome.ok:
             scope.tools.clear()  # its record stays (the caller may still succeed); its contract does not
             if spec.kind == "delegate":

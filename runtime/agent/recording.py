@@ -86,6 +86,8 @@ class Recorder:
                 meta["stdout"] = bounded(ex.stdout, MAX_STDOUT_CHARS)
             if fetched := egress_of(ex):  # provenance written by the host: the sources of fetched data
                 meta["egress"] = fetched
+            if isinstance(nested := ex.metadata.get("egress_nested"), list) and nested:
+                meta["egress_nested"] = nested  # what its nested calls fetched (their records have it too)
         if vr is not None:
             meta["capabilities"] = sorted({c.tag for c in vr.capabilities})
             meta["policy_fingerprint"] = vr.policy_fingerprint

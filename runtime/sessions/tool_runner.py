@@ -123,6 +123,17 @@ def sources_text(records: Any) -> str:
     return "\n\nsources (requests made by the host for this result):\n" + "\n".join(lines) + more
 
 
+def all_sources(meta: Mapping[str, Any]) -> list[Any]:
+    """The call's own requests, then those of the nested calls it made (each entry has its records)."""
+    own = meta.get("egress")
+    found = list(own) if isinstance(own, list) else []
+    nested = meta.get("egress_nested")
+    for entry in nested if isinstance(nested, list) else []:
+        records = entry.get("egress") if isinstance(entry, Mapping) else None
+        found.extend(records if isinstance(records, list) else [])
+    return found
+
+
 def outcome_to_result(outcome: ToolOutcome) -> ToolResult:
     """An Agent ``Outcome`` as a tool result. Only the value or the user-facing error reaches the model,
     followed by its sources when the program fetched; attempt diagnostics stay in the metadata."""
@@ -134,10 +145,11 @@ def outcome_to_result(outcome: ToolOutcome) -> ToolResult:
     }
     outcome_meta = outcome.metadata
     if isinstance(outcome_meta, Mapping):
-        keep = ("artifact_hit", "program_source", "call_id", "trace_id", "attempts", "backend", "duration_s", "egress")
+        keep = ("artifact_hit", "program_source", "call_id", "trace_id", "attempts", "backend", "duration_s")
         meta.update({k: outcome_meta[k] for k in keep if k in outcome_meta})
+        meta.update({k: outcome_meta[k] for k in ("egress", "egress_nested") if outcome_meta.get(k)})
     meta = {k: v for k, v in meta.items() if v is not None}
-    sources = sources_text(meta.get("egress"))
+    sources = sources_text(all_sources(meta))
     if _str(outcome.status) == "ok":
         value = outcome.value
         try:

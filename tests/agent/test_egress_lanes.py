@@ -302,6 +302,13 @@ def test_nested_calls_broker_their_own_fetches(tmp_path: Path) -> None:
     assert outcome.ok and "egress" not in outcome.metadata  # the parent itself fetched nothing
     nested = [s.record for s in h.sink if s.record.depth == 1]
     assert [e.url for e in nested[0].egress] == ["https://elsewhere.example/"]
+    # ... but what it returns came from a tool that fetched: the sources travel up with it
+    [via] = outcome.metadata["egress_nested"]
+    assert (via["role"], via["method"], via["depth"], via["call_id"]) == ("child", "get", 1, nested[0].call_id)
+    assert [e["url"] for e in via["egress"]] == ["https://elsewhere.example/"]
+    from sandforge.runtime.sessions.tool_runner import outcome_to_result
+
+    assert "- GET https://elsewhere.example/ -> egress_denied" in outcome_to_result(outcome).content
 
 
 # --------------------------------------------------------------------------------------- brokers and sessions
