@@ -51,9 +51,7 @@ def literal_fetches(program: Program, egress: EgressPolicy) -> list[LiteralFetch
     return found
 
 
-def _judge(
-    url: str, method: str, rules: tuple[CompiledAllow, ...], exempt: tuple[IPNetwork, ...]
-) -> tuple[str, str]:
+def _judge(url: str, method: str, rules: tuple[CompiledAllow, ...], exempt: tuple[IPNetwork, ...]) -> tuple[str, str]:
     """Why the broker would refuse ``method url`` on the URL alone (empty if not), and the normalised host."""
     try:
         target = parse_url(url)

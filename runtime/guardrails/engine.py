@@ -38,6 +38,7 @@ from sandforge.runtime.guardrails.results import (
     NESTING_TOO_DEEP,
     SANDBOX_RESTRICTION,
     SOURCE_TOO_LARGE,
+    UNSUPPORTED_FETCH_API,
     Capability,
     Classification,
     Evidence,
@@ -89,6 +90,15 @@ ENGINE_RULES: dict[str, tuple[Classification, str, str]] = {
         "No rewrite can reach this destination: what is reachable is the deployment's egress policy "
         "(`egress.allow` in its policy files). Fetch only the destinations it allows; retrying another way "
         "will not help.",
+    ),
+    UNSUPPORTED_FETCH_API: (
+        "recoverable",
+        "The program uses a part of urllib.request, urllib.error or requests that the sandbox's broker-backed "
+        "stand-ins do not offer (sessions, openers, TLS or authentication options): it would fail at run time.",
+        "Use the supported surface: fetch(url, method=, headers=, params=, body=, json=, timeout=); "
+        "requests.get/post/put/patch/delete/head/options/request with params, headers, data, json, timeout and "
+        "its Response (status_code, ok, text, content, json(), headers, url, raise_for_status()); "
+        "urllib.request.urlopen(url or Request(url, data, headers, method), data, timeout).",
     ),
     GUARDRAIL_ERROR: (
         "terminal",
@@ -205,6 +215,11 @@ def _judge_fetches(
         return capabilities
     fetches = literal_fetches(program, policy.egress)
     order = len(policy.active_rules)
+    from sandforge.runtime.guardrails.fetch_surface import unsupported_uses  # only where http_fetch is granted
+
+    for use in unsupported_uses(program):
+        violation = _engine_violation(UNSUPPORTED_FETCH_API, use.message, _location(program, use.node))
+        found.append((*_position(use.node), order, violation))
     for fetch in fetches:
         if fetch.denied:
             message = f"fetching a URL the egress policy denies: {fetch.denied}"

@@ -83,15 +83,24 @@ class ImportMatcher(Matcher):
     def __init__(self, spec: pm.ImportMatch) -> None:
         self.modules = GlobSet(spec.modules)
         self.exempt = GlobSet(spec.except_)
+        self.spec_except = list(spec.except_)
+        self.granted_exempt = {tag: list(globs) for tag, globs in spec.except_granted.items()}
 
     def describe(self) -> str:
-        return f"imports of {_listing(self.modules)}{_except(self.exempt)}"
+        granted = "".join(
+            f" (and, where {tag} is granted, {', '.join(globs)})" for tag, globs in sorted(self.granted_exempt.items())
+        )
+        return f"imports of {_listing(self.modules)}{_except(self.exempt)}{granted}"
 
     def find(self, analysis: Analysis) -> Iterator[Finding]:
+        exempt = self.exempt
+        extra = [glob for tag, globs in self.granted_exempt.items() if tag in analysis.granted for glob in globs]
+        if extra:
+            exempt = GlobSet([*self.spec_except, *extra])
         for fact in analysis.program.imports:
             members = [_member(fact.module, name) for name in fact.names if name != "*"]
             matched = self._covers(self.modules, fact.module, members, any)
-            if matched and not (self.exempt and self._covers(self.exempt, fact.module, members, all)):
+            if matched and not (exempt and self._covers(exempt, fact.module, members, all)):
                 shown = members[0] if fact.module.endswith(".") and members else fact.module
                 yield Finding(fact.node, {"module": shown})
 

@@ -68,6 +68,11 @@ class ImportMatch(_Model):
     kind: Literal["import"]
     modules: Globs = Field(min_length=1)
     except_: Globs = Field(default_factory=list, alias="except")
+    except_granted: dict[Annotated[str, Field(min_length=1)], Globs] = Field(
+        default_factory=dict,
+        description="capability tag -> modules exempt (as `except`) when the policy grants that capability "
+        "(`http_fetch: [requests]`: the sandbox's broker-backed stand-in is importable then)",
+    )
 
 
 class NameMatch(_Model):

@@ -26,6 +26,8 @@ GUARDRAIL_ERROR = "guardrail_error"
 SANDBOX_RESTRICTION = "sandbox_restriction"
 #: A literal URL in a fetching call that the policy's egress rules deny (issue 18; ``egress_literals.py``).
 EGRESS_DENIED = "egress_denied"
+#: ``urllib.request``/``requests`` used beyond the sandbox's stand-ins (issue 18; ``fetch_surface.py``).
+UNSUPPORTED_FETCH_API = "unsupported_fetch_api"
 
 
 class Location(BaseModel):
