@@ -202,3 +202,27 @@ def test_sandforge_exec_brokers_under_its_policy(tmp_path: Path, net: Net, backe
     assert text.exit_code == 0 and f"fetch GET http://allowed.test:{net.port}/hello -> 200, 5 bytes" in text.stderr
     denied = CliRunner().invoke(cli, ["exec", str(source), "--backend", backend])  # the default policy: no grant
     assert denied.exit_code == 1 and "egress_denied" in denied.stderr and "grant http_fetch" in denied.stderr
+
+
+STYLES = {
+    "requests": "import requests\nr = requests.get({url!r}, timeout=5)\n"
+    "return {{'status': r.status_code, 'text': r.text}}\n",
+    "urllib": "import urllib.request\nf = urllib.request.urlopen({url!r})\n"
+    "return {{'status': f.status, 'text': f.read().decode()}}\n",
+}
+
+
+@pytest.mark.parametrize("style", sorted(STYLES))
+def test_programs_written_by_habit_fetch_through_the_broker_too(
+    tmp_path: Path, net: Net, backend: str, runs: list[Run], style: str
+) -> None:
+    url, denied = f"http://allowed.test:{net.port}/hello", f"http://forbidden.test:{net.port}/x"
+    programs = [STYLES[style].format(url=url), STYLES[style].format(url=denied), "return 0"]
+    run = Run(tmp_path, backend, layer(tmp_path, net), programs)
+    runs.append(run)
+    outcome = run.call()
+    assert outcome.ok and outcome.value == {"status": 200, "text": "hello"}, outcome
+    assert outcome.metadata["egress"][0]["final_url"] == url
+    refused = run.call()  # a call without a store generates again: this time the denied URL
+    assert (refused.error_type, refused.retriable) == ("egress_denied", False), refused
+    assert run.provider.calls == 2 and not net.forbidden.seen  # terminal: "return 0" was never asked for
