@@ -443,3 +443,47 @@ def test_a_stored_tool_is_not_demoted_for_network_errors_or_denials(tmp_path: Pa
     assert artifact is not None
     assert (artifact.extrinsic_failure_count, artifact.intrinsic_failure_count) == (2, 0)
     assert artifact.consecutive_intrinsic_failures == 0 and artifact.recent_failure_rate == 0.0
+
+
+# --------------------------------------------------------------------------------------- caught and answered
+
+
+def answering(kind: str, *urls: str) -> Any:
+    """A program that fetches ``urls`` (catching every failure), then returns ``Outcome.error(kind, ...)``."""
+
+    def run(request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
+        for url in urls:
+            fetch(bridge, url)
+        return ExecutionOutcome.failure(
+            ErrorType.TOOL_ERROR, "the feed could not be fetched", retriable=True, backend="memory",
+            metadata={"tool_error_type": kind},
+        )  # fmt: skip
+
+    return run
+
+
+def test_a_caught_network_error_the_host_observed_is_extrinsic_not_a_claim(tmp_path: Path) -> None:
+    policy = granting(tmp_path, 'egress:\n  allow: [{host: "feeds.example"}]\n')
+    broker = EgressBroker(policy.egress, resolver=failing_resolver)
+    h, outcome, record = single(answering("network_error", "https://feeds.example/rss"), policy, broker)
+    assert (outcome.error_type, outcome.retriable, outcome.metadata["failure_class"]) == (
+        "network_error", True, "extrinsic",
+    )  # fmt: skip
+    assert h.provider.calls == 1 and record.tool_error
+    assert artifact_failure_class(record) is FailureClass.EXTRINSIC
+
+
+def test_a_caught_denial_the_host_observed_is_terminal(tmp_path: Path) -> None:
+    h, outcome, _ = single(answering("egress_denied", "https://news.example/"), default_policy())
+    assert (outcome.error_type, outcome.retriable) == ("egress_denied", False)
+    assert "will not help" in (outcome.error_message or "") and h.provider.calls == 1
+
+
+@pytest.mark.parametrize("kind", ["network_error", "egress_denied"])
+def test_the_same_answer_without_the_hosts_evidence_is_a_claim(tmp_path: Path, kind: str) -> None:
+    policy = granting(tmp_path, ALLOW_SVC + "  limits: {max_requests: 0}\n")  # its fetch fails otherwise
+    h = harness({P1: answering(kind, "http://svc.test:9/x"), P2: fetching()}, [P1, P2], policy)
+    outcome, record = h.call()
+    assert outcome.ok and h.sandbox.ran() == [P1, P2]  # the outcome-repair lane regenerated it
+    [failed] = record.attempt_failures
+    assert failed.stage == "outcome_policy" and failed.failure_class != "extrinsic"
