@@ -226,3 +226,23 @@ def test_programs_written_by_habit_fetch_through_the_broker_too(
     refused = run.call()  # a call without a store generates again: this time the denied URL
     assert (refused.error_type, refused.retriable) == ("egress_denied", False), refused
     assert run.provider.calls == 2 and not net.forbidden.seen  # terminal: "return 0" was never asked for
+
+
+def test_agents_on_one_policy_fetch_at_once(tmp_path: Path, net: Net, runs: list[Run]) -> None:
+    """Four workspaces on one policy (one broker): the server holds each request until all four arrived, so
+    an agent side that serialised fetches (one lock, one session, one thread) would break the barrier."""
+    import threading
+
+    policy = layer(tmp_path, net)
+    net.allowed.barrier = threading.Barrier(4)
+    url = f"http://allowed.test:{net.port}/wait"
+    for index in range(4):
+        (tmp_path / str(index)).mkdir()
+        runs.append(Run(tmp_path / str(index), "subprocess", policy, [program(url)]))
+    outcomes: list[Outcome] = []
+    threads = [threading.Thread(target=lambda run=run: outcomes.append(run.call())) for run in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert [o.value for o in outcomes] == [{"status": 200, "text": "together"}] * 4, outcomes
