@@ -56,6 +56,7 @@ class Executor:
     run_nested: NestedRunner
     sandbox_seconds: float = 0.0
     bridge_seconds: float = 0.0
+    fetch_seconds: float = 0.0
     nested_calls: int = 0
     #: when the current attempt's execution runs out of time: its nested calls' ``call_deadline``
     exec_deadline: float | None = None
@@ -87,6 +88,8 @@ class Executor:
         self.sandbox_seconds += outcome.duration_s
         waited = outcome.metadata.get("bridge_s")
         self.bridge_seconds += waited if isinstance(waited, (int, float)) else 0.0
+        fetching = outcome.metadata.get("fetch_s")
+        self.fetch_seconds += fetching if isinstance(fetching, (int, float)) else 0.0
         if by_trace and outcome.error_type is ErrorType.TIMEOUT:
             self.trace_stop = self.meter.wall_exhausted()
         return outcome

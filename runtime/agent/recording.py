@@ -188,7 +188,8 @@ class Recorder:
     def _execution(self) -> dict[str, Any]:
         ex, tally = self.at.execution, self.executor
         totals = {"total_sandbox_duration_s": round(tally.sandbox_seconds, 6),
-                  "bridge_duration_s": round(tally.bridge_seconds, 6)}  # fmt: skip
+                  "bridge_duration_s": round(tally.bridge_seconds, 6),
+                  "fetch_duration_s": round(tally.fetch_seconds, 6)}  # fmt: skip
         usage = Usage(**totals)
         if ex is not None:
             usage = Usage(

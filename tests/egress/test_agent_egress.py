@@ -97,6 +97,7 @@ def test_an_allowed_fetch_returns_its_data_with_the_hosts_provenance(
     assert entry["rule"] == f"loopback (http://allowed.test:{net.port}/**)" and entry["denied"] is None
     [record] = run.records()
     assert record.egress_requests == 1 and record.egress[0].status == 200 and record.egress[0].url == url
+    assert record.usage.fetch_duration_s > 0
     assert len(net.allowed.seen) == 1 and net.nothing_reached_forbidden()
 
 
