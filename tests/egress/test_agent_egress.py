@@ -247,3 +247,18 @@ def test_agents_on_one_policy_fetch_at_once(tmp_path: Path, net: Net, runs: list
     for thread in threads:
         thread.join(60)
     assert [o.value for o in outcomes] == [{"status": 200, "text": "together"}] * 4, outcomes
+
+
+def test_sandforge_exec_never_shows_a_credential(tmp_path: Path, net: Net, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandforge.runtime.cli import main as cli
+
+    monkeypatch.setenv("AGENT_EGRESS_TOKEN", SECRET)
+    layer(tmp_path, net, '  credentials:\n    - {host: allowed.test, header: X-Key, value: "${AGENT_EGRESS_TOKEN}", '
+          "schemes: [http]}\n")  # fmt: skip
+    source = tmp_path / "prog.py"
+    source.write_text(program(f"http://allowed.test:{net.port}/echo", "print(r.text)\nraise ValueError(r.text)"))
+    for extra in (["--json"], []):
+        result = CliRunner().invoke(cli, ["exec", str(source), "--policy", str(tmp_path / "policy"), *extra])
+        assert result.exit_code == 1 and "[redacted]" in result.output + result.stderr
+        assert SECRET not in result.output and SECRET not in result.stderr
+    assert [seen.headers.get("x-key") for seen in net.allowed.seen] == [SECRET, SECRET]
