@@ -157,6 +157,10 @@ class Usage(BaseModel):
         0.0, description="seconds the call's executions waited for their nested calls (summed over attempts); "
         "charged to each execution's time limit, not part of sandbox_duration_s",
     )  # fmt: skip
+    fetch_duration_s: float = Field(
+        0.0, description="seconds the call's executions waited for the host's fetches (summed over attempts); "
+        "charged to each execution's time limit",
+    )  # fmt: skip
 
 
 class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugin: field named `kwargs`

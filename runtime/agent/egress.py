@@ -18,6 +18,7 @@ import functools
 import logging
 import threading
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,9 @@ EGRESS_ERRORS: frozenset[ErrorType] = frozenset(
         ErrorType.INVALID_FETCH,
     }
 )
+
+#: Nested calls whose fetches an outcome lists (each with its own records; the call log has every one).
+MAX_NESTED_SOURCES = 100
 
 _lock = threading.Lock()
 #: id(policy) -> (the policy, weakly; its broker or why it has none). An entry goes when its policy does.
@@ -103,6 +107,7 @@ class ExecutionEgress:
         self._session: EgressSession | None = None
         self._refused: list[EgressRecord] = []  # denials made without a broker
         self._replied: set[str] = set()
+        self._nested: list[dict[str, Any]] = []  # what the program's nested calls fetched, theirs included
 
     def egress(self, request: bytes, deadline: float) -> bytes:
         """Answer one ``FetchRequest`` (JSON) of the running program; ``deadline`` is the execution's."""
@@ -112,6 +117,15 @@ class ExecutionEgress:
             reply = self._session_for(deadline, self._broker).handle(request)
         self._note(reply)
         return reply
+
+    def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
+        """:meth:`egress` with a response's body apart (raw bytes, no base64: ``EgressSession.handle_parts``)."""
+        if isinstance(self._broker, str):
+            reply, body = self._refuse(request, self._broker), None
+        else:
+            reply, body = self._session_for(deadline, self._broker).handle_parts(request)
+        self._note(reply)
+        return reply, body
 
     def _session_for(self, deadline: float, broker: EgressBroker) -> EgressSession:
         with self._lock:
@@ -134,6 +148,8 @@ class ExecutionEgress:
         return _failure("egress_denied", why, "not_granted" if why == NO_GRANT else "policy")
 
     def _note(self, reply: bytes) -> None:
+        if reply.endswith(b'"error":null}'):  # a response (its body never holds a quote): nothing to note
+            return
         try:
             answer = FetchReply.model_validate_json(reply)
         except ValidationError:  # the broker always answers a valid reply; never trust a kind we cannot read
@@ -154,12 +170,26 @@ class ExecutionEgress:
         with self._lock:
             return kind in self._replied
 
+    def nested(self, call: Mapping[str, Any], metadata: Mapping[str, Any]) -> None:
+        """A nested call of this execution ended: keep what it (and its own nested calls) fetched, so the
+        data a parent returns from a fetching tool still comes with the host's sources."""
+        own = metadata.get("egress")
+        entries = [{**call, "egress": own}] if isinstance(own, list) and own else []
+        deeper = metadata.get("egress_nested")
+        entries += [e for e in deeper if isinstance(e, dict)] if isinstance(deeper, list) else []
+        with self._lock:
+            self._nested.extend(entries[: max(0, MAX_NESTED_SOURCES - len(self._nested))])
+
     def attach(self, outcome: ExecutionOutcome) -> ExecutionOutcome:
         """The outcome with this execution's provenance in ``metadata["egress"]`` (when it fetched), and an
         egress error type the host never replied turned into what it is: the program's own exception."""
         records = self.records
         if records:
             outcome.metadata["egress"] = [record.model_dump(mode="json") for record in records]
+        with self._lock:
+            nested = list(self._nested)
+        if nested:
+            outcome.metadata["egress_nested"] = nested
         kind = outcome.error_type
         if kind in EGRESS_ERRORS and kind is not None and not self.replied(kind.value):
             log.warning("the program ended with %s, which no fetch of its execution was answered with", kind.value)
@@ -206,3 +236,6 @@ class StandaloneBridge:
 
     def egress(self, request: bytes, deadline: float) -> bytes:
         return self.fetches.egress(request, deadline)
+
+    def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
+        return self.fetches.egress_parts(request, deadline)

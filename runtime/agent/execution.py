@@ -56,11 +56,14 @@ class Executor:
     run_nested: NestedRunner
     sandbox_seconds: float = 0.0
     bridge_seconds: float = 0.0
+    fetch_seconds: float = 0.0
     nested_calls: int = 0
     #: when the current attempt's execution runs out of time: its nested calls' ``call_deadline``
     exec_deadline: float | None = None
     #: set when the trace's wall-clock budget (not the program's own limit) ended the last execution
     trace_stop: Stop | None = None
+    #: the current execution's fetches (its own, and what its nested calls fetched)
+    fetches: ExecutionEgress | None = None
 
     def execute(self, approval: Approval, txn: Transaction) -> ExecutionOutcome:
         """Run the approved program once with the attempt's view of the context. Never raises."""
@@ -70,7 +73,9 @@ class Executor:
             code=approval.code, context=txn.snapshot(spec.role), args=spec.args, kwargs=spec.kwargs, limits=limits,
             wall_budget_s=max(seconds, 0.001) if seconds < limits.timeout_s else None,
         )  # fmt: skip
-        bridge = AttemptBridge(self, txn, ExecutionEgress(self.egress_broker(), deadline=self.exec_deadline))
+        # the exchange hands each fetch the execution's deadline (the trace's budget and a parent's included)
+        self.fetches = ExecutionEgress(self.egress_broker())
+        bridge = AttemptBridge(self, txn, self.fetches)
         try:
             outcome = execute_approved(self.env.sandbox, request, approval, backend=self.env.backend, bridge=bridge)
         except Exception as exc:  # Sandbox.execute promises not to raise; a backend import error still can
@@ -83,6 +88,8 @@ class Executor:
         self.sandbox_seconds += outcome.duration_s
         waited = outcome.metadata.get("bridge_s")
         self.bridge_seconds += waited if isinstance(waited, (int, float)) else 0.0
+        fetching = outcome.metadata.get("fetch_s")
+        self.fetch_seconds += fetching if isinstance(fetching, (int, float)) else 0.0
         if by_trace and outcome.error_type is ErrorType.TIMEOUT:
             self.trace_stop = self.meter.wall_exhausted()
         return outcome
@@ -156,6 +163,9 @@ class Executor:
             call_deadline=deadline,
         )  # fmt: skip
         outcome = self.run_nested(child, scope)
+        if self.fetches is not None:
+            call = {"call_id": child.call_id, "role": child.role, "method": child.method, "depth": child.depth}
+            self.fetches.nested(call, outcome.metadata)
         if not outcome.ok:
             scope.tools.clear()  # its record stays (the caller may still succeed); its contract does not
             if spec.kind == "delegate":
@@ -181,3 +191,7 @@ class AttemptBridge:
     def egress(self, request: bytes, deadline: float) -> bytes:
         """A fetch of the running program (a ``FetchRequest`` as JSON), brokered under the call's policy."""
         return self.fetches.egress(request, deadline)
+
+    def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
+        """:meth:`egress` with the response's body as raw bytes (the exchange prefers it: no base64)."""
+        return self.fetches.egress_parts(request, deadline)

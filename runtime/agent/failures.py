@@ -33,15 +33,11 @@ EXECUTION_FAILURES: frozenset[ErrorType] = frozenset(
         ErrorType.INVALID_FETCH,  # the program's fetch request was malformed
     }
 )
-#: Fetch failures no rewrite can fix without a change outside the call (the policy, the host's secrets):
-#: the call ends at once, not retriable, and the artifact that made the request is not blamed.
-TERMINAL_EGRESS: frozenset[ErrorType] = frozenset({ErrorType.EGRESS_DENIED, ErrorType.MISSING_CREDENTIALS})
 
 __all__ = [
     "ADAPTIVE_ERROR_TYPES",
     "EXECUTION_FAILURES",
     "EXTRINSIC_ERROR_TYPES",
-    "TERMINAL_EGRESS",
     "FailureClass",
     "classify_failure",
     "classify_outcome",

@@ -8,9 +8,14 @@ recoverable guardrail         guardrail_recovery_budget        ``guardrail_retry
                                                                depth 0)
 terminal guardrail            none                             ``guardrail_violation`` at once
 program raised / misbehaved   execution_repair_budget          the last execution error, non-retriable
+(``egress_limit``,
+``invalid_fetch`` too)
 retriable ``Outcome.error``   fresh_outcome_repair_budget      ``outcome_repair_retry_exhausted``
 (adaptive or intrinsic)
-extrinsic failure             none                             returned unchanged
+extrinsic failure             none                             returned unchanged (``network_error``:
+(``network_error`` too)                                        retriable)
+egress denied, no credential  none: terminal                   ``egress_denied``/``missing_credentials``,
+                                                               not retriable, "will not help"
 provider API error            none (the SDK retried)           ``provider``, retriable as classified
 ============================  ===============================  ============================================
 
@@ -36,7 +41,6 @@ from sandforge.runtime.agent.calllog import (
 from sandforge.runtime.agent.contracts import ContractViolation
 from sandforge.runtime.agent.failures import (
     EXECUTION_FAILURES,
-    TERMINAL_EGRESS,
     FailureClass,
     classify_failure,
     classify_outcome,
@@ -76,6 +80,27 @@ EGRESS_TERMINAL = {
     "missing_credentials": "Retrying another way will not help: the policy injects a credential the host does "
     "not have; it must be provided on the host (the variable or file the message names).",
 }
+
+
+#: Fetch failures that are the world's or the deployment's, never the program's (no lane regenerates them).
+EGRESS_HOST_FAILURES = frozenset({"egress_denied", "missing_credentials", "network_error"})
+
+
+def host_observed(kind: str, ex: ExecutionOutcome) -> bool:
+    """Whether the broker answered a fetch of this execution with ``kind`` (its records are the host's)."""
+    records = ex.metadata.get("egress")
+    return isinstance(records, list) and any(isinstance(r, dict) and r.get("error") == kind for r in records)
+
+
+def egress_failure(kind: str, message: str, *, tool_error: bool = False) -> Failure:
+    """A terminal denial or missing credential (not retriable; saying why retrying will not help), or a
+    network error (retriable): extrinsic either way, so a stored artifact is never blamed for them."""
+    extra: dict[str, Any] = {"failure_class": FailureClass.EXTRINSIC.value}
+    if tool_error:
+        extra["tool_error"] = True
+    if kind == "network_error":
+        return Failure(kind, message, True, extra)
+    return Failure(kind, f"{message} {EGRESS_TERMINAL[kind]}", False, {**extra, "terminal": True})
 
 
 @dataclass(frozen=True)
@@ -252,11 +277,8 @@ class Lanes:
         message = ex.error_message or error_type
         if ex.error_type is ErrorType.TOOL_ERROR:
             return self._tool_error(at, ex, message, code)
-        if ex.error_type in TERMINAL_EGRESS:  # the policy or the host's secrets: no rewrite fixes it
-            return Failure(error_type, f"{message} {EGRESS_TERMINAL[error_type]}", False,
-                           {"failure_class": FailureClass.EXTRINSIC.value, "terminal": True})  # fmt: skip
-        if ex.error_type is ErrorType.NETWORK_ERROR:  # the world's fault: retriable, never the artifact's
-            return Failure(error_type, message, True, {"failure_class": FailureClass.EXTRINSIC.value})
+        if error_type in EGRESS_HOST_FAILURES:
+            return egress_failure(error_type, message)
         if ex.error_type in EXECUTION_FAILURES:
             exception = ex.metadata.get("exception") or error_type
             line = ex.metadata.get("line")
@@ -274,6 +296,9 @@ class Lanes:
 
     def _tool_error(self, at: Attempt, ex: ExecutionOutcome, message: str, code: str) -> Failure | None:
         tool_type = str(ex.metadata.get("tool_error_type") or "tool_error")
+        if tool_type in EGRESS_HOST_FAILURES and host_observed(tool_type, ex):
+            # the program caught a fetch failure the host did answer it with, and says so: not a claim
+            return egress_failure(tool_type, message, tool_error=True)
         cls = classify_outcome(tool_type, tool_error=True, retriable=ex.retriable)  # never extrinsic
         if not ex.retriable or cls is FailureClass.EXTRINSIC:
             return Failure(tool_type, message, ex.retriable, {"failure_class": cls.value, "tool_error": True})

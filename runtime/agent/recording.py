@@ -86,6 +86,8 @@ class Recorder:
                 meta["stdout"] = bounded(ex.stdout, MAX_STDOUT_CHARS)
             if fetched := egress_of(ex):  # provenance written by the host: the sources of fetched data
                 meta["egress"] = fetched
+            if isinstance(nested := ex.metadata.get("egress_nested"), list) and nested:
+                meta["egress_nested"] = nested  # what its nested calls fetched (their records have it too)
         if vr is not None:
             meta["capabilities"] = sorted({c.tag for c in vr.capabilities})
             meta["policy_fingerprint"] = vr.policy_fingerprint
@@ -186,7 +188,8 @@ class Recorder:
     def _execution(self) -> dict[str, Any]:
         ex, tally = self.at.execution, self.executor
         totals = {"total_sandbox_duration_s": round(tally.sandbox_seconds, 6),
-                  "bridge_duration_s": round(tally.bridge_seconds, 6)}  # fmt: skip
+                  "bridge_duration_s": round(tally.bridge_seconds, 6),
+                  "fetch_duration_s": round(tally.fetch_seconds, 6)}  # fmt: skip
         usage = Usage(**totals)
         if ex is not None:
             usage = Usage(

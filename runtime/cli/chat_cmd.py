@@ -250,6 +250,7 @@ def command(
     tools = ToolStore(state) if tool_store else None
     registry = ToolRegistry(_groups_source(groups_file, script, state, tool_store=tools))
     program_provider, why_not = _program_provider(script, programs_file)
+    policy = load_policy([*default_policy().sources, *policy_dirs]) if policy_dirs else None  # checked up front
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(SessionStore(state=state))
         runner: ToolRunner
@@ -258,7 +259,6 @@ def command(
         else:
             config = SandboxConfig.from_env(**({"backend": backend} if backend else {}))
             sandbox = stack.enter_context(Sandbox(config))
-            policy = load_policy([*default_policy().sources, *policy_dirs]) if policy_dirs else None
             agent_runner = AgentToolRunner(
                 provider=program_provider, sandbox=sandbox, store=tools, log=_call_log(state_dir), policy=policy
             )

@@ -302,6 +302,13 @@ def test_nested_calls_broker_their_own_fetches(tmp_path: Path) -> None:
     assert outcome.ok and "egress" not in outcome.metadata  # the parent itself fetched nothing
     nested = [s.record for s in h.sink if s.record.depth == 1]
     assert [e.url for e in nested[0].egress] == ["https://elsewhere.example/"]
+    # ... but what it returns came from a tool that fetched: the sources travel up with it
+    [via] = outcome.metadata["egress_nested"]
+    assert (via["role"], via["method"], via["depth"], via["call_id"]) == ("child", "get", 1, nested[0].call_id)
+    assert [e["url"] for e in via["egress"]] == ["https://elsewhere.example/"]
+    from sandforge.runtime.sessions.tool_runner import outcome_to_result
+
+    assert "- GET https://elsewhere.example/ -> egress_denied" in outcome_to_result(outcome).content
 
 
 # --------------------------------------------------------------------------------------- brokers and sessions
@@ -387,3 +394,96 @@ def test_session_tools_run_under_the_runners_policy(tmp_path: Path) -> None:
         assert runner.workspace is not None and runner.workspace.policy is policy
     finally:
         runner.close()
+
+
+def test_a_session_tool_result_names_its_sources_to_the_model(tmp_path: Path) -> None:
+    from sandforge.runtime.sessions.tool_runner import outcome_to_result
+
+    urls = ("https://elsewhere.example/", "http://svc.test:9/x")
+    h = harness({P1: fetching(*urls, catch=True, method="BREW")}, [P1], granting(tmp_path, ALLOW_SVC))
+    outcome, _ = h.call()
+    result = outcome_to_result(outcome)
+    assert result.ok and result.content.startswith('["invalid_fetch", "invalid_fetch"]')
+    assert "sources (requests made by the host for this result):" in result.content
+    assert "- BREW https://elsewhere.example/ -> invalid_fetch" in result.content
+    assert [e["url"] for e in result.metadata["egress"]] == list(urls)
+    _, denied, _ = single(fetching("https://news.example/"), default_policy())
+    assert "- GET https://news.example/ -> egress_denied" in outcome_to_result(denied).content
+
+
+def test_a_stored_tool_is_not_demoted_for_network_errors_or_denials(tmp_path: Path) -> None:
+    from sandforge.runtime.agent import CallLog, Workspace
+    from sandforge.runtime.store import ToolStore
+
+    policy = granting(tmp_path, 'egress:\n  allow: [{host: "feeds.example"}]\n', name="feeds")
+    runs: list[str] = []
+
+    def tool(request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
+        runs.append(request.code)
+        if len(runs) == 1:
+            return ExecutionOutcome(status="ok", value=1, context={}, backend="memory")
+        url = "https://feeds.example/rss" if len(runs) == 2 else "https://elsewhere.example/rss"
+        return fetching(url)(request, bridge)
+
+    store = ToolStore(tmp_path / "state")
+    broker = EgressBroker(policy.egress, resolver=failing_resolver)
+    sandbox: Any = MemorySandbox({P1: tool})
+    ws = Workspace(
+        provider=ScriptedProvider([P1]), sandbox=sandbox, limits=Limits(), policy=policy, store=store,
+        log=CallLog(tmp_path / "calls.jsonl"), egress=broker,
+    )  # fmt: skip
+    try:
+        assert ws.call("feeds", "latest").ok
+        assert ws.call("feeds", "latest").error_type == "network_error"
+        assert ws.call("feeds", "latest").error_type == "egress_denied"
+    finally:
+        ws.close()
+    assert runs == [P1] * 3  # the stored program ran each time: nothing was regenerated
+    artifact = ToolStore(tmp_path / "state").lookup("feeds", "latest").artifact
+    assert artifact is not None
+    assert (artifact.extrinsic_failure_count, artifact.intrinsic_failure_count) == (2, 0)
+    assert artifact.consecutive_intrinsic_failures == 0 and artifact.recent_failure_rate == 0.0
+
+
+# --------------------------------------------------------------------------------------- caught and answered
+
+
+def answering(kind: str, *urls: str) -> Any:
+    """A program that fetches ``urls`` (catching every failure), then returns ``Outcome.error(kind, ...)``."""
+
+    def run(request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
+        for url in urls:
+            fetch(bridge, url)
+        return ExecutionOutcome.failure(
+            ErrorType.TOOL_ERROR, "the feed could not be fetched", retriable=True, backend="memory",
+            metadata={"tool_error_type": kind},
+        )  # fmt: skip
+
+    return run
+
+
+def test_a_caught_network_error_the_host_observed_is_extrinsic_not_a_claim(tmp_path: Path) -> None:
+    policy = granting(tmp_path, 'egress:\n  allow: [{host: "feeds.example"}]\n')
+    broker = EgressBroker(policy.egress, resolver=failing_resolver)
+    h, outcome, record = single(answering("network_error", "https://feeds.example/rss"), policy, broker)
+    assert (outcome.error_type, outcome.retriable, outcome.metadata["failure_class"]) == (
+        "network_error", True, "extrinsic",
+    )  # fmt: skip
+    assert h.provider.calls == 1 and record.tool_error
+    assert artifact_failure_class(record) is FailureClass.EXTRINSIC
+
+
+def test_a_caught_denial_the_host_observed_is_terminal(tmp_path: Path) -> None:
+    h, outcome, _ = single(answering("egress_denied", "https://news.example/"), default_policy())
+    assert (outcome.error_type, outcome.retriable) == ("egress_denied", False)
+    assert "will not help" in (outcome.error_message or "") and h.provider.calls == 1
+
+
+@pytest.mark.parametrize("kind", ["network_error", "egress_denied"])
+def test_the_same_answer_without_the_hosts_evidence_is_a_claim(tmp_path: Path, kind: str) -> None:
+    policy = granting(tmp_path, ALLOW_SVC + "  limits: {max_requests: 0}\n")  # its fetch fails otherwise
+    h = harness({P1: answering(kind, "http://svc.test:9/x"), P2: fetching()}, [P1, P2], policy)
+    outcome, record = h.call()
+    assert outcome.ok and h.sandbox.ran() == [P1, P2]  # the outcome-repair lane regenerated it
+    [failed] = record.attempt_failures
+    assert failed.stage == "outcome_policy" and failed.failure_class != "extrinsic"
