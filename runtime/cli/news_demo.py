@@ -15,7 +15,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,20 +94,26 @@ def _j(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def egress_records(outcome: Outcome, records: Sequence[CallRecord]) -> list[dict[str, Any]]:
-    """The broker's provenance for a question (``runtime.egress.EgressRecord`` fields): its own execution's
-    records (outcome metadata), then those of its nested calls (their call-log records)."""
-    own = outcome.metadata.get("egress")
-    found: list[dict[str, Any]] = [r for r in own if isinstance(r, dict)] if isinstance(own, list) else []
-    for record in records:
-        if record.depth > 0:
-            found += [call.model_dump(mode="json") for call in getattr(record, "egress", None) or []]
+def egress_records(outcome: Outcome) -> list[dict[str, Any]]:
+    """The broker's provenance of an answer, from the outcome alone: its own execution's requests
+    (``metadata["egress"]``), then those of its nested calls (``metadata["egress_nested"]``, each entry naming
+    the call), so data a tool fetched still comes with the host's sources."""
+    found = [r for r in _dicts(outcome.metadata.get("egress"))]
+    for entry in _dicts(outcome.metadata.get("egress_nested")):
+        where = f"{entry.get('role')}.{entry.get('method')}"
+        found += [{**r, "via": where} for r in _dicts(entry.get("egress"))]
     return found
+
+
+def _dicts(value: object) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def provenance_line(record: dict[str, Any]) -> str:
     """One broker record as a line: method, URL, status, bytes, time, and the rule (or why it failed)."""
     what = f"{record.get('method', 'GET')} {record.get('url')}"
+    if record.get("via"):
+        what = f"({record['via']}) {what}"
     if record.get("final_url") and record["final_url"] != record.get("url"):
         what += f" (final {record['final_url']})"
     if record.get("status") is not None:
@@ -210,7 +216,7 @@ class NewsDemo:
         echo(f"   => {len(headlines)} headlines from {value.get('source')}:")
         for item in headlines[:SHOWN_HEADLINES]:
             echo(f"      - {item.get('title')}  <{item.get('link')}>")
-        records = egress_records(outcome, step.records)
+        records = egress_records(outcome)
         echo("   provenance (recorded by the host's broker, not by the program):")
         for record in records or [{"url": "(no broker records: the program did not fetch)"}]:
             echo(f"      {provenance_line(record)}")

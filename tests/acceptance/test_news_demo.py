@@ -35,7 +35,7 @@ def run(sandbox: Sandbox, store: Path, work: Path) -> tuple[NewsRun, list[str]]:
 
 
 def provenance(step: Step) -> list[dict[str, object]]:
-    return egress_records(step.outcome, step.records)
+    return egress_records(step.outcome)
 
 
 def assert_answers_each_source_with_the_brokers_provenance(result: NewsRun) -> None:
@@ -67,6 +67,11 @@ def test_first_run_generates_then_forges_and_a_second_run_reuses_the_tools(sandb
     assert first.model_calls == {"assistant.ask": 3, "web_fetcher.fetch": 1, "rss_parser.parse": 1}
     nested = {f"{r.role}.{r.method}": r for r in nyt.records if r.depth == 1}
     assert set(nested) == {"web_fetcher.fetch", "rss_parser.parse"}
+    # the tool fetched, and its sources travel up to the answer; the tool's call-log record has the same request
+    (source,) = provenance(nyt)
+    assert source["via"] == "web_fetcher.fetch" and "egress" not in nyt.outcome.metadata
+    assert [call.url for call in nested["web_fetcher.fetch"].egress] == [source["url"]]
+    assert nested["rss_parser.parse"].egress == []
     assert all(r.program_source == "generated" and r.cacheable for r in nested.values())
     assert any("consider Forging now" in line for line in lines)
     assert any("http_fetch 2/2" in line and "rss_parse 2/2" in line and "promotion" in line for line in lines)
@@ -84,6 +89,7 @@ def test_first_run_generates_then_forges_and_a_second_run_reuses_the_tools(sandb
         tools = [r for r in step.records if r.depth == 1]
         assert {f"{r.role}.{r.method}" for r in tools} == {"web_fetcher.fetch", "rss_parser.parse"}
         assert all(r.program_source == "persisted" and r.selection_decision == "execute_persisted" for r in tools)
+        assert [r["via"] for r in provenance(step)] == ["web_fetcher.fetch"]
     assert second.served == dict.fromkeys(HOSTS, 1)
     assert any("no model call for them" in line for line in lines)
 
