@@ -63,8 +63,13 @@ def default_store_dir() -> Path:
 
 
 def reset_store(store_dir: Path) -> None:
-    """Forget what earlier runs stored (the ``tools`` directory of the demo's store only)."""
-    shutil.rmtree(store_dir / "tools", ignore_errors=True)
+    """Forget what earlier runs stored (the ``tools`` directory of the demo's store only; a symlink there is
+    removed, never followed)."""
+    tools = store_dir / "tools"
+    if tools.is_symlink() or tools.is_file():
+        tools.unlink()
+    elif tools.is_dir():
+        shutil.rmtree(tools)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from sandforge.runtime.agent import Workspace
 from sandforge.runtime.cli import main
-from sandforge.runtime.cli.news_demo import NewsRun, Step, egress_records, run_news_demo
+from sandforge.runtime.cli.news_demo import NewsRun, Step, egress_records, reset_store, run_news_demo
 from sandforge.runtime.cli.news_feeds import SITES, LocalInternet
 from sandforge.runtime.guardrails.loader import layered_policy
 from sandforge.runtime.providers import ScriptedProvider
@@ -177,3 +177,15 @@ def test_fresh_forgets_the_demos_tools_and_forges_again(tmp_path: Path, monkeypa
     assert "used the stored tools" in runner.invoke(main, ["demo", "--news"]).output
     again = runner.invoke(main, ["demo", "--news", "--fresh"])
     assert again.exit_code == 0 and "is empty: a first run" in again.output and "forged two tools" in again.output
+
+
+def test_fresh_removes_a_symlinked_tools_directory_without_following_it(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "precious"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine")
+    store = tmp_path / "demo-news"
+    store.mkdir()
+    (store / "tools").symlink_to(elsewhere)
+    reset_store(store)
+    assert not (store / "tools").exists() and (elsewhere / "keep.txt").read_text() == "mine"
+    reset_store(store)  # nothing there: nothing to do
