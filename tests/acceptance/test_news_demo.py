@@ -122,6 +122,10 @@ def test_store_and_fresh_belong_to_news() -> None:
 
 
 def test_a_program_under_the_demo_layer_reaches_only_the_three_feeds(sandbox: Sandbox, tmp_path: Path) -> None:
+    check_only_the_three_feeds(sandbox, tmp_path)
+
+
+def check_only_the_three_feeds(sandbox: Sandbox, tmp_path: Path) -> None:
     """Another path on an allowed host, an allowed path on another port, the address itself, a name the layer
     does not resolve: each is the terminal egress_denied (no regeneration), recorded, and no server sees it."""
     with LocalInternet() as net:
