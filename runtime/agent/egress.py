@@ -111,19 +111,21 @@ class ExecutionEgress:
 
     def egress(self, request: bytes, deadline: float) -> bytes:
         """Answer one ``FetchRequest`` (JSON) of the running program; ``deadline`` is the execution's."""
-        if isinstance(self._broker, str):
-            reply = self._refuse(request, self._broker)
-        else:
-            reply = self._session_for(deadline, self._broker).handle(request)
-        self._note(reply)
-        return reply
+        return self.egress_parts(request, deadline, raw_body=False)[0]
 
-    def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
+    def egress_parts(self, request: bytes, deadline: float, *, raw_body: bool = True) -> tuple[bytes, bytes | None]:
         """:meth:`egress` with a response's body apart (raw bytes, no base64: ``EgressSession.handle_parts``)."""
-        if isinstance(self._broker, str):
-            reply, body = self._refuse(request, self._broker), None
-        else:
-            reply, body = self._session_for(deadline, self._broker).handle_parts(request)
+        body: bytes | None = None
+        try:
+            if isinstance(self._broker, str):
+                reply = self._refuse(request, self._broker, "egress_denied")
+            elif raw_body:
+                reply, body = self._session_for(deadline, self._broker).handle_parts(request)
+            else:
+                reply = self._session_for(deadline, self._broker).handle(request)
+        except Exception:  # a broker bug: the program gets a typed failure, the exchange goes on
+            log.exception("the egress broker failed")
+            reply, body = self._refuse(request, "the host failed to broker the request", "network_error"), None
         self._note(reply)
         return reply, body
 
@@ -134,7 +136,7 @@ class ExecutionEgress:
                 self._session = broker.session(deadline=limit)
             return self._session
 
-    def _refuse(self, request: bytes, why: str) -> bytes:
+    def _refuse(self, request: bytes, why: str, kind: str) -> bytes:
         from sandforge.runtime.egress.broker import EgressRecord
 
         try:
@@ -142,10 +144,11 @@ class ExecutionEgress:
         except ValidationError:
             return _failure("invalid_fetch", "malformed fetch request", "wire")
         method, url = asked.method.upper()[:16], _scrub(asked.url)
-        record = EgressRecord(method=method, url=url, denied=why, error="egress_denied")
+        record = EgressRecord(method=method, url=url, denied=why, error=kind)
         with self._lock:
             self._refused.append(record)
-        return _failure("egress_denied", why, "not_granted" if why == NO_GRANT else "policy")
+        reason = "internal" if kind != "egress_denied" else "not_granted" if why == NO_GRANT else "policy"
+        return _failure(kind, why, reason)
 
     def _note(self, reply: bytes) -> None:
         if reply.endswith(b'"error":null}'):  # a response (its body never holds a quote): nothing to note
@@ -160,7 +163,8 @@ class ExecutionEgress:
 
     @property
     def records(self) -> list[EgressRecord]:
-        """Every request of this execution, in order: what the broker did, or why it refused."""
+        """Every request of this execution: what the broker did, or why it was refused (the refusals made
+        here, without a broker or after a broker failure, come first)."""
         with self._lock:
             session, refused = self._session, list(self._refused)
         return refused + (session.records if session is not None else [])

@@ -487,3 +487,18 @@ def test_the_same_answer_without_the_hosts_evidence_is_a_claim(tmp_path: Path, k
     assert outcome.ok and h.sandbox.ran() == [P1, P2]  # the outcome-repair lane regenerated it
     [failed] = record.attempt_failures
     assert failed.stage == "outcome_policy" and failed.failure_class != "extrinsic"
+
+
+def test_a_broker_failure_is_a_network_error_the_host_answered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = granting(tmp_path, 'egress:\n  allow: [{host: "feeds.example"}]\n')
+
+    class Broken(EgressBroker):
+        def session(self, *, deadline: float | None = None) -> Any:
+            raise RuntimeError("a broker bug")
+
+    h, outcome, record = single(fetching("https://feeds.example/rss"), policy, Broken(policy.egress))
+    assert (outcome.error_type, outcome.retriable) == ("network_error", True)  # not turned into a forged kind
+    assert record.egress[0].error == "network_error" and "failed to broker" in (record.egress[0].denied or "")
+    assert h.provider.calls == 1 and "the egress broker failed" in caplog.text
