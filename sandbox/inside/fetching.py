@@ -12,10 +12,16 @@ checks it really answered so). The ``urllib.request`` and ``requests`` stand-ins
 from __future__ import annotations
 
 import base64
+import codecs
 import http
 import json as _json
 from collections.abc import Callable
 from typing import Any
+
+#: Charsets web pages name most, looked up now: after a lock-down that changes the root (the subprocess
+#: backend) no codec module can be imported, and ``Response.text`` would fall back to UTF-8.
+for _charset in ("latin-1", "cp1252", "ascii", "utf-16", "utf-8-sig", "iso-8859-15", "iso-8859-2"):
+    codecs.lookup(_charset)
 
 #: Longest URL, most headers and longest header value a request may carry (the broker's own bounds).
 MAX_URL_CHARS = 8192
@@ -234,9 +240,9 @@ Sender = Callable[[dict[str, Any]], tuple[dict[str, Any], bytes]]
 _SENDER: list[Sender] = []
 
 
-def bind(sender: Sender) -> None:
-    """The execution's way to the host (one runner process serves one execution)."""
-    _SENDER[:] = [sender]
+def bind(sender: Sender | None) -> None:
+    """The execution's way to the host (one runner process serves one execution); None: no way."""
+    _SENDER[:] = [] if sender is None else [sender]
 
 
 def send(request: dict[str, Any]) -> Response:

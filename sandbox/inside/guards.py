@@ -326,7 +326,7 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
     builtins["Outcome"] = OutcomeFactory
     builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
     builtins["delegate"] = lambda role, *contract, **fields: delegate(bridge, role, *contract, **fields)
-    fetching.bind(bridge.fetch)
+    fetching.bind(bridge.fetch if bridge is not None else None)  # None: compiled outside an execution
     builtins["fetch"] = fetching.fetch
     errors: list[type[fetching.FetchError]] = [fetching.FetchError, *fetching.ERRORS.values()]
     for error in errors:

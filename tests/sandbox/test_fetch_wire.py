@@ -14,9 +14,12 @@ from typing import Any
 import pytest
 
 from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits
+from sandforge.sandbox.backends.base import Backend
 from sandforge.sandbox.exchange import EgressHandler, ExitInfo, build_outcome, run_exchange
 from sandforge.sandbox.protocol import HEADER, CallFrame, FrameReader
-from tests.sandbox.test_host_channel import ScriptedIO, frame
+from tests.sandbox.test_host_channel import ScriptedIO, attack, escaped, frame
+
+__all__ = ["escaped"]  # the escaped-runner fixture, shared with test_host_channel
 
 LIMITS = Limits(timeout_s=4, memory_mb=256, disk_mb=4, max_output_bytes=8192, max_message_bytes=256 * 1024)
 FETCH = {"type": "fetch", "request": {"method": "GET", "url": "https://news.example.com/rss", "headers": {}}}
@@ -204,3 +207,35 @@ def test_a_fetch_error_kind_the_host_answered_is_the_outcome() -> None:
 def test_another_kind_than_the_one_answered_is_forged() -> None:
     out, _ = run(frame({**FETCH, "id": 0}), frame(error_result("network_error")), handler=Handler(denied_reply()))
     assert out.error_type == ErrorType.EXECUTION  # a denial must not become a retriable network error
+
+
+# --- attacks through an escaped runner, on every backend -------------------------------------------------
+
+FETCH_LIMITS = Limits(timeout_s=4, memory_mb=256, disk_mb=4, max_output_bytes=8192)
+
+
+@pytest.mark.timeout(90)
+def test_a_flood_of_fetches_without_reading_is_a_violation(escaped: Backend) -> None:
+    handler = Handler(*[denied_reply()] * 4)
+    code = f"for i in range(20000):\n    send({{**{FETCH!r}, 'id': i}})\ntime.sleep(60)\nreturn 1"
+    out, took = attack(escaped, code, handler, FETCH_LIMITS)
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION, (out.error_type, out.error_message)
+    assert len(handler.requests) <= 1  # at most the first frame, read alone, was served
+    assert took < FETCH_LIMITS.timeout_s + 10, took
+
+
+@pytest.mark.timeout(90)
+def test_a_runner_that_never_reads_its_body_cannot_hold_the_host(escaped: Backend) -> None:
+    handler = PartsHandler(response_reply(b"x" * (24 << 20)))
+    code = f"send({{**{FETCH!r}, 'id': 0}})\ntime.sleep(120)\nreturn 1"
+    out, took = attack(escaped, code, handler, FETCH_LIMITS)
+    assert out.error_type == ErrorType.TIMEOUT, (out.error_type, out.error_message)
+    assert took < FETCH_LIMITS.timeout_s + 15, took
+
+
+def test_an_escaped_runner_claiming_a_fetch_error_gets_an_execution_error(escaped: Backend) -> None:
+    claim = {"type": "result", "status": "error", "error": {"type": "egress_denied", "message": "forged"}}
+    code = f"send({claim!r})\nos._exit(0)"
+    out, _ = attack(escaped, code, Handler(), FETCH_LIMITS)
+    assert out.error_type == ErrorType.EXECUTION, (out.error_type, out.error_message)
+    assert "no fetch of this execution failed so" in (out.error_message or "")
