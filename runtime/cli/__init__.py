@@ -23,6 +23,7 @@ def _register() -> None:
         cleanup_cmd,
         demo_cmd,
         doctor_cmd,
+        envs_cmd,
         exec_cmd,
         image_cmd,
         logs_cmd,
@@ -34,6 +35,7 @@ def _register() -> None:
     for module in (exec_cmd, doctor_cmd, image_cmd, tools_cmd, chat_cmd, sessions_cmd, logs_cmd, demo_cmd, policy_cmd):
         main.add_command(module.command)
     main.add_command(cleanup_cmd.command)
+    main.add_command(envs_cmd.command)
 
 
 _register()

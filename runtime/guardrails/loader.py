@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from sandforge.runtime.egress.config import EgressPolicy, EgressSection
+from sandforge.runtime.environments.policy import DependenciesSection, DependencyPolicy
 from sandforge.runtime.errors import ConfigError, InputFileError
 from sandforge.runtime.files.read import read_user_file
 from sandforge.runtime.files.yamltext import YamlPath
@@ -229,6 +230,7 @@ class _Builder:
         self.grant_sites: list[tuple[str, Origin]] = []
         self.limits: dict[str, int] = {}
         self.egress = EgressPolicy()
+        self.dependencies = DependencyPolicy()
         self.name = "policy"
         self.description = ""
 
@@ -255,6 +257,7 @@ class _Builder:
             self.limits.update(data.limits.model_dump(exclude_none=True))
         if data.egress is not None:
             self._egress(file, data.egress)
+        self._dependencies(file, data.dependencies)
 
     def _egress(self, file: _File, section: EgressSection) -> None:
         ca_file = section.ca_file
@@ -263,6 +266,19 @@ class _Builder:
                 raise ConfigError(f"{file.origin(('egress', 'ca_file'))}: egress.ca_file must be an absolute path here")
             ca_file = str(file.directory / ca_file)
         self.egress = self.egress.merge(section, ca_file=ca_file)
+
+    def _dependencies(self, file: _File, section: DependenciesSection | None) -> None:
+        if section is None:
+            return
+        wheelhouse = section.wheelhouse
+        if wheelhouse is not None and not Path(wheelhouse).expanduser().is_absolute():
+            if file.directory is None:
+                where = file.origin(("dependencies", "wheelhouse"))
+                raise ConfigError(f"{where}: dependencies.wheelhouse must be an absolute path here")
+            wheelhouse = str(file.directory / wheelhouse)
+        elif wheelhouse is not None:
+            wheelhouse = str(Path(wheelhouse).expanduser())
+        self.dependencies = self.dependencies.merge(section, wheelhouse=wheelhouse)
 
     def _capability(self, file: _File, tag: str, spec: pm.CapabilitySpec) -> None:
         base: YamlPath = ("capabilities", tag)
@@ -324,6 +340,7 @@ class _Builder:
             granted=frozenset(self.granted),
             limits=limits,
             egress=self.egress,
+            dependencies=self.dependencies,
         )
         return dataclasses.replace(policy, fingerprint=fingerprint(policy))
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sandforge.runtime.egress.config import EgressPolicy
+from sandforge.runtime.environments.policy import DependencyPolicy
 from sandforge.runtime.guardrails import policy_model as pm
 from sandforge.runtime.guardrails.matchers import Matcher
 
@@ -114,6 +115,9 @@ class Policy:
     egress: EgressPolicy = field(default_factory=EgressPolicy)
     """What brokered requests may reach, every layer merged. Its allow entries and ranges judge literal URLs at
     validation (``egress_literals.py``), so they join the fingerprint when present."""
+    dependencies: DependencyPolicy = field(default_factory=DependencyPolicy)
+    """Which distributions programs may declare and where wheels come from, every layer merged
+    (``runtime/environments``). Not in the fingerprint: it does not change how a program is validated."""
 
     @property
     def layers(self) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from sandforge.runtime.egress.config import EgressSection
+from sandforge.runtime.environments.policy import DependenciesSection
 
 Classification = Literal["recoverable", "terminal"]
 
@@ -294,7 +295,7 @@ class PolicyMeta(_Model):
 
 class PolicyFile(_Model):
     """One policy file. Sections apply in this order: capabilities, rules, override, disable, grant, deny,
-    limits, egress."""
+    limits, egress, dependencies."""
 
     schema_: str | None = Field(None, alias="$schema", description="optional, for editors")
     policy: PolicyMeta | None = None
@@ -307,6 +308,9 @@ class PolicyFile(_Model):
     limits: LimitsOverride | None = None
     egress: EgressSection | None = Field(
         None, description="what brokered requests may reach (docs/policies.md, 'Egress'); default: nothing"
+    )
+    dependencies: DependenciesSection | None = Field(
+        None, description="third-party distributions programs may declare (docs/environments.md); default: none"
     )
 
 

@@ -114,10 +114,13 @@ def test_a_denied_fetch_is_terminal_and_the_server_receives_nothing(
 
 
 def test_without_the_grant_nothing_is_sent(tmp_path: Path, net: Net, backend: str, runs: list[Run]) -> None:
-    run = Run(tmp_path, backend, default_policy(), [program(f"http://allowed.test:{net.port}/hello")])
+    """The guardrail refuses a fetching program before it runs (terminal); the bridge's own refusal of an
+    ungranted fetch at run time is tests/agent/test_egress_lanes.py's (a program the guardrail let through)."""
+    run = Run(tmp_path, backend, default_policy(), [program(f"http://allowed.test:{net.port}/hello")] * 2)
     runs.append(run)
     outcome = run.call()
-    assert outcome.error_type == "egress_denied" and "grant http_fetch" in (outcome.error_message or "")
+    assert (outcome.error_type, outcome.retriable) == ("guardrail_violation", False)
+    assert "http_fetch" in (outcome.error_message or "") and run.provider.calls == 1
     assert not net.allowed.seen
 
 
@@ -202,7 +205,8 @@ def test_sandforge_exec_brokers_under_its_policy(tmp_path: Path, net: Net, backe
     text = CliRunner().invoke(cli, ["exec", str(source), "--backend", backend, "--policy", str(tmp_path / "policy")])
     assert text.exit_code == 0 and f"fetch GET http://allowed.test:{net.port}/hello -> 200, 5 bytes" in text.stderr
     denied = CliRunner().invoke(cli, ["exec", str(source), "--backend", backend])  # the default policy: no grant
-    assert denied.exit_code == 1 and "egress_denied" in denied.stderr and "grant http_fetch" in denied.stderr
+    assert denied.exit_code == 1 and "capability_not_granted" in denied.stderr and "http_fetch" in denied.stderr
+    assert len(net.allowed.seen) == 2  # the two runs above; the refused one sent nothing
 
 
 STYLES = {
