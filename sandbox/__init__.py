@@ -11,11 +11,20 @@ import threading
 
 from sandforge.sandbox.backends.base import Backend, Worker
 from sandforge.sandbox.config import BACKENDS, BackendName, SandboxConfig
+from sandforge.sandbox.environment import EnvironmentRefused, MountedEnvironment, check_mount
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import BridgeHandler
 from sandforge.sandbox.pool import WarmPool
 from sandforge.sandbox.protections import DEFAULT_REQUIRED, MissingProtections, Protection
-from sandforge.sandbox.protocol import BridgeReply, ErrorType, ExecutionOutcome, ExecutionRequest, Limits, ResourceUsage
+from sandforge.sandbox.protocol import (
+    BridgeReply,
+    EnvironmentMount,
+    ErrorType,
+    ExecutionOutcome,
+    ExecutionRequest,
+    Limits,
+    ResourceUsage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +33,7 @@ __all__ = [
     "DEFAULT_REQUIRED",
     "BridgeHandler",
     "BridgeReply",
+    "EnvironmentMount",
     "ErrorType",
     "ExecutionOutcome",
     "ExecutionRequest",
@@ -52,13 +62,21 @@ def make_backend(name: BackendName, config: SandboxConfig) -> Backend:
     return DockerBackend(config, runtime="runsc" if name == "gvisor" else None)
 
 
+#: A pool's key: backend, limits profile and the environment its workers mount (None: none).
+PoolKey = tuple[str, Limits, MountedEnvironment | None]
+
+
 class Sandbox:
-    """Executes requests on the configured backend, from a warm pool when the limits match its profile."""
+    """Executes requests on the configured backend, from a warm pool when the limits match its profile.
+
+    Pools are per (backend, limits, environment): a worker started with one environment mounted never runs
+    a program prepared for another (or for none). The pools of environments stop refilling and are closed
+    once unused for ``config.env_pool_idle_s``, and at most ``config.env_pools_max`` of them are kept."""
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig.from_env()
         self._backends: dict[str, Backend] = {}
-        self._pools: dict[tuple[str, Limits], WarmPool] = {}
+        self._pools: dict[PoolKey, WarmPool] = {}
         self._lock = threading.Lock()
 
     def execute(
@@ -67,7 +85,11 @@ class Sandbox:
         """Run one program in a fresh sandbox. Never raises for anything the program or engine does."""
         name = backend or self.config.backend
         try:
-            worker = self._acquire(name, request.limits)
+            environment = check_mount(request.environment) if request.environment is not None else None
+        except EnvironmentRefused as exc:
+            return ExecutionOutcome.failure(ErrorType.INVALID_REQUEST, str(exc), retriable=False, backend=name)
+        try:
+            worker = self._acquire(name, request.limits, environment)
         except SandboxUnavailable as exc:
             outcome = ExecutionOutcome.failure(
                 ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=exc.retriable, backend=name
@@ -76,30 +98,70 @@ class Sandbox:
                 outcome.protections = exc.verified
                 outcome.metadata["protections_missing"] = list(exc.missing)
         else:
-            outcome = worker.execute(request, bridge)
+            outcome = self._run(worker, request, bridge, environment)
         if waived := self.config.waived_protections:
             outcome.metadata["protections_waived"] = list(waived)  # a weaker wall is never silent
         return outcome
 
-    def pool(self, backend: BackendName | None = None, limits: Limits | None = None) -> WarmPool:
-        """The warm pool for a backend and limits profile (created on first use)."""
+    @staticmethod
+    def _run(
+        worker: Worker, request: ExecutionRequest, bridge: BridgeHandler | None, environment: MountedEnvironment | None
+    ) -> ExecutionOutcome:
+        """The execution, after checking the worker mounts the request's environment (never another's)."""
+        serves = getattr(worker, "environment", None)
+        if serves != environment:
+            worker.destroy()
+            return ExecutionOutcome.failure(
+                ErrorType.SANDBOX_UNAVAILABLE, "a sandbox of another environment was handed out; refused",
+                backend=worker.backend,
+            )  # fmt: skip
+        outcome = worker.execute(request, bridge)
+        if environment is not None:
+            outcome.metadata["env_id"] = environment.env_id
+        return outcome
+
+    def pool(
+        self, backend: BackendName | None = None, limits: Limits | None = None,
+        environment: MountedEnvironment | EnvironmentMount | None = None,
+    ) -> WarmPool:  # fmt: skip
+        """The warm pool for a backend, limits profile and environment (created on first use)."""
         name = backend or self.config.backend
-        key = (name, limits or self.config.limits)
+        if isinstance(environment, EnvironmentMount):
+            environment = check_mount(environment)
+        key: PoolKey = (name, limits or self.config.limits, environment)
         with self._lock:
+            self._retire_env_pools(keep=key)
             pool = self._pools.get(key)
-            if pool is None:
+            if pool is None or pool.retired:
                 be = self._backend(name)
-                lim = key[1]
+                lim, env = key[1], key[2]
                 size = self.config.pool_size if lim == self.config.limits else 0
                 pool = WarmPool(
-                    lambda: be.spawn(lim),
+                    lambda: be.spawn(lim, env) if env is not None else be.spawn(lim),
                     size=size,
                     idle_s=self.config.pool_idle_s,
-                    name=name,
+                    name=name if env is None else f"{name}-{env.env_id[:8]}",
                     concurrency=self.config.pool_spawn_concurrency,
+                    retire_idle_s=self.config.env_pool_idle_s if env is not None else None,
                 )
                 self._pools[key] = pool
             return pool
+
+    def _retire_env_pools(self, keep: PoolKey) -> None:
+        """Drop environment pools that retired themselves (unused too long), and the least recently used ones
+        beyond ``env_pools_max``; closed off the caller's path. Holds ``self._lock``."""
+        env_keys = [k for k in self._pools if k[2] is not None and k != keep]
+        retired = [k for k in env_keys if self._pools[k].retired]
+        live = sorted((k for k in env_keys if k not in retired), key=lambda k: self._pools[k].last_used)
+        excess = len(live) + (1 if keep[2] is not None else 0) - self.config.env_pools_max
+        doomed = [self._pools.pop(k) for k in [*retired, *live[: max(excess, 0)]]]
+        for pool in doomed:
+            pool.close_in_background()
+
+    def env_pools(self) -> list[str]:
+        """The environments that have a live warm pool (for tests and ``doctor``)."""
+        with self._lock:
+            return sorted({k[2].env_id for k, p in self._pools.items() if k[2] is not None and not p.retired})
 
     def _backend(self, name: str) -> Backend:
         backend = self._backends.get(name)
@@ -112,12 +174,12 @@ class Sandbox:
             self._backends[name] = backend
         return backend
 
-    def _acquire(self, name: BackendName, limits: Limits) -> Worker:
+    def _acquire(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Worker:
         if limits == self.config.limits:
-            return self.pool(name, limits).acquire()
+            return self.pool(name, limits, environment).acquire()
         with self._lock:
             backend = self._backend(name)
-        return backend.spawn(limits)
+        return backend.spawn(limits, environment) if environment is not None else backend.spawn(limits)
 
     def close(self) -> None:
         with self._lock:

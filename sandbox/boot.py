@@ -17,6 +17,7 @@ from sandforge.sandbox.handoff import MOUNT_POINT as HANDOFF_MOUNT_POINT
 from sandforge.sandbox.protocol import BootFrame, Limits
 
 if TYPE_CHECKING:
+    from sandforge.sandbox.environment import MountedEnvironment
     from sandforge.sandbox.handoff import HandoffDir
 
 
@@ -41,9 +42,12 @@ def process_boot(limits: Limits, *, sys_path: list[str], workdir: str | None, ui
     )
 
 
-def container_boot(limits: Limits, handed: HandoffDir | None) -> BootFrame:
+def container_boot(
+    limits: Limits, handed: HandoffDir | None, environment: MountedEnvironment | None = None
+) -> BootFrame:
     """A runner inside a container (docker, gvisor, runc, runsc): rlimits, no_new_privs and its own seccomp
-    filter (which also denies execve); the hand-off directory, if any, with the token that proves it."""
+    filter (which also denies execve); the hand-off directory, if any, with the token that proves it; the
+    environment the container's runtime mounted, if any."""
     return BootFrame(
         sys_path=[image.IMAGE_LIB],
         limits=limits,
@@ -55,6 +59,7 @@ def container_boot(limits: Limits, handed: HandoffDir | None) -> BootFrame:
         drop_to_gid=None,
         handoff_dir=HANDOFF_MOUNT_POINT if handed else None,
         handoff_token=handed.token if handed else None,
+        environment=environment.boot(bind=False) if environment is not None else None,
     )
 
 

@@ -31,6 +31,10 @@ class SandboxConfig(BaseModel):
     pool_size: int = Field(2, ge=0, le=256, description="warm workers kept ready per backend; 0 = cold")
     pool_spawn_concurrency: int = Field(4, ge=1, le=64, description="warm workers started at once")
     pool_idle_s: float = Field(300.0, gt=0, description="a warm worker idle this long is replaced")
+    env_pool_idle_s: float = Field(
+        120.0, gt=0, description="the warm pool of an environment nothing ran in for this long is closed"
+    )
+    env_pools_max: int = Field(8, ge=1, le=256, description="warm pools of environments kept at most (LRU)")
     spawn_timeout_s: float = Field(20.0, gt=0, description="how long a worker may take to report ready")
     required_protections: tuple[Protection, ...] = Field(
         DEFAULT_REQUIRED,

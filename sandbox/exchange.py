@@ -324,6 +324,8 @@ def send_execute(
     compiled = host_compiled(request.code)  # compiled once per program text here, not in every sandbox
     if compiled is not None:
         frame["compiled"] = compiled
+    if request.environment is not None:
+        frame["env_id"] = request.environment.env_id
     header = encode_frame(frame, max_bytes)
     total = len(header) + context.nbytes + HEADER.size * (len(context) - len(passed))
     if total > max_bytes:

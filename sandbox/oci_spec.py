@@ -16,7 +16,7 @@ from typing import Any
 
 from sandforge.sandbox.containers import PYTHON, SCRATCH
 from sandforge.sandbox.handoff import MOUNT_POINT as HANDOFF_MOUNT_POINT
-from sandforge.sandbox.protocol import Limits
+from sandforge.sandbox.protocol import ENV_MOUNT_PATH, Limits
 from sandforge.sandbox.seccomp import DENIED_SYSCALLS, ENOSYS_SYSCALLS
 
 OCI_VERSION = "1.0.2"
@@ -60,9 +60,12 @@ def container_spec(
     pids_headroom: int = 0,
     seccomp: bool = True,
     handoff_source: str | None = None,
+    env_source: str | None = None,
 ) -> dict[str, Any]:
     """The full ``config.json``. ``cgroups_path`` None leaves cgroup placement to the runtime;
-    ``handoff_source`` is a host hand-off directory to mount read-only (``sandbox/handoff.py``)."""
+    ``handoff_source`` is a host hand-off directory to mount read-only (``sandbox/handoff.py``);
+    ``env_source`` an environment's site directory, mounted read-only at ``ENV_MOUNT_PATH`` (not noexec: its
+    extension modules are mapped executable)."""
     memory = (limits.memory_mb + memory_headroom_mb) * 1024 * 1024
     linux: dict[str, Any] = {
         "namespaces": [{"type": kind} for kind in NAMESPACES],
@@ -83,6 +86,10 @@ def container_spec(
         {"destination": HANDOFF_MOUNT_POINT, "type": "bind", "source": source,
          "options": ["bind", "ro", "nosuid", "nodev", "noexec"]}
         for source in [handoff_source] if source
+    ]  # fmt: skip
+    handoff += [
+        {"destination": ENV_MOUNT_PATH, "type": "bind", "source": source, "options": ["bind", "ro", "nosuid", "nodev"]}
+        for source in [env_source] if source
     ]  # fmt: skip
     return {
         "ociVersion": OCI_VERSION,

@@ -2,7 +2,9 @@
 
 A worker is handed out at most once and destroyed after its single execution; the pool only hides the
 start-up latency, it never reuses a sandbox. Members that died, or sat idle longer than ``idle_s``, are
-destroyed and replaced, never handed out.
+destroyed and replaced, never handed out. A pool given ``retire_idle_s`` (one per environment) retires when
+nothing was acquired from it for that long: it stops refilling, destroys what it holds, and its owner drops
+it (``Sandbox``), so the warm workers of environments no longer used do not sit there forever.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ log = logging.getLogger(__name__)
 
 class WarmPool:
     def __init__(
-        self, spawn: Callable[[], Worker], *, size: int, idle_s: float, name: str, concurrency: int = 1
-    ) -> None:
+        self, spawn: Callable[[], Worker], *, size: int, idle_s: float, name: str, concurrency: int = 1,
+        retire_idle_s: float | None = None,
+    ) -> None:  # fmt: skip
         self._spawn = spawn
         self.size = size
         self.concurrency = max(1, concurrency)
@@ -36,6 +39,9 @@ class WarmPool:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
+        self.retire_idle_s = retire_idle_s
+        self.last_used = time.monotonic()
+        self.retired = False
         self.last_error: str | None = None
         self.stats = {"warm_hits": 0, "cold_starts": 0, "replaced": 0}
         self._thread: threading.Thread | None = None
@@ -45,6 +51,7 @@ class WarmPool:
 
     def acquire(self) -> Worker:
         """A ready worker that has never run anything; spawns one cold when none is waiting."""
+        self.last_used = time.monotonic()
         while True:
             with self._lock:
                 worker = self._ready.popleft() if self._ready else None
@@ -89,6 +96,9 @@ class WarmPool:
         """
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"sandforge-spawn-{self.name}") as ex:
             while not self._closed:
+                if self._retire_due():
+                    self._retire()
+                    return
                 self._reap_unusable()
                 with self._lock:
                     missing = self.size - len(self._ready) - self._in_flight
@@ -125,6 +135,23 @@ class WarmPool:
         if worker is not None:  # the pool closed while it was starting
             worker.destroy()
         self._wake.set()
+
+    def _retire_due(self) -> bool:
+        return self.retire_idle_s is not None and time.monotonic() - self.last_used > self.retire_idle_s
+
+    def _retire(self) -> None:
+        """Unused too long: stop refilling and destroy the ready workers (the owner drops a retired pool)."""
+        self.retired = True
+        with self._lock:
+            workers, self._ready = list(self._ready), deque()
+        for w in workers:
+            with contextlib.suppress(Exception):
+                w.destroy()
+        log.debug("pool %s retired after %.0f s unused", self.name, self.retire_idle_s or 0)
+
+    def close_in_background(self) -> None:
+        """``close`` on a thread of its own: for an owner that holds a lock while dropping pools."""
+        threading.Thread(target=self.close, name=f"sandforge-pool-close-{self.name}", daemon=True).start()
 
     def _reap_unusable(self) -> None:
         with self._lock:

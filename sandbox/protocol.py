@@ -128,6 +128,31 @@ Context = Annotated[
 ]
 
 
+#: Where a ready environment is mounted read-only in every sandbox (``runtime/environments``' MOUNT_PATH).
+ENV_MOUNT_PATH: str = wire.ENV_MOUNT_PATH
+
+
+class EnvironmentMount(BaseModel):
+    """A ready environment (built by ``runtime/environments``) for the sandbox to mount read-only at
+    ``ENV_MOUNT_PATH``: its id, the host path of its ``site`` directory and the top-level modules the program
+    may import. The sandbox checks it against the environment's own record before mounting anything
+    (``sandbox/environment.py``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    env_id: str = Field(pattern=r"^[0-9a-f]{32}$", description="the environment's id (its directory's name)")
+    site: str = Field(min_length=1, max_length=4096, description="absolute host path of the environment's site/")
+    modules: tuple[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,99}$")], ...] = Field(
+        default=(), max_length=512, description="top-level modules exposed to the program (a subset of what the "
+        "environment provides)",
+    )  # fmt: skip
+
+    @field_validator("modules")
+    @classmethod
+    def _sorted(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(set(value)))
+
+
 class ExecutionRequest(BaseModel):
     """A tool program plus the JSON snapshot it runs against (the program contract)."""
 
@@ -144,6 +169,9 @@ class ExecutionRequest(BaseModel):
         "limits.timeout_s (a nested call's share of its caller's remaining time); time spent serving the "
         "program's own nested calls counts against it",
     )  # fmt: skip
+    environment: EnvironmentMount | None = Field(
+        None, description="a ready environment mounted read-only into the sandbox (None: standard library only)"
+    )
 
 
 class ResourceUsage(BaseModel):
@@ -261,6 +289,16 @@ class ExecutionOutcome(BaseModel):
 # --- frames -------------------------------------------------------------------------------------------
 
 
+class BootEnvironment(BaseModel):
+    """What a runner needs of its environment: the id (checked against each execute frame's), the modules
+    to expose and, for a runner that builds its own private root (subprocess), the host directory to bind
+    read-only at ``ENV_MOUNT_PATH``; a container's runtime mounts it instead (``bind_source`` None)."""
+
+    env_id: str
+    modules: list[str]
+    bind_source: str | None = None
+
+
 class BootFrame(BaseModel):
     """Sent once at spawn: how the runner locks itself down before it may receive code."""
 
@@ -276,6 +314,7 @@ class BootFrame(BaseModel):
     drop_to_gid: int | None = None
     handoff_dir: str | None = Field(default=None, description="a read-only directory of handed-off context values")
     handoff_token: str | None = Field(default=None, description="what the runner must find in handoff_dir/token")
+    environment: BootEnvironment | None = Field(default=None, description="the environment this sandbox serves")
 
 
 # The execute frame is ``wire.ExecuteFrame`` (a TypedDict the host builds and the inside reads): the request
@@ -333,6 +372,9 @@ class ReadyFrame(BaseModel):
     protections: dict[str, bool]
     errors: list[str] = Field(default_factory=list)
     handoff: bool = Field(default=False, description="the runner sees the boot frame's handoff_dir")
+    environment: Literal["read_only", "missing", "writable"] | None = Field(
+        default=None, description="how the runner sees its environment's mount (None: it has none)"
+    )
 
 
 # ``MAX_PURPOSE_CHARS`` and ``MAX_CONTRACT_FIELD_CHARS`` (from ``wire``): the runner refuses longer contract

@@ -77,10 +77,16 @@ class Zygote:
     def alive(self) -> bool:
         return not self._closed and self.proc.poll() is None
 
-    def spawn(self, workdir: str, fds: list[int], timeout: float = 10.0) -> int:
-        """Fork a runner wired to ``fds`` (stdin, stdout, stderr, result channel); returns its pid."""
+    def spawn(
+        self, workdir: str, fds: list[int], environment: dict[str, Any] | None = None, timeout: float = 10.0
+    ) -> int:
+        """Fork a runner wired to ``fds`` (stdin, stdout, stderr, result channel), with ``environment`` (the
+        boot frame's part) bound into its private root; returns its pid."""
         request_id = next(self._ids)
-        message = json.dumps({"op": "spawn", "id": request_id, "workdir": workdir}).encode()
+        spawn: dict[str, Any] = {"op": "spawn", "id": request_id, "workdir": workdir}
+        if environment is not None:
+            spawn["environment"] = environment
+        message = json.dumps(spawn).encode()
         with self._send_lock:
             socket.send_fds(self._sock, [message], fds)
         deadline = time.monotonic() + timeout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from sandforge.sandbox.environment import MountedEnvironment
 from sandforge.sandbox.exchange import BridgeHandler
 from sandforge.sandbox.protocol import ExecutionOutcome, ExecutionRequest, Limits
 
@@ -28,8 +29,9 @@ class Worker(Protocol):
 class Backend(Protocol):
     name: str
 
-    def spawn(self, limits: Limits) -> Worker:
-        """Start a fresh worker; raises SandboxUnavailable when that is impossible."""
+    def spawn(self, limits: Limits, environment: MountedEnvironment | None = None) -> Worker:
+        """Start a fresh worker (with ``environment`` mounted read-only, if given); raises SandboxUnavailable
+        when that is impossible."""
         ...
 
     def close(self) -> None: ...

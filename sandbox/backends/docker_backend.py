@@ -41,6 +41,7 @@ from sandforge.sandbox.containers import (
     SCRATCH,
 )
 from sandforge.sandbox.docker_engine import connect, engine_errors, remove_container
+from sandforge.sandbox.environment import ENV_MOUNT_PATH, MountedEnvironment, require_mounted
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
@@ -186,7 +187,12 @@ class AttachIO(WorkerIO):
 
 
 def verify_protections(
-    attrs: dict[str, Any], claimed: dict[str, bool], *, runtime: str | None, host_pid_checked: dict[str, bool] | None
+    attrs: dict[str, Any],
+    claimed: dict[str, bool],
+    *,
+    runtime: str | None,
+    host_pid_checked: dict[str, bool] | None,
+    env_source: str | None = None,
 ) -> dict[str, bool]:
     """What the engine reports for this container, plus the runner's lock-down claims.
 
@@ -201,7 +207,9 @@ def verify_protections(
     uid = user.split(":", 1)[0]
     tmpfs = (hc.get("Tmpfs") or {}).get(SCRATCH, "")
     memory = int(hc.get("Memory") or 0)
-    no_mounts = not hc.get("Binds") and all(_is_handoff_mount(m) for m in hc.get("Mounts") or [])
+    no_mounts = not hc.get("Binds") and all(
+        _is_handoff_mount(m) or _is_env_mount(m, env_source) for m in hc.get("Mounts") or []
+    )
     p: dict[str, bool] = {
         P.NETWORK_NONE: hc.get("NetworkMode") == "none",
         P.READ_ONLY_ROOTFS: hc.get("ReadonlyRootfs") is True,
@@ -245,6 +253,17 @@ def _is_handoff_mount(mount: dict[str, Any]) -> bool:
     )
 
 
+def _is_env_mount(mount: dict[str, Any], env_source: str | None) -> bool:
+    """The container's environment, read-only at its fixed path, from exactly the checked site directory."""
+    return (
+        env_source is not None
+        and mount.get("Type") == "bind"
+        and mount.get("Target") == ENV_MOUNT_PATH
+        and mount.get("ReadOnly") is True
+        and mount.get("Source") == env_source
+    )
+
+
 def _mount_refused(exc: Any) -> bool:
     """Whether the engine refused a container because of its bind mount (a path it cannot see)."""
     text = str(getattr(exc, "explanation", None) or exc).lower()
@@ -262,9 +281,10 @@ def _host_view(pid: int, container_id: str) -> dict[str, bool] | None:
 class ContainerWorker:
     """One container, started and locked down, waiting for its single execution."""
 
-    def __init__(self, backend: DockerBackend, limits: Limits) -> None:
+    def __init__(self, backend: DockerBackend, limits: Limits, environment: MountedEnvironment | None = None) -> None:
         self.backend = backend.name
         self.limits = limits
+        self.environment = environment
         self.created_at = time.monotonic()
         self._created_wall = time.time()
         self.protections: dict[str, bool] = {}
@@ -329,6 +349,8 @@ class ContainerWorker:
         mounts = []
         if self._handoff is not None:
             mounts.append(Mount(handoff.MOUNT_POINT, str(self._handoff.path), type="bind", read_only=True))
+        if self.environment is not None:
+            mounts.append(Mount(ENV_MOUNT_PATH, self.environment.site, type="bind", read_only=True))
         host_config = self._api.create_host_config(
             network_mode="none",
             read_only=True,
@@ -393,15 +415,18 @@ class ContainerWorker:
             host_view = _host_view(pid, self.id)
         self.verified_from_host = host_view is not None
         self._host_pid = pid if host_view is not None else 0  # runc here: killed directly (see _kill)
+        env = self.environment
         self.protections = verify_protections(
-            attrs, ready.protections, runtime=owner.runtime, host_pid_checked=host_view
-        )
+            attrs, ready.protections, runtime=owner.runtime, host_pid_checked=host_view,
+            env_source=env.site if env is not None else None,
+        )  # fmt: skip
         protections.require(owner.name, self.protections, config.enforced_protections, ready.errors)
+        require_mounted(owner.name, env, ready, verify.mounts(pid) if host_view is not None else None)
 
     def boot_frame(self, limits: Limits) -> BootFrame:
         """The runner's lock-down inside the container: rlimits, no_new_privs and seccomp (namespaces, root
         and the unprivileged user are the container's own)."""
-        return boot.container_boot(limits, self._handoff)
+        return boot.container_boot(limits, self._handoff, self.environment)
 
     # -- the Worker protocol --
 
@@ -645,8 +670,8 @@ class DockerBackend:
         with self._lock:
             return set(self._live)
 
-    def spawn(self, limits: Limits) -> ContainerWorker:
-        return ContainerWorker(self, limits)
+    def spawn(self, limits: Limits, environment: MountedEnvironment | None = None) -> ContainerWorker:
+        return ContainerWorker(self, limits, environment)
 
     def close(self) -> None:
         """Wait for this backend's containers to be removed (removing any stragglers now)."""

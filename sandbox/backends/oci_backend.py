@@ -47,6 +47,7 @@ from sandforge.sandbox.cleanup import CleanupQueue
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.containers import COMMAND as CONTAINER_COMMAND
 from sandforge.sandbox.containers import GVISOR_MEMORY_HEADROOM_MB, GVISOR_PIDS_HEADROOM, ID_PREFIX, PYTHON, SCRATCH
+from sandforge.sandbox.environment import MountedEnvironment, require_mounted
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
@@ -159,9 +160,10 @@ RUNNER_WALLS = (P.SECCOMP, P.NO_NEW_PRIVS, P.RLIMITS, P.UNPRIVILEGED_USER)
 class OciWorker:
     """One container run by the OCI runtime in the foreground, locked down and waiting for one execution."""
 
-    def __init__(self, backend: OciBackend, limits: Limits) -> None:
+    def __init__(self, backend: OciBackend, limits: Limits, environment: MountedEnvironment | None = None) -> None:
         self.backend = backend.name
         self.limits = limits
+        self.environment = environment
         self.created_at = time.monotonic()
         self.protections: dict[str, bool] = {}
         self.id = backend.new_id()
@@ -191,6 +193,7 @@ class OciWorker:
             memory_headroom_mb=GVISOR_MEMORY_HEADROOM_MB if gvisor else 0,
             pids_headroom=GVISOR_PIDS_HEADROOM if gvisor else 0,
             handoff_source=str(self._handoff.path) if self._handoff else None,
+            env_source=environment.site if environment is not None else None,
         )
         self.bundle.mkdir(mode=0o700)
         (self.bundle / "config.json").write_text(json.dumps(spec))
@@ -262,6 +265,8 @@ class OciWorker:
                 seen[name] = seen.get(name, False) and ready.protections.get(name, False)
         self.protections = {**protections.unverified(self.backend), **seen}
         protections.require(self.backend, self.protections, config.enforced_protections, ready.errors)
+        runc = self._owner.runtime == "runc" and pid is not None  # runsc: the host sees the sentry only
+        require_mounted(self.backend, self.environment, ready, verify.mounts(pid) if runc and pid else None)
 
     def _container_pid(self) -> int | None:
         """The process to inspect: the container's own (runc) or the gVisor sandbox process (runsc)."""
@@ -280,7 +285,7 @@ class OciWorker:
     def boot_frame(self, limits: Limits) -> BootFrame:
         """As in the Docker backend: namespaces, root and user are the container's; the runner adds rlimits,
         no_new_privs and its own seccomp filter (which also denies execve)."""
-        return boot.container_boot(limits, self._handoff)
+        return boot.container_boot(limits, self._handoff, self.environment)
 
     # -- the Worker protocol --
 
@@ -411,9 +416,9 @@ class OciBackend:
     def force_delete(self, container_id: str) -> None:
         force_delete(self.runtime, container_id)
 
-    def spawn(self, limits: Limits) -> OciWorker:
+    def spawn(self, limits: Limits, environment: MountedEnvironment | None = None) -> OciWorker:
         self._prepare()
-        return OciWorker(self, limits)
+        return OciWorker(self, limits, environment)
 
     def close(self) -> None:
         with self._lock:

@@ -24,6 +24,7 @@ import RestrictedPython
 from sandforge.sandbox import boot, leftovers, protections, verify
 from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
 from sandforge.sandbox.config import SandboxConfig
+from sandforge.sandbox.environment import MountedEnvironment, require_mounted
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
@@ -50,9 +51,11 @@ class SubprocessWorker:
     backend = "subprocess"
 
     def __init__(
-        self, config: SandboxConfig, limits: Limits, runner: Path = RUNNER, zygote: Zygote | None = None
-    ) -> None:
+        self, config: SandboxConfig, limits: Limits, runner: Path = RUNNER, zygote: Zygote | None = None,
+        environment: MountedEnvironment | None = None,
+    ) -> None:  # fmt: skip
         self.limits = limits
+        self.environment = environment
         self.created_at = time.monotonic()
         self.protections: dict[str, bool] = {}
         self._zygote = zygote
@@ -70,7 +73,8 @@ class SubprocessWorker:
         self.io = SocketIO(stdin_sock, {result_r: "result", out_r: "stdout", err_r: "stderr"})
         try:
             if zygote is not None:
-                self.pid = zygote.spawn(str(self._workdir), [stdin_r, out_w, err_w, result_w])
+                booted = environment.boot(bind=True).model_dump() if environment is not None else None
+                self.pid = zygote.spawn(str(self._workdir), [stdin_r, out_w, err_w, result_w], booted)
             else:
                 self.pid = self._popen(config, runner, stdin_r, out_w, err_w, result_w)
         except (OSError, ZygoteError) as exc:
@@ -84,7 +88,8 @@ class SubprocessWorker:
         boot_by = time.monotonic() + config.spawn_timeout_s
         try:
             if zygote is None:
-                self.io.send(encode_frame(boot_frame(config, limits, str(self._workdir)), MAX_BOOT_BYTES), boot_by)
+                boot = boot_frame(config, limits, str(self._workdir), environment)
+                self.io.send(encode_frame(boot, MAX_BOOT_BYTES), boot_by)
             ready = await_ready(self.io, limits, config.spawn_timeout_s)
         except (ProtocolError, OSError) as exc:
             self.destroy()
@@ -92,7 +97,8 @@ class SubprocessWorker:
         self.protections = verify_protections(self.pid, ready.protections)
         try:
             protections.require(self.backend, self.protections, config.enforced_protections, ready.errors)
-        except protections.MissingProtections:
+            require_mounted(self.backend, environment, ready, verify.mounts(_worker_pid(self.pid)))
+        except SandboxUnavailable:
             self.destroy()
             raise
 
@@ -208,15 +214,21 @@ def rootless_args(config: SandboxConfig) -> list[str]:
     return ["--userns"] if rootless(config) else []
 
 
-def boot_frame(config: SandboxConfig, limits: Limits, workdir: str | None) -> BootFrame:
-    """As root the runner drops to ``sandbox_uid``; without root that uid is its id inside its user namespace."""
-    return boot.process_boot(
+def boot_frame(
+    config: SandboxConfig, limits: Limits, workdir: str | None, environment: MountedEnvironment | None = None
+) -> BootFrame:
+    """As root the runner drops to ``sandbox_uid``; without root that uid is its id inside its user namespace.
+    An environment is bound read-only into the private root by the runner itself."""
+    frame = boot.process_boot(
         limits,
         sys_path=[str(Path(RestrictedPython.__file__).resolve().parent.parent)],
         workdir=workdir,
         uid=config.sandbox_uid,
         gid=config.sandbox_gid,
     )
+    if environment is not None:
+        frame.environment = environment.boot(bind=True)
+    return frame
 
 
 def _worker_pid(pid: int) -> int:
@@ -276,15 +288,15 @@ class SubprocessBackend:
         # What killed hosts left behind, of every backend (the container engines at most once a minute).
         leftovers.reap_in_background(containers=leftovers.containers_due())
 
-    def spawn(self, limits: Limits) -> SubprocessWorker:
+    def spawn(self, limits: Limits, environment: MountedEnvironment | None = None) -> SubprocessWorker:
         zygote = self._zygote(limits) if self.config.zygote else None
         try:
-            return SubprocessWorker(self.config, limits, self.runner, zygote)
+            return SubprocessWorker(self.config, limits, self.runner, zygote, environment)
         except SandboxUnavailable:
             if zygote is None or zygote.alive():
                 raise
             log.warning("zygote died; starting the worker directly")
-            return SubprocessWorker(self.config, limits, self.runner, None)
+            return SubprocessWorker(self.config, limits, self.runner, None, environment)
 
     def _zygote(self, limits: Limits) -> Zygote | None:
         with self._lock:

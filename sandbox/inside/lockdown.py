@@ -18,10 +18,17 @@ import signal
 import sys
 from typing import Any
 
+from .envmodules import private_root_binds
+
 # Linux constants (x86_64 and aarch64 agree on these).
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x1, 0x20, 0x1000, 0x400, 0x800, 0x200000
+#: statvfs flags of a bind's source that a read-only remount must keep (the kernel refuses to clear them
+#: in a user namespace), as mount flags.
+_KEPT_FLAGS = ((os.ST_NOEXEC, MS_NOEXEC), (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME),
+               (os.ST_RELATIME, MS_RELATIME))  # fmt: skip
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
 PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -101,11 +108,26 @@ def _drop_capabilities(libc: ctypes.CDLL) -> None:
     _check(libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
 
 
-def _private_root(libc: ctypes.CDLL, workdir: str, disk_mb: int, owner: tuple[int, int]) -> None:
-    """Mount a size-limited tmpfs on the (empty, private) workdir and make it the process's root."""
+def _bind_read_only(libc: ctypes.CDLL, source: str, target: str) -> None:
+    """Bind ``source`` at ``target`` (created), then remount the bind read-only, nosuid, nodev."""
+    os.makedirs(target, mode=0o755, exist_ok=True)  # noqa: PTH103 - the runner avoids pathlib (import cost)
+    _check(libc.mount(source.encode(), target.encode(), None, MS_BIND, None), f"bind {source}")
+    kept = os.statvfs(source).f_flag
+    flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+    flags |= sum(mount_flag for vfs_flag, mount_flag in _KEPT_FLAGS if kept & vfs_flag)
+    _check(libc.mount(None, target.encode(), None, flags, None), f"read-only {target}")
+
+
+def _private_root(
+    libc: ctypes.CDLL, workdir: str, disk_mb: int, owner: tuple[int, int], binds: list[tuple[str, str]] | None = None
+) -> None:
+    """Mount a size-limited tmpfs on the (empty, private) workdir, bind ``binds`` (source, path inside)
+    into it read-only, and make it the process's root."""
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
     opts = f"size={disk_mb}m,mode=0700,uid={owner[0]},gid={owner[1]},nr_inodes=4096".encode()
     _check(libc.mount(b"tmpfs", workdir.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts), "tmpfs")
+    for source, inside in binds or []:
+        _bind_read_only(libc, source, workdir + inside)
     os.chdir(workdir)
     os.chroot(".")
     os.chdir("/")
@@ -263,14 +285,19 @@ def _enter_namespaces(
 
 
 def _enter_workdir(
-    libc: Any, boot: dict[str, Any], limits: dict[str, Any], owner: tuple[int, int], pid_ns: bool,
-    active: dict[str, bool], errors: list[str],
+    libc: Any,
+    boot: dict[str, Any],
+    limits: dict[str, Any],
+    owner: tuple[int, int],
+    pid_ns: bool,
+    active: dict[str, bool],
+    errors: list[str],
 ) -> None:
     """The private root over the work directory (in a pid namespace), or at least the work directory."""
     workdir = boot.get("workdir")
     if boot.get("chroot") and workdir and pid_ns:
         try:
-            _private_root(libc, workdir, int(limits["disk_mb"]), owner)
+            _private_root(libc, workdir, int(limits["disk_mb"]), owner, private_root_binds(boot))
             active["private_root"] = True
         except OSError as exc:
             errors.append(f"private root: {exc}")
@@ -280,7 +307,10 @@ def _enter_workdir(
 
 
 def _drop_privileges(
-    libc: Any, root_drop: tuple[int | None, int | None] | None, in_userns: bool, active: dict[str, bool],
+    libc: Any,
+    root_drop: tuple[int | None, int | None] | None,
+    in_userns: bool,
+    active: dict[str, bool],
     errors: list[str],
 ) -> None:
     """As real root, setuid/setgid to the sandbox user (``root_drop``); in a user namespace of our own, drop

@@ -16,7 +16,7 @@ import sys
 import types
 from typing import Any
 
-from . import standins
+from . import envmodules, standins
 from .bridge import _ITIMER_REAL, _SETITIMER, BACKSTOP_GRACE_S, Bridge, InvalidContract, ToolOutcome, pause_backstop
 from .channel import Channel, PassedTextError, handoff_ready, read_execute, write_frame, write_frames
 from .compilation import compile_program, shipped_code
@@ -201,14 +201,24 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
     return proxies
 
 
+def _env_id(boot: dict[str, Any]) -> str | None:
+    environment = boot.get("environment")
+    return environment.get("env_id") if isinstance(environment, dict) else None
+
+
 def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, types.SimpleNamespace]) -> int:
     """Lock down, report ready, run the one program, write the one result."""
     max_bytes = int(boot["limits"]["max_message_bytes"])
     channel = Channel(in_fd)  # before lock-down; it lives until the process exits
     protections, errors = lock_down(boot, host_channel_fd=in_fd)
     handoff = handoff_ready(boot)
-    write_frame(out_fd, {"type": "ready", "version": PROTOCOL_VERSION, "pid": os.getpid(),
-                         "protections": protections, "errors": errors, "handoff": handoff is not None})  # fmt: skip
+    ready = {"type": "ready", "version": PROTOCOL_VERSION, "pid": os.getpid(), "protections": protections,
+             "errors": errors, "handoff": handoff is not None}  # fmt: skip
+    if (environment := envmodules.mount_status(boot)) is not None:
+        ready["environment"] = environment
+        proxies = dict(proxies)  # a zygote's children share its proxies: each adds its own environment's
+        envmodules.expose(boot, proxies)
+    write_frame(out_fd, ready)
     try:
         frame, raw_context = read_execute(channel, max_bytes, handoff)
     except PassedTextError as exc:
@@ -216,9 +226,10 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
     except (EOFError, ValueError, json.JSONDecodeError):
         return 3
     forget_lockdown_modules()
-    if frame.get("type") != "execute":
+    if frame.get("type") != "execute" or frame.get("env_id") != _env_id(boot):
         result = Result()
-        result.fail(_error("invalid_request", str(frame.get("error") or "expected an execute frame")))
+        wrong_env = frame.get("type") == "execute" and "a program prepared for another environment"
+        result.fail(_error("invalid_request", str(frame.get("error") or wrong_env or "expected an execute frame")))
     else:
         _SETITIMER(_ITIMER_REAL, float(boot["limits"]["timeout_s"]) + BACKSTOP_GRACE_S)
         result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies)

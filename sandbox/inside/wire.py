@@ -18,6 +18,9 @@ from typing import Any, Final, NotRequired, TypedDict
 PROTOCOL_VERSION: Final = 3
 #: The length prefix of every frame.
 HEADER: Final = struct.Struct(">I")
+#: Where a ready environment is mounted read-only in every sandbox (``runtime/environments`` compiles its
+#: bytecode for this path; the image has it as an empty directory, for the read-only root).
+ENV_MOUNT_PATH: Final = "/sandforge/env"
 #: The largest boot frame: the host sends no larger one, the inside reads no more.
 MAX_BOOT_BYTES: Final = 1 << 20
 #: The file of a container's hand-off directory that holds the boot frame's token: finding it there proves
@@ -100,11 +103,12 @@ class CompiledProgram(TypedDict):
 class ExecuteFrame(TypedDict):
     """The ``execute`` frame, as the host builds it and the inside reads it (a plain dict on the wire).
 
-    One frame per context key follows it, in ``context_keys`` order (the key's JSON text), except for keys
-    announced as ``[key, length, i]``: their text is descriptor ``i`` of those attached to this frame
-    (SCM_RIGHTS), a sealed, read-only memfd of exactly ``length`` bytes; where the inside confirmed a
-    hand-off directory at boot, file ``i`` in that directory instead. ``compiled``: the program compiled on
-    the host, used when its magic is the inside's own (else the inside compiles ``code`` itself)."""
+        One frame per context key follows it, in ``context_keys`` order (the key's JSON text), except for keys
+        announced as ``[key, length, i]``: their text is descriptor ``i`` of those attached to this frame
+        (SCM_RIGHTS), a sealed, read-only memfd of exactly ``length`` bytes; where the inside confirmed a
+        hand-off directory at boot, file ``i`` in that directory instead. ``compiled``: the program compiled on
+        the host, used when its magic is the inside's own (else the inside compiles ``code`` itself). ``env_id``:
+    the environment the program was prepared for, which must be the runner's own (absent: none)."""
 
     type: str
     code: str
@@ -112,6 +116,7 @@ class ExecuteFrame(TypedDict):
     kwargs: dict[str, Any]
     context_keys: list[list[Any]]
     compiled: NotRequired[CompiledProgram]
+    env_id: NotRequired[str]
 
 
 def error(kind: str, message: str, **extra: Any) -> dict[str, Any]:

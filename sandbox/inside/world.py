@@ -14,6 +14,7 @@ import sys
 import types
 from typing import Any
 
+from . import envmodules
 from .lazycontext import LazyContext
 
 #: The file name of the program's code (its tracebacks' lines are the program's own).
@@ -465,13 +466,29 @@ def _guarded_import(proxies: dict[str, types.SimpleNamespace]) -> Any:
             # The interpreter's own lazy import from C (PyImport_Import), which ignores what this returns and
             # takes the module from sys.modules: the program never gets the real module from here.
             return _INTERNAL_IMPORT_DONE
-        if level != 0 or name not in proxies:
+        if level == 0 and envmodules.exposed(name):
+            proxy = envmodules.import_for_program(name)
+        elif level != 0 or name not in proxies:
             raise ImportError(f"import of {name!r} is not allowed in the sandbox")
+        else:
+            proxy = proxies[name]
         if fromlist:
-            return proxies[name]
+            _check_fromlist(proxy, name, fromlist)
+            return proxy
         return proxies[name.split(".")[0]]
 
     return guarded_import
+
+
+def _check_fromlist(proxy: Any, name: str, fromlist: Any) -> None:
+    """Every name of ``from name import a, b`` read from the proxy here. Left to the interpreter, a name the
+    proxy lacks would be looked up in ``sys.modules`` as ``name.a``: the real module (``from json import
+    decoder``)."""
+    for attr in fromlist:
+        if getattr(proxy, attr, _MISSING_ARG) is _MISSING_ARG:
+            if f"{name}.{attr}" in sys.modules:
+                raise ImportError(f"import of {name + '.' + attr!r} is not allowed in the sandbox")
+            raise ImportError(f"cannot import name {attr!r} from {name!r}")
 
 
 def _words(text: str) -> list[str]:

@@ -40,7 +40,7 @@ def _spawn_child(
         for target, fd in enumerate(high):
             os.dup2(fd, target)
         os.closerange(CHILD_RESULT_FD + 1, 65536)
-        child_boot = {**boot, "workdir": request.get("workdir")}
+        child_boot = {**boot, "workdir": request.get("workdir"), "environment": request.get("environment")}
         status = serve(0, CHILD_RESULT_FD, child_boot, proxies)
     except BaseException:
         import traceback

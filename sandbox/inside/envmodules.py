@@ -1,0 +1,127 @@
+"""An environment's modules as the program sees them, and its mount as the runner checks it.
+
+A ready environment is mounted read-only at ``ENV_MOUNT_PATH`` (a container's runtime mounts it; a subprocess
+runner binds it into its private root itself, with the interpreter's standard library beside it, which the
+packages import). The runner puts the mount on ``sys.path`` after the standard library (a package can never
+shadow a standard module) and exposes exactly the top-level modules the boot frame names, each through a
+proxy like the standard modules': a module object of its own that is never in ``sys.modules``, hides private
+names (``_parser``), and hands out sub-modules of the same exposed packages as proxies too; any other module
+(``os`` as ``somepackage.os``) is not reachable through it. A package's own code runs unrestricted, inside
+the sandbox's walls, like any code the policy allowed; the program only ever holds proxies.
+"""
+# ruff: noqa: PTH112, PTH116, PTH120
+# (the runner avoids pathlib (import cost))
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+from typing import Any
+
+from .wire import ENV_MOUNT_PATH
+
+#: The exposed top-level names of this runner's environment.
+_TOPS: set[str] = set()
+#: Proxy by real module name, and real module name by ``id`` of the proxy (kept off the proxy).
+_PROXIES: dict[str, Any] = {}
+_NAMES: dict[int, str] = {}
+_MISSING: Any = object()
+
+
+class EnvModuleProxy(types.ModuleType):
+    """A proxy of one environment module: public names are fetched from the real module on first read."""
+
+    def __getattr__(self, attr: str) -> Any:
+        return _attribute(self, attr)
+
+
+def _proxy_of(name: str) -> Any:
+    proxy = _PROXIES.get(name)
+    if proxy is None:
+        proxy = EnvModuleProxy(name)
+        _PROXIES[name] = proxy
+        _NAMES[id(proxy)] = name
+    return proxy
+
+
+def expose(boot: dict[str, Any], proxies: dict[str, Any]) -> None:
+    """Put the environment on ``sys.path`` (after the standard library) and its modules among ``proxies``.
+    Called after the lock-down: a subprocess runner's mount exists only inside its private root."""
+    environment = boot.get("environment")
+    if not isinstance(environment, dict):
+        return
+    if ENV_MOUNT_PATH not in sys.path:
+        sys.path.append(ENV_MOUNT_PATH)
+    for name in environment.get("modules") or []:
+        if isinstance(name, str) and name.isidentifier() and not name.startswith("_") and name not in proxies:
+            _TOPS.add(name)
+            proxies[name] = _proxy_of(name)
+
+
+def exposed(name: str) -> bool:
+    """Whether ``name`` (dotted or not) lies in an exposed package of the environment."""
+    return name.split(".", 1)[0] in _TOPS
+
+
+def import_for_program(name: str) -> Any:
+    """The proxy of ``name`` after importing the real module (its errors are the program's to see)."""
+    if any(part.startswith("_") or not part.isidentifier() for part in name.split(".")):
+        raise ImportError(f"import of {name!r} is not allowed in the sandbox")
+    importlib.import_module(name)
+    return _proxy_of(name)
+
+
+def _attribute(proxy: Any, attr: str) -> Any:
+    name = _NAMES.get(id(proxy), "module")
+    if attr.startswith("_") or name not in sys.modules:
+        raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+    real = sys.modules[name]
+    value = getattr(real, attr, _MISSING)
+    if value is _MISSING and hasattr(real, "__path__"):  # a sub-module not imported yet
+        full = f"{name}.{attr}"
+        try:
+            importlib.import_module(full)
+        except ModuleNotFoundError as exc:
+            if exc.name != full:
+                raise
+        value = sys.modules.get(full, _MISSING)
+    if isinstance(value, types.ModuleType):
+        value = _proxy_of(value.__name__) if exposed(value.__name__) else _MISSING
+    if value is _MISSING:
+        raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+    setattr(proxy, attr, value)  # read once: the next read is a plain module attribute read
+    return value
+
+
+def mount_status(boot: dict[str, Any]) -> str | None:
+    """How the runner sees its environment's mount, for the ready frame: ``read_only``, ``writable``, or
+    ``missing`` (nothing mounted there: the directory is on the root's own file system); None without one."""
+    if not isinstance(boot.get("environment"), dict):
+        return None
+    try:
+        mounted, root = os.stat(ENV_MOUNT_PATH), os.stat("/")
+        flags = os.statvfs(ENV_MOUNT_PATH).f_flag
+    except OSError:
+        return "missing"
+    if mounted.st_dev == root.st_dev:
+        return "missing"
+    return "read_only" if flags & os.ST_RDONLY else "writable"
+
+
+def private_root_binds(boot: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a runner that builds its own private root binds into it, read-only, for its environment: the
+    environment at ``ENV_MOUNT_PATH`` and the interpreter's standard library at its own path (the packages
+    import standard modules, which a private root otherwise lacks). Empty without an environment."""
+    environment = boot.get("environment")
+    source = environment.get("bind_source") if isinstance(environment, dict) else None
+    if not isinstance(source, str) or not source:
+        return []
+    stdlib = os.path.dirname(os.__file__)
+    binds = [(stdlib, stdlib)]
+    for entry in sys.path:
+        if entry.endswith("lib-dynload") and not entry.startswith(stdlib + os.sep) and os.path.isdir(entry):
+            binds.append((entry, entry))
+    binds.append((source, ENV_MOUNT_PATH))
+    return binds
