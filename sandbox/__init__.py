@@ -7,11 +7,12 @@ with Sandbox(SandboxConfig(backend="subprocess")) as sb:
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 
 from sandforge.sandbox.backends.base import Backend, Worker
 from sandforge.sandbox.config import BACKENDS, BackendName, SandboxConfig
-from sandforge.sandbox.environment import EnvironmentRefused, MountedEnvironment, check_mount
+from sandforge.sandbox.environment import EnvironmentRefused, Interpreter, MountedEnvironment, check_mount
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import BridgeHandler
 from sandforge.sandbox.pool import WarmPool
@@ -162,6 +163,16 @@ class Sandbox:
         """The environments that have a live warm pool (for tests and ``doctor``)."""
         with self._lock:
             return sorted({k[2].env_id for k, p in self._pools.items() if k[2] is not None and not p.retired})
+
+    def interpreter(self, backend: BackendName | None = None) -> Interpreter:
+        """Which interpreter runs programs on ``backend``: what its environments are built for."""
+        name = backend or self.config.backend
+        if name == "subprocess":
+            return Interpreter(name, python=self.config.python or sys.executable)
+        from sandforge.sandbox import image
+
+        runtime = "runsc" if name in ("gvisor", "runsc") else "runc"
+        return Interpreter(name, image=image.expected_tag(self.config.image), runtime=runtime)
 
     def _backend(self, name: str) -> Backend:
         backend = self._backends.get(name)

@@ -26,7 +26,9 @@ from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.inside.world import ALLOWED_MODULES
 from sandforge.sandbox.protocol import ENV_MOUNT_PATH, BootEnvironment, EnvironmentMount, ReadyFrame
 
-__all__ = ["ENV_MOUNT_PATH", "EnvironmentRefused", "MountedEnvironment", "check_mount", "require_mounted"]
+__all__ = [
+    "ENV_MOUNT_PATH", "EnvironmentRefused", "Interpreter", "MountedEnvironment", "check_mount", "require_mounted",
+]  # fmt: skip
 
 RECORD_NAME = "environment.json"
 SITE_NAME = "site"
@@ -53,6 +55,18 @@ class MountedEnvironment:
         """The boot frame's part: a subprocess runner binds ``site`` itself (``bind``), a container's
         runtime mounts it."""
         return BootEnvironment(env_id=self.env_id, modules=list(self.modules), bind_source=self.site if bind else None)
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The interpreter that runs programs on a backend, which an environment must be built for
+    (``runtime/environments``: ``probe(python)`` for ``python``; ``probe_container(api, image,
+    runtime=runtime)`` for an ``image``, which runc/runsc unpack too)."""
+
+    backend: str
+    python: str | None = None
+    image: str | None = None
+    runtime: str | None = None
 
 
 _CHECKED: dict[tuple[str, int, int, int], frozenset[str]] = {}

@@ -97,9 +97,21 @@ def _attribute(proxy: Any, attr: str) -> Any:
 
 def mount_status(boot: dict[str, Any]) -> str | None:
     """How the runner sees its environment's mount, for the ready frame: ``read_only``, ``writable``, or
-    ``missing`` (nothing mounted there: the directory is on the root's own file system); None without one."""
+    ``missing`` (nothing mounted there); None without an environment. The mount table says so where the
+    runner can read it (gVisor does not flag a read-only bind in ``statvfs``); a private root without
+    ``/proc`` (subprocess) asks ``statvfs``, and compares devices to tell a mount from the root's directory."""
     if not isinstance(boot.get("environment"), dict):
         return None
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            table = [line.split() for line in fh]
+    except OSError:
+        table = None
+    if table is not None:
+        entries = [fields for fields in table if len(fields) > 5 and fields[4] == ENV_MOUNT_PATH]
+        if not entries:
+            return "missing"
+        return "read_only" if "ro" in entries[-1][5].split(",") else "writable"
     try:
         mounted, root = os.stat(ENV_MOUNT_PATH), os.stat("/")
         flags = os.statvfs(ENV_MOUNT_PATH).f_flag

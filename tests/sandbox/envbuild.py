@@ -1,0 +1,129 @@
+"""Real environments for sandbox tests and benchmarks: built by ``runtime/environments`` from the wheelhouse
+(``.ci/wheelhouse``) for the interpreter of the backend under test, once per session and manifest.
+
+``envprobe`` is a distribution made on the spot and added to a copy of the wheelhouse: its module reports,
+from inside the sandbox, where it is mounted and what happens when it tries to write there."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandforge.runtime.environments.builder import EnvironmentStore
+from sandforge.runtime.environments.manifest import normalise
+from sandforge.runtime.environments.records import PreparedEnvironment
+from sandforge.runtime.environments.target import SandboxTarget, TargetCache, interpreter_key, probe, probe_container
+from sandforge.sandbox import EnvironmentMount, Sandbox
+from tests.environments.helpers import WHEELHOUSE_ALLOW, make_wheel, offline_policy
+
+REPO = Path(__file__).resolve().parents[2]
+REQUIRE = os.environ.get("SANDFORGE_REQUIRE_WHEELHOUSE") == "1"
+NEEDED = ("python_dateutil-", "beautifulsoup4-", "soupsieve-", "six-")
+
+ENVPROBE = b"""
+import errno
+import os
+
+MOUNT = os.path.dirname(os.path.abspath(__file__))
+
+
+def where():
+    return MOUNT
+
+
+def listing():
+    return sorted(os.listdir(MOUNT))
+
+
+def exists(path):
+    return os.path.exists(path)
+
+
+def _attempt(action):
+    try:
+        action()
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+    return "wrote"
+
+
+def _append(path):
+    with open(path, "a") as fh:
+        fh.write("# planted")
+
+
+def attempt_writes():
+    return {
+        "new_file": _attempt(lambda: _append(os.path.join(MOUNT, "planted.py"))),
+        "existing": _attempt(lambda: _append(os.path.join(MOUNT, "dateutil", "__init__.py"))),
+        "mkdir": _attempt(lambda: os.mkdir(os.path.join(MOUNT, "newdir"))),
+        "chmod": _attempt(lambda: os.chmod(os.path.join(MOUNT, "envprobe.py"), 0o777)),
+        "unlink": _attempt(lambda: os.unlink(os.path.join(MOUNT, "envprobe.py"))),
+    }
+"""
+
+
+def find_wheelhouse() -> Path | None:
+    configured = os.environ.get("SANDFORGE_TEST_WHEELHOUSE", "").strip()
+    path = Path(configured) if configured else REPO / ".wheelhouse"
+    if not path.is_dir():
+        return None
+    names = [p.name for p in path.glob("*.whl")]
+    return path if all(any(n.startswith(prefix) for n in names) for prefix in NEEDED) else None
+
+
+def require_wheelhouse() -> Path:
+    found = find_wheelhouse()
+    if found is None:
+        message = "no wheelhouse: run .ci/wheelhouse (or set SANDFORGE_TEST_WHEELHOUSE)"
+        if REQUIRE:
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def target_for(sandbox: Sandbox, backend: str, cache: TargetCache, api: Any = None) -> SandboxTarget:
+    """The interpreter ``backend`` runs programs on, probed once per interpreter file or image and runtime."""
+    found = sandbox.interpreter(backend)  # type: ignore[arg-type]
+    if found.python is not None:
+        python = found.python
+        return cache.get(interpreter_key(python), lambda: probe(python))
+    assert found.image is not None and api is not None
+    image, runtime = found.image, found.runtime
+    return cache.get(f"image:{image}:{runtime}", lambda: probe_container(api, image, runtime=runtime))
+
+
+class EnvFactory:
+    """Environments from the wheelhouse (plus ``envprobe``), one build per (target, manifest)."""
+
+    def __init__(self, root: Path, wheelhouse: Path) -> None:
+        self.root = root
+        house = root / "wheelhouse"
+        shutil.copytree(wheelhouse, house)
+        make_wheel(house, "envprobe", "1.0", extra={"envprobe.py": ENVPROBE})
+        self.policy = offline_policy(house, allow=(*WHEELHOUSE_ALLOW, "envprobe"))
+        self.store = EnvironmentStore(root / "environments")
+        self.targets = TargetCache(root / "targets")
+        self._built: dict[tuple[SandboxTarget, tuple[str, ...]], PreparedEnvironment] = {}
+
+    def prepare(self, target: SandboxTarget, requirements: tuple[str, ...]) -> PreparedEnvironment:
+        key = (target, requirements)
+        if key not in self._built:
+            self._built[key] = self.store.prepare(normalise(list(requirements)), self.policy, target)
+        return self._built[key]
+
+    def mount(
+        self, target: SandboxTarget, requirements: tuple[str, ...], modules: tuple[str, ...] | None = None
+    ) -> EnvironmentMount:
+        """The request's field for that environment, exposing ``modules`` (default: all it provides)."""
+        prepared = self.prepare(target, requirements)
+        exposed = prepared.record.top_level if modules is None else modules
+        return EnvironmentMount(env_id=prepared.env_id, site=str(prepared.site), modules=exposed)
+
+
+MountFor = Callable[..., EnvironmentMount]
