@@ -49,6 +49,8 @@ EXTRINSIC_ERROR_TYPES: frozenset[str] = frozenset(
         "provider_error",
         "service_unavailable",
         "dependency_unavailable",
+        "dependency_install_failed",  # issue 19: a download, the disk, uv itself
+        "environment_preparing",  # another process still building the same environment
     }
 )
 #: Error types that say the *input* did not fit: the code may be right for other inputs.
