@@ -138,7 +138,8 @@ class CallRun:
     # --- the steps ---------------------------------------------------------------------------------
 
     def _obtain(self, txn: Transaction) -> ProgramCandidate | Step:
-        request = generation_request(self.spec, self.at.number, txn, self.lanes.feedback)
+        request = generation_request(self.spec, self.at.number, txn, self.lanes.feedback,
+                                     self.env.policy.dependencies.allowed)  # fmt: skip
         try:
             return self.seam.obtain(request, self.at, self.lanes.failures, retrying=bool(self.lanes.feedback))
         except BudgetStop as exc:

@@ -123,6 +123,8 @@ def test_an_undeclared_import_is_a_recoverable_declare_it(run: Run) -> None:
     assert "dateutil" in (feedback.violation_message or "") and "python-dateutil" in (feedback.violation_message or "")
     record = run.records()[-1]
     assert record["guardrail_recovery_attempts"] == 1 and record["attempts"] == 2
+    system = provider.prompts[0].system  # the model was told what it may declare, and how
+    assert "python-dateutil, six, soupsieve" in system and "# /// script" in system
 
 
 def test_a_module_only_a_transitive_distribution_provides_must_be_declared(run: Run) -> None:
