@@ -77,9 +77,21 @@ class Environments:
     def prepare(self, manifest: Manifest, policy: DependencyPolicy, target: SandboxTarget) -> PreparedEnvironment:
         return self.store.prepare(manifest, policy, target)
 
-    def ensure(self, spec: EnvironmentSpec, policy: DependencyPolicy) -> PreparedEnvironment:
-        """A stored artifact's environment, exactly (its pins): rebuilt when this machine has not got it."""
-        return self.store.ensure(spec, max_env_mb=policy.max_env_mb)
+    def prepare_for(
+        self, manifest: Manifest, stored: EnvironmentSpec | None, policy: DependencyPolicy, target: SandboxTarget
+    ) -> PreparedEnvironment:
+        """A stored artifact's environment exactly (its pins; rebuilt when this machine has not got it) when
+        it is still the one this manifest, policy source and interpreter would get; else a fresh one."""
+        if (
+            stored is not None
+            and stored.manifest == manifest
+            and stored.target == target
+            and (stored.source == policy.sources)
+        ):
+            policy.check(manifest.names)  # the policy of today, not the one it was stored under
+            policy.check((pin.name for pin in stored.pins), transitive=True)
+            return self.store.ensure(stored, max_env_mb=policy.max_env_mb)
+        return self.store.prepare(manifest, policy, target)
 
 
 def _probe_image(image: str | None, runtime: str | None) -> SandboxTarget:

@@ -186,7 +186,8 @@ class CallRun:
         envs = self.env.environments or default_environments()
         try:
             target = envs.target(self.env.sandbox, self.env.backend)
-            prepared = envs.prepare(manifest, self.env.policy.dependencies, target)
+            stored = self.at.candidate.environment if self.at.candidate is not None else None
+            prepared = envs.prepare_for(manifest, stored, self.env.policy.dependencies, target)
         except EnvironmentFailure as exc:
             self._rollback(txn)
             return self._environment_failure(exc, approval.code)
@@ -196,6 +197,9 @@ class CallRun:
             return Failure("dependency_install_failed", f"the environment could not be prepared: {exc}"[:500],
                            True, {"failure_class": "extrinsic"})  # fmt: skip
         self.executor.env_fields = prepared.log_fields()
+        if self.at.candidate is not None:  # what a stored artifact keeps: the manifest and its environment
+            update = {"environment": prepared.record.spec, "dependencies": manifest.lines()}
+            self.at.candidate = self.at.candidate.model_copy(update=update)
         provided = declared_modules(prepared, manifest)
         missing = [module for module in self.at.pending_imports if module not in provided]
         if missing:
