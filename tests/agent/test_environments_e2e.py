@@ -202,3 +202,69 @@ def test_a_persisted_artifact_keeps_its_environment_and_rebuilds_it_on_a_fresh_m
     assert rebuilt["program_source"] == "persisted"
     assert rebuilt["env_id"] == built["env_id"] and rebuilt["environment_cache_hit"] is False
     assert (tmp_path / "machine-2" / "envs" / str(built["env_id"]) / "environment.json").is_file()
+
+
+def _policy_dir(tmp_path: Path, house: Path, *, block: tuple[str, ...] = ()) -> Path:
+    from tests.environments.helpers import WHEELHOUSE_ALLOW
+
+    layer = tmp_path / f"policy-{'-'.join(block) or 'ok'}"
+    layer.mkdir()
+    section = {"allow": list(WHEELHOUSE_ALLOW), "block": list(block), "source": "offline", "wheelhouse": str(house)}
+    (layer / "policy.yaml").write_text(json.dumps({"dependencies": section}))
+    return layer
+
+
+def test_tools_health_reports_an_environment_that_cannot_be_built_and_the_artifact_is_repaired(
+    tmp_path: Path, sandbox: Sandbox, house: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from sandforge.runtime.cli.tools_cmd import command
+    from sandforge.runtime.guardrails import load_policy
+    from sandforge.runtime.store import ToolStore
+
+    state = tmp_path / "state"
+    first = Run(tmp_path, sandbox, house, Environments(state / "environments"))
+    ws = Workspace(provider=ScriptedProvider([DATEUTIL]), sandbox=sandbox, policy=first.policy,
+                   log=CallLog(first.log), store=ToolStore(state), environments=first.environments)  # fmt: skip
+    try:
+        assert ws.call("dates", "iso", "5 March 2024").ok
+    finally:
+        ws.close()
+
+    def health(*args: str) -> tuple[int, dict[str, object]]:
+        result = CliRunner().invoke(command, ["--store", str(state), "health", "--json", *args])
+        rows = json.loads(result.stdout)
+        return result.exit_code, rows[0]["environment"]
+
+    ok = _policy_dir(tmp_path, house)
+    code, env = health("--policy", str(ok))
+    assert (code, env["state"]) == (0, "ready"), env
+    code, env = health()  # the shipped default resolves from the index: not the source it was stored for
+    assert (code, env["state"]) == (1, "refused"), env
+    blocked = _policy_dir(tmp_path, house, block=("python-dateutil",))  # the policy now refuses it
+    code, env = health("--policy", str(blocked))
+    assert (code, env["state"], env["kind"]) == (1, "refused", "dependency_policy_violation"), env
+    assert "python-dateutil" in str(env["detail"])
+
+    # on a machine without it, it is missing, and --build-envs proves it can still be built
+    moved = state / "environments"
+    moved.rename(tmp_path / "elsewhere")
+    code, env = health("--policy", str(ok))
+    assert (code, env["state"]) == (0, "missing"), env
+    code, env = health("--policy", str(ok), "--build-envs")
+    assert (code, env["state"]) == (0, "built"), env
+
+    # run under the policy that refuses it: the stored program fails to prepare and is repaired
+    policy = load_policy([*default_policy().sources, blocked])
+    provider = ScriptedProvider(["return 'repaired'\n"])
+    ws = Workspace(provider=provider, sandbox=sandbox, policy=policy, log=CallLog(first.log), store=ToolStore(state),
+                   environments=first.environments)  # fmt: skip
+    try:
+        outcome = ws.call("dates", "iso", "6 March 2024")
+    finally:
+        ws.close()
+    assert outcome.ok and outcome.value == "repaired", outcome
+    record = first.records()[-1]
+    assert record["attempt_failures"][0]["error_class"] == "dependency_policy_violation"  # type: ignore[index]
+    assert provider.requests[0].repair is not None  # the stored code was handed back for repair
