@@ -22,6 +22,9 @@ from typing import Any
 
 from .wire import ENV_MOUNT_PATH
 
+#: Read by native libraries (OpenBLAS, OpenMP, MKL, numexpr) when they load: a sandbox may start no thread,
+#: and OpenBLAS failing to start its pool ends the process.
+SINGLE_THREADED = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 #: The exposed top-level names of this runner's environment.
 _TOPS: set[str] = set()
 #: Proxy by real module name, and real module name by ``id`` of the proxy (kept off the proxy).
@@ -54,6 +57,8 @@ def expose(boot: dict[str, Any], proxies: dict[str, Any]) -> None:
         return
     if ENV_MOUNT_PATH not in sys.path:
         sys.path.append(ENV_MOUNT_PATH)
+    for name in SINGLE_THREADED:  # the sandbox may start no thread (RLIMIT_NPROC 0): tell native libraries
+        os.environ[name] = "1"
     for name in environment.get("modules") or []:
         if isinstance(name, str) and name.isidentifier() and not name.startswith("_") and name not in proxies:
             _TOPS.add(name)
@@ -124,16 +129,42 @@ def mount_status(boot: dict[str, Any]) -> str | None:
 
 def private_root_binds(boot: dict[str, Any]) -> list[tuple[str, str]]:
     """What a runner that builds its own private root binds into it, read-only, for its environment: the
-    environment at ``ENV_MOUNT_PATH`` and the interpreter's standard library at its own path (the packages
-    import standard modules, which a private root otherwise lacks). Empty without an environment."""
+    interpreter's standard library at its own path (the packages import standard modules, which a private
+    root otherwise lacks), the system directories its own shared libraries come from (a package's extension
+    may need another of them: numpy needs libstdc++), and the environment at ``ENV_MOUNT_PATH``. Empty
+    without an environment."""
     environment = boot.get("environment")
     source = environment.get("bind_source") if isinstance(environment, dict) else None
     if not isinstance(source, str) or not source:
         return []
     stdlib = os.path.dirname(os.__file__)
-    binds = [(stdlib, stdlib)]
+    paths = {stdlib, *_library_dirs()}
     for entry in sys.path:
         if entry.endswith("lib-dynload") and not entry.startswith(stdlib + os.sep) and os.path.isdir(entry):
-            binds.append((entry, entry))
-    binds.append((source, ENV_MOUNT_PATH))
-    return binds
+            paths.add(entry)
+    ordered = sorted(paths, key=lambda p: (p.count(os.sep), p))  # a parent before what lies inside it
+    kept = [p for p in ordered if not any(p.startswith(q + os.sep) for q in ordered if q != p)]
+    return [(path, path) for path in kept] + [(source, ENV_MOUNT_PATH)]
+
+
+#: Where shared libraries of the system live; only such directories are bound (never a home directory).
+_SYSTEM_LIBRARY_ROOTS = ("/usr/lib", "/lib", "/usr/lib64", "/lib64", "/usr/local/lib")
+
+
+def _library_dirs() -> set[str]:
+    """The directories of the shared libraries this process has mapped, under the system's library roots,
+    resolved (``/lib`` is often a link to ``/usr/lib``)."""
+    found: set[str] = set()
+    try:
+        with open("/proc/self/maps") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        fields = line.split(None, 5)
+        if len(fields) < 6 or ".so" not in fields[5] or not fields[5].startswith("/"):
+            continue
+        directory = os.path.dirname(os.path.realpath(fields[5]))
+        if any(directory == root or directory.startswith(root + os.sep) for root in _SYSTEM_LIBRARY_ROOTS):
+            found.add(directory)
+    return found
