@@ -3,6 +3,8 @@
 Scripted by default (no network, a few seconds): the first program breaks a guardrail and is regenerated,
 a failing attempt is rolled back, state survives across calls, a failure is a typed outcome, a method
 delegates to a second tool, and the call log is printed. ``--live`` runs the same calls on Claude.
+``--news`` runs the design documents' news scenario instead (brokered egress, forged tools that persist;
+``runtime/cli/news_demo.py``).
 """
 
 from __future__ import annotations
@@ -166,8 +168,23 @@ def run_demo(provider: Provider, backend: str, log_path: Path, *, live: bool) ->
 @click.option("--model", default=None, help="Claude model for --live (default: SANDFORGE_ANTHROPIC_MODEL or built-in).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the call log here (default: a new temporary file).")  # fmt: skip
-def command(backend: str, live: bool, model: str | None, log_path: Path | None) -> None:
-    """Run a calculator agent through the lifecycle: guardrail recovery, rollback, state, nested calls."""
+@click.option("--news", is_flag=True,
+              help="The news scenario: an assistant fetches feeds through the egress broker from a local "
+              "internet and forges web_fetcher and rss_parser tools that persist (run it twice).")  # fmt: skip
+@click.option("--store", "store_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="--news: the ToolStore directory (default: <state dir>/demo-news, kept across runs).")  # fmt: skip
+@click.option("--fresh", is_flag=True, help="--news: forget the tools earlier runs stored first.")
+def command(backend: str, live: bool, model: str | None, log_path: Path | None, news: bool,
+            store_dir: Path | None, fresh: bool) -> None:  # fmt: skip
+    """Run a calculator agent through the lifecycle: guardrail recovery, rollback, state, nested calls.
+
+    With --news: an assistant reads Google News, Yahoo News and NYT feeds served on loopback, through the
+    host's egress broker, and forges tools that a second run reuses without a model call."""
+    if news:
+        _news(backend, live=live, log_path=log_path, store_dir=store_dir, fresh=fresh)
+        return
+    if store_dir is not None or fresh:
+        raise UsageError("--store and --fresh belong to --news", hint="sandforge demo --news --fresh")
     provider: Provider
     if live:
         if not os.environ.get("ANTHROPIC_API_KEY"):
@@ -180,3 +197,23 @@ def command(backend: str, live: bool, model: str | None, log_path: Path | None) 
     if log_path is None:
         log_path = Path(tempfile.mkdtemp(prefix="sandforge-demo-")) / "calls.jsonl"
     run_demo(provider, backend, log_path, live=live)
+
+
+def _news(backend: str, *, live: bool, log_path: Path | None, store_dir: Path | None, fresh: bool) -> None:
+    from sandforge.runtime.cli.news_demo import default_store_dir, reset_store, run_news_demo
+
+    if live:
+        raise UsageError("--news runs the scripted model only", hint="sandforge demo --news")
+    if log_path is not None:
+        raise UsageError("--news writes its call log in its own directory (printed at the end)")
+    if fresh and store_dir is not None:
+        raise UsageError("--fresh resets only the demo's own store", hint="remove the --store directory yourself")
+    store = store_dir if store_dir is not None else default_store_dir()
+    if fresh:
+        reset_store(store)
+    sandbox = Sandbox(SandboxConfig.from_env(backend=backend, pool_size=1))
+    try:
+        _probe(sandbox, backend)
+        run_news_demo(sandbox, store, echo=click.echo)
+    finally:
+        sandbox.close()
