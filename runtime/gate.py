@@ -8,6 +8,7 @@ and decides its lanes between the two steps.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,9 +37,14 @@ class NotApproved(ValueError):
     """A request whose code is not the approved program reached :func:`execute_approved` (a host bug)."""
 
 
-def approve(code: str, policy: Policy) -> tuple[ValidationResult, Approval | None]:
-    """Validate ``code``; the approval is None unless the verdict is ``approved``."""
+def approve(
+    code: str, policy: Policy, *, adjust: Callable[[ValidationResult], ValidationResult] | None = None
+) -> tuple[ValidationResult, Approval | None]:
+    """Validate ``code``; the approval is None unless the verdict is ``approved``. ``adjust`` judges what the
+    policy alone cannot (third-party imports against the program's declared environment: issue 19)."""
     result = validate(code, policy)
+    if adjust is not None and result.violations:
+        result = adjust(result)
     return result, (Approval(code, result) if result.verdict == "approved" else None)
 
 

@@ -20,11 +20,14 @@ class Attempt:
     candidate: ProgramCandidate | None = None
     validation: ValidationResult | None = None
     execution: ExecutionOutcome | None = None
+    #: third-party modules the program imports, checked against its environment once it is prepared
+    pending_imports: tuple[str, ...] = ()
 
     def next(self) -> None:
         self.number += 1
         self.stage = "generated"
         self.candidate, self.validation, self.execution = None, None, None
+        self.pending_imports = ()
 
     @property
     def id(self) -> str:

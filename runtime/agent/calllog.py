@@ -233,6 +233,12 @@ class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugi
         "final URL, status, bytes, duration, the allow rule that matched or why it was denied",
     )
     stdout: str | None = None
+    # the last attempt's environment (issue 19; absent when its program declared no dependency)
+    env_id: str | None = Field(None, description="the environment the program ran with (docs/environments.md)")
+    environment_cache_hit: bool | None = Field(None, description="the environment was ready: nothing was built")
+    env_prepare_ms: float | None = Field(None, ge=0, description="manifest to ready environment, milliseconds")
+    env_resolve_ms: float | None = Field(None, ge=0, description="resolution, when this call built it")
+    env_install_ms: float | None = Field(None, ge=0, description="install and bytecode, when this call built it")
     trace_usage: TraceUsage | None = Field(None, description="what the whole trace had spent when this call ended")
 
 

@@ -25,6 +25,7 @@ from sandforge.sandbox import Limits
 from sandforge.sandbox.config import BackendName
 
 if TYPE_CHECKING:
+    from sandforge.runtime.agent.environment import Environments
     from sandforge.runtime.egress.broker import EgressBroker
 
 #: Where the records of committed top-level calls go (the store's hook first, then the call log).
@@ -54,6 +55,8 @@ class CallEnv:
     #: the broker its executions fetch through (None: the policy's own, ``runtime.agent.egress.broker_for``);
     #: a policy that does not grant ``http_fetch`` reaches nothing either way
     egress: EgressBroker | None = None
+    #: where programs' environments are prepared (issue 19; None: ``<state dir>/environments``)
+    environments: Environments | None = None
 
 
 @dataclass(frozen=True)

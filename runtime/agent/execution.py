@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -27,7 +27,7 @@ from sandforge.runtime.agent.trace_budget import Stop, TraceMeter
 from sandforge.runtime.gate import Approval, execute_approved
 from sandforge.sandbox import BridgeReply, ErrorType, ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.exchange import serving_deadline
-from sandforge.sandbox.protocol import CallFrame, DeclareFrame
+from sandforge.sandbox.protocol import CallFrame, DeclareFrame, EnvironmentMount
 
 if TYPE_CHECKING:
     from sandforge.runtime.egress.broker import EgressBroker
@@ -64,14 +64,19 @@ class Executor:
     trace_stop: Stop | None = None
     #: the current execution's fetches (its own, and what its nested calls fetched)
     fetches: ExecutionEgress | None = None
+    #: the call log's environment fields of the last attempt that prepared one (issue 19)
+    env_fields: dict[str, Any] = field(default_factory=dict)
 
-    def execute(self, approval: Approval, txn: Transaction) -> ExecutionOutcome:
-        """Run the approved program once with the attempt's view of the context. Never raises."""
+    def execute(
+        self, approval: Approval, txn: Transaction, environment: EnvironmentMount | None = None
+    ) -> ExecutionOutcome:
+        """Run the approved program once with the attempt's view of the context (and its environment,
+        mounted read-only). Never raises."""
         limits, spec = self.env.limits, self.spec
         seconds, self.exec_deadline, by_trace = self.meter.execution_window(limits.timeout_s, spec.call_deadline)
         request = ExecutionRequest(
             code=approval.code, context=txn.snapshot(spec.role), args=spec.args, kwargs=spec.kwargs, limits=limits,
-            wall_budget_s=max(seconds, 0.001) if seconds < limits.timeout_s else None,
+            wall_budget_s=max(seconds, 0.001) if seconds < limits.timeout_s else None, environment=environment,
         )  # fmt: skip
         # the exchange hands each fetch the execution's deadline (the trace's budget and a parent's included)
         self.fetches = ExecutionEgress(self.egress_broker())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sandforge.runtime.agent.attempt import Attempt
@@ -22,6 +23,13 @@ from sandforge.runtime.agent.calllog import now_utc
 from sandforge.runtime.agent.contracts import ContractViolation, check_deliverable
 from sandforge.runtime.agent.egress import egress_of
 from sandforge.runtime.agent.env import CallEnv, CallSpec
+from sandforge.runtime.agent.environment import (
+    declared_modules,
+    default_environments,
+    failure_result,
+    manifest_for,
+    mount_of,
+)
 from sandforge.runtime.agent.execution import Executor
 from sandforge.runtime.agent.lanes import GUARDRAIL_EXHAUSTED_MESSAGE, NORMALIZATION_POLICY, Failure, Lanes
 from sandforge.runtime.agent.outcome import Outcome
@@ -31,9 +39,13 @@ from sandforge.runtime.agent.seam import ProgramSeam
 from sandforge.runtime.agent.source import ProgramCandidate
 from sandforge.runtime.agent.state import StagedRecord, Transaction
 from sandforge.runtime.agent.trace_budget import BudgetStop, TraceMeter
+from sandforge.runtime.environments.errors import LIFECYCLE, RECOVERABLE, EnvironmentFailure
+from sandforge.runtime.environments.manifest import Manifest
 from sandforge.runtime.gate import Approval, approve
+from sandforge.runtime.guardrails import ValidationResult
+from sandforge.runtime.guardrails.dependencies import judge_imports, undeclared_violation
 from sandforge.runtime.providers.base import InvalidProviderOutput, ProviderError
-from sandforge.sandbox import ExecutionOutcome
+from sandforge.sandbox import EnvironmentMount, ExecutionOutcome
 
 __all__ = ["GUARDRAIL_EXHAUSTED_MESSAGE", "NORMALIZATION_POLICY", "CallEnv", "CallRun", "CallSpec"]
 
@@ -41,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: A step's answer: go on with this value, end the call with a Failure, or None (a lane retries).
 Step = Failure | None
+#: A prepared environment step's value: the mount (None: the program declares nothing).
+Ready = tuple[EnvironmentMount | None]
 
 
 @dataclass(frozen=True)
@@ -102,11 +116,17 @@ class CallRun:
         if not isinstance(candidate, ProgramCandidate):
             return self._answer(candidate)
         self.at.candidate = candidate
-        approval = self._validate(candidate.code, txn)  # nothing runs before the policy approves it
+        manifest = self._manifest(candidate, txn)  # declared names checked before anything is built
+        if not isinstance(manifest, Manifest):
+            return self._answer(manifest)
+        approval = self._validate(candidate.code, txn, manifest)  # nothing runs before the policy approves it
         if not isinstance(approval, Approval):
             return self._answer(approval)
+        ready = self._environment(manifest, approval, txn)
+        if not isinstance(ready, tuple):
+            return self._answer(ready)
         self.at.stage = "validated"
-        return self._execute(approval, txn)
+        return self._execute(approval, txn, ready[0])
 
     def _answer(self, step: Step) -> Outcome | None:
         return None if step is None else self.recorder.error(step)
@@ -118,7 +138,8 @@ class CallRun:
     # --- the steps ---------------------------------------------------------------------------------
 
     def _obtain(self, txn: Transaction) -> ProgramCandidate | Step:
-        request = generation_request(self.spec, self.at.number, txn, self.lanes.feedback)
+        request = generation_request(self.spec, self.at.number, txn, self.lanes.feedback,
+                                     self.env.policy.dependencies.allowed)  # fmt: skip
         try:
             return self.seam.obtain(request, self.at, self.lanes.failures, retrying=bool(self.lanes.feedback))
         except BudgetStop as exc:
@@ -137,13 +158,79 @@ class CallRun:
             return Failure("provider", f"the provider failed: {type(exc).__name__}", False,
                            {"provider_error_kind": "internal", "failure_class": "extrinsic"})  # fmt: skip
 
-    def _validate(self, code: str, txn: Transaction) -> Approval | Step:
+    def _manifest(self, candidate: ProgramCandidate, txn: Transaction) -> Manifest | Step:
+        try:
+            return manifest_for(candidate.code, candidate.dependencies, self.env.policy.dependencies)
+        except EnvironmentFailure as exc:  # invalid manifest, or a declared name the policy refuses
+            return self._refused(failure_result(exc, self.env.policy), candidate.code, txn)
+
+    def _refused(self, result: ValidationResult, code: str, txn: Transaction) -> Step:
+        """A recoverable refusal found outside the policy engine (the manifest, its environment)."""
+        self.at.validation = result
+        self._rollback(txn)
+        return self.lanes.validation_failure(self.at, result, code)
+
+    def _judge_imports(self, manifest: Manifest) -> Callable[[ValidationResult], ValidationResult]:
+        def adjust(result: ValidationResult) -> ValidationResult:
+            judged, self.at.pending_imports = judge_imports(
+                result, self.env.policy.dependencies, declared=bool(manifest), provided=None
+            )
+            return judged
+
+        return adjust
+
+    def _environment(self, manifest: Manifest, approval: Approval, txn: Transaction) -> Ready | Step:
+        """The program's environment, prepared (cache hit or build), as the sandbox takes it."""
+        if not manifest:
+            return (None,)
+        envs = self.env.environments or default_environments()
+        try:
+            target = envs.target(self.env.sandbox, self.env.backend)
+            stored = self.at.candidate.environment if self.at.candidate is not None else None
+            prepared = envs.prepare_for(manifest, stored, self.env.policy.dependencies, target)
+        except EnvironmentFailure as exc:
+            self._rollback(txn)
+            return self._environment_failure(exc, approval.code)
+        except Exception as exc:  # a probe that could not run (the engine down): the world's fault
+            log.exception("preparing the environment failed")
+            self._rollback(txn)
+            return Failure("dependency_install_failed", f"the environment could not be prepared: {exc}"[:500],
+                           True, {"failure_class": "extrinsic"})  # fmt: skip
+        self.executor.env_fields = prepared.log_fields()
+        if self.at.candidate is not None:  # what a stored artifact keeps: the manifest and its environment
+            update = {"environment": prepared.record.spec, "dependencies": manifest.lines()}
+            self.at.candidate = self.at.candidate.model_copy(update=update)
+        provided = declared_modules(prepared, manifest)
+        missing = [module for module in self.at.pending_imports if module not in provided]
+        if missing:
+            violation = undeclared_violation(missing, self.env.policy.dependencies)
+            result = approval.result.model_copy(update={"verdict": "recoverable", "violations": [violation]})
+            return self._refused(result, approval.code, txn)
+        return (mount_of(prepared, manifest),)
+
+    def _environment_failure(self, exc: EnvironmentFailure, code: str) -> Step:
+        """The lanes of ``runtime/environments/errors.py``: recoverable kinds are feedback to the model, a
+        failed resolution is the manifest's fault (execution-repair lane), the rest the world's (retriable)."""
+        if exc.kind in RECOVERABLE:
+            result = failure_result(exc, self.env.policy)
+            self.at.validation = result
+            return self.lanes.validation_failure(self.at, result, code)
+        if exc.kind == "dependency_resolution_failed":
+            if self.lanes.retry(self.at, "execution", exc.kind, exc.kind, str(exc), code=code,
+                                failure_class="intrinsic"):  # fmt: skip
+                return None
+            self.lanes.execution_exhausted = True
+            return Failure(exc.kind, str(exc), False, {"failure_class": "intrinsic"})
+        _terminal, retriable, _health = LIFECYCLE[exc.kind]
+        return Failure(exc.kind, str(exc), retriable, {"failure_class": "extrinsic"})
+
+    def _validate(self, code: str, txn: Transaction, manifest: Manifest) -> Approval | Step:
         problem = syntax_problem(code)
         if problem is not None:
             self._rollback(txn)
             return self.lanes.generation_failure(self.at, "invalid_code", "invalid_code", problem, code)
         try:
-            result, approval = approve(code, self.env.policy)
+            result, approval = approve(code, self.env.policy, adjust=self._judge_imports(manifest))
         except Exception as exc:
             log.exception("guardrail validation failed")
             self._rollback(txn)
@@ -157,12 +244,12 @@ class CallRun:
             return self.lanes.generation_failure(self.at, "invalid_code", "invalid_code", violations[0].message, code)
         return self.lanes.validation_failure(self.at, result, code)
 
-    def _execute(self, approval: Approval, txn: Transaction) -> Outcome | None:
+    def _execute(self, approval: Approval, txn: Transaction, environment: EnvironmentMount | None) -> Outcome | None:
         stop = self.meter.charge("sandbox", self.spec.call_deadline)
         if stop is not None:
             self._rollback(txn)
             return self._answer(Failure.stopped(stop))
-        execution = self.executor.execute(approval, txn)
+        execution = self.executor.execute(approval, txn, environment)
         self.at.execution = execution
         self.lanes.executed(egress_of(execution))
         self.at.stage = "executed"

@@ -205,6 +205,7 @@ class Recorder:
             egress=EgressCall.bounded(fetched),
             stdout=bounded(ex.stdout, MAX_STDOUT_CHARS) if ex and ex.stdout else None,
             trace_usage=self.meter.usage(),
+            **tally.env_fields,
         )
 
     def _store_fields(self, outcome: Outcome) -> dict[str, Any]:

@@ -51,7 +51,11 @@ def context_summary(role: str, txn: Transaction, snapshot: ContextSnapshot, keys
 
 
 def generation_request(
-    spec: CallSpec, attempt_number: int, txn: Transaction, feedback: list[AttemptFeedback]
+    spec: CallSpec,
+    attempt_number: int,
+    txn: Transaction,
+    feedback: list[AttemptFeedback],
+    packages: tuple[str, ...] = (),
 ) -> GenerationRequest:
     snapshot = txn.snapshot(spec.role)
     keys = sorted(snapshot)
@@ -67,5 +71,6 @@ def generation_request(
         contract=txn.contract(spec.role),
         known_tools=sorted(txn.all_tools().values(), key=lambda t: t.role),
         allowed_modules=sorted(ALLOWED_MODULES),
+        allowed_packages=list(packages),
         feedback=list(feedback),
     )

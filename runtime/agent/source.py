@@ -38,6 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandforge.runtime.agent.calllog import CallRecord
+from sandforge.runtime.environments.identity import EnvironmentSpec
 from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, RepairContext
 from sandforge.runtime.store.models import ProgramSource, ToolContract
 
@@ -50,6 +51,8 @@ class ProgramCandidate(BaseModel):
     code: str
     source: ProgramSource = ProgramSource.GENERATED
     dependencies: list[str] = Field(default_factory=list)
+    #: the environment a persisted program was stored with (or the one this attempt prepared): issue 19
+    environment: EnvironmentSpec | None = None
     provider: str | None = None
     model: str | None = None
     artifact_ref: str | None = Field(None, description="the store's id of a persisted/repaired artifact")

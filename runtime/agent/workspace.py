@@ -14,6 +14,7 @@ from sandforge.runtime.agent.bounds import check_arguments
 from sandforge.runtime.agent.budgets import Budgets
 from sandforge.runtime.agent.calllog import STORE_FIELDS, CallLog, CallRecord, default_log_path
 from sandforge.runtime.agent.env import CallEnv, CallSpec
+from sandforge.runtime.agent.environment import Environments
 from sandforge.runtime.agent.lifecycle import CallRun
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.persistence import ToolStoreSource
@@ -83,10 +84,13 @@ class Workspace:
         budgets: Budgets | None = None,
         trace_budget: TraceBudget | None = None,
         egress: EgressBroker | None = None,
+        environments: Environments | None = None,
     ) -> None:
         self.provider = provider
         #: the broker programs fetch through (None: the policy's own; runtime/agent/egress.py)
         self.egress = egress
+        #: where programs' declared environments are built and found (None: ``<state dir>/environments``)
+        self.environments = environments
         self.budgets = budgets or Budgets()
         #: what one top-level call and all its nested calls may spend (default: TraceBudget.from_env())
         self.trace_budget = trace_budget if trace_budget is not None else TraceBudget.from_env()
@@ -134,6 +138,7 @@ class Workspace:
             provider=self.provider, provider_name=self.provider_name, policy=self.policy, sandbox=self.sandbox,
             backend=self.backend, limits=self.limits, budgets=self.budgets, trace_budget=self.trace_budget,
             store=self.store, state=self._state, records=self._commit_records, egress=self.egress,
+            environments=self.environments,
         )  # fmt: skip
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Outcome:

@@ -88,6 +88,7 @@ def _failures(a: MethodArtifact) -> str:
 def command(ctx: click.Context, state_dir: Path | None) -> None:
     """Inspect and maintain the persistent ToolStore."""
     ctx.obj = ToolStore(state_dir)
+    ctx.meta["state_dir"] = state_dir
 
 
 @command.command("list")
@@ -199,26 +200,64 @@ def show_cmd(ctx: click.Context, role: str, method: str | None, as_json: bool, c
         click.echo(art.code)
 
 
+def _environments(ctx: click.Context, policy_dirs: tuple[Path, ...], build: bool) -> Callable[..., Any]:
+    """Each artifact's environment state (None: it declares none), under the policy given."""
+    from sandforge.runtime.environments.builder import EnvironmentStore
+    from sandforge.runtime.environments.status import environment_status
+    from sandforge.runtime.guardrails import default_policy, load_policy
+    from sandforge.runtime.state_dir import resolve_state_dir
+
+    policy = load_policy([*default_policy().sources, *policy_dirs]) if policy_dirs else default_policy()
+    envs = EnvironmentStore(resolve_state_dir(ctx.meta.get("state_dir")) / "environments")
+
+    def status(art: MethodArtifact | None) -> Any:
+        if art is None or art.environment is None:
+            return None
+        return environment_status(art.environment, envs, policy.dependencies, build=build)
+
+    return status
+
+
+def _env_cell(status: Any) -> str:
+    if status is None:
+        return "-"
+    return f"{status.state} {status.env_id[:12]}" + (f" ({status.kind})" if status.kind else "")
+
+
 @command.command("health")
 @click.option("--role", "roles", multiple=True, help="Only this role (repeatable).")
+@click.option("--policy", "policy_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Policy directory layered over the default (repeatable).")  # fmt: skip
+@click.option("--build-envs", "build", is_flag=True, help="Build missing environments to prove they still can be.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 @_io_errors
-def health_cmd(ctx: click.Context, roles: tuple[str, ...], as_json: bool) -> None:
-    """Health of every stored method artifact."""
+def health_cmd(ctx: click.Context, roles: tuple[str, ...], policy_dirs: tuple[Path, ...], build: bool,
+               as_json: bool) -> None:  # fmt: skip
+    """Health of every stored method artifact, and whether its environment can still be built.
+
+    Exit status 1 when an artifact's environment cannot be built (refused by the policy, or a build failed):
+    it is repaired like a stale artifact on its next call."""
     store = _store(ctx)
     report = store.health_report(roles or None)
+    env_of = _environments(ctx, policy_dirs, build)
+    envs = [env_of(h.artifact) for h in report]
+    broken = any(e is not None and not e.buildable for e in envs)
     if as_json:
-        _emit_json([h.model_dump(mode="json", exclude={"artifact"}) for h in report])
-        return
+        _emit_json([
+            {**h.model_dump(mode="json", exclude={"artifact"}),
+             "environment": e.model_dump(mode="json") if e is not None else None}
+            for h, e in zip(report, envs, strict=True)
+        ])  # fmt: skip
+        ctx.exit(1 if broken else 0)
     if not report:
         click.echo("no stored artifacts")
         return
     rows: list[tuple[object, ...]] = []
-    for h in report:
+    for h, env in zip(report, envs, strict=True):
         a = h.artifact
         if a is None:
-            rows.append((h.role, h.method_name, None, h.status.value, None, None, None, None, None, None))
+            rows.append((h.role, h.method_name, None, h.status.value, None, None, None, None, None, None, None))
             continue
         rows.append(
             (
@@ -232,10 +271,16 @@ def health_cmd(ctx: click.Context, roles: tuple[str, ...], as_json: bool) -> Non
                 a.repair_count_since_regen,
                 h.reusable,
                 "ok" if h.checksum_ok else "MISMATCH",
+                _env_cell(env),
             )
         )
-    headers = ["ROLE", "METHOD", "GEN", "HEALTH", "OK", "FAIL (I/E/A)", "RATE", "REPAIRS", "REUSABLE", "CHECKSUM"]
+    headers = ["ROLE", "METHOD", "GEN", "HEALTH", "OK", "FAIL (I/E/A)", "RATE", "REPAIRS", "REUSABLE", "CHECKSUM",
+               "ENV"]  # fmt: skip
     click.echo(_table(headers, rows))
+    for env in envs:
+        if env is not None and not env.buildable:
+            click.echo(f"environment {env.env_id} cannot be built: {env.kind}: {env.detail}", err=True)
+    ctx.exit(1 if broken else 0)
 
 
 @command.command("history")

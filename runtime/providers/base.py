@@ -79,6 +79,9 @@ class GenerationRequest(BaseModel):
     contract: ToolContract | None = None
     known_tools: list[ToolContract] = Field(default_factory=list)
     allowed_modules: list[str] = Field(default_factory=list)
+    allowed_packages: list[str] = Field(
+        default_factory=list, description="third-party distributions the policy allows programs to declare"
+    )
     feedback: list[AttemptFeedback] = Field(default_factory=list)
     repair: RepairContext | None = Field(None, description="set only when the store asks for a repair")
     known_tools_block: str | None = Field(

@@ -21,6 +21,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sandforge.runtime.environments.identity import EnvironmentSpec
 from sandforge.runtime.store.cacheability import Cacheability
 from sandforge.runtime.store.fingerprint import code_checksum
 from sandforge.runtime.store.models import (
@@ -49,6 +50,8 @@ EXTRINSIC_ERROR_TYPES: frozenset[str] = frozenset(
         "provider_error",
         "service_unavailable",
         "dependency_unavailable",
+        "dependency_install_failed",  # issue 19: a download, the disk, uv itself
+        "environment_preparing",  # another process still building the same environment
     }
 )
 #: Error types that say the *input* did not fit: the code may be right for other inputs.
@@ -92,6 +95,8 @@ class ArtifactCandidate(BaseModel):
     runtime_version: str
     cacheability: Cacheability
     dependencies: list[str] = Field(default_factory=list)
+    #: the environment it ran with (issue 19): its spec, pins included, so it always runs with exactly that
+    environment: EnvironmentSpec | None = None
     prompt_version: str | None = None
     model: str | None = None
     contract_fingerprint: str | None = None
@@ -189,6 +194,7 @@ def promote(
         generation=generation,
         code=candidate.code,
         dependencies=list(candidate.dependencies),
+        environment=candidate.environment,
         prompt_version=candidate.prompt_version,
         runtime_version=candidate.runtime_version,
         model=candidate.model,

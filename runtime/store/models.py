@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
+from sandforge.runtime.environments.identity import EnvironmentSpec
 from sandforge.runtime.names import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
 from sandforge.runtime.store.fingerprint import code_checksum, contract_fingerprint
 
@@ -187,6 +188,9 @@ class MethodArtifact(_Record):
     generation: int = Field(ge=1)
     code: str
     dependencies: list[str] = Field(default_factory=list)
+    #: the environment this generation runs with (issue 19; ADR 0012's ``dependencies``): the normalised
+    #: manifest's spec with its resolved pins; rebuilt exactly on a machine that has not got it
+    environment: EnvironmentSpec | None = None
     prompt_version: str | None = None
     runtime_version: str
     model: str | None = None

@@ -1,0 +1,133 @@
+"""A call's environment (issue 19): the program's manifest, checked against the policy, built or found on the
+host by ``runtime/environments`` and handed to the sandbox as an ``EnvironmentMount``.
+
+:class:`Environments` is the workspace's part (where environments live, which interpreter each backend runs,
+both cached); the lifecycle asks it per attempt. Failures keep ``runtime/environments``' kinds and lanes
+(``errors.LIFECYCLE``): the two recoverable kinds become validation violations (the model gets the feedback,
+the guardrail lane's budget), a failed resolution is the manifest's own fault (intrinsic), a failed install
+or a build past the wait is the world's (extrinsic, retriable).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from sandforge.runtime.environments.builder import EnvironmentStore
+from sandforge.runtime.environments.errors import EnvironmentFailure
+from sandforge.runtime.environments.identity import EnvironmentSpec
+from sandforge.runtime.environments.manifest import Manifest, manifest_of
+from sandforge.runtime.environments.policy import DependencyPolicy
+from sandforge.runtime.environments.records import PreparedEnvironment
+from sandforge.runtime.environments.target import SandboxTarget, TargetCache, interpreter_key, probe, probe_container
+from sandforge.runtime.guardrails import Policy, ValidationResult, Violation
+from sandforge.runtime.state_dir import resolve_state_dir
+from sandforge.sandbox import EnvironmentMount
+
+__all__ = ["Environments", "default_environments", "failure_result", "manifest_for", "mount_of"]
+
+_DEFAULT: list[Environments] = []
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_environments() -> Environments:
+    """The process's environments below the state directory (for calls whose workspace names none)."""
+    with _DEFAULT_LOCK:
+        if not _DEFAULT:
+            _DEFAULT.append(Environments())
+        return _DEFAULT[0]
+
+
+class Environments:
+    """The environments a workspace's calls run with: below ``root`` (default ``<state dir>/environments``),
+    one store shared by every call, one probe per interpreter (cached on disk, so preparing starts no process)."""
+
+    def __init__(self, root: Path | None = None, *, store: EnvironmentStore | None = None) -> None:
+        self._root = root
+        self._store = store
+        self._lock = threading.Lock()
+        self._targets: dict[str, SandboxTarget] = {}
+
+    @property
+    def store(self) -> EnvironmentStore:
+        with self._lock:
+            if self._store is None:
+                self._store = EnvironmentStore(self._root or resolve_state_dir() / "environments")
+            return self._store
+
+    def target(self, sandbox: Any, backend: str | None) -> SandboxTarget:
+        """The interpreter programs run on with ``backend`` (what their environment must be built for)."""
+        describe = getattr(sandbox, "interpreter", None)
+        found = describe(backend) if describe is not None else None
+        if found is None or found.python is not None:
+            python = found.python if found is not None else None
+            key = interpreter_key(python)
+            return self._cached(key, lambda: probe(python))
+        image, runtime = found.image, found.runtime
+        return self._cached(f"image:{image}:{runtime}", lambda: _probe_image(image, runtime))
+
+    def _cached(self, key: str, describe: Any) -> SandboxTarget:
+        known = self._targets.get(key)
+        if known is None:
+            known = TargetCache(self.store.root / "targets").get(key, describe)
+            self._targets[key] = known
+        return known
+
+    def prepare(self, manifest: Manifest, policy: DependencyPolicy, target: SandboxTarget) -> PreparedEnvironment:
+        return self.store.prepare(manifest, policy, target)
+
+    def prepare_for(
+        self, manifest: Manifest, stored: EnvironmentSpec | None, policy: DependencyPolicy, target: SandboxTarget
+    ) -> PreparedEnvironment:
+        """A stored artifact's environment exactly (its pins; rebuilt when this machine has not got it) when
+        it is still the one this manifest, policy source and interpreter would get; else a fresh one."""
+        if (
+            stored is not None
+            and stored.manifest == manifest
+            and stored.target == target
+            and (stored.source == policy.sources)
+        ):
+            policy.check(manifest.names)  # the policy of today, not the one it was stored under
+            policy.check((pin.name for pin in stored.pins), transitive=True)
+            return self.store.ensure(stored, max_env_mb=policy.max_env_mb)
+        return self.store.prepare(manifest, policy, target)
+
+
+def _probe_image(image: str | None, runtime: str | None) -> SandboxTarget:
+    from sandforge.sandbox.docker_engine import connect
+
+    assert image is not None
+    return probe_container(connect(), image, runtime=runtime)
+
+
+def manifest_for(code: str, structured: list[str], policy: DependencyPolicy) -> Manifest:
+    """The program's normalised manifest, its declared names checked against ``policy`` (before anything is
+    resolved). Raises the recoverable `EnvironmentFailure` kinds."""
+    manifest = manifest_of(code, structured)
+    if manifest:
+        policy.check(manifest.names)
+    return manifest
+
+
+def failure_result(exc: EnvironmentFailure, policy: Policy) -> ValidationResult:
+    """A recoverable environment failure as a validation result: the model reads it as guardrail feedback."""
+    hint = exc.hint or f"allowed distributions: {', '.join(policy.dependencies.allowed) or 'none'}"
+    violation = Violation(
+        violation_type=exc.kind, message=str(exc.args[0]) if exc.args else exc.kind, classification="recoverable",
+        required_correction=f"Fix the program's `# /// script` dependencies block: {hint}.",
+    )  # fmt: skip
+    return ValidationResult(verdict="recoverable", violations=[violation], policy_name=policy.name,
+                            policy_fingerprint=policy.fingerprint)  # fmt: skip
+
+
+def declared_modules(prepared: PreparedEnvironment, manifest: Manifest) -> tuple[str, ...]:
+    """Top-level modules the *declared* distributions provide (not what they pull in transitively)."""
+    provides = prepared.record.provides
+    return tuple(sorted({module for name in manifest.names for module in provides.get(name, ())}))
+
+
+def mount_of(prepared: PreparedEnvironment, manifest: Manifest) -> EnvironmentMount:
+    """The sandbox request's field: the ready site, exposing the declared distributions' modules."""
+    modules = declared_modules(prepared, manifest)
+    return EnvironmentMount(env_id=prepared.env_id, site=str(prepared.site), modules=modules)
