@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import threading
 from datetime import UTC, datetime
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from sandforge.runtime.agent.workspace import Workspace
     from sandforge.runtime.sessions import SessionStore
     from sandforge.runtime.store import ToolStore
+
+log = logging.getLogger(__name__)
 
 TENANT_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
 TOKEN_HASH_PATTERN = r"^sha256:[0-9a-f]{64}$"  # noqa: S105 (a pattern, not a secret)
@@ -67,6 +70,7 @@ class ProviderConfig(BaseModel):
 
     kind: Literal["none", "scripted", "anthropic"] = "none"
     programs: Path | None = None
+    chat_script: Path | None = Field(None, description="scripted: the chat turns sessions replay (a chat script)")
     model: str | None = None
     api_key_env: str = Field("ANTHROPIC_API_KEY", pattern=r"^[A-Z_][A-Z0-9_]{0,127}$")
 
@@ -180,7 +184,12 @@ def _absolute(config: ServerConfig, base: Path) -> ServerConfig:
             update={
                 "state_dir": _resolve(base, t.state_dir),
                 "policy": tuple(_resolve(base, p) or p for p in t.policy),
-                "provider": t.provider.model_copy(update={"programs": _resolve(base, t.provider.programs)}),
+                "provider": t.provider.model_copy(
+                    update={
+                        "programs": _resolve(base, t.provider.programs),
+                        "chat_script": _resolve(base, t.provider.chat_script),
+                    }
+                ),
             }
         )
         for t in config.tenants
@@ -213,9 +222,50 @@ def load_server_config(path: Path) -> ServerConfig:
 
 
 def save_server_config(path: Path, config: ServerConfig) -> None:
-    """Write ``config`` back (atomically, keeping the file's mode and owner)."""
+    """Write ``config`` (atomically, keeping the file's mode and owner). Paths are written as they are in
+    ``config``; :func:`edit_token_hashes` keeps a file's own relative paths instead."""
     data = config.model_dump(mode="json", exclude_defaults=True)
     write_user_file(path, yaml.safe_dump(data, sort_keys=False).encode("utf-8"))
+
+
+def edit_token_hashes(
+    path: Path, *, tenant: str | None = None, add: str | None = None, remove: str | None = None, create: bool = False
+) -> str | None:
+    """Add hash ``add`` to ``tenant`` (creating the tenant, and the file, with ``create``) or remove hash
+    ``remove`` from whichever tenant holds it, editing the file's own data (its relative paths stay relative)
+    and validating the result before writing it. Returns the tenant changed (None: ``remove`` was nowhere).
+    Comments in the file are not kept. The caller holds the file's lock."""
+    data: Any = (
+        read_data_file(path, what="server configuration", limit=CONFIG_MAX_BYTES, error=ConfigError)
+        if (path.exists() or not create)
+        else {}
+    )
+    if data is None:
+        data = {}
+    if not isinstance(data, dict) or not isinstance(data.setdefault("tenants", []), list):
+        raise ConfigError(f"{path}: not a server configuration (a mapping with a 'tenants' list)")
+    tenants: list[Any] = data["tenants"]
+    changed: str | None = None
+    for item in tenants:
+        if not isinstance(item, dict):
+            continue
+        hashes = item.setdefault("token_hashes", [])
+        if add is not None and item.get("name") == tenant:
+            hashes.append(add)
+            changed = tenant
+        if remove is not None and remove in hashes:
+            item["token_hashes"] = [h for h in hashes if h != remove]
+            changed = str(item.get("name"))
+    if add is not None and changed is None:
+        if not create:
+            raise ConfigError(f"no tenant named {tenant!r} in {path}", hint="add it, or pass --new-tenant")
+        tenants.append({"name": tenant, "token_hashes": [add]})
+        changed = tenant
+    if changed is None:
+        return None
+    parse_server_config(data, base=path.resolve().parent, name=str(path))  # never write an invalid file
+    write_user_file(path, yaml.safe_dump(data, sort_keys=False).encode("utf-8"))
+    return changed
 
 
 class ProviderQuotaExceeded(ProviderError):
@@ -386,6 +436,29 @@ class TenantRuntime:
         )
         return provider
 
+    @property
+    def chat_provider(self) -> Any:
+        """The model behind the tenant's chat sessions (one per tenant: a scripted one replays its turns in
+        order across requests); ProviderUnavailable when the tenant has none."""
+        return self._part("chat_provider", self._build_chat_provider)
+
+    def _build_chat_provider(self) -> Any:
+        cfg = self.config.provider
+        if cfg.kind == "scripted" and cfg.chat_script is not None:
+            from sandforge.runtime.providers.chat import ScriptedChatProvider
+
+            return ScriptedChatProvider.from_file(cfg.chat_script)
+        if cfg.kind == "anthropic":
+            import os
+
+            from sandforge.runtime.sessions import AnthropicChatProvider
+
+            key = os.environ.get(cfg.api_key_env, "")
+            if not key:
+                raise ProviderUnavailable(f"the provider's key is not set (environment variable {cfg.api_key_env})")
+            return AnthropicChatProvider(model=cfg.model, api_key=key)
+        raise ProviderUnavailable("this tenant has no chat provider configured")
+
     def sandbox_config(self) -> SandboxConfig:
         return SandboxConfig.from_env(backend=self.backend, pool_size=self.server.pool_size)
 
@@ -430,12 +503,40 @@ class TenantRuntime:
 
 
 class TenantRuntimes:
-    """The factory: one :class:`TenantRuntime` per tenant of a :class:`ServerConfig`, made on first use."""
+    """The factory: one :class:`TenantRuntime` per tenant of a :class:`ServerConfig`, made on first use.
 
-    def __init__(self, config: ServerConfig) -> None:
+    With ``config_path``, token hashes are re-read when the file changes (``sandforge tokens create|revoke``
+    take effect without a restart); other changes (tenants, quotas, paths) need a restart."""
+
+    def __init__(self, config: ServerConfig, *, config_path: Path | None = None) -> None:
         self.config = config
+        self.config_path = config_path
+        self._stamp = self._file_stamp()
         self._runtimes: dict[str, TenantRuntime] = {}
         self._lock = threading.Lock()
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        if self.config_path is None:
+            return None
+        try:
+            st = self.config_path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def _reload_tokens(self) -> None:
+        stamp = self._file_stamp()
+        if stamp == self._stamp or self.config_path is None:
+            return
+        self._stamp = stamp
+        try:
+            fresh = load_server_config(self.config_path)
+        except SandforgeError as exc:  # keep serving with the hashes we have; fail closed for new ones
+            log.error("server configuration not reloaded: %s", exc)
+            return
+        hashes = {t.name: t.token_hashes for t in fresh.tenants}
+        tenants = tuple(t.model_copy(update={"token_hashes": hashes.get(t.name, ())}) for t in self.config.tenants)
+        self.config = self.config.model_copy(update={"tenants": tenants})
 
     def get(self, name: str) -> TenantRuntime:
         with self._lock:
@@ -447,6 +548,7 @@ class TenantRuntimes:
 
     def for_token(self, token: str | None) -> TenantRuntime | None:
         """The runtime of the tenant ``token`` authenticates, or None (see :meth:`ServerConfig.authenticate`)."""
+        self._reload_tokens()
         tenant = self.config.authenticate(token)
         return None if tenant is None else self.get(tenant.name)
 
