@@ -28,7 +28,9 @@ def _register() -> None:
         image_cmd,
         logs_cmd,
         policy_cmd,
+        serve_cmd,
         sessions_cmd,
+        tokens_cmd,
         tools_cmd,
     )
 
@@ -36,6 +38,8 @@ def _register() -> None:
         main.add_command(module.command)
     main.add_command(cleanup_cmd.command)
     main.add_command(envs_cmd.command)
+    main.add_command(serve_cmd.command)
+    main.add_command(tokens_cmd.command)
 
 
 _register()
