@@ -27,6 +27,7 @@ def _register() -> None:
         exec_cmd,
         image_cmd,
         logs_cmd,
+        mcp_cmd,
         policy_cmd,
         sessions_cmd,
         tools_cmd,
@@ -36,6 +37,7 @@ def _register() -> None:
         main.add_command(module.command)
     main.add_command(cleanup_cmd.command)
     main.add_command(envs_cmd.command)
+    main.add_command(mcp_cmd.command)
 
 
 _register()
