@@ -93,6 +93,9 @@ def _execution_failure(outcome: ExecutionOutcome) -> Failed:
             {"rule": v.get("violation_type"), "message": v.get("message"), "fix": v.get("required_correction")}
             for v in outcome.metadata["violations"]
         ]
+    for key in ("tool_error_type", "exception", "line"):  # the program's own error type, what it raised, where
+        if outcome.metadata.get(key) is not None:
+            details[key] = outcome.metadata[key]
     if outcome.stderr:
         details["stderr"] = outcome.stderr
     error_type = outcome.error_type.value if outcome.error_type else "execution"

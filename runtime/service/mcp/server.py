@@ -71,6 +71,12 @@ def _scrub(message: str) -> str:
     return _PATHS.sub("<path>", first)[:500]
 
 
+def _invalid(exc: ValidationError) -> ToolFailure:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "arguments"
+    return ToolFailure(error_type="invalid_request", error_message=f"{where}: {err['msg']}")
+
+
 def guarded(work: Callable[[], BaseModel]) -> CallToolResult:
     """Run one tool's work; every failure becomes a typed ``isError`` result."""
     try:
@@ -80,9 +86,7 @@ def guarded(work: Callable[[], BaseModel]) -> CallToolResult:
     except SandforgeError as exc:
         return error_result(ToolFailure(error_type="refused", error_message=_scrub(str(exc))))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        return error_result(ToolFailure(error_type="invalid_request", error_message=f"{where}: {err['msg']}"))
+        return error_result(_invalid(exc))
     except OSError as exc:
         log.warning("tool state could not be read or written: %s", exc)
         return error_result(ToolFailure(error_type="store_error", error_message="the tool store could not be used"))
@@ -220,10 +224,15 @@ class TenantMCP(MCPServer[Any]):
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
         if self._tool_manager.get_tool(name) is not None:
-            return await super().call_tool(name, arguments, context)
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                if isinstance(exc.__cause__, ValidationError):  # arguments the input schema refuses
+                    return error_result(_invalid(exc.__cause__))
+                raise
         item = (await anyio.to_thread.run_sync(self._exposed)).get(name)
-        if item is None:
-            raise ToolError(f"Unknown tool: {name}")
+        if item is None:  # never stored, not healthy, or another tenant's: the same answer
+            return error_result(ToolFailure(error_type="unknown_tool", error_message=f"no tool named {name!r}"))
         return await anyio.to_thread.run_sync(self._call_persisted, item, arguments)
 
     def _call_persisted(self, item: Exposed, arguments: dict[str, Any]) -> CallToolResult:
