@@ -27,7 +27,7 @@ from sandforge.runtime.service.mcp.models import (
     ValidationReport,
     Violation,
 )
-from sandforge.runtime.service.mcp.tenant import TenantRuntime
+from sandforge.runtime.service.mcp.tenant import TenantPort
 from sandforge.runtime.store.toolstore import ArtifactHealth, LookupStatus
 from sandforge.sandbox import ExecutionOutcome, ExecutionRequest, Limits
 
@@ -57,8 +57,8 @@ def _violations(result: ValidationResult) -> list[Violation]:
     ]
 
 
-def validate_code(rt: TenantRuntime, code: str) -> ValidationReport:
-    result = validate(code, rt.tenant.policy)
+def validate_code(rt: TenantPort, code: str) -> ValidationReport:
+    result = validate(code, rt.policy)
     return ValidationReport(
         verdict=result.verdict,
         violations=_violations(result),
@@ -67,9 +67,9 @@ def validate_code(rt: TenantRuntime, code: str) -> ValidationReport:
     )
 
 
-def _limits(rt: TenantRuntime, timeout_s: float | None, memory_mb: int | None) -> Limits:
+def _limits(rt: TenantPort, timeout_s: float | None, memory_mb: int | None) -> Limits:
     """The tenant's limits, lowered by the request; asking for more than the tenant allows is refused."""
-    base = rt.limits
+    base = rt.max_limits
     if timeout_s is not None and timeout_s > base.timeout_s:
         raise fail("limit_exceeded", f"timeout_s {timeout_s:g} is above this tenant's largest, {base.timeout_s:g}")
     if memory_mb is not None and memory_mb > base.memory_mb:
@@ -103,7 +103,7 @@ def _execution_failure(outcome: ExecutionOutcome) -> Failed:
 
 
 def run_tool_code(
-    rt: TenantRuntime,
+    rt: TenantPort,
     code: str,
     context: dict[str, JsonValue],
     args: list[JsonValue],
@@ -117,7 +117,7 @@ def run_tool_code(
     except ValidationError as exc:
         err = exc.errors()[0]
         raise fail("invalid_request", f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
-    outcome, _ = guarded_execute(rt.workspace.sandbox, request, policy=rt.tenant.policy, backend=rt.tenant.backend)
+    outcome, _ = guarded_execute(rt.workspace.sandbox, request, policy=rt.policy, backend=rt.backend)
     if not outcome.ok:
         raise _execution_failure(outcome)
     return RunResult(
@@ -132,7 +132,7 @@ def run_tool_code(
     )
 
 
-def list_tools(rt: TenantRuntime) -> ToolList:
+def list_tools(rt: TenantPort) -> ToolList:
     return ToolList(
         tools=[
             ToolSummary(
@@ -161,7 +161,7 @@ def method_summary(row: ArtifactHealth, mcp_tool: str | None) -> MethodSummary:
     )
 
 
-def get_tool(rt: TenantRuntime, role: str, method: str | None, names: dict[tuple[str, str], str]) -> ToolDetail:
+def get_tool(rt: TenantPort, role: str, method: str | None, names: dict[tuple[str, str], str]) -> ToolDetail:
     """``names`` maps (role, method) to the MCP tool exposing it (see ``persisted.exposed``)."""
     store = rt.store
     entry = store.get_tool(role)
@@ -198,7 +198,7 @@ def _outcome_failure(outcome: Outcome) -> Failed:
 
 
 def call_stored_tool(
-    rt: TenantRuntime, role: str, method: str, args: list[JsonValue], kwargs: dict[str, JsonValue]
+    rt: TenantPort, role: str, method: str, args: list[JsonValue], kwargs: dict[str, JsonValue]
 ) -> CallOutcome:
     """``role.method(*args, **kwargs)`` through the tenant's lifecycle: a healthy stored artifact is reused."""
     try:
@@ -217,8 +217,8 @@ def call_stored_tool(
     )
 
 
-def explain_policy(rt: TenantRuntime, name: str) -> PolicyPage:
-    policy = rt.tenant.policy
+def explain_policy(rt: TenantPort, name: str) -> PolicyPage:
+    policy = rt.policy
     page = explain(policy, name)
     if page is None:
         raise fail("unknown_rule", f"no rule or capability named {name!r}", suggestions=suggestions(policy, name))

@@ -36,7 +36,7 @@ from sandforge.runtime.service.mcp.models import (
     ValidationReport,
 )
 from sandforge.runtime.service.mcp.persisted import INPUT_SCHEMA, Exposed, exposed
-from sandforge.runtime.service.mcp.tenant import TenantRuntime
+from sandforge.runtime.service.mcp.tenant import TenantPort
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +117,9 @@ def _annotations(title: str, *, read_only: bool, open_world: bool, destructive: 
 
 
 class TenantMCP(MCPServer[Any]):
-    """The MCP server of one tenant (one :class:`TenantRuntime`)."""
+    """The MCP server of one tenant (one :class:`TenantPort`)."""
 
-    def __init__(self, runtime: TenantRuntime, *, name: str = "sandforge") -> None:
+    def __init__(self, runtime: TenantPort, *, name: str = "sandforge") -> None:
         super().__init__(
             name=name,
             instructions=INSTRUCTIONS,
@@ -133,7 +133,7 @@ class TenantMCP(MCPServer[Any]):
 
     def _register_fixed(self) -> None:
         rt = self.runtime
-        egress = rt.tenant.egress_granted
+        egress = rt.egress_granted
 
         def run_tool_code(
             code: Code,
@@ -211,7 +211,7 @@ class TenantMCP(MCPServer[Any]):
                 read_only_hint=False,
                 destructive_hint=False,
                 idempotent_hint=False,
-                open_world_hint=self.runtime.tenant.egress_granted,
+                open_world_hint=self.runtime.egress_granted,
             ),
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from sandforge.runtime.agent.workspace import Workspace
 from sandforge.runtime.guardrails import Policy
@@ -51,16 +52,65 @@ class McpTenant:
     @property
     def egress_granted(self) -> bool:
         """Programs of this tenant may reach the network (the tools are then open-world)."""
-        return EGRESS_CAPABILITY in self.policy.granted
+        return egress_granted(self.policy)
+
+
+def egress_granted(policy: Policy) -> bool:
+    return EGRESS_CAPABILITY in policy.granted
+
+
+class TenantPort(Protocol):
+    """What the MCP tools use of a tenant: the stdio server's :class:`TenantRuntime`, or the service's
+    tenant runtime behind ``http.ServiceTenant``."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def backend(self) -> BackendName | None: ...
+
+    @property
+    def store(self) -> ToolStore: ...
+
+    @property
+    def workspace(self) -> Workspace: ...
+
+    @property
+    def max_limits(self) -> Limits:
+        """The largest limits a request may ask for (and the limits of a request that asks for none)."""
+        ...
+
+    @property
+    def egress_granted(self) -> bool: ...
 
 
 @dataclass
 class TenantRuntime:
-    """A tenant's ToolStore and Workspace, made on first use and closed with :meth:`close`."""
+    """A tenant's ToolStore and Workspace (the stdio server's :class:`TenantPort`), made on first use and
+    closed with :meth:`close`."""
 
     tenant: McpTenant
     _workspace: Workspace | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    @property
+    def name(self) -> str:
+        return self.tenant.name
+
+    @property
+    def policy(self) -> Policy:
+        return self.tenant.policy
+
+    @property
+    def backend(self) -> BackendName | None:
+        return self.tenant.backend
+
+    @property
+    def egress_granted(self) -> bool:
+        return self.tenant.egress_granted
 
     @property
     def store(self) -> ToolStore:
@@ -83,7 +133,7 @@ class TenantRuntime:
             return self._workspace
 
     @property
-    def limits(self) -> Limits:
+    def max_limits(self) -> Limits:
         return self.tenant.limits or self.workspace.limits
 
     def close(self) -> None:
