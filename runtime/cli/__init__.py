@@ -29,7 +29,9 @@ def _register() -> None:
         logs_cmd,
         mcp_cmd,
         policy_cmd,
+        serve_cmd,
         sessions_cmd,
+        tokens_cmd,
         tools_cmd,
     )
 
@@ -37,6 +39,8 @@ def _register() -> None:
         main.add_command(module.command)
     main.add_command(cleanup_cmd.command)
     main.add_command(envs_cmd.command)
+    main.add_command(serve_cmd.command)
+    main.add_command(tokens_cmd.command)
     main.add_command(mcp_cmd.command)
 
 

@@ -1,0 +1,266 @@
+"""The HTTP API of `sandforge serve` (FastAPI): /v1 for tenants, /healthz and /readyz for everyone.
+
+Every /v1 route gets its tenant from the :class:`~sandforge.runtime.service.gate.Gatekeeper` (authentication
+and body limits happen there) and reaches only that tenant's runtime, so another tenant's tool, session or
+log is simply not found (404). Blocking work (executions, agent calls, the store, files) runs in threads;
+executions and agent calls share ``execution_slots`` threads of their own, so the event loop (and /healthz)
+never waits for a sandbox. Responses carry no traceback and no host path (:mod:`.scrub`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.gate import guarded_execute
+from sandforge.runtime.guardrails.engine import validate
+from sandforge.runtime.service import calls as call_log_reader
+from sandforge.runtime.service import sessions_api
+from sandforge.runtime.service.audit import AuditLog
+from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, first_error, mark
+from sandforge.runtime.service.gate import Gatekeeper
+from sandforge.runtime.service.models import (
+    AgentCallRequest,
+    ExecRequest,
+    ExecResult,
+    Health,
+    PolicyCheckRequest,
+    Readiness,
+    exec_result,
+)
+from sandforge.runtime.service.quotas import seconds_to_utc_midnight
+from sandforge.runtime.service.tenants import ServerConfig, TenantRuntime, TenantRuntimes
+from sandforge.sandbox import ExecutionRequest
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+API_VERSION = "1"
+
+
+def _install_handlers(app: FastAPI, service: Service) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        mark(request, exc.error_type)
+        return service.error(exc.status, exc.error_type, exc.message, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        mark(request, "invalid_request")
+        return service.error(422, "invalid_request", first_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        mark(request, kind)
+        message = "no such resource" if exc.status_code == 404 else str(exc.detail)
+        return service.error(exc.status_code, kind, message)
+
+    @app.exception_handler(SandforgeError)
+    async def sandforge_error(request: Request, exc: SandforgeError) -> JSONResponse:
+        log.warning("request failed: %s", exc)
+        mark(request, "unavailable")
+        return service.error(503, "unavailable", str(exc))
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error")
+        mark(request, "internal_error")
+        return service.error(500, "internal_error", "internal error (see the server log)")
+
+
+def _check_limits(rt: TenantRuntime, body: ExecRequest) -> None:
+    quotas = rt.config.quotas
+    if body.timeout_s is not None and body.timeout_s > quotas.max_timeout_s:
+        raise ApiError(422, "limit_exceeded", f"timeout_s is over this tenant's maximum ({quotas.max_timeout_s:g} s)")
+    if body.memory_mb is not None and body.memory_mb > quotas.max_memory_mb:
+        raise ApiError(422, "limit_exceeded", f"memory_mb is over this tenant's maximum ({quotas.max_memory_mb} MB)")
+
+
+def _exec_routes(app: FastAPI, service: Service) -> None:
+    @app.post("/v1/exec", response_model=ExecResult, responses=ERRORS, tags=["execution"])
+    async def run_exec(body: ExecRequest, rt: Tenant, request: Request) -> JSONResponse:
+        """One program: validated by the tenant's policy, run in a fresh sandbox (``sandforge exec --json``)."""
+        _check_limits(rt, body)
+        try:
+            limits = rt.limits(timeout_s=body.timeout_s, memory_mb=body.memory_mb)
+            req = ExecutionRequest(code=body.code, context=body.context, args=body.args, kwargs=body.kwargs,
+                                   limits=limits)  # fmt: skip
+        except ValidationError as exc:
+            raise ApiError(422, "invalid_request", first_error(exc)) from None
+        policy, sandbox = rt.policy, rt.sandbox
+        outcome, _ = await service.execute(
+            rt, lambda: guarded_execute(sandbox, req, policy=policy, backend=body.backend)
+        )
+        mark(request, "ok" if outcome.ok else (outcome.error_type.value if outcome.error_type else "error"))
+        return JSONResponse(service.scrub(exec_result(outcome)))
+
+    @app.post("/v1/agents/{role}/{method}", responses=ERRORS, tags=["agents"])
+    async def call_agent(role: str, method: str, body: AgentCallRequest, rt: Tenant, request: Request) -> JSONResponse:
+        """A dynamic call ``role.method(*args, **kwargs)`` through the full lifecycle with the tenant's provider,
+        ToolStore and policy. Returns the ``Outcome`` (failures of the tool are outcomes, not HTTP errors)."""
+        if rt.config.provider.kind != "none" and rt.provider_calls.exhausted:
+            wait = seconds_to_utc_midnight()
+            raise ApiError(429, "quota_exceeded", "provider call quota reached for today", {"Retry-After": str(wait)})
+        workspace = rt.workspace
+
+        def call() -> dict[str, Any]:
+            return workspace.call(role, method, *body.args, **body.kwargs).model_dump(mode="json")
+
+        try:
+            outcome = await service.execute(rt, call)
+        except (TypeError, ValueError) as exc:
+            raise ApiError(422, "invalid_request", str(exc).splitlines()[0] if str(exc) else "invalid call") from None
+        mark(request, "ok" if outcome["status"] == "ok" else outcome.get("error_type") or "error")
+        return JSONResponse(service.scrub(outcome))
+
+    @app.post("/v1/policy/check", responses=ERRORS, tags=["policy"])
+    async def policy_check(body: PolicyCheckRequest, rt: Tenant, request: Request) -> JSONResponse:
+        """The ``sandforge policy check --format json`` report of a program under the tenant's policy."""
+        policy = rt.policy
+        result = await service.blocking(lambda: validate(body.code, policy))
+        mark(request, result.verdict)
+        return JSONResponse(service.scrub(result.model_dump(mode="json")))
+
+
+def _store_routes(app: FastAPI, service: Service) -> None:
+    @app.get("/v1/tools", responses=ERRORS, tags=["tools"])
+    async def list_tools(rt: Tenant) -> JSONResponse:
+        """Every tool in the tenant's ToolStore (``sandforge tools list --json``)."""
+        tools = await service.blocking(rt.tool_store.list_tools)
+        return JSONResponse(service.scrub([t.model_dump(mode="json") for t in tools]))
+
+    @app.get("/v1/tools/{role}", responses=ERRORS, tags=["tools"])
+    async def get_tool(role: str, rt: Tenant) -> JSONResponse:
+        """A tool's contract and its methods' health (``sandforge tools show ROLE --json``)."""
+
+        def read() -> dict[str, Any] | None:
+            entry = rt.tool_store.get_tool(role)
+            if entry is None:
+                return None
+            report = rt.tool_store.health_report([role])
+            return {
+                "tool": entry.model_dump(mode="json"),
+                "methods": [h.model_dump(mode="json", exclude={"artifact"}) for h in report],
+            }
+
+        payload = await service.blocking(_not_found_on_bad_name(read))
+        if payload is None:
+            raise ApiError(404, "not_found", "no such tool")
+        return JSONResponse(service.scrub(payload))
+
+    @app.get("/v1/tools/{role}/{method}", responses=ERRORS, tags=["tools"])
+    async def get_method(role: str, method: str, rt: Tenant) -> JSONResponse:
+        """One method's current artifact, code included, and its health (``sandforge tools show ROLE METHOD``)."""
+        from sandforge.runtime.store.selection import assess_health, reuse_allowed
+
+        def read() -> dict[str, Any] | None:
+            store = rt.tool_store
+            art = store.lookup(role, method).artifact
+            if art is None:
+                return None
+            reusable, _why = reuse_allowed(art, method, store.policy.dynamic_methods)
+            payload = art.model_dump(mode="json")
+            health = assess_health(art, policy=store.policy).value
+            return payload | {"checksum_ok": art.checksum_ok(), "health": health, "reusable": reusable}
+
+        payload = await service.blocking(_not_found_on_bad_name(read))
+        if payload is None:
+            raise ApiError(404, "not_found", "no such tool method")
+        return JSONResponse(service.scrub(payload))
+
+
+def _call_routes(app: FastAPI, service: Service) -> None:
+    @app.get("/v1/calls", responses=ERRORS, tags=["calls"])
+    async def list_calls(
+        rt: Tenant,
+        role: str | None = None,
+        status: Annotated[str | None, Query(pattern="^(ok|error)$")] = None,
+        trace: Annotated[str | None, Query(max_length=64)] = None,
+        last: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    ) -> JSONResponse:
+        """The tenant's call log, filtered like ``sandforge logs --json`` (the last ``last`` matching records)."""
+        records = await service.blocking(
+            lambda: call_log_reader.select(rt.call_log_path, last=last, role=role, status=status, trace=trace)
+        )
+        return JSONResponse(service.scrub(records))
+
+
+def _not_found_on_bad_name(fn: Callable[[], T | None]) -> Callable[[], T | None]:
+    """A name the store refuses is a resource that does not exist (never a hint about the store's rules)."""
+    from sandforge.runtime.store.errors import InvalidNameError, ToolNotFoundError
+
+    def run() -> T | None:
+        try:
+            return fn()
+        except (InvalidNameError, ToolNotFoundError):
+            return None
+
+    return run
+
+
+def _health_routes(app: FastAPI, service: Service, gate: Gatekeeper) -> None:
+    @app.get("/healthz", response_model=Health, tags=["health"], responses={503: {"model": Health}})
+    async def healthz() -> JSONResponse:
+        """Liveness, without authentication; answers from the event loop even when every slot is busy."""
+        if gate.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/readyz", response_model=Readiness, tags=["health"], responses={503: {"model": Readiness}})
+    async def readyz() -> JSONResponse:
+        """Readiness: each configured backend ran a trivial program recently (cached a few seconds)."""
+        report = await anyio.to_thread.run_sync(service.readiness.check)
+        ready = all(v == "ok" for v in report.values()) and not gate.draining
+        body = {"status": "ready" if ready else "not_ready", "backends": service.scrub(report)}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+
+def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_path: Path | None = None) -> FastAPI:
+    """The ASGI app (wrapped in its gatekeeper: use ``app.state.gate`` as the ASGI callable). With
+    ``config_path``, token changes in that file apply to the running server."""
+    runtimes = TenantRuntimes(config, config_path=config_path)
+    audit = audit if audit is not None else AuditLog(config.audit_path)
+    service = Service(config, runtimes, audit)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await shutdown(service)
+
+    app = FastAPI(
+        title="sandforge", version=API_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
+        description="Run LLM-generated tool programs in disposable sandboxes, per tenant. See docs/serve.md.",
+    )  # fmt: skip
+    gate = Gatekeeper(app, runtimes, audit)
+    app.state.service = service
+    app.state.gate = gate
+    _install_handlers(app, service)
+    _exec_routes(app, service)
+    _store_routes(app, service)
+    _call_routes(app, service)
+    _health_routes(app, service, gate)
+    sessions_api.install(app, service)
+    return app
+
+
+async def shutdown(service: Service) -> None:
+    """Let executions still running finish (each ends by its own timeout at the latest), then close every
+    tenant's runtime: warm pools, workers and containers go with it."""
+    longest = max((t.quotas.max_timeout_s for t in service.config.tenants), default=30.0)
+    grace = service.config.shutdown_grace_s + longest + 5.0
+    if not await service.wait_idle(grace):
+        log.warning("%d executions still running at shutdown", service.in_flight)
+    await anyio.to_thread.run_sync(service.runtimes.close)
+    await anyio.to_thread.run_sync(service.readiness.close)

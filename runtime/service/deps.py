@@ -1,0 +1,120 @@
+"""What the routes of the HTTP API share: the :class:`Service`, typed API errors, the tenant dependency."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import ValidationError
+
+from sandforge.runtime.service.audit import AuditLog
+from sandforge.runtime.service.models import ErrorBody
+from sandforge.runtime.service.quotas import QuotaExceeded, TenantAdmission
+from sandforge.runtime.service.readiness import ReadinessProbe
+from sandforge.runtime.service.scrub import Scrubber, host_prefixes
+from sandforge.runtime.service.tenants import ServerConfig, TenantRuntime, TenantRuntimes
+
+T = TypeVar("T")
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in (
+        (401, "no, a wrong or a revoked bearer token"),
+        (404, "no such resource for this tenant"),
+        (413, "the body is over the tenant's max_body_bytes"),
+        (422, "a malformed request (typed: invalid_request, limit_exceeded, ...)"),
+        (429, "over a quota; see Retry-After"),
+        (503, "the server is shutting down"),
+    )
+}
+
+
+class ApiError(Exception):
+    """An error answer: ``status``, a stable ``error_type`` word, a one-line message."""
+
+    def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+        self.headers = headers or {}
+
+
+class Service:
+    """What the routes share: configuration, tenants, admission counters, execution slots, the audit log."""
+
+    def __init__(self, config: ServerConfig, runtimes: TenantRuntimes, audit: AuditLog) -> None:
+        self.config = config
+        self.runtimes = runtimes
+        self.audit = audit
+        self.scrub = Scrubber(
+            host_prefixes([config.state_dir, config.audit_path.parent, *map(config.tenant_state_dir, config.tenants)])
+        )
+        self.admissions = {t.name: TenantAdmission(t.quotas) for t in config.tenants}
+        self.slots = anyio.CapacityLimiter(config.execution_slots)
+        self.in_flight = 0
+        self.readiness = ReadinessProbe(config)
+
+    def error(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        body = {"error": {"type": error_type, "message": self.scrub.text(" ".join(message.split()))}}
+        return JSONResponse(body, status_code=status, headers=headers)
+
+    async def execute(self, rt: TenantRuntime, fn: Callable[[], T]) -> T:
+        """``fn`` in an execution slot, admitted by the tenant's quotas (429 otherwise)."""
+        admission = self.admissions[rt.name]
+        try:
+            admission.admit()
+        except QuotaExceeded as exc:
+            raise ApiError(429, "quota_exceeded", exc.message, {"Retry-After": str(exc.retry_after_s)}) from None
+        self.in_flight += 1
+        try:
+            return await anyio.to_thread.run_sync(fn, limiter=self.slots)
+        finally:
+            self.in_flight -= 1
+            admission.release()
+
+    async def blocking(self, fn: Callable[[], T]) -> T:
+        """Store and file work: a worker thread of the default pool (never an execution slot)."""
+        return await anyio.to_thread.run_sync(fn)
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no execution runs (graceful shutdown); False if some still ran after ``timeout_s``."""
+        with anyio.move_on_after(timeout_s):
+            while self.in_flight:
+                await anyio.sleep(0.05)
+        return self.in_flight == 0
+
+
+bearer_scheme = HTTPBearer(auto_error=False, description="an API token of `sandforge tokens create TENANT`")
+
+
+def tenant_of(
+    request: Request, _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)] = None
+) -> TenantRuntime:
+    """The tenant the gatekeeper authenticated (the bearer dependency only documents the scheme)."""
+    rt: TenantRuntime | None = request.scope.get("state", {}).get("tenant")
+    if rt is None:  # unreachable behind the gatekeeper; fail closed anyway
+        raise ApiError(401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+    return rt
+
+
+Tenant = Annotated[TenantRuntime, Depends(tenant_of)]
+
+
+def mark(request: Request, outcome: str | None) -> None:
+    request.scope.setdefault("state", {})["outcome"] = outcome
+
+
+def first_error(exc: ValidationError | RequestValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request"
+    err = errors[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "body"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {err.get('msg', 'invalid')}{more}"

@@ -1,0 +1,156 @@
+"""The ASGI gatekeeper in front of the app: authentication, body limits, draining, and the audit record.
+
+For every request under ``/v1`` and ``/mcp`` it resolves ``Authorization: Bearer <token>`` to a tenant
+(401 otherwise, the same answer for a missing, wrong or revoked token), refuses a body over the tenant's
+``max_body_bytes`` (413: by Content-Length before reading, else while reading it, before the app sees any
+of it), answers 503 once the server is draining, and puts the :class:`TenantRuntime` in
+``scope["state"]["tenant"]`` for the routes (h-mcp's ``/mcp`` app reads it there too).
+Every such request gets one audit line.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from sandforge.runtime.service.audit import AuditLog, AuditRecord
+from sandforge.runtime.service.tenants import TenantRuntimes
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+PROTECTED = ("/v1/", "/mcp")
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+def error_bytes(error_type: str, message: str) -> bytes:
+    return json.dumps({"error": {"type": error_type, "message": message}}).encode("utf-8")
+
+
+async def send_error(
+    send: Send, status: int, error_type: str, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = error_bytes(error_type, message)
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
+    await send({"type": "http.response.body", "body": body})
+
+
+def bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            text = value.decode("latin-1")
+            scheme, _, token = text.partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    return None
+
+
+def content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+class Gatekeeper:
+    """See the module docstring. ``draining`` is set by the server when shutdown begins."""
+
+    def __init__(self, app: ASGIApp, runtimes: TenantRuntimes, audit: AuditLog) -> None:
+        self.app = app
+        self.runtimes = runtimes
+        self.audit = audit
+        self.draining = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if not path.startswith(PROTECTED):
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        state = scope.setdefault("state", {})
+        state["request_id"] = uuid.uuid4().hex[:16]
+        status: dict[str, int] = {"code": 500}
+        sent = {"started": False}
+
+        async def tracking_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = int(message["status"])
+                sent["started"] = True
+            await send(message)
+
+        try:
+            await self._guarded(scope, receive, tracking_send, state)
+        except BodyTooLarge:
+            state["outcome"] = "body_too_large"
+            if not sent["started"]:
+                await send_error(tracking_send, 413, "body_too_large", "the request body is over this tenant's limit")
+        finally:
+            tenant = state.get("tenant")
+            client = scope.get("client")
+            self.audit.write(
+                AuditRecord(
+                    request_id=state["request_id"], tenant=tenant.name if tenant is not None else None,
+                    method=scope.get("method", ""), path=path[:512], status=status["code"],
+                    outcome=state.get("outcome"), duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                    client=client[0] if client else None,
+                )
+            )  # fmt: skip
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send, state: dict[str, Any]) -> None:
+        if self.draining:
+            state["outcome"] = "shutting_down"
+            await send_error(send, 503, "shutting_down", "the server is shutting down", [(b"connection", b"close")])
+            return
+        runtime = self.runtimes.for_token(bearer(scope))
+        if runtime is None:
+            state["outcome"] = "unauthorized"
+            await send_error(
+                send, 401, "unauthorized", "a valid bearer token is required", [(b"www-authenticate", b"Bearer")]
+            )
+            return
+        state["tenant"] = runtime
+        limit = runtime.config.quotas.max_body_bytes
+        declared = content_length(scope)
+        if declared is not None and declared > limit:
+            raise BodyTooLarge
+        body = await self._read_body(receive, limit)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _read_body(receive: Receive, limit: int) -> bytes:
+        """The whole body, at most ``limit`` bytes (BodyTooLarge past it): read before the app sees it, so an
+        oversized body is refused the same way whether or not it declared its length."""
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return b"".join(chunks)
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > limit:
+                raise BodyTooLarge
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
