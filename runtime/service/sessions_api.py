@@ -21,15 +21,16 @@ if TYPE_CHECKING:
 def _session(rt: TenantRuntime, session_id: str | None) -> Session:
     from sandforge.runtime.sessions import AgentToolRunner, Session, ToolRegistry, ToolStoreGroupSource
 
+    known = None if session_id is None else rt.sessions.resolve_id(session_id)  # 404 before anything else
     runner = AgentToolRunner(workspace=rt.workspace)
     options: dict[str, Any] = {
         "provider": rt.chat_provider,
         "registry": ToolRegistry(ToolStoreGroupSource(rt.tool_store)),
         "runner": runner,
     }
-    if session_id is None:
+    if known is None:
         return Session.create(rt.sessions, **options)
-    return Session.open(rt.sessions, session_id, **options)
+    return Session.open(rt.sessions, known, **options)
 
 
 def _view(rt: TenantRuntime, session_id: str) -> dict[str, Any]:
