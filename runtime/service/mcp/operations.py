@@ -69,11 +69,12 @@ def validate_code(rt: TenantPort, code: str) -> ValidationReport:
 
 def _limits(rt: TenantPort, timeout_s: float | None, memory_mb: int | None) -> Limits:
     """The tenant's limits, lowered by the request; asking for more than the tenant allows is refused."""
-    base = rt.max_limits
-    if timeout_s is not None and timeout_s > base.timeout_s:
-        raise fail("limit_exceeded", f"timeout_s {timeout_s:g} is above this tenant's largest, {base.timeout_s:g}")
-    if memory_mb is not None and memory_mb > base.memory_mb:
-        raise fail("limit_exceeded", f"memory_mb {memory_mb} is above this tenant's largest, {base.memory_mb}")
+    base = rt.default_limits
+    max_timeout, max_memory = rt.limit_caps
+    if timeout_s is not None and timeout_s > max_timeout:
+        raise fail("limit_exceeded", f"timeout_s {timeout_s:g} is above this tenant's largest, {max_timeout:g}")
+    if memory_mb is not None and memory_mb > max_memory:
+        raise fail("limit_exceeded", f"memory_mb {memory_mb} is above this tenant's largest, {max_memory}")
     overrides: dict[str, Any] = {}
     if timeout_s is not None:
         overrides["timeout_s"] = timeout_s

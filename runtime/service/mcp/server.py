@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -77,8 +77,21 @@ def _invalid(exc: ValidationError) -> ToolFailure:
     return ToolFailure(error_type="invalid_request", error_message=f"{where}: {err['msg']}")
 
 
+#: Runs one execution's blocking work (a sandbox run, a lifecycle call) and returns its result: a worker
+#: thread for stdio; the service's admission (quotas, execution slots) over HTTP. It may raise ops.Failed.
+Executor = Callable[[Callable[[], BaseModel]], Awaitable[BaseModel]]
+
+
+async def in_thread(work: Callable[[], BaseModel]) -> BaseModel:
+    return await anyio.to_thread.run_sync(work)
+
+
 def guarded(work: Callable[[], BaseModel]) -> CallToolResult:
     """Run one tool's work; every failure becomes a typed ``isError`` result."""
+    return catching(work)
+
+
+def catching(work: Callable[[], BaseModel]) -> CallToolResult:
     try:
         return ok_result(work())
     except ops.Failed as exc:
@@ -90,6 +103,14 @@ def guarded(work: Callable[[], BaseModel]) -> CallToolResult:
     except OSError as exc:
         log.warning("tool state could not be read or written: %s", exc)
         return error_result(ToolFailure(error_type="store_error", error_message="the tool store could not be used"))
+
+
+class _Held(BaseModel):
+    """A finished tool result carried back through the executor."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    result: CallToolResult
 
 
 class PersistedArguments(BaseModel):
@@ -119,7 +140,7 @@ def _annotations(title: str, *, read_only: bool, open_world: bool, destructive: 
 class TenantMCP(MCPServer[Any]):
     """The MCP server of one tenant (one :class:`TenantPort`)."""
 
-    def __init__(self, runtime: TenantPort, *, name: str = "sandforge") -> None:
+    def __init__(self, runtime: TenantPort, *, name: str = "sandforge", executor: Executor = in_thread) -> None:
         super().__init__(
             name=name,
             instructions=INSTRUCTIONS,
@@ -127,7 +148,21 @@ class TenantMCP(MCPServer[Any]):
             log_level="WARNING",
         )
         self.runtime = runtime
+        self.executor = executor
         self._register_fixed()
+
+    async def executing(self, work: Callable[[], BaseModel]) -> CallToolResult:
+        """``work`` through the executor (admission, slots); every failure a typed ``isError`` result."""
+
+        def run() -> BaseModel:
+            return _Held(result=catching(work))
+
+        try:
+            held = await self.executor(run)
+        except ops.Failed as exc:
+            return error_result(exc.failure)
+        assert isinstance(held, _Held)
+        return held.result
 
     # --- the fixed tools ---
 
@@ -135,7 +170,7 @@ class TenantMCP(MCPServer[Any]):
         rt = self.runtime
         egress = rt.egress_granted
 
-        def run_tool_code(
+        async def run_tool_code(
             code: Code,
             context: Annotated[dict[str, JsonValue], Field(description="the tool's state (JSON object)")] = {},  # noqa: B006
             args: Args = [],  # noqa: B006
@@ -147,7 +182,9 @@ class TenantMCP(MCPServer[Any]):
 
             Returns the value, the new context (not kept anywhere) and the output; a refused or failed program
             is an error result whose error_type says why (guardrail_violation, timeout, execution, ...)."""
-            return guarded(lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb))
+            return await self.executing(
+                lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb)
+            )
 
         def validate_code(code: Code) -> Annotated[CallToolResult, ValidationReport]:
             """The guardrail report of a tool program under the tenant's policy; nothing runs."""
@@ -163,13 +200,13 @@ class TenantMCP(MCPServer[Any]):
             """A stored tool's contract and the health of its methods, or one method with its code."""
             return guarded(lambda: ops.get_tool(rt, role, method, self._names()))
 
-        def call_stored_tool(
+        async def call_stored_tool(
             role: Role, method: Method, args: Args = [], kwargs: Kwargs = {}  # noqa: B006
         ) -> Annotated[CallToolResult, CallOutcome]:
             """Call role.method(*args, **kwargs) through the full lifecycle with the tenant's provider, store and
             policy: a healthy stored artifact runs without the model; otherwise one is generated, validated,
             run and kept when it works."""
-            return guarded(lambda: ops.call_stored_tool(rt, role, method, args, kwargs))
+            return await self.executing(lambda: ops.call_stored_tool(rt, role, method, args, kwargs))
 
         def explain_policy(
             name: Annotated[str, Field(description="a rule id, capability tag or violation type")],
@@ -233,11 +270,10 @@ class TenantMCP(MCPServer[Any]):
         item = (await anyio.to_thread.run_sync(self._exposed)).get(name)
         if item is None:  # never stored, not healthy, or another tenant's: the same answer
             return error_result(ToolFailure(error_type="unknown_tool", error_message=f"no tool named {name!r}"))
-        return await anyio.to_thread.run_sync(self._call_persisted, item, arguments)
-
-    def _call_persisted(self, item: Exposed, arguments: dict[str, Any]) -> CallToolResult:
-        def work() -> BaseModel:
+        try:
             parsed = PersistedArguments.model_validate(arguments)
-            return ops.call_stored_tool(self.runtime, item.role, item.method, parsed.args, parsed.kwargs)
-
-        return guarded(work)
+        except ValidationError as exc:
+            return error_result(_invalid(exc))
+        return await self.executing(
+            lambda: ops.call_stored_tool(self.runtime, item.role, item.method, parsed.args, parsed.kwargs)
+        )

@@ -79,8 +79,13 @@ class TenantPort(Protocol):
     def workspace(self) -> Workspace: ...
 
     @property
-    def max_limits(self) -> Limits:
-        """The largest limits a request may ask for (and the limits of a request that asks for none)."""
+    def default_limits(self) -> Limits:
+        """The limits of a request that asks for none."""
+        ...
+
+    @property
+    def limit_caps(self) -> tuple[float, int]:
+        """The largest timeout (seconds) and memory (MB) a request may ask for."""
         ...
 
     @property
@@ -133,8 +138,14 @@ class TenantRuntime:
             return self._workspace
 
     @property
-    def max_limits(self) -> Limits:
+    def default_limits(self) -> Limits:
         return self.tenant.limits or self.workspace.limits
+
+    @property
+    def limit_caps(self) -> tuple[float, int]:
+        """The stdio tenant's limits are both the default and the largest (--timeout, --memory)."""
+        limits = self.default_limits
+        return limits.timeout_s, limits.memory_mb
 
     def close(self) -> None:
         with self._lock:
