@@ -32,6 +32,8 @@ class DrainingServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.gate.draining = True
         super().handle_exit(sig, frame)
+        # uvicorn re-raises the signal once it has shut down; a graceful stop is a normal exit (status 0)
+        self._captured_signals.clear()
 
 
 def build_server(
