@@ -39,6 +39,9 @@ MAX_MESSAGE_CHARS = 500
 MAX_CODE_CHARS = 20_000
 MAX_JSON_CHARS = 2_000
 MAX_STDOUT_CHARS = 2_000
+#: Provenance records kept per attempt (``egress_requests`` still counts them all); URLs cut at 2 000 characters.
+MAX_EGRESS_RECORDS = 100
+MAX_URL_CHARS = 2_000
 
 AttemptStage = Literal["generated", "validated", "executed", "rolled_back"]
 FailureStage = Literal["generation", "validation", "execution", "outcome_policy"]
@@ -71,6 +74,43 @@ class NestedCallSummary(BaseModel):
     error_type: str | None = None
 
 
+class EgressCall(BaseModel):
+    """One request the attempt's program asked the host to make (issue 18): written by the host from the
+    broker's record, never by the program. Credentials never appear (the broker redacts them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: str
+    url: str = Field(description="as requested, normalised, without credentials")
+    final_url: str | None = Field(None, description="after the redirects the broker followed")
+    status: int | None = None
+    bytes: int = Field(0, description="body bytes received (decompressed)")
+    duration_ms: float = 0.0
+    rule: str | None = Field(None, description="the allow entry that matched (the last hop's)")
+    denied: str | None = Field(None, description="why the request failed, when it did (the rule or missing grant)")
+    error: str | None = Field(None, description="the error kind, when it failed (egress_denied, network_error...)")
+    redirects: list[str] = Field(default_factory=list, description="each hop's URL after the first")
+
+    @classmethod
+    def bounded(cls, records: list[dict[str, Any]]) -> list[EgressCall]:
+        """Records from outcome metadata as call-log entries: at most MAX_EGRESS_RECORDS, text bounded,
+        anything unreadable skipped (the metadata is the host's own, so that would be a host bug)."""
+        out: list[EgressCall] = []
+        for raw in records[:MAX_EGRESS_RECORDS]:
+            try:
+                call = cls.model_validate(raw)
+            except ValidationError:
+                log.warning("unreadable egress record skipped")
+                continue
+            call.url = bounded(call.url, MAX_URL_CHARS) or ""
+            call.final_url = bounded(call.final_url, MAX_URL_CHARS)
+            call.denied = bounded(call.denied)
+            call.rule = bounded(call.rule)
+            call.redirects = [bounded(url, MAX_URL_CHARS) or "" for url in call.redirects[:30]]
+            out.append(call)
+        return out
+
+
 class AttemptFailure(BaseModel):
     """One failed attempt (ADR 0016 section 7). Internal diagnostics: logs and metadata only."""
 
@@ -90,6 +130,9 @@ class AttemptFailure(BaseModel):
     program_source: ProgramSourceField | None = Field(None, title="Program Source")
     timestamp: AwareDatetime
     discarded_nested_calls: list[NestedCallSummary] = Field(default_factory=list)
+    egress: list[EgressCall] = Field(
+        default_factory=list, description="the requests this attempt's program had the host make (issue 18)"
+    )
 
 
 class Capability(BaseModel):
@@ -113,6 +156,10 @@ class Usage(BaseModel):
     bridge_duration_s: float = Field(
         0.0, description="seconds the call's executions waited for their nested calls (summed over attempts); "
         "charged to each execution's time limit, not part of sandbox_duration_s",
+    )  # fmt: skip
+    fetch_duration_s: float = Field(
+        0.0, description="seconds the call's executions waited for the host's fetches (summed over attempts); "
+        "charged to each execution's time limit",
     )  # fmt: skip
 
 
@@ -179,6 +226,12 @@ class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugi
     backend: str | None = None
     usage: Usage = Field(default_factory=Usage)
     nested_calls: int = 0
+    egress_requests: int = Field(0, description="requests the last attempt's program had the host make")
+    egress: list[EgressCall] = Field(
+        default_factory=list,
+        description="their provenance, one entry per request (at most 100): method, URL without credentials, "
+        "final URL, status, bytes, duration, the allow rule that matched or why it was denied",
+    )
     stdout: str | None = None
     trace_usage: TraceUsage | None = Field(None, description="what the whole trace had spent when this call ended")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pydantic import JsonValue
 
@@ -22,6 +23,9 @@ from sandforge.runtime.guardrails import Policy
 from sandforge.runtime.providers.base import Provider
 from sandforge.sandbox import Limits
 from sandforge.sandbox.config import BackendName
+
+if TYPE_CHECKING:
+    from sandforge.runtime.egress.broker import EgressBroker
 
 #: Where the records of committed top-level calls go (the store's hook first, then the call log).
 RecordSink = Callable[[list[StagedRecord]], None]
@@ -47,6 +51,9 @@ class CallEnv:
     #: the committed contexts and tool registry every attempt's transaction reads through to
     state: State
     records: RecordSink
+    #: the broker its executions fetch through (None: the policy's own, ``runtime.agent.egress.broker_for``);
+    #: a policy that does not grant ``http_fetch`` reaches nothing either way
+    egress: EgressBroker | None = None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 :meth:`Executor.execute` runs one attempt's program through ``runtime.gate`` (it needs the gate's
 :class:`~runtime.gate.Approval`); the attempt's :class:`AttemptBridge` answers the program's nested calls
 (``tool(...)``/``delegate(...)`` methods, each a whole call of its own, run by ``run_nested``) and its
-``delegate(...)`` declarations, staging both in the attempt's transaction.
+``delegate(...)`` declarations, staging both in the attempt's transaction, and its fetches, through one
+:class:`~runtime.agent.egress.ExecutionEgress` per execution (the policy's broker, the execution's deadline).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from sandforge.runtime.agent.bounds import INVALID_TOOL_CALL, NestedCallSpec, json_problem, nested_call_spec
 from sandforge.runtime.agent.calllog import bounded
 from sandforge.runtime.agent.contracts import InvalidContract, check_contract
+from sandforge.runtime.agent.egress import HTTP_FETCH, NO_GRANT, ExecutionEgress, broker_for
 from sandforge.runtime.agent.env import CallEnv, CallSpec
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.state import ToolContract, Transaction
@@ -25,6 +28,9 @@ from sandforge.runtime.gate import Approval, execute_approved
 from sandforge.sandbox import BridgeReply, ErrorType, ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.exchange import serving_deadline
 from sandforge.sandbox.protocol import CallFrame, DeclareFrame
+
+if TYPE_CHECKING:
+    from sandforge.runtime.egress.broker import EgressBroker
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +56,14 @@ class Executor:
     run_nested: NestedRunner
     sandbox_seconds: float = 0.0
     bridge_seconds: float = 0.0
+    fetch_seconds: float = 0.0
     nested_calls: int = 0
     #: when the current attempt's execution runs out of time: its nested calls' ``call_deadline``
     exec_deadline: float | None = None
     #: set when the trace's wall-clock budget (not the program's own limit) ended the last execution
     trace_stop: Stop | None = None
+    #: the current execution's fetches (its own, and what its nested calls fetched)
+    fetches: ExecutionEgress | None = None
 
     def execute(self, approval: Approval, txn: Transaction) -> ExecutionOutcome:
         """Run the approved program once with the attempt's view of the context. Never raises."""
@@ -64,7 +73,9 @@ class Executor:
             code=approval.code, context=txn.snapshot(spec.role), args=spec.args, kwargs=spec.kwargs, limits=limits,
             wall_budget_s=max(seconds, 0.001) if seconds < limits.timeout_s else None,
         )  # fmt: skip
-        bridge = AttemptBridge(self, txn)
+        # the exchange hands each fetch the execution's deadline (the trace's budget and a parent's included)
+        self.fetches = ExecutionEgress(self.egress_broker())
+        bridge = AttemptBridge(self, txn, self.fetches)
         try:
             outcome = execute_approved(self.env.sandbox, request, approval, backend=self.env.backend, bridge=bridge)
         except Exception as exc:  # Sandbox.execute promises not to raise; a backend import error still can
@@ -73,12 +84,22 @@ class Executor:
                 ErrorType.SANDBOX_UNAVAILABLE, f"the sandbox could not run: {type(exc).__name__}: {exc}",
                 retriable=False, backend=self.env.backend or "",
             )  # fmt: skip
+        outcome = bridge.fetches.attach(outcome)  # provenance, and no egress error the host never replied
         self.sandbox_seconds += outcome.duration_s
         waited = outcome.metadata.get("bridge_s")
         self.bridge_seconds += waited if isinstance(waited, (int, float)) else 0.0
+        fetching = outcome.metadata.get("fetch_s")
+        self.fetch_seconds += fetching if isinstance(fetching, (int, float)) else 0.0
         if by_trace and outcome.error_type is ErrorType.TIMEOUT:
             self.trace_stop = self.meter.wall_exhausted()
         return outcome
+
+    def egress_broker(self) -> EgressBroker | str:
+        """The broker this call's executions fetch through, or why they may not fetch (checked per execution:
+        a policy that does not grant ``http_fetch`` reaches nothing, whatever broker the environment holds)."""
+        if HTTP_FETCH not in self.env.policy.granted:
+            return NO_GRANT
+        return self.env.egress if self.env.egress is not None else broker_for(self.env.policy)
 
     def declare(self, frame: DeclareFrame, txn: Transaction) -> BridgeReply:
         """``delegate(...)`` ran: stage its contract with this attempt (committed only if the attempt is)."""
@@ -142,6 +163,9 @@ class Executor:
             call_deadline=deadline,
         )  # fmt: skip
         outcome = self.run_nested(child, scope)
+        if self.fetches is not None:
+            call = {"call_id": child.call_id, "role": child.role, "method": child.method, "depth": child.depth}
+            self.fetches.nested(call, outcome.metadata)
         if not outcome.ok:
             scope.tools.clear()  # its record stays (the caller may still succeed); its contract does not
             if spec.kind == "delegate":
@@ -152,13 +176,22 @@ class Executor:
 
 @dataclass
 class AttemptBridge:
-    """Answers the running program's nested calls and ``delegate(...)`` declarations for one attempt."""
+    """Answers the running program's nested calls, ``delegate(...)`` declarations and fetches for one attempt."""
 
     executor: Executor
     txn: Transaction
+    fetches: ExecutionEgress
 
     def __call__(self, frame: CallFrame) -> BridgeReply:
         return self.executor.nested(frame, self.txn)
 
     def declare(self, frame: DeclareFrame) -> BridgeReply:
         return self.executor.declare(frame, self.txn)
+
+    def egress(self, request: bytes, deadline: float) -> bytes:
+        """A fetch of the running program (a ``FetchRequest`` as JSON), brokered under the call's policy."""
+        return self.fetches.egress(request, deadline)
+
+    def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
+        """:meth:`egress` with the response's body as raw bytes (the exchange prefers it: no base64)."""
+        return self.fetches.egress_parts(request, deadline)

@@ -29,6 +29,8 @@ EXECUTION_FAILURES: frozenset[ErrorType] = frozenset(
         ErrorType.INVALID_CONTRACT,
         ErrorType.MEMORY_LIMIT,
         ErrorType.OUTPUT_LIMIT,
+        ErrorType.EGRESS_LIMIT,  # the program asked for more than the execution's egress budgets
+        ErrorType.INVALID_FETCH,  # the program's fetch request was malformed
     }
 )
 

@@ -8,9 +8,14 @@ recoverable guardrail         guardrail_recovery_budget        ``guardrail_retry
                                                                depth 0)
 terminal guardrail            none                             ``guardrail_violation`` at once
 program raised / misbehaved   execution_repair_budget          the last execution error, non-retriable
+(``egress_limit``,
+``invalid_fetch`` too)
 retriable ``Outcome.error``   fresh_outcome_repair_budget      ``outcome_repair_retry_exhausted``
 (adaptive or intrinsic)
-extrinsic failure             none                             returned unchanged
+extrinsic failure             none                             returned unchanged (``network_error``:
+(``network_error`` too)                                        retriable)
+egress denied, no credential  none: terminal                   ``egress_denied``/``missing_credentials``,
+                                                               not retriable, "will not help"
 provider API error            none (the SDK retried)           ``provider``, retriable as classified
 ============================  ===============================  ============================================
 
@@ -25,9 +30,21 @@ from typing import Any
 
 from sandforge.runtime.agent.attempt import Attempt
 from sandforge.runtime.agent.budgets import Budgets
-from sandforge.runtime.agent.calllog import AttemptFailure, FailureStage, NestedCallSummary, bounded, now_utc
+from sandforge.runtime.agent.calllog import (
+    AttemptFailure,
+    EgressCall,
+    FailureStage,
+    NestedCallSummary,
+    bounded,
+    now_utc,
+)
 from sandforge.runtime.agent.contracts import ContractViolation
-from sandforge.runtime.agent.failures import EXECUTION_FAILURES, FailureClass, classify_failure, classify_outcome
+from sandforge.runtime.agent.failures import (
+    EXECUTION_FAILURES,
+    FailureClass,
+    classify_failure,
+    classify_outcome,
+)
 from sandforge.runtime.agent.trace_budget import Stop
 from sandforge.runtime.guardrails import ValidationResult, Violation
 from sandforge.runtime.providers.base import AttemptFeedback, FeedbackKind
@@ -46,6 +63,44 @@ LANE_STAGE: dict[FeedbackKind, FailureStage] = {
     "execution": "execution",
     "outcome": "outcome_policy",
 }
+
+
+#: What the model reads after a fetch failure it caused (the execution-repair lane), beside the broker's words.
+EGRESS_REPAIR = {
+    "egress_limit": "The program went past one of this execution's egress budgets (named above, egress.limits.*), "
+    "which no program can raise: make fewer or smaller requests (fetch only what the answer needs), or catch "
+    "EgressLimit and return what was fetched.",
+    "invalid_fetch": "The program's fetch request was malformed (see above): pass an absolute http(s) URL, a "
+    "supported method, and string header names and values.",
+}
+#: Why a terminal fetch failure ends the call, for whoever reads it (a caller, or the model one level up).
+EGRESS_TERMINAL = {
+    "egress_denied": "Retrying another way will not help: what programs may reach is the deployment's egress "
+    "policy (its grants and egress.allow entries), and only a change to that policy can allow this request.",
+    "missing_credentials": "Retrying another way will not help: the policy injects a credential the host does "
+    "not have; it must be provided on the host (the variable or file the message names).",
+}
+
+
+#: Fetch failures that are the world's or the deployment's, never the program's (no lane regenerates them).
+EGRESS_HOST_FAILURES = frozenset({"egress_denied", "missing_credentials", "network_error"})
+
+
+def host_observed(kind: str, ex: ExecutionOutcome) -> bool:
+    """Whether the broker answered a fetch of this execution with ``kind`` (its records are the host's)."""
+    records = ex.metadata.get("egress")
+    return isinstance(records, list) and any(isinstance(r, dict) and r.get("error") == kind for r in records)
+
+
+def egress_failure(kind: str, message: str, *, tool_error: bool = False) -> Failure:
+    """A terminal denial or missing credential (not retriable; saying why retrying will not help), or a
+    network error (retriable): extrinsic either way, so a stored artifact is never blamed for them."""
+    extra: dict[str, Any] = {"failure_class": FailureClass.EXTRINSIC.value}
+    if tool_error:
+        extra["tool_error"] = True
+    if kind == "network_error":
+        return Failure(kind, message, True, extra)
+    return Failure(kind, f"{message} {EGRESS_TERMINAL[kind]}", False, {**extra, "terminal": True})
 
 
 @dataclass(frozen=True)
@@ -97,10 +152,16 @@ class Lanes:
     discarded: list[NestedCallSummary] = field(default_factory=list)
     rollback_applied: bool = False
     validation_failure_type: str | None = None
+    #: the requests the current attempt's execution had the host make (they go into its failure entry)
+    fetched: list[EgressCall] = field(default_factory=list)
 
     def rolled_back(self, discarded: list[NestedCallSummary]) -> None:
         self.discarded = discarded
         self.rollback_applied = True
+
+    def executed(self, egress: list[dict[str, Any]]) -> None:
+        """The attempt's program ran and had the host make these requests (provenance records)."""
+        self.fetched = EgressCall.bounded(egress)
 
     def _budget(self, lane: FeedbackKind) -> tuple[int, int]:
         b = self.budgets
@@ -131,10 +192,10 @@ class Lanes:
                 error_class=error_class[:200], error_type=error_type, error_message=bounded(message) or "",
                 failure_class=failure_class, violation_location=bounded(where),
                 program_source=at.candidate.source if at.candidate else None, timestamp=now_utc(),
-                discarded_nested_calls=self.discarded,
+                discarded_nested_calls=self.discarded, egress=self.fetched,
             )
         )  # fmt: skip
-        self.discarded = []
+        self.discarded, self.fetched = [], []
         used, budget = self._budget(lane)
         if used >= budget:
             return False
@@ -216,10 +277,14 @@ class Lanes:
         message = ex.error_message or error_type
         if ex.error_type is ErrorType.TOOL_ERROR:
             return self._tool_error(at, ex, message, code)
+        if error_type in EGRESS_HOST_FAILURES:
+            return egress_failure(error_type, message)
         if ex.error_type in EXECUTION_FAILURES:
             exception = ex.metadata.get("exception") or error_type
             line = ex.metadata.get("line")
             detail = f"{message} (line {line})" if line else message
+            if error_type in EGRESS_REPAIR:
+                detail = f"{detail}. {EGRESS_REPAIR[error_type]}"
             if self.retry(at, "execution", str(exception), error_type, detail, code=code,
                           failure_class=FailureClass.INTRINSIC.value):  # fmt: skip
                 return None
@@ -231,6 +296,9 @@ class Lanes:
 
     def _tool_error(self, at: Attempt, ex: ExecutionOutcome, message: str, code: str) -> Failure | None:
         tool_type = str(ex.metadata.get("tool_error_type") or "tool_error")
+        if tool_type in EGRESS_HOST_FAILURES and host_observed(tool_type, ex):
+            # the program caught a fetch failure the host did answer it with, and says so: not a claim
+            return egress_failure(tool_type, message, tool_error=True)
         cls = classify_outcome(tool_type, tool_error=True, retriable=ex.retriable)  # never extrinsic
         if not ex.retriable or cls is FailureClass.EXTRINSIC:
             return Failure(tool_type, message, ex.retriable, {"failure_class": cls.value, "tool_error": True})

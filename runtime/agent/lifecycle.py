@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from sandforge.runtime.agent.attempt import Attempt
 from sandforge.runtime.agent.calllog import now_utc
 from sandforge.runtime.agent.contracts import ContractViolation, check_deliverable
+from sandforge.runtime.agent.egress import egress_of
 from sandforge.runtime.agent.env import CallEnv, CallSpec
 from sandforge.runtime.agent.execution import Executor
 from sandforge.runtime.agent.lanes import GUARDRAIL_EXHAUSTED_MESSAGE, NORMALIZATION_POLICY, Failure, Lanes
@@ -163,6 +164,7 @@ class CallRun:
             return self._answer(Failure.stopped(stop))
         execution = self.executor.execute(approval, txn)
         self.at.execution = execution
+        self.lanes.executed(egress_of(execution))
         self.at.stage = "executed"
         if execution.ok and (violation := self._deliverable_violation(execution, txn)) is not None:
             self._rollback(txn)

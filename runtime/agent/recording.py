@@ -19,10 +19,12 @@ from sandforge.runtime.agent.calllog import (
     STORE_FIELDS,
     CallRecord,
     Capability,
+    EgressCall,
     Usage,
     bounded,
     bounded_json,
 )
+from sandforge.runtime.agent.egress import egress_of
 from sandforge.runtime.agent.env import CallSpec
 from sandforge.runtime.agent.execution import Executor
 from sandforge.runtime.agent.failures import classify_outcome
@@ -82,6 +84,10 @@ class Recorder:
             meta["backend"] = ex.backend
             if ex.stdout:
                 meta["stdout"] = bounded(ex.stdout, MAX_STDOUT_CHARS)
+            if fetched := egress_of(ex):  # provenance written by the host: the sources of fetched data
+                meta["egress"] = fetched
+            if isinstance(nested := ex.metadata.get("egress_nested"), list) and nested:
+                meta["egress_nested"] = nested  # what its nested calls fetched (their records have it too)
         if vr is not None:
             meta["capabilities"] = sorted({c.tag for c in vr.capabilities})
             meta["policy_fingerprint"] = vr.policy_fingerprint
@@ -182,17 +188,21 @@ class Recorder:
     def _execution(self) -> dict[str, Any]:
         ex, tally = self.at.execution, self.executor
         totals = {"total_sandbox_duration_s": round(tally.sandbox_seconds, 6),
-                  "bridge_duration_s": round(tally.bridge_seconds, 6)}  # fmt: skip
+                  "bridge_duration_s": round(tally.bridge_seconds, 6),
+                  "fetch_duration_s": round(tally.fetch_seconds, 6)}  # fmt: skip
         usage = Usage(**totals)
         if ex is not None:
             usage = Usage(
                 cpu_time_s=ex.usage.cpu_time_s, peak_memory_mb=ex.usage.peak_memory_mb, source=ex.usage.source,
                 sandbox_duration_s=ex.duration_s, **totals,
             )  # fmt: skip
+        fetched = egress_of(ex)
         return dict(
             backend=(ex.backend or None) if ex else None,
             usage=usage,
             nested_calls=tally.nested_calls,
+            egress_requests=len(fetched),
+            egress=EgressCall.bounded(fetched),
             stdout=bounded(ex.stdout, MAX_STDOUT_CHARS) if ex and ex.stdout else None,
             trace_usage=self.meter.usage(),
         )

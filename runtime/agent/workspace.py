@@ -6,7 +6,7 @@ import json
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import JsonValue
 
@@ -27,6 +27,9 @@ from sandforge.runtime.store.errors import StoreError
 from sandforge.sandbox import Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.config import BackendName
 from sandforge.sandbox.context import ContextError, ContextSnapshot
+
+if TYPE_CHECKING:
+    from sandforge.runtime.egress.broker import EgressBroker
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,9 @@ class Workspace:
     ``sandforge logs``) or False (keep records in memory only). ``store`` is a ``runtime.store.ToolStore``
     (wrapped in :class:`~runtime.agent.persistence.ToolStoreSource`: artifacts, repair, pattern memory,
     known tools; see docs/toolstore.md) or any :class:`ProgramStore`. ``trace_budget`` bounds what one
-    top-level call may spend with all its nested calls (see docs/security.md, "Trace budget").
+    top-level call may spend with all its nested calls (see docs/security.md, "Trace budget"). Programs
+    fetch through ``egress`` when given, else through the policy's own broker (docs/lifecycle.md, "Brokered
+    requests"); a policy that does not grant ``http_fetch`` reaches nothing either way.
     """
 
     def __init__(
@@ -77,8 +82,11 @@ class Workspace:
         limits: Limits | None = None,
         budgets: Budgets | None = None,
         trace_budget: TraceBudget | None = None,
+        egress: EgressBroker | None = None,
     ) -> None:
         self.provider = provider
+        #: the broker programs fetch through (None: the policy's own; runtime/agent/egress.py)
+        self.egress = egress
         self.budgets = budgets or Budgets()
         #: what one top-level call and all its nested calls may spend (default: TraceBudget.from_env())
         self.trace_budget = trace_budget if trace_budget is not None else TraceBudget.from_env()
@@ -125,7 +133,7 @@ class Workspace:
         return CallEnv(
             provider=self.provider, provider_name=self.provider_name, policy=self.policy, sandbox=self.sandbox,
             backend=self.backend, limits=self.limits, budgets=self.budgets, trace_budget=self.trace_budget,
-            store=self.store, state=self._state, records=self._commit_records,
+            store=self.store, state=self._state, records=self._commit_records, egress=self.egress,
         )  # fmt: skip
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Outcome:

@@ -20,6 +20,7 @@ import click
 
 from sandforge.runtime.errors import UsageError
 from sandforge.runtime.files import make_dirs
+from sandforge.runtime.guardrails import default_policy, load_policy
 from sandforge.runtime.providers.chat import read_script
 from sandforge.runtime.sessions import (
     AgentToolRunner,
@@ -225,6 +226,8 @@ def _repl(session: Session) -> Session:
     "--tool-store/--no-tool-store", default=True, help="Offer the ToolStore's roles as loadable groups (default: on)."
 )
 @click.option("--no-restore", is_flag=True, hidden=True, help="Do not restore loaded groups (shows the RFC-044 bug).")
+@click.option("--policy", "policy_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Policy directory layered over the default for the tools' programs (repeatable).")  # fmt: skip
 def command(
     session_id: str | None,
     script_path: Path | None,
@@ -235,6 +238,7 @@ def command(
     model: str | None,
     tool_store: bool,
     no_restore: bool,
+    policy_dirs: tuple[Path, ...],
 ) -> None:
     """Chat with tools; loaded tool groups stay loaded across turns. Type /exit (or EOF) to leave."""
     state = _state(state_dir)
@@ -246,6 +250,7 @@ def command(
     tools = ToolStore(state) if tool_store else None
     registry = ToolRegistry(_groups_source(groups_file, script, state, tool_store=tools))
     program_provider, why_not = _program_provider(script, programs_file)
+    policy = load_policy([*default_policy().sources, *policy_dirs]) if policy_dirs else None  # checked up front
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(SessionStore(state=state))
         runner: ToolRunner
@@ -255,7 +260,7 @@ def command(
             config = SandboxConfig.from_env(**({"backend": backend} if backend else {}))
             sandbox = stack.enter_context(Sandbox(config))
             agent_runner = AgentToolRunner(
-                provider=program_provider, sandbox=sandbox, store=tools, log=_call_log(state_dir)
+                provider=program_provider, sandbox=sandbox, store=tools, log=_call_log(state_dir), policy=policy
             )
             stack.callback(agent_runner.close)
             runner = agent_runner

@@ -10,6 +10,8 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from sandforge.runtime.agent.egress import StandaloneBridge
+from sandforge.runtime.cli.logs_cmd import egress_line
 from sandforge.runtime.errors import InputFileMissing, UsageError
 from sandforge.runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
 from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
@@ -90,6 +92,8 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -
             )
             if v.get("required_correction"):
                 click.echo(f"    fix: {v['required_correction']}", err=True)
+    for entry in outcome.metadata.get("egress", []):
+        click.echo(egress_line(entry), err=True)
     if outcome.stderr:
         click.echo(outcome.stderr, err=True, nl=not outcome.stderr.endswith("\n"))
     if not outcome.backend:
@@ -158,8 +162,10 @@ def command(
             request = ExecutionRequest(code=source_text(code), context=context, args=args, kwargs=kwargs, limits=limits)
         except ValidationError as exc:
             raise _invalid(exc) from None
+        bridge = StandaloneBridge.of(policy)  # its fetches are brokered under the policy's egress section
         with Sandbox(config) as sb:
-            outcome, _ = guarded_execute(sb, request, policy=policy)
+            outcome, _ = guarded_execute(sb, request, policy=policy, bridge=bridge)
+        outcome = bridge.fetches.attach(outcome)
         if commit and outcome.ok and context_path is not None:
             data = encode_compact(outcome.context, limit=bound, what="the new context") + b"\n"
             write_user_file(context_path, data)

@@ -10,11 +10,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import click
 
-from sandforge.runtime.agent.calllog import CallRecord, call_log_schema, default_log_path, parse_record
+from sandforge.runtime.agent.calllog import CallRecord, EgressCall, call_log_schema, default_log_path, parse_record
 from sandforge.runtime.errors import InputFileError, UsageError
 from sandforge.runtime.files.read import file_kind
 
@@ -68,6 +68,17 @@ def failure_text(error_class: str, message: str) -> str:
     return message if message.startswith(f"{error_class}:") else f"{error_class}: {message}"
 
 
+def egress_line(entry: EgressCall | dict[str, Any]) -> str:
+    """One brokered request as a line: what was asked, what came back (or why not), and the rule that allowed it."""
+    call = entry if isinstance(entry, EgressCall) else EgressCall.model_validate(entry)
+    asked = f"fetch {call.method} {call.url}"
+    if call.error is not None:
+        return f"{asked} -> {call.error}: {call.denied or ''}".rstrip()
+    final = f" (at {call.final_url})" if call.final_url and call.final_url != call.url else ""
+    rule = f" [allowed by {call.rule}]" if call.rule else ""
+    return f"{asked} -> {call.status}, {call.bytes} bytes, {call.duration_ms:.0f} ms{final}{rule}"
+
+
 def tree_order(records: list[CallRecord]) -> list[CallRecord]:
     """Records grouped by trace (in order of first appearance), each call followed by its nested calls.
 
@@ -119,6 +130,10 @@ def format_record(record: CallRecord, *, details: bool = True, color: bool = Fal
             f"{pad}attempt {failure.attempt_number} failed in {failure.stage}: "
             f"{failure_text(failure.error_class, failure.error_message)}{where_failed} -> rolled back"
         )
+        lines.extend(f"{pad}  {egress_line(call)}" for call in failure.egress)
+    lines.extend(f"{pad}{egress_line(call)}" for call in record.egress)
+    if record.egress_requests > len(record.egress):
+        lines.append(f"{pad}(+{record.egress_requests - len(record.egress)} more requests)")
     flags = [
         name
         for name, on in (

@@ -75,5 +75,3 @@ def split_below(base: Path, path: Path) -> tuple[str, ...]:
     if not parts:
         raise ValueError(f"{path} is {base} itself, not a file below it")
     return parts
-
-

@@ -23,6 +23,7 @@ from sandforge.runtime.sessions.groups import ToolGroup, ToolSpec
 if TYPE_CHECKING:
     from sandforge.runtime.agent import ProgramStore, Workspace
     from sandforge.runtime.agent.workspace import LogSpec
+    from sandforge.runtime.guardrails import Policy
     from sandforge.runtime.providers.base import Provider
     from sandforge.runtime.store import ToolStore
     from sandforge.sandbox import Sandbox, SandboxConfig
@@ -102,9 +103,40 @@ def _bounded(text: str) -> str:
     return text[:RESULT_MAX_CHARS] + f"... [truncated, {len(text)} characters]"
 
 
+#: At most this many sources are named to the model after a result (all of them stay in the metadata).
+MAX_SOURCES_SHOWN = 10
+
+
+def sources_text(records: Any) -> str:
+    """The requests the tool's program had the host make (issue 18), as lines the model reads after the
+    result: written by the host from the broker's records, so fetched data always comes with its sources."""
+    if not isinstance(records, list) or not records:
+        return ""
+    lines = []
+    for record in records[:MAX_SOURCES_SHOWN]:
+        if not isinstance(record, Mapping):
+            continue
+        where = str(record.get("final_url") or record.get("url") or "")[:300]
+        status = record.get("status") if record.get("error") is None else record.get("error")
+        lines.append(f"- {str(record.get('method') or '')[:16]} {where} -> {status}")
+    more = f"\n- (+{len(records) - MAX_SOURCES_SHOWN} more)" if len(records) > MAX_SOURCES_SHOWN else ""
+    return "\n\nsources (requests made by the host for this result):\n" + "\n".join(lines) + more
+
+
+def all_sources(meta: Mapping[str, Any]) -> list[Any]:
+    """The call's own requests, then those of the nested calls it made (each entry has its records)."""
+    own = meta.get("egress")
+    found = list(own) if isinstance(own, list) else []
+    nested = meta.get("egress_nested")
+    for entry in nested if isinstance(nested, list) else []:
+        records = entry.get("egress") if isinstance(entry, Mapping) else None
+        found.extend(records if isinstance(records, list) else [])
+    return found
+
+
 def outcome_to_result(outcome: ToolOutcome) -> ToolResult:
-    """An Agent ``Outcome`` as a tool result. Only the value or the user-facing error reaches the model;
-    attempt diagnostics stay in the metadata."""
+    """An Agent ``Outcome`` as a tool result. Only the value or the user-facing error reaches the model,
+    followed by its sources when the program fetched; attempt diagnostics stay in the metadata."""
     meta: dict[str, Any] = {
         "error_type": _str(outcome.error_type),
         "retriable": bool(outcome.retriable),
@@ -115,19 +147,20 @@ def outcome_to_result(outcome: ToolOutcome) -> ToolResult:
     if isinstance(outcome_meta, Mapping):
         keep = ("artifact_hit", "program_source", "call_id", "trace_id", "attempts", "backend", "duration_s")
         meta.update({k: outcome_meta[k] for k in keep if k in outcome_meta})
+        meta.update({k: outcome_meta[k] for k in ("egress", "egress_nested") if outcome_meta.get(k)})
     meta = {k: v for k, v in meta.items() if v is not None}
+    sources = sources_text(all_sources(meta))
     if _str(outcome.status) == "ok":
         value = outcome.value
         try:
             text = json.dumps(value, ensure_ascii=False)
         except (TypeError, ValueError):
             text = str(value)
-        return ToolResult(ok=True, content=_bounded(text), metadata=meta)
+        return ToolResult(ok=True, content=_bounded(text) + sources, metadata=meta)
     retriable = " (retriable)" if meta.get("retriable") else ""
     message = outcome.error_message or "the tool failed"
-    return ToolResult(
-        ok=False, content=_bounded(f"{meta.get('error_type', 'error')}{retriable}: {message}"), metadata=meta
-    )
+    content = _bounded(f"{meta.get('error_type', 'error')}{retriable}: {message}") + sources
+    return ToolResult(ok=False, content=content, metadata=meta)
 
 
 def _str(value: str | None) -> str | None:
@@ -152,8 +185,9 @@ class AgentToolRunner:
     """Runs group tools through ``runtime.agent``: ``agent.call(method, *args, **kwargs)`` on the Agent
     for the group's role. All roles share one Workspace (provider, sandbox, policy, call log, program store):
     ``workspace`` when given, else one made from ``provider``, ``sandbox``, ``store``, ``log`` and
-    ``budgets``; each agent is ``Agent.for_role(role, workspace=...)``. Agents are cached per role, so a
-    role's context carries over between calls and turns of the process.
+    ``budgets`` (and ``policy``, whose egress section brokers the tools' fetches); each agent is
+    ``Agent.for_role(role, workspace=...)``. Agents are cached per role, so a role's context carries over
+    between calls and turns of the process.
 
     ``agent_factory(role)`` replaces all of that (tests, custom wiring).
     """
@@ -167,9 +201,11 @@ class AgentToolRunner:
         log: LogSpec = None,
         workspace: Workspace | None = None,
         agent_factory: AgentFactory | None = None,
+        policy: Policy | None = None,
         **budgets: int,
     ) -> None:
         self.provider = provider
+        self.policy = policy  # what the tools' programs may do, fetches included (None: the default policy)
         self.sandbox = sandbox
         self.store = store
         self.log = log
@@ -191,6 +227,7 @@ class AgentToolRunner:
                 store=self.store,
                 log=self.log,
                 budgets=Budgets.from_kwargs(self.budgets),
+                policy=self.policy,
             )
             self._owns_workspace = True
         return Agent.for_role(role, workspace=self.workspace)
