@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -61,29 +62,47 @@ def _limits(backend: str | None, timeout: float | None, memory: int | None) -> L
 @click.option("--timeout", type=float, default=None, help="Largest wall-clock limit of one execution, seconds.")
 @click.option("--memory", type=int, default=None, help="Largest memory limit of one execution, MB.")
 @click.option("--name", default="sandforge", show_default=True, help="The server name clients see.")
-def command(
-    state_dir: Path | None,
-    policies: tuple[Path, ...],
-    backend: str | None,
-    provider_kind: str | None,
-    programs: Path | None,
-    timeout: float | None,
-    memory: int | None,
-    name: str,
-) -> None:
-    """Serve sandforge's tools to an MCP client over stdio (one tenant)."""
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              envvar="SANDFORGE_SERVER_CONFIG", help="Serve a tenant of this server.yaml (with --tenant).")
+@click.option("--tenant", default=None, envvar="SANDFORGE_TENANT",
+              help="The tenant of --config to serve: its state directory, policy, provider and quotas.")
+def command(**options: Any) -> None:
+    """Serve sandforge's tools to an MCP client over stdio (one tenant).
+
+    The tenant is either --config server.yaml with --tenant NAME (everything that tenant has in the server's
+    configuration), or the state directory, policy and provider given here."""
+    name: str = options["name"]
+    if options["config_path"] is not None or options["tenant"] is not None:
+        _serve_configured(options["config_path"], options["tenant"], name)
+        return
     from sandforge.runtime.service.mcp import McpTenant, TenantMCP, TenantRuntime
 
+    backend = options["backend"]
     tenant = McpTenant(
         name=name,
-        state_dir=resolve_state_dir(state_dir),
-        policy=layered_policy(policies),
-        provider=_provider(provider_kind, programs),
-        backend=backend,  # type: ignore[arg-type]  # click.Choice(BACKENDS)
-        limits=_limits(backend, timeout, memory),
+        state_dir=resolve_state_dir(options["state_dir"]),
+        policy=layered_policy(options["policies"]),
+        provider=_provider(options["provider_kind"], options["programs"]),
+        backend=backend,
+        limits=_limits(backend, options["timeout"], options["memory"]),
     )
     runtime = TenantRuntime(tenant)
     try:
         TenantMCP(runtime, name=name).run("stdio")
     finally:
         runtime.close()
+
+
+def _serve_configured(config_path: Path | None, tenant: str | None, name: str) -> None:
+    if config_path is None or tenant is None:
+        raise UsageError("--config and --tenant go together")
+    from sandforge.runtime.service.mcp import TenantMCP
+    from sandforge.runtime.service.mcp.http import ServiceTenant
+    from sandforge.runtime.service.tenants import TenantRuntimes, load_server_config
+
+    runtimes = TenantRuntimes(load_server_config(config_path))
+    try:
+        runtime = runtimes.get(tenant)  # ConfigError (one line) for an unknown tenant
+        TenantMCP(ServiceTenant(runtime), name=name).run("stdio")
+    finally:
+        runtimes.close()

@@ -142,3 +142,31 @@ def test_a_tool_forged_during_the_session_becomes_a_tool_of_its_own(tenant_a: Pa
         assert again["value"] == "hello Bob" and again["program_source"] == "persisted"  # the script had one program
 
     session(server(tenant_a, "--provider", "scripted", "--programs", str(programs)), body)
+
+
+def test_a_tenant_of_a_server_configuration_over_stdio(tenant_a: Path, tmp_path: Path) -> None:
+    config = tmp_path / "server.yaml"
+    config.write_text(f"tenants:\n  - name: alpha\n    state_dir: {tenant_a}\n    quotas: {{max_timeout_s: 2}}\n")
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    params = StdioServerParameters(
+        command=sandforge_command(), args=["mcp", "--config", str(config), "--tenant", "alpha"], env=env
+    )
+
+    async def body(client: Client) -> None:
+        assert "calculator.add" in {t.name for t in (await client.list_tools()).tools}
+        assert ok(await client.call_tool("calculator.add", {"args": [2, 2]}))["value"] == 4
+        over = failure(await client.call_tool("run_tool_code", {"code": "return 1", "timeout_s": 3}))
+        assert over["error_type"] == "limit_exceeded"  # the tenant's quota, not the sandbox's default
+
+    session(params, body)
+
+
+def test_bad_flags_are_one_line_errors(tmp_path: Path) -> None:
+    import subprocess
+
+    for args in (["--tenant", "alpha"], ["--provider", "scripted"], ["--config", str(tmp_path / "none.yaml"),
+                                                                       "--tenant", "a"]):  # fmt: skip
+        done = subprocess.run([sandforge_command(), "mcp", *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
+        assert done.stdout == ""
