@@ -25,6 +25,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench
+	$(VENV)/bin/python bench/bench_serve.py --out bench/results/serve.json
 
 # The peers (llm-sandbox, smolagents) live in their own venv, never in the project's dependencies.
 bench-peers: $(STAMP)

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.gate import guarded_execute
 from sandforge.runtime.guardrails.engine import validate
@@ -43,7 +44,7 @@ from sandforge.runtime.service.models import (
 )
 from sandforge.runtime.service.quotas import seconds_to_utc_midnight
 from sandforge.runtime.service.tenants import ServerConfig, TenantRuntime, TenantRuntimes
-from sandforge.sandbox import ExecutionRequest
+from sandforge.sandbox import ExecutionOutcome, ExecutionRequest
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -101,9 +102,13 @@ def _exec_routes(app: FastAPI, service: Service) -> None:
         except ValidationError as exc:
             raise ApiError(422, "invalid_request", first_error(exc)) from None
         policy, sandbox = rt.policy, rt.sandbox
-        outcome, _ = await service.execute(
-            rt, lambda: guarded_execute(sandbox, req, policy=policy, backend=body.backend)
-        )
+
+        def run() -> ExecutionOutcome:
+            bridge = StandaloneBridge.of(policy)  # fetches brokered under the tenant's egress rules, as exec does
+            outcome, _ = guarded_execute(sandbox, req, policy=policy, backend=body.backend, bridge=bridge)
+            return bridge.fetches.attach(outcome)
+
+        outcome = await service.execute(rt, run)
         mark(request, "ok" if outcome.ok else (outcome.error_type.value if outcome.error_type else "error"))
         return JSONResponse(service.scrub(exec_result(outcome)))
 

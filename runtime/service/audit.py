@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.files import make_private_dir
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class AuditLog:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._dir_made = False
         self.count = 0
 
     def write(self, record: AuditRecord) -> None:
@@ -47,7 +49,9 @@ class AuditLog:
             if self.path is None:
                 return
             try:
-                make_private_dir(self.path.parent)
+                if not self._dir_made:
+                    make_private_dir(self.path.parent)
+                    self._dir_made = True
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
                 try:
                     os.write(fd, line)
@@ -55,3 +59,5 @@ class AuditLog:
                     os.close(fd)
             except OSError as exc:
                 log.error("cannot append to the audit log: %s", exc.strerror or exc)
+            except SandforgeError as exc:  # its directory could not be made
+                log.error("cannot append to the audit log: %s", exc)

@@ -44,6 +44,7 @@ TENANT_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
 TOKEN_HASH_PATTERN = r"^sha256:[0-9a-f]{64}$"  # noqa: S105 (a pattern, not a secret)
 TOKEN_PREFIX = "sf_"  # noqa: S105 (a prefix, not a secret)
 CONFIG_MAX_BYTES = 1 << 20
+CALL_LOG_KEEP = 32
 
 
 class Quotas(BaseModel):
@@ -414,7 +415,8 @@ class TenantRuntime:
     def call_log(self) -> CallLog:
         from sandforge.runtime.agent.calllog import CallLog
 
-        log: CallLog = self._part("call_log", lambda: CallLog(self.call_log_path))
+        # the file is the log (GET /v1/calls reads it); a long-running server keeps few records in memory
+        log: CallLog = self._part("call_log", lambda: CallLog(self.call_log_path, keep=CALL_LOG_KEEP))
         return log
 
     @property

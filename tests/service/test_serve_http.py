@@ -34,11 +34,13 @@ ENDPOINTS: list[tuple[str, str, dict[str, object] | None]] = [
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("serve")
     (root / "a_programs.json").write_text(json.dumps(["return 'A-secret'\n"]))
+    (root / "a_chat.json").write_text(json.dumps(["hello from alpha"]))
     (root / "b_programs.json").write_text(json.dumps(["return tool('x').get().value\n", "return 'B-own'\n"]))
     config = {
         "state_dir": "state",
         "tenants": [
-            {"name": "alpha", "provider": {"kind": "scripted", "programs": "a_programs.json"}},
+            {"name": "alpha",
+             "provider": {"kind": "scripted", "programs": "a_programs.json", "chat_script": "a_chat.json"}},
             {"name": "beta", "provider": {"kind": "scripted", "programs": "b_programs.json"},
              "quotas": {"max_body_bytes": 4096, "max_timeout_s": 5, "max_memory_mb": 256}},
             {"name": "gamma", "quotas": {"executions_per_minute": 3}},
@@ -236,3 +238,19 @@ def test_the_audit_log_records_who_called_what(server: Server) -> None:
     assert any(r["tenant"] == "alpha" and r["path"] == "/v1/tools" and r["status"] == 200 for r in lines)
     assert any(r["tenant"] is None and r["status"] == 401 for r in lines)
     assert all(server.tokens["alpha"] not in json.dumps(r) for r in lines)
+
+
+def test_a_chat_turn_over_http(server: Server) -> None:
+    with server.client("alpha") as a, server.client("beta") as b:
+        session = a.post("/v1/sessions")
+        assert session.status_code == 201
+        sid = session.json()["id"]
+        turn = a.post(f"/v1/sessions/{sid}/messages", json={"text": "hi"})
+        assert turn.status_code == 200, turn.text
+        assert turn.json()["text"] == "hello from alpha"
+        view = a.get(f"/v1/sessions/{sid[:10]}").json()
+        assert view["session"]["id"] == sid and len(view["messages"]) == 2
+        _assert_error(a.post(f"/v1/sessions/{sid}/messages", json={"text": ""}), 422, "invalid_request")
+        beta_session = b.post("/v1/sessions").json()["id"]
+        _assert_error(b.post(f"/v1/sessions/{beta_session}/messages", json={"text": "hi"}), 422,
+                      "provider_not_configured")  # fmt: skip
