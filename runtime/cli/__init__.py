@@ -27,6 +27,7 @@ def _register() -> None:
         exec_cmd,
         image_cmd,
         logs_cmd,
+        mcp_cmd,
         policy_cmd,
         serve_cmd,
         sessions_cmd,
@@ -40,6 +41,7 @@ def _register() -> None:
     main.add_command(envs_cmd.command)
     main.add_command(serve_cmd.command)
     main.add_command(tokens_cmd.command)
+    main.add_command(mcp_cmd.command)
 
 
 _register()

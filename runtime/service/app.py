@@ -32,6 +32,7 @@ from sandforge.runtime.service import sessions_api
 from sandforge.runtime.service.audit import AuditLog
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, first_error, mark
 from sandforge.runtime.service.gate import Gatekeeper
+from sandforge.runtime.service.mcp.http import McpEndpoint
 from sandforge.runtime.service.models import (
     AgentCallRequest,
     ExecRequest,
@@ -239,9 +240,12 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
     audit = audit if audit is not None else AuditLog(config.audit_path)
     service = Service(config, runtimes, audit)
 
+    mcp_endpoint = McpEndpoint(service)  # /mcp: streamable HTTP MCP, per tenant (h-mcp)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
+        async with mcp_endpoint.running():
+            yield
         await shutdown(service)
 
     app = FastAPI(
@@ -257,6 +261,7 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
     _call_routes(app, service)
     _health_routes(app, service, gate)
     sessions_api.install(app, service)
+    app.add_route("/mcp", mcp_endpoint, include_in_schema=False)  # type: ignore[arg-type]  # an ASGI app
     return app
 
 

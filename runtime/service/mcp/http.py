@@ -1,0 +1,156 @@
+"""``/mcp`` on the service: streamable HTTP, one MCP server per tenant, the tenant from the bearer token.
+
+The service's gatekeeper authenticates every request under ``/mcp`` (401 for a missing, wrong or revoked
+token, 413 for an oversized body) and puts the tenant's runtime in ``scope["state"]["tenant"]``. This app
+routes the request to that tenant's own :class:`TenantMCP` and session manager (made on first use), so a
+tenant's sessions, tools and persisted methods are unreachable with another tenant's token: a session id of
+tenant A presented with B's token is "Session not found", exactly like an id that never existed. Executions
+go through the service's admission (the tenant's quotas, the shared execution slots); over a quota the tool
+answers an ``isError`` result typed ``quota_exceeded`` with ``retry_after_s``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import anyio
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from pydantic import BaseModel
+
+from sandforge.runtime.guardrails import Policy
+from sandforge.runtime.service.deps import ApiError, Service
+from sandforge.runtime.service.mcp import operations as ops
+from sandforge.runtime.service.mcp.server import Executor, TenantMCP
+from sandforge.runtime.service.mcp.tenant import egress_granted
+from sandforge.runtime.service.tenants import TenantRuntime
+from sandforge.runtime.store import ToolStore
+from sandforge.sandbox import Limits
+from sandforge.sandbox.config import BackendName
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class ServiceTenant:
+    """The service's tenant runtime as the MCP tools see it (``TenantPort``)."""
+
+    def __init__(self, runtime: TenantRuntime) -> None:
+        self.runtime = runtime
+
+    @property
+    def name(self) -> str:
+        return self.runtime.name
+
+    @property
+    def policy(self) -> Policy:
+        return self.runtime.policy
+
+    @property
+    def backend(self) -> BackendName | None:
+        return self.runtime.backend
+
+    @property
+    def store(self) -> ToolStore:
+        return self.runtime.tool_store
+
+    @property
+    def workspace(self) -> Any:
+        return self.runtime.workspace
+
+    @property
+    def limit_caps(self) -> tuple[float, int]:
+        quotas = self.runtime.config.quotas
+        return quotas.max_timeout_s, quotas.max_memory_mb
+
+    @property
+    def default_limits(self) -> Limits:
+        """The sandbox's limits, never above the tenant's quotas."""
+        base = self.runtime.sandbox.config.limits
+        max_timeout, max_memory = self.limit_caps
+        return self.runtime.limits(
+            timeout_s=min(base.timeout_s, max_timeout), memory_mb=min(base.memory_mb, max_memory)
+        )
+
+    @property
+    def egress_granted(self) -> bool:
+        return egress_granted(self.runtime.policy)
+
+
+def _executor(service: Service | None, runtime: TenantRuntime) -> Executor:
+    async def execute(work: Callable[[], BaseModel]) -> BaseModel:
+        if service is None:
+            return await anyio.to_thread.run_sync(work)
+        try:
+            return await service.execute(runtime, work)
+        except ApiError as exc:
+            details: dict[str, Any] = {}
+            if "Retry-After" in exc.headers:
+                details["retry_after_s"] = int(exc.headers["Retry-After"])
+            raise ops.fail(exc.error_type, exc.message, retriable=exc.status == 429, **details) from None
+
+    return execute
+
+
+async def _refuse(send: Send, status: int, error_type: str, message: str) -> None:
+    body = json.dumps({"error": {"type": error_type, "message": message}}).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+class McpEndpoint:
+    """The ASGI app the service routes ``/mcp`` to. Enter :meth:`running` in the app's lifespan."""
+
+    def __init__(self, service: Service | None = None, *, json_response: bool = False) -> None:
+        self.service = service
+        self.json_response = json_response
+        self._managers: dict[str, StreamableHTTPSessionManager] = {}
+        self._servers: dict[str, TenantMCP] = {}
+        self._stack: AsyncExitStack | None = None
+        self._lock = anyio.Lock()
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """While entered, tenants' session managers run; leaving closes every session."""
+        async with AsyncExitStack() as stack:
+            self._stack = stack
+            try:
+                yield
+            finally:
+                self._stack = None
+                self._managers.clear()
+                self._servers.clear()
+
+    async def _manager(self, runtime: TenantRuntime) -> StreamableHTTPSessionManager | None:
+        async with self._lock:
+            manager = self._managers.get(runtime.name)
+            if manager is None and self._stack is not None:
+                server = TenantMCP(ServiceTenant(runtime), executor=_executor(self.service, runtime))
+                server.streamable_http_app(json_response=self.json_response)  # makes its session manager
+                manager = server.session_manager
+                await self._stack.enter_async_context(manager.run())
+                self._servers[runtime.name] = server
+                self._managers[runtime.name] = manager
+            return manager
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        runtime = scope.get("state", {}).get("tenant")
+        if not isinstance(runtime, TenantRuntime):  # only reachable without the gatekeeper: fail closed
+            await _refuse(send, 401, "unauthorized", "a valid bearer token is required")
+            return
+        manager = await self._manager(runtime)
+        if manager is None:
+            await _refuse(send, 503, "shutting_down", "the MCP endpoint is not running")
+            return
+        # sessions belong to the tenant that opened them (the SDK compares this principal on every request)
+        scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"tenant:{runtime.name}", scopes=[]))
+        await manager.handle_request(scope, receive, send)

@@ -1,0 +1,226 @@
+"""The MCP tools' work, as plain functions of one tenant's runtime (no MCP types here).
+
+Each returns its result model or raises :class:`Failed` carrying a :class:`ToolFailure`: the server turns
+that into an ``isError`` result whose structured content names the error type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import JsonValue, ValidationError
+
+from sandforge.runtime.agent.outcome import Outcome
+from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.gate import guarded_execute
+from sandforge.runtime.guardrails import ValidationResult, validate
+from sandforge.runtime.guardrails.report import explain, suggestions
+from sandforge.runtime.service.mcp.models import (
+    CallOutcome,
+    MethodSummary,
+    PolicyPage,
+    RunResult,
+    ToolDetail,
+    ToolFailure,
+    ToolList,
+    ToolSummary,
+    ValidationReport,
+    Violation,
+)
+from sandforge.runtime.service.mcp.tenant import TenantPort
+from sandforge.runtime.store.toolstore import ArtifactHealth, LookupStatus
+from sandforge.sandbox import ExecutionOutcome, ExecutionRequest, Limits
+
+
+class Failed(Exception):
+    """A typed failure of a tool: becomes an ``isError`` result."""
+
+    def __init__(self, failure: ToolFailure) -> None:
+        super().__init__(f"{failure.error_type}: {failure.error_message}")
+        self.failure = failure
+
+
+def fail(error_type: str, message: str, *, retriable: bool = False, **details: Any) -> Failed:
+    return Failed(ToolFailure(error_type=error_type, error_message=message, retriable=retriable, details=details))
+
+
+def _violations(result: ValidationResult) -> list[Violation]:
+    return [
+        Violation(
+            rule=v.violation_type,
+            classification=str(v.classification),
+            message=v.message,
+            line=v.location.line if v.location else None,
+            fix=v.required_correction or None,
+        )
+        for v in result.violations
+    ]
+
+
+def validate_code(rt: TenantPort, code: str) -> ValidationReport:
+    result = validate(code, rt.policy)
+    return ValidationReport(
+        verdict=result.verdict,
+        violations=_violations(result),
+        capabilities=sorted({c.tag for c in result.capabilities}),
+        policy_fingerprint=result.policy_fingerprint,
+    )
+
+
+def _limits(rt: TenantPort, timeout_s: float | None, memory_mb: int | None) -> Limits:
+    """The tenant's limits, lowered by the request; asking for more than the tenant allows is refused."""
+    base = rt.default_limits
+    max_timeout, max_memory = rt.limit_caps
+    if timeout_s is not None and timeout_s > max_timeout:
+        raise fail("limit_exceeded", f"timeout_s {timeout_s:g} is above this tenant's largest, {max_timeout:g}")
+    if memory_mb is not None and memory_mb > max_memory:
+        raise fail("limit_exceeded", f"memory_mb {memory_mb} is above this tenant's largest, {max_memory}")
+    overrides: dict[str, Any] = {}
+    if timeout_s is not None:
+        overrides["timeout_s"] = timeout_s
+    if memory_mb is not None:
+        overrides["memory_mb"] = memory_mb
+    try:
+        return Limits(**{**base.model_dump(), **overrides})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise fail("invalid_request", f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+
+
+def _execution_failure(outcome: ExecutionOutcome) -> Failed:
+    details: dict[str, Any] = {}
+    if outcome.metadata.get("violations"):
+        details["violations"] = [
+            {"rule": v.get("violation_type"), "message": v.get("message"), "fix": v.get("required_correction")}
+            for v in outcome.metadata["violations"]
+        ]
+    for key in ("tool_error_type", "exception", "line"):  # the program's own error type, what it raised, where
+        if outcome.metadata.get(key) is not None:
+            details[key] = outcome.metadata[key]
+    if outcome.stderr:
+        details["stderr"] = outcome.stderr
+    error_type = outcome.error_type.value if outcome.error_type else "execution"
+    return fail(error_type, outcome.error_message or error_type, retriable=outcome.retriable, **details)
+
+
+def run_tool_code(
+    rt: TenantPort,
+    code: str,
+    context: dict[str, JsonValue],
+    args: list[JsonValue],
+    kwargs: dict[str, JsonValue],
+    timeout_s: float | None = None,
+    memory_mb: int | None = None,
+) -> RunResult:
+    limits = _limits(rt, timeout_s, memory_mb)
+    try:
+        request = ExecutionRequest(code=code, context=context, args=args, kwargs=kwargs, limits=limits)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise fail("invalid_request", f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+    outcome, _ = guarded_execute(rt.workspace.sandbox, request, policy=rt.policy, backend=rt.backend)
+    if not outcome.ok:
+        raise _execution_failure(outcome)
+    return RunResult(
+        status="ok",
+        value=outcome.value,
+        context=dict(outcome.context or {}),
+        stdout=outcome.stdout,
+        stderr=outcome.stderr,
+        backend=outcome.backend or "",
+        duration_s=outcome.duration_s,
+        capabilities=list(outcome.metadata.get("capabilities", [])),
+    )
+
+
+def list_tools(rt: TenantPort) -> ToolList:
+    return ToolList(
+        tools=[
+            ToolSummary(
+                role=e.role,
+                purpose=e.purpose,
+                methods=list(e.methods),
+                usage_count=e.usage_count,
+                success_count=e.success_count,
+                failure_count=e.failure_count,
+                last_used_at=e.last_used_at,
+            )
+            for e in rt.store.list_tools()
+        ]
+    )
+
+
+def method_summary(row: ArtifactHealth, mcp_tool: str | None) -> MethodSummary:
+    return MethodSummary(
+        method=row.method_name,
+        generation=row.generation,
+        health=row.health.value if row.health else None,
+        reusable=row.reusable,
+        checksum_ok=row.checksum_ok,
+        status=row.status.value,
+        mcp_tool=mcp_tool,
+    )
+
+
+def get_tool(rt: TenantPort, role: str, method: str | None, names: dict[tuple[str, str], str]) -> ToolDetail:
+    """``names`` maps (role, method) to the MCP tool exposing it (see ``persisted.exposed``)."""
+    store = rt.store
+    entry = store.get_tool(role)
+    if entry is None:
+        raise fail("tool_not_found", f"no tool {role!r} in this tenant's store")
+    rows = store.health_report([role])
+    code = None
+    if method is not None:
+        rows = [r for r in rows if r.method_name == method]
+        lookup = store.lookup(role, method)
+        if lookup.status is not LookupStatus.FOUND or lookup.artifact is None or not rows:
+            raise fail("tool_not_found", f"no stored method {method!r} of tool {role!r}")
+        code = lookup.artifact.code
+    return ToolDetail(
+        role=entry.role,
+        purpose=entry.purpose,
+        deliverable=entry.deliverable,
+        acceptance=entry.acceptance,
+        failure_policy=entry.failure_policy,
+        contract_fingerprint=entry.contract_fingerprint,
+        capabilities=list(entry.capabilities),
+        methods=[method_summary(r, names.get((r.role, r.method_name))) for r in rows],
+        code=code,
+    )
+
+
+def _outcome_failure(outcome: Outcome) -> Failed:
+    details: dict[str, Any] = {"tool_role": outcome.tool_role, "method_name": outcome.method_name}
+    violations = outcome.metadata.get("violations")
+    if violations:
+        details["violations"] = violations
+    error_type = outcome.error_type or "execution"
+    return fail(error_type, outcome.error_message or error_type, retriable=outcome.retriable, **details)
+
+
+def call_stored_tool(
+    rt: TenantPort, role: str, method: str, args: list[JsonValue], kwargs: dict[str, JsonValue]
+) -> CallOutcome:
+    """``role.method(*args, **kwargs)`` through the tenant's lifecycle: a healthy stored artifact is reused."""
+    try:
+        outcome = rt.workspace.call(role, method, *args, **kwargs)
+    except (TypeError, ValueError, SandforgeError) as exc:  # arguments the call refuses before it starts
+        raise fail("invalid_request", str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    if not outcome.ok:
+        raise _outcome_failure(outcome)
+    source = outcome.metadata.get("program_source")
+    return CallOutcome(
+        status="ok",
+        value=outcome.value,
+        tool_role=outcome.tool_role,
+        method_name=outcome.method_name,
+        program_source=str(source) if source is not None else None,
+    )
+
+
+def explain_policy(rt: TenantPort, name: str) -> PolicyPage:
+    policy = rt.policy
+    page = explain(policy, name)
+    if page is None:
+        raise fail("unknown_rule", f"no rule or capability named {name!r}", suggestions=suggestions(policy, name))
+    return PolicyPage(name=name, page=page)

@@ -1,0 +1,279 @@
+"""The MCP server of one tenant: six fixed tools plus every healthy persisted tool method.
+
+Built on the official SDK's :class:`MCPServer`. The fixed tools are registered once with their input and
+output schemas and annotations; the persisted methods change while the server runs (a call may forge or
+retire one), so :meth:`TenantMCP.list_tools` and :meth:`TenantMCP.call_tool` read them from the tenant's
+store each time. A typed failure is an ``isError`` result whose structured content is a ToolFailure
+(``error_type``, ``error_message``, ``retriable``, ``details``); nothing else (no traceback, no host path)
+leaves the server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+import anyio.to_thread
+from mcp.server.caching import CacheHint
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp_types import Tool as MCPTool
+from pydantic import BaseModel, Field, JsonValue, ValidationError
+
+from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.service.mcp import operations as ops
+from sandforge.runtime.service.mcp.models import (
+    CallOutcome,
+    PolicyPage,
+    RunResult,
+    ToolDetail,
+    ToolFailure,
+    ToolList,
+    ValidationReport,
+)
+from sandforge.runtime.service.mcp.persisted import INPUT_SCHEMA, Exposed, exposed
+from sandforge.runtime.service.mcp.tenant import TenantPort
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "sandforge runs Python tool programs in disposable sandboxes after validating them against a policy. "
+    "run_tool_code runs one program body (context, args, kwargs in scope; `return` gives the result); "
+    "validate_code only checks it; list_tools/get_tool read the tool store; call_stored_tool calls role.method "
+    "through the full lifecycle; explain_policy explains a rule. Every healthy stored tool method is also a "
+    "tool of its own, named role.method."
+)
+_PATHS = re.compile(r"(?:/[\w.@+-]+){2,}")
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def ok_result(model: BaseModel) -> CallToolResult:
+    data = model.model_dump(mode="json")
+    return CallToolResult(content=[TextContent(type="text", text=_text(data))], structured_content=data)
+
+
+def error_result(failure: ToolFailure) -> CallToolResult:
+    data = failure.model_dump(mode="json")
+    text = f"{failure.error_type}: {failure.error_message}"
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data, is_error=True)
+
+
+def _scrub(message: str) -> str:
+    """One line, no host paths: what a client may see of an unexpected refusal."""
+    first = message.splitlines()[0] if message else ""
+    return _PATHS.sub("<path>", first)[:500]
+
+
+def _invalid(exc: ValidationError) -> ToolFailure:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "arguments"
+    return ToolFailure(error_type="invalid_request", error_message=f"{where}: {err['msg']}")
+
+
+#: Runs one execution's blocking work (a sandbox run, a lifecycle call) and returns its result: a worker
+#: thread for stdio; the service's admission (quotas, execution slots) over HTTP. It may raise ops.Failed.
+Executor = Callable[[Callable[[], BaseModel]], Awaitable[BaseModel]]
+
+
+async def in_thread(work: Callable[[], BaseModel]) -> BaseModel:
+    return await anyio.to_thread.run_sync(work)
+
+
+def guarded(work: Callable[[], BaseModel]) -> CallToolResult:
+    """Run one tool's work; every failure becomes a typed ``isError`` result."""
+    return catching(work)
+
+
+def catching(work: Callable[[], BaseModel]) -> CallToolResult:
+    try:
+        return ok_result(work())
+    except ops.Failed as exc:
+        return error_result(exc.failure)
+    except SandforgeError as exc:
+        return error_result(ToolFailure(error_type="refused", error_message=_scrub(str(exc))))
+    except ValidationError as exc:
+        return error_result(_invalid(exc))
+    except OSError as exc:
+        log.warning("tool state could not be read or written: %s", exc)
+        return error_result(ToolFailure(error_type="store_error", error_message="the tool store could not be used"))
+
+
+class _Held(BaseModel):
+    """A finished tool result carried back through the executor."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    result: CallToolResult
+
+
+class PersistedArguments(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    args: list[JsonValue] = Field(default_factory=list)
+    kwargs: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+Code = Annotated[str, Field(description="a tool program body: context, args, kwargs in scope; `return` the result")]
+Args = Annotated[list[JsonValue], Field(description="positional arguments (JSON values)")]
+Kwargs = Annotated[dict[str, JsonValue], Field(description="keyword arguments (JSON values)")]
+Role = Annotated[str, Field(description="the tool's role, as list_tools names it")]
+Method = Annotated[str, Field(description="the method name")]
+
+
+def _annotations(title: str, *, read_only: bool, open_world: bool, destructive: bool = False) -> ToolAnnotations:
+    return ToolAnnotations(
+        title=title,
+        read_only_hint=read_only,
+        destructive_hint=None if read_only else destructive,
+        idempotent_hint=read_only,
+        open_world_hint=open_world,
+    )
+
+
+class TenantMCP(MCPServer[Any]):
+    """The MCP server of one tenant (one :class:`TenantPort`)."""
+
+    def __init__(self, runtime: TenantPort, *, name: str = "sandforge", executor: Executor = in_thread) -> None:
+        super().__init__(
+            name=name,
+            instructions=INSTRUCTIONS,
+            cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
+            log_level="WARNING",
+        )
+        self.runtime = runtime
+        self.executor = executor
+        self._register_fixed()
+
+    async def executing(self, work: Callable[[], BaseModel]) -> CallToolResult:
+        """``work`` through the executor (admission, slots); every failure a typed ``isError`` result."""
+
+        def run() -> BaseModel:
+            return _Held(result=catching(work))
+
+        try:
+            held = await self.executor(run)
+        except ops.Failed as exc:
+            return error_result(exc.failure)
+        assert isinstance(held, _Held)
+        return held.result
+
+    # --- the fixed tools ---
+
+    def _register_fixed(self) -> None:
+        rt = self.runtime
+        egress = rt.egress_granted
+
+        async def run_tool_code(
+            code: Code,
+            context: Annotated[dict[str, JsonValue], Field(description="the tool's state (JSON object)")] = {},  # noqa: B006
+            args: Args = [],  # noqa: B006
+            kwargs: Kwargs = {},  # noqa: B006
+            timeout_s: Annotated[float | None, Field(gt=0, description="wall-clock limit, seconds")] = None,
+            memory_mb: Annotated[int | None, Field(ge=32, description="memory limit, MB")] = None,
+        ) -> Annotated[CallToolResult, RunResult]:
+            """Validate a tool program against the tenant's policy and run it once in a fresh sandbox.
+
+            Returns the value, the new context (not kept anywhere) and the output; a refused or failed program
+            is an error result whose error_type says why (guardrail_violation, timeout, execution, ...)."""
+            return await self.executing(
+                lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb)
+            )
+
+        def validate_code(code: Code) -> Annotated[CallToolResult, ValidationReport]:
+            """The guardrail report of a tool program under the tenant's policy; nothing runs."""
+            return guarded(lambda: ops.validate_code(rt, code))
+
+        def list_tools() -> Annotated[CallToolResult, ToolList]:
+            """The tools in the tenant's tool store (roles, purposes, methods, usage)."""
+            return guarded(lambda: ops.list_tools(rt))
+
+        def get_tool(
+            role: Role, method: Annotated[str | None, Field(description="one method (adds its code)")] = None
+        ) -> Annotated[CallToolResult, ToolDetail]:
+            """A stored tool's contract and the health of its methods, or one method with its code."""
+            return guarded(lambda: ops.get_tool(rt, role, method, self._names()))
+
+        async def call_stored_tool(
+            role: Role, method: Method, args: Args = [], kwargs: Kwargs = {}  # noqa: B006
+        ) -> Annotated[CallToolResult, CallOutcome]:
+            """Call role.method(*args, **kwargs) through the full lifecycle with the tenant's provider, store and
+            policy: a healthy stored artifact runs without the model; otherwise one is generated, validated,
+            run and kept when it works."""
+            return await self.executing(lambda: ops.call_stored_tool(rt, role, method, args, kwargs))
+
+        def explain_policy(
+            name: Annotated[str, Field(description="a rule id, capability tag or violation type")],
+        ) -> Annotated[CallToolResult, PolicyPage]:
+            """What a policy rule (or capability, or violation type) catches, why, and what to do instead."""
+            return guarded(lambda: ops.explain_policy(rt, name))
+
+        read = {"read_only": True, "open_world": False}
+        self.add_tool(run_tool_code, annotations=_annotations("Run a tool program", read_only=False, open_world=egress))
+        self.add_tool(validate_code, annotations=_annotations("Validate a tool program", **read))
+        self.add_tool(list_tools, annotations=_annotations("List stored tools", **read))
+        self.add_tool(get_tool, annotations=_annotations("Show a stored tool", **read))
+        self.add_tool(
+            call_stored_tool, annotations=_annotations("Call a stored tool", read_only=False, open_world=egress)
+        )
+        self.add_tool(explain_policy, annotations=_annotations("Explain a policy rule", **read))
+
+    # --- the persisted tools ---
+
+    def _exposed(self) -> dict[str, Exposed]:
+        try:
+            return exposed(self.runtime.store)
+        except (OSError, SandforgeError) as exc:
+            log.warning("the tool store could not be listed: %s", exc)
+            return {}
+
+    def _names(self) -> dict[tuple[str, str], str]:
+        return {(e.role, e.method): name for name, e in self._exposed().items()}
+
+    def _persisted_tool(self, item: Exposed) -> MCPTool:
+        return MCPTool(
+            name=item.name,
+            title=f"{item.role}.{item.method}",
+            description=item.description,
+            input_schema=INPUT_SCHEMA,
+            output_schema=item.output_schema,
+            annotations=ToolAnnotations(
+                title=f"{item.role}.{item.method}",
+                read_only_hint=False,
+                destructive_hint=False,
+                idempotent_hint=False,
+                open_world_hint=self.runtime.egress_granted,
+            ),
+        )
+
+    async def list_tools(self) -> list[MCPTool]:
+        fixed = await super().list_tools()
+        persisted = await anyio.to_thread.run_sync(self._exposed)
+        return fixed + [self._persisted_tool(item) for _, item in sorted(persisted.items())]
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        if self._tool_manager.get_tool(name) is not None:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                if isinstance(exc.__cause__, ValidationError):  # arguments the input schema refuses
+                    return error_result(_invalid(exc.__cause__))
+                raise
+        item = (await anyio.to_thread.run_sync(self._exposed)).get(name)
+        if item is None:  # never stored, not healthy, or another tenant's: the same answer
+            return error_result(ToolFailure(error_type="unknown_tool", error_message=f"no tool named {name!r}"))
+        try:
+            parsed = PersistedArguments.model_validate(arguments)
+        except ValidationError as exc:
+            return error_result(_invalid(exc))
+        return await self.executing(
+            lambda: ops.call_stored_tool(self.runtime, item.role, item.method, parsed.args, parsed.kwargs)
+        )
