@@ -18,6 +18,7 @@ from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
 from sandforge.runtime.gate import guarded_execute
 from sandforge.runtime.guardrails import default_policy, load_policy
 from sandforge.runtime.guardrails.engine import source_text
+from sandforge.runtime.service.models import exec_result
 from sandforge.sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
 
 
@@ -48,30 +49,6 @@ def output_limit(limits: Limits) -> int:
     """The most ``exec`` prints as one outcome: the message limit, plus the two output streams (each at
     most ``max_output_bytes``, up to 6x that as JSON escapes) and a little for the metadata."""
     return limits.max_message_bytes + 12 * limits.max_output_bytes + (1 << 16)
-
-
-def outcome_json(outcome: ExecutionOutcome) -> dict[str, Any]:
-    """The stable `--json` shape of an execution outcome."""
-    metadata = dict(outcome.metadata)
-    metadata.update(
-        duration_s=outcome.duration_s,
-        usage=outcome.usage.model_dump(mode="json"),
-        backend=outcome.backend,
-        protections=outcome.protections,
-        stdout_truncated=outcome.stdout_truncated,
-        stderr_truncated=outcome.stderr_truncated,
-    )
-    return {
-        "status": outcome.status,
-        "value": outcome.value,
-        "context": outcome.context,
-        "error_type": outcome.error_type.value if outcome.error_type else None,
-        "error_message": outcome.error_message,
-        "retriable": outcome.retriable,
-        "stdout": outcome.stdout,
-        "stderr": outcome.stderr,
-        "metadata": metadata,
-    }
 
 
 def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -> None:
@@ -171,7 +148,7 @@ def command(
             write_user_file(context_path, data)
             committed = context_path
     if as_json:
-        click.echo(encode_compact(outcome_json(outcome), limit=output_limit(limits), what="the outcome"))
+        click.echo(encode_compact(exec_result(outcome), limit=output_limit(limits), what="the outcome"))
     else:
         _print_text(outcome, committed, bound)
     sys.exit(0 if outcome.ok else 1)

@@ -50,8 +50,8 @@ class ExecResult(BaseModel):
 
 
 def exec_result(outcome: ExecutionOutcome) -> dict[str, Any]:
-    """The ``exec --json`` shape of an execution outcome (kept equal to ``runtime.cli.exec_cmd.outcome_json``
-    by tests/service/test_models.py)."""
+    """The stable JSON shape of an execution outcome: ``sandforge exec --json`` prints it, ``POST /v1/exec``
+    answers it (``ExecResult`` is its schema)."""
     metadata = dict(outcome.metadata)
     metadata.update(
         duration_s=outcome.duration_s,
