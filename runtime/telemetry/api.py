@@ -114,6 +114,13 @@ def configure(
     return made
 
 
+def flush() -> None:
+    """Export what the active telemetry buffered (nothing when none was made: nothing is imported)."""
+    active = _active
+    if active is not None:
+        active.flush()
+
+
 def reset(to: Telemetry | None = None) -> None:
     """Forget the active telemetry (the next :func:`current` decides again), or set it to ``to``."""
     global _active
@@ -131,6 +138,7 @@ __all__ = [
     "clean",
     "configure",
     "current",
+    "flush",
     "record_io_wanted",
     "reset",
     "wanted",
