@@ -89,7 +89,7 @@ def read_program(file: Path, limit: int) -> bytes:
     """The program: FILE, or standard input for ``-`` (bounded like a file)."""
     if str(file) != "-":
         return read_user_file(file, limit=limit, what="program")
-    data = click.get_binary_stream("stdin").read(limit + 1)
+    data = sys.stdin.buffer.read(limit + 1)
     if len(data) > limit:
         raise UsageError(f"the program on standard input is larger than {limit} bytes")
     return data
