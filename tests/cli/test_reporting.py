@@ -191,3 +191,12 @@ def test_progress_is_plain_lines_off_a_terminal(capsys: pytest.CaptureFixture[st
     with Steps("work", quiet=True) as steps:
         steps.step("hidden")
     assert capsys.readouterr().err == ""
+
+
+def test_demo_json_is_one_object_on_stdout_and_the_story_on_stderr(tmp_path: Path) -> None:
+    result = invoke("demo", "--json", "--log", str(tmp_path / "calls.jsonl"))
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert [c["method"] for c in summary["calls"]] == ["add", "multiply", "divide", "mean"]
+    assert summary["calls"][0]["attempts"] == 2 and summary["calls"][2]["status"] == "error"
+    assert summary["records"] >= 4 and "guardrail" in result.stderr
