@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
 
 from sandforge.runtime.agent.env import CallSpec
@@ -101,24 +101,35 @@ def attempt_failed(tel: Telemetry, span: SpanHandle, failure: Mapping[str, Any])
         "sandforge.failure.stage", "sandforge.failure.error_class", "sandforge.failure_class")})  # fmt: skip
 
 
-@contextmanager
-def generation(tel: Telemetry, provider: str, model: str | None) -> Iterator[SpanHandle]:
+class _Generation(SpanHandle):
+    """The span of one generation and its duration metric (telemetry on)."""
+
+    __slots__ = ("_attributes", "_span", "_started", "_tel")
+
+    def __init__(self, tel: Telemetry, attributes: dict[str, Any], name: str) -> None:
+        self._tel, self._attributes = tel, attributes
+        self._span = tel.span(name, attributes, kind="client")
+        self._started = 0.0
+
+    def __enter__(self) -> SpanHandle:
+        self._started = time.monotonic()
+        return self._span.__enter__()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._span.__exit__(kind, exc, tb)
+        error = kind.__qualname__ if kind is not None else None
+        self._tel.record("gen_ai.client.operation.duration", time.monotonic() - self._started,
+                         {**self._attributes, "error.type": error})  # fmt: skip
+
+
+def generation(tel: Telemetry, provider: str, model: str | None) -> SpanHandle:
     """A generation (or repair) by the model provider: ``chat {model}``, and its duration metric."""
     if not tel.enabled:
-        yield NULL_SPAN
-        return
+        return NULL_SPAN
     attributes = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model}
-    started = time.monotonic()
-    error: str | None = None
-    try:
-        with tel.span(f"chat {model}" if model else "chat", attributes, kind="client") as span:
-            yield span
-    except BaseException as exc:
-        error = type(exc).__qualname__
-        raise
-    finally:
-        tel.record("gen_ai.client.operation.duration", time.monotonic() - started,
-                   {**attributes, "error.type": error})  # fmt: skip
+    return _Generation(tel, attributes, f"chat {model}" if model else "chat")
 
 
 def generated(span: SpanHandle, *, model: str | None, input_tokens: int | None, output_tokens: int | None,
