@@ -221,8 +221,15 @@ def main(argv: list[str] | None = None) -> int:
         print(exc.code, file=sys.stderr)
         return 2
 
+    from sandforge.runtime.cli.progress import Steps, interactive
+
+    shown = Steps("sandforge bench").__enter__() if interactive() else None  # a spinner on a terminal
+
     def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
+        if shown is not None:
+            shown.step(msg.strip())
+        else:
+            print(msg, file=sys.stderr, flush=True)
 
     _configure_logging()
     started = time.monotonic()
@@ -260,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
             art_bench.close()
         for s in [*subjects_ours, *others]:
             s.close()
+        if shown is not None:
+            shown.__exit__(None, None, None)
 
     targets = report.evaluate(run)
     run["targets"] = [t.as_dict() for t in targets]
