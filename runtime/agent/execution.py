@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from sandforge.runtime.egress.broker import EgressBroker
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Runs a nested call to completion inside ``scope`` (the lifecycle's own loop, for a child call).
 NestedRunner = Callable[[CallSpec, Transaction], Outcome]
@@ -207,23 +209,21 @@ class AttemptBridge:
 
     def egress(self, request: bytes, deadline: float) -> bytes:
         """A fetch of the running program (a ``FetchRequest`` as JSON), brokered under the call's policy."""
-        tel = telemetry()
-        if not tel.enabled:
-            return self.fetches.egress(request, deadline)
-        with observe.egress_span(tel) as span:
-            reply = self.fetches.egress(request, deadline)
-            observe.egress_ended(tel, span, self._last_record())
-        return reply
+        return self._traced(lambda: self.fetches.egress(request, deadline))
 
     def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
         """:meth:`egress` with the response's body as raw bytes (the exchange prefers it: no base64)."""
+        return self._traced(lambda: self.fetches.egress_parts(request, deadline))
+
+    def _traced(self, fetch: Callable[[], T]) -> T:
+        """One fetch, as a client span when telemetry is on (every egress entry point goes through here)."""
         tel = telemetry()
         if not tel.enabled:
-            return self.fetches.egress_parts(request, deadline)
+            return fetch()
         with observe.egress_span(tel) as span:
-            parts = self.fetches.egress_parts(request, deadline)
+            answer = fetch()
             observe.egress_ended(tel, span, self._last_record())
-        return parts
+        return answer
 
     def _last_record(self) -> dict[str, Any] | None:
         records = self.fetches.records  # a program's fetches are one at a time: the last one is this one
