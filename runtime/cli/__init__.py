@@ -70,7 +70,8 @@ def _register() -> None:
     main.add_command(tokens_cmd.command)
     main.add_command(mcp_cmd.command)
     main.add_command(config_cmd.command)
-    main.add_command(bench_cmd.command)
+    if bench_cmd.available():  # a source checkout (an installed wheel has no harness to run)
+        main.add_command(bench_cmd.command)
 
 
 _register()

@@ -1,5 +1,6 @@
 """`sandforge bench`: the benchmark harness of a source checkout (``python -m bench``), run as a child process
-(the installed product never imports ``bench``). Results go to the user cache unless ``--write-docs``."""
+(the installed product never imports ``bench``, and an installed wheel has no such command). Results go to the
+user cache unless ``--write-docs``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ from sandforge.runtime.errors import UsageError
 
 #: The checkout holding this package (``sandforge/`` beside ``bench/``), when it is one.
 CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def available() -> bool:
+    """Whether this is a source checkout with the harness: only then is ``bench`` a command (an installed wheel
+    ships no benchmark harness, and lists no command it cannot run)."""
+    return (CHECKOUT / "bench" / "run.py").is_file() and (CHECKOUT / "bench" / "__main__.py").is_file()
 
 
 @click.command("bench", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -31,7 +38,7 @@ def command(quick: bool, backends: str | None, write_docs: bool, full: bool, as_
     Needs a source checkout (the bench/ folder). Other options are passed to `python -m bench` (see its --help:
     --out, --plot, --peers, -n, --budget, --seconds, --workloads, ...). Exit status: the harness's.
     """
-    if not (CHECKOUT / "bench" / "run.py").is_file():
+    if not available():
         raise UsageError("sandforge bench needs a source checkout (its bench/ folder is not installed)",
                          hint="git clone the repository and run it there")  # fmt: skip
     argv = [sys.executable, "-m", "bench"]
