@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
 
     _configure_logging()
     started = time.monotonic()
-    meta = {"started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), **machine()}
+    meta = {"started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"), **machine()}
     log(f"sandforge bench ({'quick' if quick else 'full'}) on {meta['nproc']} cores, kernel {meta['kernel']}")
     validator = Validator()
     if validator.unavailable:
