@@ -42,7 +42,7 @@ class SandforgeGroup(click.Group):
         except SandforgeError as exc:
             ctx.exit(report_sandforge(exc))
         except SandboxConfigError as exc:  # a malformed SANDFORGE_* setting: a usage error
-            report("config_error", str(exc), Exit.USAGE)
+            report("config_error", str(exc) + _set_by(ctx, str(exc)), Exit.USAGE)
             ctx.exit(Exit.USAGE)
         except (click.exceptions.Exit, click.Abort):
             raise
@@ -55,3 +55,10 @@ class SandforgeGroup(click.Group):
             report("interrupted", "interrupted", Exit.INTERRUPTED)
             ctx.exit(Exit.INTERRUPTED)
         return None
+
+
+def _set_by(ctx: click.Context, message: str) -> str:
+    """`` (set in FILE)`` when the variable the message names came from the configuration file."""
+    path, applied = ctx.meta.get("sandforge.config", (None, []))
+    named = [key for key in applied if f"SANDFORGE_{key.upper()}" in message]
+    return f" (set in {path})" if path is not None and named else ""

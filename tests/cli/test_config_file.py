@@ -115,3 +115,14 @@ def test_every_variable_the_code_reads_is_a_setting_and_in_the_readme() -> None:
     for name in known:
         assert f"`{name}`" in readme, f"{name} is not in the README's table"
     assert BY_KEY["backend"].env == "SANDFORGE_BACKEND"
+
+
+def test_a_bad_setting_names_the_variable_and_the_file_that_set_it(tmp_path: Path) -> None:
+    (tmp_path / "sandforge.toml").write_text('backend = "nosuch"\n')
+    (tmp_path / "p.py").write_text("return 1\n")
+    done = run(tmp_path, "exec", "p.py")
+    assert done.returncode == 2
+    assert "invalid SANDFORGE_BACKEND" in done.stderr and f"(set in {tmp_path / 'sandforge.toml'})" in done.stderr
+    (tmp_path / "sandforge.toml").unlink()
+    done = run(tmp_path, "exec", "p.py", env={"SANDFORGE_BACKEND": "nosuch"})
+    assert done.returncode == 2 and "invalid SANDFORGE_BACKEND" in done.stderr and "set in" not in done.stderr
