@@ -49,7 +49,7 @@ def test_the_file_reaches_the_commands(tmp_path: Path) -> None:
     (tmp_path / "sandforge.toml").write_text('backend = "nosuch"\n')
     (tmp_path / "p.py").write_text("return 1\n")
     done = run(tmp_path, "exec", "p.py")
-    assert done.returncode == 2 and "backend" in done.stderr, done.stderr
+    assert done.returncode == 2 and "SANDFORGE_BACKEND" in done.stderr, done.stderr
     assert run(tmp_path, "exec", "p.py", env={"SANDFORGE_BACKEND": "subprocess"}).returncode == 0
 
 
