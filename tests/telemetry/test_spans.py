@@ -204,3 +204,29 @@ def test_by_default_no_argument_result_or_program_is_recorded(
     for span in otel.spans():
         assert SECRET not in json.dumps([attrs(span), [dict(e.attributes or {}) for e in span.events]]), span.name
         assert "gen_ai.tool.call.arguments" not in attrs(span) and "gen_ai.tool.call.result" not in attrs(span)
+
+
+def test_a_persisted_artifact_is_an_artifact_hit_without_a_generation_span(
+    otel: Otel, tmp_path: Path, workspaces: list[Workspace]
+) -> None:
+    from sandforge.runtime.store import ToolStore
+
+    program = "context['m'] = context.get('m', 0) + args[0]\nreturn context['m']\n"
+
+    def session(programs: list[str]) -> Workspace:
+        ws = Workspace(provider=ScriptedProvider(programs), sandbox=SandboxConfig(backend="subprocess", pool_size=0),
+                       store=ToolStore(tmp_path / "state"), log=CallLog(tmp_path / "calls.jsonl"))  # fmt: skip
+        workspaces.append(ws)
+        return ws
+
+    first = session([program])
+    assert first.call("calc", "add", 3).ok
+    first.close()
+    otel.exporter.clear()
+    second = session([])  # a new workspace and store instance: the program comes from the store
+    out = second.call("calc", "add", 4)
+    assert out.ok and out.metadata["program_source"] == "persisted"
+    call = otel.one("execute_tool calc.add")
+    assert attrs(call)["sandforge.artifact_hit"] is True and attrs(call)["sandforge.program_source"] == "persisted"
+    assert otel.named("chat") == []  # no generation: no model call
+    assert [s.name for s in otel.children(call)] == ["sandforge.validate", "sandforge.execute", "sandforge.commit"]
