@@ -15,10 +15,11 @@ from typing import Any, TypeVar
 
 import click
 
+from sandforge.runtime.cli.common import load_policy_option, policy_options
 from sandforge.runtime.cli.output import emit_json
 from sandforge.runtime.errors import UsageError
 from sandforge.runtime.files import read_arg_file
-from sandforge.runtime.guardrails import Policy, layered_policy, policy_json_schema, validate
+from sandforge.runtime.guardrails import Policy, policy_json_schema, validate
 from sandforge.runtime.guardrails.report import explain, render_sarif, render_text, suggestions
 from sandforge.runtime.guardrails.selftest import check_example, examples
 
@@ -28,25 +29,11 @@ MAX_PROGRAM_READ_BYTES = 16 * 1024 * 1024 + 1
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _policy_options(func: F) -> F:
-    func = click.option(
-        "--no-default",
-        is_flag=True,
-        help="Do not put the default policy underneath the given --policy layers.",
-    )(func)
-    return click.option(
-        "--policy",
-        "policies",
-        multiple=True,
-        type=click.Path(path_type=Path),
-        help="A policy directory or file, layered over the default policy; repeat to add layers (later wins).",
-    )(func)
-
-
 def _load(policies: tuple[Path, ...], no_default: bool) -> Policy:
-    if no_default and not policies:
-        raise UsageError("--no-default needs at least one --policy")
-    return layered_policy(policies, include_default=not no_default)
+    return load_policy_option(policies, no_default)
+
+
+_policy_options = policy_options()
 
 
 @click.group("policy")
