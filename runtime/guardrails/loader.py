@@ -298,7 +298,7 @@ class _Builder:
         self.layer_labels: list[str] = []
         self.layer_grants: list[frozenset[str]] = []
         self.section_examples: list[Any] = []
-        self.section_resets: dict[str, int] = {}
+        self.layer_sections: list[dict[str, Any]] = []
         self._layer_name: str | None = None
 
     def begin_layer(self, source: PolicySource) -> None:
@@ -309,6 +309,7 @@ class _Builder:
     def end_layer(self) -> None:
         self.layer_labels.append(self._layer_name or str(self.sources[-1]))
         self.layer_grants.append(frozenset(self.granted))
+        self.layer_sections.append({"egress": self.egress, "dependencies": self.dependencies})
 
     def problem(self, file: _File, path: YamlPath, message: str, hint: str | None = None) -> None:
         self.problems.append(Problem(file.name, _line_of(file.lines, path), _display(path), message, hint, file.order))
@@ -354,8 +355,6 @@ class _Builder:
     def _section_examples(self, file: _File, name: str, section: Any) -> None:
         from sandforge.runtime.guardrails.sections import collect_examples
 
-        if getattr(section, "reset", False):
-            self.section_resets[name] = self.layer
         self.section_examples.extend(collect_examples(name, section, file.origin((name, "examples")), self.layer))
 
     def _egress(self, file: _File, section: EgressSection) -> None:
@@ -465,7 +464,7 @@ class _Builder:
             layer_grants=tuple(self.layer_grants),
             grant_origins=dict(self.grant_origins),
             section_examples=tuple(self.section_examples),
-            section_resets=dict(self.section_resets),
+            layer_sections=tuple(self.layer_sections),
         )
         return dataclasses.replace(policy, fingerprint=fingerprint(policy))
 

@@ -135,8 +135,9 @@ class Policy:
     """Where each capability was last granted or denied."""
     section_examples: tuple[Any, ...] = ()
     """Examples of the non-rule sections (egress, dependencies), as ``sections.SectionExample``s."""
-    section_resets: Mapping[str, int] = field(default_factory=dict)
-    """The last layer that reset a section (``reset: true``): earlier layers' examples of it no longer apply."""
+    layer_sections: tuple[Mapping[str, Any], ...] = ()
+    """The sections (``egress``, ``dependencies``) as they stood after each layer: an example written in layer
+    ``i`` assumes ``layer_sections[i]``."""
 
     @property
     def layers(self) -> tuple[str, ...]:

@@ -6,12 +6,14 @@ An example is written in one layer, under the grants that layer had. When a late
 capability the example uses, what the example expects may no longer hold: ``import urllib.request`` cannot show
 ``capability_not_granted`` where ``http_fetch`` is granted. Such an example still runs against the effective
 policy; if it passes it counts, and if it fails it is *skipped* with a note naming the capability and where its
-grant changed (never a failure of the later layer); likewise a section example of a layer before a
-``reset: true``.
+grant changed (never a failure of the later layer). Section examples likewise: one that holds under the
+section as its layer left it, and fails only because a later layer added entries or reset the section, is
+skipped with a note.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Literal
 
@@ -129,13 +131,19 @@ def _changed_grants(example: Example, policy: Policy, result: ValidationResult) 
 
 
 def _check_section(example: Example, policy: Policy) -> ExampleOutcome:
-    reset = policy.section_resets.get(example.subject)
-    if reset is not None and reset > example.layer:
-        label = policy.layer_labels[reset] if reset < len(policy.layer_labels) else str(reset)
-        note = f"skipped: a later layer ({label}) resets the {example.subject} section"
-        return ExampleOutcome(example=example, status="skipped", detail=note)
+    """A section example against the effective section; one that fails only because a later layer changed the
+    section (added an allow entry, reset it) is skipped with a note, like a rule example a later grant breaks."""
     passed, detail = judge_section_example(policy, example.subject, example.expectation, example.source)
-    return ExampleOutcome(example=example, status="passed" if passed else "failed", detail=detail)
+    if passed:
+        return ExampleOutcome(example=example, status="passed", detail=detail)
+    if example.layer < len(policy.layer_sections) - 1:
+        then = dataclasses.replace(policy, **policy.layer_sections[example.layer])
+        held, _ = judge_section_example(then, example.subject, example.expectation, example.source)
+        if held:
+            label = policy.layer_labels[example.layer]
+            note = f"skipped: holds under layer {label}'s {example.subject} section; a later layer changed it"
+            return ExampleOutcome(example=example, status="skipped", detail=f"{note} (now: {detail})")
+    return ExampleOutcome(example=example, status="failed", detail=detail)
 
 
 def _judge_rule(example: Example, result: ValidationResult) -> tuple[bool, str]:
