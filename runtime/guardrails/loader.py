@@ -100,6 +100,13 @@ class _File:
     layer: int = 0
     broken_rules: frozenset[str] = frozenset()  # ids of rules left out for their problems
     broken_tags: frozenset[str] = frozenset()
+    kept: dict[str, list[int]] = field(default_factory=dict)  # list sections: original index of each kept item
+
+    def index(self, section: str, position: int) -> int:
+        """The index in the file of the ``position``-th item kept of a list section (items with problems are
+        left out of the model, so positions and the file's indexes differ after one)."""
+        kept = self.kept.get(section)
+        return kept[position] if kept is not None and position < len(kept) else position
 
     def origin(self, path: YamlPath) -> Origin:
         return Origin(self.name, _line_of(self.lines, path))
@@ -160,22 +167,23 @@ def _read(name: str, source: Traversable, problems: list[Problem], order: int) -
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{name}:1: a policy file must be a mapping of sections, not a {type(data).__name__}")
-    parsed, broken = _validate_file(name, lines, data, problems, order)
+    parsed, broken, kept = _validate_file(name, lines, data, problems, order)
     file = _File(name, parsed, lines, source.parent if isinstance(source, Path) else None, order)
     file.broken_rules, file.broken_tags = broken
+    file.kept = kept
     return file
 
 
 def _validate_file(
     name: str, lines: dict[YamlPath, int], data: dict[str, Any], problems: list[Problem], order: int
-) -> tuple[pm.PolicyFile, tuple[frozenset[str], frozenset[str]]]:
+) -> tuple[pm.PolicyFile, tuple[frozenset[str], frozenset[str]], dict[str, list[int]]]:
     """The file's model, every schema problem recorded; what fails is left out (a rule, a capability, an entry
     of a section, else the section) so the rest of the file is still checked and applied."""
     try:
-        return pm.PolicyFile.model_validate(data), (frozenset(), frozenset())
+        return pm.PolicyFile.model_validate(data), (frozenset(), frozenset()), {}
     except ValidationError as exc:
         errors = exc.errors()
-    problems.extend(_problem(name, lines, data, error, order) for error in errors)
+    problems.extend(_problems(name, lines, data, errors, order))
     pruned = {key: (list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value)
               for key, value in data.items()}  # fmt: skip
     rules: set[str] = set()
@@ -194,12 +202,15 @@ def _validate_file(
             del value[loc[1]]
         else:
             pruned.pop(section, None)
+    kept = {
+        k: [i for i, item in enumerate(v) if item is not _DROPPED] for k, v in pruned.items() if isinstance(v, list)
+    }
     pruned = {k: [i for i in v if i is not _DROPPED] if isinstance(v, list) else v for k, v in pruned.items()}
     try:
         parsed = pm.PolicyFile.model_validate(pruned)
     except ValidationError:  # pragma: no cover - what failed was left out; fail closed anyway
         parsed = pm.PolicyFile()
-    return parsed, (frozenset(rules), frozenset(tags))
+    return parsed, (frozenset(rules), frozenset(tags)), kept
 
 
 _DROPPED = object()
@@ -234,6 +245,27 @@ def _data_path(data: Any, loc: Sequence[str | int]) -> YamlPath:
         elif index == len(loc) - 1:
             path.append(part)
     return tuple(path)
+
+
+def _problems(name: str, lines: dict[YamlPath, int], data: Any, errors: list[Any], order: int) -> list[Problem]:
+    """One problem per error, except that the fields missing from one mapping are one problem."""
+    out: list[Problem] = []
+    missing: dict[YamlPath, list[Any]] = {}
+    for error in errors:
+        path = _data_path(data, list(error["loc"]))
+        if error["type"] == "missing" and path:
+            missing.setdefault(path[:-1], []).append(error)
+        else:
+            out.append(_problem(name, lines, data, error, order))
+    for where, alike in missing.items():
+        if len(alike) == 1:
+            out.append(_problem(name, lines, data, alike[0], order))
+            continue
+        fields = [str(_data_path(data, list(error["loc"]))[-1]) for error in alike]
+        hint = pm.hint_for({"type": "missing"}, (*where, fields[0]), data)
+        message = f"missing required fields: {', '.join(fields)}"
+        out.append(Problem(name, _line_of(lines, where), _display(where), message, hint, order))
+    return out
 
 
 def _problem(name: str, lines: dict[YamlPath, int], data: Any, error: Any, order: int) -> Problem:
@@ -283,7 +315,7 @@ class _Builder:
         self.rules: dict[str, _RuleState] = {}
         self.capabilities: dict[str, _CapabilityState] = {}
         self.granted: set[str] = set()
-        self.grant_sites: list[tuple[str, Origin, bool]] = []  # (tag, where, whether that file left it out)
+        self.grant_sites: list[tuple[str, Origin, str, int]] = []  # (tag, where, key path, file order)
         self.grant_origins: dict[str, Origin] = {}
         self.limits: dict[str, int] = {}
         self.egress = EgressPolicy()
@@ -325,11 +357,11 @@ class _Builder:
         for tag, spec in data.capabilities.items():
             self._capability(file, tag, spec)
         for index, rule in enumerate(data.rules):
-            self._rule(file, index, rule)
+            self._rule(file, file.index("rules", index), rule)
         for rule_id, change in data.override.items():
             self._override(file, rule_id, change)
         for index, rule_id in enumerate(data.disable):
-            self._disable(file, index, rule_id)
+            self._disable(file, file.index("disable", index), rule_id)
         self._grants(file)
         if data.limits is not None:
             self.limits.update(data.limits.model_dump(exclude_none=True))
@@ -347,8 +379,8 @@ class _Builder:
     def _grants(self, file: _File) -> None:
         for section, tags in (("grant", file.data.grant), ("deny", file.data.deny)):
             for index, tag in enumerate(tags):
-                origin = file.origin((section, index))
-                self.grant_sites.append((tag, origin, tag in self.broken_tags))
+                origin = file.origin((section, file.index(section, index)))
+                self.grant_sites.append((tag, origin, f"{section}[{file.index(section, index)}]", file.order))
                 self.grant_origins[tag] = origin
                 (self.granted.add if section == "grant" else self.granted.discard)(tag)
 
@@ -430,18 +462,11 @@ class _Builder:
         return state
 
     def build(self) -> Policy:
-        for tag, origin, _ in self.grant_sites:
+        for tag, origin, path, order in self.grant_sites:
             if tag not in self.capabilities and tag not in self.broken_tags:
-                self.problems.append(
-                    Problem(
-                        origin.file,
-                        origin.line,
-                        "",
-                        f"unknown capability {tag!r} (no layer defines it)",
-                        _close(tag, self.capabilities),
-                        self._order_of(origin.file),
-                    )
-                )
+                what = f"unknown capability {tag!r} (no layer defines it)"
+                hint = _close(tag, self.capabilities)
+                self.problems.append(Problem(origin.file, origin.line, path, what, hint, order))
         capabilities = {tag: self._compile_capability(tag, state) for tag, state in self.capabilities.items()}
         compiled = [self._compile_rule(state) for state in self.rules.values()]
         if self.problems:
@@ -467,9 +492,6 @@ class _Builder:
             layer_sections=tuple(self.layer_sections),
         )
         return dataclasses.replace(policy, fingerprint=fingerprint(policy))
-
-    def _order_of(self, file: str) -> int:
-        return next((p.order for p in self.problems if p.file == file), self.order)
 
     def _compile_capability(self, tag: str, state: _CapabilityState) -> CapabilityDefinition:
         matchers = [self._compile(spec, site) for spec, site in state.matchers]

@@ -51,7 +51,7 @@ class PolicyError(ConfigError):
         tail = ""
         if more:
             rest = "; ".join(str(p) for p in ordered[1:4]) + ("; ..." if more > 3 else "")
-            tail = f" (and {more} more problem{'s' if more > 1 else ''}: {rest})"
+            tail = f" (and {more} more problem{'s' if more > 1 else ''}, all listed by `sandforge policy lint`: {rest})"
         text = f"{first.file}:{first.line}: " if first.file else ""
         text += f"{first.path + ': ' if first.path else ''}{first.message}{tail}"
         super().__init__(text, hint=first.hint)
