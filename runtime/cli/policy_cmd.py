@@ -335,14 +335,15 @@ def diff_command(old: Path, new: Path, no_default: bool, as_json: bool) -> None:
     sys.exit(1 if loosens(changes) else 0)
 
 
-_MARKS: dict[str, str] = {"permissive": "+", "restrictive": "-", "neutral": "~", "unknown": "?"}
+_EFFECTS = ("permissive", "unknown", "restrictive", "neutral")
 
 
 def _diff_text(old: Path, new: Path, before: Policy, after: Policy, changes: Sequence[Any]) -> None:
     click.echo(f"policy diff {old} ({before.fingerprint[:19]}) -> {new} ({after.fingerprint[:19]})")
     for change in changes:
-        click.echo(f"{_MARKS[change.effect]} {change.effect:<11}  {change.area:<12}  {change.subject}: {change.what}")
-    counts = {effect: sum(c.effect == effect for c in changes) for effect in _MARKS}
+        effect = change.effect.upper() if change.effect in ("permissive", "unknown") else change.effect
+        click.echo(f"{effect:<11}  {change.area:<12}  {change.subject}: {change.what}")
+    counts = {effect: sum(c.effect == effect for c in changes) for effect in _EFFECTS}
     tally = ", ".join(f"{n} {effect}" for effect, n in counts.items() if n) or "no changes"
     verdict = "MORE PERMISSIVE" if loosens(list(changes)) else "not more permissive"
     click.echo(f"\n{len(changes)} change(s): {tally}; {verdict}")
