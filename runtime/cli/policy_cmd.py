@@ -2,8 +2,9 @@
 
 Exit codes of ``policy check``: 0 approved, 3 recoverable violations, 4 terminal violations; 2 is a usage
 or policy-file error, as everywhere. ``policy test`` exits 1 when an example fails. ``policy diff`` exits 1
-when anything became (or may have become) more permissive. A policy that does not load lists every problem
-(one ``error:`` line each; with ``--json``/``--format json|sarif`` in that format on stdout) and exits 2.
+when anything became (or may have become) more permissive. A policy that does not load exits 2: ``policy lint``
+prints every problem (one ``error:`` line each), ``--json``/``--format json|sarif`` list them all on stdout, and
+text output is otherwise the CLI's one ``error:`` line (the first problems, and how many more).
 """
 
 from __future__ import annotations
@@ -37,11 +38,14 @@ _policy_options = policy_options()
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 
 
-def _load(policies: Sequence[Path], no_default: bool, output: str = "text") -> Policy:
-    """The effective policy; every problem of one that does not load is printed (in ``output``) and exits 2."""
+def _load(policies: Sequence[Path], no_default: bool, output: str = "text", *, every_line: bool = False) -> Policy:
+    """The effective policy. For one that does not load, JSON and SARIF list every problem on stdout; text is the
+    CLI's one ``error:`` line (the first problems; ``policy lint`` prints them all, ``every_line``). Exit 2."""
     try:
         return load_policy_option(tuple(policies), no_default)
     except PolicyError as exc:
+        if output == "text" and not every_line:
+            raise
         _report_problems(exc, output)
 
 
@@ -105,7 +109,7 @@ def check(file: str, policies: tuple[Path, ...], no_default: bool, output: str) 
 def lint(layers: tuple[Path, ...], policies: tuple[Path, ...], no_default: bool, output: str) -> None:
     """Report every problem of the policy LAYERS (and --policy layers) at once: file, line, key path, message
     and hint, sorted by file and line. Exit status 2 when there is any, 0 otherwise."""
-    policy = _load((*layers, *policies), no_default, output)
+    policy = _load((*layers, *policies), no_default, output, every_line=True)
     if output == "json":
         emit_json({**policy_problems.render_json([]), "policy": policy.name, "fingerprint": policy.fingerprint})
     elif output == "sarif":

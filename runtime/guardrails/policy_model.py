@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
-from sandforge.runtime.egress.config import EgressSection
-from sandforge.runtime.environments.policy import DependenciesSection
+from sandforge.runtime.egress.config import EgressSection as _EgressSectionBase
+from sandforge.runtime.environments.policy import DependenciesSection as _DependenciesSectionBase
 
 Classification = Literal["recoverable", "terminal"]
 
@@ -320,8 +320,8 @@ class EgressExamples(_Model):
     deny: list[RequestExample] = Field(default_factory=list, description="requests that must be denied")
 
 
-class EgressSectionSpec(EgressSection):
-    """The ``egress:`` section (runtime/egress/config.py), plus its examples."""
+class EgressSection(_EgressSectionBase):
+    """The ``egress:`` section (its model is runtime/egress/config.py's, of the same name), plus its examples."""
 
     examples: EgressExamples | None = Field(None, description="requests it must allow and deny (`policy test`)")
 
@@ -340,8 +340,9 @@ class DependencyExamples(_Model):
     refuse: list[ManifestExample] = Field(default_factory=list, description="manifests that must be refused")
 
 
-class DependenciesSectionSpec(DependenciesSection):
-    """The ``dependencies:`` section (runtime/environments/policy.py), plus its examples."""
+class DependenciesSection(_DependenciesSectionBase):
+    """The ``dependencies:`` section (its model is runtime/environments/policy.py's, of the same name), plus its
+    examples."""
 
     examples: DependencyExamples | None = Field(None, description="manifests it must accept and refuse (`policy test`)")
 
@@ -359,10 +360,10 @@ class PolicyFile(_Model):
     grant: list[Tag] = Field(default_factory=list, description="capabilities this deployment grants")
     deny: list[Tag] = Field(default_factory=list, description="capabilities revoked (after `grant`)")
     limits: LimitsOverride | None = None
-    egress: EgressSectionSpec | None = Field(
+    egress: EgressSection | None = Field(
         None, description="what brokered requests may reach (docs/policies.md, 'Egress'); default: nothing"
     )
-    dependencies: DependenciesSectionSpec | None = Field(
+    dependencies: DependenciesSection | None = Field(
         None, description="third-party distributions programs may declare (docs/environments.md); default: none"
     )
 

@@ -24,12 +24,12 @@ def test_schema_covers_the_sections_and_their_examples() -> None:
     properties = schema["properties"]
     assert {"egress", "dependencies"} <= set(properties)
     defs = schema["$defs"]
-    egress = defs["EgressSectionSpec"]["properties"]
+    egress = defs["EgressSection"]["properties"]
     assert {"allow", "allow_ranges", "resolve", "limits", "credentials", "examples"} <= set(egress)
     assert set(defs["EgressExamples"]["properties"]) == {"allow", "deny"}
     assert set(defs["DependencyExamples"]["properties"]) == {"accept", "refuse"}
     assert {"allow", "block", "source", "wheelhouse", "max_env_mb", "examples"} <= set(
-        defs["DependenciesSectionSpec"]["properties"]
+        defs["DependenciesSection"]["properties"]
     )
 
 
