@@ -506,6 +506,7 @@ class _Builder:
             tagged_layers=tuple(layer for _, layer in state.tagged),
             untagged_layers=tuple(layer for _, layer in state.untagged),
             layer=state.layer,
+            matcher_layers=tuple(file.layer for _, (file, _path) in state.matchers),
         )
 
     def _compile_rule(self, state: _RuleState) -> Rule | None:

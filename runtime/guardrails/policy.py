@@ -104,6 +104,8 @@ class CapabilityDefinition:
     """The layer each ``tagged`` example was written in (same order); ``untagged_layers`` likewise."""
     untagged_layers: tuple[int, ...] = ()
     layer: int = 0
+    matcher_layers: tuple[int, ...] = ()
+    """The layer each matcher was added in (same order as ``matchers`` and ``specs``)."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from sandforge.runtime.guardrails.engine import ENGINE_RULES, validate
-from sandforge.runtime.guardrails.policy import Policy
+from sandforge.runtime.guardrails.policy import Policy, fingerprint
 from sandforge.runtime.guardrails.results import INVALID_CODE, ValidationResult
 from sandforge.runtime.guardrails.sections import SECTIONS, judge_section_example, section_examples
 
@@ -110,6 +110,9 @@ def check_example(example: Example, policy: Policy) -> ExampleOutcome:
         passed = tagged == (example.expectation == "tagged")
         found = ", ".join(result.capability_tags) or "none"
         detail = f"capabilities found: {found}"
+        changed = "" if passed else _changed_detection(example, policy)
+        if changed:
+            return ExampleOutcome(example=example, status="skipped", detail=f"{changed} (now: {detail})")
     return ExampleOutcome(example=example, status="passed" if passed else "failed", detail=detail)
 
 
@@ -128,6 +131,28 @@ def _changed_grants(example: Example, policy: Policy, result: ValidationResult) 
                 f"assumes {tag} {then} (as in layer {was}); a later layer {now} it{f' at {where}' if where else ''}"
             )
     return f"skipped: {'; '.join(notes)}" if notes else ""
+
+
+def _changed_detection(example: Example, policy: Policy) -> str:
+    """A note when a capability example holds with the matchers its layer (and earlier ones) gave the tag, and
+    fails only because a later layer added matchers; else empty."""
+    definition = policy.capabilities[example.id]
+    keep = [i for i, layer in enumerate(definition.matcher_layers) if layer <= example.layer]
+    if len(keep) == len(definition.matchers):
+        return ""
+    then_definition = dataclasses.replace(
+        definition,
+        matchers=tuple(definition.matchers[i] for i in keep),
+        specs=tuple(definition.specs[i] for i in keep),
+        matcher_layers=tuple(definition.matcher_layers[i] for i in keep),
+    )
+    then = dataclasses.replace(policy, capabilities={**policy.capabilities, example.id: then_definition})
+    then = dataclasses.replace(then, fingerprint=fingerprint(then))  # results are cached by fingerprint
+    tagged = example.id in validate(example.source, then).capability_tags
+    if tagged != (example.expectation == "tagged"):
+        return ""
+    label = policy.layer_labels[example.layer] if example.layer < len(policy.layer_labels) else "its layer"
+    return f"skipped: holds with the {example.id} matchers up to layer {label}; a later layer added matchers"
 
 
 def _check_section(example: Example, policy: Policy) -> ExampleOutcome:

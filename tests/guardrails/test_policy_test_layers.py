@@ -177,3 +177,21 @@ def test_malformed_egress_examples_are_policy_problems(tmp_path: Path, bad: str)
     result = run(str(layer(tmp_path, text)))
     assert result.exit_code == 2
     assert "policy.yaml:4: egress.examples.deny[0]" in result.output
+
+
+def test_a_later_layers_matchers_skip_an_earlier_untagged_example(tmp_path: Path) -> None:
+    text = """\
+    capabilities:
+      json_parse:
+        match:
+          - {kind: call, functions: [json.dumps]}
+        examples: {tagged: ["import json\\nx = json.dumps(1)"], untagged: ["x = 1"]}
+    """
+    result = run(str(layer(tmp_path, text)), "-v")
+    assert result.exit_code == 0, result.output
+    assert "SKIP capability json_parse untagged[0]" in result.output  # the default's `json.dumps` example
+    assert "holds with the json_parse matchers up to layer default" in result.output
+    assert "PASS capability json_parse tagged[" in result.output
+    own = text.replace('untagged: ["x = 1"]', 'untagged: ["import json\\nx = json.dumps(2)"]')
+    failed = run(str(layer(tmp_path, own, "own")), "-v")
+    assert failed.exit_code == 1  # the layer's own untagged example contradicts its own matcher
