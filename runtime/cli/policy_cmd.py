@@ -36,6 +36,14 @@ EXIT_CODES = {"approved": 0, "recoverable": 3, "terminal": 4}
 MAX_PROGRAM_READ_BYTES = 16 * 1024 * 1024 + 1
 _policy_options = policy_options()
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+_format_option = click.option(
+    "--format",
+    "output",
+    type=click.Choice(["text", "json", "sarif"]),
+    default="text",
+    show_default=True,
+    help="--json is the same as --format json.",
+)
 
 
 def _load(policies: Sequence[Path], no_default: bool, output: str = "text", *, every_line: bool = False) -> Policy:
@@ -70,13 +78,15 @@ def command() -> None:
 @command.command("check")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=str))
 @_policy_options
-@click.option("--format", "output", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True)
-def check(file: str, policies: tuple[Path, ...], no_default: bool, output: str) -> None:
+@_format_option
+@_json_option
+def check(file: str, policies: tuple[Path, ...], no_default: bool, output: str, as_json: bool) -> None:
     """Check the tool program FILE ("-" for stdin) against the policy before anything runs: its rules and
     capabilities, literal URLs against the egress rules, declared packages against the dependency rules.
 
     Exit status: 0 approved, 3 recoverable, 4 terminal (2: bad usage or policy file).
     """
+    output = "json" if as_json else output
     policy = _load(policies, no_default, output)
     name = "<stdin>" if file == "-" else file
     # bounded (past the largest program any policy accepts, so "too large" stays a verdict up to there),
@@ -105,10 +115,12 @@ def check(file: str, policies: tuple[Path, ...], no_default: bool, output: str) 
 @command.command("lint")
 @click.argument("layers", nargs=-1, type=click.Path(path_type=Path))
 @_policy_options
-@click.option("--format", "output", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True)
-def lint(layers: tuple[Path, ...], policies: tuple[Path, ...], no_default: bool, output: str) -> None:
+@_format_option
+@_json_option
+def lint(layers: tuple[Path, ...], policies: tuple[Path, ...], no_default: bool, output: str, as_json: bool) -> None:
     """Report every problem of the policy LAYERS (and --policy layers) at once: file, line, key path, message
     and hint, sorted by file and line. Exit status 2 when there is any, 0 otherwise."""
+    output = "json" if as_json else output
     policy = _load((*layers, *policies), no_default, output, every_line=True)
     if output == "json":
         emit_json({**policy_problems.render_json([]), "policy": policy.name, "fingerprint": policy.fingerprint})
@@ -244,16 +256,34 @@ def _test_json(policy: Policy, outcomes: Sequence[ExampleOutcome]) -> dict[str, 
 @command.command("explain")
 @click.argument("name")
 @_policy_options
-def explain_command(name: str, policies: tuple[Path, ...], no_default: bool) -> None:
+@_json_option
+def explain_command(name: str, policies: tuple[Path, ...], no_default: bool, as_json: bool) -> None:
     """Explain the rule, capability, section (egress, dependencies) or violation type NAME: what it catches,
     why, and what to do instead."""
-    policy = _load(policies, no_default)
+    policy = _load(policies, no_default, "json" if as_json else "text")
     page = SECTIONS[name].explain(policy) if name in SECTIONS else explain(policy, name)
     if page is None:
         close = suggestions(policy, name)
         hint = f"did you mean {', '.join(close)}?" if close else "`sandforge policy list` shows every rule"
         raise UsageError(f"no rule, capability or section named {name!r}", hint=hint)
-    click.echo(page)
+    if as_json:
+        emit_json({"name": name, **_explain_json(policy, name), "page": page})
+    else:
+        click.echo(page)
+
+
+def _explain_json(policy: Policy, name: str) -> dict[str, Any]:
+    rule = policy.rule(name)
+    if rule is not None:
+        spec = rule.spec.model_dump(mode="json", by_alias=True)
+        return {"kind": "rule", **spec, "origin": str(rule.origin), "changed_at": [str(o) for o in rule.changed_at]}
+    if name in policy.capabilities:
+        definition = policy.capabilities[name]
+        return {"kind": "capability", "granted": name in policy.granted, "description": definition.description,
+                "origin": str(definition.origin)}  # fmt: skip
+    if name in SECTIONS:
+        return {"kind": "section", "settings": _list_json(policy)[name]}
+    return {"kind": "engine"}
 
 
 @command.command("list")

@@ -122,3 +122,23 @@ def test_check_text_names_declared_and_pending(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "declares lxml (allowed by the dependency rules)" in result.output
     assert "imports lxml: checked against the environment once built" in result.output
+
+
+@pytest.mark.parametrize(("name", "kind"), [("no_random", "rule"), ("http_fetch", "capability"),
+                                             ("egress", "section"), ("guardrail_error", "engine")])  # fmt: skip
+def test_explain_json(name: str, kind: str) -> None:
+    result = run("explain", name, "--policy", ACME, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["name"] == name and data["kind"] == kind and data["page"].startswith("# ")
+    if kind == "rule":
+        assert data["classification"] == "recoverable" and data["origin"].endswith("policy.yaml:14")
+    if kind == "section":
+        assert data["settings"]["allow"][0]["name"] == "google-news"
+
+
+def test_json_is_format_json(tmp_path: Path) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("return 1\n")
+    assert json.loads(run("check", str(program), "--json").stdout)["verdict"] == "approved"
+    assert json.loads(run("lint", ACME, "--json").stdout)["ok"] is True
