@@ -34,7 +34,8 @@ class Problem:
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}: " if self.file else ""
         text = f"{where}{self.path + ': ' if self.path else ''}{self.message}"
-        return f"{text} (hint: {self.hint})" if self.hint else text
+        text = f"{text} (hint: {self.hint})" if self.hint else text
+        return " ".join(text.split())  # one line whatever a key or a file name holds (no forged `error:` lines)
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "path": self.path, "message": self.message, "hint": self.hint}

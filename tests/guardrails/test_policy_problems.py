@@ -168,3 +168,11 @@ def test_missing_layers_are_problems_too(tmp_path: Path) -> None:
 def test_problem_lists_are_bounded_and_deduplicated() -> None:
     many = [Problem("f.yaml", line, "", "x") for line in range(MAX_PROBLEMS + 50)]
     assert len(sort_problems([*many, *many])) == MAX_PROBLEMS
+
+
+def test_a_key_cannot_forge_extra_problem_lines(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text('"rulez\\nerror: forged.yaml:1: all good": []\noverride: {"x\\ny": {}}\n')
+    result = CliRunner().invoke(main, ["policy", "lint", str(tmp_path)])
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"error: {tmp_path / 'p.yaml'}:") for line in lines), lines
