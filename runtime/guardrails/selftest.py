@@ -105,6 +105,8 @@ def check_example(example: Example, policy: Policy) -> ExampleOutcome:
         changed = "" if passed else _changed_grants(example, policy, result)
         if changed:  # it holds under the grants it was written for, not under these: no failure of the author's
             return ExampleOutcome(example=example, status="skipped", detail=f"{changed} (would fail: {detail})")
+        if not passed:
+            detail += _changed_by(example, policy)
     else:
         tagged = example.id in result.capability_tags
         passed = tagged == (example.expectation == "tagged")
@@ -114,6 +116,19 @@ def check_example(example: Example, policy: Policy) -> ExampleOutcome:
         if changed:
             return ExampleOutcome(example=example, status="skipped", detail=f"{changed} (now: {detail})")
     return ExampleOutcome(example=example, status="passed" if passed else "failed", detail=detail)
+
+
+def _changed_by(example: Example, policy: Policy) -> str:
+    """Who to look at when a rule's example fails after a later layer overrode or disabled the rule."""
+    rule = policy.rule(example.id)
+    if rule is None:
+        return ""
+    later = [(layer, origin) for layer, origin in zip(rule.changed_layers, rule.changed_at, strict=False)
+             if layer > example.layer]  # fmt: skip
+    if not later:
+        return ""
+    layer, origin = later[-1]
+    return f"; the rule was changed by layer {policy.layer_labels[layer]} at {origin} after this example was written"
 
 
 def _changed_grants(example: Example, policy: Policy, result: ValidationResult) -> str:

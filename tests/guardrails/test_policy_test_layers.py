@@ -195,3 +195,12 @@ def test_a_later_layers_matchers_skip_an_earlier_untagged_example(tmp_path: Path
     own = text.replace('untagged: ["x = 1"]', 'untagged: ["import json\\nx = json.dumps(2)"]')
     failed = run(str(layer(tmp_path, own, "own")), "-v")
     assert failed.exit_code == 1  # the layer's own untagged example contradicts its own matcher
+
+
+def test_an_override_that_breaks_earlier_examples_fails_and_says_who(tmp_path: Path) -> None:
+    text = "policy: {name: ov}\noverride:\n  forbidden_module:\n    match: {kind: import, modules: [ctypes]}\n"
+    directory = layer(tmp_path, text, "ov")
+    result = run(str(directory))
+    assert result.exit_code == 1  # the override is the author's: the examples it breaks are failures
+    assert f"the rule was changed by layer ov at {directory / 'policy.yaml'}:3" in result.output
+    assert run(str(directory), "--layer", "ov").exit_code == 1  # and they are the layer's to test
