@@ -63,7 +63,7 @@ def layered_policy(layers: Sequence[PolicySource], *, include_default: bool = Tr
 
 def load_policy(layers: Sequence[PolicySource]) -> Policy:
     """Load and merge policy layers; later layers add, override and disable rules of earlier ones, and
-    grant or deny capabilities. Raises `ConfigError` for any malformed file."""
+    grant or deny capabilities. Raises `PolicyError` (a `ConfigError`) listing every problem of every file."""
     if not layers:
         raise ConfigError("no policy layers given", hint="pass at least one policy directory")
     builder = _Builder()
@@ -72,6 +72,7 @@ def load_policy(layers: Sequence[PolicySource]) -> Policy:
         try:
             files = _policy_files(layer)
         except ConfigError as exc:
+            builder.order += 1
             builder.problems.append(Problem("", 1, "", exc.message, exc.hint, builder.order))
             files = []
         for display, source in files:
