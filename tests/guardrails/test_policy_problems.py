@@ -8,12 +8,17 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sandforge.runtime.cli import main
 from sandforge.runtime.errors import ConfigError
 from sandforge.runtime.guardrails import layered_policy
 from sandforge.runtime.guardrails.problems import MAX_PROBLEMS, PolicyError, Problem, sort_problems
+
+ACME = Path(__file__).resolve().parents[2] / "policies" / "examples" / "acme"
 
 A = """\
 rules:
@@ -176,3 +181,52 @@ def test_a_key_cannot_forge_extra_problem_lines(tmp_path: Path) -> None:
     assert result.exit_code == 2
     lines = result.stderr.splitlines()
     assert len(lines) == 2 and all(line.startswith(f"error: {tmp_path / 'p.yaml'}:") for line in lines), lines
+
+
+# ------------------------------------------------------------------------------ mutations never crash
+
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(["", "x", "random", "{modul}", "import os"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["kind", "id", "x"]), inner),
+    max_leaves=6,
+)
+
+
+def _paths(data: object, prefix: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    out = [prefix]
+    if isinstance(data, dict):
+        for key, value in data.items():
+            out += _paths(value, (*prefix, key))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            out += _paths(value, (*prefix, index))
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_mutated_policies_give_problems_never_a_crash(tmp_path: Path, data: st.DataObject) -> None:
+    document = yaml.safe_load((ACME / "policy.yaml").read_text())
+    for _ in range(data.draw(st.integers(1, 4))):
+        path = data.draw(st.sampled_from(_paths(document)[1:]))
+        parent = document
+        for part in path[:-1]:
+            parent = parent[part]  # type: ignore[index]
+        if data.draw(st.booleans()):
+            parent[path[-1]] = data.draw(_VALUES)  # type: ignore[index]
+        elif isinstance(parent, dict):
+            del parent[path[-1]]
+    target = tmp_path / "mutated.yaml"
+    target.write_text(yaml.safe_dump(document))
+    try:
+        layered_policy([target])
+    except PolicyError as exc:
+        assert exc.problems and "\n" not in str(exc)
+        for problem in exc.problems:
+            assert problem.file == str(target) and problem.line >= 1 and "\n" not in str(problem)
+
+
+def test_policy_test_json_lists_the_problems(broken: Path) -> None:
+    result = CliRunner().invoke(main, ["policy", "test", str(broken), "--json"])
+    assert result.exit_code == 2
+    assert len(json.loads(result.stdout)["problems"]) == len(EXPECTED)
