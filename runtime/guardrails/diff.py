@@ -4,7 +4,8 @@ Every change is classified: ``permissive`` (something refused before may now pas
 pattern dropped from a matcher or added to its exemptions, a capability granted, an egress destination or a
 distribution allowed, a limit raised), ``restrictive`` (the reverse), ``neutral`` (wording, classification:
 the program is refused either way) or ``unknown`` (a matcher or plugin changed in a way that cannot be ordered;
-a reviewer must read it). The exit status treats ``unknown`` as permissive: fail closed.
+a reviewer must read it). The exit status treats ``unknown`` as permissive: fail closed. As evidence, every example
+program of either policy that one approves and the other refuses is listed (area ``program``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class Change:
 
 
 def diff_policies(old: Policy, new: Policy) -> list[Change]:
-    """Every change from ``old`` to ``new``, rules first, then grants, capabilities, limits and sections."""
+    """Every change from ``old`` to ``new``, rules first, then grants, capabilities, limits and sections, then the
+    example programs whose verdict changes between approved and refused."""
     return [
         *_rules(old, new),
         *_grants(old, new),
@@ -44,6 +46,7 @@ def diff_policies(old: Policy, new: Policy) -> list[Change]:
         *_limits(old, new),
         *_egress(old, new),
         *_dependencies(old, new),
+        *program_evidence(old, new),
     ]
 
 
@@ -222,3 +225,25 @@ def _dependencies(old: Policy, new: Policy) -> Iterator[Change]:
     if a.max_env_mb != b.max_env_mb:
         effect: Effect = "permissive" if b.max_env_mb > a.max_env_mb else "restrictive"
         yield Change("dependencies", "max_env_mb", f"{a.max_env_mb} -> {b.max_env_mb}", effect)
+
+
+# ------------------------------------------------------------------------------------------- evidence
+
+
+def program_evidence(old: Policy, new: Policy) -> Iterator[Change]:
+    """The example programs of both policies (rules' and capabilities') that one refuses and the other
+    approves: concrete evidence of what a change lets through (``permissive``) or stops (``restrictive``)."""
+    from sandforge.runtime.guardrails.engine import validate
+    from sandforge.runtime.guardrails.selftest import examples
+
+    seen: dict[str, str] = {}
+    for policy in (old, new):
+        for example in examples(policy):
+            if example.subject in ("rule", "capability"):
+                seen.setdefault(example.source, example.name)
+    for source, name in seen.items():
+        before, after = validate(source, old).verdict, validate(source, new).verdict
+        if (before == "approved") != (after == "approved"):
+            effect: Effect = "permissive" if after == "approved" else "restrictive"
+            first = source.strip().splitlines()[0] if source.strip() else ""
+            yield Change("program", name, f"{before} -> {after}: {first[:80]}", effect)

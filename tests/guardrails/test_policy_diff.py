@@ -46,7 +46,7 @@ def test_the_example_deployment_is_more_permissive(tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output
     data = json.loads(result.stdout)
     assert data["more_permissive"] is True
-    found = {(c["area"], c["subject"], c["effect"]) for c in data["changes"]}
+    found = {(c["area"], c["subject"], c["effect"]) for c in data["changes"] if c["area"] != "program"}
     assert found == {
         ("rule", "dynamic_evaluation", "neutral"),
         ("rule", "no_random", "restrictive"),
@@ -54,6 +54,10 @@ def test_the_example_deployment_is_more_permissive(tmp_path: Path) -> None:
         ("egress", "allow", "permissive"),
         ("dependencies", "allow", "permissive"),
     }
+    evidence = {(c["subject"], c["effect"]) for c in data["changes"] if c["area"] == "program"}
+    assert ("rule module_not_allowed trigger[0]", "permissive") in evidence  # `import requests` now approved
+    assert ("capability http_fetch tagged[0]", "permissive") in evidence
+    assert ("rule no_random trigger[0]", "restrictive") in evidence  # `import random` now refused
     text = run(str(base), str(ACME)).output
     assert "PERMISSIVE   grant         http_fetch: granted" in text and "MORE PERMISSIVE" in text
 
@@ -125,3 +129,11 @@ def test_a_policy_that_does_not_load_is_exit_2(tmp_path: Path) -> None:
     bad = write(tmp_path, "bad", "grant: [teleport]\n")
     result = run(str(good), str(bad))
     assert result.exit_code == 2 and "unknown capability 'teleport'" in result.output
+
+
+def test_program_evidence_alone_can_show_a_loosening(tmp_path: Path) -> None:
+    # a matcher change the diff cannot order is backed by the programs it lets through
+    new = RULE.replace("{kind: import, modules: [random]}", "{kind: name, names: [random.choice]}")
+    found = changes(tmp_path, RULE, new)
+    loosened = Change("program", "rule no_random trigger[0]", "recoverable -> approved: import random", "permissive")
+    assert loosened in found
