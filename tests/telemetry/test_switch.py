@@ -124,3 +124,18 @@ def test_the_null_telemetry_records_nothing() -> None:
         span.event("e", {})
         span.fail("t", "m")
     assert span is telemetry.NULL_SPAN and not null.enabled
+
+
+def test_only_the_seam_imports_opentelemetry() -> None:
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    importers = set()
+    for folder in ("runtime", "sandbox"):
+        for path in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_bytes())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else [])  # fmt: skip
+                if any(n.split(".")[0] == "opentelemetry" for n in names):
+                    importers.add(str(path.relative_to(root)))
+    assert importers == {"runtime/telemetry/otel.py"}
