@@ -200,3 +200,46 @@ def test_demo_json_is_one_object_on_stdout_and_the_story_on_stderr(tmp_path: Pat
     assert [c["method"] for c in summary["calls"]] == ["add", "multiply", "divide", "mean"]
     assert summary["calls"][0]["attempts"] == 2 and summary["calls"][2]["status"] == "error"
     assert summary["records"] >= 4 and "guardrail" in result.stderr
+
+
+class _Terminal:
+    """A standard error that says it is a terminal (rich then draws its spinner)."""
+
+    def __init__(self) -> None:
+        import io
+
+        self.buffer = io.StringIO()
+
+    def write(self, text: str) -> int:
+        return self.buffer.write(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        raise OSError("no descriptor")
+
+
+@pytest.mark.parametrize("no_color", [True, False])
+def test_progress_on_a_terminal_honours_no_color(monkeypatch: pytest.MonkeyPatch, no_color: bool) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    if no_color:
+        monkeypatch.setenv("NO_COLOR", "1")
+    with Steps("build") as steps:
+        steps.step("debootstrap")
+    text = terminal.buffer.getvalue()
+    assert "debootstrap" in text
+    colours = re.findall(r"\x1b\[[0-9;]*[1-9][0-9;]*m", text)  # SGR sequences other than a plain reset
+    assert (colours == []) is no_color, colours
+
+
+def test_shell_completion_lists_commands() -> None:
+    result = CliRunner().invoke(main, [], prog_name="sandforge", env={
+        "_SANDFORGE_COMPLETE": "bash_complete", "COMP_WORDS": "sandforge ex", "COMP_CWORD": "1"})  # fmt: skip
+    assert result.exit_code == 0 and "plain,exec" in result.output
