@@ -184,9 +184,18 @@ class ExecutionEgress:
         with self._lock:
             self._nested.extend(entries[: max(0, MAX_NESTED_SOURCES - len(self._nested))])
 
+    def close(self) -> None:
+        """The execution ended: its session's kept-alive connections are closed."""
+        with self._lock:
+            session = self._session
+        if session is not None:
+            session.close()
+
     def attach(self, outcome: ExecutionOutcome) -> ExecutionOutcome:
         """The outcome with this execution's provenance in ``metadata["egress"]`` (when it fetched), and an
-        egress error type the host never replied turned into what it is: the program's own exception."""
+        egress error type the host never replied turned into what it is: the program's own exception. The
+        execution is over: its kept-alive connections are closed."""
+        self.close()
         records = self.records
         if records:
             outcome.metadata["egress"] = [record.model_dump(mode="json") for record in records]

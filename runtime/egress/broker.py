@@ -19,6 +19,7 @@ import socket
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from sandforge.runtime.egress.errors import (
     NetworkError,
 )
 from sandforge.runtime.egress.rules import compile_allow, match_rule
-from sandforge.runtime.egress.transport import Outgoing, exchange
+from sandforge.runtime.egress.transport import ConnectionPool, Outgoing, exchange
 from sandforge.runtime.egress.urls import Target, join, parse_url
 from sandforge.runtime.egress.wire import FetchFailure, FetchReply, FetchRequest, FetchResponse
 from sandforge.runtime.errors import ConfigError
@@ -223,6 +224,15 @@ class EgressSession:
         self._total_bytes = 0
         self._records: list[EgressRecord] = []
         self._secrets: set[str] = set()
+        #: Kept-alive connections of this execution only (see `transport`); closed with the session, or
+        #: when it is collected.
+        self._pool = ConnectionPool()
+        weakref.finalize(self, self._pool.close)
+
+    def close(self) -> None:
+        """Close the session's idle connections (the execution ended). Fetching afterwards still works,
+        on connections that are closed after their response."""
+        self._pool.close()
 
     @property
     def records(self) -> list[EgressRecord]:
@@ -343,7 +353,7 @@ class EgressSession:
             outgoing = Outgoing(
                 target=target, method=method, headers=sent, body=body, deadline=deadline, cap=cap, cap_what=cap_what
             )
-            raw = exchange(outgoing, verdicts, self._broker._ssl)
+            raw = exchange(outgoing, verdicts, self._broker._ssl, self._pool)
             location = next((v for k, v in raw.headers if k.lower() == "location"), None)
             if raw.status in REDIRECTS and location is not None:
                 hops += 1
@@ -432,7 +442,6 @@ class EgressSession:
         if "accept" not in names:
             sent.append(("Accept", "*/*"))
         sent.append(("Accept-Encoding", "gzip, deflate"))
-        sent.append(("Connection", "close"))
         if body is not None:
             sent.append(("Content-Length", str(len(body))))
         sent.extend((item.header, item.value) for item in injected)
