@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import dataclasses
 import functools
 import ipaddress
 import json
@@ -132,6 +133,23 @@ class EgressRecord(BaseModel):
     denied: str | None = Field(None, description="why the request failed, when it did")
     error: str | None = Field(None, description="the error kind, when it failed")
     redirects: list[str] = Field(default_factory=list, description="each hop's URL after the first")
+
+
+@dataclasses.dataclass(slots=True)
+class _Draft:
+    """An `EgressRecord` while its request runs (plain attributes: a pydantic model checks every assignment);
+    `EgressRecord.model_construct` takes its fields once the request ended."""
+
+    method: str
+    url: str
+    final_url: str | None = None
+    status: int | None = None
+    bytes: int = 0
+    duration_ms: float = 0.0
+    rule: str | None = None
+    denied: str | None = None
+    error: str | None = None
+    redirects: list[str] = dataclasses.field(default_factory=list)
 
 
 def _scrub(url: str) -> str:
@@ -265,10 +283,24 @@ class EgressSession:
         response, body = served
         return FetchReply.model_construct(response=response, error=None).model_dump_json().encode(), body
 
-    def _serve(self, frame: bytes | str) -> FetchReply | tuple[FetchResponse, bytes]:
+    def handle_request(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+        """`handle_parts` for a request its caller already parsed (the sandbox's exchange decoded the
+        program's frame once): the same checks on the same fields, and the `FetchReply` as a JSON-ready
+        mapping (``body_b64`` empty) with the body apart. Nothing is encoded to JSON and parsed again on
+        the way. Never raises."""
+        served = self._serve(request)
+        if isinstance(served, FetchReply):
+            return served.model_dump(), None
+        response, body = served
+        return {"response": response.model_dump(), "error": None}, body
+
+    def _serve(self, frame: bytes | str | Mapping[str, Any]) -> FetchReply | tuple[FetchResponse, bytes]:
         """An error reply, or the response and its body."""
         try:
-            request = FetchRequest.model_validate_json(frame)
+            if isinstance(frame, Mapping):
+                request = FetchRequest.model_validate(frame)
+            else:
+                request = FetchRequest.model_validate_json(frame)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
@@ -291,7 +323,7 @@ class EgressSession:
         """`fetch` with the body apart: the response (``body_b64`` empty) and the body's bytes."""
         start = time.monotonic()
         method = request.method.upper()
-        record = EgressRecord(method=method[:16], url=_scrub(request.url))
+        record = _Draft(method=method[:16], url=_scrub(request.url))
         try:
             return self._fetch(request, method, record, start)
         except FetchError as exc:
@@ -306,16 +338,15 @@ class EgressSession:
             record.url = self._redact(record.url)
             record.final_url = self._redact(record.final_url) if record.final_url else None
             record.redirects = [self._redact(url) for url in record.redirects]
+            done = EgressRecord.model_construct(**{name: getattr(record, name) for name in _Draft.__slots__})
             with self._lock:
-                self._records.append(record)
+                self._records.append(done)
             if logger.isEnabledFor(logging.INFO):
-                logger.info("egress %s", json.dumps(record.model_dump(mode="json"), separators=(",", ":")))
+                logger.info("egress %s", json.dumps(done.model_dump(mode="json"), separators=(",", ":")))
 
     # ------------------------------------------------------------------------------------------ steps
 
-    def _fetch(
-        self, request: FetchRequest, method: str, record: EgressRecord, start: float
-    ) -> tuple[FetchResponse, bytes]:
+    def _fetch(self, request: FetchRequest, method: str, record: _Draft, start: float) -> tuple[FetchResponse, bytes]:
         limits = self._broker.policy.limits
         with self._lock:
             if self._requests >= limits.max_requests:
