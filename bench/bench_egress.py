@@ -15,7 +15,8 @@ here, which competes for this process's GIL) with TCP_NODELAY, as real servers s
    request, the reply and its raw body frame back); "base64" is a handler with ``egress`` alone (JSON in,
    the body base64-encoded in the JSON reply).
 3. 8 sandboxes fetching at once against 8 host threads (requests per second between the first request's
-   start and the last one's end), and a canned reply (the channel alone, no HTTP).
+   start and the last one's end), a canned reply (the channel alone, no HTTP), and this process's CPU time
+   per fetch (through a sandbox vs the host's own request: what bounds throughput under one GIL).
 4. The goals, as ratios against "direct".
 
     python bench/bench_egress.py [--rounds N] [--backend subprocess|docker|gvisor|runc|runsc|none]
@@ -270,6 +271,7 @@ def through_sandbox(broker: EgressBroker, port: int, rounds: int, backend: str, 
             )
         _channel_only(sandbox, rounds)
         _concurrent(sandbox, broker, port, max(20, rounds // 2), results)
+        _host_cpu(sandbox, broker, port, rounds)
 
 
 class _Canned(Bridge):
@@ -334,6 +336,31 @@ def _host_threads(port: int, per: int, *, kept: bool) -> float:
     for thread in threads:
         thread.join()
     return 8 * per / (max(m[1] for m in marks) - min(m[0] for m in marks))
+
+
+def _host_cpu(sandbox: Sandbox, broker: EgressBroker, port: int, rounds: int) -> None:
+    """CPU time of this process per 1 KB fetch (``time.thread_time`` of the thread running the execution,
+    which serves its frames and makes the broker's request), against the host's own request: what bounds
+    eight sandboxes' throughput under one GIL, and far less sensitive to the machine's load than wall time."""
+    url = f"http://bench.test:{port}/1KB"
+    began = time.thread_time()
+    _run(sandbox, Bridge(broker), url, 1024, rounds)
+    brokered = (time.thread_time() - began) / (rounds + 1)
+    kept = KeptAlive(port)
+    kept("1KB")
+    began = time.thread_time()
+    for _ in range(rounds):
+        kept("1KB")
+    own_kept = (time.thread_time() - began) / rounds
+    kept.close()
+    began = time.thread_time()
+    for _ in range(rounds):
+        direct_new(port, "1KB")
+    own_new = (time.thread_time() - began) / rounds
+    print(
+        f"host CPU per 1KB fetch: through a sandbox {brokered * 1e6:.0f}us, direct {own_kept * 1e6:.0f}us "
+        f"(new conn {own_new * 1e6:.0f}us)"
+    )
 
 
 def goals(results: dict[str, float], backend: str) -> None:
