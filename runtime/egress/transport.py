@@ -199,6 +199,8 @@ def _dropped(sock: socket.socket | None) -> bool:
     something unasked, which must not be read as the next request's response."""
     if sock is None:
         return True
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():  # decrypted bytes waiting that poll cannot see
+        return True
     try:
         poller = select.poll()
         poller.register(sock, select.POLLIN)

@@ -151,6 +151,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, b"bye")
         self.close_connection = True
 
+    def _extra(self, seen: Seen, query: dict[str, str]) -> None:
+        """A response, then bytes nobody asked for on the same connection (a forged next response)."""
+        self._send(200, b"first")
+        self.wfile.flush()
+        time.sleep(0.3)  # after the client read its response: the bytes wait in its socket
+        forged = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
+        self.wfile.write(forged)
+        self.wfile.flush()
+
     def _hello(self, seen: Seen, query: dict[str, str]) -> None:
         self._send(200, b"hello", {"Content-Type": "text/plain"})
 
@@ -187,6 +196,7 @@ _ROUTES: dict[str, Callable[[_Handler, Seen, dict[str, str]], None]] = {
     "/status": _Handler._status,
     "/wait": _Handler._wait,
     "/hangup": _Handler._hangup,
+    "/extra": _Handler._extra,
 }
 
 

@@ -5,6 +5,7 @@ a reused connection; a connection the server closed is dropped; nothing outlives
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ def section(net: Net, **more: Any) -> dict[str, Any]:
             {"url": f"http://allowed.test:{net.port}/ok/**", "methods": ["GET", "HEAD", "POST"]},
             {"url": f"http://allowed.test:{net.port}/hangup"},
             {"url": f"http://allowed.test:{net.port}/big"},
+            {"url": f"http://allowed.test:{net.port}/extra"},
         ],
         "allow_ranges": ["127.0.0.1/32"],
         "resolve": {"allowed.test": "127.0.0.1"},
@@ -141,6 +143,23 @@ def test_a_connection_the_server_closed_is_not_used_again(net: Net) -> None:
     assert get(session, f"http://allowed.test:{net.port}/hangup").content == b"bye"
     assert get(session, f"http://allowed.test:{net.port}/ok/a").content == b"hello"
     assert len(set(peers(net))) == 2
+
+
+def test_bytes_nobody_asked_for_are_never_read_as_the_next_response(net: Net) -> None:
+    """The server writes a forged response after the real one: the idle connection is readable, so it is
+    closed, and the next request gets its own response on a new connection."""
+    session = broker(section(net)).session()
+    assert get(session, f"http://allowed.test:{net.port}/extra").content == b"first"
+    deadline = time.monotonic() + 5
+    while not transport._dropped(_idle_socket(session)) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the forged bytes follow the response: wait until they are there
+    assert get(session, f"http://allowed.test:{net.port}/ok/a").content == b"hello"
+    assert len(set(peers(net))) == 2
+
+
+def _idle_socket(session: Any) -> Any:
+    [conns] = session._pool._idle.values()
+    return conns[-1][1].sock
 
 
 def test_a_request_on_a_connection_closed_unseen_goes_again_on_a_new_one(
