@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -214,6 +214,10 @@ class AttemptBridge:
     def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
         """:meth:`egress` with the response's body as raw bytes (the exchange prefers it: no base64)."""
         return self._traced(lambda: self.fetches.egress_parts(request, deadline))
+
+    def egress_request(self, request: Mapping[str, Any], deadline: float) -> tuple[dict[str, Any], bytes | None]:
+        """:meth:`egress_parts` on the frame the exchange already parsed (the exchange prefers it)."""
+        return self._traced(lambda: self.fetches.egress_request(request, deadline))
 
     def _traced(self, fetch: Callable[[], T]) -> T:
         """One fetch, as a client span when telemetry is on (every egress entry point goes through here)."""
