@@ -29,7 +29,7 @@ from sandforge.runtime.gate import guarded_execute
 from sandforge.runtime.guardrails.engine import validate
 from sandforge.runtime.service import calls as call_log_reader
 from sandforge.runtime.service import sessions_api
-from sandforge.runtime.service.audit import AuditLog
+from sandforge.runtime.service.audit import AuditLog, note
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, first_error, mark
 from sandforge.runtime.service.gate import Gatekeeper
 from sandforge.runtime.service.mcp.http import McpEndpoint
@@ -116,6 +116,7 @@ def _exec_routes(app: FastAPI, service: Service) -> None:
     async def call_agent(role: str, method: str, body: AgentCallRequest, rt: Tenant, request: Request) -> JSONResponse:
         """A dynamic call ``role.method(*args, **kwargs)`` through the full lifecycle with the tenant's provider,
         ToolStore and policy. Returns the ``Outcome`` (failures of the tool are outcomes, not HTTP errors)."""
+        note(request.scope.get("state"), tool_role=role, tool_method=method)
         if rt.config.provider.kind != "none" and rt.provider_calls.exhausted:
             wait = seconds_to_utc_midnight()
             raise ApiError(429, "quota_exceeded", "provider call quota reached for today", {"Retry-After": str(wait)})
@@ -128,6 +129,7 @@ def _exec_routes(app: FastAPI, service: Service) -> None:
             outcome = await service.execute(rt, call)
         except (TypeError, ValueError) as exc:
             raise ApiError(422, "invalid_request", str(exc).splitlines()[0] if str(exc) else "invalid call") from None
+        await service.store_changed(rt.name)
         mark(request, "ok" if outcome["status"] == "ok" else outcome.get("error_type") or "error")
         return JSONResponse(service.scrub(outcome))
 

@@ -7,11 +7,13 @@ file created 0600; a write that fails is logged and never fails the request.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -31,6 +33,45 @@ class AuditRecord(BaseModel):
     outcome: str | None = Field(None, description="ok, or the error type (of the response or the outcome)")
     duration_ms: float
     client: str | None = None
+    mcp_method: str | None = Field(None, description="/mcp: the JSON-RPC method (tools/call, tools/list, ...)")
+    mcp_tool: str | None = Field(None, description="/mcp tools/call: the MCP tool's name")
+    tool_role: str | None = Field(None, description="the tool role called (agent calls, stored and persisted tools)")
+    tool_method: str | None = Field(None, description="the tool method called")
+
+
+#: What an audit record keeps of names a client chose: enough to read, never a payload.
+NAME_MAX = 200
+
+
+def _name(value: object) -> str | None:
+    return value[:NAME_MAX] if isinstance(value, str) and value else None
+
+
+def mcp_fields(body: bytes) -> dict[str, str | None]:
+    """The audit fields of one /mcp request body: the JSON-RPC method and, for ``tools/call``, the tool's name
+    (and the role and method ``call_stored_tool`` names). A body that is not one JSON-RPC message gives what
+    can be read of it, never an error: the MCP endpoint answers that request itself."""
+    try:
+        message = json.loads(body) if body else None
+    except ValueError:
+        return {}
+    if not isinstance(message, dict):
+        return {}
+    fields: dict[str, str | None] = {"mcp_method": _name(message.get("method"))}
+    params = message.get("params")
+    if fields["mcp_method"] == "tools/call" and isinstance(params, dict):
+        fields["mcp_tool"] = _name(params.get("name"))
+        arguments = params.get("arguments")
+        if fields["mcp_tool"] == "call_stored_tool" and isinstance(arguments, dict):
+            fields["tool_role"], fields["tool_method"] = _name(arguments.get("role")), _name(arguments.get("method"))
+    return fields
+
+
+def note(scope_state: dict[str, Any] | None, **fields: str | None) -> None:
+    """Add ``fields`` to the audit record of the request whose ``scope["state"]`` this is (a handler that
+    learns more than the gatekeeper saw: the role and method behind a persisted MCP tool)."""
+    if scope_state is not None:
+        scope_state.setdefault("audit", {}).update({k: _name(v) for k, v in fields.items()})
 
 
 class AuditLog:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 import anyio
@@ -21,6 +22,7 @@ from sandforge.runtime.service.scrub import Scrubber, host_prefixes
 from sandforge.runtime.service.tenants import ServerConfig, TenantRuntime, TenantRuntimes
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text}
     for code, text in (
@@ -59,6 +61,15 @@ class Service:
         self.slots = anyio.CapacityLimiter(config.execution_slots)
         self.in_flight = 0
         self.readiness = ReadinessProbe(config)
+        #: told the tenant's name after an agent call (it may have changed the tenant's store): the MCP endpoint
+        self.on_store_change: list[Callable[[str], Awaitable[None]]] = []
+
+    async def store_changed(self, tenant: str) -> None:
+        for hook in list(self.on_store_change):
+            try:
+                await hook(tenant)
+            except Exception:  # a listener must never fail the request that changed the store
+                log.warning("a store-change listener failed", exc_info=True)
 
     def error(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
         body = {"error": {"type": error_type, "message": self.scrub.text(" ".join(message.split()))}}

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from sandforge.runtime.service.audit import AuditLog, AuditRecord
+from sandforge.runtime.service.audit import AuditLog, AuditRecord, mcp_fields, note
 from sandforge.runtime.service.tenants import TenantRuntimes
 
 Scope = MutableMapping[str, Any]
@@ -52,6 +52,11 @@ def bearer(scope: Scope) -> str | None:
             scheme, _, token = text.partition(" ")
             return token.strip() if scheme.lower() == "bearer" and token.strip() else None
     return None
+
+
+def path_of(scope: Scope) -> str:
+    path: str = scope.get("path", "")
+    return path
 
 
 def content_length(scope: Scope) -> int | None:
@@ -104,7 +109,7 @@ class Gatekeeper:
                     request_id=state["request_id"], tenant=tenant.name if tenant is not None else None,
                     method=scope.get("method", ""), path=path[:512], status=status["code"],
                     outcome=state.get("outcome"), duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                    client=client[0] if client else None,
+                    client=client[0] if client else None, **state.get("audit", {}),
                 )
             )  # fmt: skip
 
@@ -126,6 +131,8 @@ class Gatekeeper:
         if declared is not None and declared > limit:
             raise BodyTooLarge
         body = await self._read_body(receive, limit)
+        if path_of(scope).startswith("/mcp") and body:
+            note(state, **mcp_fields(body))
         replayed = False
 
         async def replay() -> Message:

@@ -17,6 +17,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.abc
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -55,19 +56,33 @@ class McpEndpoint:
         self._managers: dict[str, StreamableHTTPSessionManager] = {}
         self._servers: dict[str, TenantMCP] = {}
         self._stack: AsyncExitStack | None = None
+        self._watches: anyio.abc.TaskGroup | None = None
         self._lock = anyio.Lock()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """While entered, tenants' session managers run; leaving closes every session."""
-        async with AsyncExitStack() as stack:
-            self._stack = stack
+        """While entered, tenants' session managers and their tool-list watches run; leaving closes every
+        session."""
+        async with anyio.create_task_group() as watches, AsyncExitStack() as stack:
+            self._stack, self._watches = stack, watches
+            if self.service is not None:
+                self.service.on_store_change.append(self.store_changed)
             try:
                 yield
             finally:
-                self._stack = None
+                if self.service is not None:
+                    self.service.on_store_change.remove(self.store_changed)
+                watches.cancel_scope.cancel()
+                self._stack = self._watches = None
                 self._managers.clear()
                 self._servers.clear()
+
+    async def store_changed(self, tenant: str) -> None:
+        """The service ran something that may have changed ``tenant``'s store (an agent call over HTTP):
+        its MCP clients hear of it at once, not at the next poll."""
+        server = self._servers.get(tenant)
+        if server is not None:
+            await server.changes.refresh()
 
     async def _manager(self, runtime: TenantRuntime) -> StreamableHTTPSessionManager | None:
         async with self._lock:
@@ -77,6 +92,8 @@ class McpEndpoint:
                 server.streamable_http_app(json_response=self.json_response)  # makes its session manager
                 manager = server.session_manager
                 await self._stack.enter_async_context(manager.run())
+                if self._watches is not None:
+                    self._watches.start_soon(server.changes.watch)
                 self._servers[runtime.name] = server
                 self._managers[runtime.name] = manager
             return manager
