@@ -7,10 +7,12 @@ file created 0600; a write that fails is logged and never fails the request.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,13 +77,45 @@ def note(scope_state: dict[str, Any] | None, **fields: str | None) -> None:
 
 
 class AuditLog:
-    """Appends :class:`AuditRecord` lines to ``path`` (None: records are only kept in memory, for tests)."""
+    """Appends :class:`AuditRecord` lines to ``path`` (None: records are only kept in memory, for tests).
+
+    The file stays open between writes (one ``write`` per request); it is reopened when it was moved or
+    removed (log rotation), which is checked at most every ``REOPEN_CHECK_S`` seconds, and after a failed write.
+    """
+
+    REOPEN_CHECK_S = 1.0
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._dir_made = False
+        self._fd: int | None = None
+        self._checked = 0.0
         self.count = 0
+
+    def _open(self) -> int:
+        assert self.path is not None
+        if self._fd is not None:
+            now = time.monotonic()
+            if now - self._checked < self.REOPEN_CHECK_S:
+                return self._fd
+            self._checked = now
+            try:
+                same = self.path.stat().st_ino == os.fstat(self._fd).st_ino
+            except OSError:
+                same = False
+            if same:
+                return self._fd
+            self._close()
+        make_private_dir(self.path.parent)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
+        self._fd, self._checked = os.open(self.path, flags, 0o600), time.monotonic()
+        return self._fd
+
+    def _close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def write(self, record: AuditRecord) -> None:
         line = (record.model_dump_json() + "\n").encode("utf-8")
@@ -90,15 +124,13 @@ class AuditLog:
             if self.path is None:
                 return
             try:
-                if not self._dir_made:
-                    make_private_dir(self.path.parent)
-                    self._dir_made = True
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-                try:
-                    os.write(fd, line)
-                finally:
-                    os.close(fd)
+                os.write(self._open(), line)
             except OSError as exc:
+                self._close()
                 log.error("cannot append to the audit log: %s", exc.strerror or exc)
             except SandforgeError as exc:  # its directory could not be made
                 log.error("cannot append to the audit log: %s", exc)
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
