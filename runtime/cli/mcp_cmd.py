@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from sandforge.runtime.cli.common import load_policy_option, policy_options
 from sandforge.runtime.errors import ConfigError, UsageError
 from sandforge.runtime.state_dir import resolve_state_dir
 from sandforge.sandbox import BACKENDS, Limits, SandboxConfig
@@ -49,53 +50,22 @@ def _caps(backend: str | None, timeout: float | None, memory: int | None) -> tup
 
 
 @click.command("mcp")
-@click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="The tenant's state directory (default: $SANDFORGE_STATE_DIR, else the user state dir).",
-)
-@click.option(
-    "--policy",
-    "policies",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    envvar="SANDFORGE_MCP_POLICY",
-    help="Policy layer over the default (repeatable; env: SANDFORGE_MCP_POLICY, ':'-separated).",
-)
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The tenant's state directory (default: $SANDFORGE_STATE_DIR, else the user state dir).")
+@policy_options(envvar="SANDFORGE_MCP_POLICY")
 @click.option("--backend", type=click.Choice(BACKENDS), default=None, help="Default: SANDFORGE_BACKEND or subprocess.")
-@click.option(
-    "--provider",
-    "provider_kind",
-    type=click.Choice(["none", "anthropic", "scripted"]),
-    default=None,
-    envvar="SANDFORGE_MCP_PROVIDER",
-    help="Model provider for tools not stored yet (default: anthropic with ANTHROPIC_API_KEY, else none).",
-)
-@click.option(
-    "--programs",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    envvar="SANDFORGE_MCP_PROGRAMS",
-    help="Programs the scripted provider replays (JSON or '# ---').",
-)
+@click.option("--provider", "provider_kind", type=click.Choice(["none", "anthropic", "scripted"]), default=None,
+              envvar="SANDFORGE_MCP_PROVIDER",
+              help="Model provider for tools not stored yet (default: anthropic with ANTHROPIC_API_KEY, else none).")
+@click.option("--programs", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              envvar="SANDFORGE_MCP_PROGRAMS", help="Programs the scripted provider replays (JSON or '# ---').")
 @click.option("--timeout", type=float, default=None, help="Largest wall-clock limit of one execution, seconds.")
 @click.option("--memory", type=int, default=None, help="Largest memory limit of one execution, MB.")
 @click.option("--name", default="sandforge", show_default=True, help="The server name clients see.")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    envvar="SANDFORGE_SERVER_CONFIG",
-    help="Serve a tenant of this server.yaml (with --tenant).",
-)
-@click.option(
-    "--tenant",
-    default=None,
-    envvar="SANDFORGE_TENANT",
-    help="The tenant of --config to serve: its state directory, policy, provider and quotas.",
-)
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              envvar="SANDFORGE_SERVER_CONFIG", help="Serve a tenant of this server.yaml (with --tenant).")
+@click.option("--tenant", default=None, envvar="SANDFORGE_TENANT",
+              help="The tenant of --config to serve: its state directory, policy, provider and quotas.")
 def command(**options: Any) -> None:
     """Serve sandforge's tools to an MCP client over stdio (one tenant).
 
@@ -109,16 +79,16 @@ def command(**options: Any) -> None:
     from sandforge.runtime.service.tenants import standalone_tenant
 
     backend = options["backend"]
+    policy = load_policy_option(options["policies"], options["no_default"])  # one-line errors before serving
     max_timeout, max_memory = _caps(backend, options["timeout"], options["memory"])
     try:
         runtime = standalone_tenant(
-            STDIO_TENANT, resolve_state_dir(options["state_dir"]), policy=tuple(options["policies"]),
+            STDIO_TENANT, resolve_state_dir(options["state_dir"]), policy=policy,
             provider=_provider(options["provider_kind"], options["programs"]), backend=backend,
             max_timeout_s=max_timeout, max_memory_mb=max_memory,
         )  # fmt: skip
     except ConfigError as exc:
         raise UsageError(str(exc).removeprefix("tenant: ")) from None
-    runtime.policy  # noqa: B018 (a malformed policy layer is a one-line error before the server starts)
     try:
         TenantMCP(runtime, name=name).run("stdio")
     finally:

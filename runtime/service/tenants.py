@@ -551,23 +551,29 @@ def standalone_tenant(
     name: str,
     state_dir: Path,
     *,
-    policy: tuple[Path, ...] = (),
+    policy: tuple[Path, ...] | Policy = (),
     provider: ProviderConfig | None = None,
     backend: BackendName | None = None,
     max_timeout_s: float | None = None,
     max_memory_mb: int | None = None,
 ) -> TenantRuntime:
     """One tenant outside any ``server.yaml`` (``sandforge mcp`` with flags): the same runtime the service
-    builds, its state in ``state_dir``, with no daily provider-call quota. ConfigError for bad values."""
+    builds, its state in ``state_dir``, with no daily provider-call quota. ``policy``: layer paths over the
+    default, or the Policy itself (``--policy``/``--no-default`` as the CLI loaded them). ConfigError for bad
+    values."""
     quotas: dict[str, Any] = {"provider_calls_per_day": 10_000_000}
     if max_timeout_s is not None:
         quotas["max_timeout_s"] = max_timeout_s
     if max_memory_mb is not None:
         quotas["max_memory_mb"] = max_memory_mb
-    tenant = {"name": name, "state_dir": state_dir, "policy": policy, "quotas": quotas,
+    layers = policy if isinstance(policy, tuple) else ()
+    tenant = {"name": name, "state_dir": state_dir, "policy": layers, "quotas": quotas,
               "provider": (provider or ProviderConfig()).model_dump(), "backend": backend}  # fmt: skip
     config = parse_server_config({"state_dir": state_dir, "tenants": [tenant]}, base=Path.cwd(), name="tenant")
-    return TenantRuntime(config, config.tenants[0])
+    runtime = TenantRuntime(config, config.tenants[0])
+    if not isinstance(policy, tuple):
+        runtime._parts["policy"] = policy
+    return runtime
 
 
 class TenantRuntimes:
