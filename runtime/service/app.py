@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sandforge.runtime.errors import SandforgeError
-from sandforge.runtime.guardrails.engine import validate
+from sandforge.runtime.guardrails.checking import check_program
 from sandforge.runtime.service import calls as call_log_reader
 from sandforge.runtime.service import exec_route, sessions_api
 from sandforge.runtime.service.audit import AuditLog, note
@@ -111,9 +111,10 @@ def _exec_routes(app: FastAPI, service: Service) -> None:
     async def policy_check(body: PolicyCheckRequest, rt: Tenant, request: Request) -> JSONResponse:
         """The ``sandforge policy check --format json`` report of a program under the tenant's policy."""
         policy = rt.policy
-        result = await service.blocking(lambda: validate(body.code, policy))
-        mark(request, result.verdict)
-        return JSONResponse(service.scrub(result.model_dump(mode="json")))
+        checked = await service.blocking(lambda: check_program(body.code, policy))
+        mark(request, checked.result.verdict)
+        extra = {"declared": list(checked.declared), "pending_imports": list(checked.pending)}
+        return JSONResponse(service.scrub({**checked.result.model_dump(mode="json"), **extra}))
 
 
 def _store_routes(app: FastAPI, service: Service) -> None:
