@@ -29,7 +29,7 @@ from sandforge.runtime.gate import guarded_execute
 from sandforge.runtime.guardrails.engine import validate
 from sandforge.runtime.service import calls as call_log_reader
 from sandforge.runtime.service import sessions_api
-from sandforge.runtime.service.audit import AuditLog
+from sandforge.runtime.service.audit import AuditLog, AuditRecord
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, first_error, mark
 from sandforge.runtime.service.gate import Gatekeeper
 from sandforge.runtime.service.mcp.http import McpEndpoint
@@ -262,7 +262,17 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
     _health_routes(app, service, gate)
     sessions_api.install(app, service)
     app.add_route("/mcp", mcp_endpoint, include_in_schema=False)  # type: ignore[arg-type]  # an ASGI app
+    _install_dashboard(app, service)  # /dashboard pages, /v1/dashboard twins (h-dash)
     return app
+
+
+def _install_dashboard(app: FastAPI, service: Service) -> None:
+    from sandforge.runtime.dashboard.routes import Dashboard, install
+
+    audit = service.audit
+    dash = Dashboard(for_token=service.runtimes.for_token, scrub=service.scrub,
+                     audit=lambda fields: audit.write(AuditRecord(**fields)))  # fmt: skip
+    install(app, dash)
 
 
 async def shutdown(service: Service) -> None:

@@ -1,0 +1,174 @@
+"""What the dashboard changes, and its session: login, logout, rollback (with CSRF and a confirmation).
+
+Every request here gets an audit line (the pages only read; the gatekeeper already audits the twins and the
+API's rollback under /v1). A rollback from the browser needs the session cookie, a same-site request, the
+session's CSRF token and ``confirm=yes`` (the confirmation page sets it); it acts on the cookie's tenant's
+store only, so another tenant's tool is simply not found.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from urllib.parse import quote
+
+from sandforge.runtime.dashboard import auth, render
+from sandforge.runtime.dashboard.routes import HEADERS, _error_page, _html, _json_error
+from sandforge.runtime.dashboard.views import artifact_page
+from sandforge.runtime.store.errors import InvalidNameError, RollbackError, ToolNotFoundError
+
+if TYPE_CHECKING:
+    from sandforge.runtime.dashboard.routes import Dashboard, TenantLike
+
+
+def _redirect(url: str, cookie: str | None = None) -> RedirectResponse:
+    headers = dict(HEADERS)
+    if cookie is not None:
+        headers["set-cookie"] = cookie
+    return RedirectResponse(url, status_code=303, headers=headers)
+
+
+def _login_page(message: str | None = None, status: int = 200) -> Response:
+    return _html(render.page("login.html", message=message, tenant=None, nav="", csrf=""), status)
+
+
+def _rollback(rt: TenantLike, role: str, method: str, to: int | None) -> tuple[int, int]:
+    """(from, to): the generations before and after; raises the store's typed errors."""
+    store = rt.tool_store
+    before = store.lookup(role, method).artifact
+    restored = store.rollback(role, method, to=to)
+    return (before.generation if before else 0), restored.generation
+
+
+def _parse_to(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
+        raise ValueError("to: a generation number")
+    return int(value)
+
+
+def _login_routes(app: FastAPI, dash: Dashboard) -> None:
+    @app.get("/dashboard/login", include_in_schema=False)
+    async def login_form(request: Request) -> Response:
+        code = request.query_params.get("code")
+        if code is None:
+            return _login_page()
+        started = time.perf_counter()
+        token = dash.sessions.redeem(code)
+        rt = dash.for_token(token) if token else None
+        if token is None or rt is None:
+            dash.record(request, None, 401, "unauthorized", started)
+            return _login_page("this login link is used up or expired", 401)
+        dash.record(request, rt.name, 303, "login", started)
+        return _redirect("/dashboard", auth.cookie_header(token))
+
+    @app.post("/dashboard/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        started = time.perf_counter()
+        fields = await auth.form(request)
+        if auth.cross_site(request) or fields is None:
+            dash.record(request, None, 403, "forbidden", started)
+            return _login_page("refused: not a login form of this site", 403)
+        token = fields.get("token", "").strip()
+        rt = dash.for_token(token) if token else None
+        if rt is None:
+            dash.record(request, None, 401, "unauthorized", started)
+            return _login_page("that token is not valid", 401)
+        dash.record(request, rt.name, 303, "login", started)
+        return _redirect("/dashboard", auth.cookie_header(token))
+
+    @app.post("/dashboard/logout", include_in_schema=False)
+    async def logout(request: Request) -> Response:
+        started = time.perf_counter()
+        session = dash.session(request)
+        fields = await auth.form(request) or {}
+        if session is None or auth.cross_site(request) or not dash.sessions.csrf_ok(session[0], fields.get("csrf")):
+            dash.record(request, session[1].name if session else None, 403, "forbidden", started)
+            return _error_page(403, "refused: missing or wrong CSRF token")
+        dash.record(request, session[1].name, 303, "logout", started)
+        return _redirect("/dashboard/login", auth.clear_cookie_header())
+
+    @app.get("/dashboard/static/dashboard.css", include_in_schema=False)
+    async def stylesheet() -> Response:
+        return Response(render.stylesheet(), media_type="text/css", headers={"cache-control": "max-age=3600"})
+
+
+def _rollback_routes(app: FastAPI, dash: Dashboard) -> None:
+    path = "/dashboard/tools/{role}/{method}/rollback"
+
+    @app.get(path, include_in_schema=False)
+    async def confirm(role: str, method: str, request: Request) -> Response:
+        session = dash.session(request)
+        if session is None:
+            return _redirect("/dashboard/login")
+        token, rt = session
+        try:
+            to = _parse_to(request.query_params.get("to"))
+            board = dash.board(rt)
+            data = await anyio.to_thread.run_sync(lambda: artifact_page(board, role, method, a=None, b=to))
+        except (ValueError, InvalidNameError, ToolNotFoundError):
+            data = None
+        if data is None or to not in data.rollback_targets:
+            return _error_page(404, "no such generation to roll back to", rt.name)
+        d = dash.scrub(data.model_dump(mode="json"))
+        body = render.page("rollback.html", d=d, to=to, tenant=rt.name, nav="tools", csrf=dash.sessions.csrf(token),
+                           twin=f"/v1/dashboard/tools/{role}/{method}", query={}, notice=None)  # fmt: skip
+        return _html(body)
+
+    @app.post(path, include_in_schema=False)
+    async def rollback(role: str, method: str, request: Request) -> Response:
+        started = time.perf_counter()
+        session = dash.session(request)
+        if session is None:
+            dash.record(request, None, 401, "unauthorized", started)
+            return _error_page(401, "log in first")
+        token, rt = session
+        fields = await auth.form(request) or {}
+        if auth.cross_site(request) or not dash.sessions.csrf_ok(token, fields.get("csrf")):
+            dash.record(request, rt.name, 403, "csrf_refused", started)
+            return _error_page(403, "refused: missing or wrong CSRF token", rt.name)
+        if fields.get("confirm") != "yes":
+            dash.record(request, rt.name, 400, "not_confirmed", started)
+            return _error_page(400, "a rollback needs its confirmation", rt.name)
+        try:
+            before, after = await anyio.to_thread.run_sync(lambda: _rollback(rt, role, method, _parse_to(fields.get("to"))))
+        except (ValueError, RollbackError) as exc:
+            dash.record(request, rt.name, 409, "rollback_refused", started)
+            return _error_page(409, str(exc), rt.name)
+        except (InvalidNameError, ToolNotFoundError):
+            dash.record(request, rt.name, 404, "not_found", started)
+            return _error_page(404, "no such tool method for this tenant", rt.name)
+        dash.record(request, rt.name, 303, f"rolled_back {role}.{method} {before}->{after}", started)
+        notice = quote(f"rolled back from generation {before} to {after}")
+        return _redirect(f"/dashboard/tools/{quote(role)}/{quote(method)}?notice={notice}")
+
+    @app.post("/v1/dashboard/tools/{role}/{method}/rollback", include_in_schema=False)
+    async def rollback_api(role: str, method: str, request: Request) -> Response:
+        """The rollback's JSON twin: bearer token (no cookie, so no CSRF), body ``{"to": N}`` or empty."""
+        rt: TenantLike | None = request.scope.get("state", {}).get("tenant")
+        if rt is None:
+            return _json_error(401, "unauthorized", "a valid bearer token is required")
+        try:
+            raw = await request.body()
+            body = json.loads(raw) if raw.strip() else {}
+            to = _parse_to(body.get("to") if isinstance(body, dict) else None)
+            before, after = await anyio.to_thread.run_sync(lambda: _rollback(rt, role, method, to))
+        except (ValueError, RollbackError) as exc:
+            request.scope.setdefault("state", {})["outcome"] = "rollback_refused"
+            return _json_error(409, "rollback_refused", str(exc).splitlines()[0])
+        except (InvalidNameError, ToolNotFoundError):
+            return _json_error(404, "not_found", "no such tool method")
+        request.scope.setdefault("state", {})["outcome"] = f"rolled_back {before}->{after}"
+        return JSONResponse({"role": role, "method": method, "previous_generation": before, "generation": after})
+
+
+def install(app: FastAPI, dash: Dashboard) -> None:
+    _login_routes(app, dash)
+    _rollback_routes(app, dash)
