@@ -21,6 +21,7 @@ def _register() -> None:
     from sandforge.runtime.cli import (
         chat_cmd,
         cleanup_cmd,
+        dashboard_cmd,
         demo_cmd,
         doctor_cmd,
         envs_cmd,
@@ -42,6 +43,7 @@ def _register() -> None:
     main.add_command(serve_cmd.command)
     main.add_command(tokens_cmd.command)
     main.add_command(mcp_cmd.command)
+    main.add_command(dashboard_cmd.command)
 
 
 _register()

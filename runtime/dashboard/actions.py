@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import anyio.to_thread
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from urllib.parse import quote
 
 from sandforge.runtime.dashboard import auth, render
 from sandforge.runtime.dashboard.routes import HEADERS, _error_page, _html, _json_error
@@ -100,11 +101,15 @@ def _login_routes(app: FastAPI, dash: Dashboard) -> None:
         return Response(render.stylesheet(), media_type="text/css", headers={"cache-control": "max-age=3600"})
 
 
-def _rollback_routes(app: FastAPI, dash: Dashboard) -> None:
-    path = "/dashboard/tools/{role}/{method}/rollback"
+ROLLBACK = "/dashboard/tools/{role}/{method}/rollback"
+Handler = Callable[[Request], Awaitable[Response]]
 
-    @app.get(path, include_in_schema=False)
-    async def confirm(role: str, method: str, request: Request) -> Response:
+
+def _confirm_handler(dash: Dashboard) -> Handler:
+    """The confirmation page: what the rollback would change, and the form (with the session's CSRF token)."""
+
+    async def confirm(request: Request) -> Response:
+        role, method = request.path_params["role"], request.path_params["method"]
         session = dash.session(request)
         if session is None:
             return _redirect("/dashboard/login")
@@ -119,26 +124,39 @@ def _rollback_routes(app: FastAPI, dash: Dashboard) -> None:
             return _error_page(404, "no such generation to roll back to", rt.name)
         d = dash.scrub(data.model_dump(mode="json"))
         body = render.page("rollback.html", d=d, to=to, tenant=rt.name, nav="tools", csrf=dash.sessions.csrf(token),
-                           twin=f"/v1/dashboard/tools/{role}/{method}", query={}, notice=None)  # fmt: skip
+                           twin=f"/v1/dashboard/tools/{role}/{method}")  # fmt: skip
         return _html(body)
 
-    @app.post(path, include_in_schema=False)
-    async def rollback(role: str, method: str, request: Request) -> Response:
+    return confirm
+
+
+async def _checked_form(dash: Dashboard, request: Request, token: str) -> dict[str, str] | None:
+    """The form of a same-site request carrying this session's CSRF token, else None."""
+    fields = await auth.form(request) or {}
+    if auth.cross_site(request) or not dash.sessions.csrf_ok(token, fields.get("csrf")):
+        return None
+    return fields
+
+
+def _rollback_handler(dash: Dashboard) -> Handler:
+    async def rollback(request: Request) -> Response:
+        role, method = request.path_params["role"], request.path_params["method"]
         started = time.perf_counter()
         session = dash.session(request)
         if session is None:
             dash.record(request, None, 401, "unauthorized", started)
             return _error_page(401, "log in first")
         token, rt = session
-        fields = await auth.form(request) or {}
-        if auth.cross_site(request) or not dash.sessions.csrf_ok(token, fields.get("csrf")):
+        fields = await _checked_form(dash, request, token)
+        if fields is None:
             dash.record(request, rt.name, 403, "csrf_refused", started)
             return _error_page(403, "refused: missing or wrong CSRF token", rt.name)
         if fields.get("confirm") != "yes":
             dash.record(request, rt.name, 400, "not_confirmed", started)
             return _error_page(400, "a rollback needs its confirmation", rt.name)
         try:
-            before, after = await anyio.to_thread.run_sync(lambda: _rollback(rt, role, method, _parse_to(fields.get("to"))))
+            to = _parse_to(fields.get("to"))
+            before, after = await anyio.to_thread.run_sync(lambda: _rollback(rt, role, method, to))
         except (ValueError, RollbackError) as exc:
             dash.record(request, rt.name, 409, "rollback_refused", started)
             return _error_page(409, str(exc), rt.name)
@@ -149,24 +167,41 @@ def _rollback_routes(app: FastAPI, dash: Dashboard) -> None:
         notice = quote(f"rolled back from generation {before} to {after}")
         return _redirect(f"/dashboard/tools/{quote(role)}/{quote(method)}?notice={notice}")
 
-    @app.post("/v1/dashboard/tools/{role}/{method}/rollback", include_in_schema=False)
-    async def rollback_api(role: str, method: str, request: Request) -> Response:
-        """The rollback's JSON twin: bearer token (no cookie, so no CSRF), body ``{"to": N}`` or empty."""
+    return rollback
+
+
+def _rollback_api_handler(dash: Dashboard) -> Handler:
+    """The rollback's JSON twin: bearer token (no cookie, so no CSRF), body ``{"to": N}`` or empty; the
+    gatekeeper authenticates and audits it like every /v1 request."""
+
+    async def rollback_api(request: Request) -> Response:
+        role, method = request.path_params["role"], request.path_params["method"]
         rt: TenantLike | None = request.scope.get("state", {}).get("tenant")
         if rt is None:
             return _json_error(401, "unauthorized", "a valid bearer token is required")
+        state = request.scope.setdefault("state", {})
         try:
             raw = await request.body()
             body = json.loads(raw) if raw.strip() else {}
             to = _parse_to(body.get("to") if isinstance(body, dict) else None)
             before, after = await anyio.to_thread.run_sync(lambda: _rollback(rt, role, method, to))
         except (ValueError, RollbackError) as exc:
-            request.scope.setdefault("state", {})["outcome"] = "rollback_refused"
+            state["outcome"] = "rollback_refused"
             return _json_error(409, "rollback_refused", str(exc).splitlines()[0])
         except (InvalidNameError, ToolNotFoundError):
+            state["outcome"] = "not_found"
             return _json_error(404, "not_found", "no such tool method")
-        request.scope.setdefault("state", {})["outcome"] = f"rolled_back {before}->{after}"
+        state["outcome"] = f"rolled_back {before}->{after}"
         return JSONResponse({"role": role, "method": method, "previous_generation": before, "generation": after})
+
+    return rollback_api
+
+
+def _rollback_routes(app: FastAPI, dash: Dashboard) -> None:
+    app.add_route(ROLLBACK, _confirm_handler(dash), methods=["GET"], include_in_schema=False)
+    app.add_route(ROLLBACK, _rollback_handler(dash), methods=["POST"], include_in_schema=False)
+    app.add_route("/v1/dashboard/tools/{role}/{method}/rollback", _rollback_api_handler(dash), methods=["POST"],
+                  include_in_schema=False)  # fmt: skip
 
 
 def install(app: FastAPI, dash: Dashboard) -> None:

@@ -75,10 +75,13 @@ class CallFilter:
         if self.stage is not None:
             clauses.append("stage IS NULL" if self.stage == "none" else "stage = ?")
             params += [] if self.stage == "none" else [self.stage]
-        for clause, value in (("t >= ?", self.since), ("t < ?", self.until), ("id < ?", self.before)):
-            if value is not None:
+        bounds: tuple[tuple[str, float | int | None], ...] = (
+            ("t >= ?", self.since), ("t < ?", self.until), ("id < ?", self.before)
+        )  # fmt: skip
+        for clause, bound in bounds:
+            if bound is not None:
                 clauses.append(clause)
-                params.append(value)
+                params.append(bound)
         if self.trace is not None:
             clauses.append("trace = ?")
             params.append(self.trace)

@@ -63,11 +63,13 @@ def environment() -> jinja2.Environment:
 
 
 def page(template: str, **context: Any) -> str:
-    return environment().get_template(template).render(**context)
+    defaults: dict[str, Any] = {"notice": None, "twin": None, "query": {}, "tenant": None, "nav": "", "csrf": ""}
+    return environment().get_template(template).render(**(defaults | context))
 
 
 @functools.cache
 def stylesheet() -> bytes:
     """The dashboard's CSS and Pygments' classes, in one file served from the package."""
     own = resources.files("sandforge.runtime.dashboard").joinpath("static/dashboard.css").read_text("utf-8")
-    return (own + "\n" + _FORMATTER.get_style_defs(".highlight")).encode("utf-8")
+    defs: str = _FORMATTER.get_style_defs(".highlight")
+    return (own + "\n" + defs).encode("utf-8")

@@ -34,7 +34,7 @@ from sandforge.runtime.dashboard.views import (
 )
 from sandforge.runtime.guardrails import Policy
 from sandforge.runtime.store import ToolStore
-from sandforge.runtime.store.errors import InvalidNameError, RollbackError, ToolNotFoundError
+from sandforge.runtime.store.errors import InvalidNameError, ToolNotFoundError
 from sandforge.sandbox import SandboxConfig
 
 log = logging.getLogger(__name__)
@@ -161,8 +161,9 @@ def _patterns(board: Board, request: Request) -> BaseModel:
 PAGES = (
     PageSpec("/dashboard", "/v1/dashboard/overview", "overview.html", _overview, "overview"),
     PageSpec("/dashboard/tools", "/v1/dashboard/tools", "tools.html", _tools, "tools"),
-    PageSpec("/dashboard/tools/{role}/{method}", "/v1/dashboard/tools/{role}/{method}", "artifact.html", _artifact,
-             "tools"),  # fmt: skip
+    PageSpec(
+        "/dashboard/tools/{role}/{method}", "/v1/dashboard/tools/{role}/{method}", "artifact.html", _artifact, "tools"
+    ),
     PageSpec("/dashboard/calls", "/v1/dashboard/calls", "calls.html", _calls, "calls"),
     PageSpec("/dashboard/calls/{call_id}", "/v1/dashboard/calls/{call_id}", "call.html", _call, "calls"),
     PageSpec("/dashboard/patterns", "/v1/dashboard/patterns", "patterns.html", _patterns, "patterns"),
@@ -184,7 +185,10 @@ def _safe(build: Builder) -> Builder:
 async def _data(dash: Dashboard, rt: TenantLike, spec: PageSpec, request: Request) -> dict[str, Any] | None:
     board = dash.board(rt)
     model = await anyio.to_thread.run_sync(lambda: _safe(spec.build)(board, request))
-    return None if model is None else dash.scrub(model.model_dump(mode="json"))  # type: ignore[no-any-return]
+    if model is None:
+        return None
+    data: dict[str, Any] = dash.scrub(model.model_dump(mode="json"))
+    return data
 
 
 def _page_route(dash: Dashboard, spec: PageSpec) -> Callable[[Request], Awaitable[Response]]:
@@ -202,8 +206,10 @@ def _page_route(dash: Dashboard, spec: PageSpec) -> Callable[[Request], Awaitabl
         if request.query_params.get("format") == "json":
             return JSONResponse(data, headers=HEADERS)
         twin = spec.twin.format(**request.path_params)
-        body = render.page(spec.template, d=data, tenant=rt.name, nav=spec.nav, csrf=dash.sessions.csrf(token),
-                           twin=twin, query=dict(request.query_params), notice=request.query_params.get("notice"))  # fmt: skip
+        body = render.page(
+            spec.template, d=data, tenant=rt.name, nav=spec.nav, csrf=dash.sessions.csrf(token), twin=twin,
+            query=dict(request.query_params), notice=request.query_params.get("notice"),
+        )  # fmt: skip
         return _html(body)
 
     return page

@@ -8,7 +8,6 @@ per method and the registry read (itself cached by content in the store).
 
 from __future__ import annotations
 
-import os
 import threading
 from datetime import datetime
 from typing import Literal
@@ -94,7 +93,7 @@ class HealthCache:
     def method(self, entry: RegistryEntry, method: str) -> MethodHealth:
         path = self.store.paths.method_file(entry.role, method)
         try:
-            st = os.stat(path, follow_symlinks=False)
+            st = path.lstat()
             key = (st.st_ino, st.st_mtime_ns, st.st_size, entry.contract_fingerprint)
         except OSError:
             key = (0, 0, 0, entry.contract_fingerprint)
@@ -103,7 +102,8 @@ class HealthCache:
         if hit is not None and hit[0] == key:
             return hit[1]
         art = self.store.lookup(entry.role, method).artifact
-        value = method_health(art, entry, self.store) if art is not None else MethodHealth(method=method, badge="missing")
+        value = method_health(art, entry, self.store) if art is not None else MethodHealth(method=method,
+                                                                                            badge="missing")
         with self._lock:
             self._seen[(entry.role, method)] = (key, value)
         return value

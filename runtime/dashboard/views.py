@@ -21,8 +21,8 @@ from sandforge.runtime.dashboard.toolhealth import BADGE_ORDER, Badge, HealthCac
 from sandforge.runtime.guardrails import Policy
 from sandforge.runtime.guardrails.engine import validate
 from sandforge.runtime.store import ToolStore
-from sandforge.runtime.store.models import MethodArtifact, RegistryEntry
 from sandforge.runtime.store.cacheability import is_dynamic_method
+from sandforge.runtime.store.models import MethodArtifact, RegistryEntry
 from sandforge.sandbox import SandboxConfig
 
 PAGE_SIZE = 50
@@ -36,7 +36,9 @@ def _utc(ts: float) -> datetime:
 class Board:
     """One tenant's dashboard data sources (built once per tenant and kept: the caches live here)."""
 
-    def __init__(self, *, tenant: str, store: ToolStore, call_log: Path, policy: Policy, sandbox: SandboxConfig) -> None:
+    def __init__(
+        self, *, tenant: str, store: ToolStore, call_log: Path, policy: Policy, sandbox: SandboxConfig
+    ) -> None:
         self.tenant = tenant
         self.store = store
         self.calls = CallIndex(call_log)
@@ -227,7 +229,9 @@ def _generation(art: MethodArtifact, current: bool) -> GenerationView:
     )  # fmt: skip
 
 
-def artifact_page(board: Board, role: str, method: str, *, a: int | None = None, b: int | None = None) -> ArtifactPage | None:
+def artifact_page(
+    board: Board, role: str, method: str, *, a: int | None = None, b: int | None = None
+) -> ArtifactPage | None:
     """One method's current artifact, its retained generations and the diff between two of them (default:
     the previous generation against the current one). None when there is no such artifact."""
     entry = board.store.get_tool(role)
@@ -236,6 +240,8 @@ def artifact_page(board: Board, role: str, method: str, *, a: int | None = None,
         return None
     current = gens[0]
     by_number = {g.generation: g for g in gens}
+    old: MethodArtifact | None
+    new: MethodArtifact | None
     if a is None and b is not None and b != current.generation:
         old, new = current, by_number.get(b)  # "what would change": the current code against generation b
     else:
@@ -407,7 +413,7 @@ class OverviewPage(BaseModel):
 
 def _flags(board: Board) -> tuple[int, int, dict[str, int], list[Flagged]]:
     entries = board.store.list_tools()
-    counts = dict.fromkeys(BADGE_ORDER, 0)
+    counts: dict[str, int] = dict.fromkeys(BADGE_ORDER, 0)
     flagged: list[Flagged] = []
     artifacts = 0
     for entry in entries:
