@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from sandforge.runtime.dashboard.routes import Dashboard, TenantLike
 
 
+ICON = (b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
+        b'fill="#1d232b"/><path d="M4 11h8l-2-6H6z" fill="#f0a848"/></svg>')
+
+
 def _redirect(url: str, cookie: str | None = None) -> RedirectResponse:
     headers = dict(HEADERS)
     if cookie is not None:
@@ -99,6 +103,10 @@ def _login_routes(app: FastAPI, dash: Dashboard) -> None:
     @app.get("/dashboard/static/dashboard.css", include_in_schema=False)
     async def stylesheet() -> Response:
         return Response(render.stylesheet(), media_type="text/css", headers={"cache-control": "max-age=3600"})
+
+    @app.get("/dashboard/static/icon.svg", include_in_schema=False)
+    async def icon() -> Response:
+        return Response(ICON, media_type="image/svg+xml", headers={"cache-control": "max-age=86400"})
 
 
 ROLLBACK = "/dashboard/tools/{role}/{method}/rollback"

@@ -44,7 +44,7 @@ CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'
 HEADERS = {
     "content-security-policy": CSP,
     "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # no-referrer would make form posts send `Origin: null`
     "cache-control": "no-store",
     "x-content-type-options": "nosniff",
 }

@@ -357,7 +357,7 @@ def _tree(rows: list[IndexedCall]) -> TreeNode | None:
 def _durations(rec: CallRecord) -> StageDurations:
     u = rec.usage
     env = rec.env_prepare_ms / 1000 if rec.env_prepare_ms is not None else None
-    other = rec.duration_s - u.total_sandbox_duration_s - (env or 0.0)
+    other = rec.duration_s - u.total_sandbox_duration_s - u.bridge_duration_s - u.fetch_duration_s - (env or 0.0)
     return StageDurations(
         total_s=rec.duration_s, sandbox_s=u.sandbox_duration_s, all_attempts_sandbox_s=u.total_sandbox_duration_s,
         nested_calls_s=u.bridge_duration_s, fetches_s=u.fetch_duration_s, environment_prepare_s=env,
