@@ -89,6 +89,9 @@ def _login_routes(app: FastAPI, dash: Dashboard) -> None:
         dash.record(request, rt.name, 303, "login", started)
         return _redirect("/dashboard", auth.cookie_header(token))
 
+
+
+def _logout_routes(app: FastAPI, dash: Dashboard) -> None:
     @app.post("/dashboard/logout", include_in_schema=False)
     async def logout(request: Request) -> Response:
         started = time.perf_counter()
@@ -100,6 +103,9 @@ def _login_routes(app: FastAPI, dash: Dashboard) -> None:
         dash.record(request, session[1].name, 303, "logout", started)
         return _redirect("/dashboard/login", auth.clear_cookie_header())
 
+
+
+def _static_routes(app: FastAPI) -> None:
     @app.get("/dashboard/static/dashboard.css", include_in_schema=False)
     async def stylesheet() -> Response:
         return Response(render.stylesheet(), media_type="text/css", headers={"cache-control": "max-age=3600"})
@@ -214,4 +220,6 @@ def _rollback_routes(app: FastAPI, dash: Dashboard) -> None:
 
 def install(app: FastAPI, dash: Dashboard) -> None:
     _login_routes(app, dash)
+    _logout_routes(app, dash)
+    _static_routes(app)
     _rollback_routes(app, dash)

@@ -8,7 +8,9 @@ per method and the registry read (itself cached by content in the store).
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 from datetime import datetime
 from typing import Literal
 
@@ -80,15 +82,30 @@ def method_health(art: MethodArtifact, entry: RegistryEntry, store: ToolStore) -
 
 
 class HealthCache:
-    """Method health per (role, method), re-read only when the method file's stat changed."""
+    """Method health per tool, re-read only when something changed.
 
-    def __init__(self, store: ToolStore) -> None:
+    Every store write that changes a method file also changes the tool's registry entry (usage, last use,
+    capabilities) under the store's lock, so an entry equal to the one last seen means its methods are as they
+    were: no file is touched. Files changed behind the store's back (by hand) are caught by a re-check of each
+    tool's method files by ``stat`` at most ``recheck_s`` (jittered) after it was last read.
+    """
+
+    def __init__(self, store: ToolStore, *, recheck_s: float = 60.0) -> None:
         self.store = store
+        self.recheck_s = recheck_s
         self._lock = threading.Lock()
-        self._seen: dict[tuple[str, str], tuple[tuple[int, int, int, str | None], MethodHealth]] = {}
+        self._tools: dict[str, tuple[RegistryEntry, float, list[MethodHealth]]] = {}
+        self._files: dict[tuple[str, str], tuple[tuple[int, int, int, str | None], MethodHealth]] = {}
 
     def methods(self, entry: RegistryEntry) -> list[MethodHealth]:
-        return [self.method(entry, m) for m in entry.methods]
+        hit = self._tools.get(entry.role)
+        now = time.monotonic()
+        if hit is not None and (hit[0] is entry or hit[0] == entry) and hit[1] > now:
+            return hit[2]
+        value = [self.method(entry, m) for m in entry.methods]
+        with self._lock:
+            self._tools[entry.role] = (entry, now + self.recheck_s * (1 + random.random()), value)  # noqa: S311
+        return value
 
     def method(self, entry: RegistryEntry, method: str) -> MethodHealth:
         path = self.store.paths.method_file(entry.role, method)
@@ -98,14 +115,14 @@ class HealthCache:
         except OSError:
             key = (0, 0, 0, entry.contract_fingerprint)
         with self._lock:
-            hit = self._seen.get((entry.role, method))
+            hit = self._files.get((entry.role, method))
         if hit is not None and hit[0] == key:
             return hit[1]
         art = self.store.lookup(entry.role, method).artifact
-        value = method_health(art, entry, self.store) if art is not None else MethodHealth(method=method,
-                                                                                            badge="missing")
+        value = (method_health(art, entry, self.store) if art is not None
+                 else MethodHealth(method=method, badge="missing"))  # fmt: skip
         with self._lock:
-            self._seen[(entry.role, method)] = (key, value)
+            self._files[(entry.role, method)] = (key, value)
         return value
 
 

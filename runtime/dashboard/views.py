@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -21,16 +22,32 @@ from sandforge.runtime.dashboard.toolhealth import BADGE_ORDER, Badge, HealthCac
 from sandforge.runtime.guardrails import Policy
 from sandforge.runtime.guardrails.engine import validate
 from sandforge.runtime.store import ToolStore
-from sandforge.runtime.store.cacheability import is_dynamic_method
-from sandforge.runtime.store.models import MethodArtifact, RegistryEntry
+from sandforge.runtime.store.models import MethodArtifact, PatternEvent, RegistryEntry
+from sandforge.runtime.store.patterns import (
+    DEFAULT_PROMOTION_THRESHOLD,
+    DEFAULT_SUMMARY_WINDOW,
+    promotion_signal,
+    render_recent_patterns,
+    summarize,
+)
 from sandforge.sandbox import SandboxConfig
 
 PAGE_SIZE = 50
+#: the longest a tools snapshot is reused while the registry does not change (files changed by hand show then)
+SNAPSHOT_S = 30.0
 SortKey = Literal["role", "usage", "failures", "failure_rate", "last_used", "badge"]
 
 
 def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
+
+
+@dataclass(frozen=True)
+class ToolSnap:
+    entry: RegistryEntry
+    methods: list[MethodHealth]
+    badge: Badge
+    rate: float
 
 
 class Board:
@@ -45,9 +62,26 @@ class Board:
         self.health = HealthCache(store)
         self.policy = policy
         self.sandbox = sandbox
+        self._snapshot: tuple[RegistryEntry | None, float, list[ToolSnap]] | None = None
 
     def close(self) -> None:
         self.calls.close()
+
+    def tools(self) -> list[ToolSnap]:
+        """Every tool with its methods' health and its badge, in role order. Kept while the registry is the one
+        decoded last (the store decodes it again only when its bytes change) and for at most SNAPSHOT_S."""
+        entries = self.store.list_tools()
+        snap = self._snapshot
+        now = time.monotonic()
+        if snap is not None and snap[1] > now and (snap[0] is (entries[0] if entries else None)):
+            return snap[2]
+        rows = []
+        for entry in entries:
+            methods = self.health.methods(entry)
+            rate = max((m.recent_failure_rate for m in methods), default=0.0)
+            rows.append(ToolSnap(entry, methods, worst([m.badge for m in methods]), rate))
+        self._snapshot = (entries[0] if entries else None, now + SNAPSHOT_S, rows)
+        return rows
 
 
 # --- tools ---------------------------------------------------------------------------------------------
@@ -121,21 +155,19 @@ def tools_page(
     badge: Badge | None = None,
 ) -> ToolsPage:  # fmt: skip
     """Every tool, filtered by a text in its role or purpose and by badge, sorted, one page of them."""
-    entries = board.store.list_tools()
+    entries = board.tools()
     counts = dict.fromkeys(BADGE_ORDER, 0)
     keyed: list[tuple[Any, RegistryEntry, list[MethodHealth]]] = []
     needle = q.lower() if q else None
-    for entry in entries:
-        methods = board.health.methods(entry)
-        tool_badge = worst([m.badge for m in methods])
-        counts[tool_badge] += 1
-        if badge is not None and tool_badge != badge:
+    for t in entries:
+        counts[t.badge] += 1
+        if badge is not None and t.badge != badge:
             continue
-        if needle and needle not in entry.role.lower() and needle not in (entry.purpose or "").lower():
+        if needle and needle not in t.entry.role.lower() and needle not in (t.entry.purpose or "").lower():
             continue
-        rate = max((m.recent_failure_rate for m in methods), default=0.0)
-        keyed.append((_sort_value(sort, entry, tool_badge, rate), entry, methods))
-    keyed.sort(key=lambda k: (k[0], k[1].role), reverse=descending)
+        keyed.append((_sort_value(sort, t.entry, t.badge, t.rate), t.entry, t.methods))
+    if sort != "role" or descending:  # the snapshot is in role order already
+        keyed.sort(key=lambda k: (k[0], k[1].role), reverse=descending)
     pages = max(1, -(-len(keyed) // PAGE_SIZE))
     page = min(max(1, page), pages)
     chunk = keyed[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
@@ -412,16 +444,16 @@ class OverviewPage(BaseModel):
 
 
 def _flags(board: Board) -> tuple[int, int, dict[str, int], list[Flagged]]:
-    entries = board.store.list_tools()
+    entries = board.tools()
     counts: dict[str, int] = dict.fromkeys(BADGE_ORDER, 0)
     flagged: list[Flagged] = []
     artifacts = 0
-    for entry in entries:
-        for m in board.health.methods(entry):
+    for t in entries:
+        for m in t.methods:
             counts[m.badge] += 1
             artifacts += m.badge != "missing"
             if m.badge in ("degraded", "stale"):
-                flagged.append(Flagged(role=entry.role, method=m.method, badge=m.badge,
+                flagged.append(Flagged(role=t.entry.role, method=m.method, badge=m.badge,
                                        recent_failure_rate=m.recent_failure_rate))  # fmt: skip
     flagged.sort(key=lambda f: (f.badge != "degraded", -f.recent_failure_rate, f.role, f.method))
     return len(entries), artifacts, counts, flagged
@@ -480,14 +512,20 @@ class PatternsPage(BaseModel):
     roles: list[RolePatternsView]
 
 
-def _role_patterns(store: ToolStore, role: str) -> RolePatternsView:
-    events = store.patterns.events(role)
+def _index_without(index: dict[str, list[str]], role: str, labels: list[str]) -> dict[str, list[str]]:
+    """The capability index as the store shows it to ``role`` (its own tools left out), for ``labels`` only."""
+    return {label: [r for r in index.get(label, ()) if r != role] for label in labels}
+
+
+def _role_patterns(
+    store: ToolStore, role: str, events: list[PatternEvent], index: dict[str, list[str]]
+) -> RolePatternsView:
     methods: list[MethodPatterns] = []
     for method in sorted({e.method_name for e in events}):
-        summary = store.patterns.recent_patterns_for(role, method, 10)
-        signal = store.promotion_signal(role, method)
-        block = store.recent_patterns_block(role, method, depth=0) if is_dynamic_method(
-            method, store.policy.dynamic_methods) else None  # fmt: skip
+        summary = summarize(role, events, method_name=method, window=DEFAULT_SUMMARY_WINDOW)
+        tools = _index_without(index, role, [c.label for c in summary.counts])
+        signal = promotion_signal(summary, tools, threshold=DEFAULT_PROMOTION_THRESHOLD)
+        block = render_recent_patterns(summary, depth=0, tool_index=tools, dynamic_methods=store.policy.dynamic_methods)
         methods.append(MethodPatterns(
             method=method, calls_in_window=summary.calls, counts=[(c.label, c.count) for c in summary.counts],
             promotion_candidate=signal.detected, promotion_capabilities=signal.capabilities,
@@ -498,9 +536,16 @@ def _role_patterns(store: ToolStore, role: str) -> RolePatternsView:
 
 
 def patterns_page(board: Board, *, page: int = 1) -> PatternsPage:
-    roles = sorted(board.store.patterns.roles())
+    """Pattern memory per role, 50 roles a page: the summary the prompt is built from (the store's window),
+    promotion candidates, and the ``<recent_patterns>`` block as the model sees it (dynamic methods only)."""
+    memory = board.store.patterns.roles_events()
+    roles = sorted(memory)
     pages = max(1, -(-len(roles) // PAGE_SIZE))
     page = min(max(1, page), pages)
     chunk = roles[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+    index: dict[str, list[str]] = {}
+    for t in board.tools():
+        for cap in t.entry.capabilities:
+            index.setdefault(cap, []).append(t.entry.role)
     return PatternsPage(tenant=board.tenant, total_roles=len(roles), page=page, pages=pages,
-                        roles=[_role_patterns(board.store, r) for r in chunk])  # fmt: skip
+                        roles=[_role_patterns(board.store, r, memory[r], index) for r in chunk])  # fmt: skip
