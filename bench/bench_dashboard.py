@@ -156,8 +156,8 @@ def _time(client: TestClient, url: str, repeat: int) -> dict[str, float]:
 
 def measure(state: Path, repeat: int, tools: int) -> dict[str, Any]:
     token = new_token()
-    config = parse_server_config({"state_dir": str(state.parent), "tenants": [
-        {"name": "bench", "state_dir": str(state), "token_hashes": [hash_token(token)]}]}, base=state.parent)  # fmt: skip
+    tenant = {"name": "bench", "state_dir": str(state), "token_hashes": [hash_token(token)]}
+    config = parse_server_config({"state_dir": str(state.parent), "tenants": [tenant]}, base=state.parent)
     app = create_app(config, audit=AuditLog(None))
     results: dict[str, Any] = {}
     with TestClient(app.state.gate, base_url="https://testserver") as c:
@@ -167,7 +167,7 @@ def measure(state: Path, repeat: int, tools: int) -> dict[str, Any]:
         results["first_page_ms"] = round((time.perf_counter() - t0) * 1000, 1)
         assert first.status_code == 200, first.text
         results["indexed_calls"] = first.json()["indexed_calls"]
-        results["tools"] = first.json()["tools"]
+        results["tool_count"] = first.json()["tools"]
         call_id = c.get("/v1/dashboard/calls").json()["calls"][0]["call_id"]
         c.post("/dashboard/login", data={"token": token})
         pages = {
@@ -220,7 +220,7 @@ def main() -> None:
             h, j = r["html"], r["json"]
             print(f"{name:34} {h['p50_ms']:9.1f} {h['max_ms']:7.1f} {j['p50_ms']:9.1f} {j['max_ms']:7.1f}")
     print(f"first page (index {results['indexed_calls']} records from nothing + every method's health): "
-          f"{results['first_page_ms'] / 1000:.1f} s; tools {results['tools']}; load {results['load_average']}")  # fmt: skip
+          f"{results['first_page_ms'] / 1000:.1f} s; tools {results['tool_count']}; load {results['load_average']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
 
