@@ -20,12 +20,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from sandforge.runtime.dashboard import auth, render
-from sandforge.runtime.dashboard.routes import HEADERS, _error_page, _html, _json_error
+from sandforge.runtime.dashboard.common import HEADERS, error_page, html, json_error
 from sandforge.runtime.dashboard.views import artifact_page
 from sandforge.runtime.store.errors import InvalidNameError, RollbackError, ToolNotFoundError
 
 if TYPE_CHECKING:
-    from sandforge.runtime.dashboard.routes import Dashboard, TenantLike
+    from sandforge.runtime.dashboard.common import Dashboard, TenantLike
 
 
 ICON = (b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
@@ -40,7 +40,7 @@ def _redirect(url: str, cookie: str | None = None) -> RedirectResponse:
 
 
 def _login_page(message: str | None = None, status: int = 200) -> Response:
-    return _html(render.page("login.html", message=message, tenant=None, nav="", csrf=""), status)
+    return html(render.page("login.html", message=message, tenant=None, nav="", csrf=""), status)
 
 
 def _rollback(rt: TenantLike, role: str, method: str, to: int | None) -> tuple[int, int]:
@@ -99,7 +99,7 @@ def _logout_routes(app: FastAPI, dash: Dashboard) -> None:
         fields = await auth.form(request) or {}
         if session is None or auth.cross_site(request) or not dash.sessions.csrf_ok(session[0], fields.get("csrf")):
             dash.record(request, session[1].name if session else None, 403, "forbidden", started)
-            return _error_page(403, "refused: missing or wrong CSRF token")
+            return error_page(403, "refused: missing or wrong CSRF token")
         dash.record(request, session[1].name, 303, "logout", started)
         return _redirect("/dashboard/login", auth.clear_cookie_header())
 
@@ -135,11 +135,11 @@ def _confirm_handler(dash: Dashboard) -> Handler:
         except (ValueError, InvalidNameError, ToolNotFoundError):
             data = None
         if data is None or to not in data.rollback_targets:
-            return _error_page(404, "no such generation to roll back to", rt.name)
+            return error_page(404, "no such generation to roll back to", rt.name)
         d = dash.scrub(data.model_dump(mode="json"))
         body = render.page("rollback.html", d=d, to=to, tenant=rt.name, nav="tools", csrf=dash.sessions.csrf(token),
                            twin=f"/v1/dashboard/tools/{role}/{method}")  # fmt: skip
-        return _html(body)
+        return html(body)
 
     return confirm
 
@@ -159,24 +159,24 @@ def _rollback_handler(dash: Dashboard) -> Handler:
         session = dash.session(request)
         if session is None:
             dash.record(request, None, 401, "unauthorized", started)
-            return _error_page(401, "log in first")
+            return error_page(401, "log in first")
         token, rt = session
         fields = await _checked_form(dash, request, token)
         if fields is None:
             dash.record(request, rt.name, 403, "csrf_refused", started)
-            return _error_page(403, "refused: missing or wrong CSRF token", rt.name)
+            return error_page(403, "refused: missing or wrong CSRF token", rt.name)
         if fields.get("confirm") != "yes":
             dash.record(request, rt.name, 400, "not_confirmed", started)
-            return _error_page(400, "a rollback needs its confirmation", rt.name)
+            return error_page(400, "a rollback needs its confirmation", rt.name)
         try:
             to = _parse_to(fields.get("to"))
             before, after = await anyio.to_thread.run_sync(lambda: _rollback(rt, role, method, to))
         except (ValueError, RollbackError) as exc:
             dash.record(request, rt.name, 409, "rollback_refused", started)
-            return _error_page(409, str(exc), rt.name)
+            return error_page(409, str(exc), rt.name)
         except (InvalidNameError, ToolNotFoundError):
             dash.record(request, rt.name, 404, "not_found", started)
-            return _error_page(404, "no such tool method for this tenant", rt.name)
+            return error_page(404, "no such tool method for this tenant", rt.name)
         dash.record(request, rt.name, 303, f"rolled_back {role}.{method} {before}->{after}", started)
         notice = quote(f"rolled back from generation {before} to {after}")
         return _redirect(f"/dashboard/tools/{quote(role)}/{quote(method)}?notice={notice}")
@@ -192,7 +192,7 @@ def _rollback_api_handler(dash: Dashboard) -> Handler:
         role, method = request.path_params["role"], request.path_params["method"]
         rt: TenantLike | None = request.scope.get("state", {}).get("tenant")
         if rt is None:
-            return _json_error(401, "unauthorized", "a valid bearer token is required")
+            return json_error(401, "unauthorized", "a valid bearer token is required")
         state = request.scope.setdefault("state", {})
         try:
             raw = await request.body()
@@ -201,10 +201,10 @@ def _rollback_api_handler(dash: Dashboard) -> Handler:
             before, after = await anyio.to_thread.run_sync(lambda: _rollback(rt, role, method, to))
         except (ValueError, RollbackError) as exc:
             state["outcome"] = "rollback_refused"
-            return _json_error(409, "rollback_refused", str(exc).splitlines()[0])
+            return json_error(409, "rollback_refused", str(exc).splitlines()[0])
         except (InvalidNameError, ToolNotFoundError):
             state["outcome"] = "not_found"
-            return _json_error(404, "not_found", "no such tool method")
+            return json_error(404, "not_found", "no such tool method")
         state["outcome"] = f"rolled_back {before}->{after}"
         return JSONResponse({"role": role, "method": method, "previous_generation": before, "generation": after})
 

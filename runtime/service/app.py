@@ -267,7 +267,8 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
 
 
 def _install_dashboard(app: FastAPI, service: Service) -> None:
-    from sandforge.runtime.dashboard.routes import Dashboard, install
+    from sandforge.runtime.dashboard.common import Dashboard
+    from sandforge.runtime.dashboard.mount import install
 
     audit = service.audit
     dash = Dashboard(for_token=service.runtimes.for_token, scrub=service.scrub,
