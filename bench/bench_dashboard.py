@@ -197,6 +197,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1_000_000)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/sandforge-bench-dashboard"))
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--keep-index", action="store_true", help="reuse the call-log index of an earlier run")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "dashboard.json")
     args = parser.parse_args()
     state = args.dir / f"t{args.tools}-c{args.calls}"
@@ -207,8 +208,9 @@ def main() -> None:
         build_log(state / "logs" / "calls.jsonl", args.calls, args.tools, rng)
         took = time.perf_counter() - t0
         print(f"built {args.tools} tools and {args.calls} call records in {took:.0f} s", file=sys.stderr)
-    for stale in state.glob("logs/calls.index.sqlite*"):
-        stale.unlink()  # the first page builds the index from nothing
+    if not args.keep_index:
+        for stale in state.glob("logs/calls.index.sqlite*"):
+            stale.unlink()  # the first page builds the index from nothing
     load_before = os.getloadavg()
     results = measure(state, args.repeat, args.tools)
     results["load_average"] = {"before": [round(x, 2) for x in load_before],
@@ -219,7 +221,9 @@ def main() -> None:
         if isinstance(r, dict) and "html" in r:
             h, j = r["html"], r["json"]
             print(f"{name:34} {h['p50_ms']:9.1f} {h['max_ms']:7.1f} {j['p50_ms']:9.1f} {j['max_ms']:7.1f}")
-    print(f"first page (index {results['indexed_calls']} records from nothing + every method's health): "
+    built = f"index {results['indexed_calls']} records from nothing"
+    what = "index kept from an earlier run" if args.keep_index else built
+    print(f"first page ({what} + every method's health): "
           f"{results['first_page_ms'] / 1000:.1f} s; tools {results['tool_count']}; load {results['load_average']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

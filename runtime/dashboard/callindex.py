@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS calls (
 CREATE INDEX IF NOT EXISTS calls_t ON calls (t);
 CREATE INDEX IF NOT EXISTS calls_role ON calls (role, method, id);
 CREATE INDEX IF NOT EXISTS calls_status ON calls (status, id);
+CREATE INDEX IF NOT EXISTS calls_role_status ON calls (role, status, id);
 CREATE INDEX IF NOT EXISTS calls_stage ON calls (stage, id);
 CREATE INDEX IF NOT EXISTS calls_call_id ON calls (call_id);
 CREATE INDEX IF NOT EXISTS calls_parent ON calls (parent);
@@ -64,6 +65,21 @@ class CallFilter:
     until: float | None = None
     trace: str | None = None
     before: int | None = None
+
+    def index(self) -> str:
+        """The index to walk, most selective filter first (the planner, without statistics, may pick the
+        status index and scan every failure for a role that has a handful)."""
+        if self.trace is not None:
+            return "INDEXED BY calls_trace"
+        if self.role is not None:
+            return "INDEXED BY calls_role_status" if self.method is None and self.status else "INDEXED BY calls_role"
+        if self.stage is not None and self.stage != "none":
+            return "INDEXED BY calls_stage"
+        if self.status is not None:
+            return "INDEXED BY calls_status"
+        if self.since is not None:
+            return "INDEXED BY calls_t"  # the rows since then, sorted: recent windows are small
+        return "NOT INDEXED"  # newest first by id: stops after one page
 
     def where(self) -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -241,7 +257,7 @@ class CallIndex:
         """The newest ``limit`` calls matching ``flt`` (below ``flt.before``), newest first."""
         where, params = flt.where()
         with self._session() as db:
-            rows = db.execute(f"SELECT {_COLUMNS} FROM calls{where} ORDER BY id DESC LIMIT ?",  # noqa: S608
+            rows = db.execute(f"SELECT {_COLUMNS} FROM calls {flt.index()}{where} ORDER BY id DESC LIMIT ?",  # noqa: S608
                               [*params, limit]).fetchall()  # fmt: skip
         return [IndexedCall(*r) for r in rows]
 

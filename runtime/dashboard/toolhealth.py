@@ -8,9 +8,8 @@ per method and the registry read (itself cached by content in the store).
 
 from __future__ import annotations
 
-import random
+import os
 import threading
-import time
 from datetime import datetime
 from typing import Literal
 
@@ -86,31 +85,36 @@ class HealthCache:
 
     Every store write that changes a method file also changes the tool's registry entry (usage, last use,
     capabilities) under the store's lock, so an entry equal to the one last seen means its methods are as they
-    were: no file is touched. Files changed behind the store's back (by hand) are caught by a re-check of each
-    tool's method files by ``stat`` at most ``recheck_s`` (jittered) after it was last read.
+    were: no file is touched. ``verify`` (the rows a page shows, the artifact page) also compares each method
+    file's ``stat``, so a file changed behind the store's back (by hand) shows as soon as it is looked at.
     """
 
-    def __init__(self, store: ToolStore, *, recheck_s: float = 60.0) -> None:
+    def __init__(self, store: ToolStore) -> None:
         self.store = store
-        self.recheck_s = recheck_s
         self._lock = threading.Lock()
-        self._tools: dict[str, tuple[RegistryEntry, float, list[MethodHealth]]] = {}
+        self._tools: dict[str, tuple[RegistryEntry, list[MethodHealth]]] = {}
         self._files: dict[tuple[str, str], tuple[tuple[int, int, int, str | None], MethodHealth]] = {}
+        self._paths: dict[tuple[str, str], str] = {}
 
-    def methods(self, entry: RegistryEntry) -> list[MethodHealth]:
+    def methods(self, entry: RegistryEntry, *, verify: bool = False) -> list[MethodHealth]:
         hit = self._tools.get(entry.role)
-        now = time.monotonic()
-        if hit is not None and (hit[0] is entry or hit[0] == entry) and hit[1] > now:
-            return hit[2]
+        if not verify and hit is not None and (hit[0] is entry or hit[0] == entry):
+            return hit[1]
         value = [self.method(entry, m) for m in entry.methods]
         with self._lock:
-            self._tools[entry.role] = (entry, now + self.recheck_s * (1 + random.random()), value)  # noqa: S311
+            self._tools[entry.role] = (entry, value)
         return value
 
+    def _path(self, role: str, method: str) -> str:
+        path = self._paths.get((role, method))
+        if path is None:
+            path = self._paths[(role, method)] = str(self.store.paths.method_file(role, method))
+        return path
+
     def method(self, entry: RegistryEntry, method: str) -> MethodHealth:
-        path = self.store.paths.method_file(entry.role, method)
+        path = self._path(entry.role, method)
         try:
-            st = path.lstat()
+            st = os.lstat(path)
             key = (st.st_ino, st.st_mtime_ns, st.st_size, entry.contract_fingerprint)
         except OSError:
             key = (0, 0, 0, entry.contract_fingerprint)

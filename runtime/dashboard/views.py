@@ -174,7 +174,7 @@ def tools_page(
     return ToolsPage(
         tenant=board.tenant, total=len(entries), matched=len(keyed), page=page, pages=pages, sort=sort,
         descending=descending, q=q, badge=badge, badge_counts=counts,
-        tools=[_tool_row(entry, methods) for _, entry, methods in chunk],
+        tools=[_tool_row(entry, board.health.methods(entry, verify=True)) for _, entry, _m in chunk],
     )  # fmt: skip
 
 
