@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from sandforge.runtime.agent.calllog import CallRecord
 from sandforge.runtime.dashboard.callindex import CallFilter, CallIndex, IndexedCall
 from sandforge.runtime.dashboard.toolhealth import BADGE_ORDER, Badge, HealthCache, MethodHealth, worst
+from sandforge.runtime.gc_pause import gc_paused
 from sandforge.runtime.guardrails import Policy
 from sandforge.runtime.guardrails.engine import validate
 from sandforge.runtime.store import ToolStore
@@ -62,26 +63,51 @@ class Board:
         self.health = HealthCache(store)
         self.policy = policy
         self.sandbox = sandbox
-        self._snapshot: tuple[RegistryEntry | None, float, list[ToolSnap]] | None = None
+        self._snapshot: tuple[tuple[int, int, int], float, list[ToolSnap]] | None = None
+        self.derived: dict[Any, Any] = {}  # what is computed from the snapshot, kept with it
 
     def close(self) -> None:
         self.calls.close()
 
+    def _registry_stamp(self) -> tuple[int, int, int]:
+        try:
+            st = self.store.paths.registry.lstat()
+        except OSError:
+            return (0, 0, 0)
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
     def tools(self) -> list[ToolSnap]:
-        """Every tool with its methods' health and its badge, in role order. Kept while the registry is the one
-        decoded last (the store decodes it again only when its bytes change) and for at most SNAPSHOT_S."""
-        entries = self.store.list_tools()
-        snap = self._snapshot
+        """Every tool with its methods' health and its badge, in role order. Kept while ``registry.json`` keeps
+        its stat (store writes are atomic renames) and for at most SNAPSHOT_S; rebuilt, only the entries that
+        changed read their method files again."""
+        stamp = self._registry_stamp()
         now = time.monotonic()
-        if snap is not None and snap[1] > now and (snap[0] is (entries[0] if entries else None)):
+        snap = self._snapshot
+        if snap is not None and snap[0] == stamp and snap[1] > now:
             return snap[2]
-        rows = []
-        for entry in entries:
-            methods = self.health.methods(entry)
-            rate = max((m.recent_failure_rate for m in methods), default=0.0)
-            rows.append(ToolSnap(entry, methods, worst([m.badge for m in methods]), rate))
-        self._snapshot = (entries[0] if entries else None, now + SNAPSHOT_S, rows)
+        with gc_paused():  # thousands of small objects, no cycles: the collector would only cost time
+            rows = []
+            for entry in self.store.list_tools():
+                methods = self.health.methods(entry)
+                rate = max((m.recent_failure_rate for m in methods), default=0.0)
+                rows.append(ToolSnap(entry, methods, worst([m.badge for m in methods]), rate))
+        self._snapshot = (stamp, now + SNAPSHOT_S, rows)
+        self.derived.clear()
         return rows
+
+    def sorted_tools(self, sort: SortKey, descending: bool) -> list[ToolSnap]:
+        """:meth:`tools` in one order, kept with the snapshot."""
+        rows = self.tools()
+        key = ("sorted", sort, descending)
+        if key not in self.derived:
+            if sort == "role" and not descending:
+                self.derived[key] = rows
+            else:
+                self.derived[key] = sorted(
+                    rows, key=lambda t: (_sort_value(sort, t.entry, t.badge, t.rate), t.entry.role), reverse=descending
+                )
+        result: list[ToolSnap] = self.derived[key]
+        return result
 
 
 # --- tools ---------------------------------------------------------------------------------------------
@@ -155,26 +181,23 @@ def tools_page(
     badge: Badge | None = None,
 ) -> ToolsPage:  # fmt: skip
     """Every tool, filtered by a text in its role or purpose and by badge, sorted, one page of them."""
-    entries = board.tools()
+    entries = board.sorted_tools(sort, descending)
     counts = dict.fromkeys(BADGE_ORDER, 0)
-    keyed: list[tuple[Any, RegistryEntry, list[MethodHealth]]] = []
-    needle = q.lower() if q else None
     for t in entries:
         counts[t.badge] += 1
-        if badge is not None and t.badge != badge:
-            continue
-        if needle and needle not in t.entry.role.lower() and needle not in (t.entry.purpose or "").lower():
-            continue
-        keyed.append((_sort_value(sort, t.entry, t.badge, t.rate), t.entry, t.methods))
-    if sort != "role" or descending:  # the snapshot is in role order already
-        keyed.sort(key=lambda k: (k[0], k[1].role), reverse=descending)
+    needle = q.lower() if q else None
+    keyed = [
+        t for t in entries
+        if (badge is None or t.badge == badge)
+        and (not needle or needle in t.entry.role.lower() or needle in (t.entry.purpose or "").lower())
+    ] if badge is not None or needle else entries  # fmt: skip
     pages = max(1, -(-len(keyed) // PAGE_SIZE))
     page = min(max(1, page), pages)
     chunk = keyed[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
     return ToolsPage(
         tenant=board.tenant, total=len(entries), matched=len(keyed), page=page, pages=pages, sort=sort,
         descending=descending, q=q, badge=badge, badge_counts=counts,
-        tools=[_tool_row(entry, board.health.methods(entry, verify=True)) for _, entry, _m in chunk],
+        tools=[_tool_row(t.entry, board.health.methods(t.entry, verify=True)) for t in chunk],
     )  # fmt: skip
 
 
@@ -445,6 +468,9 @@ class OverviewPage(BaseModel):
 
 def _flags(board: Board) -> tuple[int, int, dict[str, int], list[Flagged]]:
     entries = board.tools()
+    cached = board.derived.get("flags")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
     counts: dict[str, int] = dict.fromkeys(BADGE_ORDER, 0)
     flagged: list[Flagged] = []
     artifacts = 0
@@ -456,7 +482,8 @@ def _flags(board: Board) -> tuple[int, int, dict[str, int], list[Flagged]]:
                 flagged.append(Flagged(role=t.entry.role, method=m.method, badge=m.badge,
                                        recent_failure_rate=m.recent_failure_rate))  # fmt: skip
     flagged.sort(key=lambda f: (f.badge != "degraded", -f.recent_failure_rate, f.role, f.method))
-    return len(entries), artifacts, counts, flagged
+    board.derived["flags"] = result = (len(entries), artifacts, counts, flagged)
+    return result
 
 
 def overview_page(board: Board, *, now: float | None = None) -> OverviewPage:
