@@ -80,12 +80,17 @@ def _console_errors(driver: object) -> list[dict[str, object]]:
 
 def _login(driver: object, server: Server, token: str) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     driver.delete_all_cookies()  # type: ignore[attr-defined]
     driver.get(server.url + "/dashboard")  # type: ignore[attr-defined]
     assert driver.current_url.endswith("/dashboard/login")  # type: ignore[attr-defined]
     driver.find_element(By.ID, "token").send_keys(token)  # type: ignore[attr-defined]
     driver.find_element(By.ID, "login").click()  # type: ignore[attr-defined]
+    # the answer (the overview, or the login page with its error) has loaded before anything else is asked
+    WebDriverWait(driver, 60).until(  # type: ignore[arg-type]
+        lambda d: d.find_elements(By.ID, "tenant") or d.find_elements(By.ID, "login-error")
+    )
 
 
 def _page(driver: object, url: str, shots: Path, name: str) -> None:
