@@ -220,17 +220,34 @@ class CallIndex:
         rows: list[tuple[Any, ...]] = []
         while True:
             line = fh.readline(MAX_LINE_BYTES + 1)
+            if len(line) > MAX_LINE_BYTES:  # not a record: skipped unread, in bounded pieces, up to its end
+                skipped = self._skip_line(fh, len(line))
+                if skipped is None:
+                    break  # still being written: looked at again on a later read
+                offset += skipped
+                continue
             if not line or not line.endswith(b"\n"):
                 break  # the end, or a line still being written: indexed on a later read
-            if len(line) <= MAX_LINE_BYTES:
-                row = _row(line, offset)
-                if row is not None:
-                    rows.append(row)
+            row = _row(line, offset)
+            if row is not None:
+                rows.append(row)
             offset += len(line)
             if len(rows) >= BATCH:
                 self._commit(db, rows, offset)
                 rows = []
         self._commit(db, rows, offset)
+
+    @staticmethod
+    def _skip_line(fh: Any, seen: int) -> int | None:
+        """The length of the over-long line being read (its first ``seen`` bytes read), or None at the end of
+        the file before its newline."""
+        while True:
+            piece = fh.readline(MAX_LINE_BYTES)
+            if not piece:
+                return None
+            seen += len(piece)
+            if piece.endswith(b"\n"):
+                return seen
 
     @staticmethod
     def _commit(db: sqlite3.Connection, rows: list[tuple[Any, ...]], offset: int) -> None:

@@ -85,3 +85,15 @@ def test_filters_time_keyset_and_hours(tmp_path: Path) -> None:
     assert sum(n for _, _, n in hours) == 12 and sum(n for _, e, n in hours if e) == 3
     assert index.count_since(T0.timestamp()) == (12, 3)
     assert (tmp_path / "calls.index.sqlite").stat().st_mode & 0o777 == 0o600
+
+
+def test_an_over_long_line_is_skipped_and_what_follows_is_indexed(tmp_path: Path, monkeypatch: Any) -> None:
+    from sandforge.runtime.dashboard import callindex
+
+    monkeypatch.setattr(callindex, "MAX_LINE_BYTES", 4096)
+    log = tmp_path / "calls.jsonl"
+    log.write_text(_line(0) + "x" * 10_000)
+    index = CallIndex(log)
+    assert index.total() == 1  # the long line has no end yet
+    _append(log, "\n" + _line(2))
+    assert [c.call_id for c in index.page(CallFilter(), 10)] == [f"{2:016x}", f"{0:016x}"]
