@@ -13,13 +13,9 @@ from pathlib import Path
 
 import click
 
+from sandforge.runtime.errors import UsageError
+
 LOCAL_TENANT = "local"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @click.command("dashboard")
@@ -38,10 +34,17 @@ def command(port: int, state_dir: Path | None) -> None:
     token = new_token()
     tenant = TenantConfig(name=LOCAL_TENANT, token_hashes=(hash_token(token),), state_dir=state)
     config = ServerConfig(state_dir=state, audit_log=state / "logs" / "dashboard-audit.jsonl", tenants=(tenant,))
-    port = port or _free_port()
+    sock = socket.socket()  # bound and listening before the URL is printed: a client may connect at once
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as exc:
+        raise UsageError(f"--port {port}: cannot listen on 127.0.0.1 ({exc.strerror or exc})") from None
+    sock.listen(128)
+    port = sock.getsockname()[1]
     server = build_server(config, host="127.0.0.1", port=port)
     code = server.gate.app.state.dashboard.sessions.add_login_code(token)  # type: ignore[attr-defined]
     click.echo(f"http://127.0.0.1:{port}/dashboard/login?code={code}")
     click.echo(f"sandforge dashboard: {state} on http://127.0.0.1:{port}/dashboard (the link above logs in once; "
                f"API token for the JSON twins: {token})", err=True)  # fmt: skip
-    server.run()
+    server.run(sockets=[sock])

@@ -93,6 +93,16 @@ def _login(driver: object, server: Server, token: str) -> None:
     )
 
 
+def _click_and_load(driver: object, by: str, value: str) -> None:
+    """Click what navigates, and wait until the next page replaced this one (else the next look may see the old)."""
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = driver.find_element("tag name", "html")  # type: ignore[attr-defined]
+    driver.find_element(by, value).click()  # type: ignore[attr-defined]
+    WebDriverWait(driver, 60).until(expected_conditions.staleness_of(old))  # type: ignore[arg-type]
+
+
 def _page(driver: object, url: str, shots: Path, name: str) -> None:
     driver.get(url)  # type: ignore[attr-defined]
     driver.save_screenshot(str(shots / f"{name}.png"))  # type: ignore[attr-defined]
@@ -120,7 +130,7 @@ def test_login_and_every_page_loads_without_console_errors(browser: object, serv
     _page(driver, server.url + "/dashboard/tools/calc/div", shots, "artifact")
     _page(driver, server.url + "/dashboard/calls", shots, "calls")
     run = next(e for e in calls(By.CSS_SELECTOR, "#calls a") if e.text == "report.run")
-    run.click()
+    _click_and_load(driver, By.LINK_TEXT, run.text)
     driver.save_screenshot(str(shots / "call.png"))  # type: ignore[attr-defined]
     assert [e.text for e in calls(By.CSS_SELECTOR, "#tree a")] == ["report.run", "calc.div"]
     assert _console_errors(driver) == []
@@ -135,14 +145,14 @@ def test_filters_work_in_the_browser(browser: object, server: Server) -> None:
     _login(driver, server, server.tokens["alpha"])
     driver.get(server.url + "/dashboard/tools")  # type: ignore[attr-defined]
     driver.find_element(By.ID, "q").send_keys("rep")  # type: ignore[attr-defined]
-    driver.find_element(By.ID, "filter").click()  # type: ignore[attr-defined]
+    _click_and_load(driver, By.ID, "filter")
     roles = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#tools td.role")]  # type: ignore[attr-defined]
     assert roles == ["report"]
-    driver.find_element(By.ID, "sort-usage").click()  # type: ignore[attr-defined]
+    _click_and_load(driver, By.ID, "sort-usage")
     assert "sort=usage" in driver.current_url  # type: ignore[attr-defined]
     driver.get(server.url + "/dashboard/calls")  # type: ignore[attr-defined]
     Select(driver.find_element(By.ID, "f-status")).select_by_visible_text("error")  # type: ignore[attr-defined]
-    driver.find_element(By.ID, "filter").click()  # type: ignore[attr-defined]
+    _click_and_load(driver, By.ID, "filter")
     rows = driver.find_elements(By.CSS_SELECTOR, "#calls tr.call")  # type: ignore[attr-defined]
     assert len(rows) == 1 and "broken.go" in rows[0].text
     assert _console_errors(driver) == []
@@ -156,12 +166,12 @@ def test_diff_and_rollback_in_the_browser(browser: object, server: Server, shots
     driver.get(server.url + "/dashboard/tools/calc/div")  # type: ignore[attr-defined]
     driver.find_element(By.ID, "a-2").click()  # type: ignore[attr-defined]
     driver.find_element(By.ID, "b-1").click()  # type: ignore[attr-defined]
-    driver.find_element(By.ID, "show-diff").click()  # type: ignore[attr-defined]
+    _click_and_load(driver, By.ID, "show-diff")
     removed = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#diff .d-remove")]  # type: ignore[attr-defined]
     assert "-if args[0] == 0:" in removed
-    driver.find_element(By.ID, "rollback-1").click()  # type: ignore[attr-defined]
+    _click_and_load(driver, By.ID, "rollback-1")
     driver.save_screenshot(str(shots / "rollback.png"))  # type: ignore[attr-defined]
-    driver.find_element(By.ID, "confirm-rollback").click()  # type: ignore[attr-defined]
+    _click_and_load(driver, By.ID, "confirm-rollback")
     assert "rolled back from generation 2 to 1" in driver.find_element(By.ID, "notice").text  # type: ignore[attr-defined]
     assert driver.find_element(By.ID, "generation").text == "1"  # type: ignore[attr-defined]
     with server.client("alpha") as api:
@@ -173,10 +183,13 @@ def test_another_tenant_cannot_roll_back_or_see_alpha(browser: object, server: S
     from selenium.webdriver.common.by import By
 
     driver = browser
+    with server.client("alpha") as api:
+        before = api.get("/v1/tools/calc/div").json()["generation"]
     _login(driver, server, server.tokens["beta"])
     driver.get(server.url + "/dashboard/tools/calc/div")  # type: ignore[attr-defined]
     assert "404" in driver.find_element(By.TAG_NAME, "h1").text  # type: ignore[attr-defined]
-    driver.get(server.url + "/dashboard/tools/calc/div/rollback?to=2")  # type: ignore[attr-defined]
-    assert "no such generation" in driver.find_element(By.ID, "error").text  # type: ignore[attr-defined]
+    for to in (1, 2):
+        driver.get(server.url + f"/dashboard/tools/calc/div/rollback?to={to}")  # type: ignore[attr-defined]
+        assert "no such generation" in driver.find_element(By.ID, "error").text  # type: ignore[attr-defined]
     with server.client("alpha") as api:
-        assert api.get("/v1/tools/calc/div").json()["generation"] == 1
+        assert api.get("/v1/tools/calc/div").json()["generation"] == before
