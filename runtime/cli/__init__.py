@@ -48,6 +48,7 @@ def _register() -> None:
         chat_cmd,
         cleanup_cmd,
         config_cmd,
+        dashboard_cmd,
         demo_cmd,
         doctor_cmd,
         envs_cmd,
@@ -72,6 +73,7 @@ def _register() -> None:
     main.add_command(config_cmd.command)
     if bench_cmd.available():  # a source checkout (an installed wheel has no harness to run)
         main.add_command(bench_cmd.command)
+    main.add_command(dashboard_cmd.command)
 
 
 _register()

@@ -26,7 +26,7 @@ from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.guardrails.checking import check_program
 from sandforge.runtime.service import calls as call_log_reader
 from sandforge.runtime.service import exec_route, sessions_api
-from sandforge.runtime.service.audit import AuditLog, note
+from sandforge.runtime.service.audit import AuditLog, AuditRecord, note
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, first_error, mark
 from sandforge.runtime.service.gate import Gatekeeper
 from sandforge.runtime.service.mcp.http import McpEndpoint
@@ -240,7 +240,18 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
     _health_routes(app, service, gate)
     sessions_api.install(app, service)
     app.add_route("/mcp", mcp_endpoint, include_in_schema=False)  # type: ignore[arg-type]  # an ASGI app
+    _install_dashboard(app, service)  # /dashboard pages, /v1/dashboard twins (h-dash)
     return app
+
+
+def _install_dashboard(app: FastAPI, service: Service) -> None:
+    from sandforge.runtime.dashboard.common import Dashboard
+    from sandforge.runtime.dashboard.mount import install
+
+    audit = service.audit
+    dash = Dashboard(for_token=service.runtimes.for_token, scrub=service.scrub,
+                     audit=lambda fields: audit.write(AuditRecord(**fields)))  # fmt: skip
+    install(app, dash)
 
 
 async def shutdown(service: Service) -> None:

@@ -207,6 +207,10 @@ class PatternMemory:
     def roles(self) -> list[str]:
         return sorted(self._load().roles)
 
+    def roles_events(self) -> dict[str, list[PatternEvent]]:
+        """Every role's events from one read of the file (the dashboard's patterns page)."""
+        return {role: list(patterns.events) for role, patterns in self._load().roles.items()}
+
     def events(self, role: str) -> list[PatternEvent]:
         """The role's events, oldest first (newest last)."""
         data = self._load()

@@ -113,6 +113,14 @@ def test_default_policy_and_image_recipe_ship_as_package_data(installed: Install
     assert (installed.site / "sandforge" / "policies" / "policy.schema.json").is_file()
 
 
+def test_dashboard_templates_and_stylesheet_ship(installed: Installed) -> None:
+    found = installed.python_json(
+        "import json; from sandforge.runtime.dashboard import render;"
+        "print(json.dumps([render.page('login.html', message=None)[:15], len(render.stylesheet())]))"
+    )
+    assert isinstance(found, list) and found[0] == "<!doctype html>" and found[1] > 1000
+
+
 def test_py_typed_ships(installed: Installed) -> None:
     assert (installed.site / "sandforge" / "py.typed").is_file()
 

@@ -1,0 +1,332 @@
+"""A SQLite index over a tenant's call log (JSONL), so the dashboard pages stay fast at a million records.
+
+The log stays the record: the index holds, per line, its byte offset and length plus the fields the pages
+filter and count on (time, role, method, status, failure stage, error type, trace, call ids), and per hour
+the number of calls and failures by error type (the overview's chart and counts). It is brought up to date
+on every read by indexing only the bytes appended since the last read; a log that shrank or was replaced
+(another inode) is indexed again from the start. Pages read a record by seeking to its offset, so a page
+costs one indexed query and a few short reads whatever the log's size. The index file lives beside the log,
+in the tenant's own state directory, created 0600.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sandforge.runtime.agent.calllog import CallRecord, parse_record
+
+#: a call record is bounded; a longer line is not one and is skipped unread (as ``sandforge logs`` does)
+MAX_LINE_BYTES = 4 * 1024 * 1024
+#: lines indexed per transaction while catching up
+BATCH = 5000
+INDEX_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS calls (
+    id INTEGER PRIMARY KEY, off INTEGER NOT NULL, len INTEGER NOT NULL, t REAL NOT NULL,
+    role TEXT NOT NULL, method TEXT NOT NULL, status TEXT NOT NULL, error_type TEXT, stage TEXT,
+    failure_class TEXT, trace TEXT NOT NULL, call_id TEXT NOT NULL, parent TEXT, depth INTEGER NOT NULL,
+    duration REAL NOT NULL, attempts INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS calls_t ON calls (t);
+CREATE INDEX IF NOT EXISTS calls_role ON calls (role, method, id);
+CREATE INDEX IF NOT EXISTS calls_status ON calls (status, id);
+CREATE INDEX IF NOT EXISTS calls_role_status ON calls (role, status, id);
+CREATE INDEX IF NOT EXISTS calls_stage ON calls (stage, id);
+CREATE INDEX IF NOT EXISTS calls_call_id ON calls (call_id);
+CREATE INDEX IF NOT EXISTS calls_parent ON calls (parent);
+CREATE INDEX IF NOT EXISTS calls_trace ON calls (trace);
+CREATE TABLE IF NOT EXISTS hours (
+    hour INTEGER NOT NULL, error_type TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (hour, error_type)
+) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True)
+class CallFilter:
+    """The call list's filters; every one given must hold. ``before``: keyset paging (ids below it)."""
+
+    role: str | None = None
+    method: str | None = None
+    status: str | None = None
+    stage: str | None = None
+    since: float | None = None
+    until: float | None = None
+    trace: str | None = None
+    before: int | None = None
+
+    def index(self) -> str:
+        """The index to walk, most selective filter first (the planner, without statistics, may pick the
+        status index and scan every failure for a role that has a handful)."""
+        if self.trace is not None:
+            return "INDEXED BY calls_trace"
+        if self.role is not None:
+            return "INDEXED BY calls_role_status" if self.method is None and self.status else "INDEXED BY calls_role"
+        if self.stage is not None and self.stage != "none":
+            return "INDEXED BY calls_stage"
+        if self.status is not None:
+            return "INDEXED BY calls_status"
+        if self.since is not None:
+            return "INDEXED BY calls_t"  # the rows since then, sorted: recent windows are small
+        return "NOT INDEXED"  # newest first by id: stops after one page
+
+    def where(self) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (("role", self.role), ("method", self.method), ("status", self.status)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if self.stage is not None:
+            clauses.append("stage IS NULL" if self.stage == "none" else "stage = ?")
+            params += [] if self.stage == "none" else [self.stage]
+        bounds: tuple[tuple[str, float | int | None], ...] = (
+            ("t >= ?", self.since), ("t < ?", self.until), ("id < ?", self.before)
+        )  # fmt: skip
+        for clause, bound in bounds:
+            if bound is not None:
+                clauses.append(clause)
+                params.append(bound)
+        if self.trace is not None:
+            clauses.append("trace = ?")
+            params.append(self.trace)
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+@dataclass(frozen=True)
+class IndexedCall:
+    """One record's row: its place in the log and its indexed fields."""
+
+    id: int
+    off: int
+    len: int
+    t: float
+    role: str
+    method: str
+    status: str
+    error_type: str | None
+    stage: str | None
+    failure_class: str | None
+    trace: str
+    call_id: str
+    parent: str | None
+    depth: int
+    duration: float
+    attempts: int
+
+
+_COLUMNS = "id, off, len, t, role, method, status, error_type, stage, failure_class, trace, call_id, parent, depth, " \
+    "duration, attempts"
+
+
+def _row(line: bytes, off: int) -> tuple[Any, ...] | None:
+    """The indexed fields of one log line, or None when it is not a current call record (skipped, as the
+    readers of the log skip it). Full validation is left to the page that shows the record."""
+    try:
+        data = json.loads(line)
+        if not isinstance(data, dict) or data.get("schema_version") != 1:
+            return None
+        started = datetime.fromisoformat(str(data["started_at"])).timestamp()
+        row = (
+            off, len(line), started, str(data["role"]), str(data["method"]), str(data["status"]),
+            data.get("error_type"), data.get("latest_failure_stage") if data["status"] == "error" else None,
+            data.get("failure_class"), str(data["trace_id"]), str(data["call_id"]), data.get("parent_call_id"),
+            int(data.get("depth", 0)), float(data.get("duration_s", 0.0)), int(data.get("attempts", 0)),
+        )  # fmt: skip
+    except (ValueError, KeyError, TypeError):
+        return None
+    return row
+
+
+class CallIndex:
+    """The index of one call log (see the module docstring). Thread-safe; one connection per instance."""
+
+    def __init__(self, log_path: Path, index_path: Path | None = None) -> None:
+        self.log_path = log_path
+        self.index_path = index_path if index_path is not None else log_path.with_suffix(".index.sqlite")
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.index_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            os.close(fd)
+            db = sqlite3.connect(self.index_path, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+            self._db = db
+        return self._db
+
+    @contextmanager
+    def _session(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            db = self._connect()
+            self._catch_up(db)
+            yield db
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    # --- keeping up with the log -----------------------------------------------------------------------
+
+    def _meta(self, db: sqlite3.Connection) -> dict[str, str]:
+        return dict(db.execute("SELECT key, value FROM meta").fetchall())
+
+    def _reset(self, db: sqlite3.Connection, identity: str) -> None:
+        db.execute("BEGIN")
+        db.execute("DELETE FROM calls")
+        db.execute("DELETE FROM hours")
+        db.execute("DELETE FROM meta")
+        db.executemany("INSERT INTO meta VALUES (?, ?)",
+                       [("version", str(INDEX_VERSION)), ("identity", identity), ("offset", "0")])  # fmt: skip
+        db.execute("COMMIT")
+
+    def _catch_up(self, db: sqlite3.Connection) -> None:
+        try:
+            fd = os.open(self.log_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return
+            identity = f"{st.st_dev}:{st.st_ino}"
+            meta = self._meta(db)
+            offset = int(meta.get("offset", "0"))
+            if meta.get("identity") != identity or meta.get("version") != str(INDEX_VERSION) or st.st_size < offset:
+                self._reset(db, identity)
+                offset = 0
+            if st.st_size > offset:
+                fh.seek(offset)
+                self._index_from(db, fh, offset)
+
+    def _index_from(self, db: sqlite3.Connection, fh: Any, offset: int) -> None:
+        rows: list[tuple[Any, ...]] = []
+        while True:
+            line = fh.readline(MAX_LINE_BYTES + 1)
+            if len(line) > MAX_LINE_BYTES:  # not a record: skipped unread, in bounded pieces, up to its end
+                skipped = self._skip_line(fh, len(line))
+                if skipped is None:
+                    break  # still being written: looked at again on a later read
+                offset += skipped
+                continue
+            if not line or not line.endswith(b"\n"):
+                break  # the end, or a line still being written: indexed on a later read
+            row = _row(line, offset)
+            if row is not None:
+                rows.append(row)
+            offset += len(line)
+            if len(rows) >= BATCH:
+                self._commit(db, rows, offset)
+                rows = []
+        self._commit(db, rows, offset)
+
+    @staticmethod
+    def _skip_line(fh: Any, seen: int) -> int | None:
+        """The length of the over-long line being read (its first ``seen`` bytes read), or None at the end of
+        the file before its newline."""
+        while True:
+            piece = fh.readline(MAX_LINE_BYTES)
+            if not piece:
+                return None
+            seen += len(piece)
+            if piece.endswith(b"\n"):
+                return seen
+
+    @staticmethod
+    def _commit(db: sqlite3.Connection, rows: list[tuple[Any, ...]], offset: int) -> None:
+        hours: dict[tuple[int, str], int] = {}
+        for r in rows:
+            key = (int(r[2] // 3600), "" if r[5] == "ok" else (r[6] or "error"))
+            hours[key] = hours.get(key, 0) + 1
+        db.execute("BEGIN")
+        db.executemany(
+            "INSERT INTO calls (off, len, t, role, method, status, error_type, stage, failure_class, trace, call_id, "
+            "parent, depth, duration, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        db.executemany(
+            "INSERT INTO hours VALUES (?, ?, ?) ON CONFLICT (hour, error_type) DO UPDATE SET n = n + excluded.n",
+            [(h, e, n) for (h, e), n in hours.items()],
+        )
+        db.execute("UPDATE meta SET value = ? WHERE key = 'offset'", (str(offset),))
+        db.execute("COMMIT")
+
+    # --- queries ---------------------------------------------------------------------------------------
+
+    def page(self, flt: CallFilter, limit: int) -> list[IndexedCall]:
+        """The newest ``limit`` calls matching ``flt`` (below ``flt.before``), newest first."""
+        where, params = flt.where()
+        with self._session() as db:
+            rows = db.execute(f"SELECT {_COLUMNS} FROM calls {flt.index()}{where} ORDER BY id DESC LIMIT ?",  # noqa: S608
+                              [*params, limit]).fetchall()  # fmt: skip
+        return [IndexedCall(*r) for r in rows]
+
+    def find(self, call_id: str) -> IndexedCall | None:
+        with self._session() as db:
+            row = db.execute(f"SELECT {_COLUMNS} FROM calls WHERE call_id = ? ORDER BY id DESC LIMIT 1",  # noqa: S608
+                             (call_id,)).fetchone()  # fmt: skip
+        return IndexedCall(*row) if row else None
+
+    def trace(self, trace_id: str, limit: int = 500) -> list[IndexedCall]:
+        """Every call of one trace (a top-level call and its nested calls), in log order."""
+        with self._session() as db:
+            rows = db.execute(f"SELECT {_COLUMNS} FROM calls WHERE trace = ? ORDER BY id LIMIT ?",  # noqa: S608
+                              (trace_id, limit)).fetchall()  # fmt: skip
+        return [IndexedCall(*r) for r in rows]
+
+    def count_since(self, since: float) -> tuple[int, int]:
+        """(calls, failures) started at or after ``since``."""
+        with self._session() as db:
+            row = db.execute("SELECT COUNT(*), COALESCE(SUM(status = 'error'), 0) FROM calls WHERE t >= ?",
+                             (since,)).fetchone()  # fmt: skip
+        return int(row[0]), int(row[1])
+
+    def hourly(self, first_hour: int) -> list[tuple[int, str, int]]:
+        """(hour, error_type or '' for successes, count) for every hour from ``first_hour`` on."""
+        with self._session() as db:
+            rows = db.execute("SELECT hour, error_type, n FROM hours WHERE hour >= ? ORDER BY hour",
+                              (first_hour,)).fetchall()  # fmt: skip
+        return [(int(h), str(e), int(n)) for h, e, n in rows]
+
+    def values(self, column: str, limit: int = 200) -> list[str]:
+        """Distinct values of ``role`` or ``method`` (the filter choices), at most ``limit``."""
+        if column not in {"role", "method"}:
+            raise ValueError(f"not a filter column: {column}")
+        with self._session() as db:
+            rows = db.execute(f"SELECT DISTINCT {column} FROM calls ORDER BY {column} LIMIT ?",  # noqa: S608
+                              (limit,)).fetchall()  # fmt: skip
+        return [str(r[0]) for r in rows]
+
+    def total(self) -> int:
+        with self._session() as db:
+            return int(db.execute("SELECT COALESCE(MAX(id), 0) FROM calls").fetchone()[0])
+
+    def record(self, row: IndexedCall) -> CallRecord | None:
+        """The full record of an indexed row, read from the log at its offset (None if it no longer parses)."""
+        try:
+            fd = os.open(self.log_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            fh.seek(row.off)
+            line = fh.read(row.len)
+        return parse_record(line.decode("utf-8", "replace"))

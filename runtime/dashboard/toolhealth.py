@@ -1,0 +1,138 @@
+"""Every method's health at a glance, kept warm for the pages: a cache keyed by each method file's stat.
+
+The Tools and Overview pages filter, sort and count by health over *every* tool (10,000 of them in the
+benchmark), which would mean decoding every method file per page. This cache decodes a file only when it
+changed (store writes are atomic renames: a new inode, mtime and size), so a warm page costs one ``stat``
+per method and the registry read (itself cached by content in the store).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from sandforge.runtime.providers.prompt import PROMPT_VERSION
+from sandforge.runtime.store import ToolStore
+from sandforge.runtime.store.models import MethodArtifact, RegistryEntry
+from sandforge.runtime.store.selection import HealthStatus, assess_health, prompt_version_matches, reuse_allowed
+
+Badge = Literal["healthy", "degraded", "stale", "unproven", "non-cacheable", "missing"]
+#: a tool's badge is the worst of its methods', in this order
+BADGE_ORDER: tuple[Badge, ...] = ("degraded", "stale", "missing", "unproven", "non-cacheable", "healthy")
+
+
+class MethodHealth(BaseModel):
+    """One method's current artifact as the dashboard shows it (never its code)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    method: str
+    badge: Badge
+    health: str | None = None
+    generation: int | None = None
+    cacheable: bool | None = None
+    cacheability_reason: str | None = None
+    reusable: bool | None = None
+    reuse_reason: str = ""
+    success_count: int = 0
+    failure_count: int = 0
+    intrinsic_failure_count: int = 0
+    extrinsic_failure_count: int = 0
+    adaptive_failure_count: int = 0
+    recent_failure_rate: float = 0.0
+    repairs_since_regeneration: int = 0
+    prompt_version_match: bool | None = None
+    checksum_ok: bool | None = None
+    last_used_at: datetime | None = None
+
+
+def badge_of(art: MethodArtifact, entry: RegistryEntry, store: ToolStore) -> tuple[Badge, str]:
+    """(badge, health): stale when the contract changed or the prompt moved on, degraded when unhealthy or its
+    code fails its checksum, non-cacheable when it may never be reused, else the store's health word."""
+    health = assess_health(art, prompt_version=PROMPT_VERSION, policy=store.policy)
+    if not art.checksum_ok() or health in (HealthStatus.DEGRADED, HealthStatus.UNHEALTHY):
+        return "degraded", health.value
+    contract_moved = entry.contract_fingerprint is not None and art.contract_fingerprint != entry.contract_fingerprint
+    if contract_moved or prompt_version_matches(art, PROMPT_VERSION) is False:
+        return "stale", health.value
+    if health is HealthStatus.UNPROVEN:
+        return "unproven", health.value
+    reusable, _ = reuse_allowed(art, art.method_name, store.policy.dynamic_methods)
+    return ("healthy" if reusable else "non-cacheable"), health.value
+
+
+def method_health(art: MethodArtifact, entry: RegistryEntry, store: ToolStore) -> MethodHealth:
+    badge, health = badge_of(art, entry, store)
+    reusable, why = reuse_allowed(art, art.method_name, store.policy.dynamic_methods)
+    return MethodHealth(
+        method=art.method_name, badge=badge, health=health, generation=art.generation, cacheable=art.cacheable,
+        cacheability_reason=art.cacheability_reason, reusable=reusable, reuse_reason=why,
+        success_count=art.success_count, failure_count=art.failure_count,
+        intrinsic_failure_count=art.intrinsic_failure_count, extrinsic_failure_count=art.extrinsic_failure_count,
+        adaptive_failure_count=art.adaptive_failure_count, recent_failure_rate=art.recent_failure_rate,
+        repairs_since_regeneration=art.repair_count_since_regen,
+        prompt_version_match=prompt_version_matches(art, PROMPT_VERSION), checksum_ok=art.checksum_ok(),
+        last_used_at=art.last_used_at,
+    )  # fmt: skip
+
+
+class HealthCache:
+    """Method health per tool, re-read only when something changed.
+
+    Every store write that changes a method file also changes the tool's registry entry (usage, last use,
+    capabilities) under the store's lock, so an entry equal to the one last seen means its methods are as they
+    were: no file is touched. ``verify`` (the rows a page shows, the artifact page) also compares each method
+    file's ``stat``, so a file changed behind the store's back (by hand) shows as soon as it is looked at.
+    """
+
+    def __init__(self, store: ToolStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._tools: dict[str, tuple[RegistryEntry, list[MethodHealth]]] = {}
+        self._files: dict[tuple[str, str], tuple[tuple[int, int, int, str | None], MethodHealth]] = {}
+        self._paths: dict[tuple[str, str], str] = {}
+
+    def methods(self, entry: RegistryEntry, *, verify: bool = False) -> list[MethodHealth]:
+        hit = self._tools.get(entry.role)
+        if not verify and hit is not None and (hit[0] is entry or hit[0] == entry):
+            return hit[1]
+        value = [self.method(entry, m) for m in entry.methods]
+        with self._lock:
+            self._tools[entry.role] = (entry, value)
+        return value
+
+    def _path(self, role: str, method: str) -> str:
+        path = self._paths.get((role, method))
+        if path is None:
+            path = self._paths[(role, method)] = str(self.store.paths.method_file(role, method))
+        return path
+
+    def method(self, entry: RegistryEntry, method: str) -> MethodHealth:
+        path = self._path(entry.role, method)
+        try:
+            st = os.lstat(path)
+            key = (st.st_ino, st.st_mtime_ns, st.st_size, entry.contract_fingerprint)
+        except OSError:
+            key = (0, 0, 0, entry.contract_fingerprint)
+        with self._lock:
+            hit = self._files.get((entry.role, method))
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        art = self.store.lookup(entry.role, method).artifact
+        value = (method_health(art, entry, self.store) if art is not None
+                 else MethodHealth(method=method, badge="missing"))  # fmt: skip
+        with self._lock:
+            self._files[(entry.role, method)] = (key, value)
+        return value
+
+
+def worst(badges: list[Badge]) -> Badge:
+    """The tool's badge: the worst of its methods' (``unproven`` for a tool with no method yet)."""
+    for badge in BADGE_ORDER:
+        if badge in badges:
+            return badge
+    return "unproven"

@@ -1,0 +1,578 @@
+"""The data of every dashboard page, as pydantic models: the JSON twins return them, the pages render them.
+
+A :class:`Board` is one tenant's view: its ToolStore, its call-log index and the health cache. Builders
+read, never write (rollback is the one action, in :mod:`.actions`). Lists are paginated so a page's cost
+does not grow with the store: tools 50 a page, calls by keyset (``before`` an id), patterns 50 roles a page.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from sandforge.runtime.agent.calllog import CallRecord
+from sandforge.runtime.dashboard.callindex import CallFilter, CallIndex, IndexedCall
+from sandforge.runtime.dashboard.toolhealth import BADGE_ORDER, Badge, HealthCache, MethodHealth, worst
+from sandforge.runtime.gc_pause import gc_paused
+from sandforge.runtime.guardrails import Policy
+from sandforge.runtime.guardrails.engine import validate
+from sandforge.runtime.store import ToolStore
+from sandforge.runtime.store.models import MethodArtifact, PatternEvent, RegistryEntry
+from sandforge.runtime.store.patterns import (
+    DEFAULT_PROMOTION_THRESHOLD,
+    DEFAULT_SUMMARY_WINDOW,
+    promotion_signal,
+    render_recent_patterns,
+    summarize,
+)
+from sandforge.sandbox import SandboxConfig
+
+PAGE_SIZE = 50
+#: the longest a tools snapshot is reused while the registry does not change (files changed by hand show then)
+SNAPSHOT_S = 30.0
+SortKey = Literal["role", "usage", "failures", "failure_rate", "last_used", "badge"]
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+@dataclass(frozen=True)
+class ToolSnap:
+    entry: RegistryEntry
+    methods: list[MethodHealth]
+    badge: Badge
+    rate: float
+
+
+class Board:
+    """One tenant's dashboard data sources (built once per tenant and kept: the caches live here)."""
+
+    def __init__(
+        self, *, tenant: str, store: ToolStore, call_log: Path, policy: Policy, sandbox: SandboxConfig
+    ) -> None:
+        self.tenant = tenant
+        self.store = store
+        self.calls = CallIndex(call_log)
+        self.health = HealthCache(store)
+        self.policy = policy
+        self.sandbox = sandbox
+        self._snapshot: tuple[tuple[int, int, int], float, list[ToolSnap]] | None = None
+        self.derived: dict[Any, Any] = {}  # what is computed from the snapshot, kept with it
+
+    def close(self) -> None:
+        self.calls.close()
+
+    def _registry_stamp(self) -> tuple[int, int, int]:
+        try:
+            st = self.store.paths.registry.lstat()
+        except OSError:
+            return (0, 0, 0)
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def tools(self) -> list[ToolSnap]:
+        """Every tool with its methods' health and its badge, in role order. Kept while ``registry.json`` keeps
+        its stat (store writes are atomic renames) and for at most SNAPSHOT_S; rebuilt, only the entries that
+        changed read their method files again."""
+        stamp = self._registry_stamp()
+        now = time.monotonic()
+        snap = self._snapshot
+        if snap is not None and snap[0] == stamp and snap[1] > now:
+            return snap[2]
+        with gc_paused():  # thousands of small objects, no cycles: the collector would only cost time
+            rows = []
+            for entry in self.store.list_tools():
+                methods = self.health.methods(entry)
+                rate = max((m.recent_failure_rate for m in methods), default=0.0)
+                rows.append(ToolSnap(entry, methods, worst([m.badge for m in methods]), rate))
+        self._snapshot = (stamp, now + SNAPSHOT_S, rows)
+        self.derived.clear()
+        return rows
+
+    def sorted_tools(self, sort: SortKey, descending: bool) -> list[ToolSnap]:
+        """:meth:`tools` in one order, kept with the snapshot."""
+        rows = self.tools()
+        key = ("sorted", sort, descending)
+        if key not in self.derived:
+            if sort == "role" and not descending:
+                self.derived[key] = rows
+            else:
+                self.derived[key] = sorted(
+                    rows, key=lambda t: (_sort_value(sort, t.entry, t.badge, t.rate), t.entry.role), reverse=descending
+                )
+        result: list[ToolSnap] = self.derived[key]
+        return result
+
+
+# --- tools ---------------------------------------------------------------------------------------------
+
+
+class ToolRow(BaseModel):
+    role: str
+    purpose: str | None
+    deliverable: Any = None
+    acceptance: Any = None
+    failure_policy: Any = None
+    badge: Badge
+    methods: list[MethodHealth]
+    usage_count: int
+    success_count: int
+    failure_count: int
+    intrinsic_failure_count: int
+    extrinsic_failure_count: int
+    adaptive_failure_count: int
+    recent_failure_rate: float = Field(description="the highest of its methods'")
+    repairs_since_regeneration: int = Field(description="summed over its methods")
+    prompt_version_match: bool | None = Field(description="False if any method's prompt version differs")
+    last_used_at: datetime | None
+
+
+class ToolsPage(BaseModel):
+    tenant: str
+    total: int
+    matched: int
+    page: int
+    pages: int
+    sort: SortKey
+    descending: bool
+    q: str | None
+    badge: Badge | None
+    badge_counts: dict[str, int]
+    tools: list[ToolRow]
+
+
+def _tool_row(entry: RegistryEntry, methods: list[MethodHealth]) -> ToolRow:
+    matches = [m.prompt_version_match for m in methods if m.prompt_version_match is not None]
+    return ToolRow(
+        role=entry.role, purpose=entry.purpose, deliverable=entry.deliverable, acceptance=entry.acceptance,
+        failure_policy=entry.failure_policy, badge=worst([m.badge for m in methods]), methods=methods,
+        usage_count=entry.usage_count, success_count=entry.success_count, failure_count=entry.failure_count,
+        intrinsic_failure_count=sum(m.intrinsic_failure_count for m in methods),
+        extrinsic_failure_count=sum(m.extrinsic_failure_count for m in methods),
+        adaptive_failure_count=sum(m.adaptive_failure_count for m in methods),
+        recent_failure_rate=max((m.recent_failure_rate for m in methods), default=0.0),
+        repairs_since_regeneration=sum(m.repairs_since_regeneration for m in methods),
+        prompt_version_match=all(matches) if matches else None, last_used_at=entry.last_used_at,
+    )  # fmt: skip
+
+
+def _sort_value(sort: SortKey, entry: RegistryEntry, badge: Badge, rate: float) -> Any:
+    if sort == "usage":
+        return entry.usage_count
+    if sort == "failures":
+        return entry.failure_count
+    if sort == "failure_rate":
+        return rate
+    if sort == "last_used":
+        return (entry.last_used_at or entry.created_at).timestamp()
+    if sort == "badge":
+        return BADGE_ORDER.index(badge)
+    return entry.role
+
+
+def tools_page(
+    board: Board, *, page: int = 1, sort: SortKey = "role", descending: bool = False, q: str | None = None,
+    badge: Badge | None = None,
+) -> ToolsPage:  # fmt: skip
+    """Every tool, filtered by a text in its role or purpose and by badge, sorted, one page of them."""
+    entries = board.sorted_tools(sort, descending)
+    counts = dict.fromkeys(BADGE_ORDER, 0)
+    for t in entries:
+        counts[t.badge] += 1
+    needle = q.lower() if q else None
+    keyed = [
+        t for t in entries
+        if (badge is None or t.badge == badge)
+        and (not needle or needle in t.entry.role.lower() or needle in (t.entry.purpose or "").lower())
+    ] if badge is not None or needle else entries  # fmt: skip
+    pages = max(1, -(-len(keyed) // PAGE_SIZE))
+    page = min(max(1, page), pages)
+    chunk = keyed[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+    return ToolsPage(
+        tenant=board.tenant, total=len(entries), matched=len(keyed), page=page, pages=pages, sort=sort,
+        descending=descending, q=q, badge=badge, badge_counts=counts,
+        tools=[_tool_row(t.entry, board.health.methods(t.entry, verify=True)) for t in chunk],
+    )  # fmt: skip
+
+
+# --- artifact ------------------------------------------------------------------------------------------
+
+
+class Evidence(BaseModel):
+    line: int
+    column: int
+    source: str = Field(description="the construct that shows the capability")
+
+
+class CapabilityView(BaseModel):
+    tag: str
+    granted: bool
+    evidence: list[Evidence]
+
+
+class GenerationView(BaseModel):
+    generation: int
+    current: bool
+    created_at: datetime
+    program_source: str
+    model: str | None
+    prompt_version: str | None
+    success_count: int
+    failure_count: int
+    checksum_ok: bool
+    lines: int
+
+
+class DiffLine(BaseModel):
+    kind: Literal["context", "add", "remove", "hunk", "header"]
+    text: str
+
+
+class ArtifactPage(BaseModel):
+    tenant: str
+    role: str
+    method: str
+    health: MethodHealth
+    generation: int
+    code: str
+    capabilities: list[CapabilityView]
+    verdict: str = Field(description="the tenant's policy on the current code, now")
+    cacheable: bool | None
+    cacheability_reason: str | None
+    input_sensitive: bool
+    dependencies: list[str]
+    environment: dict[str, Any] | None
+    generations: list[GenerationView]
+    diff_from: int | None
+    diff_to: int | None
+    diff: list[DiffLine]
+    rollback_targets: list[int]
+
+
+def _diff(old: MethodArtifact, new: MethodArtifact) -> list[DiffLine]:
+    out: list[DiffLine] = []
+    lines = difflib.unified_diff(
+        old.code.splitlines(), new.code.splitlines(), f"generation {old.generation}", f"generation {new.generation}",
+        lineterm="",
+    )  # fmt: skip
+    for line in lines:
+        if line.startswith(("---", "+++")):
+            kind: Literal["context", "add", "remove", "hunk", "header"] = "header"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "remove"
+        else:
+            kind = "context"
+        out.append(DiffLine(kind=kind, text=line))
+    return out
+
+
+def _generation(art: MethodArtifact, current: bool) -> GenerationView:
+    return GenerationView(
+        generation=art.generation, current=current, created_at=art.created_at, program_source=art.program_source.value,
+        model=art.model, prompt_version=art.prompt_version, success_count=art.success_count,
+        failure_count=art.failure_count, checksum_ok=art.checksum_ok(), lines=len(art.code.splitlines()),
+    )  # fmt: skip
+
+
+def artifact_page(
+    board: Board, role: str, method: str, *, a: int | None = None, b: int | None = None
+) -> ArtifactPage | None:
+    """One method's current artifact, its retained generations and the diff between two of them (default:
+    the previous generation against the current one). None when there is no such artifact."""
+    entry = board.store.get_tool(role)
+    gens = board.store.history(role, method)
+    if entry is None or not gens:
+        return None
+    current = gens[0]
+    by_number = {g.generation: g for g in gens}
+    old: MethodArtifact | None
+    new: MethodArtifact | None
+    if a is None and b is not None and b != current.generation:
+        old, new = current, by_number.get(b)  # "what would change": the current code against generation b
+    else:
+        old = by_number.get(a) if a is not None else (gens[1] if len(gens) > 1 else None)
+        new = by_number.get(b) if b is not None else current
+    diff = _diff(old, new) if old is not None and new is not None else []
+    verdict = validate(current.code, board.policy)
+    caps = [
+        CapabilityView(tag=c.tag, granted=c.granted,
+                       evidence=[Evidence(line=e.line, column=e.column, source=e.construct) for e in c.evidence])
+        for c in verdict.capabilities
+    ]  # fmt: skip
+    return ArtifactPage(
+        tenant=board.tenant, role=role, method=method, health=board.health.method(entry, method),
+        generation=current.generation, code=current.code, capabilities=caps, verdict=verdict.verdict,
+        cacheable=current.cacheable, cacheability_reason=current.cacheability_reason,
+        input_sensitive=current.input_sensitive, dependencies=current.dependencies,
+        environment=current.environment.model_dump(mode="json") if current.environment else None,
+        generations=[_generation(g, i == 0) for i, g in enumerate(gens)],
+        diff_from=old.generation if old else None, diff_to=new.generation if new else None, diff=diff,
+        rollback_targets=[g.generation for g in gens[1:] if g.checksum_ok()],
+    )  # fmt: skip
+
+
+# --- calls ---------------------------------------------------------------------------------------------
+
+
+class CallRow(BaseModel):
+    id: int
+    call_id: str
+    trace_id: str
+    parent_call_id: str | None
+    depth: int
+    started_at: datetime
+    role: str
+    method: str
+    status: str
+    error_type: str | None
+    failure_stage: str | None
+    failure_class: str | None
+    duration_s: float
+    attempts: int
+
+
+class CallsPage(BaseModel):
+    tenant: str
+    filters: dict[str, str | None]
+    calls: list[CallRow]
+    next_before: int | None = Field(description="pass as `before` for the next (older) page")
+    indexed: int = Field(description="call records in the index")
+
+
+def _call_row(c: IndexedCall) -> CallRow:
+    return CallRow(
+        id=c.id, call_id=c.call_id, trace_id=c.trace, parent_call_id=c.parent, depth=c.depth, started_at=_utc(c.t),
+        role=c.role, method=c.method, status=c.status, error_type=c.error_type, failure_stage=c.stage,
+        failure_class=c.failure_class, duration_s=c.duration, attempts=c.attempts,
+    )  # fmt: skip
+
+
+def calls_page(board: Board, flt: CallFilter, *, limit: int = PAGE_SIZE) -> CallsPage:
+    rows = board.calls.page(flt, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    filters = {
+        "role": flt.role, "method": flt.method, "status": flt.status, "stage": flt.stage, "trace": flt.trace,
+        "since": _utc(flt.since).isoformat() if flt.since is not None else None,
+        "until": _utc(flt.until).isoformat() if flt.until is not None else None,
+    }  # fmt: skip
+    return CallsPage(
+        tenant=board.tenant, filters=filters, calls=[_call_row(r) for r in rows],
+        next_before=rows[-1].id if more and rows else None, indexed=board.calls.total(),
+    )  # fmt: skip
+
+
+class TreeNode(BaseModel):
+    call: CallRow
+    children: list[TreeNode] = Field(default_factory=list)
+
+
+class StageDurations(BaseModel):
+    total_s: float
+    sandbox_s: float = Field(description="the last attempt's execution in the sandbox")
+    all_attempts_sandbox_s: float
+    nested_calls_s: float = Field(description="waiting for nested calls")
+    fetches_s: float = Field(description="waiting for the host's fetches")
+    environment_prepare_s: float | None
+    other_s: float = Field(description="generation, validation, commit and the rest")
+
+
+class CallPage(BaseModel):
+    tenant: str
+    record: dict[str, Any]
+    durations: StageDurations
+    tree: TreeNode | None
+    protections: list[str] = Field(description="what this server requires every sandbox to show before use")
+    protections_waived: list[str]
+
+
+def _tree(rows: list[IndexedCall]) -> TreeNode | None:
+    nodes = {r.call_id: TreeNode(call=_call_row(r)) for r in rows}
+    root: TreeNode | None = None
+    for r in rows:
+        node = nodes[r.call_id]
+        parent = nodes.get(r.parent) if r.parent else None
+        if parent is not None:
+            parent.children.append(node)
+        elif r.depth == 0:
+            root = node
+    return root
+
+
+def _durations(rec: CallRecord) -> StageDurations:
+    u = rec.usage
+    env = rec.env_prepare_ms / 1000 if rec.env_prepare_ms is not None else None
+    other = rec.duration_s - u.total_sandbox_duration_s - u.bridge_duration_s - u.fetch_duration_s - (env or 0.0)
+    return StageDurations(
+        total_s=rec.duration_s, sandbox_s=u.sandbox_duration_s, all_attempts_sandbox_s=u.total_sandbox_duration_s,
+        nested_calls_s=u.bridge_duration_s, fetches_s=u.fetch_duration_s, environment_prepare_s=env,
+        other_s=max(0.0, other),
+    )  # fmt: skip
+
+
+def call_page(board: Board, call_id: str) -> CallPage | None:
+    row = board.calls.find(call_id)
+    rec = board.calls.record(row) if row is not None else None
+    if row is None or rec is None:
+        return None
+    return CallPage(
+        tenant=board.tenant, record=rec.model_dump(mode="json"), durations=_durations(rec),
+        tree=_tree(board.calls.trace(rec.trace_id)),
+        protections=[str(p) for p in board.sandbox.enforced_protections],
+        protections_waived=[str(p) for p in board.sandbox.waived_protections],
+    )  # fmt: skip
+
+
+# --- overview ------------------------------------------------------------------------------------------
+
+
+class HourPoint(BaseModel):
+    hour: datetime
+    calls: int
+    failures: int
+
+
+class Flagged(BaseModel):
+    role: str
+    method: str
+    badge: Badge
+    recent_failure_rate: float
+
+
+class OverviewPage(BaseModel):
+    tenant: str
+    tools: int
+    artifacts: int
+    calls_last_hour: int
+    failures_last_hour: int
+    calls_last_day: int
+    failures_last_day: int
+    error_rate_last_day: float
+    badge_counts: dict[str, int] = Field(description="methods per badge")
+    flagged: list[Flagged] = Field(description="degraded or stale methods (the first 20)")
+    flagged_total: int
+    top_failure_types: list[tuple[str, int]] = Field(description="last 24 hours")
+    chart: list[HourPoint] = Field(description="calls and failures per hour, the last 24 hours")
+    indexed_calls: int
+
+
+def _flags(board: Board) -> tuple[int, int, dict[str, int], list[Flagged]]:
+    entries = board.tools()
+    cached = board.derived.get("flags")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    counts: dict[str, int] = dict.fromkeys(BADGE_ORDER, 0)
+    flagged: list[Flagged] = []
+    artifacts = 0
+    for t in entries:
+        for m in t.methods:
+            counts[m.badge] += 1
+            artifacts += m.badge != "missing"
+            if m.badge in ("degraded", "stale"):
+                flagged.append(Flagged(role=t.entry.role, method=m.method, badge=m.badge,
+                                       recent_failure_rate=m.recent_failure_rate))  # fmt: skip
+    flagged.sort(key=lambda f: (f.badge != "degraded", -f.recent_failure_rate, f.role, f.method))
+    board.derived["flags"] = result = (len(entries), artifacts, counts, flagged)
+    return result
+
+
+def overview_page(board: Board, *, now: float | None = None) -> OverviewPage:
+    now = time.time() if now is None else now
+    tools, artifacts, counts, flagged = _flags(board)
+    hour_calls, hour_failures = board.calls.count_since(now - 3600)
+    first = int(now // 3600) - 23
+    per_hour: dict[int, list[int]] = {h: [0, 0] for h in range(first, first + 24)}
+    failure_types: dict[str, int] = {}
+    for hour, error_type, n in board.calls.hourly(first):
+        slot = per_hour.setdefault(hour, [0, 0])
+        slot[0] += n
+        if error_type:
+            slot[1] += n
+            failure_types[error_type] = failure_types.get(error_type, 0) + n
+    day_calls = sum(v[0] for v in per_hour.values())
+    day_failures = sum(v[1] for v in per_hour.values())
+    return OverviewPage(
+        tenant=board.tenant, tools=tools, artifacts=artifacts, calls_last_hour=hour_calls,
+        failures_last_hour=hour_failures, calls_last_day=day_calls, failures_last_day=day_failures,
+        error_rate_last_day=round(day_failures / day_calls, 4) if day_calls else 0.0, badge_counts=counts,
+        flagged=flagged[:20], flagged_total=len(flagged),
+        top_failure_types=sorted(failure_types.items(), key=lambda kv: (-kv[1], kv[0]))[:8],
+        chart=[HourPoint(hour=_utc(h * 3600), calls=c, failures=f) for h, (c, f) in sorted(per_hour.items())],
+        indexed_calls=board.calls.total(),
+    )  # fmt: skip
+
+
+# --- patterns ------------------------------------------------------------------------------------------
+
+
+class MethodPatterns(BaseModel):
+    method: str
+    calls_in_window: int
+    counts: list[tuple[str, int]]
+    promotion_candidate: bool
+    promotion_capabilities: list[str]
+    recent_patterns_block: str | None = Field(description="the <recent_patterns> block as the model sees it")
+
+
+class RolePatternsView(BaseModel):
+    role: str
+    events: int
+    last_event_at: datetime | None
+    methods: list[MethodPatterns]
+
+
+class PatternsPage(BaseModel):
+    tenant: str
+    total_roles: int
+    page: int
+    pages: int
+    roles: list[RolePatternsView]
+
+
+def _index_without(index: dict[str, list[str]], role: str, labels: list[str]) -> dict[str, list[str]]:
+    """The capability index as the store shows it to ``role`` (its own tools left out), for ``labels`` only."""
+    return {label: [r for r in index.get(label, ()) if r != role] for label in labels}
+
+
+def _role_patterns(
+    store: ToolStore, role: str, events: list[PatternEvent], index: dict[str, list[str]]
+) -> RolePatternsView:
+    methods: list[MethodPatterns] = []
+    for method in sorted({e.method_name for e in events}):
+        summary = summarize(role, events, method_name=method, window=DEFAULT_SUMMARY_WINDOW)
+        tools = _index_without(index, role, [c.label for c in summary.counts])
+        signal = promotion_signal(summary, tools, threshold=DEFAULT_PROMOTION_THRESHOLD)
+        block = render_recent_patterns(summary, depth=0, tool_index=tools, dynamic_methods=store.policy.dynamic_methods)
+        methods.append(MethodPatterns(
+            method=method, calls_in_window=summary.calls, counts=[(c.label, c.count) for c in summary.counts],
+            promotion_candidate=signal.detected, promotion_capabilities=signal.capabilities,
+            recent_patterns_block=block,
+        ))  # fmt: skip
+    return RolePatternsView(role=role, events=len(events), last_event_at=events[-1].timestamp if events else None,
+                            methods=methods)  # fmt: skip
+
+
+def patterns_page(board: Board, *, page: int = 1) -> PatternsPage:
+    """Pattern memory per role, 50 roles a page: the summary the prompt is built from (the store's window),
+    promotion candidates, and the ``<recent_patterns>`` block as the model sees it (dynamic methods only)."""
+    memory = board.store.patterns.roles_events()
+    roles = sorted(memory)
+    pages = max(1, -(-len(roles) // PAGE_SIZE))
+    page = min(max(1, page), pages)
+    chunk = roles[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+    index: dict[str, list[str]] = {}
+    for t in board.tools():
+        for cap in t.entry.capabilities:
+            index.setdefault(cap, []).append(t.entry.role)
+    return PatternsPage(tenant=board.tenant, total_roles=len(roles), page=page, pages=pages,
+                        roles=[_role_patterns(board.store, r, memory[r], index) for r in chunk])  # fmt: skip

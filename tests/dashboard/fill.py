@@ -1,0 +1,50 @@
+"""A real store filled by real calls: the programs a scripted model writes, in the order it is asked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+#: what the scripted provider answers, request after request (see CALLS for who asks)
+PROGRAMS = [
+    "return 10 // args[0]\n",  # calc.div(2): generation 1
+    "if args[0] == 0:\n    return 0\nreturn 10 // args[0]\n",  # calc.div(0): gen 1 fails, the repair is gen 2
+    "import os\nreturn os.getcwd()\n",  # calc.double(4): refused by the policy ...
+    "return args[0] * 2\n",  # ... and regenerated
+    "return tool('calc').div(args[0])\n",  # report.run(5): a nested call of calc.div
+    "raise ValueError('boom')\n",  # broken.go(): fails, and the script has nothing left to repair it with
+]
+
+#: (role, method, args) in order; the comment in PROGRAMS says which program each one uses
+CALLS: list[tuple[str, str, list[Any]]] = [
+    ("calc", "div", [2]),
+    ("calc", "div", [5]),
+    ("calc", "div", [0]),
+    ("calc", "double", [4]),
+    ("report", "run", [5]),
+    ("broken", "go", []),
+]
+
+
+def tenant_config(root: Path) -> dict[str, Any]:
+    (root / "alpha_programs.json").write_text(json.dumps(PROGRAMS))
+    return {
+        "state_dir": "state",
+        "tenants": [
+            {"name": "alpha", "provider": {"kind": "scripted", "programs": "alpha_programs.json"}},
+            {"name": "beta"},
+        ],
+    }
+
+
+def fill(client: httpx.Client) -> list[dict[str, Any]]:
+    """Make every call of CALLS through the HTTP API; the outcomes, in order."""
+    outcomes = []
+    for role, method, args in CALLS:
+        response = client.post(f"/v1/agents/{role}/{method}", json={"args": args})
+        assert response.status_code == 200, response.text
+        outcomes.append(response.json())
+    return outcomes

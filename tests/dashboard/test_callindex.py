@@ -1,0 +1,99 @@
+"""The call-log index: caught up incrementally, rebuilt when the log is replaced or shrinks, never fooled by
+a half-written line, a foreign line or a FIFO; counts per hour add up."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sandforge.runtime.agent.calllog import CallRecord
+from sandforge.runtime.dashboard.callindex import CallFilter, CallIndex
+
+T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+
+
+def _line(i: int, *, status: str = "ok", role: str = "calc", at: datetime | None = None, **extra: Any) -> str:
+    fields: dict[str, Any] = dict(
+        trace_id=f"{i:032x}", call_id=f"{i:016x}", depth=0, role=role, method="add", started_at=at or T0,
+        duration_s=0.1, status=status, attempt_id="a" * 16, attempts=1, attempt_stage="executed",
+    )  # fmt: skip
+    if status == "error":
+        fields |= {"error_type": "execution_error", "latest_failure_stage": "execution"}
+    return CallRecord(**(fields | extra)).model_dump_json() + "\n"
+
+
+def _append(path: Path, text: str) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def test_catches_up_with_appended_records_only(tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    log.write_text("".join(_line(i) for i in range(3)))
+    index = CallIndex(log)
+    assert index.total() == 3
+    _append(log, _line(3, status="error", role="fetch"))
+    assert [c.call_id for c in index.page(CallFilter(status="error"), 10)] == [f"{3:016x}"]
+    assert index.total() == 4
+    expected = CallRecord.model_validate_json(_line(3, status="error", role="fetch"))
+    assert index.record(index.page(CallFilter(role="fetch"), 1)[0]) == expected
+
+
+def test_a_half_written_line_waits_and_foreign_lines_are_skipped(tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    whole = _line(1)
+    log.write_text(_line(0) + "not json\n" + json.dumps({"schema_version": 9}) + "\n" + whole[:40])
+    index = CallIndex(log)
+    assert index.total() == 1
+    _append(log, whole[40:])
+    assert [c.call_id for c in index.page(CallFilter(), 10)] == [f"{1:016x}", f"{0:016x}"]
+
+
+def test_a_replaced_or_truncated_log_is_indexed_again(tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    log.write_text("".join(_line(i) for i in range(5)))
+    index = CallIndex(log)
+    assert index.total() == 5
+    replacement = tmp_path / "new.jsonl"
+    replacement.write_text(_line(7))
+    os.replace(replacement, log)
+    assert [c.call_id for c in index.page(CallFilter(), 10)] == [f"{7:016x}"]
+    log.write_text("")
+    assert index.page(CallFilter(), 10) == []
+
+
+def test_a_fifo_in_place_of_the_log_is_not_read(tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    os.mkfifo(log)
+    assert CallIndex(log).page(CallFilter(), 10) == []  # returns at once: never blocks on the FIFO
+
+
+def test_filters_time_keyset_and_hours(tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    log.write_text("".join(
+        _line(i, status="error" if i % 4 == 0 else "ok", at=T0 + timedelta(minutes=20 * i)) for i in range(12)
+    ))  # fmt: skip
+    index = CallIndex(log)
+    since = (T0 + timedelta(hours=2)).timestamp()
+    assert [c.id for c in index.page(CallFilter(since=since), 50)] == list(range(12, 6, -1))
+    assert [c.id for c in index.page(CallFilter(before=4), 50)] == [3, 2, 1]
+    assert [c.id for c in index.page(CallFilter(stage="none"), 50)] == [c for c in range(12, 0, -1) if (c - 1) % 4]
+    hours = index.hourly(int(T0.timestamp() // 3600))
+    assert sum(n for _, _, n in hours) == 12 and sum(n for _, e, n in hours if e) == 3
+    assert index.count_since(T0.timestamp()) == (12, 3)
+    assert (tmp_path / "calls.index.sqlite").stat().st_mode & 0o777 == 0o600
+
+
+def test_an_over_long_line_is_skipped_and_what_follows_is_indexed(tmp_path: Path, monkeypatch: Any) -> None:
+    from sandforge.runtime.dashboard import callindex
+
+    monkeypatch.setattr(callindex, "MAX_LINE_BYTES", 4096)
+    log = tmp_path / "calls.jsonl"
+    log.write_text(_line(0) + "x" * 10_000)
+    index = CallIndex(log)
+    assert index.total() == 1  # the long line has no end yet
+    _append(log, "\n" + _line(2))
+    assert [c.call_id for c in index.page(CallFilter(), 10)] == [f"{2:016x}", f"{0:016x}"]
