@@ -206,6 +206,8 @@ def _rollback_api_handler(dash: Dashboard) -> Handler:
             state["outcome"] = "not_found"
             return json_error(404, "not_found", "no such tool method")
         state["outcome"] = f"rolled_back {before}->{after}"
+        # the audit record's tool fields (what runtime.service.audit.note sets; the names are valid store names here)
+        state.setdefault("audit", {}).update(tool_role=role, tool_method=method)
         return JSONResponse({"role": role, "method": method, "previous_generation": before, "generation": after})
 
     return rollback_api

@@ -194,6 +194,7 @@ def test_rollback_twin_with_a_bearer_token(site: Site) -> None:
     assert store.lookup("calc", "div").artifact.generation == target
     audited = [r for r in _audit(site) if r["path"] == "/v1/dashboard/tools/calc/div/rollback"]
     assert audited[-1]["tenant"] == "alpha" and audited[-1]["outcome"] == f"rolled_back {before}->{target}"
+    assert (audited[-1]["tool_role"], audited[-1]["tool_method"]) == ("calc", "div")
 
 
 def test_logout_needs_csrf_and_clears_the_cookie(site: Site) -> None:
