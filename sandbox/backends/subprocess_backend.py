@@ -26,7 +26,7 @@ from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.environment import MountedEnvironment, require_mounted
 from sandforge.sandbox.errors import SandboxUnavailable
-from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, exchange_steps
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
 from sandforge.sandbox.protections import Protection as P
 from sandforge.sandbox.protocol import (
@@ -39,6 +39,7 @@ from sandforge.sandbox.protocol import (
     ResourceUsage,
     encode_frame,
 )
+from sandforge.sandbox.steps import Blocking, Steps, run_steps
 from sandforge.sandbox.zygote import Zygote, ZygoteError
 
 log = logging.getLogger(__name__)
@@ -119,13 +120,18 @@ class SubprocessWorker:
         return self._zygote.alive() and Path(f"/proc/{self.pid}").exists()
 
     def execute(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
+        return run_steps(self.steps(request, bridge))
+
+    def steps(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> Steps[ExecutionOutcome]:
+        """The execution as steps (``sandbox/steps.py``): ``execute`` drives them on its thread, the async API
+        on the event loop."""
         try:
             if not self.alive():
                 return ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, "sandbox worker died before use")
-            ex = run_exchange(self.io, request, bridge)
+            ex = yield from exchange_steps(self.io, request, bridge)
             if ex.failure is not None:
                 self._kill()
-            exit_info = self._reap(grace_s=1.0)
+            exit_info: ExitInfo = yield Blocking(functools.partial(self._reap, grace_s=1.0))
             return build_outcome(
                 ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits,
                 exit_observed=True,
