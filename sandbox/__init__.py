@@ -15,9 +15,8 @@ import logging
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
-from sandforge.sandbox.aio import DEFAULT_THREADS, drive, unless_cancelled
+from sandforge.sandbox.aio import Threads, drive, unless_cancelled
 from sandforge.sandbox.backends.base import Backend, Worker
 from sandforge.sandbox.config import BACKENDS, BackendName, SandboxConfig
 from sandforge.sandbox.environment import EnvironmentRefused, Interpreter, MountedEnvironment, check_mount
@@ -258,10 +257,10 @@ class AsyncSandbox:
     it shares it and leaves closing it to its owner; given a config (or nothing), it makes and closes its own.
     """
 
-    def __init__(self, config: SandboxConfig | Sandbox | None = None, *, threads: int = DEFAULT_THREADS) -> None:
+    def __init__(self, config: SandboxConfig | Sandbox | None = None, *, threads: Threads | None = None) -> None:
         self.sandbox = config if isinstance(config, Sandbox) else Sandbox(config)
         self._owns = not isinstance(config, Sandbox)
-        self._executor = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="sandforge-aio")
+        self.threads = threads or Threads()
 
     @property
     def config(self) -> SandboxConfig:
@@ -282,14 +281,14 @@ class AsyncSandbox:
             worker = await self._acquire(name, request.limits, environment)
         except SandboxUnavailable as exc:
             return sb._finish(sb.unavailable(exc, name))
-        return sb._finish(await drive(sb.run_steps(worker, request, bridge, environment), self._executor))
+        return sb._finish(await drive(sb.run_steps(worker, request, bridge, environment), self.threads))
 
     async def _acquire(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Worker:
         sb = self.sandbox
         if limits == sb.config.limits:
-            return await sb.pool(name, limits, environment).acquire_async()
+            return await sb.pool(name, limits, environment).acquire_async(self.threads.short)
         spawn = sb._spawner(name, limits, environment)
-        worker: Worker = await unless_cancelled(asyncio.get_running_loop().run_in_executor(self._executor, spawn))
+        worker: Worker = await unless_cancelled(asyncio.get_running_loop().run_in_executor(self.threads.short, spawn))
         return worker
 
     async def aclose(self) -> None:
@@ -297,7 +296,7 @@ class AsyncSandbox:
         loop = asyncio.get_running_loop()
         if self._owns:
             await loop.run_in_executor(None, self.sandbox.close)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.threads.shutdown()
 
     async def __aenter__(self) -> AsyncSandbox:
         return self

@@ -17,6 +17,7 @@ and the task gets ``CancelledError``, never an outcome (nothing of it can be com
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import selectors
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,8 +27,26 @@ from sandforge.sandbox.steps import Blocking, Cancelled, Chunks, Poll, Steps
 
 T = TypeVar("T")
 
-#: Threads for what blocks (see the module's docstring): a fraction of the executions in flight.
+#: Threads for short blocking work (reaping an exit, starting a worker): a fraction of the executions in flight.
 DEFAULT_THREADS = 8
+#: Threads for long blocking work: nested calls' answers, fetches, whole Docker executions (one each while it runs).
+DEFAULT_LONG_THREADS = 64
+
+
+class Threads:
+    """The async API's two thread pools: ``short`` work never waits behind ``long`` work (a nested call that
+    runs for seconds must not hold up the reaping its own nested executions need)."""
+
+    def __init__(self, short: int = DEFAULT_THREADS, long: int = DEFAULT_LONG_THREADS) -> None:
+        self.short = ThreadPoolExecutor(max_workers=max(1, short), thread_name_prefix="sandforge-aio")
+        self.long = ThreadPoolExecutor(max_workers=max(1, long), thread_name_prefix="sandforge-aio-long")
+
+    def for_effect(self, effect: Blocking) -> ThreadPoolExecutor:
+        return self.long if effect.interruptible or effect.on_cancel is not None else self.short
+
+    def shutdown(self) -> None:
+        for pool in (self.short, self.long):
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 async def unless_cancelled(started: asyncio.Future[Any]) -> Any:
@@ -44,7 +63,7 @@ def _destroy_result(done: asyncio.Future[Any]) -> None:
         done.result().destroy()
 
 
-async def drive(steps: Steps[T], executor: ThreadPoolExecutor) -> T:
+async def drive(steps: Steps[T], threads: Threads) -> T:
     """Drive ``steps`` on the running loop (see ``sandbox/steps.py``). A cancellation is thrown into them as
     :class:`Cancelled` where they wait (after a non-interruptible call returns: ``Blocking.on_cancel`` makes it
     return soon); they end the exchange and clean up, and ``CancelledError`` is raised here afterwards."""
@@ -65,9 +84,9 @@ async def drive(steps: Steps[T], executor: ThreadPoolExecutor) -> T:
         answer, error = None, None
         try:
             if isinstance(effect, Poll):
-                answer = await _poll(loop, effect, executor)
+                answer = await _poll(loop, effect, threads.long)
             else:
-                answer, late = await _blocking(loop, effect, executor)
+                answer, late = await _blocking(loop, effect, threads.for_effect(effect))
                 if late and not cancelled:
                     cancelled, error = True, Cancelled()
         except asyncio.CancelledError:
@@ -75,7 +94,7 @@ async def drive(steps: Steps[T], executor: ThreadPoolExecutor) -> T:
                 steps.close()
                 raise
             cancelled, error = True, Cancelled()
-        except Exception as exc:  # raised in the steps, at their yield (as the sync driver does)
+        except BaseException as exc:  # raised in the steps, at their yield (as the sync driver does)
             error = exc
 
 
@@ -116,9 +135,11 @@ async def _blocking(
 ) -> tuple[Any, bool]:
     """``effect.fn()`` on the thread pool: its value, and whether the caller was cancelled meanwhile (for a
     call that is not interruptible, which is waited for to the end, after ``on_cancel``)."""
-    running = loop.run_in_executor(executor, effect.fn)
+    # In the caller's context (a call's cancellation scope reaches the nested calls it makes: runtime/agent/aio.py)
+    context = contextvars.copy_context()
     if effect.interruptible:
-        return await running, False
+        return await loop.run_in_executor(executor, context.run, effect.fn), False
+    running = loop.run_in_executor(executor, context.run, effect.fn)
     late = False
     while True:
         try:
@@ -138,4 +159,4 @@ def _quietly(fn: Callable[[], None]) -> None:
         return
 
 
-__all__ = ["DEFAULT_THREADS", "drive", "unless_cancelled"]
+__all__ = ["DEFAULT_LONG_THREADS", "DEFAULT_THREADS", "Threads", "drive", "unless_cancelled"]

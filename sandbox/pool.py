@@ -22,8 +22,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
+from sandforge.sandbox.aio import unless_cancelled
 from sandforge.sandbox.backends.base import Worker
 from sandforge.sandbox.errors import SandboxUnavailable
 
@@ -68,10 +69,10 @@ class WarmPool:
         self._wake.set()
         return self._spawn()
 
-    async def acquire_async(self) -> Worker:
+    async def acquire_async(self, executor: Executor | None = None) -> Worker:
         """``acquire`` for the event loop: a ready worker, else the next one the pool's spawn threads start
-        (waiting holds no thread). A pool that keeps none warm (``size`` 0, or closed) starts one cold on the
-        loop's default executor. Raises SandboxUnavailable as ``acquire`` does."""
+        (waiting holds no thread). A pool that keeps none warm (``size`` 0, or closed) starts one cold on
+        ``executor`` (default: the loop's). Raises SandboxUnavailable as ``acquire`` does."""
         self.last_used = time.monotonic()
         worker = self._take_ready()
         if worker is not None:
@@ -79,13 +80,19 @@ class WarmPool:
         loop = asyncio.get_running_loop()
         if self._thread is None or self._closed:
             self.stats["cold_starts"] += 1
-            return await loop.run_in_executor(None, self._spawn)
+            started: Worker = await unless_cancelled(loop.run_in_executor(executor, self._spawn))
+            return started
         waiter: asyncio.Future[Worker] = loop.create_future()
         with self._lock:
             self._waiters.append((loop, waiter))
         self.stats["waited"] += 1
         self._wake.set()
-        return await waiter
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._hand_over(waiter.result())  # handed to us just as we were cancelled: the next waiter's
+            raise
 
     def _take_ready(self) -> Worker | None:
         while True:

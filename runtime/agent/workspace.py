@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import JsonValue
 
+from sandforge.runtime.agent.awaited import awaited_port
 from sandforge.runtime.agent.bounds import check_arguments
 from sandforge.runtime.agent.budgets import Budgets
 from sandforge.runtime.agent.calllog import STORE_FIELDS, CallLog, CallRecord, default_log_path
@@ -142,13 +144,17 @@ class Workspace:
         )  # fmt: skip
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Outcome:
-        """One top-level dynamic call: ``role.method(*args, **kwargs)``. Never raises for tool failures."""
+        """One top-level dynamic call: ``role.method(*args, **kwargs)``. Never raises for tool failures. Made
+        for an awaiting task (``runtime/agent/awaited.py``), its executions are awaited on that task's loop."""
         check_arguments(list(args), dict(kwargs))  # before json: a lone surrogate passes json.dumps
         call_args = as_json(list(args), "call arguments")
         call_kwargs = as_json(dict(kwargs), "call keyword arguments")
         with self._call_lock:
             spec = CallSpec(role=role, method=method, args=call_args, kwargs=call_kwargs)
-            return CallRun.top(self.call_env(), spec).run()
+            env = self.call_env()
+            if (port := awaited_port(self.sandbox)) is not None:
+                env = dataclasses.replace(env, sandbox=port)
+            return CallRun.top(env, spec).run()
 
     # --- committed state ---
 
