@@ -288,7 +288,8 @@ class AsyncSandbox:
         if limits == sb.config.limits:
             return await sb.pool(name, limits, environment).acquire_async(self.threads.short)
         spawn = sb._spawner(name, limits, environment)
-        worker: Worker = await unless_cancelled(asyncio.get_running_loop().run_in_executor(self.threads.short, spawn))
+        starting = asyncio.get_running_loop().run_in_executor(self.threads.short, spawn)
+        worker: Worker = await unless_cancelled(starting, self.threads.short)
         return worker
 
     async def aclose(self) -> None:

@@ -17,10 +17,11 @@ and the task gets ``CancelledError``, never an outcome (nothing of it can be com
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import selectors
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sandforge.sandbox.steps import Blocking, Cancelled, Chunks, Poll, Steps
@@ -49,18 +50,19 @@ class Threads:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-async def unless_cancelled(started: asyncio.Future[Any]) -> Any:
-    """A worker started on a thread; if the caller is cancelled meanwhile, it is destroyed once started."""
+async def unless_cancelled(started: asyncio.Future[Any], executor: Executor | None = None) -> Any:
+    """A worker being started on a thread. If the caller is cancelled meanwhile, the start is waited for and
+    the worker destroyed (on ``executor``) before ``CancelledError`` is raised: nothing is left running."""
     try:
         return await asyncio.shield(started)
     except asyncio.CancelledError:
-        started.add_done_callback(_destroy_result)
+        while not started.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([started])
+        if not started.cancelled() and started.exception() is None:
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(executor, started.result().destroy)
         raise
-
-
-def _destroy_result(done: asyncio.Future[Any]) -> None:
-    if not done.cancelled() and done.exception() is None:
-        done.result().destroy()
 
 
 async def drive(steps: Steps[T], threads: Threads) -> T:

@@ -80,7 +80,7 @@ class WarmPool:
         loop = asyncio.get_running_loop()
         if self._thread is None or self._closed:
             self.stats["cold_starts"] += 1
-            started: Worker = await unless_cancelled(loop.run_in_executor(executor, self._spawn))
+            started: Worker = await unless_cancelled(loop.run_in_executor(executor, self._spawn), executor)
             return started
         waiter: asyncio.Future[Worker] = loop.create_future()
         with self._lock:

@@ -12,6 +12,7 @@ from sandforge.runtime.providers.chat import (
     TextBlock,
     ToolUseBlock,
 )
+from sandforge.runtime.sessions.aio import AsyncSession
 from sandforge.runtime.sessions.db import SCHEMA_VERSION, SessionStore, default_db_path, state_dir
 from sandforge.runtime.sessions.errors import (
     ChatProviderError,
@@ -54,6 +55,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AgentToolRunner",
     "AnthropicChatProvider",
+    "AsyncSession",
     "ChatProvider",
     "ChatProviderError",
     "ChatRequest",
