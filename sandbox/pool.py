@@ -8,7 +8,8 @@ it (``Sandbox``), so the warm workers of environments no longer used do not sit 
 
 ``acquire_async`` is the same hand-out for the async API: when no worker is ready it does not start one on a
 thread of its own (``acquire`` does, in its caller's); it waits on the event loop for the next worker the pool's
-own spawn threads (``concurrency`` of them) start, so many awaiting callers hold no thread each. A waiter whose
+own spawn threads start (``concurrency`` of them, up to ``waiting_concurrency`` while async callers wait: the sync
+``acquire`` starts one per waiting caller), so many awaiting callers hold no thread each. A waiter whose
 task is cancelled gives its worker to the next waiter (or back to the ready set); a failed start fails the
 oldest waiter with the error ``acquire`` would have raised.
 """
@@ -30,15 +31,20 @@ from sandforge.sandbox.errors import SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
+#: Starts at once while async callers wait for a worker (``WarmPool.waiting_concurrency``).
+WAITING_CONCURRENCY = 16
+
 
 class WarmPool:
     def __init__(
         self, spawn: Callable[[], Worker], *, size: int, idle_s: float, name: str, concurrency: int = 1,
-        retire_idle_s: float | None = None,
+        retire_idle_s: float | None = None, waiting_concurrency: int = WAITING_CONCURRENCY,
     ) -> None:  # fmt: skip
         self._spawn = spawn
         self.size = size
         self.concurrency = max(1, concurrency)
+        #: starts at once while ``acquire_async`` callers wait (they have no thread of their own to start one on)
+        self.waiting_concurrency = max(self.concurrency, waiting_concurrency)
         self._in_flight = 0
         self._backoff = 0.05
         self.idle_s = idle_s
@@ -172,7 +178,8 @@ class WarmPool:
         Container engines overlap container starts, so one-at-a-time refill would cap the warm supply at
         1 / (start time) however much capacity the engine has left.
         """
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"sandforge-spawn-{self.name}") as ex:
+        most = self.waiting_concurrency  # threads are made as starts need them: ``concurrency`` unless callers wait
+        with ThreadPoolExecutor(max_workers=most, thread_name_prefix=f"sandforge-spawn-{self.name}") as ex:
             while not self._closed:
                 if self._retire_due():
                     self._retire()
@@ -181,7 +188,8 @@ class WarmPool:
                 with self._lock:
                     self._waiters = deque(w for w in self._waiters if not w[1].done())
                     missing = self.size + len(self._waiters) - len(self._ready) - self._in_flight
-                    starts = max(0, min(missing, self.concurrency - self._in_flight))
+                    cap = self.waiting_concurrency if self._waiters else self.concurrency
+                    starts = max(0, min(missing, cap - self._in_flight))
                     self._in_flight += starts
                 for _ in range(starts):
                     ex.submit(self._start_one)
