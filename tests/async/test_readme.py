@@ -53,6 +53,7 @@ def _write(tmp_path: Path) -> list[Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # building the wheel, then mypy over sandforge and its dependencies with no cache
 def test_the_examples_pass_mypy_strict_against_the_installed_package(installed: Installed, tmp_path: Path) -> None:
     paths = _write(tmp_path)
     command = [sys.executable, "-m", "mypy", "--strict", "--python-executable", str(installed.python),
@@ -63,6 +64,7 @@ def test_the_examples_pass_mypy_strict_against_the_installed_package(installed: 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_the_examples_run(installed: Installed, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["SANDFORGE_STATE_DIR"] = str(tmp_path / "state")
