@@ -255,27 +255,8 @@ def exchange_steps(
         if remaining <= 0:
             ex.failure = (ErrorType.TIMEOUT, _timeout_message(limits.timeout_s, allowed))
             break
-        try:
-            polled: Chunks = yield Poll(io, remaining)
-        except Cancelled:
-            _cancelled(ex)
+        if (yield from _one_poll(io, reader, ex, handler, limits, deadline, open_streams)):
             break
-        results = _sort_chunks(polled, ex, open_streams)
-        if results:
-            try:
-                yield from _handle_frames(io, reader, reader.feed(results), ex, handler, limits, deadline)
-            except Cancelled:
-                _cancelled(ex)
-                break
-            except ProtocolError as exc:
-                ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {exc}")
-                ex.context = None
-                break
-            except TimeoutError:
-                ex.failure = _blocked_reply(io, limits)
-                if ex.failure[0] is ErrorType.SANDBOX_VIOLATION:
-                    ex.context = None
-                break
         if ex.stderr.truncated or ex.stray_stdout.truncated:
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
         if ex.complete and ("result" not in open_streams or stop_at_result):
@@ -284,6 +265,37 @@ def exchange_steps(
         ex.failure = (ErrorType.SANDBOX_VIOLATION, "the sandbox sent an incomplete result")
     ex.wall_s = time.monotonic() - started - ex.bridge_s
     return ex
+
+
+def _one_poll(
+    io: WorkerIO, reader: FrameReader, ex: Exchange, handler: BridgeHandler, limits: Limits, deadline: float,
+    open_streams: set[Stream],
+) -> Steps[bool]:  # fmt: skip
+    """Wait for output until ``deadline``, then serve the frames that came; True when the exchange must stop
+    (``ex.failure`` says why)."""
+    try:
+        polled: Chunks = yield Poll(io, max(deadline - time.monotonic(), 0.0))
+    except Cancelled:
+        _cancelled(ex)
+        return True
+    results = _sort_chunks(polled, ex, open_streams)
+    if not results:
+        return False
+    try:
+        yield from _handle_frames(io, reader, reader.feed(results), ex, handler, limits, deadline)
+    except Cancelled:
+        _cancelled(ex)
+        return True
+    except ProtocolError as exc:
+        ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {exc}")
+        ex.context = None
+        return True
+    except TimeoutError:
+        ex.failure = _blocked_reply(io, limits)
+        if ex.failure[0] is ErrorType.SANDBOX_VIOLATION:
+            ex.context = None
+        return True
+    return False
 
 
 #: Why an exchange ended when its caller cancelled it (an asyncio task): it ends as a timeout does.

@@ -12,7 +12,6 @@ from sandforge.runtime.providers.chat import (
     TextBlock,
     ToolUseBlock,
 )
-from sandforge.runtime.sessions.aio import AsyncSession
 from sandforge.runtime.sessions.db import SCHEMA_VERSION, SessionStore, default_db_path, state_dir
 from sandforge.runtime.sessions.errors import (
     ChatProviderError,
@@ -55,7 +54,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "AgentToolRunner",
     "AnthropicChatProvider",
-    "AsyncSession",
     "ChatProvider",
     "ChatProviderError",
     "ChatRequest",

@@ -1,5 +1,8 @@
 """Async chat sessions: ``await session.send(text)`` on the sync :class:`Session`'s own turn.
 
+Import it from here (``sandforge.runtime.sessions.aio``): the package itself stays light to import, and this
+module loads the agent and sandbox layers.
+
     async with AsyncSession(Session.create(store, provider=chat, runner=runner)) as chat:
         turn = await chat.send("what is 2 + 3?")
 

@@ -15,7 +15,8 @@ from sandforge.runtime.agent import Agent, CallLog, Outcome
 from sandforge.runtime.agent.awaited import CURRENT, CallCancelled, CallScope
 from sandforge.runtime.agent.state import State, Transaction
 from sandforge.runtime.providers import ScriptedProvider
-from sandforge.runtime.sessions import AgentToolRunner, AsyncSession, SessionStore, ToolStatus
+from sandforge.runtime.sessions import AgentToolRunner, SessionStore, ToolStatus
+from sandforge.runtime.sessions.aio import AsyncSession
 from sandforge.sandbox import Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.aio import Threads
 from sandforge.sandbox.context import ContextSnapshot

@@ -196,3 +196,16 @@ def test_a_cancelled_await_does_not_leak_the_worker_it_was_waiting_for() -> None
 
     stats, _ready = run(main())
     assert stats["waited"] >= 1
+
+
+def test_asyncio_timeout_around_an_execution_ends_it() -> None:
+    async def main() -> set[int]:
+        async with AsyncSandbox(SandboxConfig(backend="subprocess", pool_size=0, limits=LONG)) as asb:
+            assert (await asb.execute(ExecutionRequest(code="return 1", limits=LONG))).ok
+            before = workers()
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await asb.execute(ExecutionRequest(code=SPIN, limits=LONG))
+            return await gone(workers() - before)
+
+    assert not run(main())
