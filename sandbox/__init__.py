@@ -14,6 +14,7 @@ import functools
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from sandforge.sandbox.aio import Threads, drive, unless_cancelled
@@ -97,11 +98,14 @@ class Sandbox:
         if isinstance(admitted, ExecutionOutcome):
             return admitted
         name, environment = admitted
+        asked = time.monotonic()
         try:
             worker = self._acquire(name, request.limits, environment)
         except SandboxUnavailable as exc:
             return self._finish(self.unavailable(exc, name))
-        return self._finish(run_steps(self.run_steps(worker, request, bridge, environment)))
+        acquired = time.monotonic()
+        outcome = run_steps(self.run_steps(worker, request, bridge, environment))
+        return self._finish(self.note_acquired(outcome, worker, asked, acquired))
 
     # The parts of ``execute`` the async API (``sandbox/aio.py``) shares: only acquiring a worker and driving
     # its steps differ (on the event loop there).
@@ -127,6 +131,13 @@ class Sandbox:
         if isinstance(exc, MissingProtections):
             outcome.protections = exc.verified
             outcome.metadata["protections_missing"] = list(exc.missing)
+        return outcome
+
+    @staticmethod
+    def note_acquired(outcome: ExecutionOutcome, worker: Worker, asked: float, acquired: float) -> ExecutionOutcome:
+        """How the sandbox was had (telemetry, issue 21): cold when it started after it was asked for."""
+        outcome.metadata["sandbox_acquire_s"] = round(acquired - asked, 6)
+        outcome.metadata["sandbox_start"] = "cold" if worker.created_at >= asked else "warm"
         return outcome
 
     def _finish(self, outcome: ExecutionOutcome) -> ExecutionOutcome:
@@ -273,15 +284,22 @@ class AsyncSandbox:
         ``CancelledError`` when the awaiting task is cancelled (the execution is then ended and cleaned up).
         ``bridge`` is called on a thread of the pool (it is sync code: the agent's nested calls)."""
         sb = self.sandbox
+        if getattr(sb.config, "cluster", None):  # run elsewhere (a Ray cluster): its client blocks, on a thread
+            whole = functools.partial(sb.execute, request, backend=backend, bridge=bridge)
+            outcome: ExecutionOutcome = await drive(_whole(whole), self.threads)
+            return outcome
         admitted = sb._admit(request, backend)
         if isinstance(admitted, ExecutionOutcome):
             return admitted
         name, environment = admitted
+        asked = time.monotonic()
         try:
             worker = await self._acquire(name, request.limits, environment)
         except SandboxUnavailable as exc:
             return sb._finish(sb.unavailable(exc, name))
-        return sb._finish(await drive(sb.run_steps(worker, request, bridge, environment), self.threads))
+        acquired = time.monotonic()
+        outcome = await drive(sb.run_steps(worker, request, bridge, environment), self.threads)
+        return sb._finish(sb.note_acquired(outcome, worker, asked, acquired))
 
     async def _acquire(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Worker:
         sb = self.sandbox
@@ -304,3 +322,9 @@ class AsyncSandbox:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _whole(execute: Callable[[], ExecutionOutcome]) -> Steps[ExecutionOutcome]:
+    """An execution that is one blocking call (a cluster's client): steps of one ``Blocking``."""
+    outcome: ExecutionOutcome = yield Blocking(execute, interruptible=True)
+    return outcome

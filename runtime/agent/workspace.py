@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import threading
@@ -23,6 +22,7 @@ from sandforge.runtime.agent.persistence import ToolStoreSource
 from sandforge.runtime.agent.source import ProgramStore
 from sandforge.runtime.agent.state import StagedRecord, State, ToolContract
 from sandforge.runtime.agent.trace_budget import TraceBudget
+from sandforge.runtime.gate import SandboxPort
 from sandforge.runtime.guardrails import Policy, default_policy
 from sandforge.runtime.providers.base import Provider
 from sandforge.runtime.store import ToolStore
@@ -135,26 +135,24 @@ class Workspace:
 
     def call_env(self) -> CallEnv:
         """What one call may use: this workspace's runtime as it is now (read per call, so a provider or
-        policy assigned to the workspace applies from the next call on)."""
+        policy assigned to the workspace applies from the next call on). A call made for an awaiting task
+        (``runtime/agent/awaited.py``) gets the sandbox through that task's loop."""
+        sandbox: SandboxPort = awaited_port(self.sandbox) or self.sandbox
         return CallEnv(
-            provider=self.provider, provider_name=self.provider_name, policy=self.policy, sandbox=self.sandbox,
+            provider=self.provider, provider_name=self.provider_name, policy=self.policy, sandbox=sandbox,
             backend=self.backend, limits=self.limits, budgets=self.budgets, trace_budget=self.trace_budget,
             store=self.store, state=self._state, records=self._commit_records, egress=self.egress,
             environments=self.environments,
         )  # fmt: skip
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Outcome:
-        """One top-level dynamic call: ``role.method(*args, **kwargs)``. Never raises for tool failures. Made
-        for an awaiting task (``runtime/agent/awaited.py``), its executions are awaited on that task's loop."""
+        """One top-level dynamic call: ``role.method(*args, **kwargs)``. Never raises for tool failures."""
         check_arguments(list(args), dict(kwargs))  # before json: a lone surrogate passes json.dumps
         call_args = as_json(list(args), "call arguments")
         call_kwargs = as_json(dict(kwargs), "call keyword arguments")
         with self._call_lock:
             spec = CallSpec(role=role, method=method, args=call_args, kwargs=call_kwargs)
-            env = self.call_env()
-            if (port := awaited_port(self.sandbox)) is not None:
-                env = dataclasses.replace(env, sandbox=port)
-            return CallRun.top(env, spec).run()
+            return CallRun.top(self.call_env(), spec).run()
 
     # --- committed state ---
 
