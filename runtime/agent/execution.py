@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -200,3 +200,7 @@ class AttemptBridge:
     def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
         """:meth:`egress` with the response's body as raw bytes (the exchange prefers it: no base64)."""
         return self.fetches.egress_parts(request, deadline)
+
+    def egress_request(self, request: Mapping[str, Any], deadline: float) -> tuple[dict[str, Any], bytes | None]:
+        """:meth:`egress_parts` on the frame the exchange already parsed (the exchange prefers it)."""
+        return self.fetches.egress_request(request, deadline)
