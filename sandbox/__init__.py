@@ -2,15 +2,22 @@
 
 with Sandbox(SandboxConfig(backend="subprocess")) as sb:
     outcome = sb.execute(ExecutionRequest(code="context['n'] = 1\\nreturn 2"))
+
+async with AsyncSandbox(SandboxConfig(backend="subprocess")) as sb:    # the same, awaited (sandbox/aio.py)
+    outcome = await sb.execute(ExecutionRequest(code="return 2"))
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 
+from sandforge.sandbox.aio import Threads, drive, unless_cancelled
 from sandforge.sandbox.backends.base import Backend, Worker
 from sandforge.sandbox.config import BACKENDS, BackendName, SandboxConfig
 from sandforge.sandbox.environment import EnvironmentRefused, Interpreter, MountedEnvironment, check_mount
@@ -27,12 +34,14 @@ from sandforge.sandbox.protocol import (
     Limits,
     ResourceUsage,
 )
+from sandforge.sandbox.steps import Blocking, Steps, run_steps
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "BACKENDS",
     "DEFAULT_REQUIRED",
+    "AsyncSandbox",
     "BridgeHandler",
     "BridgeReply",
     "EnvironmentMount",
@@ -85,36 +94,64 @@ class Sandbox:
         self, request: ExecutionRequest, *, backend: BackendName | None = None, bridge: BridgeHandler | None = None
     ) -> ExecutionOutcome:
         """Run one program in a fresh sandbox. Never raises for anything the program or engine does."""
-        name = backend or self.config.backend
-        try:
-            environment = check_mount(request.environment) if request.environment is not None else None
-        except EnvironmentRefused as exc:
-            return ExecutionOutcome.failure(ErrorType.INVALID_REQUEST, str(exc), retriable=False, backend=name)
+        admitted = self._admit(request, backend)
+        if isinstance(admitted, ExecutionOutcome):
+            return admitted
+        name, environment = admitted
         asked = time.monotonic()
         try:
             worker = self._acquire(name, request.limits, environment)
         except SandboxUnavailable as exc:
-            outcome = ExecutionOutcome.failure(
-                ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=exc.retriable, backend=name
-            )
-            if isinstance(exc, MissingProtections):
-                outcome.protections = exc.verified
-                outcome.metadata["protections_missing"] = list(exc.missing)
-        else:
-            acquired = time.monotonic()
-            outcome = self._run(worker, request, bridge, environment)
-            # how the sandbox was had (telemetry, issue 21): cold when it started after it was asked for
-            outcome.metadata["sandbox_acquire_s"] = round(acquired - asked, 6)
-            outcome.metadata["sandbox_start"] = "cold" if worker.created_at >= asked else "warm"
+            return self._finish(self.unavailable(exc, name))
+        acquired = time.monotonic()
+        outcome = run_steps(self.run_steps(worker, request, bridge, environment))
+        return self._finish(self.note_acquired(outcome, worker, asked, acquired))
+
+    # The parts of ``execute`` the async API (``sandbox/aio.py``) shares: only acquiring a worker and driving
+    # its steps differ (on the event loop there).
+
+    def _admit(
+        self, request: ExecutionRequest, backend: BackendName | None
+    ) -> tuple[BackendName, MountedEnvironment | None] | ExecutionOutcome:
+        """The backend to run on and the request's environment, checked (a refused one is the outcome)."""
+        name = backend or self.config.backend
+        try:
+            environment = check_mount(request.environment) if request.environment is not None else None
+        except EnvironmentRefused as exc:
+            outcome = ExecutionOutcome.failure(ErrorType.INVALID_REQUEST, str(exc), retriable=False, backend=name)
+            return self._finish(outcome)
+        return name, environment
+
+    @staticmethod
+    def unavailable(exc: SandboxUnavailable, name: str) -> ExecutionOutcome:
+        """The outcome of an execution no worker could be started for."""
+        outcome = ExecutionOutcome.failure(
+            ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=exc.retriable, backend=name
+        )
+        if isinstance(exc, MissingProtections):
+            outcome.protections = exc.verified
+            outcome.metadata["protections_missing"] = list(exc.missing)
+        return outcome
+
+    @staticmethod
+    def note_acquired(outcome: ExecutionOutcome, worker: Worker, asked: float, acquired: float) -> ExecutionOutcome:
+        """How the sandbox was had (telemetry, issue 21): cold when it started after it was asked for."""
+        outcome.metadata["sandbox_acquire_s"] = round(acquired - asked, 6)
+        outcome.metadata["sandbox_start"] = "cold" if worker.created_at >= asked else "warm"
+        return outcome
+
+    def _finish(self, outcome: ExecutionOutcome) -> ExecutionOutcome:
         if waived := self.config.waived_protections:
             outcome.metadata["protections_waived"] = list(waived)  # a weaker wall is never silent
         return outcome
 
     @staticmethod
-    def _run(
+    def run_steps(
         worker: Worker, request: ExecutionRequest, bridge: BridgeHandler | None, environment: MountedEnvironment | None
-    ) -> ExecutionOutcome:
-        """The execution, after checking the worker mounts the request's environment (never another's)."""
+    ) -> Steps[ExecutionOutcome]:
+        """The execution, after checking the worker mounts the request's environment (never another's). A
+        backend whose worker has ``steps`` (subprocess, runc, runsc: file descriptors) is driven step by step;
+        another's ``execute`` is one blocking call (Docker: its engine's client blocks)."""
         serves = getattr(worker, "environment", None)
         if serves != environment:
             worker.destroy()
@@ -122,7 +159,11 @@ class Sandbox:
                 ErrorType.SANDBOX_UNAVAILABLE, "a sandbox of another environment was handed out; refused",
                 backend=worker.backend,
             )  # fmt: skip
-        outcome = worker.execute(request, bridge)
+        steps = getattr(worker, "steps", None)
+        if steps is not None:
+            outcome: ExecutionOutcome = yield from steps(request, bridge)
+        else:
+            outcome = yield Blocking(functools.partial(worker.execute, request, bridge), on_cancel=worker.destroy)
         if environment is not None:
             outcome.metadata["env_id"] = environment.env_id
         return outcome
@@ -194,9 +235,17 @@ class Sandbox:
     def _acquire(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Worker:
         if limits == self.config.limits:
             return self.pool(name, limits, environment).acquire()
+        return self._spawner(name, limits, environment)()
+
+    def _spawner(
+        self, name: BackendName, limits: Limits, environment: MountedEnvironment | None
+    ) -> Callable[[], Worker]:
+        """Starts a worker outside the pools (limits other than the configured ones)."""
         with self._lock:
             backend = self._backend(name)
-        return backend.spawn(limits, environment) if environment is not None else backend.spawn(limits)
+        if environment is not None:
+            return functools.partial(backend.spawn, limits, environment)
+        return functools.partial(backend.spawn, limits)
 
     def close(self) -> None:
         with self._lock:
@@ -212,3 +261,70 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class AsyncSandbox:
+    """:class:`Sandbox` for asyncio. It wraps a :class:`Sandbox` (its backends and warm pools): given one,
+    it shares it and leaves closing it to its owner; given a config (or nothing), it makes and closes its own.
+    """
+
+    def __init__(self, config: SandboxConfig | Sandbox | None = None, *, threads: Threads | None = None) -> None:
+        self.sandbox = config if isinstance(config, Sandbox) else Sandbox(config)
+        self._owns = not isinstance(config, Sandbox)
+        self.threads = threads or Threads()
+
+    @property
+    def config(self) -> SandboxConfig:
+        return self.sandbox.config
+
+    async def execute(
+        self, request: ExecutionRequest, *, backend: BackendName | None = None, bridge: BridgeHandler | None = None
+    ) -> ExecutionOutcome:
+        """:meth:`Sandbox.execute`, awaited. Never raises for anything the program or engine does; raises
+        ``CancelledError`` when the awaiting task is cancelled (the execution is then ended and cleaned up).
+        ``bridge`` is called on a thread of the pool (it is sync code: the agent's nested calls)."""
+        sb = self.sandbox
+        if getattr(sb.config, "cluster", None):  # run elsewhere (a Ray cluster): its client blocks, on a thread
+            whole = functools.partial(sb.execute, request, backend=backend, bridge=bridge)
+            outcome: ExecutionOutcome = await drive(_whole(whole), self.threads)
+            return outcome
+        admitted = sb._admit(request, backend)
+        if isinstance(admitted, ExecutionOutcome):
+            return admitted
+        name, environment = admitted
+        asked = time.monotonic()
+        try:
+            worker = await self._acquire(name, request.limits, environment)
+        except SandboxUnavailable as exc:
+            return sb._finish(sb.unavailable(exc, name))
+        acquired = time.monotonic()
+        outcome = await drive(sb.run_steps(worker, request, bridge, environment), self.threads)
+        return sb._finish(sb.note_acquired(outcome, worker, asked, acquired))
+
+    async def _acquire(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Worker:
+        sb = self.sandbox
+        if limits == sb.config.limits:
+            return await sb.pool(name, limits, environment).acquire_async(self.threads.short)
+        spawn = sb._spawner(name, limits, environment)
+        starting = asyncio.get_running_loop().run_in_executor(self.threads.short, spawn)
+        worker: Worker = await unless_cancelled(starting, self.threads.short)
+        return worker
+
+    async def aclose(self) -> None:
+        """Close what this object opened (its threads; the sandbox too, unless it was given one)."""
+        loop = asyncio.get_running_loop()
+        if self._owns:
+            await loop.run_in_executor(None, self.sandbox.close)
+        self.threads.shutdown()
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _whole(execute: Callable[[], ExecutionOutcome]) -> Steps[ExecutionOutcome]:
+    """An execution that is one blocking call (a cluster's client): steps of one ``Blocking``."""
+    outcome: ExecutionOutcome = yield Blocking(execute, interruptible=True)
+    return outcome

@@ -28,28 +28,28 @@ class SandboxConfig(BaseModel):
 
     backend: BackendName = "subprocess"
     limits: Limits = Field(default_factory=Limits)
-    pool_size: int = Field(2, ge=0, le=256, description="warm workers kept ready per backend; 0 = cold")
-    pool_spawn_concurrency: int = Field(4, ge=1, le=64, description="warm workers started at once")
-    pool_idle_s: float = Field(300.0, gt=0, description="a warm worker idle this long is replaced")
+    pool_size: int = Field(default=2, ge=0, le=256, description="warm workers kept ready per backend; 0 = cold")
+    pool_spawn_concurrency: int = Field(default=4, ge=1, le=64, description="warm workers started at once")
+    pool_idle_s: float = Field(default=300.0, gt=0, description="a warm worker idle this long is replaced")
     env_pool_idle_s: float = Field(
-        120.0, gt=0, description="the warm pool of an environment nothing ran in for this long is closed"
+        default=120.0, gt=0, description="the warm pool of an environment nothing ran in for this long is closed"
     )
-    env_pools_max: int = Field(8, ge=1, le=256, description="warm pools of environments kept at most (LRU)")
-    spawn_timeout_s: float = Field(20.0, gt=0, description="how long a worker may take to report ready")
+    env_pools_max: int = Field(default=8, ge=1, le=256, description="warm pools of environments kept at most (LRU)")
+    spawn_timeout_s: float = Field(default=20.0, gt=0, description="how long a worker may take to report ready")
     required_protections: tuple[Protection, ...] = Field(
-        DEFAULT_REQUIRED,
+        default=DEFAULT_REQUIRED,
         description="every backend refuses to run unless each of these is verified active (default: the "
         "documented wall, see sandbox/protections.py)",
     )
     allow_missing: tuple[Protection, ...] = Field(
-        (),
+        default=(),
         description="protections explicitly waived: a sandbox may lack them; shown by doctor and in every "
         "outcome's metadata['protections_waived']",
     )
-    zygote: bool = Field(True, description="fork subprocess workers from a pre-imported template process")
-    python: str | None = Field(None, description="interpreter for the subprocess runner (default: this one)")
-    image: str = Field("sandforge-sandbox", description="repository name of the sandbox image")
-    docker_base_url: str | None = Field(None, description="Docker engine URL (default: from the environment)")
+    zygote: bool = Field(default=True, description="fork subprocess workers from a pre-imported template process")
+    python: str | None = Field(default=None, description="interpreter for the subprocess runner (default: this one)")
+    image: str = Field(default="sandforge-sandbox", description="repository name of the sandbox image")
+    docker_base_url: str | None = Field(default=None, description="Docker engine URL (default: from the environment)")
     sandbox_uid: int = 65534
     sandbox_gid: int = 65534
 

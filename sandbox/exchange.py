@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import binascii
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -45,6 +46,7 @@ from sandforge.sandbox.protocol import (
     decode_runner_frame,
     encode_frame,
 )
+from sandforge.sandbox.steps import Blocking, Cancelled, Chunks, Poll, Steps, run_steps
 
 #: What a bridge handler answers: a :class:`BridgeReply`, or a mapping with its fields (``status``, ``value``,
 #: ``error_type``, ``error_message``, ``retriable``), turned into one by ``BridgeReply.of``.
@@ -223,8 +225,17 @@ def run_exchange(
 
     By default it then waits for the result channel to close (the worker exiting); ``stop_at_result``
     returns as soon as the result frame is complete, for workers whose exit is slow to observe and that are
-    destroyed afterwards anyway (containers).
+    destroyed afterwards anyway (containers). The exchange's steps, driven on this thread (``sandbox/steps.py``).
     """
+    return run_steps(exchange_steps(io, request, bridge, stop_at_result=stop_at_result))
+
+
+def exchange_steps(
+    io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandler | None, *, stop_at_result: bool = False
+) -> Steps[Exchange]:
+    """:func:`run_exchange` as steps: it yields where it waits (for output, for a nested call's answer), so
+    the sync and async APIs drive one implementation. A :class:`~sandbox.steps.Cancelled` thrown in where it
+    waits ends the exchange as a timeout does (the worker is then killed by its backend)."""
     limits = request.limits
     handler = bridge or no_bridge
     ex = Exchange(stderr=BoundedCapture(limits.max_output_bytes), stray_stdout=BoundedCapture(limits.max_output_bytes))
@@ -254,19 +265,8 @@ def run_exchange(
         if remaining <= 0:
             ex.failure = (ErrorType.TIMEOUT, _timeout_message(limits.timeout_s, allowed))
             break
-        results = _sort_chunks(io.poll(remaining), ex, open_streams)
-        if results:
-            try:
-                _handle_frames(io, reader, reader.feed(results), ex, handler, limits, deadline)
-            except ProtocolError as exc:
-                ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {exc}")
-                ex.context = None
-                break
-            except TimeoutError:
-                ex.failure = _blocked_reply(io, limits)
-                if ex.failure[0] is ErrorType.SANDBOX_VIOLATION:
-                    ex.context = None
-                break
+        if (yield from _one_poll(io, reader, ex, handler, limits, deadline, open_streams)):
+            break
         if ex.stderr.truncated or ex.stray_stdout.truncated:
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
         if ex.complete and ("result" not in open_streams or stop_at_result):
@@ -275,6 +275,46 @@ def run_exchange(
         ex.failure = (ErrorType.SANDBOX_VIOLATION, "the sandbox sent an incomplete result")
     ex.wall_s = time.monotonic() - started - ex.bridge_s
     return ex
+
+
+def _one_poll(
+    io: WorkerIO, reader: FrameReader, ex: Exchange, handler: BridgeHandler, limits: Limits, deadline: float,
+    open_streams: set[Stream],
+) -> Steps[bool]:  # fmt: skip
+    """Wait for output until ``deadline``, then serve the frames that came; True when the exchange must stop
+    (``ex.failure`` says why)."""
+    try:
+        polled: Chunks = yield Poll(io, max(deadline - time.monotonic(), 0.0))
+    except Cancelled:
+        _cancelled(ex)
+        return True
+    results = _sort_chunks(polled, ex, open_streams)
+    if not results:
+        return False
+    try:
+        yield from _handle_frames(io, reader, reader.feed(results), ex, handler, limits, deadline)
+    except Cancelled:
+        _cancelled(ex)
+        return True
+    except ProtocolError as exc:
+        ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {exc}")
+        ex.context = None
+        return True
+    except TimeoutError:
+        ex.failure = _blocked_reply(io, limits)
+        if ex.failure[0] is ErrorType.SANDBOX_VIOLATION:
+            ex.context = None
+        return True
+    return False
+
+
+#: Why an exchange ended when its caller cancelled it (an asyncio task): it ends as a timeout does.
+CANCELLED_MESSAGE = "the caller cancelled the execution"
+
+
+def _cancelled(ex: Exchange) -> None:
+    ex.failure = (ErrorType.TIMEOUT, CANCELLED_MESSAGE)
+    ex.context = None
 
 
 def _sort_chunks(chunks: list[tuple[Stream, bytes]], ex: Exchange, open_streams: set[Stream]) -> bytes:
@@ -446,8 +486,9 @@ def _unread(io: WorkerIO) -> int:
 def _handle_frames(
     io: WorkerIO, reader: FrameReader, bodies: list[bytes], ex: Exchange, handler: BridgeHandler, limits: Limits,
     deadline: float,
-) -> float:  # fmt: skip
-    """Process complete frames; returns the seconds spent in nested calls and fetches. They are charged to this
+) -> Steps[float]:  # fmt: skip
+    """Process complete frames (steps: they wait for nested answers); returns the seconds spent in nested calls
+    and fetches. They are charged to this
     call: ``deadline`` is never moved (see ``run_exchange``); the time is kept in ``ex.bridge_s`` (nested
     calls) and ``ex.fetch_s`` (fetches) for the record.
 
@@ -469,9 +510,9 @@ def _handle_frames(
         _check_nested(io, reader, index + 1 < len(bodies), ex, frame)
         began = time.monotonic()
         if isinstance(frame, FetchFrame):
-            replies = _serve_fetch(frame, ex, handler, limits)
+            replies = yield from _serve_fetch(frame, ex, handler, limits)
         else:
-            replies = [_serve_call(frame, ex, handler, limits)]
+            replies = [(yield from _serve_call(frame, ex, handler, limits))]
         spent = time.monotonic() - began
         paused += spent
         if isinstance(frame, FetchFrame):
@@ -500,12 +541,8 @@ def _check_nested(
         raise ProtocolError(f"nested {frame.type} {frame.id} out of order (expected {expected})")
 
 
-def _serve_call(frame: CallFrame | DeclareFrame, ex: Exchange, handler: BridgeHandler, limits: Limits) -> bytes:
-    outer, _SERVING.deadline = serving_deadline(), ex.deadline
-    try:
-        answer = _answer(handler, frame)
-    finally:
-        _SERVING.deadline = outer
+def _serve_call(frame: CallFrame | DeclareFrame, ex: Exchange, handler: BridgeHandler, limits: Limits) -> Steps[bytes]:
+    answer: BridgeReply = yield Blocking(functools.partial(_answer_by, handler, frame, ex.deadline), interruptible=True)
     ex.served[frame.type] += 1
     try:
         return encode_frame(CallResultFrame(id=frame.id, outcome=answer).wire(), limits.max_message_bytes)
@@ -514,10 +551,21 @@ def _serve_call(frame: CallFrame | DeclareFrame, ex: Exchange, handler: BridgeHa
         return encode_frame(CallResultFrame(id=frame.id, outcome=refusal).wire(), limits.max_message_bytes)
 
 
-def _serve_fetch(frame: FetchFrame, ex: Exchange, handler: BridgeHandler, limits: Limits) -> list[bytes]:
+def _answer_by(handler: BridgeHandler, frame: CallFrame | DeclareFrame, deadline: float | None) -> BridgeReply:
+    """The handler's reply, with ``deadline`` as this thread's serving deadline meanwhile (the thread that
+    answers may be another than the exchange's: ``sandbox/aio.py``)."""
+    outer, _SERVING.deadline = serving_deadline(), deadline
+    try:
+        return _answer(handler, frame)
+    finally:
+        _SERVING.deadline = outer
+
+
+def _serve_fetch(frame: FetchFrame, ex: Exchange, handler: BridgeHandler, limits: Limits) -> Steps[list[bytes]]:
     """The ``fetch_result`` frame and, for a response, its body as one raw frame (written as it is)."""
     assert ex.deadline is not None
-    reply, body = _egress_reply(handler, frame, ex.deadline, limits.max_message_bytes)
+    fetched = functools.partial(_egress_reply, handler, frame, ex.deadline, limits.max_message_bytes)
+    reply, body = yield Blocking(fetched, interruptible=True)
     ex.served["fetch"] += 1
     if reply.error is not None:
         ex.fetch_errors.add(reply.error.kind)

@@ -5,32 +5,46 @@ start-up latency, it never reuses a sandbox. Members that died, or sat idle long
 destroyed and replaced, never handed out. A pool given ``retire_idle_s`` (one per environment) retires when
 nothing was acquired from it for that long: it stops refilling, destroys what it holds, and its owner drops
 it (``Sandbox``), so the warm workers of environments no longer used do not sit there forever.
+
+``acquire_async`` is the same hand-out for the async API: when no worker is ready it does not start one on a
+thread of its own (``acquire`` does, in its caller's); it waits on the event loop for the next worker the pool's
+own spawn threads start (``concurrency`` of them, up to ``waiting_concurrency`` while async callers wait: the sync
+``acquire`` starts one per waiting caller), so many awaiting callers hold no thread each. A waiter whose
+task is cancelled gives its worker to the next waiter (or back to the ready set); a failed start fails the
+oldest waiter with the error ``acquire`` would have raised.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
+from sandforge.sandbox.aio import unless_cancelled
 from sandforge.sandbox.backends.base import Worker
 from sandforge.sandbox.errors import SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
+#: Starts at once while async callers wait for a worker (``WarmPool.waiting_concurrency``).
+WAITING_CONCURRENCY = 16
+
 
 class WarmPool:
     def __init__(
         self, spawn: Callable[[], Worker], *, size: int, idle_s: float, name: str, concurrency: int = 1,
-        retire_idle_s: float | None = None,
+        retire_idle_s: float | None = None, waiting_concurrency: int = WAITING_CONCURRENCY,
     ) -> None:  # fmt: skip
         self._spawn = spawn
         self.size = size
         self.concurrency = max(1, concurrency)
+        #: starts at once while ``acquire_async`` callers wait (they have no thread of their own to start one on)
+        self.waiting_concurrency = max(self.concurrency, waiting_concurrency)
         self._in_flight = 0
         self._backoff = 0.05
         self.idle_s = idle_s
@@ -43,7 +57,9 @@ class WarmPool:
         self.last_used = time.monotonic()
         self.retired = False
         self.last_error: str | None = None
-        self.stats = {"warm_hits": 0, "cold_starts": 0, "replaced": 0}
+        self.stats = {"warm_hits": 0, "cold_starts": 0, "replaced": 0, "waited": 0}
+        #: async callers waiting for the next started worker, oldest first (``acquire_async``)
+        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[Worker]]] = deque()
         self._thread: threading.Thread | None = None
         if size > 0:
             self._thread = threading.Thread(target=self._refill_loop, name=f"sandforge-pool-{name}", daemon=True)
@@ -52,19 +68,87 @@ class WarmPool:
     def acquire(self) -> Worker:
         """A ready worker that has never run anything; spawns one cold when none is waiting."""
         self.last_used = time.monotonic()
+        worker = self._take_ready()
+        if worker is not None:
+            return worker
+        self.stats["cold_starts"] += 1
+        self._wake.set()
+        return self._spawn()
+
+    async def acquire_async(self, executor: Executor | None = None) -> Worker:
+        """``acquire`` for the event loop: a ready worker, else the next one the pool's spawn threads start
+        (waiting holds no thread). A pool that keeps none warm (``size`` 0, or closed) starts one cold on
+        ``executor`` (default: the loop's). Raises SandboxUnavailable as ``acquire`` does."""
+        self.last_used = time.monotonic()
+        worker = self._take_ready()
+        if worker is not None:
+            return worker
+        loop = asyncio.get_running_loop()
+        if self._thread is None or self._closed:
+            self.stats["cold_starts"] += 1
+            started: Worker = await unless_cancelled(loop.run_in_executor(executor, self._spawn), executor)
+            return started
+        waiter: asyncio.Future[Worker] = loop.create_future()
+        with self._lock:
+            self._waiters.append((loop, waiter))
+        self.stats["waited"] += 1
+        self._wake.set()
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._hand_over(waiter.result())  # handed to us just as we were cancelled: the next waiter's
+            raise
+
+    def _take_ready(self) -> Worker | None:
         while True:
             with self._lock:
                 worker = self._ready.popleft() if self._ready else None
             if worker is None:
-                break
+                return None
             self._wake.set()
             if self._usable(worker):
                 self.stats["warm_hits"] += 1
                 return worker
             self._discard(worker)
-        self.stats["cold_starts"] += 1
-        self._wake.set()
-        return self._spawn()
+
+    def _hand_over(self, worker: Worker) -> None:
+        """A started (or given back) worker: to the oldest live waiter, else into the ready set. Holds the lock
+        only to choose; the waiter's future is set on its own loop."""
+        with self._lock:
+            while self._waiters:
+                loop, waiter = self._waiters.popleft()
+                if not waiter.done() and not loop.is_closed():
+                    break
+            else:
+                if not self._closed:
+                    self._ready.append(worker)
+                    return
+                loop = None
+        if loop is None:
+            worker.destroy()  # the pool closed meanwhile
+            return
+        try:
+            loop.call_soon_threadsafe(self._deliver, waiter, worker)
+        except RuntimeError:  # the loop closed between the check and the call
+            self._hand_over(worker)
+
+    def _deliver(self, waiter: asyncio.Future[Worker], worker: Worker) -> None:
+        """On the waiter's loop: its worker, unless it was cancelled meanwhile (then the next waiter's)."""
+        if waiter.done():
+            self._hand_over(worker)
+        else:
+            waiter.set_result(worker)
+
+    def _fail_waiter(self, exc: BaseException, *, every: bool = False) -> None:
+        """A start failed (the oldest waiter gets the error ``acquire`` would raise), or the pool closed."""
+        with self._lock:
+            failed = list(self._waiters) if every else ([self._waiters.popleft()] if self._waiters else [])
+            if every:
+                self._waiters.clear()
+        for loop, waiter in failed:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits there any more
+                loop.call_soon_threadsafe(_set_exception, waiter, exc)
 
     def ready_count(self) -> int:
         with self._lock:
@@ -94,15 +178,18 @@ class WarmPool:
         Container engines overlap container starts, so one-at-a-time refill would cap the warm supply at
         1 / (start time) however much capacity the engine has left.
         """
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"sandforge-spawn-{self.name}") as ex:
+        most = self.waiting_concurrency  # threads are made as starts need them: ``concurrency`` unless callers wait
+        with ThreadPoolExecutor(max_workers=most, thread_name_prefix=f"sandforge-spawn-{self.name}") as ex:
             while not self._closed:
                 if self._retire_due():
                     self._retire()
                     return
                 self._reap_unusable()
                 with self._lock:
-                    missing = self.size - len(self._ready) - self._in_flight
-                    starts = max(0, min(missing, self.concurrency - self._in_flight))
+                    self._waiters = deque(w for w in self._waiters if not w[1].done())
+                    missing = self.size + len(self._waiters) - len(self._ready) - self._in_flight
+                    cap = self.waiting_concurrency if self._waiters else self.concurrency
+                    starts = max(0, min(missing, cap - self._in_flight))
                     self._in_flight += starts
                 for _ in range(starts):
                     ex.submit(self._start_one)
@@ -117,6 +204,7 @@ class WarmPool:
             log.warning("pool %s cannot start a worker: %s", self.name, exc)
             if not exc.retriable:  # e.g. required protections missing: this machine will not change soon
                 self._backoff = 5.0
+            self._fail_waiter(exc)
             time.sleep(self._backoff)  # engine down: retry slowly, not in a tight loop
             self._backoff = min(self._backoff * 2, 5.0)
             worker = None
@@ -129,11 +217,8 @@ class WarmPool:
             self.last_error = None
         with self._lock:
             self._in_flight -= 1
-            if worker is not None and not self._closed:
-                self._ready.append(worker)
-                worker = None
-        if worker is not None:  # the pool closed while it was starting
-            worker.destroy()
+        if worker is not None:
+            self._hand_over(worker)  # or destroyed, if the pool closed while it was starting
         self._wake.set()
 
     def _retire_due(self) -> bool:
@@ -142,6 +227,7 @@ class WarmPool:
     def _retire(self) -> None:
         """Unused too long: stop refilling and destroy the ready workers (the owner drops a retired pool)."""
         self.retired = True
+        self._fail_waiter(SandboxUnavailable(f"the warm pool {self.name} retired", retriable=True), every=True)
         with self._lock:
             workers, self._ready = list(self._ready), deque()
         for w in workers:
@@ -163,6 +249,7 @@ class WarmPool:
 
     def close(self) -> None:
         self._closed = True
+        self._fail_waiter(SandboxUnavailable(f"the warm pool {self.name} was closed"), every=True)
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -171,3 +258,8 @@ class WarmPool:
         for w in workers:
             with contextlib.suppress(Exception):
                 w.destroy()
+
+
+def _set_exception(waiter: asyncio.Future[Worker], exc: BaseException) -> None:
+    if not waiter.done():
+        waiter.set_exception(exc)

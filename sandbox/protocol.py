@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -95,15 +95,15 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    timeout_s: float = Field(5.0, gt=0, le=3600, allow_inf_nan=False, description="wall-clock limit")
-    memory_mb: int = Field(256, ge=32, le=65536, description="address space / container memory, no swap")
-    cpu_s: int | None = Field(None, ge=1, le=3600, description="CPU seconds; default timeout + 1")
-    max_output_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024, description="stdout and stderr each")
-    max_message_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024, le=512 * 1024 * 1024)
-    disk_mb: int = Field(16, ge=1, le=4096, description="private writable scratch space")
-    max_processes: int = Field(16, ge=1, le=4096, description="container pids limit")
-    max_open_files: int = Field(64, ge=16, le=65536)
-    cpus: float = Field(1.0, gt=0, le=64, allow_inf_nan=False, description="container CPU quota")
+    timeout_s: float = Field(default=5.0, gt=0, le=3600, allow_inf_nan=False, description="wall-clock limit")
+    memory_mb: int = Field(default=256, ge=32, le=65536, description="address space / container memory, no swap")
+    cpu_s: int | None = Field(default=None, ge=1, le=3600, description="CPU seconds; default timeout + 1")
+    max_output_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024, description="stdout and stderr each")
+    max_message_bytes: int = Field(default=32 * 1024 * 1024, ge=64 * 1024, le=512 * 1024 * 1024)
+    disk_mb: int = Field(default=16, ge=1, le=4096, description="private writable scratch space")
+    max_processes: int = Field(default=16, ge=1, le=4096, description="container pids limit")
+    max_open_files: int = Field(default=64, ge=16, le=65536)
+    cpus: float = Field(default=1.0, gt=0, le=64, allow_inf_nan=False, description="container CPU quota")
 
     @property
     def effective_cpu_s(self) -> int:
@@ -164,14 +164,22 @@ class ExecutionRequest(BaseModel):
     kwargs: JsonDict = Field(default_factory=dict)
     limits: Limits = Field(default_factory=Limits)
     wall_budget_s: float | None = Field(
-        None, gt=0, le=3600,
+        default=None, gt=0, le=3600,
         description="host-side only: end the execution after at most this many seconds, when less than "
         "limits.timeout_s (a nested call's share of its caller's remaining time); time spent serving the "
         "program's own nested calls counts against it",
     )  # fmt: skip
     environment: EnvironmentMount | None = Field(
-        None, description="a ready environment mounted read-only into the sandbox (None: standard library only)"
+        default=None, description="a ready environment mounted read-only into the sandbox (None: standard library only)"
     )
+
+    if TYPE_CHECKING:  # what a caller may pass, for type checkers without pydantic's plugin (it is validated)
+
+        def __init__(
+            self, *, code: str, context: ContextSnapshot | Mapping[str, Any] = ..., args: Sequence[Any] = ...,
+            kwargs: Mapping[str, Any] = ..., limits: Limits = ..., wall_budget_s: float | None = ...,
+            environment: EnvironmentMount | None = ...,
+        ) -> None: ...  # fmt: skip
 
 
 class ResourceUsage(BaseModel):
@@ -180,7 +188,7 @@ class ResourceUsage(BaseModel):
     cpu_time_s: float = 0.0
     peak_memory_mb: float = 0.0
     source: Literal["host", "sandbox"] = Field(
-        "host", description="'host': measured outside the sandbox; 'sandbox': reported by the runner"
+        default="host", description="'host': measured outside the sandbox; 'sandbox': reported by the runner"
     )
 
 
@@ -211,7 +219,7 @@ class ExecutionOutcome(BaseModel):
     protections: dict[str, bool] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
     context_snapshot: Context | None = Field(
-        None, exclude=True, repr=False,
+        default=None, exclude=True, repr=False,
         description="the new context as each key's JSON text (None for an error outcome): what a caller "
         "chains on without decoding; not dumped (``context`` is)",
     )  # fmt: skip

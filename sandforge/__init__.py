@@ -3,6 +3,7 @@
 The one import package a user needs::
 
     from sandforge import Agent, Sandbox, ToolStore
+    from sandforge import AsyncAgent, AsyncSandbox     # the same, awaited
 
 The repository keeps its architecture's folders at the top (``runtime/``, ``sandbox/``, ``policies/``,
 ``images/``); installing maps them beneath this package (``sandforge.runtime``, ``sandforge.sandbox``, ...),
@@ -17,14 +18,16 @@ from typing import TYPE_CHECKING
 from sandforge.runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from sandforge.runtime.agent import Agent
+    from sandforge.runtime.agent import Agent, AsyncAgent
     from sandforge.runtime.store import ToolStore
-    from sandforge.sandbox import Sandbox, SandboxConfig
+    from sandforge.sandbox import AsyncSandbox, Sandbox, SandboxConfig
 
-__all__ = ["Agent", "Sandbox", "SandboxConfig", "ToolStore"]
+__all__ = ["Agent", "AsyncAgent", "AsyncSandbox", "Sandbox", "SandboxConfig", "ToolStore"]
 
 _EXPORTS = {
     "Agent": "sandforge.runtime.agent",
+    "AsyncAgent": "sandforge.runtime.agent",
+    "AsyncSandbox": "sandforge.sandbox",
     "Sandbox": "sandforge.sandbox",
     "SandboxConfig": "sandforge.sandbox",
     "ToolStore": "sandforge.runtime.store",

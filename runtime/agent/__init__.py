@@ -12,7 +12,8 @@ See docs/lifecycle.md for the lanes, budgets, transactions and the call log.
 
 from __future__ import annotations
 
-from sandforge.runtime.agent.agent import Agent
+from sandforge.runtime.agent.agent import Agent, MethodProxy
+from sandforge.runtime.agent.aio import AsyncAgent, AsyncWorkspace
 from sandforge.runtime.agent.budgets import Budgets
 from sandforge.runtime.agent.calllog import (
     AttemptFailure,
@@ -33,11 +34,14 @@ from sandforge.runtime.store.models import ToolContract
 __all__ = [
     "GUARDRAIL_EXHAUSTED_MESSAGE",
     "Agent",
+    "AsyncAgent",
+    "AsyncWorkspace",
     "AttemptFailure",
     "Budgets",
     "CallLog",
     "CallRecord",
     "FailureClass",
+    "MethodProxy",
     "Outcome",
     "ProgramCandidate",
     "ProgramStore",

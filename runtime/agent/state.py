@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandforge.runtime.agent.awaited import commit_window
 from sandforge.runtime.agent.calllog import CallRecord, NestedCallSummary
 from sandforge.runtime.agent.source import ProgramCandidate, ProgramPlan
 from sandforge.runtime.store.models import ToolContract as ToolContract  # the one contract model, re-exported
@@ -163,7 +164,7 @@ class Transaction:
             self.parent.tools.update(self.tools)
             self.parent.records.extend(self.records)
             return
-        with self.state.lock:
+        with commit_window(), self.state.lock:  # refused once an awaiting task was cancelled (awaited.py)
             conflicts = self.state.conflicts(self.contexts, self.bases)
             if conflicts:  # nothing is kept: the call runs again (runtime.agent.callgate)
                 self.closed = False

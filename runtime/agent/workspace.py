@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import JsonValue
 
+from sandforge.runtime.agent.awaited import awaited_port
 from sandforge.runtime.agent.bounds import check_arguments
 from sandforge.runtime.agent.budgets import Budgets
 from sandforge.runtime.agent.callgate import CallGate
@@ -21,6 +22,7 @@ from sandforge.runtime.agent.persistence import ToolStoreSource
 from sandforge.runtime.agent.source import ProgramStore
 from sandforge.runtime.agent.state import CommitConflict, StagedRecord, State, ToolContract
 from sandforge.runtime.agent.trace_budget import TraceBudget
+from sandforge.runtime.gate import SandboxPort
 from sandforge.runtime.guardrails import Policy, default_policy
 from sandforge.runtime.providers.base import Provider
 from sandforge.runtime.store import ToolStore
@@ -134,9 +136,11 @@ class Workspace:
 
     def call_env(self) -> CallEnv:
         """What one call may use: this workspace's runtime as it is now (read per call, so a provider or
-        policy assigned to the workspace applies from the next call on)."""
+        policy assigned to the workspace applies from the next call on). A call made for an awaiting task
+        (``runtime/agent/awaited.py``) gets the sandbox through that task's loop."""
+        sandbox: SandboxPort = awaited_port(self.sandbox) or self.sandbox
         return CallEnv(
-            provider=self.provider, provider_name=self.provider_name, policy=self.policy, sandbox=self.sandbox,
+            provider=self.provider, provider_name=self.provider_name, policy=self.policy, sandbox=sandbox,
             backend=self.backend, limits=self.limits, budgets=self.budgets, trace_budget=self.trace_budget,
             store=self.store, state=self._state, records=self._commit_records, egress=self.egress,
             environments=self.environments,

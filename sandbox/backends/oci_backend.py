@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -49,7 +50,7 @@ from sandforge.sandbox.containers import COMMAND as CONTAINER_COMMAND
 from sandforge.sandbox.containers import GVISOR_MEMORY_HEADROOM_MB, GVISOR_PIDS_HEADROOM, ID_PREFIX, PYTHON, SCRATCH
 from sandforge.sandbox.environment import MountedEnvironment, require_mounted
 from sandforge.sandbox.errors import SandboxUnavailable
-from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, exchange_steps
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
 from sandforge.sandbox.oci_runtime import RUNTIME_ENV, STATE_DIR, command_with, force_delete
 from sandforge.sandbox.ownership import named_owner_alive, process_tag
@@ -63,6 +64,7 @@ from sandforge.sandbox.protocol import (
     ProtocolError,
     encode_frame,
 )
+from sandforge.sandbox.steps import Blocking, Steps, run_steps
 
 log = logging.getLogger(__name__)
 
@@ -293,19 +295,24 @@ class OciWorker:
         return not self._destroyed and self.proc.poll() is None
 
     def execute(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
+        return run_steps(self.steps(request, bridge))
+
+    def steps(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> Steps[ExecutionOutcome]:
+        """The execution as steps (``sandbox/steps.py``): ``execute`` drives them on its thread, the async API
+        on the event loop."""
         try:
             if not self.alive():
                 return ExecutionOutcome.failure(
                     ErrorType.SANDBOX_UNAVAILABLE, "sandbox container died before use", backend=self.backend
                 )
             self._used = True
-            ex = run_exchange(self.io, request, bridge, stop_at_result=True)
+            ex = yield from exchange_steps(self.io, request, bridge, stop_at_result=True)
             if ex.result is not None and ex.failure is None:
                 exit_info = ExitInfo()  # settled: the container's exit is not waited for on the hot path
             else:
                 if ex.failure is not None:
                     self._kill()
-                exit_info = self._exit_info(grace_s=2.0)
+                exit_info = yield Blocking(functools.partial(self._exit_info, grace_s=2.0))
             outcome = build_outcome(
                 ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits
             )

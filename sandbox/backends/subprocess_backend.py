@@ -26,7 +26,7 @@ from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.environment import MountedEnvironment, require_mounted
 from sandforge.sandbox.errors import SandboxUnavailable
-from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, exchange_steps
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
 from sandforge.sandbox.protections import Protection as P
 from sandforge.sandbox.protocol import (
@@ -39,6 +39,7 @@ from sandforge.sandbox.protocol import (
     ResourceUsage,
     encode_frame,
 )
+from sandforge.sandbox.steps import Blocking, Steps, run_steps
 from sandforge.sandbox.zygote import Zygote, ZygoteError
 
 log = logging.getLogger(__name__)
@@ -119,13 +120,20 @@ class SubprocessWorker:
         return self._zygote.alive() and Path(f"/proc/{self.pid}").exists()
 
     def execute(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
+        return run_steps(self.steps(request, bridge))
+
+    def steps(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> Steps[ExecutionOutcome]:
+        """The execution as steps (``sandbox/steps.py``): ``execute`` drives them on its thread, the async API
+        on the event loop."""
         try:
             if not self.alive():
                 return ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, "sandbox worker died before use")
-            ex = run_exchange(self.io, request, bridge)
+            ex = yield from exchange_steps(self.io, request, bridge)
             if ex.failure is not None:
                 self._kill()
-            exit_info = self._reap(grace_s=1.0)
+            exit_info = self._reported_exit()  # usually in already: then no wait (and no thread) at all
+            if exit_info is None:
+                exit_info = yield Blocking(functools.partial(self._reap, grace_s=1.0))
             return build_outcome(
                 ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits,
                 exit_observed=True,
@@ -136,6 +144,16 @@ class SubprocessWorker:
     def _kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
+
+    def _reported_exit(self) -> ExitInfo | None:
+        """The exit, if the zygote has reported it already (never waits); None otherwise."""
+        if self._reaped or self._zygote is None:
+            return None
+        report = self._zygote.wait_exit(self.pid, 0.0)
+        if report is None:
+            return None
+        self._reaped = True
+        return _exit_info(int(report["status"]), float(report["cpu_time_s"]), int(report["maxrss_kb"]))
 
     def _reap(self, grace_s: float) -> ExitInfo:
         """Exit status plus host-measured CPU time and peak memory (of the runner and its pid-1 child)."""
@@ -148,10 +166,7 @@ class SubprocessWorker:
         self._reaped = True
         if status is None:
             return ExitInfo()
-        code = os.waitstatus_to_exitcode(status)
-        sig = -code if code < 0 else (code - 128 if code > 128 else None)
-        usage = ResourceUsage(cpu_time_s=round(cpu, 6), peak_memory_mb=round(maxrss_kb / 1024, 3), source="host")
-        return ExitInfo(exit_code=code if code >= 0 else None, signal=sig, usage=usage)
+        return _exit_info(status, cpu, maxrss_kb)
 
     def _wait(self, timeout: float) -> tuple[int | None, float, int]:
         if self._zygote is not None:
@@ -191,6 +206,13 @@ class SubprocessWorker:
 
     def _cleanup_dir(self) -> None:
         shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+def _exit_info(status: int, cpu: float, maxrss_kb: int) -> ExitInfo:
+    code = os.waitstatus_to_exitcode(status)
+    sig = -code if code < 0 else (code - 128 if code > 128 else None)
+    usage = ResourceUsage(cpu_time_s=round(cpu, 6), peak_memory_mb=round(maxrss_kb / 1024, 3), source="host")
+    return ExitInfo(exit_code=code if code >= 0 else None, signal=sig, usage=usage)
 
 
 def rootless(config: SandboxConfig) -> bool:

@@ -1,0 +1,164 @@
+"""How the async execution API (``sandforge.sandbox.AsyncSandbox``) runs the sync API's own code on a loop.
+
+    async with AsyncSandbox(SandboxConfig(backend="subprocess")) as sb:
+        outcome = await sb.execute(ExecutionRequest(code="return 1"))
+
+An execution is steps (``sandbox/steps.py``) shared with :meth:`Sandbox.execute`; here they are driven on the
+event loop. Where a worker's channel is file descriptors (subprocess, runc, runsc), waiting for its output is
+``loop.add_reader`` on them: no thread waits per execution. What may block runs on a small thread pool: a nested
+call's answer (``tool(...)``, ``fetch()``), reaping an exit, starting a worker outside the warm pool, and a
+Docker or gVisor-through-Docker execution as a whole (the Docker client blocks). Workers come from the same
+warm pools (``WarmPool.acquire_async``: waiting for one holds no thread either).
+
+Cancelling the awaiting task ends the execution as its time limit would: the worker is killed and cleaned up,
+and the task gets ``CancelledError``, never an outcome (nothing of it can be committed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import selectors
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from sandforge.sandbox.steps import Blocking, Cancelled, Chunks, Poll, Steps
+
+T = TypeVar("T")
+
+#: Threads for short blocking work (reaping an exit, starting a worker): a fraction of the executions in flight.
+DEFAULT_THREADS = 8
+#: Threads for long blocking work: nested calls' answers, fetches, whole Docker executions (one each while it runs).
+DEFAULT_LONG_THREADS = 64
+
+
+class Threads:
+    """The async API's two thread pools: ``short`` work never waits behind ``long`` work (a nested call that
+    runs for seconds must not hold up the reaping its own nested executions need)."""
+
+    def __init__(self, short: int = DEFAULT_THREADS, long: int = DEFAULT_LONG_THREADS) -> None:
+        self.short = ThreadPoolExecutor(max_workers=max(1, short), thread_name_prefix="sandforge-aio")
+        self.long = ThreadPoolExecutor(max_workers=max(1, long), thread_name_prefix="sandforge-aio-long")
+
+    def for_effect(self, effect: Blocking) -> ThreadPoolExecutor:
+        return self.long if effect.interruptible or effect.on_cancel is not None else self.short
+
+    def shutdown(self) -> None:
+        for pool in (self.short, self.long):
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def unless_cancelled(started: asyncio.Future[Any], executor: Executor | None = None) -> Any:
+    """A worker being started on a thread. If the caller is cancelled meanwhile, the start is waited for and
+    the worker destroyed (on ``executor``) before ``CancelledError`` is raised: nothing is left running."""
+    try:
+        return await asyncio.shield(started)
+    except asyncio.CancelledError:
+        while not started.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([started])
+        if not started.cancelled() and started.exception() is None:
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(executor, started.result().destroy)
+        raise
+
+
+async def drive(steps: Steps[T], threads: Threads) -> T:
+    """Drive ``steps`` on the running loop (see ``sandbox/steps.py``). A cancellation is thrown into them as
+    :class:`Cancelled` where they wait (after a non-interruptible call returns: ``Blocking.on_cancel`` makes it
+    return soon); they end the exchange and clean up, and ``CancelledError`` is raised here afterwards."""
+    loop = asyncio.get_running_loop()
+    answer: Any = None
+    error: BaseException | None = None
+    cancelled = False
+    while True:
+        try:
+            effect = steps.send(answer) if error is None else steps.throw(error)
+        except StopIteration as done:
+            if cancelled:
+                raise asyncio.CancelledError from None
+            result: T = done.value
+            return result
+        except Cancelled:
+            raise asyncio.CancelledError from None
+        answer, error = None, None
+        try:
+            if isinstance(effect, Poll):
+                answer = await _poll(loop, effect, threads.long)
+            else:
+                answer, late = await _blocking(loop, effect, threads.for_effect(effect))
+                if late and not cancelled:
+                    cancelled, error = True, Cancelled()
+        except asyncio.CancelledError:
+            if cancelled:  # a second cancellation while cleaning up: stop where we are
+                steps.close()
+                raise
+            cancelled, error = True, Cancelled()
+        except BaseException as exc:  # raised in the steps, at their yield (as the sync driver does)
+            error = exc
+
+
+async def _poll(loop: asyncio.AbstractEventLoop, effect: Poll, executor: ThreadPoolExecutor) -> Chunks:
+    """``io.poll(timeout)`` without a thread: wait for any of its descriptors to be readable on the loop."""
+    io = effect.io
+    selector = getattr(io, "selector", None)
+    if not isinstance(selector, selectors.BaseSelector):  # a channel without descriptors of its own
+        polled: Chunks = await loop.run_in_executor(executor, io.poll, effect.timeout)
+        return polled
+    chunks = io.poll(0)
+    if chunks:
+        return chunks
+    fds = [key.fd for key in selector.get_map().values()]
+    if not fds:
+        await asyncio.sleep(0)
+        return []
+    woken = loop.create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    for fd in fds:
+        loop.add_reader(fd, wake)
+    timer = loop.call_later(effect.timeout, wake)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+        for fd in fds:
+            loop.remove_reader(fd)
+    return io.poll(0)
+
+
+async def _blocking(
+    loop: asyncio.AbstractEventLoop, effect: Blocking, executor: ThreadPoolExecutor
+) -> tuple[Any, bool]:
+    """``effect.fn()`` on the thread pool: its value, and whether the caller was cancelled meanwhile (for a
+    call that is not interruptible, which is waited for to the end, after ``on_cancel``)."""
+    # In the caller's context (a call's cancellation scope reaches the nested calls it makes: runtime/agent/aio.py)
+    context = contextvars.copy_context()
+    if effect.interruptible:
+        return await loop.run_in_executor(executor, context.run, effect.fn), False
+    running = loop.run_in_executor(executor, context.run, effect.fn)
+    late = False
+    while True:
+        try:
+            return await asyncio.shield(running), late
+        except asyncio.CancelledError:
+            if running.cancelled():
+                raise
+            if not late and effect.on_cancel is not None:
+                _quietly(effect.on_cancel)
+            late = True
+
+
+def _quietly(fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except Exception:  # ending a worker early is best effort: the call it ends still cleans up after itself
+        return
+
+
+__all__ = ["DEFAULT_LONG_THREADS", "DEFAULT_THREADS", "Threads", "drive", "unless_cancelled"]
