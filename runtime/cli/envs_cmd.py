@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +10,7 @@ import click
 
 from sandforge.runtime.cli.common import SandforgeGroup
 from sandforge.runtime.cli.output import emit_json
-from sandforge.runtime.environments import EnvironmentStore, Manifest, manifest_of, probe
+from sandforge.runtime.environments import EnvironmentStore, manifest_of, probe
 from sandforge.runtime.environments import prune as pruning
 from sandforge.runtime.environments.errors import EnvironmentFailure, InvalidDependencyManifest
 from sandforge.runtime.errors import UsageError
@@ -67,13 +66,16 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def show(ctx: click.Context, env_id: str, as_json: bool) -> None:
-    """One environment: identity, pins, source, size, what it provides."""
+    """One environment (ENV_ID: its id or a unique prefix): identity, pins, source, size, what it provides,
+    which persisted artifacts use it."""
     store = _store(ctx)
+    env_id = pruning.resolve_id(store, env_id)
     record = store.record(env_id)
     if record is None:
         raise UsageError(f"no ready environment {env_id!r}", hint="`sandforge envs list` shows them")
+    users = sorted(_env_ids_in_use(ctx.meta.get("state_dir")).get(env_id, ()))
     if as_json:
-        emit_json({**record.model_dump(mode="json"), "site": str(store.site(env_id))})
+        emit_json({**record.model_dump(mode="json"), "site": str(store.site(env_id)), "used_by": users})
         return
     spec = record.spec
     click.echo(f"environment {record.env_id}")
@@ -86,6 +88,7 @@ def show(ctx: click.Context, env_id: str, as_json: bool) -> None:
         click.echo(f"  pin        {pin.name}=={pin.version}  ({len(pin.hashes)} hash(es); imports {modules or '-'})")
     click.echo(f"  size       {record.size_bytes} bytes in {record.files} files ({record.unshared_bytes} not shared)")
     click.echo(f"  built      in {record.install_ms + record.compile_ms:.0f} ms with {record.uv_version or 'uv'}")
+    click.echo(f"  used by    {', '.join(users) or 'no persisted artifact'}")
 
 
 @command.command("build")
@@ -122,18 +125,46 @@ def build(ctx: click.Context, file: Path, policy_dirs: tuple[Path, ...], python:
 
 
 @command.command("prune")
+@click.argument("env_ids", nargs=-1, metavar="[ENV_ID]...")
 @click.option("--apply", "apply_", is_flag=True, help="Remove them (default: only list what would go).")
 @click.option("--force", is_flag=True, help="Also remove environments persisted artifacts use.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
-def prune(ctx: click.Context, apply_: bool, force: bool, as_json: bool) -> None:
-    """Remove unused environments and leftovers of killed builds (a dry run unless --apply)."""
+def prune(ctx: click.Context, env_ids: tuple[str, ...], apply_: bool, force: bool, as_json: bool) -> None:
+    """Remove unused environments and leftovers of killed builds (a dry run unless --apply).
+
+    With ENV_IDs (ids or unique prefixes), only those environments. An environment is used when a retained
+    generation of a persisted artifact stores its id (its EnvironmentSpec); such one is kept unless --force."""
     store = _store(ctx)
-    entries = pruning.plan(store, _manifests_in_use(ctx.meta.get("state_dir")), force=force)
+    only = {pruning.resolve_id(store, text) for text in env_ids} if env_ids else None
+    _prune(ctx, store, only, apply_=apply_, force=force, as_json=as_json)
+
+
+@command.command("remove")
+@click.argument("env_ids", nargs=-1, required=True, metavar="ENV_ID...")
+@click.option("--force", is_flag=True, help="Also when a persisted artifact uses it (it is rebuilt on its next use).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def remove(ctx: click.Context, env_ids: tuple[str, ...], force: bool, as_json: bool) -> None:
+    """Remove the environments ENV_ID... (ids or unique prefixes) now; one a persisted artifact uses is kept
+    unless --force. Exit status 1 when one was kept."""
+    store = _store(ctx)
+    only = {pruning.resolve_id(store, text) for text in env_ids}
+    kept = _prune(ctx, store, only, apply_=True, force=force, as_json=as_json)
+    if kept:
+        sys.exit(1)
+
+
+def _prune(
+    ctx: click.Context, store: EnvironmentStore, only: set[str] | None, *, apply_: bool, force: bool, as_json: bool
+) -> int:
+    """Plan, apply when asked, print; the number of environments kept."""
+    entries = pruning.plan(store, _env_ids_in_use(ctx.meta.get("state_dir")), force=force, only=only)
     removed = pruning.apply(store, entries) if apply_ else 0
+    kept = sum(1 for e in entries if e.kept)
     if as_json:
         emit_json({"applied": apply_, "removed": removed, "entries": [e.model_dump(mode="json") for e in entries]})
-        return
+        return kept
     for e in entries:
         verb = "keep" if e.kept else ("removed" if apply_ else "would remove")
         click.echo(f"{verb:12}  {e.what:11}  {e.name}  {e.size_bytes / 1024 / 1024:.1f} MB  {e.why}")
@@ -141,18 +172,18 @@ def prune(ctx: click.Context, apply_: bool, force: bool, as_json: bool) -> None:
         click.echo("nothing to prune")
     elif not apply_:
         click.echo("dry run: pass --apply to remove")
+    return kept
 
 
-def _manifests_in_use(state_dir: Path | None) -> list[Manifest]:
-    """The manifests of every retained generation of every persisted artifact (PEP 723 block plus the
-    stored ``dependencies``). Artifacts whose manifest is no longer valid use no environment."""
+def _env_ids_in_use(state_dir: Path | None) -> dict[str, list[str]]:
+    """env id -> the persisted artifacts (``role.method``) whose retained generations store it."""
     store = ToolStore(state_dir)
-    manifests: list[Manifest] = []
+    users: dict[str, list[str]] = {}
     for entry in store.list_tools():
         for method in entry.methods:
             for artifact in store.history(entry.role, method):
-                with contextlib.suppress(InvalidDependencyManifest):
-                    manifest = manifest_of(artifact.code, artifact.dependencies)
-                    if manifest:
-                        manifests.append(manifest)
-    return manifests
+                if artifact.environment is not None:
+                    who = users.setdefault(artifact.environment.env_id, [])
+                    if f"{entry.role}.{method}" not in who:
+                        who.append(f"{entry.role}.{method}")
+    return users

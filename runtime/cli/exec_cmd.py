@@ -11,11 +11,11 @@ import click
 from pydantic import ValidationError
 
 from sandforge.runtime.agent.egress import StandaloneBridge
+from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.cli.logs_cmd import egress_line
 from sandforge.runtime.errors import InputFileMissing, UsageError
 from sandforge.runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
 from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
-from sandforge.runtime.gate import guarded_execute
 from sandforge.runtime.guardrails import default_policy, load_policy
 from sandforge.runtime.guardrails.engine import source_text
 from sandforge.runtime.service.models import exec_result
@@ -110,6 +110,9 @@ def command(
 ) -> None:
     """Validate FILE (a tool program body) with the policy, run it in a fresh sandbox, print the outcome.
 
+    A `# /// script` dependencies block is prepared first (checked against the policy's dependencies:
+    section, built or found below the state directory) and mounted read-only, as for the agent.
+
     Exit status: 0 ok, 1 error outcome (or a result over the message limit), 2 usage error or a refused
     input file, 5 the context could not be written or locked (the file is left as it was).
     """
@@ -141,7 +144,7 @@ def command(
             raise _invalid(exc) from None
         bridge = StandaloneBridge.of(policy)  # its fetches are brokered under the policy's egress section
         with Sandbox(config) as sb:
-            outcome, _ = guarded_execute(sb, request, policy=policy, bridge=bridge)
+            outcome, _ = execute_program(sb, request, policy=policy, bridge=bridge)  # + its declared environment
         outcome = bridge.fetches.attach(outcome)
         if commit and outcome.ok and context_path is not None:
             data = encode_compact(outcome.context, limit=bound, what="the new context") + b"\n"

@@ -24,8 +24,8 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sandforge.runtime.agent.egress import StandaloneBridge
+from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.errors import SandforgeError
-from sandforge.runtime.gate import guarded_execute
 from sandforge.runtime.guardrails.engine import validate
 from sandforge.runtime.service import calls as call_log_reader
 from sandforge.runtime.service import sessions_api
@@ -101,11 +101,12 @@ def _exec_routes(app: FastAPI, service: Service) -> None:
                                    limits=limits)  # fmt: skip
         except ValidationError as exc:
             raise ApiError(422, "invalid_request", first_error(exc)) from None
-        policy, sandbox = rt.policy, rt.sandbox
+        policy, sandbox, environments = rt.policy, rt.sandbox, rt.workspace.environments
 
         def run() -> ExecutionOutcome:
             bridge = StandaloneBridge.of(policy)  # fetches brokered under the tenant's egress rules, as exec does
-            outcome, _ = guarded_execute(sandbox, req, policy=policy, backend=body.backend, bridge=bridge)
+            outcome, _ = execute_program(sandbox, req, policy=policy, backend=body.backend, bridge=bridge,
+                                         environments=environments)  # its declared environment, as exec
             return bridge.fetches.attach(outcome)
 
         outcome = await service.execute(rt, run)
