@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sandforge.runtime.environments.builder import EnvironmentStore
+from sandforge.runtime.environments.bytecode import compile_in_container
 from sandforge.runtime.environments.errors import EnvironmentFailure
 from sandforge.runtime.environments.identity import EnvironmentSpec
 from sandforge.runtime.environments.manifest import Manifest, manifest_of
@@ -65,7 +66,11 @@ class Environments:
             key = interpreter_key(python)
             return self._cached(key, lambda: probe(python))
         image, runtime = found.image, found.runtime
-        return self._cached(f"image:{image}:{runtime}", lambda: _probe_image(image, runtime))
+        target = self._cached(f"image:{image}:{runtime}", lambda: _probe_image(image, runtime))
+        # the image's own interpreter compiles the bytecode when this host's is of another minor version
+        label = f"image {image} ({target.cache_tag})"
+        self.store.compilers.setdefault(target, (label, lambda site: _compile_in_image(image, runtime, site)))
+        return target
 
     def _cached(self, key: str, describe: Any) -> SandboxTarget:
         known = self._targets.get(key)
@@ -99,6 +104,13 @@ def _probe_image(image: str | None, runtime: str | None) -> SandboxTarget:
 
     assert image is not None
     return probe_container(connect(), image, runtime=runtime)
+
+
+def _compile_in_image(image: str | None, runtime: str | None, site: Path) -> None:
+    from sandforge.sandbox.docker_engine import connect
+
+    assert image is not None
+    compile_in_container(connect(), image, site, runtime=runtime)
 
 
 def manifest_for(code: str, structured: list[str], policy: DependencyPolicy) -> Manifest:

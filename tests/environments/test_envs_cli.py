@@ -158,7 +158,7 @@ def test_prune_and_remove_by_id_or_prefix(env: dict[str, str], wheelhouse: Path,
 def test_ids_that_name_nothing_or_several_are_usage_errors(
     env: dict[str, str], wheelhouse: Path, tmp_path: Path
 ) -> None:
-    first, second = _two_environments_of_one_manifest(env, wheelhouse, tmp_path)
+    first, _ = _two_environments_of_one_manifest(env, wheelhouse, tmp_path)
     for args in (("show", "abc"), ("show", "xyz!"), ("remove", "f" * 32), ("prune", "0" * 32), ("show", first + "0")):
         code, out = _cli(env, "envs", *args)
         assert code == 2 and "no ready environment" in out and "Traceback" not in out, (args, out)

@@ -37,7 +37,7 @@ def test_the_lanes_agree_everywhere() -> None:
         assert (ErrorType(kind) in RETRIABLE) is lane.retriable, kind
         extrinsic = classify_failure(kind) is FailureClass.EXTRINSIC
         assert extrinsic is lane.retriable is (not lane.counts_against_health), kind
-    assert env_errors.RECOVERABLE == {"invalid_dependency_manifest", "dependency_policy_violation"}
+    assert {"invalid_dependency_manifest", "dependency_policy_violation"} == env_errors.RECOVERABLE
     assert env_errors.LIFECYCLE["dependency_resolution_failed"] == (False, False, True)  # intrinsic
 
 
