@@ -88,6 +88,7 @@ def show(ctx: click.Context, env_id: str, as_json: bool) -> None:
         click.echo(f"  pin        {pin.name}=={pin.version}  ({len(pin.hashes)} hash(es); imports {modules or '-'})")
     click.echo(f"  size       {record.size_bytes} bytes in {record.files} files ({record.unshared_bytes} not shared)")
     click.echo(f"  built      in {record.install_ms + record.compile_ms:.0f} ms with {record.uv_version or 'uv'}")
+    click.echo(f"  bytecode   compiled by {record.compiled_by or 'the host'}")
     click.echo(f"  used by    {', '.join(users) or 'no persisted artifact'}")
 
 
