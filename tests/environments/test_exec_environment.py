@@ -204,3 +204,30 @@ def test_execute_program_a_build_in_progress_past_the_wait_is_environment_prepar
                                      backend="subprocess", environments=envs)  # fmt: skip
     assert outcome.error_type is ErrorType.ENVIRONMENT_PREPARING and outcome.retriable, outcome
     assert outcome.metadata["environment_failure"]["kind"] == "environment_preparing"
+
+
+# --- POST /v1/exec (a real `sandforge serve`) -----------------------------------------------------
+
+
+@pytest.mark.slow
+def test_post_v1_exec_prepares_the_declared_environment(tmp_path: Path, wheelhouse: Path) -> None:
+    from tests.service.serverproc import start_server
+
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    section = {"allow": list(WHEELHOUSE_ALLOW), "source": "offline", "wheelhouse": str(wheelhouse)}
+    (layer / "deps.yaml").write_text(json.dumps({"dependencies": section}))
+    config = {"state_dir": "state", "tenants": [{"name": "alpha", "policy": [str(layer)]}]}
+    server = start_server(tmp_path / "serve", config)
+    try:
+        with server.client("alpha") as client:
+            first = client.post("/v1/exec", json={"code": DATEUTIL, "args": ["5 March 2024"]}).json()
+            again = client.post("/v1/exec", json={"code": DATEUTIL, "args": ["6 March 2024"]}).json()
+            refused = client.post("/v1/exec", json={"code": HTTP_CLIENT}).json()
+    finally:
+        server.stop()
+    assert first["status"] == "ok" and first["value"] == "2024-03-05T00:00:00", first
+    assert first["metadata"]["environment_cache_hit"] is False
+    assert again["metadata"]["environment_cache_hit"] is True
+    assert again["metadata"]["env_id"] == first["metadata"]["env_id"]
+    assert refused["error_type"] == "dependency_policy_violation" and refused["retriable"] is False, refused
