@@ -10,12 +10,13 @@ or a build past the wait is the world's (extrinsic, retriable).
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from sandforge.runtime.environments.builder import EnvironmentStore
-from sandforge.runtime.environments.bytecode import compile_in_container
+from sandforge.runtime.environments.bytecode import compile_in_container, compile_on_host
 from sandforge.runtime.environments.errors import EnvironmentFailure
 from sandforge.runtime.environments.identity import EnvironmentSpec
 from sandforge.runtime.environments.manifest import Manifest, manifest_of
@@ -64,7 +65,10 @@ class Environments:
         if found is None or found.python is not None:
             python = found.python if found is not None else None
             key = interpreter_key(python)
-            return self._cached(key, lambda: probe(python))
+            target = self._cached(key, lambda: probe(python))
+            runs = python or sys.executable  # compiles the bytecode when the builder's interpreter has another tag
+            self.store.compilers.setdefault(target, (f"interpreter {runs}", lambda site: compile_on_host(runs, site)))
+            return target
         image, runtime = found.image, found.runtime
         target = self._cached(f"image:{image}:{runtime}", lambda: _probe_image(image, runtime))
         # the image's own interpreter compiles the bytecode when this host's is of another minor version

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 from sandforge.runtime.agent.environment import Environments
 from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.environments.builder import EnvironmentStore
-from sandforge.runtime.environments.bytecode import compile_on_host
+from sandforge.runtime.environments.bytecode import cache_tag, compile_on_host
 from sandforge.runtime.environments.errors import DependencyInstallFailed
 from sandforge.runtime.environments.manifest import normalise
 from sandforge.runtime.environments.target import SandboxTarget
@@ -100,3 +102,48 @@ def test_the_images_own_interpreter_compiles_in_a_container_and_the_sandbox_impo
     assert any(p.parent.parent.name == "parser" and p.name.startswith("_parser.") for p in pycs)
     assert all(p.name.endswith(f".{record.spec.target.cache_tag}.pyc") for p in pycs)
     assert all(_hash_based_unchecked(p) and p.stat().st_uid == os.getuid() for p in pycs)
+
+
+def _other_minor() -> str | None:
+    """An interpreter on this machine of another minor version than this one (SANDFORGE_TEST_OTHER_PYTHON, a
+    ``python3.N`` on PATH, or a pyenv version), to stand for a host whose Python is not the sandbox's."""
+    mine = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    found = [os.environ.get("SANDFORGE_TEST_OTHER_PYTHON", "")]
+    found += [shutil.which(f"python3.{minor}") or "" for minor in (12, 13, 10)]
+    found += [str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.1[023].*/bin/python3"))]
+    for python in filter(None, found):
+        tag = cache_tag(python)
+        if tag and tag != sys.implementation.cache_tag and mine not in python:
+            return python
+    return None
+
+
+@pytest.fixture(params=["subprocess", pytest.param("docker", marks=pytest.mark.docker)])
+def any_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    sb = Sandbox(SandboxConfig(backend=request.param, pool_size=0))
+    try:
+        yield sb
+    finally:
+        sb.close()
+
+
+def test_a_builder_of_another_minor_version_builds_for_the_sandboxs_interpreter(
+    any_sandbox: Sandbox, wheelhouse: Path, tmp_path: Path
+) -> None:
+    """The builder's own interpreter (``EnvironmentStore(python=)``) is of another minor version than the
+    sandbox's: the environment is still built for the sandbox's (wheels, bytecode) and its program runs."""
+    other = _other_minor()
+    if other is None:
+        pytest.skip("no interpreter of another minor version on this machine (set SANDFORGE_TEST_OTHER_PYTHON)")
+    root = tmp_path / "environments"
+    envs = Environments(root, store=EnvironmentStore(root, python=other))
+    policy = dataclasses.replace(default_policy(), dependencies=offline_policy(wheelhouse))
+    outcome, _ = execute_program(any_sandbox, ExecutionRequest(code=DATEUTIL, args=["5 March 2024"]),
+                                 policy=policy, environments=envs)  # fmt: skip
+    assert outcome.ok and outcome.value == "2024-03-05T00:00:00", outcome
+    record = envs.store.record(str(outcome.metadata["env_id"]))
+    assert record is not None and other not in record.compiled_by, record.compiled_by
+    tag = record.spec.target.cache_tag
+    assert tag != cache_tag(other)
+    pycs = _pycs(envs.store.site(record.env_id))
+    assert pycs and all(p.name.endswith(f".{tag}.pyc") for p in pycs)
