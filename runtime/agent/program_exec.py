@@ -64,8 +64,9 @@ def execute_program(
     prepared: PreparedEnvironment | None = None
     if manifest:
         found = _prepare(sandbox, manifest, policy, backend, environments)
-        if isinstance(found, ExecutionOutcome):
-            found.metadata.update(validation_metadata(result))
+        if isinstance(found, ExecutionOutcome):  # its own violations (the fix) stay; the verdict's fill the rest
+            for key, value in validation_metadata(result).items():
+                found.metadata.setdefault(key, value)
             return found, result
         prepared = found
         provided = declared_modules(prepared, manifest)

@@ -114,6 +114,23 @@ def test_exec_environment_failures_are_their_error_type(
     assert _nothing_built(Path(cli_env["state"]) / "environments")
 
 
+def test_exec_a_refused_transitive_distribution_keeps_its_fix(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """Declared names pass, the resolution pulls one the policy does not allow: refused before installing,
+    the violation (naming it, listing what is allowed) in the outcome's metadata."""
+    layer = Path(cli_env["layer"]) / "deps.yaml"
+    section = json.loads(layer.read_text())["dependencies"]
+    layer.write_text(json.dumps({"dependencies": {**section, "allow": ["python-dateutil"], "reset": True}}))
+    code, out = _exec(cli_env, DATEUTIL, "--args", '["5 March 2024"]')
+    assert code == 1 and out["error_type"] == "dependency_policy_violation", out
+    meta = out["metadata"]
+    assert isinstance(meta, dict) and meta["environment_failure"]["reason"] == "transitive"
+    violation = meta["violations"][0]
+    assert meta["verdict"] == "recoverable" and violation["violation_type"] == "dependency_policy_violation"
+    assert "not in the policy's allow list" in violation["message"]
+    assert "allowed distributions: python-dateutil" in violation["required_correction"]
+    assert _nothing_built(Path(cli_env["state"]) / "environments")
+
+
 def test_exec_text_output_names_the_kind_and_the_fix(cli_env: dict[str, str]) -> None:
     program = Path(cli_env["dir"]) / "prog.py"
     program.write_text(HTTP_CLIENT)
