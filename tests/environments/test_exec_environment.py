@@ -235,7 +235,7 @@ def test_post_v1_exec_prepares_the_declared_environment(tmp_path: Path, wheelhou
     section = {"allow": list(WHEELHOUSE_ALLOW), "source": "offline", "wheelhouse": str(wheelhouse)}
     (layer / "deps.yaml").write_text(json.dumps({"dependencies": section}))
     config = {"state_dir": "state", "tenants": [{"name": "alpha", "policy": [str(layer)]}]}
-    server = start_server(tmp_path / "serve", config)
+    server = start_server(tmp_path / "serve", config, env={"SANDFORGE_STATE_DIR": str(tmp_path / "host-state")})
     try:
         with server.client("alpha") as client:
             first = client.post("/v1/exec", json={"code": DATEUTIL, "args": ["5 March 2024"]}).json()
