@@ -8,16 +8,19 @@ from pathlib import Path
 
 import click
 
+from sandforge.runtime.agent.environment import Environments
 from sandforge.runtime.cli.common import SandforgeGroup
 from sandforge.runtime.cli.output import emit_json
 from sandforge.runtime.environments import EnvironmentStore, manifest_of, probe
 from sandforge.runtime.environments import prune as pruning
-from sandforge.runtime.environments.errors import EnvironmentFailure, InvalidDependencyManifest
+from sandforge.runtime.environments.errors import DependencyInstallFailed, EnvironmentFailure, InvalidDependencyManifest
+from sandforge.runtime.environments.target import SandboxTarget
 from sandforge.runtime.errors import UsageError
 from sandforge.runtime.files.read import read_user_file
 from sandforge.runtime.guardrails import default_policy, load_policy
 from sandforge.runtime.state_dir import resolve_state_dir
 from sandforge.runtime.store import ToolStore
+from sandforge.sandbox import BACKENDS, Sandbox, SandboxConfig
 
 MAX_PROGRAM_BYTES = 4 * 1024 * 1024
 
@@ -97,12 +100,19 @@ def show(ctx: click.Context, env_id: str, as_json: bool) -> None:
 @click.option("--policy", "policy_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
               help="Policy directory layered over the default (repeatable).")  # fmt: skip
 @click.option("--python", "python", default=None, help="The sandbox's interpreter (default: this one).")
+@click.option("--backend", type=click.Choice(BACKENDS), default=None,
+              help="Build for the interpreter this backend runs programs on (containers: the image's).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
-def build(ctx: click.Context, file: Path, policy_dirs: tuple[Path, ...], python: str | None, as_json: bool) -> None:
+def build(
+    ctx: click.Context, file: Path, policy_dirs: tuple[Path, ...], python: str | None, backend: str | None,
+    as_json: bool,
+) -> None:  # fmt: skip
     """Build (or find) the environment FILE.py declares in its `# /// script` block.
 
     Exit status: 0 ready, 1 a failure to prepare it (its kind is printed), 2 a bad file or manifest."""
+    if python and backend:
+        raise UsageError("--python and --backend name the interpreter twice: give one")
     source = read_user_file(file, limit=MAX_PROGRAM_BYTES, what="program").decode("utf-8", errors="replace")
     policy = load_policy([*default_policy().sources, *policy_dirs]) if policy_dirs else default_policy()
     store = _store(ctx)
@@ -111,7 +121,7 @@ def build(ctx: click.Context, file: Path, policy_dirs: tuple[Path, ...], python:
         manifest = manifest_of(source)
         if not manifest:
             raise InvalidDependencyManifest(f"{file} declares no dependency (no `# /// script` dependencies)")
-        prepared = store.prepare(manifest, policy.dependencies, probe(python))
+        prepared = store.prepare(manifest, policy.dependencies, _target(store, python, backend))
     except EnvironmentFailure as exc:
         if as_json:
             emit_json({"ok": False, "error_type": exc.kind, "message": str(exc)})
@@ -123,6 +133,21 @@ def build(ctx: click.Context, file: Path, policy_dirs: tuple[Path, ...], python:
         return
     state = "ready (cached)" if prepared.cache_hit else "built"
     click.echo(f"{prepared.env_id}  {state} in {prepared.prepare_ms:.0f} ms  {prepared.site}")
+
+
+def _target(store: EnvironmentStore, python: str | None, backend: str | None) -> SandboxTarget:
+    """The interpreter to build for: ``backend``'s (as ``sandforge exec --backend`` would run it, so its next
+    run is a cache hit), else the one at ``python`` (default: this one)."""
+    if backend is None:
+        return probe(python)
+    config = SandboxConfig.from_env(pool_size=0, backend=backend)
+    with Sandbox(config) as sandbox:
+        try:
+            return Environments(store.root, store=store).target(sandbox, config.backend)
+        except EnvironmentFailure:
+            raise
+        except Exception as exc:  # the engine down, no image: the kind a run would get
+            raise DependencyInstallFailed(f"cannot describe the {backend} backend's interpreter: {exc}") from None
 
 
 @command.command("prune")

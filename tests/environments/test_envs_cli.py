@@ -173,3 +173,22 @@ def test_ids_that_name_nothing_or_several_are_usage_errors(
     assert code == 0 and f"environment {first}" in out
     code, out = _cli(env, "envs", "remove")
     assert code == 2  # an id is required
+
+
+@pytest.mark.docker
+def test_build_for_a_backend_is_what_exec_on_that_backend_finds(env: dict[str, str], tmp_path: Path) -> None:
+    """``envs build --backend docker`` builds for the image's interpreter, so ``exec --backend docker`` of the
+    same program under the same policy is a cache hit on that very environment."""
+    code, out = _cli(env, "envs", "build", env["PROG"], "--policy", env["LAYER"], "--backend", "docker", "--json")
+    assert code == 0, out
+    built = json.loads(out)
+    code, out = _cli(env, "envs", "show", built["env_id"], "--json")
+    shown = json.loads(out)
+    assert shown["compiled_by"], shown
+    argv = ["exec", env["PROG"], "--policy", env["LAYER"], "--backend", "docker", "--json", "--args", '["4 May 2023"]']
+    code, out = _cli(env, *argv)
+    ran = json.loads(out)
+    assert code == 0 and ran["value"] == 2023, ran
+    assert ran["metadata"]["env_id"] == built["env_id"] and ran["metadata"]["environment_cache_hit"] is True
+    code, out = _cli(env, "envs", "build", env["PROG"], "--python", "python3", "--backend", "docker")
+    assert code == 2 and "give one" in out
