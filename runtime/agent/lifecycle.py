@@ -45,7 +45,7 @@ from sandforge.runtime.gate import Approval, approve
 from sandforge.runtime.guardrails import ValidationResult
 from sandforge.runtime.guardrails.dependencies import judge_imports, undeclared_violation
 from sandforge.runtime.providers.base import InvalidProviderOutput, ProviderError
-from sandforge.sandbox import EnvironmentMount, ErrorType, ExecutionOutcome
+from sandforge.sandbox import EnvironmentMount, ExecutionOutcome
 
 __all__ = ["GUARDRAIL_EXHAUSTED_MESSAGE", "NORMALIZATION_POLICY", "CallEnv", "CallRun", "CallSpec"]
 
@@ -194,7 +194,7 @@ class CallRun:
         except Exception as exc:  # a probe that could not run (the engine down): the world's fault
             log.exception("preparing the environment failed")
             self._rollback(txn)
-            return Failure(ErrorType.DEPENDENCY_INSTALL_FAILED, f"the environment could not be prepared: {exc}"[:500],
+            return Failure("dependency_install_failed", f"the environment could not be prepared: {exc}"[:500],
                            True, {"failure_class": "extrinsic"})  # fmt: skip
         self.executor.env_fields = prepared.log_fields()
         if self.at.candidate is not None:  # what a stored artifact keeps: the manifest and its environment
@@ -215,7 +215,7 @@ class CallRun:
             result = failure_result(exc, self.env.policy)
             self.at.validation = result
             return self.lanes.validation_failure(self.at, result, code)
-        if exc.kind == ErrorType.DEPENDENCY_RESOLUTION_FAILED:
+        if exc.kind == "dependency_resolution_failed":
             if self.lanes.retry(self.at, "execution", exc.kind, exc.kind, str(exc), code=code,
                                 failure_class="intrinsic"):  # fmt: skip
                 return None

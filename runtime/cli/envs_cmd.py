@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from sandforge.runtime.agent.environment import Environments
 from sandforge.runtime.cli.common import SandforgeGroup
 from sandforge.runtime.cli.output import emit_json
 from sandforge.runtime.environments import EnvironmentStore, manifest_of, probe
@@ -20,7 +19,7 @@ from sandforge.runtime.files.read import read_user_file
 from sandforge.runtime.guardrails import default_policy, load_policy
 from sandforge.runtime.state_dir import resolve_state_dir
 from sandforge.runtime.store import ToolStore
-from sandforge.sandbox import BACKENDS, Sandbox, SandboxConfig
+from sandforge.sandbox.config import BACKENDS
 
 MAX_PROGRAM_BYTES = 4 * 1024 * 1024
 
@@ -140,6 +139,9 @@ def _target(store: EnvironmentStore, python: str | None, backend: str | None) ->
     run is a cache hit), else the one at ``python`` (default: this one)."""
     if backend is None:
         return probe(python)
+    from sandforge.runtime.agent.environment import Environments  # only here: `envs list` starts no sandbox layer
+    from sandforge.sandbox import Sandbox, SandboxConfig
+
     config = SandboxConfig.from_env(pool_size=0, backend=backend)
     with Sandbox(config) as sandbox:
         try:

@@ -110,9 +110,6 @@ def command(
 ) -> None:
     """Validate FILE (a tool program body) with the policy, run it in a fresh sandbox, print the outcome.
 
-    A `# /// script` dependencies block is prepared first (checked against the policy's dependencies:
-    section, built or found below the state directory) and mounted read-only, as for the agent.
-
     Exit status: 0 ok, 1 error outcome (or a result over the message limit), 2 usage error or a refused
     input file, 5 the context could not be written or locked (the file is left as it was).
     """

@@ -21,7 +21,7 @@ from sandforge.runtime.environments.errors import DependencyInstallFailed
 from sandforge.runtime.environments.manifest import normalise
 from sandforge.runtime.environments.target import SandboxTarget
 from sandforge.runtime.guardrails import default_policy
-from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
+from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
 from tests.environments.helpers import offline_policy
 
 DATEUTIL = """# /// script
@@ -93,8 +93,8 @@ def test_the_images_own_interpreter_compiles_in_a_container_and_the_sandbox_impo
     root = tmp_path / "environments"
     envs = Environments(root, store=EnvironmentStore(root, compile_in="target"))
     policy = dataclasses.replace(default_policy(), dependencies=offline_policy(wheelhouse))
-    outcome, _ = execute_program(image_sandbox, ExecutionRequest(code=DATEUTIL, args=["5 March 2024"]),
-                                 policy=policy, environments=envs)  # fmt: skip
+    request = ExecutionRequest(code=DATEUTIL, args=["5 March 2024"], limits=Limits(timeout_s=30))
+    outcome, _ = execute_program(image_sandbox, request, policy=policy, environments=envs)
     assert outcome.ok and outcome.value == "2024-03-05T00:00:00", outcome
     record = envs.store.record(str(outcome.metadata["env_id"]))
     assert record is not None and record.compiled_by.startswith("image sandforge-sandbox:"), record.compiled_by
@@ -138,8 +138,8 @@ def test_a_builder_of_another_minor_version_builds_for_the_sandboxs_interpreter(
     root = tmp_path / "environments"
     envs = Environments(root, store=EnvironmentStore(root, python=other))
     policy = dataclasses.replace(default_policy(), dependencies=offline_policy(wheelhouse))
-    outcome, _ = execute_program(any_sandbox, ExecutionRequest(code=DATEUTIL, args=["5 March 2024"]),
-                                 policy=policy, environments=envs)  # fmt: skip
+    request = ExecutionRequest(code=DATEUTIL, args=["5 March 2024"], limits=Limits(timeout_s=30))
+    outcome, _ = execute_program(any_sandbox, request, policy=policy, environments=envs)
     assert outcome.ok and outcome.value == "2024-03-05T00:00:00", outcome
     record = envs.store.record(str(outcome.metadata["env_id"]))
     assert record is not None and other not in record.compiled_by, record.compiled_by

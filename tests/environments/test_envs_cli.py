@@ -185,7 +185,8 @@ def test_build_for_a_backend_is_what_exec_on_that_backend_finds(env: dict[str, s
     code, out = _cli(env, "envs", "show", built["env_id"], "--json")
     shown = json.loads(out)
     assert shown["compiled_by"], shown
-    argv = ["exec", env["PROG"], "--policy", env["LAYER"], "--backend", "docker", "--json", "--args", '["4 May 2023"]']
+    argv = ["exec", env["PROG"], "--policy", env["LAYER"], "--backend", "docker", "--json", "--timeout", "30",
+            "--args", '["4 May 2023"]']  # fmt: skip
     code, out = _cli(env, *argv)
     ran = json.loads(out)
     assert code == 0 and ran["value"] == 2023, ran

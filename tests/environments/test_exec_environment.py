@@ -18,7 +18,7 @@ from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.cli import main
 from sandforge.runtime.environments.builder import EnvironmentStore
 from sandforge.runtime.guardrails import Policy, default_policy
-from sandforge.sandbox import ErrorType, ExecutionRequest, Sandbox
+from sandforge.sandbox import ErrorType, ExecutionRequest, Limits, Sandbox
 from tests.environments.helpers import WHEELHOUSE_ALLOW, offline_policy
 
 DATEUTIL = """# /// script
@@ -32,6 +32,11 @@ SOUPSIEVE_UNDER_BS4 = '# /// script\n# dependencies = ["beautifulsoup4"]\n# ///\
 HTTP_CLIENT = '# /// script\n# dependencies = ["httpx"]\n# ///\nreturn 1\n'
 CONFLICT = '# /// script\n# dependencies = ["six==1.16", "six==1.17"]\n# ///\nreturn 1\n'
 UNRESOLVABLE = '# /// script\n# dependencies = ["six>=99"]\n# ///\nreturn 1\n'
+
+
+#: exec's exit status for a program refused before it ran: 1 (an error outcome), or 3 where the exit codes of
+#: issue 21 tell a recoverable policy rejection apart (the JSON's error_type is the precise answer)
+REFUSED = (1, 3)
 
 
 def _nothing_built(root: Path) -> bool:
@@ -54,7 +59,8 @@ def cli_env(tmp_path: Path, wheelhouse: Path) -> dict[str, str]:
 def _exec(cli_env: dict[str, str], code: str, *args: str) -> tuple[int, dict[str, object]]:
     program = Path(cli_env["dir"]) / "prog.py"
     program.write_text(code)
-    argv = ["exec", str(program), "--policy", cli_env["layer"], "--backend", "subprocess", "--json", *args]
+    argv = ["exec", str(program), "--policy", cli_env["layer"], "--backend", "subprocess", "--json", "--timeout", "30",
+            *args]  # fmt: skip
     result = CliRunner().invoke(main, argv, env={"SANDFORGE_STATE_DIR": cli_env["state"]})
     assert "Traceback" not in result.output, result.output
     return result.exit_code, json.loads(result.stdout)
@@ -79,7 +85,7 @@ def test_exec_builds_the_declared_environment_mounts_it_and_hits_it_next_time(cl
 
 def test_exec_an_undeclared_third_party_import_is_declare_it(cli_env: dict[str, str]) -> None:
     code, out = _exec(cli_env, UNDECLARED, "--args", '["5 March 2024"]')
-    assert code == 1 and out["error_type"] == "guardrail_violation", out
+    assert code in REFUSED and out["error_type"] == "guardrail_violation", out
     violations = out["metadata"]["violations"]  # type: ignore[index]
     assert [v["violation_type"] for v in violations] == ["undeclared_import"]
     assert "python-dateutil" in violations[0]["message"]
@@ -88,7 +94,7 @@ def test_exec_an_undeclared_third_party_import_is_declare_it(cli_env: dict[str, 
 
 def test_exec_a_module_only_a_transitive_distribution_provides_must_be_declared(cli_env: dict[str, str]) -> None:
     code, out = _exec(cli_env, SOUPSIEVE_UNDER_BS4)
-    assert code == 1 and out["error_type"] == "guardrail_violation", out
+    assert code in REFUSED and out["error_type"] == "guardrail_violation", out
     violations = out["metadata"]["violations"]  # type: ignore[index]
     assert violations[0]["violation_type"] == "undeclared_import" and "soupsieve" in violations[0]["message"]
     assert not out["metadata"]["backend"]  # type: ignore[index]  # nothing ran
@@ -106,7 +112,7 @@ def test_exec_environment_failures_are_their_error_type(
     cli_env: dict[str, str], program: str, kind: str, retriable: bool
 ) -> None:
     code, out = _exec(cli_env, program)
-    assert code == 1 and out["error_type"] == kind and out["retriable"] is retriable, out
+    assert code in REFUSED and out["error_type"] == kind and out["retriable"] is retriable, out
     meta = out["metadata"]
     assert isinstance(meta, dict) and meta["environment_failure"]["kind"] == kind and not meta["backend"]
     if kind == "dependency_policy_violation":  # the fix names what the policy allows
@@ -121,7 +127,7 @@ def test_exec_a_refused_transitive_distribution_keeps_its_fix(cli_env: dict[str,
     section = json.loads(layer.read_text())["dependencies"]
     layer.write_text(json.dumps({"dependencies": {**section, "allow": ["python-dateutil"], "reset": True}}))
     code, out = _exec(cli_env, DATEUTIL, "--args", '["5 March 2024"]')
-    assert code == 1 and out["error_type"] == "dependency_policy_violation", out
+    assert code in REFUSED and out["error_type"] == "dependency_policy_violation", out
     meta = out["metadata"]
     assert isinstance(meta, dict) and meta["environment_failure"]["reason"] == "transitive"
     violation = meta["violations"][0]
@@ -136,7 +142,7 @@ def test_exec_text_output_names_the_kind_and_the_fix(cli_env: dict[str, str]) ->
     program.write_text(HTTP_CLIENT)
     argv = ["exec", str(program), "--policy", cli_env["layer"]]
     result = CliRunner().invoke(main, argv, env={"SANDFORGE_STATE_DIR": cli_env["state"]})
-    assert result.exit_code == 1
+    assert result.exit_code in REFUSED
     assert "error [dependency_policy_violation]" in result.output and "fix:" in result.output
 
 
@@ -156,7 +162,7 @@ def test_execute_program_imports_a_declared_package_on_every_backend(
     sandbox: Sandbox, wheelhouse: Path, environments: Environments
 ) -> None:
     policy = _policy(wheelhouse)
-    request = ExecutionRequest(code=DATEUTIL, args=["5 March 2024 10:00"])
+    request = ExecutionRequest(code=DATEUTIL, args=["5 March 2024 10:00"], limits=Limits(timeout_s=30))
     outcome, result = execute_program(sandbox, request, policy=policy, environments=environments)
     assert outcome.ok and outcome.value == "2024-03-05T10:00:00", outcome
     assert result is not None and result.verdict == "approved"
@@ -238,8 +244,8 @@ def test_post_v1_exec_prepares_the_declared_environment(tmp_path: Path, wheelhou
     server = start_server(tmp_path / "serve", config, env={"SANDFORGE_STATE_DIR": str(tmp_path / "host-state")})
     try:
         with server.client("alpha") as client:
-            first = client.post("/v1/exec", json={"code": DATEUTIL, "args": ["5 March 2024"]}).json()
-            again = client.post("/v1/exec", json={"code": DATEUTIL, "args": ["6 March 2024"]}).json()
+            first = client.post("/v1/exec", json={"code": DATEUTIL, "args": ["5 March 2024"], "timeout_s": 30}).json()
+            again = client.post("/v1/exec", json={"code": DATEUTIL, "args": ["6 March 2024"], "timeout_s": 30}).json()
             refused = client.post("/v1/exec", json={"code": HTTP_CLIENT}).json()
     finally:
         server.stop()
