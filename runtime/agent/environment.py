@@ -29,16 +29,19 @@ from sandforge.sandbox import EnvironmentMount
 
 __all__ = ["Environments", "default_environments", "failure_result", "manifest_for", "mount_of"]
 
-_DEFAULT: list[Environments] = []
+_DEFAULTS: dict[Path, Environments] = {}
 _DEFAULT_LOCK = threading.Lock()
 
 
 def default_environments() -> Environments:
-    """The process's environments below the state directory (for calls whose workspace names none)."""
+    """The environments below the state directory as it is now (``SANDFORGE_STATE_DIR`` may change within a
+    process: one `Environments` per root, shared by the calls whose workspace names none)."""
+    root = resolve_state_dir() / "environments"
     with _DEFAULT_LOCK:
-        if not _DEFAULT:
-            _DEFAULT.append(Environments())
-        return _DEFAULT[0]
+        found = _DEFAULTS.get(root)
+        if found is None:
+            found = _DEFAULTS[root] = Environments(root)
+        return found
 
 
 class Environments:

@@ -254,3 +254,14 @@ def test_post_v1_exec_prepares_the_declared_environment(tmp_path: Path, wheelhou
     assert again["metadata"]["environment_cache_hit"] is True
     assert again["metadata"]["env_id"] == first["metadata"]["env_id"]
     assert refused["error_type"] == "dependency_policy_violation" and refused["retriable"] is False, refused
+
+
+def test_default_environments_follow_the_state_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process whose SANDFORGE_STATE_DIR changes (tests, an embedding caller) never builds into the old one."""
+    from sandforge.runtime.agent.environment import default_environments
+
+    monkeypatch.setenv("SANDFORGE_STATE_DIR", str(tmp_path / "one"))
+    first = default_environments()
+    assert default_environments() is first and first.store.root == tmp_path / "one" / "environments"
+    monkeypatch.setenv("SANDFORGE_STATE_DIR", str(tmp_path / "two"))
+    assert default_environments().store.root == tmp_path / "two" / "environments"
