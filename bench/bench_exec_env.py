@@ -9,7 +9,8 @@
   same program without the block: the environment's preparation on the request path (issue 19: at most
   50 ms added; a warm execution with it at most 1.2x without).
 
-Samples are interleaved so load drifts hit each kind alike; p50 in milliseconds, the ratios, the load average.
+Samples are interleaved so load drifts hit each kind alike, ``--gap`` seconds apart so each takes a worker
+waiting in its pool (warm); p50 in milliseconds, the ratios, the load average.
 """
 
 from __future__ import annotations
@@ -40,13 +41,14 @@ def _p50(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
-def _measure(rounds: int, kinds: dict[str, Callable[[], Any]]) -> dict[str, float]:
+def _measure(rounds: int, kinds: dict[str, Callable[[], Any]], gap_s: float) -> dict[str, float]:
     samples: dict[str, list[float]] = {name: [] for name in kinds}
     for run in kinds.values():  # warm-up: pools filled, environment built, targets probed
         for _ in range(3):
             run()
     for _ in range(rounds):
         for name, run in kinds.items():
+            time.sleep(gap_s)  # warm means a worker waiting in the pool: let the refill finish
             start = time.perf_counter()
             outcome = run()
             samples[name].append(time.perf_counter() - start)
@@ -54,7 +56,7 @@ def _measure(rounds: int, kinds: dict[str, Callable[[], Any]]) -> dict[str, floa
     return {name: _p50(values) for name, values in samples.items()}
 
 
-def bench_backend(backend: str, wheelhouse: Path, rounds: int, root: Path) -> dict[str, Any]:
+def bench_backend(backend: str, wheelhouse: Path, rounds: int, root: Path, gap_s: float) -> dict[str, Any]:
     section = {"allow": ["python-dateutil", "six", "tzdata"], "source": "offline", "wheelhouse": str(wheelhouse)}
     policy = dataclasses.replace(default_policy(), dependencies=DependencyPolicy.model_validate(section))
     envs = Environments(root / backend)
@@ -66,7 +68,8 @@ def bench_backend(backend: str, wheelhouse: Path, rounds: int, root: Path) -> di
         def old() -> Any:
             return guarded_execute(sb, ExecutionRequest(code=TRIVIAL), policy=policy)[0]
 
-        p50 = _measure(rounds, {"guarded_execute": old, "execute_program": new(TRIVIAL), "declared": new(DECLARED)})
+        kinds = {"guarded_execute": old, "execute_program": new(TRIVIAL), "declared": new(DECLARED)}
+        p50 = _measure(rounds, kinds, gap_s)
     return {
         "backend": backend,
         "p50_ms": {k: round(v, 3) for k, v in p50.items()},
@@ -81,10 +84,12 @@ def main() -> None:
     parser.add_argument("--wheelhouse", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--backends", default="subprocess")
+    parser.add_argument("--gap", type=float, default=0.3, help="seconds between samples (pools refill)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
-        results = [bench_backend(b, args.wheelhouse, args.rounds, Path(work)) for b in args.backends.split(",")]
+        backends = args.backends.split(",")
+        results = [bench_backend(b, args.wheelhouse, args.rounds, Path(work), args.gap) for b in backends]
     load = os.getloadavg()[0]
     print(f"load average {load:.1f}, {args.rounds} rounds, p50 ms")
     print(f"{'backend':12} {'guarded':>9} {'exec_prog':>9} {'declared':>9}  no-manifest  cache-hit (added)")

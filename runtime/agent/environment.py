@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ class Environments:
         self._store = store
         self._lock = threading.Lock()
         self._targets: dict[str, SandboxTarget] = {}
+        self._interpreters: weakref.WeakKeyDictionary[Any, dict[str | None, Any]] = weakref.WeakKeyDictionary()
 
     @property
     def store(self) -> EnvironmentStore:
@@ -63,8 +65,7 @@ class Environments:
 
     def target(self, sandbox: Any, backend: str | None) -> SandboxTarget:
         """The interpreter programs run on with ``backend`` (what their environment must be built for)."""
-        describe = getattr(sandbox, "interpreter", None)
-        found = describe(backend) if describe is not None else None
+        found = self._interpreter(sandbox, backend)
         if found is None or found.python is not None:
             python = found.python if found is not None else None
             key = interpreter_key(python)
@@ -78,6 +79,20 @@ class Environments:
         label = f"image {image} ({target.cache_tag})"
         self.store.compilers.setdefault(target, (label, lambda site: _compile_in_image(image, runtime, site)))
         return target
+
+    def _interpreter(self, sandbox: Any, backend: str | None) -> Any:
+        """``sandbox.interpreter(backend)``, asked once per sandbox and backend: naming a container backend's
+        image hashes the inside package (milliseconds a prepared execution would pay each time)."""
+        describe = getattr(sandbox, "interpreter", None)
+        if describe is None:
+            return None
+        try:
+            known = self._interpreters.setdefault(sandbox, {})
+        except TypeError:  # a sandbox that cannot be weakly referenced: asked every time
+            return describe(backend)
+        if backend not in known:
+            known[backend] = describe(backend)
+        return known[backend]
 
     def _cached(self, key: str, describe: Any) -> SandboxTarget:
         known = self._targets.get(key)
