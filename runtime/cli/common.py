@@ -1,22 +1,110 @@
-"""What every command group shares: a SandforgeError becomes one `error:` line and its typed exit code."""
+"""What every command shares: typed errors as one line (or one JSON object under ``--json``) with the exit
+status of ``runtime/cli/exits.py``, usage errors as JSON under ``--json``, Ctrl-C as 130; the
+``--policy``/``--no-default`` options and how they load."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
 import click
 
-from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.cli.exits import JSON_ERRORS, Exit, json_requested, report, report_click, report_sandforge
+from sandforge.runtime.errors import SandforgeError, UsageError
 from sandforge.sandbox.config import SandboxConfigError
+
+if TYPE_CHECKING:
+    from sandforge.runtime.guardrails.policy import Policy
 
 
 class SandforgeGroup(click.Group):
     """A click group that turns SandforgeError into one line on stderr, also when used on its own."""
 
+    def main(self, args: Sequence[str] | None = None, *pos: Any, **kwargs: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        token = JSON_ERRORS.set(json_requested(argv))
+        try:
+            return super().main(argv, *pos, **kwargs)
+        finally:
+            JSON_ERRORS.reset(token)
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:  # fmt: skip
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException as exc:  # the group's own options or a missing command
+            if not JSON_ERRORS.get():
+                raise
+            raise click.exceptions.Exit(report_click(exc)) from None
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except SandforgeError as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(exc.exit_code)
+            ctx.exit(report_sandforge(exc))
         except SandboxConfigError as exc:  # a malformed SANDFORGE_* setting: a usage error
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(2)
+            report("config_error", str(exc) + _set_by(ctx, str(exc)), Exit.USAGE)
+            ctx.exit(Exit.USAGE)
+        except (click.exceptions.Exit, click.Abort):
+            raise
+        except click.ClickException as exc:  # a subcommand's usage error
+            if not JSON_ERRORS.get():
+                raise
+            ctx.exit(report_click(exc))
+        except KeyboardInterrupt:
+            click.echo("", err=True)
+            report("interrupted", "interrupted", Exit.INTERRUPTED)
+            ctx.exit(Exit.INTERRUPTED)
+        return None
+
+
+def _set_by(ctx: click.Context, message: str) -> str:
+    """`` (set in FILE)`` when the variable the message names came from the configuration file."""
+    path, applied = ctx.meta.get("sandforge.config", (None, []))
+    named = [key for key in applied if f"SANDFORGE_{key.upper()}" in message]
+    return f" (set in {path})" if path is not None and named else ""
+
+
+# ------------------------------------------------------------------------------------------ --policy
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def policy_options(*, no_default: bool = True, envvar: str | None = None) -> Callable[[F], F]:
+    """``--policy PATH`` (a directory or a single YAML file; repeatable, later layers win) and, where the command
+    can run without the default layer, ``--no-default``. Every command that takes a policy uses this, so the flag
+    means the same everywhere; the values reach the command as ``policies`` and ``no_default``; load them with
+    `load_policy_option`."""
+
+    def decorate(func: F) -> F:
+        if no_default:
+            func = click.option(
+                "--no-default",
+                "no_default",
+                is_flag=True,
+                help="Do not put the default policy underneath the --policy layers.",
+            )(func)
+        return click.option(
+            "--policy",
+            "policies",
+            multiple=True,
+            type=click.Path(path_type=Path),
+            envvar=envvar,
+            help="A policy directory or YAML file layered over the default policy; repeat to add layers "
+            "(later wins)." + (f" Env: {envvar} (':'-separated)." if envvar else ""),
+        )(func)
+
+    return decorate
+
+
+def load_policy_option(policies: Sequence[Path], no_default: bool = False) -> Policy:
+    """The effective policy of ``--policy``/``--no-default``: the default policy when no layer is given."""
+    from sandforge.runtime.guardrails.loader import layered_policy
+
+    if no_default and not policies:
+        raise UsageError("--no-default needs at least one --policy")
+    return layered_policy(tuple(policies), include_default=not no_default)
