@@ -84,10 +84,19 @@ class ErrorType(StrEnum):
     NETWORK_ERROR = ErrorKind.NETWORK_ERROR  # DNS, connection, TLS, timeout of a brokered request: extrinsic
     MISSING_CREDENTIALS = ErrorKind.MISSING_CREDENTIALS  # the policy injects a credential the host lacks
     INVALID_FETCH = ErrorKind.INVALID_FETCH  # a malformed request (not a URL, bad method, ...)
+    # the program's environment could not be prepared on the host (issue 19, docs/environments.md); nothing ran
+    INVALID_DEPENDENCY_MANIFEST = ErrorKind.INVALID_DEPENDENCY_MANIFEST  # malformed PEP 723 block: recoverable
+    DEPENDENCY_POLICY_VIOLATION = ErrorKind.DEPENDENCY_POLICY_VIOLATION  # not allowed (declared/transitive)
+    DEPENDENCY_RESOLUTION_FAILED = ErrorKind.DEPENDENCY_RESOLUTION_FAILED  # no versions satisfy it: intrinsic
+    DEPENDENCY_INSTALL_FAILED = ErrorKind.DEPENDENCY_INSTALL_FAILED  # a download, the disk, uv: extrinsic
+    ENVIRONMENT_PREPARING = ErrorKind.ENVIRONMENT_PREPARING  # another process still building it: extrinsic
 
 
 #: Extrinsic failures: the same program may succeed when retried later (engine back up, less load).
-RETRIABLE: frozenset[ErrorType] = frozenset({ErrorType.SANDBOX_UNAVAILABLE, ErrorType.TIMEOUT, ErrorType.NETWORK_ERROR})
+RETRIABLE: frozenset[ErrorType] = frozenset({
+    ErrorType.SANDBOX_UNAVAILABLE, ErrorType.TIMEOUT, ErrorType.NETWORK_ERROR, ErrorType.DEPENDENCY_INSTALL_FAILED,
+    ErrorType.ENVIRONMENT_PREPARING,
+})  # fmt: skip
 
 
 class Limits(BaseModel):

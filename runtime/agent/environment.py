@@ -10,11 +10,14 @@ or a build past the wait is the world's (extrinsic, retriable).
 
 from __future__ import annotations
 
+import sys
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
 from sandforge.runtime.environments.builder import EnvironmentStore
+from sandforge.runtime.environments.bytecode import compile_in_container, compile_on_host
 from sandforge.runtime.environments.errors import EnvironmentFailure
 from sandforge.runtime.environments.identity import EnvironmentSpec
 from sandforge.runtime.environments.manifest import Manifest, manifest_of
@@ -27,16 +30,19 @@ from sandforge.sandbox import EnvironmentMount
 
 __all__ = ["Environments", "default_environments", "failure_result", "manifest_for", "mount_of"]
 
-_DEFAULT: list[Environments] = []
+_DEFAULTS: dict[Path, Environments] = {}
 _DEFAULT_LOCK = threading.Lock()
 
 
 def default_environments() -> Environments:
-    """The process's environments below the state directory (for calls whose workspace names none)."""
+    """The environments below the state directory as it is now (``SANDFORGE_STATE_DIR`` may change within a
+    process: one `Environments` per root, shared by the calls whose workspace names none)."""
+    root = resolve_state_dir() / "environments"
     with _DEFAULT_LOCK:
-        if not _DEFAULT:
-            _DEFAULT.append(Environments())
-        return _DEFAULT[0]
+        found = _DEFAULTS.get(root)
+        if found is None:
+            found = _DEFAULTS[root] = Environments(root)
+        return found
 
 
 class Environments:
@@ -48,6 +54,7 @@ class Environments:
         self._store = store
         self._lock = threading.Lock()
         self._targets: dict[str, SandboxTarget] = {}
+        self._interpreters: weakref.WeakKeyDictionary[Any, dict[str | None, Any]] = weakref.WeakKeyDictionary()
 
     @property
     def store(self) -> EnvironmentStore:
@@ -58,14 +65,34 @@ class Environments:
 
     def target(self, sandbox: Any, backend: str | None) -> SandboxTarget:
         """The interpreter programs run on with ``backend`` (what their environment must be built for)."""
-        describe = getattr(sandbox, "interpreter", None)
-        found = describe(backend) if describe is not None else None
+        found = self._interpreter(sandbox, backend)
         if found is None or found.python is not None:
             python = found.python if found is not None else None
             key = interpreter_key(python)
-            return self._cached(key, lambda: probe(python))
+            target = self._cached(key, lambda: probe(python))
+            runs = python or sys.executable  # compiles the bytecode when the builder's interpreter has another tag
+            self.store.compilers.setdefault(target, (f"interpreter {runs}", lambda site: compile_on_host(runs, site)))
+            return target
         image, runtime = found.image, found.runtime
-        return self._cached(f"image:{image}:{runtime}", lambda: _probe_image(image, runtime))
+        target = self._cached(f"image:{image}:{runtime}", lambda: _probe_image(image, runtime))
+        # the image's own interpreter compiles the bytecode when this host's is of another minor version
+        label = f"image {image} ({target.cache_tag})"
+        self.store.compilers.setdefault(target, (label, lambda site: _compile_in_image(image, runtime, site)))
+        return target
+
+    def _interpreter(self, sandbox: Any, backend: str | None) -> Any:
+        """``sandbox.interpreter(backend)``, asked once per sandbox and backend: naming a container backend's
+        image hashes the inside package (milliseconds a prepared execution would pay each time)."""
+        describe = getattr(sandbox, "interpreter", None)
+        if describe is None:
+            return None
+        try:
+            known = self._interpreters.setdefault(sandbox, {})
+        except TypeError:  # a sandbox that cannot be weakly referenced: asked every time
+            return describe(backend)
+        if backend not in known:
+            known[backend] = describe(backend)
+        return known[backend]
 
     def _cached(self, key: str, describe: Any) -> SandboxTarget:
         known = self._targets.get(key)
@@ -99,6 +126,13 @@ def _probe_image(image: str | None, runtime: str | None) -> SandboxTarget:
 
     assert image is not None
     return probe_container(connect(), image, runtime=runtime)
+
+
+def _compile_in_image(image: str | None, runtime: str | None, site: Path) -> None:
+    from sandforge.sandbox.docker_engine import connect
+
+    assert image is not None
+    compile_in_container(connect(), image, site, runtime=runtime)
 
 
 def manifest_for(code: str, structured: list[str], policy: DependencyPolicy) -> Manifest:

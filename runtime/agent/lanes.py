@@ -16,6 +16,17 @@ extrinsic failure             none                             returned unchange
 (``network_error`` too)                                        retriable)
 egress denied, no credential  none: terminal                   ``egress_denied``/``missing_credentials``,
                                                                not retriable, "will not help"
+manifest refused (issue 19)   guardrail_recovery_budget        ``guardrail_retry_exhausted`` (the
+(``invalid_dependency_                                         feedback lists what the policy allows)
+manifest``, ``dependency_
+policy_violation``)
+no versions satisfy it        execution_repair_budget          ``dependency_resolution_failed``, not
+(``dependency_resolution_                                      retriable
+failed``)
+install failed, still         none                             returned unchanged, retriable
+being built (``dependency_                                     (extrinsic: never regenerated)
+install_failed``,
+``environment_preparing``)
 provider API error            none (the SDK retried)           ``provider``, retriable as classified
 ============================  ===============================  ============================================
 

@@ -11,13 +11,13 @@ import click
 from pydantic import ValidationError
 
 from sandforge.runtime.agent.egress import StandaloneBridge
+from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.cli.common import load_policy_option, policy_options
 from sandforge.runtime.cli.exits import for_outcome
 from sandforge.runtime.cli.logs_cmd import egress_line
 from sandforge.runtime.errors import InputFileMissing, UsageError
 from sandforge.runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
 from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
-from sandforge.runtime.gate import guarded_execute
 from sandforge.runtime.guardrails.engine import source_text
 from sandforge.runtime.service.models import exec_result
 from sandforge.sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
@@ -160,7 +160,7 @@ def command(
             raise _invalid(exc) from None
         bridge = StandaloneBridge.of(policy)  # its fetches are brokered under the policy's egress section
         with Sandbox(config) as sb:
-            outcome, _ = guarded_execute(sb, request, policy=policy, bridge=bridge)
+            outcome, _ = execute_program(sb, request, policy=policy, bridge=bridge)  # + its declared environment
         outcome = bridge.fetches.attach(outcome)
         if commit and outcome.ok and context_path is not None:
             data = encode_compact(outcome.context, limit=bound, what="the new context") + b"\n"

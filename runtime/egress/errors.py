@@ -1,24 +1,22 @@
 """Typed failures of a brokered request. The program sees them as exceptions (all `FetchError`), the
 lifecycle as outcome types (`LIFECYCLE`). Messages never carry a credential: the broker builds them from
-the normalised URL (which has no userinfo) and redacts every credential value it used."""
+the normalised URL (which has no userinfo) and redacts every credential value it used. One family with the
+environments' failures (``runtime.host_failures``): each kind is an ``ErrorType`` value and carries its lane."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
-from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.host_failures import HostFailure, Lane, tables
 
 ErrorKind = Literal["egress_denied", "egress_limit", "network_error", "missing_credentials", "invalid_fetch"]
 
 
-class FetchError(SandforgeError):
+class FetchError(HostFailure):
     """Base of every failure of a brokered request."""
 
-    kind: ErrorKind = "network_error"
-
-    def __init__(self, message: str, *, reason: str = "", hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.reason = reason or self.kind
+    kind: ClassVar[ErrorKind] = "network_error"
+    lane: ClassVar[Lane] = Lane(terminal=False, retriable=True, counts_against_health=False)
 
 
 class EgressDenied(FetchError):
@@ -26,12 +24,14 @@ class EgressDenied(FetchError):
     Terminal: another way of asking for the same thing will not be allowed either."""
 
     kind = "egress_denied"
+    lane = Lane(terminal=True, retriable=False, counts_against_health=False)
 
 
 class EgressLimit(FetchError):
     """A budget of the execution is spent: response size, total bytes, request count, redirects."""
 
     kind = "egress_limit"
+    lane = Lane(terminal=False, retriable=False, counts_against_health=True)
 
 
 class NetworkError(FetchError):
@@ -44,6 +44,7 @@ class MissingCredentials(FetchError):
     """The policy injects a credential the host does not have (unset variable, unreadable file)."""
 
     kind = "missing_credentials"
+    lane = Lane(terminal=True, retriable=False, counts_against_health=False)
 
 
 class InvalidFetch(FetchError):
@@ -51,18 +52,9 @@ class InvalidFetch(FetchError):
     base64): the program can fix it."""
 
     kind = "invalid_fetch"
+    lane = Lane(terminal=False, retriable=False, counts_against_health=True)
 
 
-ERRORS: dict[str, type[FetchError]] = {
-    cls.kind: cls for cls in (EgressDenied, EgressLimit, NetworkError, MissingCredentials, InvalidFetch)
-}
-
-#: How the lifecycle treats each kind when the program does not catch it (ADR 0016's classes):
-#: (terminal, retriable, counts against the artifact's health).
-LIFECYCLE: dict[str, tuple[bool, bool, bool]] = {
-    "egress_denied": (True, False, False),
-    "missing_credentials": (True, False, False),
-    "network_error": (False, True, False),
-    "egress_limit": (False, False, True),
-    "invalid_fetch": (False, False, True),
-}
+#: kind -> class, and how the lifecycle treats each kind when the program does not catch it (ADR 0016's
+#: classes): (terminal, retriable, counts against the artifact's health).
+ERRORS, LIFECYCLE = tables((EgressDenied, EgressLimit, NetworkError, MissingCredentials, InvalidFetch))

@@ -29,12 +29,14 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 from filelock import FileLock, Timeout
 from packaging.specifiers import SpecifierSet
 from pydantic import ValidationError
 
 from sandforge.runtime.environments import layout
+from sandforge.runtime.environments.bytecode import Compiler, cache_tag, compile_on_host
 from sandforge.runtime.environments.errors import (
     DependencyInstallFailed,
     DependencyPolicyViolation,
@@ -53,7 +55,6 @@ from sandforge.runtime.environments.manifest import Manifest
 from sandforge.runtime.environments.policy import DependencyPolicy, SourcePolicy
 from sandforge.runtime.environments.records import (
     MAX_RECORD_BYTES,
-    MOUNT_PATH,
     RECORD_NAME,
     SITE_NAME,
     EnvironmentRecord,
@@ -83,6 +84,7 @@ class EnvironmentStore:
         python: str | None = None,
         wait_s: float = DEFAULT_WAIT_S,
         cache_dir: Path | None = None,
+        compile_in: Literal["auto", "target"] = "auto",
     ) -> None:
         self.root = root
         self.envs = root / "envs"
@@ -90,8 +92,14 @@ class EnvironmentStore:
         self.resolutions = root / "resolutions"
         # the uv cache: on the environments' file system (hard links), never mounted; shared on purpose only
         self.uv = Uv(binary=uv or uv_binary(), cache_dir=cache_dir or root / "cache")
-        self.python = python or sys.executable  # compiles bytecode: must share the target's bytecode tag
+        self.python = python or sys.executable  # compiles bytecode when it shares the target's bytecode tag
         self.wait_s = wait_s
+        #: where bytecode is compiled: "auto" (this host's interpreter when its tag is the target's, else the
+        #: target's own) or "target" (always the target's own, from `compilers`)
+        self.compile_in: Literal["auto", "target"] = compile_in
+        #: target -> (label, compiler) of the interpreter that runs programs there (an image's, in a container)
+        self.compilers: dict[SandboxTarget, tuple[str, Compiler]] = {}
+        self._tags: dict[str, str] = {}
 
     # ------------------------------------------------------------------------------------------ public
 
@@ -230,7 +238,7 @@ class EnvironmentStore:
         pins.unlink()
         (site / ".lock").unlink(missing_ok=True)  # uv's lock of the target directory, not part of it
         start = time.perf_counter()
-        self._compile(site, spec.target)
+        compiled_by = self._compile(site, spec.target)
         compile_ms = _ms(start)
         layout.open_up(work)
         use = layout.disk_use(site)
@@ -249,6 +257,7 @@ class EnvironmentStore:
             resolve_ms=resolve_ms,
             install_ms=install_ms,
             compile_ms=compile_ms,
+            compiled_by=compiled_by,
             files=use.files,
             size_bytes=use.size_bytes,
             unshared_bytes=use.unshared_bytes,
@@ -262,21 +271,26 @@ class EnvironmentStore:
         marker.chmod(0o644)
         return record
 
-    def _compile(self, site: Path, target: SandboxTarget) -> None:
-        """Bytecode for every module, checked by hash never by time (the mount is immutable), naming the
-        mount path in tracebacks, by an interpreter with the sandbox's bytecode tag."""
-        argv = [self.python, "-I", "-c", "import sys; print(sys.implementation.cache_tag)"]
-        tag = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60).stdout.strip()
-        if tag != target.cache_tag:
+    def _compile(self, site: Path, target: SandboxTarget) -> str:
+        """Bytecode for every module by an interpreter of the sandbox's bytecode tag (``bytecode.py``): this
+        host's when its tag is the target's (unless ``compile_in`` is "target"), else the target's own
+        (`compilers`, registered by whoever knows the target's image). What compiled it."""
+        if self.compile_in == "auto":
+            tag = self._tags.get(self.python) or self._tags.setdefault(self.python, cache_tag(self.python))
+            if tag == target.cache_tag:
+                compile_on_host(self.python, site)
+                return f"host {self.python} ({tag})"
+        else:
+            tag = "not asked"
+        found = self.compilers.get(target)
+        if found is None:
             raise DependencyInstallFailed(
-                f"cannot compile bytecode for {target.cache_tag} with {self.python} ({tag or 'not runnable'})"
+                f"cannot compile bytecode for {target.cache_tag}: {self.python} is {tag or 'not runnable'} and no "
+                "interpreter of the sandbox's is known to the builder"
             )
-        argv = [self.python, "-I", "-m", "compileall", "-q", "-j", "1", "-d", MOUNT_PATH]  # no pool: faster here
-        argv += ["--invalidation-mode", "unchecked-hash", str(site)]
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
-        if done.returncode != 0:
-            first = (done.stdout + done.stderr).strip().splitlines()[:1]
-            raise DependencyInstallFailed(f"compiling bytecode failed: {first[0] if first else 'no message'}")
+        label, compiler = found
+        compiler(site)
+        return label
 
     def _uv_version(self) -> str:
         with contextlib.suppress(OSError, subprocess.SubprocessError):

@@ -27,6 +27,7 @@ class EnvironmentRecord(BaseModel):
     resolve_ms: float = Field(0.0, description="0 when the resolution was cached")
     install_ms: float
     compile_ms: float
+    compiled_by: str = Field("", description="the interpreter that compiled its bytecode (the host's or an image's)")
     files: int
     size_bytes: int = Field(description="installed size, every file counted once")
     unshared_bytes: int = Field(description="bytes in files not hard-linked to the uv cache (bytecode, records)")

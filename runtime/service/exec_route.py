@@ -16,8 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from sandforge.runtime.agent.egress import StandaloneBridge
+from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.errors import SandforgeError
-from sandforge.runtime.gate import guarded_execute
 from sandforge.runtime.service.deps import ApiError, Service, first_error
 from sandforge.runtime.service.models import ExecRequest, exec_result
 from sandforge.runtime.service.tenants import TenantRuntime
@@ -46,11 +46,12 @@ async def run_exec(service: Service, rt: TenantRuntime, body: ExecRequest) -> Ex
                                limits=limits)  # fmt: skip
     except ValidationError as exc:
         raise ApiError(422, "invalid_request", first_error(exc)) from None
-    policy, sandbox = rt.policy, rt.sandbox
+    policy, sandbox, environments = rt.policy, rt.sandbox, rt.workspace.environments
 
     def run() -> ExecutionOutcome:
         bridge = StandaloneBridge.of(policy)  # fetches brokered under the tenant's egress rules, as exec does
-        outcome, _ = guarded_execute(sandbox, req, policy=policy, backend=body.backend, bridge=bridge)
+        outcome, _ = execute_program(sandbox, req, policy=policy, backend=body.backend, bridge=bridge,
+                                     environments=environments)  # its declared environment, as exec
         return bridge.fetches.attach(outcome)
 
     return await service.execute(rt, run)

@@ -82,6 +82,12 @@ class ErrorKind:
     NETWORK_ERROR: Final = "network_error"
     MISSING_CREDENTIALS: Final = "missing_credentials"
     INVALID_FETCH: Final = "invalid_fetch"
+    # Preparing the program's environment failed on the host (issue 19): nothing ran; never the inside's to claim.
+    INVALID_DEPENDENCY_MANIFEST: Final = "invalid_dependency_manifest"
+    DEPENDENCY_POLICY_VIOLATION: Final = "dependency_policy_violation"
+    DEPENDENCY_RESOLUTION_FAILED: Final = "dependency_resolution_failed"
+    DEPENDENCY_INSTALL_FAILED: Final = "dependency_install_failed"
+    ENVIRONMENT_PREPARING: Final = "environment_preparing"
 
 
 #: The kinds of a brokered request's failure (``fetch_result`` frames' ``error.kind``). A program that does

@@ -1,12 +1,13 @@
 """Issue 19 in the lifecycle, end to end on real sandboxes: a program's manifest is checked against the policy,
 its environment built from the wheelhouse (or found), mounted read-only, and the call log says which; an
-undeclared third-party import is a recoverable "declare it"; each typed outcome takes its lane."""
+undeclared third-party import is a recoverable "declare it"; each typed outcome takes its lane. Every test runs
+on every backend (``sandbox`` from tests/conftest.py: subprocess, docker, gvisor, runc, runsc), each with the
+environment built for that backend's own interpreter."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,8 @@ from sandforge.runtime.environments.builder import EnvironmentStore
 from sandforge.runtime.guardrails import Policy, default_policy
 from sandforge.runtime.providers import ScriptedProvider
 from sandforge.runtime.providers.scripted import ScriptItem
-from sandforge.sandbox import Sandbox, SandboxConfig
-from tests.environments.helpers import offline_policy
-from tests.sandbox.envbuild import require_wheelhouse
+from sandforge.sandbox import Sandbox
+from tests.environments.helpers import offline_policy, require_wheelhouse
 
 DATEUTIL = """# /// script
 # dependencies = ["python-dateutil>=2.8"]
@@ -64,15 +64,6 @@ def house() -> Path:
 
 def _policy(house: Path) -> Policy:
     return dataclasses.replace(default_policy(), dependencies=offline_policy(house))
-
-
-@pytest.fixture(params=["subprocess", pytest.param("runsc", marks=pytest.mark.oci("runsc"))])
-def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    sb = Sandbox(SandboxConfig(backend=request.param, pool_size=1))
-    try:
-        yield sb
-    finally:
-        sb.close()
 
 
 class Run:

@@ -91,7 +91,7 @@ def test_ctrl_c_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     def interrupted(*_a: object, **_k: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(exec_cmd, "guarded_execute", interrupted)
+    monkeypatch.setattr(exec_cmd, "execute_program", interrupted)  # what exec runs the program through
     result = invoke("exec", program(tmp_path, "return 1\n"))
     assert result.exit_code == 130 and "interrupted" in result.stderr and "Traceback" not in result.output
     assert error_object(invoke("exec", program(tmp_path, "return 1\n"), "--json")) == {

@@ -3,7 +3,6 @@ SANDFORGE_REQUIRE_WHEELHOUSE=1, as in CI), a private copy of it, an environment 
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -11,30 +10,12 @@ import pytest
 
 from sandforge.runtime.environments.builder import EnvironmentStore
 from sandforge.runtime.environments.target import SandboxTarget, probe
-
-REPO = Path(__file__).resolve().parents[2]
-REQUIRE = os.environ.get("SANDFORGE_REQUIRE_WHEELHOUSE") == "1"
-NEEDED = ("python_dateutil-", "beautifulsoup4-", "soupsieve-", "six-")
-
-
-def _wheelhouse() -> Path | None:
-    configured = os.environ.get("SANDFORGE_TEST_WHEELHOUSE", "").strip()
-    path = Path(configured) if configured else REPO / ".wheelhouse"
-    if not path.is_dir():
-        return None
-    names = [p.name for p in path.glob("*.whl")]
-    return path if all(any(n.startswith(prefix) for n in names) for prefix in NEEDED) else None
+from tests.environments.helpers import require_wheelhouse
 
 
 @pytest.fixture(scope="session")
 def wheelhouse() -> Path:
-    found = _wheelhouse()
-    if found is None:
-        message = "no wheelhouse: run .ci/wheelhouse (or set SANDFORGE_TEST_WHEELHOUSE)"
-        if REQUIRE:
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
+    return require_wheelhouse()
 
 
 @pytest.fixture

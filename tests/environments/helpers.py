@@ -5,15 +5,44 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import os
 import stat
 import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from sandforge.runtime.environments.policy import DependencyPolicy
 from sandforge.runtime.environments.uvtool import uv_binary
 
 WHEELHOUSE_ALLOW = ("python-dateutil", "beautifulsoup4", "soupsieve", "six", "tzdata", "typing-extensions")
+REPO = Path(__file__).resolve().parents[2]
+#: CI: a missing wheelhouse (or an unreachable index, tests/environments/test_index.py) fails instead of skipping.
+REQUIRE = os.environ.get("SANDFORGE_REQUIRE_WHEELHOUSE") == "1"
+#: What a usable wheelhouse holds (``.ci/wheelhouse`` downloads them).
+NEEDED = ("python_dateutil-", "beautifulsoup4-", "soupsieve-", "six-")
+
+
+def find_wheelhouse() -> Path | None:
+    """``SANDFORGE_TEST_WHEELHOUSE`` (or the repository's ``.wheelhouse/``) when it has every `NEEDED` wheel."""
+    configured = os.environ.get("SANDFORGE_TEST_WHEELHOUSE", "").strip()
+    path = Path(configured) if configured else REPO / ".wheelhouse"
+    if not path.is_dir():
+        return None
+    names = [p.name for p in path.glob("*.whl")]
+    return path if all(any(n.startswith(prefix) for n in names) for prefix in NEEDED) else None
+
+
+def require_wheelhouse() -> Path:
+    """The wheelhouse; the test skips without one, or fails under SANDFORGE_REQUIRE_WHEELHOUSE=1 (as in CI)."""
+    found = find_wheelhouse()
+    if found is None:
+        message = "no wheelhouse: run .ci/wheelhouse (or set SANDFORGE_TEST_WHEELHOUSE)"
+        if REQUIRE:
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
 
 
 def offline_policy(house: Path, *, allow: tuple[str, ...] = WHEELHOUSE_ALLOW, **more: object) -> DependencyPolicy:

@@ -14,7 +14,7 @@ from sandforge.runtime.environments.builder import EnvironmentStore
 from sandforge.runtime.environments.manifest import normalise
 from sandforge.runtime.environments.policy import DependencyPolicy
 from sandforge.runtime.environments.target import SandboxTarget
-from tests.environments.conftest import REQUIRE
+from tests.environments.helpers import REQUIRE
 
 pytestmark = pytest.mark.slow
 

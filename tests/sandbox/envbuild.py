@@ -6,13 +6,10 @@ from inside the sandbox, where it is mounted and what happens when it tries to w
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from sandforge.runtime.environments.builder import EnvironmentStore
 from sandforge.runtime.environments.manifest import normalise
@@ -20,10 +17,6 @@ from sandforge.runtime.environments.records import PreparedEnvironment
 from sandforge.runtime.environments.target import SandboxTarget, TargetCache, interpreter_key, probe, probe_container
 from sandforge.sandbox import EnvironmentMount, Sandbox
 from tests.environments.helpers import WHEELHOUSE_ALLOW, make_wheel, offline_policy
-
-REPO = Path(__file__).resolve().parents[2]
-REQUIRE = os.environ.get("SANDFORGE_REQUIRE_WHEELHOUSE") == "1"
-NEEDED = ("python_dateutil-", "beautifulsoup4-", "soupsieve-", "six-")
 
 ENVPROBE = b"""
 import errno
@@ -66,25 +59,6 @@ def attempt_writes():
         "unlink": _attempt(lambda: os.unlink(os.path.join(MOUNT, "envprobe.py"))),
     }
 """
-
-
-def find_wheelhouse() -> Path | None:
-    configured = os.environ.get("SANDFORGE_TEST_WHEELHOUSE", "").strip()
-    path = Path(configured) if configured else REPO / ".wheelhouse"
-    if not path.is_dir():
-        return None
-    names = [p.name for p in path.glob("*.whl")]
-    return path if all(any(n.startswith(prefix) for n in names) for prefix in NEEDED) else None
-
-
-def require_wheelhouse() -> Path:
-    found = find_wheelhouse()
-    if found is None:
-        message = "no wheelhouse: run .ci/wheelhouse (or set SANDFORGE_TEST_WHEELHOUSE)"
-        if REQUIRE:
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 def target_for(sandbox: Sandbox, backend: str, cache: TargetCache, api: Any = None) -> SandboxTarget:

@@ -15,7 +15,8 @@ import pytest
 from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
 from sandforge.sandbox.protocol import ENV_MOUNT_PATH, ErrorType
 from tests.conftest import _docker_env
-from tests.sandbox.envbuild import EnvFactory, require_wheelhouse, target_for
+from tests.environments.helpers import require_wheelhouse
+from tests.sandbox.envbuild import EnvFactory, target_for
 
 REQUIREMENTS = ("python-dateutil", "beautifulsoup4", "envprobe")
 

@@ -15,7 +15,8 @@ import pytest
 from sandforge.sandbox import EnvironmentMount, ExecutionRequest, Sandbox, SandboxConfig
 from sandforge.sandbox.environment import EnvironmentRefused, check_mount
 from sandforge.sandbox.protocol import ErrorType
-from tests.sandbox.envbuild import EnvFactory, require_wheelhouse, target_for
+from tests.environments.helpers import require_wheelhouse
+from tests.sandbox.envbuild import EnvFactory, target_for
 
 DATEUTIL = ("python-dateutil",)
 SOUP = ("beautifulsoup4",)

@@ -11,8 +11,8 @@ from typing import Any
 from pydantic import JsonValue, ValidationError
 
 from sandforge.runtime.agent.outcome import Outcome
+from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.errors import SandforgeError
-from sandforge.runtime.gate import guarded_execute
 from sandforge.runtime.guardrails import ValidationResult, validate
 from sandforge.runtime.guardrails.report import explain, suggestions
 from sandforge.runtime.service.mcp.models import (
@@ -118,7 +118,9 @@ def run_tool_code(
     except ValidationError as exc:
         err = exc.errors()[0]
         raise fail("invalid_request", f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
-    outcome, _ = guarded_execute(rt.workspace.sandbox, request, policy=rt.policy, backend=rt.backend)
+    workspace = rt.workspace  # the program's declared environment too, as sandforge exec
+    outcome, _ = execute_program(workspace.sandbox, request, policy=rt.policy, backend=rt.backend,
+                                 environments=workspace.environments)  # fmt: skip
     if not outcome.ok:
         raise _execution_failure(outcome)
     return RunResult(
