@@ -21,7 +21,7 @@ from sandforge.runtime.service.deps import Service
 from sandforge.runtime.service.scrub import PLACEHOLDER, Scrubber, host_prefixes
 from sandforge.runtime.service.tenants import TenantRuntimes, hash_token, new_token, parse_server_config
 
-VOLATILE = ("duration_s", "usage", "timings", "worker", "pool")
+VOLATILE = ("duration_s", "usage", "timings", "worker", "pool", "sandbox_acquire_s", "sandbox_start")
 
 
 def _gate(tmp_path: Path, *, direct: bool) -> tuple[Any, str]:
