@@ -159,6 +159,7 @@ class ToolStoreSource:
         self._stopping = threading.Event()
         self._writer: threading.Thread | None = None
         _LIVE.add(self)
+        store.add_write_behind(self)  # readers of this store (the dashboard) settle what is queued first
 
     # --- write-behind ----------------------------------------------------------------------------------
 

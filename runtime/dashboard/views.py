@@ -79,7 +79,9 @@ class Board:
     def tools(self) -> list[ToolSnap]:
         """Every tool with its methods' health and its badge, in role order. Kept while ``registry.json`` keeps
         its stat (store writes are atomic renames) and for at most SNAPSHOT_S; rebuilt, only the entries that
-        changed read their method files again."""
+        changed read their method files again. Successes still queued by the tenant's write-behind are
+        written first: the pages show every call that has returned (the call log already does)."""
+        self.store.settle()
         stamp = self._registry_stamp()
         now = time.monotonic()
         snap = self._snapshot
@@ -289,6 +291,7 @@ def artifact_page(
 ) -> ArtifactPage | None:
     """One method's current artifact, its retained generations and the diff between two of them (default:
     the previous generation against the current one). None when there is no such artifact."""
+    board.store.settle()
     entry = board.store.get_tool(role)
     gens = board.store.history(role, method)
     if entry is None or not gens:

@@ -12,6 +12,7 @@ the role directories, a corrupt manifest from the method files, corrupt pattern 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
+from typing import Protocol
 
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
@@ -67,6 +69,10 @@ from sandforge.runtime.store.selection import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class _Flushable(Protocol):
+    def flush(self) -> None: ...
 
 
 def _utcnow() -> datetime:
@@ -191,6 +197,7 @@ class ToolStore:
         self._clock = clock or _utcnow
         self._lock = FileLock(self.paths.store_lock, timeout=lock_timeout, mode=0o600)
         self._registry_cache: record_files.DecodeCache[RegistryFile] = record_files.DecodeCache()
+        self._write_behind: weakref.WeakSet[_Flushable] = weakref.WeakSet()
         self.patterns = PatternMemory(
             self.paths, window_cap=pattern_window_cap, lock_timeout=lock_timeout, clock=self._clock
         )
@@ -204,6 +211,18 @@ class ToolStore:
 
     def _locked(self) -> AbstractContextManager[None]:
         return record_files.locked(self._lock)
+
+    # --- writes held back by others ---------------------------------------------------------------------
+
+    def add_write_behind(self, writer: _Flushable) -> None:
+        """``writer`` holds writes to this store for a while (``ToolStoreSource``'s queued successes): a reader
+        that must see every call that already returned calls :meth:`settle` first. Kept by weak reference."""
+        self._write_behind.add(writer)
+
+    def settle(self) -> None:
+        """Write what the registered write-behind writers still hold (cheap when they hold nothing)."""
+        for writer in list(self._write_behind):
+            writer.flush()
 
     # --- registry ---------------------------------------------------------------------------------------
 
