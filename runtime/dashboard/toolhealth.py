@@ -2,14 +2,19 @@
 
 The Tools and Overview pages filter, sort and count by health over *every* tool (10,000 of them in the
 benchmark), which would mean decoding every method file per page. This cache decodes a file only when it
-changed (store writes are atomic renames: a new inode, mtime and size), so a warm page costs one ``stat``
-per method and the registry read (itself cached by content in the store).
+changed, so a warm page costs one ``stat`` per method and the registry read (itself cached by content in
+the store). A stat alone cannot tell every change: an atomic rename frees an inode the next write may get
+again, and mtimes tick coarsely (a jiffy, a second on some filesystems), so two writes close together can
+leave (inode, mtime, size) as they were. :func:`file_stamp` therefore trusts only a file whose mtime is
+already RACY_S in the past when it is looked at (git's "racily clean" rule): any later write gets a later
+mtime. A file written more recently is simply read again.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from datetime import datetime
 from typing import Literal
 
@@ -19,6 +24,23 @@ from sandforge.runtime.providers.prompt import PROMPT_VERSION
 from sandforge.runtime.store import ToolStore
 from sandforge.runtime.store.models import MethodArtifact, RegistryEntry
 from sandforge.runtime.store.selection import HealthStatus, assess_health, prompt_version_matches, reuse_allowed
+
+#: a file modified less than this before it is looked at may change again without its stat changing
+RACY_S = 2.0
+#: (inode, mtime ns, size) of a file whose stat will change on its next write; (0, 0, 0): no such file
+Stamp = tuple[int, int, int]
+
+
+def file_stamp(path: str) -> Stamp | None:
+    """The stamp of ``path``, or None when it must not be trusted: modified within RACY_S (or in the future)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return (0, 0, 0)
+    if time.time_ns() - st.st_mtime_ns < RACY_S * 1e9:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
 
 Badge = Literal["healthy", "degraded", "stale", "unproven", "non-cacheable", "missing"]
 #: a tool's badge is the worst of its methods', in this order
@@ -86,14 +108,15 @@ class HealthCache:
     Every store write that changes a method file also changes the tool's registry entry (usage, last use,
     capabilities) under the store's lock, so an entry equal to the one last seen means its methods are as they
     were: no file is touched. ``verify`` (the rows a page shows, the artifact page) also compares each method
-    file's ``stat``, so a file changed behind the store's back (by hand) shows as soon as it is looked at.
+    file's stamp (:func:`file_stamp`), so a file changed behind the store's back (by hand) shows as soon as it
+    is looked at; a file written within RACY_S is read again every time.
     """
 
     def __init__(self, store: ToolStore) -> None:
         self.store = store
         self._lock = threading.Lock()
         self._tools: dict[str, tuple[RegistryEntry, list[MethodHealth]]] = {}
-        self._files: dict[tuple[str, str], tuple[tuple[int, int, int, str | None], MethodHealth]] = {}
+        self._files: dict[tuple[str, str], tuple[tuple[Stamp, str | None], MethodHealth]] = {}
         self._paths: dict[tuple[str, str], str] = {}
 
     def methods(self, entry: RegistryEntry, *, verify: bool = False) -> list[MethodHealth]:
@@ -112,21 +135,17 @@ class HealthCache:
         return path
 
     def method(self, entry: RegistryEntry, method: str) -> MethodHealth:
-        path = self._path(entry.role, method)
-        try:
-            st = os.lstat(path)
-            key = (st.st_ino, st.st_mtime_ns, st.st_size, entry.contract_fingerprint)
-        except OSError:
-            key = (0, 0, 0, entry.contract_fingerprint)
+        stamp = file_stamp(self._path(entry.role, method))  # before the read: a later write changes it
         with self._lock:
             hit = self._files.get((entry.role, method))
-        if hit is not None and hit[0] == key:
+        if stamp is not None and hit is not None and hit[0] == (stamp, entry.contract_fingerprint):
             return hit[1]
         art = self.store.lookup(entry.role, method).artifact
         value = (method_health(art, entry, self.store) if art is not None
                  else MethodHealth(method=method, badge="missing"))  # fmt: skip
-        with self._lock:
-            self._files[(entry.role, method)] = (key, value)
+        if stamp is not None:
+            with self._lock:
+                self._files[(entry.role, method)] = ((stamp, entry.contract_fingerprint), value)
         return value
 
 

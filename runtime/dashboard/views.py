@@ -18,7 +18,15 @@ from pydantic import BaseModel, Field
 
 from sandforge.runtime.agent.calllog import CallRecord
 from sandforge.runtime.dashboard.callindex import CallFilter, CallIndex, IndexedCall
-from sandforge.runtime.dashboard.toolhealth import BADGE_ORDER, Badge, HealthCache, MethodHealth, worst
+from sandforge.runtime.dashboard.toolhealth import (
+    BADGE_ORDER,
+    Badge,
+    HealthCache,
+    MethodHealth,
+    Stamp,
+    file_stamp,
+    worst,
+)
 from sandforge.runtime.gc_pause import gc_paused
 from sandforge.runtime.guardrails import Policy
 from sandforge.runtime.guardrails.engine import validate
@@ -63,29 +71,26 @@ class Board:
         self.health = HealthCache(store)
         self.policy = policy
         self.sandbox = sandbox
-        self._snapshot: tuple[tuple[int, int, int], float, list[ToolSnap]] | None = None
+        self._snapshot: tuple[Stamp | None, float, list[ToolSnap]] | None = None
         self.derived: dict[Any, Any] = {}  # what is computed from the snapshot, kept with it
 
     def close(self) -> None:
         self.calls.close()
 
-    def _registry_stamp(self) -> tuple[int, int, int]:
-        try:
-            st = self.store.paths.registry.lstat()
-        except OSError:
-            return (0, 0, 0)
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
+    def _registry_stamp(self) -> Stamp | None:
+        return file_stamp(str(self.store.paths.registry))
 
     def tools(self) -> list[ToolSnap]:
         """Every tool with its methods' health and its badge, in role order. Kept while ``registry.json`` keeps
-        its stat (store writes are atomic renames) and for at most SNAPSHOT_S; rebuilt, only the entries that
-        changed read their method files again. Successes still queued by the tenant's write-behind are
-        written first: the pages show every call that has returned (the call log already does)."""
+        its stamp (:func:`~.toolhealth.file_stamp`: none while it was written within RACY_S) and for at most
+        SNAPSHOT_S; rebuilt, only the entries that changed read their method files again. Successes still
+        queued by the tenant's write-behind are written first: the pages show every call that has returned
+        (the call log already does)."""
         self.store.settle()
         stamp = self._registry_stamp()
         now = time.monotonic()
         snap = self._snapshot
-        if snap is not None and snap[0] == stamp and snap[1] > now:
+        if snap is not None and stamp is not None and snap[0] == stamp and snap[1] > now:
             return snap[2]
         with gc_paused():  # thousands of small objects, no cycles: the collector would only cost time
             rows = []
