@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from typing import TYPE_CHECKING, Any
 
 from sandforge.sandbox.backends.base import Backend, Worker
 from sandforge.sandbox.config import BACKENDS, BackendName, SandboxConfig
@@ -26,6 +27,9 @@ from sandforge.sandbox.protocol import (
     Limits,
     ResourceUsage,
 )
+
+if TYPE_CHECKING:
+    from sandforge.sandbox.cluster.executor import RayExecutor
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +83,24 @@ class Sandbox:
         self._backends: dict[str, Backend] = {}
         self._pools: dict[PoolKey, WarmPool] = {}
         self._lock = threading.Lock()
+        self._remote: RayExecutor | None = None
+
+    def _cluster(self) -> RayExecutor:
+        """The Ray executor (``config.cluster``): executions run on the cluster's nodes (sandbox/cluster/)."""
+        with self._lock:
+            if self._remote is None:
+                from sandforge.sandbox.cluster.executor import RayExecutor
+
+                self._remote = RayExecutor(self.config)
+            return self._remote
 
     def execute(
         self, request: ExecutionRequest, *, backend: BackendName | None = None, bridge: BridgeHandler | None = None
     ) -> ExecutionOutcome:
         """Run one program in a fresh sandbox. Never raises for anything the program or engine does."""
         name = backend or self.config.backend
+        if self.config.cluster:
+            return self._cluster().execute(request, backend=name, bridge=bridge)
         try:
             environment = check_mount(request.environment) if request.environment is not None else None
         except EnvironmentRefused as exc:
@@ -159,6 +175,16 @@ class Sandbox:
         for pool in doomed:
             pool.close_in_background()
 
+    def pool_status(self) -> list[dict[str, Any]]:
+        """Each live warm pool: backend, environment id (None: none), ready workers (``cluster status``)."""
+        with self._lock:
+            pools = list(self._pools.items())
+        return [
+            {"backend": k[0], "env_id": k[2].env_id if k[2] is not None else None, "ready": p.ready_count(),
+             "size": p.size, "default_limits": k[1] == self.config.limits}
+            for k, p in pools if not p.retired
+        ]  # fmt: skip
+
     def env_pools(self) -> list[str]:
         """The environments that have a live warm pool (for tests and ``doctor``)."""
         with self._lock:
@@ -194,12 +220,15 @@ class Sandbox:
 
     def close(self) -> None:
         with self._lock:
+            remote, self._remote = self._remote, None
             pools, self._pools = list(self._pools.values()), {}
             backends, self._backends = list(self._backends.values()), {}
         for pool in pools:
             pool.close()
         for backend in backends:
             backend.close()
+        if remote is not None:
+            remote.close()
 
     def __enter__(self) -> Sandbox:
         return self
