@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import os
 import threading
 import time
 import uuid
@@ -44,6 +45,8 @@ RESOURCE_PREFIX = "sandforge_backend_"
 GRACE_S = 15.0
 #: How often the node table is refreshed from the cluster at most (a lost node triggers a refresh at once).
 REFRESH_S = 5.0
+#: How long connecting (again) to the cluster may take before executions fail as ``sandbox_unavailable``.
+CONNECT_TIMEOUT_S = float(os.environ.get("SANDFORGE_CLUSTER_CONNECT_TIMEOUT_S", "120"))
 
 
 class ClusterUnavailable(Exception):
@@ -116,13 +119,22 @@ class RayExecutor:
         self._ray = ray
         with contextlib.suppress(Exception):
             ray.shutdown()
-        try:
-            ray.init(
-                address=ray_address(self.address), namespace=NAMESPACE, logging_level=logging.WARNING,
-                log_to_driver=False, configure_logging=False,
-            )  # fmt: skip
-        except Exception as exc:
-            raise ClusterUnavailable(f"cannot connect to the Ray cluster at {self.address}: {exc}") from exc
+        _reload_auth()
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while True:  # Ray Client gives up after ~30 s; a loaded head may take longer to start our session
+            try:
+                ray.init(
+                    address=ray_address(self.address), namespace=NAMESPACE, logging_level=logging.WARNING,
+                    log_to_driver=False, configure_logging=False,
+                )  # fmt: skip
+                break
+            except Exception as exc:
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+                if time.monotonic() > deadline or not _transient(exc):
+                    raise ClusterUnavailable(
+                        f"cannot connect to the Ray cluster at {self.address}: {_first_line(exc)}"
+                    ) from None
         self._connected = True
         self._nodes, self._refreshed = {}, 0.0
         return ray
@@ -164,7 +176,7 @@ class RayExecutor:
 
         from sandforge.sandbox.cluster.host import SandboxHost
 
-        prewarm = [self.config.backend] if self.config.backend in backends else sorted(backends)[:1]
+        prewarm = [self.config.backend] if self.config.backend in backends else []
         return (
             ray.remote(SandboxHost)
             .options(
@@ -296,6 +308,24 @@ class RayExecutor:
         """Forget the connection (the cluster and its hosts live on for other callers)."""
         with self._lock:
             self._disconnect()
+
+
+def _reload_auth() -> None:
+    """Ray reads RAY_AUTH_MODE and the token when it is first imported; a caller that set them later (or
+    changed the token file) must have them read again before connecting."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except Exception:  # another Ray version: the settings of import time apply
+        log.debug("could not reload Ray's authentication settings", exc_info=True)
+
+
+def _transient(exc: BaseException) -> bool:
+    """A connection failure worth retrying (not a refused token or a malformed address)."""
+    text = str(exc).lower()
+    return isinstance(exc, (ConnectionError, TimeoutError)) and "auth" not in text and "token" not in text
 
 
 def _first_line(exc: BaseException) -> str:
