@@ -42,6 +42,10 @@ def _register() -> None:
     main.add_command(serve_cmd.command)
     main.add_command(tokens_cmd.command)
     main.add_command(mcp_cmd.command)
+    from sandforge.runtime.cli import cluster_cmd, deploy_cmd  # issue 22
+
+    main.add_command(cluster_cmd.command)
+    main.add_command(deploy_cmd.command)
 
 
 _register()

@@ -95,6 +95,7 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -
 @click.option("--memory", type=int, default=None, help="Memory limit in MB.")
 @click.option("--policy", "policy_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
               help="Policy directory layered over the default (repeatable).")  # fmt: skip
+@click.option("--cluster", default=None, help="Run on this Ray cluster (ray://HOST:PORT); default: SANDFORGE_CLUSTER.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
     file: Path,
@@ -106,6 +107,7 @@ def command(
     timeout: float | None,
     memory: int | None,
     policy_dirs: tuple[Path, ...],
+    cluster: str | None,
     as_json: bool,
 ) -> None:
     """Validate FILE (a tool program body) with the policy, run it in a fresh sandbox, print the outcome.
@@ -115,7 +117,9 @@ def command(
     """
     if commit and context_path is None:
         raise UsageError("--commit needs --context FILE to write to")
-    config = SandboxConfig.from_env(pool_size=0, **({"backend": backend} if backend else {}))
+    config = SandboxConfig.from_env(
+        pool_size=0, **({"backend": backend} if backend else {}), **({"cluster": cluster} if cluster else {})
+    )
     overrides: dict[str, Any] = {}
     if timeout is not None:
         overrides["timeout_s"] = timeout

@@ -233,6 +233,11 @@ class RayExecutor:
         except ClusterUnavailable as exc:
             self._lost(node)
             outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=True, backend=name)
+        except Exception as exc:  # anything else Ray raises about the node: it is lost to this execution
+            log.warning("cluster node %s failed: %s", node.node_id[:12], exc)
+            self._lost(node)
+            message = f"cluster node {node.node_id[:12]} failed: {_first_line(exc)}"
+            outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, message, retriable=True, backend=name)
         finally:
             with self._lock:
                 node.in_flight -= 1
