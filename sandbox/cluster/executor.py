@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import itertools
 import logging
 import os
@@ -47,6 +48,15 @@ GRACE_S = 15.0
 REFRESH_S = 5.0
 #: How long connecting (again) to the cluster may take before executions fail as ``sandbox_unavailable``.
 CONNECT_TIMEOUT_S = float(os.environ.get("SANDFORGE_CLUSTER_CONNECT_TIMEOUT_S", "120"))
+
+
+#: How many times an execution whose node was lost before it sent anything moves to another node.
+LOST_NODE_RETRIES = 2
+
+
+@dataclass
+class _Progress:
+    served: int = 0
 
 
 class ClusterUnavailable(Exception):
@@ -193,9 +203,9 @@ class RayExecutor:
             .remote(self._host_config, prewarm)
         )
 
-    def _pick(self, backend: str, env_id: str | None) -> Node:
+    def _pick(self, backend: str, env_id: str | None, avoid: list[str] | None = None) -> Node:
         """The idlest node offering ``backend``; among equally busy ones, one with a warm sandbox for it."""
-        nodes = [n for n in self.nodes() if backend in n.backends]
+        nodes = [n for n in self.nodes() if backend in n.backends and n.node_id not in (avoid or ())]
         if not nodes:
             raise ClusterUnavailable(f"no node of the cluster offers the {backend!r} backend", retriable=False)
         turn = next(self._rr)
@@ -219,25 +229,49 @@ class RayExecutor:
     def execute(
         self, request: ExecutionRequest, *, backend: str | None = None, bridge: BridgeHandler | None = None
     ) -> ExecutionOutcome:
-        """Run ``request`` on a node; never raises for anything the cluster or the program does."""
+        """Run ``request`` on a node; never raises for anything the cluster or the program does.
+
+        A node lost before the program sent the caller anything (no nested call, declaration or fetch was
+        served: nothing happened that the caller saw) is replaced by another node, up to ``LOST_NODE_RETRIES``
+        times; once a frame was served, the loss is the caller's to handle (``sandbox_unavailable``,
+        retriable, nothing to commit)."""
         name = backend or self.config.backend
         request = _within_caller(request)
+        env_id = request.environment.env_id if request.environment is not None else None
+        lost: list[str] = []
+        while True:
+            try:
+                node = self._pick(name, env_id, avoid=lost)
+            except ClusterUnavailable as exc:
+                return ExecutionOutcome.failure(
+                    ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=exc.retriable, backend=name,
+                    metadata={"cluster_lost": lost} if lost else {},
+                )  # fmt: skip
+            progress = _Progress()
+            outcome = self._attempt(node, request, name, bridge, progress)
+            if outcome.metadata.get("cluster_node_lost") and not progress.served and len(lost) < LOST_NODE_RETRIES:
+                lost.append(node.node_id)
+                continue
+            if lost:
+                outcome.metadata["cluster_lost"] = lost
+            return outcome
+
+    def _attempt(
+        self, node: Node, request: ExecutionRequest, name: str, bridge: BridgeHandler | None, progress: _Progress
+    ) -> ExecutionOutcome:
         try:
-            node = self._pick(name, request.environment.env_id if request.environment is not None else None)
-        except ClusterUnavailable as exc:
-            return ExecutionOutcome.failure(
-                ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=exc.retriable, backend=name
+            outcome = self._drive(node, request, name, bridge, progress)
+        except Exception as exc:  # ClusterUnavailable, or anything else Ray raises about the node
+            if not isinstance(exc, ClusterUnavailable):
+                log.warning("cluster node %s failed: %s", node.node_id[:12], exc)
+            self._lost(node)
+            message = (
+                str(exc)
+                if isinstance(exc, ClusterUnavailable)
+                else f"cluster node {node.node_id[:12]} failed: {_first_line(exc)}"
             )
-        try:
-            outcome = self._drive(node, request, name, bridge)
-        except ClusterUnavailable as exc:
-            self._lost(node)
-            outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=True, backend=name)
-        except Exception as exc:  # anything else Ray raises about the node: it is lost to this execution
-            log.warning("cluster node %s failed: %s", node.node_id[:12], exc)
-            self._lost(node)
-            message = f"cluster node {node.node_id[:12]} failed: {_first_line(exc)}"
             outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, message, retriable=True, backend=name)
+            outcome.metadata["cluster_node_lost"] = True
         finally:
             with self._lock:
                 node.in_flight -= 1
@@ -245,7 +279,7 @@ class RayExecutor:
         return outcome
 
     def _drive(
-        self, node: Node, request: ExecutionRequest, backend: str, bridge: BridgeHandler | None
+        self, node: Node, request: ExecutionRequest, backend: str, bridge: BridgeHandler | None, progress: _Progress
     ) -> ExecutionOutcome:
         base = ContextSnapshot.coerce(request.context)
         message, blobs = request_to_wire(request, node.known)
@@ -258,6 +292,7 @@ class RayExecutor:
             message, blobs = request_to_wire(request, None)
             event = self._call(node, node.actor.start.remote(exec_id, message, backend, blobs, kinds), budget)
         while event.get("kind") != "done":
+            progress.served += 1  # from here on the caller saw the program act: never re-run elsewhere
             answer = _answer(bridge, event)
             event = self._call(node, node.actor.step.remote(exec_id, answer), budget)
         node.known.update(blobs)
@@ -319,10 +354,9 @@ def _reload_auth() -> None:
     """Ray reads RAY_AUTH_MODE and the token when it is first imported; a caller that set them later (or
     changed the token file) must have them read again before connecting."""
     try:
-        from ray._raylet import AuthenticationTokenLoader, Config
-
-        Config.initialize("")
-        AuthenticationTokenLoader.instance().reset_cache()
+        raylet: Any = importlib.import_module("ray._raylet")
+        raylet.Config.initialize("")
+        raylet.AuthenticationTokenLoader.instance().reset_cache()
     except Exception:  # another Ray version: the settings of import time apply
         log.debug("could not reload Ray's authentication settings", exc_info=True)
 

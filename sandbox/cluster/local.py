@@ -201,7 +201,9 @@ class LocalCluster:
         marks = (state.temp_dir, f"127.0.0.1:{state.gcs_port}")  # the client server names only the address
         for proc in psutil.process_iter(["pid", "cmdline"]):
             try:
-                if any(mark in part for part in proc.info["cmdline"] or () for mark in marks):
+                if any(mark in part for part in proc.info["cmdline"] or () for mark in marks) or _ours(
+                    proc, state.token_file
+                ):
                     found[proc.pid] = proc
                     for child in proc.children(recursive=True):
                         found[child.pid] = child
@@ -244,6 +246,17 @@ class LocalCluster:
             "address": state.address, "gcs_address": state.gcs_address, "token_file": state.token_file,
             "nodes": [n.model_dump() for n in state.nodes], "processes": len(self.processes()),
         }  # fmt: skip
+
+
+def _ours(proc: psutil.Process, token_file: str) -> bool:
+    """A Ray process renamed ``ray::...`` (agents, workers) shows no address: it inherited our token path."""
+    try:
+        name = proc.name()
+        if not (name.startswith("ray::") or name in ("raylet", "gcs_server")):
+            return False
+        return proc.environ().get("RAY_AUTH_TOKEN_PATH") == token_file
+    except psutil.Error:
+        return False
 
 
 def _name(proc: psutil.Process) -> str:

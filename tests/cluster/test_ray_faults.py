@@ -108,7 +108,13 @@ def test_a_killed_node_ends_its_calls_as_retriable_and_the_others_keep_serving(
     assert all(r["in_flight"] == 1 for r in in_flight.values()), in_flight
     victim = next(iter(in_flight.values()))
     sandboxes = [p.pid for p in sandbox_processes_of(victim["pid"])]
-    os.kill(victim["node_pid"], signal.SIGKILL)  # the node's raylet: the whole node goes
+    # the node dies as a machine would: its raylet and its Ray workers (the host among them) at once; its
+    # sandboxes are left to what the system does about them
+    ray_procs = [psutil.Process(victim["node_pid"])] + [
+        p for p in psutil.Process(victim["node_pid"]).children() if p.name().startswith("ray::")
+    ]
+    for proc in ray_procs:
+        proc.kill()
     time.sleep(1.0)
     bridge.release.set()
     for t in threads:
@@ -131,21 +137,21 @@ def test_a_killed_node_ends_its_calls_as_retriable_and_the_others_keep_serving(
     assert not [item for item in leftovers.find(containers=False)[0]]
 
 
-def test_an_unreachable_host_is_retriable_and_the_retry_lands_elsewhere(
+def test_an_unreachable_host_is_retriable_and_the_next_execution_succeeds(
     cluster: LocalCluster, sandbox: Sandbox
 ) -> None:
-    """What the lifecycle sees: the lost execution is retriable, and its retry lands on a live node."""
+    """What the lifecycle sees: the lost execution is retriable (its lane retries it), and the retry is
+    served (the node is looked up afresh: a new handle to its host)."""
     first = sandbox.execute(ExecutionRequest(code="return 4"))
     assert first.ok
     node = next(n for n in sandbox._cluster().nodes() if n.node_id == first.metadata["cluster_node"])
     for other in sandbox._cluster().nodes():
         other.in_flight = 0 if other is node else 5  # the broken node is the idlest: it is picked first
-    node.actor = None  # its host cannot be reached: the call fails as a lost node
-    lost = sandbox.execute(ExecutionRequest(code="return 4"))
-    assert lost.error_type is ErrorType.SANDBOX_UNAVAILABLE and lost.retriable
-    assert lost.metadata["cluster_node"] == node.node_id
-    retried = sandbox.execute(ExecutionRequest(code="return 4"))
-    assert retried.ok and retried.metadata["cluster_node"] != node.node_id
+    node.actor = None  # its host cannot be reached: the call fails as a lost node, before anything was served
+    moved = sandbox.execute(ExecutionRequest(code="return 4"))
+    assert moved.ok, moved.error_message  # run again on another node: nothing of it had reached the caller
+    assert moved.metadata["cluster_lost"] == [node.node_id]
+    assert moved.metadata["cluster_node"] != node.node_id
     for other in sandbox._cluster().nodes():
         other.in_flight = 0
 
