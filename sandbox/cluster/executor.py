@@ -118,7 +118,7 @@ class RayExecutor:
 
     def _connect(self) -> Any:
         """Ray, connected (again, after a lost connection)."""
-        if self._connected:
+        if self._connected and self._ray is not None and self._ray.is_initialized():
             return self._ray
         try:
             import ray
@@ -159,9 +159,16 @@ class RayExecutor:
     def nodes(self, *, refresh: bool = False) -> list[Node]:
         """The cluster's live sandbox-host nodes (each with its host actor, created on first sight)."""
         with self._lock:
-            ray = self._connect()
-            if refresh or time.monotonic() - self._refreshed > REFRESH_S or not self._nodes:
-                self._refresh(ray)
+            for attempt in range(2):  # a connection found broken is made again once, at once
+                ray = self._connect()
+                if not (refresh or time.monotonic() - self._refreshed > REFRESH_S or not self._nodes):
+                    break
+                try:
+                    self._refresh(ray)
+                    break
+                except ClusterUnavailable:
+                    if attempt:
+                        raise
             return list(self._nodes.values())
 
     def _refresh(self, ray: Any) -> None:

@@ -255,3 +255,25 @@ def test_the_wire_carries_no_pickled_objects_into_the_request() -> None:
     assert not isinstance(rebuilt, list)
     assert rebuilt.context == request.context
     assert wire.request_from_wire(message, {}) == list(blobs)  # a missing text is named, never guessed
+
+
+def test_an_agent_call_and_its_nested_call_run_on_the_cluster_and_commit(sandbox: Sandbox) -> None:
+    from sandforge.runtime.agent import Workspace
+    from sandforge.runtime.providers import ScriptedProvider
+
+    caller = (
+        "r = tool('doubler').double(args[0])\n"
+        "context['memory'] = context.get('memory', 0) + r.value\n"
+        "return context['memory']\n"
+    )
+    doubler = "return args[0] * 2\n"
+    executed = sum(row["executed"] for row in sandbox._cluster().status())
+    ws = Workspace(provider=ScriptedProvider([caller, doubler, caller, doubler]), sandbox=sandbox, log=False)
+    try:
+        out = ws.call("calc", "add", 3)
+        assert out.ok, (out.error_type, out.error_message)
+        assert out.value == 6
+        assert ws.call("calc", "add", 1).value == 8  # the committed context is the next call's
+    finally:
+        ws.close()
+    assert sum(row["executed"] for row in sandbox._cluster().status()) == executed + 4  # every execution ran there

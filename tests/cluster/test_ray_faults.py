@@ -57,7 +57,8 @@ def sandbox_processes_of(pid: int) -> list[psutil.Process]:
 
 
 def test_a_crashed_host_is_restarted_and_refills_its_pool(sandbox: Sandbox) -> None:
-    assert sandbox.execute(ExecutionRequest(code="return 1")).ok
+    first = sandbox.execute(ExecutionRequest(code="return 1"))
+    assert first.ok, first.error_message
     rows = sandbox._cluster().status()
     victim = rows[0]
     os.kill(victim["pid"], signal.SIGKILL)
