@@ -18,9 +18,9 @@ from typing import Any
 
 import click
 
+from sandforge.runtime.cli.common import load_policy_option, policy_options
 from sandforge.runtime.errors import UsageError
 from sandforge.runtime.files import make_dirs
-from sandforge.runtime.guardrails import default_policy, load_policy
 from sandforge.runtime.providers.chat import read_script
 from sandforge.runtime.sessions import (
     AgentToolRunner,
@@ -226,8 +226,7 @@ def _repl(session: Session) -> Session:
     "--tool-store/--no-tool-store", default=True, help="Offer the ToolStore's roles as loadable groups (default: on)."
 )
 @click.option("--no-restore", is_flag=True, hidden=True, help="Do not restore loaded groups (shows the RFC-044 bug).")
-@click.option("--policy", "policy_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Policy directory layered over the default for the tools' programs (repeatable).")  # fmt: skip
+@policy_options()
 def command(
     session_id: str | None,
     script_path: Path | None,
@@ -238,7 +237,8 @@ def command(
     model: str | None,
     tool_store: bool,
     no_restore: bool,
-    policy_dirs: tuple[Path, ...],
+    policies: tuple[Path, ...],
+    no_default: bool,
 ) -> None:
     """Chat with tools; loaded tool groups stay loaded across turns. Type /exit (or EOF) to leave."""
     state = _state(state_dir)
@@ -250,7 +250,7 @@ def command(
     tools = ToolStore(state) if tool_store else None
     registry = ToolRegistry(_groups_source(groups_file, script, state, tool_store=tools))
     program_provider, why_not = _program_provider(script, programs_file)
-    policy = load_policy([*default_policy().sources, *policy_dirs]) if policy_dirs else None  # checked up front
+    policy = load_policy_option(policies, no_default) if policies or no_default else None  # checked up front
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(SessionStore(state=state))
         runner: ToolRunner

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import click
 
-from sandforge.runtime.cli.common import SandforgeGroup
+from sandforge.runtime.cli.common import SandforgeGroup, load_policy_option, policy_options
 from sandforge.runtime.cli.output import emit_json
 from sandforge.runtime.environments import EnvironmentStore, Manifest, manifest_of, probe
 from sandforge.runtime.environments import prune as pruning
 from sandforge.runtime.environments.errors import EnvironmentFailure, InvalidDependencyManifest
 from sandforge.runtime.errors import UsageError
 from sandforge.runtime.files.read import read_user_file
-from sandforge.runtime.guardrails import default_policy, load_policy
 from sandforge.runtime.state_dir import resolve_state_dir
 from sandforge.runtime.store import ToolStore
 
@@ -90,17 +89,18 @@ def show(ctx: click.Context, env_id: str, as_json: bool) -> None:
 
 @command.command("build")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--policy", "policy_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Policy directory layered over the default (repeatable).")  # fmt: skip
+@policy_options()
 @click.option("--python", "python", default=None, help="The sandbox's interpreter (default: this one).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
-def build(ctx: click.Context, file: Path, policy_dirs: tuple[Path, ...], python: str | None, as_json: bool) -> None:
+def build(
+    ctx: click.Context, file: Path, policies: tuple[Path, ...], no_default: bool, python: str | None, as_json: bool
+) -> None:
     """Build (or find) the environment FILE.py declares in its `# /// script` block.
 
     Exit status: 0 ready, 1 a failure to prepare it (its kind is printed), 2 a bad file or manifest."""
     source = read_user_file(file, limit=MAX_PROGRAM_BYTES, what="program").decode("utf-8", errors="replace")
-    policy = load_policy([*default_policy().sources, *policy_dirs]) if policy_dirs else default_policy()
+    policy = load_policy_option(policies, no_default)
     store = _store(ctx)
     store.python = python or store.python
     try:

@@ -11,12 +11,12 @@ import click
 from pydantic import ValidationError
 
 from sandforge.runtime.agent.egress import StandaloneBridge
+from sandforge.runtime.cli.common import load_policy_option, policy_options
 from sandforge.runtime.cli.logs_cmd import egress_line
 from sandforge.runtime.errors import InputFileMissing, UsageError
 from sandforge.runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
 from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
 from sandforge.runtime.gate import guarded_execute
-from sandforge.runtime.guardrails import default_policy, load_policy
 from sandforge.runtime.guardrails.engine import source_text
 from sandforge.runtime.service.models import exec_result
 from sandforge.sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
@@ -93,8 +93,7 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -
 @click.option("--kwargs", "kwargs_json", default="{}", help="Keyword arguments as a JSON object.")
 @click.option("--timeout", type=float, default=None, help="Wall-clock limit in seconds.")
 @click.option("--memory", type=int, default=None, help="Memory limit in MB.")
-@click.option("--policy", "policy_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Policy directory layered over the default (repeatable).")  # fmt: skip
+@policy_options()
 @click.option("--cluster", default=None, help="Run on this Ray cluster (ray://HOST:PORT); default: SANDFORGE_CLUSTER.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
@@ -106,7 +105,8 @@ def command(
     kwargs_json: str,
     timeout: float | None,
     memory: int | None,
-    policy_dirs: tuple[Path, ...],
+    policies: tuple[Path, ...],
+    no_default: bool,
     cluster: str | None,
     as_json: bool,
 ) -> None:
@@ -133,7 +133,7 @@ def command(
     code = read_user_file(file, limit=bound, what="program")
     args = _json_arg(args_json, "--args", list)
     kwargs = _json_arg(kwargs_json, "--kwargs", dict)
-    policy = load_policy([*default_policy().sources, *policy_dirs]) if policy_dirs else default_policy()
+    policy = load_policy_option(policies, no_default)
     config = config.model_copy(update={"limits": limits})
     committed = None
     # --commit: read, run and write under the context file's lock, so concurrent commits serialise

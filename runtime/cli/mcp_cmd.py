@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
+from sandforge.runtime.cli.common import load_policy_option, policy_options
 from sandforge.runtime.errors import UsageError
-from sandforge.runtime.guardrails import layered_policy
 from sandforge.runtime.providers.base import Provider
 from sandforge.runtime.state_dir import resolve_state_dir
 from sandforge.sandbox import BACKENDS, Limits, SandboxConfig
@@ -51,8 +51,7 @@ def _limits(backend: str | None, timeout: float | None, memory: int | None) -> L
 @click.command("mcp")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="The tenant's state directory (default: $SANDFORGE_STATE_DIR, else the user state dir).")
-@click.option("--policy", "policies", multiple=True, type=click.Path(path_type=Path), envvar="SANDFORGE_MCP_POLICY",
-              help="Policy layer over the default (repeatable; env: SANDFORGE_MCP_POLICY, ':'-separated).")
+@policy_options(envvar="SANDFORGE_MCP_POLICY")
 @click.option("--backend", type=click.Choice(BACKENDS), default=None, help="Default: SANDFORGE_BACKEND or subprocess.")
 @click.option("--provider", "provider_kind", type=click.Choice(["none", "anthropic", "scripted"]), default=None,
               envvar="SANDFORGE_MCP_PROVIDER",
@@ -81,7 +80,7 @@ def command(**options: Any) -> None:
     tenant = McpTenant(
         name=name,
         state_dir=resolve_state_dir(options["state_dir"]),
-        policy=layered_policy(options["policies"]),
+        policy=load_policy_option(options["policies"], options["no_default"]),
         provider=_provider(options["provider_kind"], options["programs"]),
         backend=backend,
         limits=_limits(backend, options["timeout"], options["memory"]),

@@ -8,11 +8,11 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
-from sandforge.runtime.cli.common import SandforgeGroup
+from sandforge.runtime.cli.common import SandforgeGroup, load_policy_option, policy_options
 from sandforge.runtime.cli.output import emit_json
 from sandforge.runtime.store import (
     MethodArtifact,
@@ -23,6 +23,9 @@ from sandforge.runtime.store import (
     summarize,
 )
 from sandforge.runtime.store.errors import StoreIOError
+
+if TYPE_CHECKING:
+    from sandforge.runtime.guardrails.policy import Policy
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -200,14 +203,12 @@ def show_cmd(ctx: click.Context, role: str, method: str | None, as_json: bool, c
         click.echo(art.code)
 
 
-def _environments(ctx: click.Context, policy_dirs: tuple[Path, ...], build: bool) -> Callable[..., Any]:
+def _environments(ctx: click.Context, policy: Policy, build: bool) -> Callable[..., Any]:
     """Each artifact's environment state (None: it declares none), under the policy given."""
     from sandforge.runtime.environments.builder import EnvironmentStore
     from sandforge.runtime.environments.status import environment_status
-    from sandforge.runtime.guardrails import default_policy, load_policy
     from sandforge.runtime.state_dir import resolve_state_dir
 
-    policy = load_policy([*default_policy().sources, *policy_dirs]) if policy_dirs else default_policy()
     envs = EnvironmentStore(resolve_state_dir(ctx.meta.get("state_dir")) / "environments")
 
     def status(art: MethodArtifact | None) -> Any:
@@ -226,21 +227,20 @@ def _env_cell(status: Any) -> str:
 
 @command.command("health")
 @click.option("--role", "roles", multiple=True, help="Only this role (repeatable).")
-@click.option("--policy", "policy_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Policy directory layered over the default (repeatable).")  # fmt: skip
+@policy_options()
 @click.option("--build-envs", "build", is_flag=True, help="Build missing environments to prove they still can be.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 @_io_errors
-def health_cmd(ctx: click.Context, roles: tuple[str, ...], policy_dirs: tuple[Path, ...], build: bool,
-               as_json: bool) -> None:  # fmt: skip
+def health_cmd(ctx: click.Context, roles: tuple[str, ...], policies: tuple[Path, ...], no_default: bool,
+               build: bool, as_json: bool) -> None:  # fmt: skip
     """Health of every stored method artifact, and whether its environment can still be built.
 
     Exit status 1 when an artifact's environment cannot be built (refused by the policy, or a build failed):
     it is repaired like a stale artifact on its next call."""
     store = _store(ctx)
     report = store.health_report(roles or None)
-    env_of = _environments(ctx, policy_dirs, build)
+    env_of = _environments(ctx, load_policy_option(policies, no_default), build)
     envs = [env_of(h.artifact) for h in report]
     broken = any(e is not None and not e.buildable for e in envs)
     if as_json:

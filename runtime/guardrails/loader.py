@@ -1,8 +1,9 @@
 """Loading policies: YAML files with line numbers kept, layered in order, compiled once.
 
 A *layer* is a directory (or a single file). Its ``*.yaml``/``*.yml`` files, searched recursively and
-sorted by relative path, apply one after another, and layers apply in the order given. Every problem is a
-`ConfigError` naming the file, the line and what is wrong; no traceback ever reaches the user.
+sorted by relative path, apply one after another, and layers apply in the order given. Every problem of every
+file is collected (file, line, key path, message, hint; a broken rule or section is left out and the rest still
+checked) and raised together as one `PolicyError` (a `ConfigError`); no traceback ever reaches the user.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import dataclasses
 import difflib
 import functools
 import importlib.resources
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -36,6 +37,7 @@ from sandforge.runtime.guardrails.policy import (
     Template,
     fingerprint,
 )
+from sandforge.runtime.guardrails.problems import PolicyError, Problem, from_config_error
 
 MAX_POLICY_FILE_BYTES = 4 * 1024 * 1024
 MAX_LAYER_DEPTH = 8
@@ -61,14 +63,28 @@ def layered_policy(layers: Sequence[PolicySource], *, include_default: bool = Tr
 
 def load_policy(layers: Sequence[PolicySource]) -> Policy:
     """Load and merge policy layers; later layers add, override and disable rules of earlier ones, and
-    grant or deny capabilities. Raises `ConfigError` for any malformed file."""
+    grant or deny capabilities. Raises `PolicyError` (a `ConfigError`) listing every problem of every file."""
     if not layers:
         raise ConfigError("no policy layers given", hint="pass at least one policy directory")
     builder = _Builder()
     for layer in layers:
-        builder.sources.append(layer)
-        for display, source in _policy_files(layer):
-            builder.apply(_read(display, source))
+        builder.begin_layer(layer)
+        try:
+            files = _policy_files(layer)
+        except ConfigError as exc:
+            builder.order += 1
+            builder.problems.append(Problem("", 1, "", exc.message, exc.hint, builder.order))
+            files = []
+        for display, source in files:
+            builder.order += 1
+            try:
+                file = _read(display, source, builder.problems, builder.order)
+            except ConfigError as exc:  # unreadable or not YAML: nothing in it can be checked
+                builder.problems.append(from_config_error(exc, display, builder.order))
+                continue
+            file.layer = builder.layer
+            builder.apply(file)
+        builder.end_layer()
     return builder.build()
 
 
@@ -81,6 +97,17 @@ class _File:
     data: pm.PolicyFile
     lines: dict[YamlPath, int]
     directory: Path | None = None  # where relative paths in the file (egress.ca_file) start
+    order: int = 0
+    layer: int = 0
+    broken_rules: frozenset[str] = frozenset()  # ids of rules left out for their problems
+    broken_tags: frozenset[str] = frozenset()
+    kept: dict[str, list[int]] = field(default_factory=dict)  # list sections: original index of each kept item
+
+    def index(self, section: str, position: int) -> int:
+        """The index in the file of the ``position``-th item kept of a list section (items with problems are
+        left out of the model, so positions and the file's indexes differ after one)."""
+        kept = self.kept.get(section)
+        return kept[position] if kept is not None and position < len(kept) else position
 
     def origin(self, path: YamlPath) -> Origin:
         return Origin(self.name, _line_of(self.lines, path))
@@ -118,7 +145,7 @@ def _yaml_files_below(layer: Traversable) -> list[tuple[str, str, Traversable]]:
     return found
 
 
-def _read(name: str, source: Traversable) -> _File:
+def _read(name: str, source: Traversable, problems: list[Problem], order: int) -> _File:
     try:  # a file on disk is read bounded, and only if regular (a FIFO or /dev/zero named *.yaml is refused)
         raw = (
             read_user_file(source, limit=MAX_POLICY_FILE_BYTES, what="policy file")
@@ -141,11 +168,53 @@ def _read(name: str, source: Traversable) -> _File:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{name}:1: a policy file must be a mapping of sections, not a {type(data).__name__}")
+    parsed, broken, kept = _validate_file(name, lines, data, problems, order)
+    file = _File(name, parsed, lines, source.parent if isinstance(source, Path) else None, order)
+    file.broken_rules, file.broken_tags = broken
+    file.kept = kept
+    return file
+
+
+def _validate_file(
+    name: str, lines: dict[YamlPath, int], data: dict[str, Any], problems: list[Problem], order: int
+) -> tuple[pm.PolicyFile, tuple[frozenset[str], frozenset[str]], dict[str, list[int]]]:
+    """The file's model, every schema problem recorded; what fails is left out (a rule, a capability, an entry
+    of a section, else the section) so the rest of the file is still checked and applied."""
     try:
-        parsed = pm.PolicyFile.model_validate(data)
+        return pm.PolicyFile.model_validate(data), (frozenset(), frozenset()), {}
     except ValidationError as exc:
-        raise _validation_error(name, lines, data, exc, ()) from None
-    return _File(name, parsed, lines, source.parent if isinstance(source, Path) else None)
+        errors = exc.errors()
+    problems.extend(_problems(name, lines, data, errors, order))
+    pruned = {key: (list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value)
+              for key, value in data.items()}  # fmt: skip
+    rules: set[str] = set()
+    tags: set[str] = set()
+    for error in errors:
+        loc = error["loc"]
+        section = str(loc[0]) if loc else ""
+        value = pruned.get(section)
+        if len(loc) >= 2 and isinstance(value, list) and isinstance(loc[1], int) and loc[1] < len(data[section]):
+            item = data[section][loc[1]]
+            if section == "rules" and isinstance(item, dict) and isinstance(item.get("id"), str):
+                rules.add(item["id"])
+            value[loc[1]] = _DROPPED
+        elif len(loc) >= 2 and isinstance(value, dict) and loc[1] in value:
+            (tags if section == "capabilities" else rules).add(str(loc[1]))
+            del value[loc[1]]
+        else:
+            pruned.pop(section, None)
+    kept = {
+        k: [i for i, item in enumerate(v) if item is not _DROPPED] for k, v in pruned.items() if isinstance(v, list)
+    }
+    pruned = {k: [i for i in v if i is not _DROPPED] if isinstance(v, list) else v for k, v in pruned.items()}
+    try:
+        parsed = pm.PolicyFile.model_validate(pruned)
+    except ValidationError:  # pragma: no cover - what failed was left out; fail closed anyway
+        parsed = pm.PolicyFile()
+    return parsed, (frozenset(rules), frozenset(tags)), kept
+
+
+_DROPPED = object()
 
 
 def _line_of(lines: dict[YamlPath, int], path: YamlPath) -> int:
@@ -179,21 +248,37 @@ def _data_path(data: Any, loc: Sequence[str | int]) -> YamlPath:
     return tuple(path)
 
 
-def _validation_error(
-    name: str, lines: dict[YamlPath, int], data: Any, exc: ValidationError, base: YamlPath
-) -> ConfigError:
-    errors = exc.errors()
-    first = errors[0]
-    loc = list(first["loc"])
-    if first["type"] == "union_tag_invalid":
+def _problems(name: str, lines: dict[YamlPath, int], data: Any, errors: list[Any], order: int) -> list[Problem]:
+    """One problem per error, except that the fields missing from one mapping are one problem."""
+    out: list[Problem] = []
+    missing: dict[YamlPath, list[Any]] = {}
+    for error in errors:
+        path = _data_path(data, list(error["loc"]))
+        if error["type"] == "missing" and path:
+            missing.setdefault(path[:-1], []).append(error)
+        else:
+            out.append(_problem(name, lines, data, error, order))
+    for where, alike in missing.items():
+        if len(alike) == 1:
+            out.append(_problem(name, lines, data, alike[0], order))
+            continue
+        fields = [str(_data_path(data, list(error["loc"]))[-1]) for error in alike]
+        hint = pm.hint_for({"type": "missing"}, (*where, fields[0]), data)
+        message = f"missing required fields: {', '.join(fields)}"
+        out.append(Problem(name, _line_of(lines, where), _display(where), message, hint, order))
+    return out
+
+
+def _problem(name: str, lines: dict[YamlPath, int], data: Any, error: Any, order: int) -> Problem:
+    """One pydantic error as a `Problem` at the line of the key it is about, with a hint where one helps."""
+    loc = list(error["loc"])
+    if error["type"] == "union_tag_invalid":
         loc.append("kind")  # point at the bad `kind:` line rather than the matcher's first line
-    path = (*base, *_data_path(data, loc))
-    where = _display(path)
-    message = first["msg"]
-    if first["type"] == "union_tag_invalid":
-        message = f"unknown kind {first['input'].get('kind')!r}" if isinstance(first["input"], dict) else message
-    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-    return ConfigError(f"{name}:{_line_of(lines, path)}: {where + ': ' if where else ''}{message}{more}")
+    path = _data_path(data, loc)
+    message = error["msg"]
+    if error["type"] == "union_tag_invalid" and isinstance(error["input"], dict):
+        message = f"unknown kind {error['input'].get('kind')!r}"
+    return Problem(name, _line_of(lines, path), _display(path), message, pm.hint_for(error, path, data), order)
 
 
 # ------------------------------------------------------------------------------------------ layering
@@ -207,75 +292,128 @@ class _RuleState:
     spec: pm.RuleSpec
     origin: Origin
     sites: dict[str, Site]
+    layer: int
     changed_at: list[Origin] = field(default_factory=list)
+    changed_layers: list[int] = field(default_factory=list)
+    examples_layer: int = 0
 
 
 @dataclass
 class _CapabilityState:
     description: str
     matchers: list[tuple[pm.CapabilityMatcher, Site]]
-    tagged: list[str]
-    untagged: list[str]
+    tagged: list[tuple[str, int]]
+    untagged: list[tuple[str, int]]
     origin: Origin
+    layer: int
 
 
 class _Builder:
-    """Applies files in order, then compiles the result."""
+    """Applies files in order, then compiles the result; every problem is collected, none stops the load."""
 
     def __init__(self) -> None:
         self.sources: list[PolicySource] = []
         self.rules: dict[str, _RuleState] = {}
         self.capabilities: dict[str, _CapabilityState] = {}
         self.granted: set[str] = set()
-        self.grant_sites: list[tuple[str, Origin]] = []
+        self.grant_sites: list[tuple[str, Origin, str, int]] = []  # (tag, where, key path, file order)
+        self.grant_origins: dict[str, Origin] = {}
         self.limits: dict[str, int] = {}
         self.egress = EgressPolicy()
         self.dependencies = DependencyPolicy()
         self.name = "policy"
         self.description = ""
+        self.problems: list[Problem] = []
+        self.broken_rules: set[str] = set()
+        self.broken_tags: set[str] = set()
+        self.order = 0
+        self.layer = -1
+        self.layer_labels: list[str] = []
+        self.layer_grants: list[frozenset[str]] = []
+        self.section_examples: list[Any] = []
+        self.layer_sections: list[dict[str, Any]] = []
+        self._layer_name: str | None = None
+
+    def begin_layer(self, source: PolicySource) -> None:
+        self.sources.append(source)
+        self.layer += 1
+        self._layer_name = None
+
+    def end_layer(self) -> None:
+        self.layer_labels.append(self._layer_name or str(self.sources[-1]))
+        self.layer_grants.append(frozenset(self.granted))
+        self.layer_sections.append({"egress": self.egress, "dependencies": self.dependencies})
+
+    def problem(self, file: _File, path: YamlPath, message: str, hint: str | None = None) -> None:
+        self.problems.append(Problem(file.name, _line_of(file.lines, path), _display(path), message, hint, file.order))
 
     def apply(self, file: _File) -> None:
         data = file.data
+        self.broken_rules |= file.broken_rules
+        self.broken_tags |= file.broken_tags
         if data.policy is not None:
             self.name = data.policy.name or self.name
+            self._layer_name = data.policy.name or self._layer_name
             self.description = data.policy.description or self.description
         for tag, spec in data.capabilities.items():
             self._capability(file, tag, spec)
         for index, rule in enumerate(data.rules):
-            self._rule(file, index, rule)
+            self._rule(file, file.index("rules", index), rule)
         for rule_id, change in data.override.items():
             self._override(file, rule_id, change)
         for index, rule_id in enumerate(data.disable):
-            state = self._existing(file, rule_id, ("disable", index), "disable")
-            state.spec = state.spec.model_copy(update={"enabled": False})
-            state.changed_at.append(file.origin(("disable", index)))
-        for section, tags in (("grant", data.grant), ("deny", data.deny)):
-            for index, tag in enumerate(tags):
-                self.grant_sites.append((tag, file.origin((section, index))))
-                (self.granted.add if section == "grant" else self.granted.discard)(tag)
+            self._disable(file, file.index("disable", index), rule_id)
+        self._grants(file)
         if data.limits is not None:
             self.limits.update(data.limits.model_dump(exclude_none=True))
         if data.egress is not None:
             self._egress(file, data.egress)
         self._dependencies(file, data.dependencies)
 
+    def _disable(self, file: _File, index: int, rule_id: str) -> None:
+        state = self._existing(file, rule_id, ("disable", index), "disable")
+        if state is not None:
+            state.spec = state.spec.model_copy(update={"enabled": False})
+            state.changed_at.append(file.origin(("disable", index)))
+            state.changed_layers.append(self.layer)
+
+    def _grants(self, file: _File) -> None:
+        for section, tags in (("grant", file.data.grant), ("deny", file.data.deny)):
+            for index, tag in enumerate(tags):
+                origin = file.origin((section, file.index(section, index)))
+                self.grant_sites.append((tag, origin, f"{section}[{file.index(section, index)}]", file.order))
+                self.grant_origins[tag] = origin
+                (self.granted.add if section == "grant" else self.granted.discard)(tag)
+
+    def _section_examples(self, file: _File, name: str, section: Any) -> None:
+        from sandforge.runtime.guardrails.sections import collect_examples
+
+        self.section_examples.extend(collect_examples(name, section, file.origin((name, "examples")), self.layer))
+
     def _egress(self, file: _File, section: EgressSection) -> None:
+        self._section_examples(file, "egress", section)
         ca_file = section.ca_file
         if ca_file is not None and not Path(ca_file).is_absolute():
             if file.directory is None:
-                raise ConfigError(f"{file.origin(('egress', 'ca_file'))}: egress.ca_file must be an absolute path here")
-            ca_file = str(file.directory / ca_file)
+                self.problem(file, ("egress", "ca_file"), "egress.ca_file must be an absolute path here")
+                ca_file = None
+            else:
+                ca_file = str(file.directory / ca_file)
         self.egress = self.egress.merge(section, ca_file=ca_file)
 
     def _dependencies(self, file: _File, section: DependenciesSection | None) -> None:
         if section is None:
             return
+        self._section_examples(file, "dependencies", section)
         wheelhouse = section.wheelhouse
         if wheelhouse is not None and not Path(wheelhouse).expanduser().is_absolute():
             if file.directory is None:
-                where = file.origin(("dependencies", "wheelhouse"))
-                raise ConfigError(f"{where}: dependencies.wheelhouse must be an absolute path here")
-            wheelhouse = str(file.directory / wheelhouse)
+                self.problem(
+                    file, ("dependencies", "wheelhouse"), "dependencies.wheelhouse must be an absolute path here"
+                )
+                wheelhouse = None
+            else:
+                wheelhouse = str(file.directory / wheelhouse)
         elif wheelhouse is not None:
             wheelhouse = str(Path(wheelhouse).expanduser())
         self.dependencies = self.dependencies.merge(section, wheelhouse=wheelhouse)
@@ -284,49 +422,56 @@ class _Builder:
         base: YamlPath = ("capabilities", tag)
         state = self.capabilities.get(tag)
         if state is None:
-            state = self.capabilities[tag] = _CapabilityState(spec.description or tag, [], [], [], file.origin(base))
+            state = _CapabilityState(spec.description or tag, [], [], [], file.origin(base), self.layer)
+            self.capabilities[tag] = state
         elif spec.description:
             state.description = spec.description
         state.matchers += [(m, (file, (*base, "match", i))) for i, m in enumerate(spec.match)]
         if spec.examples is not None:
-            state.tagged += spec.examples.tagged
-            state.untagged += spec.examples.untagged
+            state.tagged += [(source, self.layer) for source in spec.examples.tagged]
+            state.untagged += [(source, self.layer) for source in spec.examples.untagged]
 
     def _rule(self, file: _File, index: int, spec: pm.RuleSpec) -> None:
         base: YamlPath = ("rules", index)
         if spec.id in self.rules:
-            raise ConfigError(
-                f"{file.name}:{_line_of(file.lines, (*base, 'id'))}: rule {spec.id!r} is already defined at "
-                f"{self.rules[spec.id].origin}",
-                hint="change an existing rule with an `override:` entry",
-            )
+            where = self.rules[spec.id].origin
+            hint = "change an existing rule with an `override:` entry"
+            self.problem(file, (*base, "id"), f"rule {spec.id!r} is already defined at {where}", hint)
+            return
         sites: dict[str, Site] = {name: (file, (*base, name)) for name in pm.RuleSpec.model_fields}
-        self.rules[spec.id] = _RuleState(spec, file.origin(base), sites)
+        self.rules[spec.id] = _RuleState(spec, file.origin(base), sites, self.layer, examples_layer=self.layer)
 
     def _override(self, file: _File, rule_id: str, change: pm.RuleOverride) -> None:
         base: YamlPath = ("override", rule_id)
         state = self._existing(file, rule_id, base, "override")
+        if state is None:
+            return
         update = {name: getattr(change, name) for name in change.model_fields_set}
         state.spec = state.spec.model_copy(update=update)
         state.sites.update({name: (file, (*base, name)) for name in update})
         state.changed_at.append(file.origin(base))
+        state.changed_layers.append(self.layer)
+        if "examples" in update:
+            state.examples_layer = self.layer
 
-    def _existing(self, file: _File, rule_id: str, path: YamlPath, action: str) -> _RuleState:
+    def _existing(self, file: _File, rule_id: str, path: YamlPath, action: str) -> _RuleState | None:
         state = self.rules.get(rule_id)
-        if state is None:
+        if state is None and rule_id not in self.broken_rules:  # a rule left out for its problems is not unknown
             close = difflib.get_close_matches(rule_id, list(self.rules), n=1)
-            raise ConfigError(
-                f"{file.name}:{_line_of(file.lines, path)}: cannot {action} unknown rule {rule_id!r}",
-                hint=f"did you mean {close[0]!r}?" if close else None,
-            )
+            hint = f"did you mean {close[0]!r}?" if close else None
+            self.problem(file, path, f"cannot {action} unknown rule {rule_id!r}", hint)
         return state
 
     def build(self) -> Policy:
-        for tag, origin in self.grant_sites:
-            if tag not in self.capabilities:
-                raise ConfigError(f"{origin}: unknown capability {tag!r} (no layer defines it)")
+        for tag, origin, path, order in self.grant_sites:
+            if tag not in self.capabilities and tag not in self.broken_tags:
+                what = f"unknown capability {tag!r} (no layer defines it)"
+                hint = _close(tag, self.capabilities)
+                self.problems.append(Problem(origin.file, origin.line, path, what, hint, order))
         capabilities = {tag: self._compile_capability(tag, state) for tag, state in self.capabilities.items()}
-        rules = tuple(self._compile_rule(state) for state in self.rules.values())
+        compiled = [self._compile_rule(state) for state in self.rules.values()]
+        if self.problems:
+            raise PolicyError(self.problems)
         try:
             limits = pm.Limits.model_validate(self.limits)
         except ValidationError as exc:  # pragma: no cover - each field is validated per file already
@@ -335,43 +480,71 @@ class _Builder:
             name=self.name,
             description=self.description,
             sources=tuple(self.sources),
-            rules=rules,
+            rules=tuple(rule for rule in compiled if rule is not None),
             capabilities=capabilities,
             granted=frozenset(self.granted),
             limits=limits,
             egress=self.egress,
             dependencies=self.dependencies,
+            layer_labels=tuple(self.layer_labels),
+            layer_grants=tuple(self.layer_grants),
+            grant_origins=dict(self.grant_origins),
+            section_examples=tuple(self.section_examples),
+            layer_sections=tuple(self.layer_sections),
         )
         return dataclasses.replace(policy, fingerprint=fingerprint(policy))
 
     def _compile_capability(self, tag: str, state: _CapabilityState) -> CapabilityDefinition:
-        matchers = tuple(_compile(spec, site) for spec, site in state.matchers)
+        matchers = [self._compile(spec, site) for spec, site in state.matchers]
         return CapabilityDefinition(
             tag=tag,
             description=state.description,
-            matchers=matchers,
+            matchers=tuple(m for m in matchers if m is not None),
             specs=tuple(spec for spec, _ in state.matchers),
-            tagged=tuple(state.tagged),
-            untagged=tuple(state.untagged),
+            tagged=tuple(source for source, _ in state.tagged),
+            untagged=tuple(source for source, _ in state.untagged),
             origin=state.origin,
+            tagged_layers=tuple(layer for _, layer in state.tagged),
+            untagged_layers=tuple(layer for _, layer in state.untagged),
+            layer=state.layer,
+            matcher_layers=tuple(file.layer for _, (file, _path) in state.matchers),
         )
 
-    def _compile_rule(self, state: _RuleState) -> Rule:
+    def _compile_rule(self, state: _RuleState) -> Rule | None:
         spec = state.spec
-        matcher = _compile(spec.match, state.sites["match"])
+        matcher = self._compile(spec.match, state.sites["match"])
+        fields = matcher.template_fields() if matcher is not None else None
         templates: list[Template] = []
         for name in ("message", "required_correction"):
             try:
-                templates.append(Template.parse(getattr(spec, name), matcher.template_fields()))
+                templates.append(Template.parse(getattr(spec, name), fields or frozenset({"construct"})))
             except ValueError as exc:
-                file, path = state.sites[name]
-                raise ConfigError(f"{file.origin(path)}: rule {spec.id!r}: {name}: {exc}") from None
-        return Rule(spec, matcher, templates[0], templates[1], state.origin, tuple(state.changed_at))
+                if fields is not None:  # without a matcher the fields are unknown: its problem is reported
+                    file, path = state.sites[name]
+                    self.problem(file, path, f"rule {spec.id!r}: {exc}")
+        if matcher is None or len(templates) < 2:
+            return None
+        return Rule(
+            spec,
+            matcher,
+            templates[0],
+            templates[1],
+            state.origin,
+            tuple(state.changed_at),
+            layer=state.layer,
+            examples_layer=state.examples_layer,
+            changed_layers=tuple(state.changed_layers),
+        )
+
+    def _compile(self, spec: BaseModel, site: Site) -> Matcher | None:
+        try:
+            return compile_matcher(spec)
+        except MatcherError as exc:
+            file, path = site
+            self.problem(file, (*path, *exc.path), str(exc))
+            return None
 
 
-def _compile(spec: BaseModel, site: Site) -> Matcher:
-    try:
-        return compile_matcher(spec)
-    except MatcherError as exc:
-        file, path = site
-        raise ConfigError(f"{file.origin((*path, *exc.path))}: {_display((*path, *exc.path))}: {exc}") from None
+def _close(name: str, known: Iterable[str]) -> str | None:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"did you mean {close[0]!r}?" if close else None

@@ -70,6 +70,11 @@ class Rule:
     correction: Template
     origin: Origin
     changed_at: tuple[Origin, ...] = ()
+    layer: int = 0
+    """The index of the layer that defined it (``Policy.layer_labels``)."""
+    examples_layer: int = 0
+    """The layer its examples were written in: where it was defined, or the last override of ``examples``."""
+    changed_layers: tuple[int, ...] = ()
 
     @property
     def id(self) -> str:
@@ -95,6 +100,12 @@ class CapabilityDefinition:
     tagged: tuple[str, ...]
     untagged: tuple[str, ...]
     origin: Origin
+    tagged_layers: tuple[int, ...] = ()
+    """The layer each ``tagged`` example was written in (same order); ``untagged_layers`` likewise."""
+    untagged_layers: tuple[int, ...] = ()
+    layer: int = 0
+    matcher_layers: tuple[int, ...] = ()
+    """The layer each matcher was added in (same order as ``matchers`` and ``specs``)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,17 @@ class Policy:
     dependencies: DependencyPolicy = field(default_factory=DependencyPolicy)
     """Which distributions programs may declare and where wheels come from, every layer merged
     (``runtime/environments``). Not in the fingerprint: it does not change how a program is validated."""
+    layer_labels: tuple[str, ...] = ()
+    """One name per layer, for reports: the ``policy.name`` the layer sets, else its path."""
+    layer_grants: tuple[frozenset[str], ...] = ()
+    """What was granted after each layer: an example written in layer ``i`` assumes ``layer_grants[i]``."""
+    grant_origins: Mapping[str, Origin] = field(default_factory=dict)
+    """Where each capability was last granted or denied."""
+    section_examples: tuple[Any, ...] = ()
+    """Examples of the non-rule sections (egress, dependencies), as ``sections.SectionExample``s."""
+    layer_sections: tuple[Mapping[str, Any], ...] = ()
+    """The sections (``egress``, ``dependencies``) as they stood after each layer: an example written in layer
+    ``i`` assumes ``layer_sections[i]``."""
 
     @property
     def layers(self) -> tuple[str, ...]:

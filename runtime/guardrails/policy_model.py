@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
-from sandforge.runtime.egress.config import EgressSection
-from sandforge.runtime.environments.policy import DependenciesSection
+from sandforge.runtime.egress.config import EgressSection as _EgressSectionBase
+from sandforge.runtime.environments.policy import DependenciesSection as _DependenciesSectionBase
 
 Classification = Literal["recoverable", "terminal"]
 
@@ -293,6 +293,60 @@ class PolicyMeta(_Model):
     description: str | None = None
 
 
+# ---------------------------------------------------------------------------------- section examples
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _request_example(value: str) -> str:
+    """``URL`` or ``METHOD URL``: checked when the file loads, so a typo is a problem with its line."""
+    method, _, url = value.strip().partition(" ") if " " in value.strip() else ("GET", "", value.strip())
+    if method.upper() not in _METHODS:
+        raise ValueError(f"{value!r}: expected `URL` or `METHOD URL` (methods: {', '.join(_METHODS)})")
+    if not url.strip().lower().startswith(("http://", "https://")):
+        raise ValueError(f"{value!r}: the URL must start with http:// or https://")
+    return f"{method.upper()} {url.strip()}"
+
+
+RequestExample = Annotated[str, Field(min_length=8, max_length=2048), AfterValidator(_request_example)]
+
+
+class EgressExamples(_Model):
+    """Requests the egress rules must allow and must deny (``URL`` or ``METHOD URL``; GET when no method is
+    given); ``sandforge policy test`` runs them against the effective egress policy, the platform deny list
+    and ``resolve`` included (no DNS lookups: host names not in ``resolve`` are judged by the rules alone)."""
+
+    allow: list[RequestExample] = Field(default_factory=list, description="requests that must be allowed")
+    deny: list[RequestExample] = Field(default_factory=list, description="requests that must be denied")
+
+
+class EgressSection(_EgressSectionBase):
+    """The ``egress:`` section (its model is runtime/egress/config.py's, of the same name), plus its examples."""
+
+    examples: EgressExamples | None = Field(None, description="requests it must allow and deny (`policy test`)")
+
+
+ManifestExample = Annotated[
+    str | list[Annotated[str, Field(min_length=1, max_length=500)]],
+    Field(description="one requirement (`pandas>=2`), a list of them, or a program with a `# /// script` block"),
+]
+
+
+class DependencyExamples(_Model):
+    """Manifests the dependency rules must accept and refuse (declared names only: what they pull in is judged
+    when an environment is built); ``sandforge policy test`` runs them against the effective policy."""
+
+    accept: list[ManifestExample] = Field(default_factory=list, description="manifests that must be accepted")
+    refuse: list[ManifestExample] = Field(default_factory=list, description="manifests that must be refused")
+
+
+class DependenciesSection(_DependenciesSectionBase):
+    """The ``dependencies:`` section (its model is runtime/environments/policy.py's, of the same name), plus its
+    examples."""
+
+    examples: DependencyExamples | None = Field(None, description="manifests it must accept and refuse (`policy test`)")
+
+
 class PolicyFile(_Model):
     """One policy file. Sections apply in this order: capabilities, rules, override, disable, grant, deny,
     limits, egress, dependencies."""
@@ -326,3 +380,101 @@ def policy_json_schema() -> dict[str, Any]:
         **schema,
         "title": "sandforge guardrail policy file",
     }
+
+
+# -------------------------------------------------------------------------------------------- hints
+
+
+def required_fields(model: type[BaseModel]) -> list[str]:
+    """The fields a file must give for ``model`` (by their YAML names), in declaration order."""
+    return [info.alias or name for name, info in model.model_fields.items() if info.is_required()]
+
+
+def _all_models() -> list[type[BaseModel]]:
+    seen: list[type[BaseModel]] = []
+    stack: list[type[BaseModel]] = [PolicyFile]
+    while stack:
+        model = stack.pop()
+        if model in seen:
+            continue
+        seen.append(model)
+        for info in model.model_fields.values():
+            stack.extend(_models_in(info.annotation))
+    return seen
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found.extend(_models_in(arg))
+    for meta in getattr(annotation, "__metadata__", ()) or ():
+        found.extend(_models_in(meta) if isinstance(meta, type) else [])
+    return found
+
+
+_MATCHERS: dict[str, type[BaseModel]] = {
+    cls.model_fields["kind"].annotation.__args__[0]: cls  # type: ignore[union-attr]
+    for cls in (
+        ImportMatch,
+        NameMatch,
+        AttributeMatch,
+        CallMatch,
+        DynamicMatch,
+        DecoratorMatch,
+        DefinitionMatch,
+        UngrantedCapabilityMatch,
+        PluginMatch,
+    )
+}
+
+
+def model_at(path: tuple[str | int, ...], data: Any) -> type[BaseModel] | None:
+    """Which model the mapping at ``path`` (a key path into the file's data) is validated with, where the shape
+    says so: rules, their examples and matchers, capabilities, overrides; None elsewhere."""
+    shape = tuple("#" if isinstance(part, int) else part for part in path)
+    if shape[:2] == ("rules", "#") or (shape[:1] == ("override",) and len(shape) >= 2):
+        rest = shape[2:]
+        if not rest:
+            return RuleSpec if shape[0] == "rules" else RuleOverride
+        if rest == ("examples",):
+            return RuleExamples
+        if rest == ("match",):
+            node = _get(data, path)
+            kind = node.get("kind") if isinstance(node, dict) else None
+            return _MATCHERS.get(kind) if isinstance(kind, str) else None
+    if shape[:1] == ("capabilities",) and len(shape) >= 2:
+        rest = shape[2:]
+        found: dict[tuple[str, ...], type[BaseModel]] = {(): CapabilitySpec, ("examples",): CapabilityExamples}
+        return found.get(rest)
+    return None
+
+
+def _get(data: Any, path: tuple[str | int, ...]) -> Any:
+    for part in path:
+        present = part in data if isinstance(data, dict) else isinstance(data, list) and isinstance(part, int)
+        if not present or (isinstance(data, list) and not 0 <= int(part) < len(data)):
+            return None
+        data = data[part]
+    return data
+
+
+def hint_for(error: Any, path: tuple[str | int, ...], data: Any = None) -> str | None:
+    """A hint for one pydantic error: the required fields of what is missing one, the closest known field for an
+    unknown one, the known kinds for an unknown ``kind``."""
+    import difflib
+
+    kind = error["type"]
+    if kind == "missing":
+        model = model_at(path[:-1], data)
+        if model is not None:
+            return f"required fields here: {', '.join(required_fields(model))}"
+        return None
+    if kind == "extra_forbidden" and path:
+        known = sorted({info.alias or name for model in _all_models() for name, info in model.model_fields.items()})
+        close = difflib.get_close_matches(str(path[-1]), known, n=1, cutoff=0.7)
+        return f"did you mean {close[0]!r}?" if close else None
+    if kind == "union_tag_invalid":
+        return f"kinds: {', '.join(sorted(_MATCHERS))}"
+    return None

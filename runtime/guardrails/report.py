@@ -10,6 +10,7 @@ from typing import Any
 from sandforge.runtime.guardrails.engine import ENGINE_RULES
 from sandforge.runtime.guardrails.policy import ENGINE_VERSION, Policy, Rule
 from sandforge.runtime.guardrails.results import ValidationResult, Violation
+from sandforge.runtime.guardrails.sections import SECTIONS
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL_NAME = "sandforge-guardrails"
@@ -135,7 +136,7 @@ def _sarif_rule(rule_id: str, policy: Policy) -> dict[str, Any]:
 
 
 def known_ids(policy: Policy) -> list[str]:
-    return [rule.id for rule in policy.rules] + list(policy.capabilities) + list(ENGINE_RULES)
+    return [rule.id for rule in policy.rules] + list(policy.capabilities) + list(ENGINE_RULES) + list(SECTIONS)
 
 
 def suggestions(policy: Policy, name: str) -> list[str]:

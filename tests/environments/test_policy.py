@@ -78,8 +78,8 @@ def test_the_published_schema_has_the_section() -> None:
     assert "dependencies" in schema["properties"]
     assert "DependenciesSection" in schema["$defs"]
     assert set(schema["$defs"]["DependenciesSection"]["properties"]) == {
-        "reset", "allow", "block", "source", "wheelhouse", "max_env_mb"
-    }  # fmt: skip
+        "reset", "allow", "block", "source", "wheelhouse", "max_env_mb", "examples"
+    }  # fmt: skip  # examples: manifests `policy test` runs (issue 23)
 
 
 def test_declared_names_are_checked_blocked_first() -> None:
