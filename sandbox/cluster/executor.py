@@ -55,6 +55,18 @@ LOST_NODE_RETRIES = 2
 
 
 @dataclass
+class _Shared:
+    """The process's one Ray connection: which cluster, how many executors use it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    address: str | None = None
+    users: int = 0
+
+
+_SHARED = _Shared()
+
+
+@dataclass
 class _Progress:
     served: int = 0
 
@@ -113,11 +125,14 @@ class RayExecutor:
         self._connected = False
         self._rr = itertools.count()
         self._ray: Any = None
+        self._counted = False
 
     # --- connection and nodes -------------------------------------------------------------------------
 
     def _connect(self) -> Any:
-        """Ray, connected (again, after a lost connection)."""
+        """Ray, connected (again, after a lost connection). One process has one Ray connection: executors
+        of the same cluster share it (a service's tenants each have a Sandbox), and it is closed with the
+        last of them."""
         if self._connected and self._ray is not None and self._ray.is_initialized():
             return self._ray
         try:
@@ -127,6 +142,23 @@ class RayExecutor:
                 "the Ray executor needs Ray: pip install 'sandforge[cluster]'", retriable=False
             ) from None
         self._ray = ray
+        with _SHARED.lock:
+            if not (ray.is_initialized() and _SHARED.address == self.address):
+                if ray.is_initialized() and _SHARED.address is not None:
+                    raise ClusterUnavailable(
+                        f"this process is connected to the Ray cluster at {_SHARED.address}; one cluster per "
+                        f"process (asked for {self.address})", retriable=False,
+                    )  # fmt: skip
+                self._init(ray)
+                _SHARED.address = self.address
+            if not self._counted:
+                _SHARED.users += 1
+                self._counted = True
+        self._connected = True
+        self._nodes, self._refreshed = {}, 0.0
+        return ray
+
+    def _init(self, ray: Any) -> None:
         with contextlib.suppress(Exception):
             ray.shutdown()
         _reload_auth()
@@ -137,7 +169,7 @@ class RayExecutor:
                     address=ray_address(self.address), namespace=NAMESPACE, logging_level=logging.WARNING,
                     log_to_driver=False, configure_logging=False,
                 )  # fmt: skip
-                break
+                return
             except Exception as exc:
                 with contextlib.suppress(Exception):
                     ray.shutdown()
@@ -145,16 +177,16 @@ class RayExecutor:
                     raise ClusterUnavailable(
                         f"cannot connect to the Ray cluster at {self.address}: {_first_line(exc)}"
                     ) from None
-        self._connected = True
-        self._nodes, self._refreshed = {}, 0.0
-        return ray
 
     def _disconnect(self) -> None:
+        """The connection is broken: drop it (for every executor of the process; each reconnects)."""
         self._connected = False
         self._nodes = {}
-        if self._ray is not None:
-            with contextlib.suppress(Exception):
-                self._ray.shutdown()
+        with _SHARED.lock:
+            _SHARED.address = None
+            if self._ray is not None:
+                with contextlib.suppress(Exception):
+                    self._ray.shutdown()
 
     def nodes(self, *, refresh: bool = False) -> list[Node]:
         """The cluster's live sandbox-host nodes (each with its host actor, created on first sight)."""
@@ -352,9 +384,17 @@ class RayExecutor:
         return rows
 
     def close(self) -> None:
-        """Forget the connection (the cluster and its hosts live on for other callers)."""
-        with self._lock:
-            self._disconnect()
+        """Let go of the connection; the last executor of the process closes it (the cluster and its hosts
+        live on for other callers)."""
+        with self._lock, _SHARED.lock:
+            self._connected, self._nodes = False, {}
+            if self._counted:
+                self._counted = False
+                _SHARED.users -= 1
+                if _SHARED.users == 0 and self._ray is not None:
+                    _SHARED.address = None
+                    with contextlib.suppress(Exception):
+                        self._ray.shutdown()
 
 
 def _reload_auth() -> None:

@@ -29,7 +29,7 @@ SPECS = [NodeSpec(backends=("subprocess",)), NodeSpec(backends=("subprocess",)),
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    yield from start_cluster(tmp_path_factory.mktemp("ray"), SPECS)
+    yield from start_cluster(tmp_path_factory.mktemp("state") / "cluster", SPECS)  # `sandforge cluster`'s layout
 
 
 @pytest.fixture(scope="module")
@@ -277,3 +277,29 @@ def test_an_agent_call_and_its_nested_call_run_on_the_cluster_and_commit(sandbox
     finally:
         ws.close()
     assert sum(row["executed"] for row in sandbox._cluster().status()) == executed + 4  # every execution ran there
+
+
+def test_executors_of_one_process_share_the_connection(cluster: LocalCluster, sandbox: Sandbox) -> None:
+    state = cluster.state()
+    assert state is not None
+    with Sandbox(SandboxConfig(cluster=state.address, pool_size=1)) as other:
+        assert other.execute(ExecutionRequest(code="return 7")).value == 7
+    assert sandbox.execute(ExecutionRequest(code="return 8")).value == 8  # closing the other left ours open
+
+
+def test_sandforge_cluster_status_shows_the_nodes(
+    cluster: LocalCluster, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from sandforge.runtime.cli import main
+
+    monkeypatch.setenv("SANDFORGE_STATE_DIR", str(cluster.root.parent))
+    result = CliRunner().invoke(main, ["cluster", "status", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert len(payload["nodes"]) == 3
+    assert all("pools" in row for row in payload["nodes"])
+    text = CliRunner().invoke(main, ["cluster", "status"])
+    assert text.exit_code == 0 and "backends=runc" in text.output and "warm: subprocess" in text.output
+    assert sandbox.execute(ExecutionRequest(code="return 9")).value == 9
