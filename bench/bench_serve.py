@@ -112,6 +112,7 @@ def overhead(root: Path, calls: int) -> dict[str, Any]:
             # CPU per call, immune to the machine's load: the bench process during API calls vs the server process
             # (its event loop, HTTP parsing, JSON, the same host-side sandbox work); workers are not counted
             "api_cpu_ms_per_call": api_cpu * 1000 / calls, "server_cpu_ms_per_call": server_cpu * 1000 / calls,
+            "added_cpu_ms_per_call": (server_cpu - api_cpu) * 1000 / calls,
             "load_average": list(os.getloadavg())}  # fmt: skip
 
 

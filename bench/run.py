@@ -18,6 +18,7 @@ from typing import Any
 
 from bench import loops, report
 from bench.artifact import ArtifactBench, artifact_workload
+from bench.compact import compact
 from bench.stats import Series
 from bench.subjects import (
     Ours,
@@ -45,9 +46,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="tiny setting: few runs, small contexts, 10 programs")
     p.add_argument("--backends", default=",".join(ALL_BACKENDS), help="comma list of our backends to measure")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for latest.json (default bench/results)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="directory for latest.json (default: the user cache's sandforge/bench; bench/results with "
+                        "--write-docs)")  # fmt: skip
     p.add_argument("--plot", type=Path, default=None,
-                   help="PNG path (default docs/bench-latency.png, or OUT/bench-latency.png with --out)")  # fmt: skip
+                   help="PNG path (default OUT/bench-latency.png; docs/bench-latency.png with "
+                        "--write-docs)")  # fmt: skip
     p.add_argument("--peers", choices=("auto", "yes", "no"), default="auto",
                    help="auto: use the peers venv if present (a full run creates it); no: skip peers")  # fmt: skip
     p.add_argument("--floors", choices=("yes", "no"), default="yes", help="measure python3 -I -c and docker run")
@@ -57,8 +61,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=None, help="throughput threads (default 2 x nproc)")
     p.add_argument("--workloads", default=None, help="comma list of workloads (default all)")
     p.add_argument("--no-throughput", action="store_true")
-    p.add_argument("--write-docs", action="store_true", help="put this run's tables into docs/benchmarks.md")
+    p.add_argument("--write-docs", action="store_true",
+                   help="put this run's tables into docs/benchmarks.md and its results into the tracked "
+                        "bench/results/latest.json and docs/bench-latency.png (never written without it)")  # fmt: skip
+    p.add_argument("--full", action="store_true", help="print every table (default: one compact table)")
+    p.add_argument("--json", action="store_true", help="print the run as one JSON object instead of tables")
     return p.parse_args(argv)
+
+
+def default_out() -> Path:
+    """Where a run's results go without --write-docs: outside the repository's tracked files."""
+    import platformdirs
+
+    return Path(os.environ.get("SANDFORGE_CACHE_DIR") or platformdirs.user_cache_dir("sandforge")) / "bench"
+
+
+def tracked(path: Path) -> bool:
+    """Whether git tracks ``path`` in this repository (no git, or outside it: not tracked)."""
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), "ls-files", "--error-unmatch", str(path.resolve())],
+                              capture_output=True, timeout=20, check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def outputs(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The results directory and plot path of this run; refuses (exit 2) to overwrite a tracked file without
+    --write-docs."""
+    out_dir: Path = args.out or (DEFAULT_OUT if args.write_docs else default_out())
+    default_plot = DEFAULT_PLOT if out_dir.resolve() == DEFAULT_OUT.resolve() else out_dir / "bench-latency.png"
+    plot_path: Path = args.plot or default_plot
+    if not args.write_docs:
+        for path in (out_dir / "latest.json", plot_path):
+            if tracked(path):
+                raise SystemExit(f"error: {path} is tracked by git; pass --write-docs to overwrite it "
+                                 "(or choose another --out/--plot)")
+    return out_dir, plot_path
 
 
 class _FewPerLogger(logging.Filter):
@@ -176,16 +215,25 @@ def main(argv: list[str] | None = None) -> int:
         seconds=args.seconds or (1.0 if quick else 10.0),
         concurrency=args.concurrency or 2 * (os.cpu_count() or 1),
     )
-    out_dir: Path = args.out
-    default_plot = DEFAULT_PLOT if out_dir.resolve() == DEFAULT_OUT.resolve() else out_dir / "bench-latency.png"
-    plot_path: Path = args.plot or default_plot
+    try:
+        out_dir, plot_path = outputs(args)
+    except SystemExit as exc:
+        print(exc.code, file=sys.stderr)
+        return 2
+
+    from sandforge.runtime.cli.progress import Steps, interactive
+
+    shown = Steps("sandforge bench").__enter__() if interactive() else None  # a spinner on a terminal
 
     def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
+        if shown is not None:
+            shown.step(msg.strip())
+        else:
+            print(msg, file=sys.stderr, flush=True)
 
     _configure_logging()
     started = time.monotonic()
-    meta = {"started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), **machine()}
+    meta = {"started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"), **machine()}
     log(f"sandforge bench ({'quick' if quick else 'full'}) on {meta['nproc']} cores, kernel {meta['kernel']}")
     validator = Validator()
     if validator.unavailable:
@@ -219,13 +267,18 @@ def main(argv: list[str] | None = None) -> int:
             art_bench.close()
         for s in [*subjects_ours, *others]:
             s.close()
+        if shown is not None:
+            shown.__exit__(None, None, None)
 
     targets = report.evaluate(run)
     run["targets"] = [t.as_dict() for t in targets]
     run["meta"]["bench_seconds"] = round(time.monotonic() - started, 1)
     run["meta"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     json_path = _write(run, out_dir, plot_path, log)
-    print(render(run, targets))
+    if args.json:
+        print(json.dumps(run))
+    else:
+        print(render(run, targets) if args.full else compact(run, targets))
     if args.write_docs:
         report.write_docs(REPO / "docs" / "benchmarks.md", run, targets)
     log(f"results: {json_path}  plot: {plot_path}  ({run['meta']['bench_seconds']} s)")

@@ -40,10 +40,10 @@ class FileIOError(SandforgeError):
     """A file sandforge must write or lock could not be: disk full, read-only file system, permissions.
 
     The original file is left as it was. A distinct exit status, so a script can tell "the program
-    failed" (1) from "the result could not be saved" (5).
+    failed" (1) or "a limit ended it" (5) from "the result could not be saved" (7): runtime/cli/exits.py.
     """
 
-    exit_code = 5
+    exit_code = 7
 
 
 class InputFileError(UsageError):

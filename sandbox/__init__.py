@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from sandforge.sandbox.backends.base import Backend, Worker
@@ -105,6 +106,7 @@ class Sandbox:
             environment = check_mount(request.environment) if request.environment is not None else None
         except EnvironmentRefused as exc:
             return ExecutionOutcome.failure(ErrorType.INVALID_REQUEST, str(exc), retriable=False, backend=name)
+        asked = time.monotonic()
         try:
             worker = self._acquire(name, request.limits, environment)
         except SandboxUnavailable as exc:
@@ -115,7 +117,11 @@ class Sandbox:
                 outcome.protections = exc.verified
                 outcome.metadata["protections_missing"] = list(exc.missing)
         else:
+            acquired = time.monotonic()
             outcome = self._run(worker, request, bridge, environment)
+            # how the sandbox was had (telemetry, issue 21): cold when it started after it was asked for
+            outcome.metadata["sandbox_acquire_s"] = round(acquired - asked, 6)
+            outcome.metadata["sandbox_start"] = "cold" if worker.created_at >= asked else "warm"
         if waived := self.config.waived_protections:
             outcome.metadata["protections_waived"] = list(waived)  # a weaker wall is never silent
         return outcome

@@ -93,13 +93,15 @@ class SandboxConfig(BaseModel):
             raise SandboxConfigError(str(exc).splitlines()[0]) from exc
         if "DOCKER_HOST" in env:
             values["docker_base_url"] = env["DOCKER_HOST"]
+        from_env = {k: f"SANDFORGE_{k.upper()}" for k in values if k not in overrides and k != "docker_base_url"}
         values.update(overrides)
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"])
-            raise SandboxConfigError(f"invalid sandbox setting {where}: {err['msg']}") from exc
+            variable = from_env.get(str(err["loc"][0])) if err["loc"] else None  # name what the user set
+            raise SandboxConfigError(f"invalid {variable or 'sandbox setting ' + where}: {err['msg']}") from exc
 
 
 def _env_int(name: str) -> int:

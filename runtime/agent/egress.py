@@ -90,9 +90,13 @@ def _forget(key: int, _gone: object) -> None:
             del _brokers[key]
 
 
-def _failure(kind: str, message: str, reason: str) -> bytes:
+def _failure(kind: str, message: str, reason: str) -> dict[str, Any]:
     failure = FetchFailure.model_validate({"kind": kind, "message": message[:4096], "reason": reason[:100]})
-    return FetchReply(error=failure).model_dump_json().encode()
+    return FetchReply(error=failure).model_dump()
+
+
+def _json(reply: Mapping[str, Any]) -> bytes:
+    return FetchReply.model_validate(reply).model_dump_json().encode()
 
 
 class ExecutionEgress:
@@ -118,15 +122,33 @@ class ExecutionEgress:
         body: bytes | None = None
         try:
             if isinstance(self._broker, str):
-                reply = self._refuse(request, self._broker, "egress_denied")
+                reply = _json(self._refuse(request, self._broker, "egress_denied"))
             elif raw_body:
                 reply, body = self._session_for(deadline, self._broker).handle_parts(request)
             else:
                 reply = self._session_for(deadline, self._broker).handle(request)
         except Exception:  # a broker bug: the program gets a typed failure, the exchange goes on
             log.exception("the egress broker failed")
-            reply, body = self._refuse(request, "the host failed to broker the request", "network_error"), None
+            reply, body = _json(self._refuse(request, "the host failed to broker the request", "network_error")), None
         self._note(reply)
+        return reply, body
+
+    def egress_request(self, request: Mapping[str, Any], deadline: float) -> tuple[dict[str, Any], bytes | None]:
+        """:meth:`egress_parts` for a request the exchange already parsed (the program's frame is decoded
+        once): the ``FetchReply`` as a mapping, the body apart (``EgressSession.handle_request``)."""
+        body: bytes | None = None
+        try:
+            if isinstance(self._broker, str):
+                reply = self._refuse(request, self._broker, "egress_denied")
+            else:
+                reply, body = self._session_for(deadline, self._broker).handle_request(request)
+        except Exception:  # a broker bug: the program gets a typed failure, the exchange goes on
+            log.exception("the egress broker failed")
+            reply, body = self._refuse(request, "the host failed to broker the request", "network_error"), None
+        error = reply.get("error")
+        if isinstance(error, Mapping) and isinstance(error.get("kind"), str):
+            with self._lock:
+                self._replied.add(error["kind"])
         return reply, body
 
     def _session_for(self, deadline: float, broker: EgressBroker) -> EgressSession:
@@ -136,11 +158,14 @@ class ExecutionEgress:
                 self._session = broker.session(deadline=limit)
             return self._session
 
-    def _refuse(self, request: bytes, why: str, kind: str) -> bytes:
+    def _refuse(self, request: bytes | Mapping[str, Any], why: str, kind: str) -> dict[str, Any]:
         from sandforge.runtime.egress.broker import EgressRecord
 
         try:
-            asked = FetchRequest.model_validate_json(request)
+            if isinstance(request, Mapping):
+                asked = FetchRequest.model_validate(request)
+            else:
+                asked = FetchRequest.model_validate_json(request)
         except ValidationError:
             return _failure("invalid_fetch", "malformed fetch request", "wire")
         method, url = asked.method.upper()[:16], _scrub(asked.url)
@@ -184,9 +209,18 @@ class ExecutionEgress:
         with self._lock:
             self._nested.extend(entries[: max(0, MAX_NESTED_SOURCES - len(self._nested))])
 
+    def close(self) -> None:
+        """The execution ended: its session's kept-alive connections are closed."""
+        with self._lock:
+            session = self._session
+        if session is not None:
+            session.close()
+
     def attach(self, outcome: ExecutionOutcome) -> ExecutionOutcome:
         """The outcome with this execution's provenance in ``metadata["egress"]`` (when it fetched), and an
-        egress error type the host never replied turned into what it is: the program's own exception."""
+        egress error type the host never replied turned into what it is: the program's own exception. The
+        execution is over: its kept-alive connections are closed."""
+        self.close()
         records = self.records
         if records:
             outcome.metadata["egress"] = [record.model_dump(mode="json") for record in records]
@@ -243,3 +277,6 @@ class StandaloneBridge:
 
     def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
         return self.fetches.egress_parts(request, deadline)
+
+    def egress_request(self, request: Mapping[str, Any], deadline: float) -> tuple[dict[str, Any], bytes | None]:
+        return self.fetches.egress_request(request, deadline)

@@ -10,12 +10,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
+from sandforge.runtime.agent import observe
 from sandforge.runtime.agent.bounds import INVALID_TOOL_CALL, NestedCallSpec, json_problem, nested_call_spec
 from sandforge.runtime.agent.calllog import bounded
 from sandforge.runtime.agent.contracts import InvalidContract, check_contract
@@ -25,6 +27,7 @@ from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.state import ToolContract, Transaction
 from sandforge.runtime.agent.trace_budget import Stop, TraceMeter
 from sandforge.runtime.gate import Approval, execute_approved
+from sandforge.runtime.telemetry import current as telemetry
 from sandforge.sandbox import BridgeReply, ErrorType, ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.exchange import serving_deadline
 from sandforge.sandbox.protocol import CallFrame, DeclareFrame, EnvironmentMount
@@ -33,6 +36,8 @@ if TYPE_CHECKING:
     from sandforge.runtime.egress.broker import EgressBroker
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Runs a nested call to completion inside ``scope`` (the lifecycle's own loop, for a child call).
 NestedRunner = Callable[[CallSpec, Transaction], Outcome]
@@ -81,15 +86,13 @@ class Executor:
         # the exchange hands each fetch the execution's deadline (the trace's budget and a parent's included)
         self.fetches = ExecutionEgress(self.egress_broker())
         bridge = AttemptBridge(self, txn, self.fetches)
-        try:
-            outcome = execute_approved(self.env.sandbox, request, approval, backend=self.env.backend, bridge=bridge)
-        except Exception as exc:  # Sandbox.execute promises not to raise; a backend import error still can
-            log.exception("sandbox failed")
-            outcome = ExecutionOutcome.failure(
-                ErrorType.SANDBOX_UNAVAILABLE, f"the sandbox could not run: {type(exc).__name__}: {exc}",
-                retriable=False, backend=self.env.backend or "",
-            )  # fmt: skip
-        outcome = bridge.fetches.attach(outcome)  # provenance, and no egress error the host never replied
+        tel = telemetry()
+        with observe.stage(tel, "execute", {"sandforge.backend": self.env.backend}) as span:
+            started_ns = time.time_ns()
+            outcome = self._run(request, approval, bridge)
+            observe.executed(tel, span, started_ns=started_ns, backend=outcome.backend, ok=outcome.ok,
+                             error_type=outcome.error_type.value if outcome.error_type else None,
+                             duration_s=outcome.duration_s, metadata=outcome.metadata)  # fmt: skip
         self.sandbox_seconds += outcome.duration_s
         waited = outcome.metadata.get("bridge_s")
         self.bridge_seconds += waited if isinstance(waited, (int, float)) else 0.0
@@ -98,6 +101,17 @@ class Executor:
         if by_trace and outcome.error_type is ErrorType.TIMEOUT:
             self.trace_stop = self.meter.wall_exhausted()
         return outcome
+
+    def _run(self, request: ExecutionRequest, approval: Approval, bridge: AttemptBridge) -> ExecutionOutcome:
+        try:
+            outcome = execute_approved(self.env.sandbox, request, approval, backend=self.env.backend, bridge=bridge)
+        except Exception as exc:  # Sandbox.execute promises not to raise; a backend import error still can
+            log.exception("sandbox failed")
+            outcome = ExecutionOutcome.failure(
+                ErrorType.SANDBOX_UNAVAILABLE, f"the sandbox could not run: {type(exc).__name__}: {exc}",
+                retriable=False, backend=self.env.backend or "",
+            )  # fmt: skip
+        return bridge.fetches.attach(outcome)  # provenance, and no egress error the host never replied
 
     def egress_broker(self) -> EgressBroker | str:
         """The broker this call's executions fetch through, or why they may not fetch (checked per execution:
@@ -195,8 +209,26 @@ class AttemptBridge:
 
     def egress(self, request: bytes, deadline: float) -> bytes:
         """A fetch of the running program (a ``FetchRequest`` as JSON), brokered under the call's policy."""
-        return self.fetches.egress(request, deadline)
+        return self._traced(lambda: self.fetches.egress(request, deadline))
 
     def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
         """:meth:`egress` with the response's body as raw bytes (the exchange prefers it: no base64)."""
-        return self.fetches.egress_parts(request, deadline)
+        return self._traced(lambda: self.fetches.egress_parts(request, deadline))
+
+    def egress_request(self, request: Mapping[str, Any], deadline: float) -> tuple[dict[str, Any], bytes | None]:
+        """:meth:`egress_parts` on the frame the exchange already parsed (the exchange prefers it)."""
+        return self._traced(lambda: self.fetches.egress_request(request, deadline))
+
+    def _traced(self, fetch: Callable[[], T]) -> T:
+        """One fetch, as a client span when telemetry is on (every egress entry point goes through here)."""
+        tel = telemetry()
+        if not tel.enabled:
+            return fetch()
+        with observe.egress_span(tel) as span:
+            answer = fetch()
+            observe.egress_ended(tel, span, self._last_record())
+        return answer
+
+    def _last_record(self) -> dict[str, Any] | None:
+        records = self.fetches.records  # a program's fetches are one at a time: the last one is this one
+        return records[-1].model_dump(mode="json") if records else None

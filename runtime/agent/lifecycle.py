@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sandforge.runtime.agent import observe
 from sandforge.runtime.agent.attempt import Attempt
 from sandforge.runtime.agent.calllog import now_utc
 from sandforge.runtime.agent.contracts import ContractViolation, check_deliverable
@@ -45,6 +46,7 @@ from sandforge.runtime.gate import Approval, approve
 from sandforge.runtime.guardrails import ValidationResult
 from sandforge.runtime.guardrails.dependencies import judge_imports, undeclared_violation
 from sandforge.runtime.providers.base import InvalidProviderOutput, ProviderError
+from sandforge.runtime.telemetry import current as telemetry
 from sandforge.sandbox import EnvironmentMount, ExecutionOutcome
 
 __all__ = ["GUARDRAIL_EXHAUSTED_MESSAGE", "NORMALIZATION_POLICY", "CallEnv", "CallRun", "CallSpec"]
@@ -93,7 +95,10 @@ class CallRun:
 
     def run(self) -> Outcome:
         started, clock = now_utc(), time.monotonic()
-        outcome = self._loop()
+        tel = telemetry()
+        with observe.call_span(tel, self.spec) as span:
+            outcome = self._loop()
+            observe.call_ended(tel, span, self.spec, outcome)
         record = self.recorder.record(outcome, started, time.monotonic() - clock)
         if self.parent_txn is not None:
             self.parent_txn.stage_record(record, self.at.candidate, self.seam.plan)
@@ -230,7 +235,9 @@ class CallRun:
             self._rollback(txn)
             return self.lanes.generation_failure(self.at, "invalid_code", "invalid_code", problem, code)
         try:
-            result, approval = approve(code, self.env.policy, adjust=self._judge_imports(manifest))
+            with observe.stage(telemetry(), "validate") as span:
+                result, approval = approve(code, self.env.policy, adjust=self._judge_imports(manifest))
+                observe.validated(span, result)
         except Exception as exc:
             log.exception("guardrail validation failed")
             self._rollback(txn)
@@ -258,8 +265,9 @@ class CallRun:
             return self._answer(self.lanes.contract_violation(self.at, violation, approval.code))
         if execution.ok:
             assert execution.context_snapshot is not None
-            txn.set_context(self.spec.role, execution.context_snapshot)  # unchanged keys keep their bytes
-            txn.commit()
+            with observe.stage(telemetry(), "commit"):
+                txn.set_context(self.spec.role, execution.context_snapshot)  # unchanged keys keep their bytes
+                txn.commit()
             return self.recorder.ok(execution)
         self._rollback(txn)
         if self.executor.trace_stop is not None:

@@ -10,12 +10,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from sandforge.runtime.agent import observe
 from sandforge.runtime.agent.attempt import Attempt
 from sandforge.runtime.agent.calllog import AttemptFailure
 from sandforge.runtime.agent.env import CallEnv, CallSpec
 from sandforge.runtime.agent.source import ProgramCandidate, ProgramPlan, ProgramStore, PromptExtras
 from sandforge.runtime.agent.trace_budget import BudgetStop, TraceMeter
 from sandforge.runtime.providers.base import GenerationRequest, RepairContext
+from sandforge.runtime.telemetry import current as telemetry
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,12 @@ class ProgramSeam:
             raise BudgetStop(stop)
         request = request.model_copy(update={"time_budget_s": self.meter.time_left(self.spec.call_deadline)})
         self.provider_calls += 1
-        candidate = ProgramCandidate.from_generated(self.env.provider.generate(request))
+        model = getattr(self.env.provider, "model", None)
+        with observe.generation(telemetry(), self.env.provider_name, model if isinstance(model, str) else None) as span:
+            program = self.env.provider.generate(request)
+            observe.generated(span, model=program.model, input_tokens=program.input_tokens,
+                              output_tokens=program.output_tokens, repair=repair is not None)  # fmt: skip
+        candidate = ProgramCandidate.from_generated(program)
         if repair is not None:
             candidate = candidate.model_copy(update={"source": "repaired"})
         return candidate

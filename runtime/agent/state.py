@@ -15,7 +15,7 @@ re-encoded or re-decoded between calls.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +36,21 @@ class StagedRecord:
     plan: ProgramPlan | None = None
 
 
+class CommitConflict(Exception):
+    """A top-level attempt would overwrite a context another call committed after this attempt read it
+    (``runtime.agent.callgate``): nothing was committed; the call runs again."""
+
+    def __init__(self, roles: list[str]) -> None:
+        super().__init__(f"the context of {', '.join(roles)} changed while the call ran")
+        self.roles = roles
+
+
 class State:
-    """What is committed: each role's context and the tool registry. Guarded by one lock."""
+    """What is committed: each role's context and the tool registry. Guarded by one lock.
+
+    ``versions`` counts the commits of each role's context; a top-level transaction remembers the version of
+    each context it read and commits only if those it writes are unchanged (:class:`CommitConflict`), unless
+    its thread is ``unchecked`` (a call running alone after a conflict)."""
 
     def __init__(
         self,
@@ -48,9 +61,22 @@ class State:
         #: role -> key -> (the key's text, its prompt preview): previews are made once per text, not per call
         self.previews: dict[str, dict[str, tuple[bytes, str]]] = {}
         self.tools: dict[str, ToolContract] = {}
+        self.versions: dict[str, int] = {}
+        self.unchecked = threading.local()
         self.lock = threading.RLock()
         self._on_records = on_records
         self._on_tools = on_tools
+
+    def changed(self, roles: Iterable[str]) -> None:
+        """Count a commit of each of ``roles``' contexts (the caller holds ``lock``)."""
+        for role in roles:
+            self.versions[role] = self.versions.get(role, 0) + 1
+
+    def conflicts(self, written: Iterable[str], bases: dict[str, int]) -> list[str]:
+        """Roles among ``written`` committed since they were read at version ``bases[role]`` (caller holds ``lock``)."""
+        if getattr(self.unchecked, "on", False):
+            return []
+        return [r for r in written if r in bases and self.versions.get(r, 0) != bases[r]]
 
     def emit(self, staged: list[StagedRecord]) -> None:
         if staged:
@@ -70,6 +96,8 @@ class Transaction:
     tools: dict[str, ToolContract] = field(default_factory=dict)
     records: list[StagedRecord] = field(default_factory=list)
     closed: bool = False
+    #: top-level transactions: the version of each committed context read (checked at commit)
+    bases: dict[str, int] = field(default_factory=dict)
 
     # --- reads (fall through to the parent, then to the committed state) ---
 
@@ -79,6 +107,7 @@ class Transaction:
         if self.parent is not None:
             return self.parent._visible_context(role)
         with self.state.lock:
+            self.bases.setdefault(role, self.state.versions.get(role, 0))
             return self.state.contexts.get(role)
 
     def snapshot(self, role: str) -> ContextSnapshot:
@@ -125,7 +154,8 @@ class Transaction:
     # --- end of the attempt ---
 
     def commit(self) -> None:
-        """Merge everything staged one level up: the parent attempt, or the committed state."""
+        """Merge everything staged one level up: the parent attempt, or the committed state (CommitConflict,
+        with nothing kept, when a context this top-level attempt writes changed since it read it)."""
         self._check_open()
         self.closed = True
         if self.parent is not None:
@@ -134,7 +164,13 @@ class Transaction:
             self.parent.records.extend(self.records)
             return
         with self.state.lock:
+            conflicts = self.state.conflicts(self.contexts, self.bases)
+            if conflicts:  # nothing is kept: the call runs again (runtime.agent.callgate)
+                self.closed = False
+                self.rollback()
+                raise CommitConflict(conflicts)
             self.state.contexts.update(self.contexts)
+            self.state.changed(self.contexts)
             self.state.tools.update(self.tools)
         self.state.emit_tools(self.tools)
         self.state.emit(self.records)

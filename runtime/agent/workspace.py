@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -12,6 +11,7 @@ from pydantic import JsonValue
 
 from sandforge.runtime.agent.bounds import check_arguments
 from sandforge.runtime.agent.budgets import Budgets
+from sandforge.runtime.agent.callgate import CallGate
 from sandforge.runtime.agent.calllog import STORE_FIELDS, CallLog, CallRecord, default_log_path
 from sandforge.runtime.agent.env import CallEnv, CallSpec
 from sandforge.runtime.agent.environment import Environments
@@ -19,7 +19,7 @@ from sandforge.runtime.agent.lifecycle import CallRun
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.persistence import ToolStoreSource
 from sandforge.runtime.agent.source import ProgramStore
-from sandforge.runtime.agent.state import StagedRecord, State, ToolContract
+from sandforge.runtime.agent.state import CommitConflict, StagedRecord, State, ToolContract
 from sandforge.runtime.agent.trace_budget import TraceBudget
 from sandforge.runtime.guardrails import Policy, default_policy
 from sandforge.runtime.providers.base import Provider
@@ -56,7 +56,8 @@ def as_snapshot(context: dict[str, Any], what: str) -> ContextSnapshot:
 
 
 class Workspace:
-    """Holds what agents share and runs their calls. Thread-safe; calls into one workspace are serialized.
+    """Holds what agents share and runs their calls. Thread-safe: calls of different roles run at once, calls
+    of one role in turn, and a commit never loses another call's update (``runtime/agent/callgate.py``).
 
     Agents are made by ``Agent.for_role(role, workspace=ws)``; a call sees only the :class:`CallEnv`
     the workspace gives it (:meth:`call_env`), never the workspace itself.
@@ -114,7 +115,7 @@ class Workspace:
         else:
             self.log = CallLog(default_log_path() if log is None else Path(log))
         self._state = State(self._commit_records, self._commit_tools)
-        self._call_lock = threading.RLock()
+        self._gate = CallGate()  # calls of different roles at once, one role's in turn (runtime/agent/callgate.py)
 
     @property
     def tool_store(self) -> ToolStore | None:
@@ -146,9 +147,24 @@ class Workspace:
         check_arguments(list(args), dict(kwargs))  # before json: a lone surrogate passes json.dumps
         call_args = as_json(list(args), "call arguments")
         call_kwargs = as_json(dict(kwargs), "call keyword arguments")
-        with self._call_lock:
-            spec = CallSpec(role=role, method=method, args=call_args, kwargs=call_kwargs)
+        spec = CallSpec(role=role, method=method, args=call_args, kwargs=call_kwargs)
+        with self._gate.shared(role):
+            try:
+                return CallRun.top(self.call_env(), spec).run()
+            except CommitConflict as exc:
+                log.info("call %s.%s runs again: %s", role, method, exc)
+                if self._gate.nested:  # a call made inside a call cannot wait for the gate it holds itself
+                    return self._run_unchecked(spec)
+        with self._gate.exclusive():
+            return self._run_unchecked(spec)
+
+    def _run_unchecked(self, spec: CallSpec) -> Outcome:
+        """Run ``spec`` again, its commit unchecked: the gate is exclusive (or this thread already holds it)."""
+        self._state.unchecked.on = True
+        try:
             return CallRun.top(self.call_env(), spec).run()
+        finally:
+            self._state.unchecked.on = False
 
     # --- committed state ---
 
@@ -170,12 +186,14 @@ class Workspace:
         snapshot = as_snapshot(context, "the context")
         with self._state.lock:
             self._state.contexts[role] = snapshot
+            self._state.changed([role])
 
     def update_context(self, role: str, key: str, value: Any) -> None:
         change = as_snapshot({key: value}, f"context value {key!r}")
         with self._state.lock:
             current = self._state.contexts.get(role) or ContextSnapshot()
             self._state.contexts[role] = current.with_changes(change)
+            self._state.changed([role])
 
     def delete_context(self, role: str, key: str) -> None:
         with self._state.lock:
@@ -183,6 +201,7 @@ class Workspace:
             if key not in current:
                 raise KeyError(key)
             self._state.contexts[role] = current.with_changes({}, [key])
+            self._state.changed([role])
 
     @property
     def tools(self) -> dict[str, ToolContract]:

@@ -3,24 +3,51 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import click
 
 from sandforge.runtime.cli.common import SandforgeGroup
+from sandforge.runtime.cli.settings import CONFIG_ENV, apply_config, load_config
+
+#: Log lines carry RFC 3339 UTC timestamps, like every JSON output.
+LOG_FORMAT = "%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s"
+LOG_DATEFMT = "%Y-%m-%dT%H:%M:%S"
 
 
-@click.group(cls=SandforgeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def configure_logging(verbose: int) -> None:
+    formatter = logging.Formatter(LOG_FORMAT, LOG_DATEFMT)
+    formatter.converter = time.gmtime
+    handler = logging.StreamHandler()
+    handler.setFormatter(formatter)
+    logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2), handlers=[handler])
+
+
+@click.group(cls=SandforgeGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.version_option(package_name="sandforge", message="sandforge %(version)s")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
-def main(verbose: int) -> None:
+@click.option("--config", "config_path", envvar=CONFIG_ENV, default=None, metavar="FILE", show_default=False,
+              help="Settings file (default: sandforge.toml, or [tool.sandforge] in pyproject.toml, from the "
+                   "current directory up). Flags and SANDFORGE_* variables win over it.")  # fmt: skip
+@click.pass_context
+def main(ctx: click.Context, verbose: int, config_path: str | None) -> None:
     """sandforge: run LLM-generated tools in disposable sandboxes, validated first, committed on success."""
-    level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(verbose)
+    found = load_config(config_path)
+    if found is not None:
+        path, table = found
+        ctx.meta["sandforge.config"] = (path, apply_config(path, table))
+    from sandforge.runtime import telemetry
+
+    ctx.call_on_close(telemetry.flush)  # spans of a short command are exported before it exits
 
 
 def _register() -> None:
     from sandforge.runtime.cli import (
+        bench_cmd,
         chat_cmd,
         cleanup_cmd,
+        config_cmd,
         demo_cmd,
         doctor_cmd,
         envs_cmd,
@@ -42,6 +69,9 @@ def _register() -> None:
     main.add_command(serve_cmd.command)
     main.add_command(tokens_cmd.command)
     main.add_command(mcp_cmd.command)
+    main.add_command(config_cmd.command)
+    if bench_cmd.available():  # a source checkout (an installed wheel has no harness to run)
+        main.add_command(bench_cmd.command)
     from sandforge.runtime.cli import cluster_cmd, deploy_cmd  # issue 22
 
     main.add_command(cluster_cmd.command)

@@ -21,6 +21,7 @@ import click
 from sandforge.runtime.agent import Agent, Outcome, Workspace
 from sandforge.runtime.agent.calllog import CallLog
 from sandforge.runtime.cli.logs_cmd import failure_text, format_record, tree_order
+from sandforge.runtime.cli.output import emit_json
 from sandforge.runtime.errors import UsageError
 from sandforge.runtime.providers import ScriptedProvider
 from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, Provider
@@ -106,8 +107,22 @@ def _probe(sandbox: Sandbox, backend: str) -> None:
         )
 
 
-def run_demo(provider: Provider, backend: str, log_path: Path, *, live: bool) -> None:
-    echo = click.echo
+def _stderr(message: str = "") -> None:
+    click.echo(message, err=True)
+
+
+def outcome_json(outcome: Outcome) -> dict[str, Any]:
+    """One call of the demo under ``--json``: what it returned and how many attempts it took."""
+    meta = outcome.metadata
+    return {"status": outcome.status, "value": outcome.value, "error_type": outcome.error_type,
+            "error_message": outcome.error_message, "attempts": meta.get("attempts"),
+            "provider_calls": meta.get("provider_calls"), "call_id": meta.get("call_id")}  # fmt: skip
+
+
+def run_demo(provider: Provider, backend: str, log_path: Path, *, live: bool, as_json: bool = False) -> None:
+    """The calculator walk-through; under ``as_json`` the narrative goes to stderr and one JSON summary to stdout."""
+    echo = _stderr if as_json else click.echo
+    summary: list[dict[str, Any]] = []
     sandbox = Sandbox(SandboxConfig.from_env(backend=backend, pool_size=1))
     try:
         _probe(sandbox, backend)
@@ -138,6 +153,7 @@ def run_demo(provider: Provider, backend: str, log_path: Path, *, live: bool) ->
             if not live:
                 echo(f"   ({why})")
             outcome = getattr(calc, method)(*args)
+            summary.append({"step": number, "method": method, "args": args, **outcome_json(outcome)})
             for line in _describe(outcome):
                 echo(line)
             used = counting.calls - before
@@ -157,6 +173,9 @@ def run_demo(provider: Provider, backend: str, log_path: Path, *, live: bool) ->
             for line in format_record(record):
                 echo("  " + line)
         echo(f"\ndone in {time.monotonic() - started:.2f}s")
+        if as_json:
+            emit_json({"backend": backend, "calls": summary, "context": calc.context, "call_log": str(log_path),
+                       "records": len(records), "seconds": round(time.monotonic() - started, 3)})  # fmt: skip
     finally:
         sandbox.close()
 
@@ -174,14 +193,15 @@ def run_demo(provider: Provider, backend: str, log_path: Path, *, live: bool) ->
 @click.option("--store", "store_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="--news: the ToolStore directory (default: <state dir>/demo-news, kept across runs).")  # fmt: skip
 @click.option("--fresh", is_flag=True, help="--news: forget the tools earlier runs stored first.")
+@click.option("--json", "as_json", is_flag=True, help="Narrative on stderr, one JSON summary on stdout.")
 def command(backend: str, live: bool, model: str | None, log_path: Path | None, news: bool,
-            store_dir: Path | None, fresh: bool) -> None:  # fmt: skip
+            store_dir: Path | None, fresh: bool, as_json: bool) -> None:  # fmt: skip
     """Run a calculator agent through the lifecycle: guardrail recovery, rollback, state, nested calls.
 
     With --news: an assistant reads Google News, Yahoo News and NYT feeds served on loopback, through the
     host's egress broker, and forges tools that a second run reuses without a model call."""
     if news:
-        _news(backend, live=live, log_path=log_path, store_dir=store_dir, fresh=fresh)
+        _news(backend, live=live, log_path=log_path, store_dir=store_dir, fresh=fresh, as_json=as_json)
         return
     if store_dir is not None or fresh:
         raise UsageError("--store and --fresh belong to --news", hint="sandforge demo --news --fresh")
@@ -196,10 +216,11 @@ def command(backend: str, live: bool, model: str | None, log_path: Path | None, 
         provider = ScriptedProvider(DEMO_PROGRAMS)
     if log_path is None:
         log_path = Path(tempfile.mkdtemp(prefix="sandforge-demo-")) / "calls.jsonl"
-    run_demo(provider, backend, log_path, live=live)
+    run_demo(provider, backend, log_path, live=live, as_json=as_json)
 
 
-def _news(backend: str, *, live: bool, log_path: Path | None, store_dir: Path | None, fresh: bool) -> None:
+def _news(backend: str, *, live: bool, log_path: Path | None, store_dir: Path | None, fresh: bool,
+          as_json: bool = False) -> None:  # fmt: skip
     from sandforge.runtime.cli.news_demo import default_store_dir, reset_store, run_news_demo
 
     if live:
@@ -214,6 +235,10 @@ def _news(backend: str, *, live: bool, log_path: Path | None, store_dir: Path | 
     sandbox = Sandbox(SandboxConfig.from_env(backend=backend, pool_size=1))
     try:
         _probe(sandbox, backend)
-        run_news_demo(sandbox, store, echo=click.echo)
+        run = run_news_demo(sandbox, store, echo=_stderr if as_json else click.echo)
+        if as_json:
+            questions = [{"question": s.question, **outcome_json(s.outcome)} for s in run.steps]
+            emit_json({"backend": backend, "store": str(store), "model_calls": run.model_calls, "served": run.served,
+                       "tools": run.tools, "questions": questions})  # fmt: skip
     finally:
         sandbox.close()

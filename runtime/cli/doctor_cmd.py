@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
+from sandforge.runtime.cli.exits import Exit
 from sandforge.sandbox import BACKENDS, ExecutionRequest, Sandbox, SandboxConfig
 from sandforge.sandbox.backends.subprocess_backend import rootless
-from sandforge.sandbox.config import SandboxConfigError
 
 PROBE = "context['probe'] = sum(range(10))\nreturn 'ok'"
 
@@ -58,14 +58,11 @@ def command(backends: tuple[str, ...], as_json: bool) -> None:
     """Probe backends with a real execution and show which protections are active.
 
     Exit status: with --backend, 0 only when every requested backend works; without, 0 when the
-    configured default backend works; 1 otherwise; 2 for a malformed SANDFORGE_* setting. A backend
-    works only with every required protection verified (see SANDFORGE_ALLOW_MISSING_PROTECTIONS).
+    configured default backend works; 6 (sandbox unavailable) otherwise; 2 for a malformed SANDFORGE_*
+    setting. A backend works only with every required protection verified (see
+    SANDFORGE_ALLOW_MISSING_PROTECTIONS). The cold figure includes the sandbox's start.
     """
-    try:
-        config = SandboxConfig.from_env()
-    except SandboxConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+    config = SandboxConfig.from_env()  # a malformed setting: SandboxConfigError, exit 2 (JSON under --json)
     reports = [probe_backend(name, config) for name in (backends or BACKENDS)]
     waived = list(config.waived_protections)
     if as_json:
@@ -90,4 +87,4 @@ def command(backends: tuple[str, ...], as_json: bool) -> None:
         failed = [r for r in reports if not r["works"]]
     else:
         failed = [r for r in reports if r["backend"] == config.backend and not r["works"]]
-    sys.exit(1 if failed else 0)
+    sys.exit(Exit.UNAVAILABLE if failed else Exit.OK)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.cli.common import load_policy_option, policy_options
+from sandforge.runtime.cli.exits import for_outcome
 from sandforge.runtime.cli.logs_cmd import egress_line
 from sandforge.runtime.errors import InputFileMissing, UsageError
 from sandforge.runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
@@ -84,15 +85,30 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -
     )
 
 
+def read_program(file: Path, limit: int) -> bytes:
+    """The program: FILE, or standard input for ``-`` (bounded like a file)."""
+    if str(file) != "-":
+        return read_user_file(file, limit=limit, what="program")
+    data = sys.stdin.buffer.read(limit + 1)
+    if len(data) > limit:
+        raise UsageError(f"the program on standard input is larger than {limit} bytes")
+    return data
+
+
+#: A field of the limits or the request, as the flag that sets it (messages name what the user typed).
+FLAGS = {"timeout_s": "--timeout", "memory_mb": "--memory", "args": "--args", "kwargs": "--kwargs",
+         "context": "--context", "code": "FILE"}  # fmt: skip
+
+
 @click.command("exec")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
 @click.option("--backend", type=click.Choice(BACKENDS), default=None, help="Default: SANDFORGE_BACKEND or subprocess.")
 @click.option("--context", "context_path", type=click.Path(dir_okay=False, path_type=Path), help="JSON object file.")
 @click.option("--commit", is_flag=True, help="Write the new context back to --context (atomically, only on ok).")
 @click.option("--args", "args_json", default="[]", help="Positional arguments as a JSON array.")
 @click.option("--kwargs", "kwargs_json", default="{}", help="Keyword arguments as a JSON object.")
-@click.option("--timeout", type=float, default=None, help="Wall-clock limit in seconds.")
-@click.option("--memory", type=int, default=None, help="Memory limit in MB.")
+@click.option("--timeout", type=float, default=None, help="Wall-clock limit in seconds.  [default: 5]")
+@click.option("--memory", type=int, default=None, help="Memory limit in MB.  [default: 256]")
 @policy_options()
 @click.option("--cluster", default=None, help="Run on this Ray cluster (ray://HOST:PORT); default: SANDFORGE_CLUSTER.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -110,10 +126,13 @@ def command(
     cluster: str | None,
     as_json: bool,
 ) -> None:
-    """Validate FILE (a tool program body) with the policy, run it in a fresh sandbox, print the outcome.
+    """Validate FILE (a tool program body; - reads standard input) with the policy, run it in a fresh
+    sandbox, print the outcome.
 
-    Exit status: 0 ok, 1 error outcome (or a result over the message limit), 2 usage error or a refused
-    input file, 5 the context could not be written or locked (the file is left as it was).
+    Exit status: 0 ok; 1 the program failed (or a result over the message limit); 2 usage error or a refused
+    input file; 3 rejected by the policy, recoverable; 4 rejected by the policy, terminal; 5 a timeout or
+    resource limit ended it; 6 the sandbox is unavailable; 7 the context could not be written or locked (the
+    file is left as it was); 130 interrupted.
     """
     if commit and context_path is None:
         raise UsageError("--commit needs --context FILE to write to")
@@ -130,7 +149,7 @@ def command(
     except ValidationError as exc:
         raise _invalid(exc) from None
     bound = limits.max_message_bytes
-    code = read_user_file(file, limit=bound, what="program")
+    code = read_program(file, bound)
     args = _json_arg(args_json, "--args", list)
     kwargs = _json_arg(kwargs_json, "--kwargs", dict)
     policy = load_policy_option(policies, no_default)
@@ -155,9 +174,12 @@ def command(
         click.echo(encode_compact(exec_result(outcome), limit=output_limit(limits), what="the outcome"))
     else:
         _print_text(outcome, committed, bound)
-    sys.exit(0 if outcome.ok else 1)
+    error_type = outcome.error_type.value if outcome.error_type else None
+    sys.exit(for_outcome(outcome.ok, error_type, outcome.metadata.get("verdict")))
 
 
 def _invalid(exc: ValidationError) -> UsageError:
     err = exc.errors()[0]
-    return UsageError(f"invalid {'.'.join(str(p) for p in err['loc'])}: {one_line(str(err['msg']))}")
+    field = str(err["loc"][0]) if err["loc"] else ""
+    where = FLAGS.get(field) or ".".join(str(p) for p in err["loc"])
+    return UsageError(f"invalid {where}: {one_line(str(err['msg']))}")

@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from sandforge.runtime.cli.output import emit_json
+from sandforge.runtime.cli.progress import Steps
 from sandforge.runtime.errors import SandforgeError
 from sandforge.sandbox import SandboxConfig
 from sandforge.sandbox.errors import SandboxUnavailable
@@ -31,7 +33,8 @@ def command() -> None:
 @click.option("--force", is_flag=True, help="Rebuild the image even if the expected tag is present.")
 @click.option("--refresh-base", is_flag=True, help="Also re-run debootstrap for the base rootfs (slow).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the tag.")
-def build_cmd(force: bool, refresh_base: bool, quiet: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (progress stays on stderr).")
+def build_cmd(force: bool, refresh_base: bool, quiet: bool, as_json: bool) -> None:
     """Build the image for this runner version (idempotent: does nothing when it is present).
 
     debootstrap (Debian bookworm, minbase + python3) from the mirror apt uses, cached under
@@ -41,11 +44,15 @@ def build_cmd(force: bool, refresh_base: bool, quiet: bool) -> None:
 
     config = SandboxConfig.from_env()
     client = _client(config)
-    progress = (lambda _msg: None) if quiet else (lambda msg: click.echo(f"  {msg}", err=True))
-    try:
-        result = image.build(client, config.image, force=force, refresh_base=refresh_base, progress=progress)
-    except image.ImageBuildError as exc:
-        raise SandforgeError(f"image build failed: {exc}") from exc
+    with Steps("image build", quiet=quiet) as shown:
+        try:
+            result = image.build(client, config.image, force=force, refresh_base=refresh_base, progress=shown.step)
+        except image.ImageBuildError as exc:
+            raise SandforgeError(f"image build failed: {exc}") from exc
+    if as_json:
+        emit_json({"tag": result.tag, "built": result.built, "seconds": round(result.seconds, 3),
+                   "steps": {k: round(v, 3) for k, v in result.steps.items()}})  # fmt: skip
+        return
     if quiet:
         click.echo(result.tag)
         return

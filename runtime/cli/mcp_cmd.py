@@ -9,43 +9,44 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sandforge.runtime.cli.common import load_policy_option, policy_options
-from sandforge.runtime.errors import UsageError
-from sandforge.runtime.providers.base import Provider
+from sandforge.runtime.errors import ConfigError, UsageError
 from sandforge.runtime.state_dir import resolve_state_dir
 from sandforge.sandbox import BACKENDS, Limits, SandboxConfig
 
+if TYPE_CHECKING:
+    from sandforge.runtime.service.tenants import ProviderConfig
 
-def _provider(kind: str | None, programs: Path | None) -> Provider | None:
+#: The tenant a stdio server started from flags serves (its name only shows in logs).
+STDIO_TENANT = "local"
+
+
+def _provider(kind: str | None, programs: Path | None) -> ProviderConfig:
     """``none`` runs only healthy stored tools; ``scripted`` replays --programs; ``anthropic`` needs a key."""
+    from sandforge.runtime.service.tenants import ProviderConfig
+
     if kind is None:
         kind = "scripted" if programs else ("anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "none")
-    if kind == "none":
-        return None
-    if kind == "scripted":
-        if programs is None:
-            raise UsageError("--provider scripted needs --programs FILE")
-        from sandforge.runtime.providers import ScriptedProvider
-
-        return ScriptedProvider(programs)
-    if not os.environ.get("ANTHROPIC_API_KEY"):
+    if kind == "scripted" and programs is None:
+        raise UsageError("--provider scripted needs --programs FILE")
+    if kind == "anthropic" and not os.environ.get("ANTHROPIC_API_KEY"):
         raise UsageError("--provider anthropic needs ANTHROPIC_API_KEY")
-    from sandforge.runtime.providers import AnthropicProvider
-
-    return AnthropicProvider()
+    return ProviderConfig(kind=kind, programs=programs if kind == "scripted" else None)
 
 
-def _limits(backend: str | None, timeout: float | None, memory: int | None) -> Limits:
+def _caps(backend: str | None, timeout: float | None, memory: int | None) -> tuple[float, int]:
+    """The largest limits a request may ask for: the flags, else the sandbox's defaults."""
     base = SandboxConfig.from_env(**({"backend": backend} if backend else {})).limits
-    overrides = {k: v for k, v in (("timeout_s", timeout), ("memory_mb", memory)) if v is not None}
     try:
-        return Limits(**{**base.model_dump(), **overrides})
+        limits = Limits(**{**base.model_dump(), "timeout_s": timeout or base.timeout_s,
+                           "memory_mb": memory or base.memory_mb})  # fmt: skip
     except ValueError as exc:
         raise UsageError(f"invalid limits: {str(exc).splitlines()[0]}") from None
+    return limits.timeout_s, limits.memory_mb
 
 
 @click.command("mcp")
@@ -74,18 +75,20 @@ def command(**options: Any) -> None:
     if options["config_path"] is not None or options["tenant"] is not None:
         _serve_configured(options["config_path"], options["tenant"], name)
         return
-    from sandforge.runtime.service.mcp import McpTenant, TenantMCP, TenantRuntime
+    from sandforge.runtime.service.mcp import TenantMCP
+    from sandforge.runtime.service.tenants import standalone_tenant
 
     backend = options["backend"]
-    tenant = McpTenant(
-        name=name,
-        state_dir=resolve_state_dir(options["state_dir"]),
-        policy=load_policy_option(options["policies"], options["no_default"]),
-        provider=_provider(options["provider_kind"], options["programs"]),
-        backend=backend,
-        limits=_limits(backend, options["timeout"], options["memory"]),
-    )
-    runtime = TenantRuntime(tenant)
+    policy = load_policy_option(options["policies"], options["no_default"])  # one-line errors before serving
+    max_timeout, max_memory = _caps(backend, options["timeout"], options["memory"])
+    try:
+        runtime = standalone_tenant(
+            STDIO_TENANT, resolve_state_dir(options["state_dir"]), policy=policy,
+            provider=_provider(options["provider_kind"], options["programs"]), backend=backend,
+            max_timeout_s=max_timeout, max_memory_mb=max_memory,
+        )  # fmt: skip
+    except ConfigError as exc:
+        raise UsageError(str(exc).removeprefix("tenant: ")) from None
     try:
         TenantMCP(runtime, name=name).run("stdio")
     finally:
@@ -96,12 +99,11 @@ def _serve_configured(config_path: Path | None, tenant: str | None, name: str) -
     if config_path is None or tenant is None:
         raise UsageError("--config and --tenant go together")
     from sandforge.runtime.service.mcp import TenantMCP
-    from sandforge.runtime.service.mcp.http import ServiceTenant
     from sandforge.runtime.service.tenants import TenantRuntimes, load_server_config
 
     runtimes = TenantRuntimes(load_server_config(config_path))
     try:
         runtime = runtimes.get(tenant)  # ConfigError (one line) for an unknown tenant
-        TenantMCP(ServiceTenant(runtime), name=name).run("stdio")
+        TenantMCP(runtime, name=name).run("stdio")
     finally:
         runtimes.close()

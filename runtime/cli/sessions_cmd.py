@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from sandforge.runtime.cli.output import emit_json
+from sandforge.runtime.cli.output import emit_json, rfc3339
 from sandforge.runtime.sessions import Message, MessageType, SessionInfo, SessionStore, restore_loaded_groups
 
 _state_dir_option = click.option(
@@ -33,13 +33,15 @@ def message_json(m: Message) -> dict[str, Any]:
         "tool_call_id": m.tool_call_id,
         "tool_status": m.tool_status.value if m.tool_status else None,
         "tool_input": m.tool_input,
-        "created_at": m.created_at,
+        "created_at": rfc3339(m.created_at),
         "metadata": m.metadata,
     }
 
 
 def session_json(info: SessionInfo) -> dict[str, Any]:
-    return info.model_dump(mode="json")
+    """A session as ``--json`` prints it: its times in RFC 3339 UTC, like every JSON output."""
+    data = info.model_dump(mode="json")
+    return data | {"created_at": rfc3339(info.created_at), "updated_at": rfc3339(info.updated_at)}
 
 
 def _one_line(text: str, limit: int = 200) -> str:

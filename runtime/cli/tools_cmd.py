@@ -337,13 +337,19 @@ def history_cmd(ctx: click.Context, role: str, method: str, as_json: bool) -> No
 @click.argument("role")
 @click.argument("method")
 @click.option("--to", "to", type=click.IntRange(min=1), default=None, help="Generation to restore (default: previous).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 @_io_errors
-def rollback_cmd(ctx: click.Context, role: str, method: str, to: int | None) -> None:
+def rollback_cmd(ctx: click.Context, role: str, method: str, to: int | None, as_json: bool) -> None:
     """Make an earlier retained generation current again (reversible: roll back again to undo)."""
     store = _store(ctx)
     before = store.history(role, method)
     restored = store.rollback(role, method, to=to)
+    if as_json:
+        _emit_json({"role": role, "method": method, "from_generation": before[0].generation,
+                    "to_generation": restored.generation,
+                    "artifact": restored.model_dump(mode="json", exclude={"code"})})  # fmt: skip
+        return
     click.echo(f"{role}.{method}: generation {before[0].generation} -> {restored.generation}")
 
 

@@ -20,8 +20,9 @@ pay for the HTTP client, TLS and the thread pools.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sandforge.runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sandforge.runtime.egress.addresses import Verdict, classify, denied_reason
@@ -90,10 +91,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, {name: f".{module}" for name, module in _MODULE_OF.items()})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import dataclasses
 import functools
 import ipaddress
 import json
@@ -19,6 +20,7 @@ import socket
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ from sandforge.runtime.egress.errors import (
     NetworkError,
 )
 from sandforge.runtime.egress.rules import compile_allow, match_rule
-from sandforge.runtime.egress.transport import Outgoing, exchange
+from sandforge.runtime.egress.transport import ConnectionPool, Outgoing, exchange
 from sandforge.runtime.egress.urls import Target, join, parse_url
 from sandforge.runtime.egress.wire import FetchFailure, FetchReply, FetchRequest, FetchResponse
 from sandforge.runtime.errors import ConfigError
@@ -133,6 +135,23 @@ class EgressRecord(BaseModel):
     redirects: list[str] = Field(default_factory=list, description="each hop's URL after the first")
 
 
+@dataclasses.dataclass(slots=True)
+class _Draft:
+    """An `EgressRecord` while its request runs (plain attributes: a pydantic model checks every assignment);
+    `EgressRecord.model_construct` takes its fields once the request ended."""
+
+    method: str
+    url: str
+    final_url: str | None = None
+    status: int | None = None
+    bytes: int = 0
+    duration_ms: float = 0.0
+    rule: str | None = None
+    denied: str | None = None
+    error: str | None = None
+    redirects: list[str] = dataclasses.field(default_factory=list)
+
+
 def _scrub(url: str) -> str:
     """A URL for a record when it could not be parsed: userinfo removed, bounded."""
     url = re.sub(r"(?<=//)[^/?#@]*@", "", url)
@@ -223,6 +242,15 @@ class EgressSession:
         self._total_bytes = 0
         self._records: list[EgressRecord] = []
         self._secrets: set[str] = set()
+        #: Kept-alive connections of this execution only (see `transport`); closed with the session, or
+        #: when it is collected.
+        self._pool = ConnectionPool()
+        weakref.finalize(self, self._pool.close)
+
+    def close(self) -> None:
+        """Close the session's idle connections (the execution ended). Fetching afterwards still works,
+        on connections that are closed after their response."""
+        self._pool.close()
 
     @property
     def records(self) -> list[EgressRecord]:
@@ -255,10 +283,24 @@ class EgressSession:
         response, body = served
         return FetchReply.model_construct(response=response, error=None).model_dump_json().encode(), body
 
-    def _serve(self, frame: bytes | str) -> FetchReply | tuple[FetchResponse, bytes]:
+    def handle_request(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+        """`handle_parts` for a request its caller already parsed (the sandbox's exchange decoded the
+        program's frame once): the same checks on the same fields, and the `FetchReply` as a JSON-ready
+        mapping (``body_b64`` empty) with the body apart. Nothing is encoded to JSON and parsed again on
+        the way. Never raises."""
+        served = self._serve(request)
+        if isinstance(served, FetchReply):
+            return served.model_dump(), None
+        response, body = served
+        return {"response": response.model_dump(), "error": None}, body
+
+    def _serve(self, frame: bytes | str | Mapping[str, Any]) -> FetchReply | tuple[FetchResponse, bytes]:
         """An error reply, or the response and its body."""
         try:
-            request = FetchRequest.model_validate_json(frame)
+            if isinstance(frame, Mapping):
+                request = FetchRequest.model_validate(frame)
+            else:
+                request = FetchRequest.model_validate_json(frame)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
@@ -281,7 +323,7 @@ class EgressSession:
         """`fetch` with the body apart: the response (``body_b64`` empty) and the body's bytes."""
         start = time.monotonic()
         method = request.method.upper()
-        record = EgressRecord(method=method[:16], url=_scrub(request.url))
+        record = _Draft(method=method[:16], url=_scrub(request.url))
         try:
             return self._fetch(request, method, record, start)
         except FetchError as exc:
@@ -296,16 +338,15 @@ class EgressSession:
             record.url = self._redact(record.url)
             record.final_url = self._redact(record.final_url) if record.final_url else None
             record.redirects = [self._redact(url) for url in record.redirects]
+            done = EgressRecord.model_construct(**{name: getattr(record, name) for name in _Draft.__slots__})
             with self._lock:
-                self._records.append(record)
+                self._records.append(done)
             if logger.isEnabledFor(logging.INFO):
-                logger.info("egress %s", json.dumps(record.model_dump(mode="json"), separators=(",", ":")))
+                logger.info("egress %s", json.dumps(done.model_dump(mode="json"), separators=(",", ":")))
 
     # ------------------------------------------------------------------------------------------ steps
 
-    def _fetch(
-        self, request: FetchRequest, method: str, record: EgressRecord, start: float
-    ) -> tuple[FetchResponse, bytes]:
+    def _fetch(self, request: FetchRequest, method: str, record: _Draft, start: float) -> tuple[FetchResponse, bytes]:
         limits = self._broker.policy.limits
         with self._lock:
             if self._requests >= limits.max_requests:
@@ -343,7 +384,7 @@ class EgressSession:
             outgoing = Outgoing(
                 target=target, method=method, headers=sent, body=body, deadline=deadline, cap=cap, cap_what=cap_what
             )
-            raw = exchange(outgoing, verdicts, self._broker._ssl)
+            raw = exchange(outgoing, verdicts, self._broker._ssl, self._pool)
             location = next((v for k, v in raw.headers if k.lower() == "location"), None)
             if raw.status in REDIRECTS and location is not None:
                 hops += 1
@@ -432,7 +473,6 @@ class EgressSession:
         if "accept" not in names:
             sent.append(("Accept", "*/*"))
         sent.append(("Accept-Encoding", "gzip, deflate"))
-        sent.append(("Connection", "close"))
         if body is not None:
             sent.append(("Content-Length", str(len(body))))
         sent.extend((item.header, item.value) for item in injected)

@@ -6,6 +6,12 @@ The request is written with the standard library's `http.client` on that socket,
 variables and opens no connection of its own. A watchdog thread shuts the socket at the deadline, so a
 server that drips bytes (headers or body) cannot hold a request past its timeout; bodies are capped as they
 arrive and again after decompression (a gzip bomb stops at the cap).
+
+Connections are kept alive within one execution's session (`ConnectionPool`): a connection is keyed by
+everything its use was checked against (scheme, the host name TLS verified and ``Host`` names, port, and the
+checked address it is connected to), and is handed out only for a request whose own checks (allow rule,
+resolution, address verdicts: all made again for every request and hop) just returned that same address. So
+reuse skips a TCP (and TLS) handshake, never a decision; a connection never outlives its session.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import contextlib
 import heapq
 import http.client
 import itertools
+import select
 import socket
 import ssl
 import threading
@@ -22,11 +29,19 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sandforge.runtime.egress.addresses import Verdict
+from sandforge.runtime.egress.addresses import IPAddress, Verdict
 from sandforge.runtime.egress.errors import EgressLimit, NetworkError
 from sandforge.runtime.egress.urls import Target
 
 READ_CHUNK = 64 * 1024
+#: Methods whose request may go on a kept-alive connection, and be sent again on a fresh one when the server
+#: had closed it meanwhile (idempotent: RFC 9110 9.2.2). Other methods always get a new connection.
+REUSABLE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+#: Idle connections one session keeps, and for how long.
+MAX_IDLE = 8
+IDLE_S = 15.0
+#: What a kept-alive connection that the server closed while idle fails with, before any response.
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
 @dataclass(order=True)
@@ -103,7 +118,8 @@ class _PinnedConnection(http.client.HTTPConnection):
         raise NetworkError("internal: the pinned connection has no socket", reason="internal")
 
 
-def _connect(target: Target, verdicts: Sequence[Verdict], timeout: float) -> socket.socket:
+def _connect(target: Target, verdicts: Sequence[Verdict], timeout: float) -> tuple[socket.socket, IPAddress]:
+    """A socket connected to the first reachable checked address, and that address."""
     last: OSError | None = None
     for verdict in verdicts:
         address = verdict.connect
@@ -113,7 +129,7 @@ def _connect(target: Target, verdicts: Sequence[Verdict], timeout: float) -> soc
             sock.settimeout(timeout)
             sock.connect((str(address), target.port))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return sock
+            return sock, address
         except OSError as exc:
             sock.close()
             last = exc
@@ -121,6 +137,76 @@ def _connect(target: Target, verdicts: Sequence[Verdict], timeout: float) -> soc
     if isinstance(last, TimeoutError | socket.timeout):
         what = "timed out"
     raise NetworkError(f"cannot connect to {target.authority}: {what}", reason="connect")
+
+
+#: scheme, host name (what TLS verified), port, the checked address the connection is connected to.
+PoolKey = tuple[str, str, int, IPAddress]
+
+
+def pool_key(target: Target, address: IPAddress) -> PoolKey:
+    return (target.scheme, target.host, target.port, address)
+
+
+class ConnectionPool:
+    """One session's idle kept-alive connections (at most `MAX_IDLE`, each idle at most `IDLE_S`). Its lock
+    is held for a dictionary operation only, never during a request: fetches of a session run at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[PoolKey, list[tuple[float, _PinnedConnection]]] = {}
+        self._count = 0
+        self._closed = False
+
+    def take(self, key: PoolKey) -> _PinnedConnection | None:
+        """An idle connection for `key` that the server has not closed, or None."""
+        while True:
+            with self._lock:
+                held = self._idle.get(key)
+                if not held:
+                    return None
+                since, conn = held.pop()
+                self._count -= 1
+            if time.monotonic() - since <= IDLE_S and not _dropped(conn.sock):
+                return conn
+            conn.close()
+
+    def give(self, key: PoolKey, conn: _PinnedConnection) -> None:
+        """Keep `conn` for the next request with the same key (closed instead when the pool is full or closed)."""
+        with self._lock:
+            if not self._closed and self._count < MAX_IDLE:
+                self._idle.setdefault(key, []).append((time.monotonic(), conn))
+                self._count += 1
+                return
+        conn.close()
+
+    def close(self) -> None:
+        """Close every idle connection; connections given back afterwards are closed at once."""
+        with self._lock:
+            self._closed = True
+            held = [conn for conns in self._idle.values() for _, conn in conns]
+            self._idle.clear()
+            self._count = 0
+        for conn in held:
+            conn.close()
+
+    @property
+    def idle(self) -> int:
+        return self._count
+
+
+def _dropped(sock: socket.socket | None) -> bool:
+    """An idle connection is unusable when it is gone or readable: the server closed it (EOF) or sent
+    something unasked, which must not be read as the next request's response."""
+    if sock is None:
+        return True
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():  # decrypted bytes waiting that poll cannot see
+        return True
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,24 +224,77 @@ class Outgoing:
     read_body: bool = True
 
 
-def exchange(request: Outgoing, verdicts: Sequence[Verdict], ssl_context: ssl.SSLContext) -> RawResponse:
-    """Connect to the first reachable checked address, send one request, read the response (the body
-    only when `read_body`), decoded and within `cap` bytes. Raises NetworkError / EgressLimit."""
+def exchange(
+    request: Outgoing, verdicts: Sequence[Verdict], ssl_context: ssl.SSLContext, pool: ConnectionPool | None = None
+) -> RawResponse:
+    """Send one request to a checked address and read the response (the body only when `read_body`),
+    decoded and within `cap` bytes. Raises NetworkError / EgressLimit.
+
+    With a `pool`, an idempotent request first goes on an idle connection to one of `verdicts`' addresses
+    (in their order), and a connection whose response ended cleanly is given back to it; a kept-alive
+    connection the server closed meanwhile is dropped and the request sent on a new one."""
     target = request.target
+    if pool is not None and request.method in REUSABLE_METHODS:
+        for verdict in verdicts:
+            key = pool_key(target, verdict.connect)
+            conn = pool.take(key)
+            if conn is not None:
+                try:
+                    return _on(conn, key, request, pool, reused=True)
+                except _StaleConnection:
+                    break
     remaining = request.deadline - time.monotonic()
     if remaining <= 0:
         raise NetworkError(f"{target.url}: timed out before connecting", reason="timeout")
-    sock = _connect(target, verdicts, remaining)
-    watch = WATCHDOG.arm(sock, request.deadline)
-    try:
-        if target.scheme == "https":
+    sock, address = _connect(target, verdicts, remaining)
+    if target.scheme == "https":
+        watch = WATCHDOG.arm(sock, request.deadline)
+        try:
             sock = _wrap_tls(sock, target, ssl_context, watch)
-            watch.sock = sock
-        return _converse(sock, request, watch)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                sock.close()
+            raise
+        finally:
+            Watchdog.disarm(watch)
+    conn = _PinnedConnection(sock, target, remaining)
+    return _on(conn, pool_key(target, address), request, pool, reused=False)
+
+
+class _StaleConnection(Exception):
+    """A kept-alive connection failed before any response: the server had closed it."""
+
+
+def _on(
+    conn: _PinnedConnection, key: PoolKey, request: Outgoing, pool: ConnectionPool | None, *, reused: bool
+) -> RawResponse:
+    """One request on `conn`, bounded by the request's deadline; `conn` goes back to `pool` if its response
+    ended cleanly, else it is closed."""
+    target = request.target
+    sock = conn.sock
+    assert sock is not None
+    watch = WATCHDOG.arm(sock, request.deadline)
+    keep = False
+    try:
+        sock.settimeout(max(0.001, request.deadline - time.monotonic()))
+        raw, keep = _send_and_receive(conn, request, watch)
+        return raw
+    except (EgressLimit, NetworkError):
+        raise
+    except _STALE as exc:
+        if reused and not watch.fired:
+            raise _StaleConnection from exc
+        raise NetworkError(f"{target.url}: {_describe(exc)}", reason="protocol") from None
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        if watch.fired or isinstance(exc, TimeoutError | socket.timeout):
+            raise NetworkError(f"{target.url}: timed out", reason="timeout") from None
+        raise NetworkError(f"{target.url}: {_describe(exc)}", reason="protocol") from None
     finally:
         Watchdog.disarm(watch)
-        with contextlib.suppress(OSError):
-            sock.close()
+        if keep and pool is not None and not watch.fired:
+            pool.give(key, conn)
+        else:
+            conn.close()
 
 
 def _wrap_tls(sock: socket.socket, target: Target, ssl_context: ssl.SSLContext, watch: _Watch) -> ssl.SSLSocket:
@@ -172,40 +311,46 @@ def _wrap_tls(sock: socket.socket, target: Target, ssl_context: ssl.SSLContext, 
         raise NetworkError(f"TLS with {target.authority} failed: {exc}", reason="tls") from None
 
 
-def _converse(sock: socket.socket, request: Outgoing, watch: _Watch) -> RawResponse:
-    """The request and its response on the connected socket; failures become NetworkError."""
-    target = request.target
-    conn = _PinnedConnection(sock, target, request.deadline - time.monotonic())
-    try:
-        return _send_and_receive(conn, request, watch)
-    except (EgressLimit, NetworkError):
-        raise
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        if watch.fired or isinstance(exc, TimeoutError | socket.timeout):
-            raise NetworkError(f"{target.url}: timed out", reason="timeout") from None
-        raise NetworkError(f"{target.url}: {_describe(exc)}", reason="protocol") from None
-    finally:
-        conn.close()
-
-
-def _send_and_receive(conn: _PinnedConnection, request: Outgoing, watch: _Watch) -> RawResponse:
+def _send_and_receive(conn: _PinnedConnection, request: Outgoing, watch: _Watch) -> tuple[RawResponse, bool]:
+    """The response, and whether the connection may carry another request (the response ended cleanly
+    and the server keeps the connection open)."""
     target = request.target
     conn.putrequest(request.method, target.request_target, skip_host=True, skip_accept_encoding=True)
     for name, value in request.headers:
         conn.putheader(name, value)
     conn.endheaders(request.body)
+    _quick_ack(conn.sock)
     response = conn.getresponse()
     status, reason = response.status, response.reason
     raw_headers = [(k, v) for k, v in response.getheaders()]
-    if not request.read_body or request.method == "HEAD":
-        return RawResponse(status, reason, raw_headers, b"", 0)
+    if request.method == "HEAD":
+        response.read()  # no body: ends the response
+        return RawResponse(status, reason, raw_headers, b"", 0), _clean(response)
+    if not request.read_body:
+        return RawResponse(status, reason, raw_headers, b"", 0), False
     encoding = (response.getheader("content-encoding") or "").strip().lower()
     decoded, wire = _read_body(response, encoding, request)
     if watch.fired:  # the watchdog shut the socket: what arrived is a prefix, not the body
         raise NetworkError(f"{target.url}: timed out", reason="timeout")
     if response.length:  # http.client returns b"" at an early EOF of a Content-Length body
         raise NetworkError(f"{target.url}: {_describe(http.client.IncompleteRead(b''))}", reason="protocol")
-    return RawResponse(status, reason, raw_headers, decoded, wire)
+    return RawResponse(status, reason, raw_headers, decoded, wire), _clean(response)
+
+
+def _quick_ack(sock: socket.socket | None) -> None:
+    """Acknowledge the response's segments at once. On a kept-alive connection Linux delays ACKs (its
+    request/response heuristic); a server that writes headers and body apart without TCP_NODELAY (Python's
+    http.server does) then holds the body back until that delayed ACK: 40 ms per request. Leaving that mode
+    after each request costs one setsockopt."""
+    quickack = getattr(socket, "TCP_QUICKACK", None)
+    if sock is not None and quickack is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
+
+
+def _clean(response: http.client.HTTPResponse) -> bool:
+    """The response was read to its end and the server did not ask to close the connection."""
+    return response.isclosed() and not response.will_close
 
 
 def _describe(exc: BaseException) -> str:

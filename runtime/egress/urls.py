@@ -76,9 +76,25 @@ def _invalid(url: str, why: str) -> InvalidFetch:
     return InvalidFetch(f"invalid URL {shown!r}: {why}", reason="invalid_url")
 
 
+#: URLs without params whose `Target` is kept (a pure function of the text: a program fetching the same
+#: URL again gets the same normalisation without computing it again; refusals are never kept).
+PARSED_CACHE = 256
+
+
 def parse_url(url: str, params: dict[str, str | list[str]] | None = None) -> Target:
     """Normalise `url` (with `params` appended to its query). Raises `InvalidFetch` for what is not a
     URL, `EgressDenied` for what is refused on principle (userinfo, other schemes)."""
+    if not params and isinstance(url, str):
+        return _parse_plain(url)
+    return _parse(url, params)
+
+
+@functools.lru_cache(maxsize=PARSED_CACHE)
+def _parse_plain(url: str) -> Target:
+    return _parse(url, None)
+
+
+def _parse(url: str, params: dict[str, str | list[str]] | None) -> Target:
     if not isinstance(url, str) or not url:
         raise InvalidFetch("a URL must be a non-empty string", reason="invalid_url")
     if len(url) > MAX_URL_CHARS:

@@ -3,7 +3,7 @@
 Every write goes to a temp file in the target's directory (created 0600, ``O_EXCL|O_NOFOLLOW``), is
 fsynced, renamed over the target, and the directory is fsynced. Any ``OSError`` (ENOSPC, EROFS, EACCES,
 EDQUOT, ...) removes the temp file, leaves the original untouched and becomes one :class:`FileIOError`
-line (exit 5).
+line (exit 7).
 
 - *user files* (``write_user_file``: a committed ``--context``): a symlink is written **through** to its
   target (resolved once; the link stays a link), and an existing target keeps its mode and owner. New

@@ -10,8 +10,9 @@ the anthropic SDK.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sandforge.runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sandforge.runtime.providers.anthropic_provider import AnthropicProvider
@@ -63,14 +64,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, {name: f".{home}" for name, home in _HOMES.items()})

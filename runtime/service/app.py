@@ -19,17 +19,14 @@ import anyio
 import anyio.to_thread
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.errors import SandforgeError
-from sandforge.runtime.gate import guarded_execute
-from sandforge.runtime.guardrails.engine import validate
+from sandforge.runtime.guardrails.checking import check_program
 from sandforge.runtime.service import calls as call_log_reader
-from sandforge.runtime.service import sessions_api
-from sandforge.runtime.service.audit import AuditLog
+from sandforge.runtime.service import exec_route, sessions_api
+from sandforge.runtime.service.audit import AuditLog, note
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, first_error, mark
 from sandforge.runtime.service.gate import Gatekeeper
 from sandforge.runtime.service.mcp.http import McpEndpoint
@@ -43,8 +40,7 @@ from sandforge.runtime.service.models import (
     exec_result,
 )
 from sandforge.runtime.service.quotas import seconds_to_utc_midnight
-from sandforge.runtime.service.tenants import ServerConfig, TenantRuntime, TenantRuntimes
-from sandforge.sandbox import ExecutionOutcome, ExecutionRequest
+from sandforge.runtime.service.tenants import ServerConfig, TenantRuntimes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,40 +78,19 @@ def _install_handlers(app: FastAPI, service: Service) -> None:
         return service.error(500, "internal_error", "internal error (see the server log)")
 
 
-def _check_limits(rt: TenantRuntime, body: ExecRequest) -> None:
-    quotas = rt.config.quotas
-    if body.timeout_s is not None and body.timeout_s > quotas.max_timeout_s:
-        raise ApiError(422, "limit_exceeded", f"timeout_s is over this tenant's maximum ({quotas.max_timeout_s:g} s)")
-    if body.memory_mb is not None and body.memory_mb > quotas.max_memory_mb:
-        raise ApiError(422, "limit_exceeded", f"memory_mb is over this tenant's maximum ({quotas.max_memory_mb} MB)")
-
-
 def _exec_routes(app: FastAPI, service: Service) -> None:
     @app.post("/v1/exec", response_model=ExecResult, responses=ERRORS, tags=["execution"])
-    async def run_exec(body: ExecRequest, rt: Tenant, request: Request) -> JSONResponse:
+    async def run_exec(body: ExecRequest, rt: Tenant, request: Request) -> Response:
         """One program: validated by the tenant's policy, run in a fresh sandbox (``sandforge exec --json``)."""
-        _check_limits(rt, body)
-        try:
-            limits = rt.limits(timeout_s=body.timeout_s, memory_mb=body.memory_mb)
-            req = ExecutionRequest(code=body.code, context=body.context, args=body.args, kwargs=body.kwargs,
-                                   limits=limits)  # fmt: skip
-        except ValidationError as exc:
-            raise ApiError(422, "invalid_request", first_error(exc)) from None
-        policy, sandbox = rt.policy, rt.sandbox
-
-        def run() -> ExecutionOutcome:
-            bridge = StandaloneBridge.of(policy)  # fetches brokered under the tenant's egress rules, as exec does
-            outcome, _ = guarded_execute(sandbox, req, policy=policy, backend=body.backend, bridge=bridge)
-            return bridge.fetches.attach(outcome)
-
-        outcome = await service.execute(rt, run)
-        mark(request, "ok" if outcome.ok else (outcome.error_type.value if outcome.error_type else "error"))
-        return JSONResponse(service.scrub(exec_result(outcome)))
+        outcome = await exec_route.run_exec(service, rt, body)
+        mark(request, exec_route.outcome_word(outcome))
+        return Response(service.scrub.json_bytes(exec_result(outcome)), media_type="application/json")
 
     @app.post("/v1/agents/{role}/{method}", responses=ERRORS, tags=["agents"])
     async def call_agent(role: str, method: str, body: AgentCallRequest, rt: Tenant, request: Request) -> JSONResponse:
         """A dynamic call ``role.method(*args, **kwargs)`` through the full lifecycle with the tenant's provider,
         ToolStore and policy. Returns the ``Outcome`` (failures of the tool are outcomes, not HTTP errors)."""
+        note(request.scope.get("state"), tool_role=role, tool_method=method)
         if rt.config.provider.kind != "none" and rt.provider_calls.exhausted:
             wait = seconds_to_utc_midnight()
             raise ApiError(429, "quota_exceeded", "provider call quota reached for today", {"Retry-After": str(wait)})
@@ -128,6 +103,7 @@ def _exec_routes(app: FastAPI, service: Service) -> None:
             outcome = await service.execute(rt, call)
         except (TypeError, ValueError) as exc:
             raise ApiError(422, "invalid_request", str(exc).splitlines()[0] if str(exc) else "invalid call") from None
+        await service.store_changed(rt.name)
         mark(request, "ok" if outcome["status"] == "ok" else outcome.get("error_type") or "error")
         return JSONResponse(service.scrub(outcome))
 
@@ -135,9 +111,10 @@ def _exec_routes(app: FastAPI, service: Service) -> None:
     async def policy_check(body: PolicyCheckRequest, rt: Tenant, request: Request) -> JSONResponse:
         """The ``sandforge policy check --format json`` report of a program under the tenant's policy."""
         policy = rt.policy
-        result = await service.blocking(lambda: validate(body.code, policy))
-        mark(request, result.verdict)
-        return JSONResponse(service.scrub(result.model_dump(mode="json")))
+        checked = await service.blocking(lambda: check_program(body.code, policy))
+        mark(request, checked.result.verdict)
+        extra = {"declared": list(checked.declared), "pending_imports": list(checked.pending)}
+        return JSONResponse(service.scrub({**checked.result.model_dump(mode="json"), **extra}))
 
 
 def _store_routes(app: FastAPI, service: Service) -> None:
@@ -253,6 +230,7 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
         description="Run LLM-generated tool programs in disposable sandboxes, per tenant. See docs/serve.md.",
     )  # fmt: skip
     gate = Gatekeeper(app, runtimes, audit)
+    gate.direct[("POST", "/v1/exec")] = exec_route.ExecFastPath(service)
     app.state.service = service
     app.state.gate = gate
     _install_handlers(app, service)
@@ -272,5 +250,7 @@ async def shutdown(service: Service) -> None:
     grace = service.config.shutdown_grace_s + longest + 5.0
     if not await service.wait_idle(grace):
         log.warning("%d executions still running at shutdown", service.in_flight)
+    service.pool.shutdown(wait=False, cancel_futures=True)
     await anyio.to_thread.run_sync(service.runtimes.close)
     await anyio.to_thread.run_sync(service.readiness.close)
+    service.audit.close()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextvars
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, TypeVar
 
 import anyio
@@ -21,6 +25,7 @@ from sandforge.runtime.service.scrub import Scrubber, host_prefixes
 from sandforge.runtime.service.tenants import ServerConfig, TenantRuntime, TenantRuntimes
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text}
     for code, text in (
@@ -56,27 +61,53 @@ class Service:
             host_prefixes([config.state_dir, config.audit_path.parent, *map(config.tenant_state_dir, config.tenants)])
         )
         self.admissions = {t.name: TenantAdmission(t.quotas) for t in config.tenants}
-        self.slots = anyio.CapacityLimiter(config.execution_slots)
+        #: the execution slots: a plain pool (one hop each way; anyio's worker threads cost more per call)
+        self.pool = ThreadPoolExecutor(config.execution_slots, thread_name_prefix="sandforge-exec")
         self.in_flight = 0
         self.readiness = ReadinessProbe(config)
+        #: told the tenant's name after an agent call (it may have changed the tenant's store): the MCP endpoint
+        self.on_store_change: list[Callable[[str], Awaitable[None]]] = []
+
+    async def store_changed(self, tenant: str) -> None:
+        for hook in list(self.on_store_change):
+            try:
+                await hook(tenant)
+            except Exception:  # a listener must never fail the request that changed the store
+                log.warning("a store-change listener failed", exc_info=True)
 
     def error(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
         body = {"error": {"type": error_type, "message": self.scrub.text(" ".join(message.split()))}}
         return JSONResponse(body, status_code=status, headers=headers)
 
     async def execute(self, rt: TenantRuntime, fn: Callable[[], T]) -> T:
-        """``fn`` in an execution slot, admitted by the tenant's quotas (429 otherwise)."""
+        """``fn`` in an execution slot (a thread of the ``execution_slots`` pool), admitted by the tenant's
+        quotas (429 otherwise). The slot and the admission are released when ``fn`` returns, not when the
+        request does: a request cancelled meanwhile (its client gone) leaves ``fn`` counted until it ends, so
+        quotas and the graceful shutdown see every execution still running."""
         admission = self.admissions[rt.name]
         try:
             admission.admit()
         except QuotaExceeded as exc:
             raise ApiError(429, "quota_exceeded", exc.message, {"Retry-After": str(exc.retry_after_s)}) from None
         self.in_flight += 1
-        try:
-            return await anyio.to_thread.run_sync(fn, limiter=self.slots)
-        finally:
+
+        def release() -> None:
             self.in_flight -= 1
             admission.release()
+
+        loop = asyncio.get_running_loop()
+        deferred = False
+        try:
+            work = self.pool.submit(contextvars.copy_context().run, fn)
+            return await asyncio.wrap_future(work)
+        except asyncio.CancelledError:
+            if not work.cancel() and not work.done():  # running: counted until it really ends
+                deferred = True
+                work.add_done_callback(lambda _: loop.call_soon_threadsafe(release))
+            raise
+        finally:
+            if not deferred:
+                release()
 
     async def blocking(self, fn: Callable[[], T]) -> T:
         """Store and file work: a worker thread of the default pool (never an execution slot)."""

@@ -16,14 +16,16 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from sandforge.runtime.service.audit import AuditLog, AuditRecord
-from sandforge.runtime.service.tenants import TenantRuntimes
+from sandforge.runtime.service.audit import AuditLog, AuditRecord, mcp_fields, note
+from sandforge.runtime.service.tenants import TenantRuntime, TenantRuntimes
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+#: a direct route: (the tenant, the request body, the request's state) -> (status, JSON body, headers)
+DirectHandler = Callable[[TenantRuntime, bytes, dict[str, Any]], Awaitable[tuple[int, bytes, dict[str, str]]]]
 
 PROTECTED = ("/v1/", "/mcp")
 
@@ -36,13 +38,17 @@ def error_bytes(error_type: str, message: str) -> bytes:
     return json.dumps({"error": {"type": error_type, "message": message}}).encode("utf-8")
 
 
-async def send_error(
-    send: Send, status: int, error_type: str, message: str, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    body = error_bytes(error_type, message)
+async def send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """One whole JSON response."""
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
     await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(
+    send: Send, status: int, error_type: str, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    await send_bytes(send, status, error_bytes(error_type, message), headers)
 
 
 def bearer(scope: Scope) -> str | None:
@@ -52,6 +58,11 @@ def bearer(scope: Scope) -> str | None:
             scheme, _, token = text.partition(" ")
             return token.strip() if scheme.lower() == "bearer" and token.strip() else None
     return None
+
+
+def path_of(scope: Scope) -> str:
+    path: str = scope.get("path", "")
+    return path
 
 
 def content_length(scope: Scope) -> int | None:
@@ -72,6 +83,9 @@ class Gatekeeper:
         self.runtimes = runtimes
         self.audit = audit
         self.draining = False
+        #: (method, path) -> a handler answering that route itself, given the tenant and the body read here
+        #: (``exec_route.ExecFastPath``: the hot path without the framework's per-request work)
+        self.direct: dict[tuple[str, str], DirectHandler] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
@@ -104,7 +118,7 @@ class Gatekeeper:
                     request_id=state["request_id"], tenant=tenant.name if tenant is not None else None,
                     method=scope.get("method", ""), path=path[:512], status=status["code"],
                     outcome=state.get("outcome"), duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                    client=client[0] if client else None,
+                    client=client[0] if client else None, **state.get("audit", {}),
                 )
             )  # fmt: skip
 
@@ -126,6 +140,13 @@ class Gatekeeper:
         if declared is not None and declared > limit:
             raise BodyTooLarge
         body = await self._read_body(receive, limit)
+        if path_of(scope).startswith("/mcp") and body:
+            note(state, **mcp_fields(body))
+        handler = self.direct.get((scope.get("method", ""), path_of(scope)))
+        if handler is not None:
+            status, answer, headers = await handler(runtime, body, state)
+            await send_bytes(send, status, answer, [(k.lower().encode(), v.encode()) for k, v in headers.items()])
+            return
         replayed = False
 
         async def replay() -> Message:

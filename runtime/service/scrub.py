@@ -5,6 +5,7 @@ written by many layers; this is the one place that guarantees none of them leaks
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import tempfile
@@ -41,6 +42,18 @@ class Scrubber:
     def __init__(self, prefixes: Iterable[str]) -> None:
         items = [p for p in prefixes if p]
         self._pattern = re.compile("|".join(re.escape(p) for p in items)) if items else None
+        # the same prefixes as they appear inside JSON text (escaped the way json.dumps escapes them): a match
+        # in encoded text is a match inside one string, since an escaped prefix holds no bare quote
+        escaped = [json.dumps(p, ensure_ascii=False)[1:-1] for p in items]
+        self._json_pattern = re.compile("|".join(re.escape(p) for p in escaped)) if items else None
+
+    def json_bytes(self, value: Any) -> bytes:
+        """``value`` encoded as a JSON response body (compact, UTF-8), every string scrubbed: one pass over
+        the encoded text instead of a walk over the value (the same result as encoding ``self(value)``)."""
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        if self._json_pattern is not None:
+            text = self._json_pattern.sub(PLACEHOLDER, text)
+        return text.encode("utf-8")
 
     def text(self, value: str) -> str:
         if self._pattern is None:

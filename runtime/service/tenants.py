@@ -27,13 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sandforge.runtime.errors import ConfigError, SandforgeError
 from sandforge.runtime.files import write_user_file
 from sandforge.runtime.files.structured import read_data_file
-from sandforge.runtime.guardrails import Policy, default_policy, load_policy
+from sandforge.runtime.guardrails import Policy, layered_policy
 from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, Provider, ProviderError
 from sandforge.sandbox import Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.config import BackendName
 
 if TYPE_CHECKING:
     from sandforge.runtime.agent.calllog import CallLog
+    from sandforge.runtime.agent.environment import Environments
     from sandforge.runtime.agent.workspace import Workspace
     from sandforge.runtime.sessions import SessionStore
     from sandforge.runtime.store import ToolStore
@@ -45,6 +46,8 @@ TOKEN_HASH_PATTERN = r"^sha256:[0-9a-f]{64}$"  # noqa: S105 (a pattern, not a se
 TOKEN_PREFIX = "sf_"  # noqa: S105 (a prefix, not a secret)
 CONFIG_MAX_BYTES = 1 << 20
 CALL_LOG_KEEP = 32
+#: The capability tag whose grant lets programs reach the network through the egress broker.
+EGRESS_CAPABILITY = "http_fetch"
 
 
 class Quotas(BaseModel):
@@ -331,7 +334,12 @@ class NoProvider:
     name = "none"
 
     def generate(self, request: GenerationRequest) -> GeneratedProgram:
-        raise ProviderError("this tenant has no provider configured", retriable=False, kind="not_configured")
+        raise ProviderError(
+            f"no model provider is configured for this tenant, so {request.role}.{request.method} cannot be "
+            "generated (only healthy stored tools run)",
+            retriable=False,
+            kind="not_configured",
+        )
 
 
 class ProviderUnavailable(SandforgeError):
@@ -393,9 +401,7 @@ class TenantRuntime:
     @property
     def policy(self) -> Policy:
         def build() -> Policy:
-            if not self.config.policy:
-                return default_policy()
-            return load_policy([*default_policy().sources, *self.config.policy])
+            return layered_policy(self.config.policy)
 
         policy: Policy = self._part("policy", build)
         return policy
@@ -480,17 +486,54 @@ class TenantRuntime:
         return Limits(**{**base.model_dump(), **update}) if update else base
 
     @property
+    def environments_dir(self) -> Path:
+        """Where this tenant's third-party environments are built and found: inside its own state directory,
+        so one tenant never runs (or probes, or prunes) an environment another tenant's program built."""
+        return self.state_dir / "environments"
+
+    @property
+    def environments(self) -> Environments:
+        from sandforge.runtime.agent.environment import Environments
+
+        environments: Environments = self._part("environments", lambda: Environments(self.environments_dir))
+        return environments
+
+    @property
     def workspace(self) -> Workspace:
         from sandforge.runtime.agent.workspace import Workspace
 
         def build() -> Workspace:
             return Workspace(
                 provider=self.provider, sandbox=self.sandbox, policy=self.policy, log=self.call_log,
-                store=self.tool_store,
+                store=self.tool_store, environments=self.environments,
             )  # fmt: skip
 
         workspace: Workspace = self._part("workspace", build)
         return workspace
+
+    # --- what the MCP tools use of a tenant (``mcp.tenant.TenantPort``) ---
+
+    @property
+    def store(self) -> ToolStore:
+        return self.tool_store
+
+    @property
+    def limit_caps(self) -> tuple[float, int]:
+        """The largest timeout (seconds) and memory (MB) a request may ask for."""
+        quotas = self.config.quotas
+        return quotas.max_timeout_s, quotas.max_memory_mb
+
+    @property
+    def default_limits(self) -> Limits:
+        """The limits of a request that asks for none: the sandbox's, never above the tenant's quotas."""
+        base = self.sandbox.config.limits
+        max_timeout, max_memory = self.limit_caps
+        return self.limits(timeout_s=min(base.timeout_s, max_timeout), memory_mb=min(base.memory_mb, max_memory))
+
+    @property
+    def egress_granted(self) -> bool:
+        """Programs of this tenant may reach the network through the broker (MCP tools are then open-world)."""
+        return EGRESS_CAPABILITY in self.policy.granted
 
     def close(self) -> None:
         with self._lock:
@@ -502,6 +545,35 @@ class TenantRuntime:
             parts["sessions"].close()
         if "sandbox" in parts:
             parts["sandbox"].close()
+
+
+def standalone_tenant(
+    name: str,
+    state_dir: Path,
+    *,
+    policy: tuple[Path, ...] | Policy = (),
+    provider: ProviderConfig | None = None,
+    backend: BackendName | None = None,
+    max_timeout_s: float | None = None,
+    max_memory_mb: int | None = None,
+) -> TenantRuntime:
+    """One tenant outside any ``server.yaml`` (``sandforge mcp`` with flags): the same runtime the service
+    builds, its state in ``state_dir``, with no daily provider-call quota. ``policy``: layer paths over the
+    default, or the Policy itself (``--policy``/``--no-default`` as the CLI loaded them). ConfigError for bad
+    values."""
+    quotas: dict[str, Any] = {"provider_calls_per_day": 10_000_000}
+    if max_timeout_s is not None:
+        quotas["max_timeout_s"] = max_timeout_s
+    if max_memory_mb is not None:
+        quotas["max_memory_mb"] = max_memory_mb
+    layers = policy if isinstance(policy, tuple) else ()
+    tenant = {"name": name, "state_dir": state_dir, "policy": layers, "quotas": quotas,
+              "provider": (provider or ProviderConfig()).model_dump(), "backend": backend}  # fmt: skip
+    config = parse_server_config({"state_dir": state_dir, "tenants": [tenant]}, base=Path.cwd(), name="tenant")
+    runtime = TenantRuntime(config, config.tenants[0])
+    if not isinstance(policy, tuple):
+        runtime._parts["policy"] = policy
+    return runtime
 
 
 class TenantRuntimes:

@@ -20,7 +20,7 @@ class SessionStoreError(SessionError):
 
 
 class SessionStoreIOError(SessionStoreError, FileIOError):
-    """The database file cannot be created, or written (disk full, read-only file system): exit 5."""
+    """The database file cannot be created, or written (disk full, read-only file system): exit 7."""
 
 
 class CorruptDatabaseError(SessionStoreError):

@@ -72,15 +72,16 @@ class DecodeCache(Generic[M]):
     """
 
     def __init__(self) -> None:
-        self.raw: bytes | None = None
-        self.value: M | None = None
-        self.migrated = False
+        # one tuple, replaced whole: a thread reading while another puts never pairs new bytes with an old value
+        self._entry: tuple[bytes, M, bool] | None = None
 
-    def get(self, raw: bytes) -> M | None:
-        return self.value if self.raw is not None and self.raw == raw else None
+    def get(self, raw: bytes) -> tuple[M, bool] | None:
+        """The value decoded from exactly ``raw`` and whether it was migrated, or None."""
+        entry = self._entry
+        return (entry[1], entry[2]) if entry is not None and entry[0] == raw else None
 
     def put(self, raw: bytes, value: M, migrated: bool) -> None:
-        self.raw, self.value, self.migrated = raw, value, migrated
+        self._entry = (raw, value, migrated)
 
 
 def _read(
@@ -97,7 +98,7 @@ def _read(
     except InputFileError as exc:  # a link, a FIFO, a directory where the file should be, too large
         return Loaded(None, "corrupt", reason=exc.message)
     if cache is not None and (hit := cache.get(raw)) is not None:
-        return Loaded(hit, "ok", migrated=cache.migrated)
+        return Loaded(hit[0], "ok", migrated=hit[1])
     try:
         value, migrated = decode(kind, raw, path)
     except CorruptRecord as exc:

@@ -31,7 +31,7 @@ def test_owner_that_cannot_be_kept_is_a_one_line_error(tmp_path: Path, monkeypat
     monkeypatch.setattr(os, "fchown", refuse)
     result = CliRunner().invoke(main, ["exec", str(program), "--context", str(ctx), "--commit"])
 
-    assert result.exit_code == 5
+    assert result.exit_code == 7  # FileIOError (runtime/cli/exits.py)
     assert ctx.read_text() == '{"n": 0}'
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "owner" in errors[0] and "65534:65534" in errors[0], result.stderr

@@ -18,4 +18,4 @@ def test_a_non_finite_timeout_is_one_line_naming_finiteness(tmp_path: Path, valu
     result = CliRunner().invoke(main, ["exec", str(program), "--timeout", value])
     assert result.exit_code == 2, result.output
     errors = [line for line in result.stderr.splitlines() if line.strip()]
-    assert errors == ["error: invalid timeout_s: Input should be a finite number"], result.stderr
+    assert errors == ["error: invalid --timeout: Input should be a finite number"], result.stderr

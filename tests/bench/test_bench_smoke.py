@@ -88,7 +88,9 @@ def test_quick_run_writes_a_well_formed_report(tmp_path: Path) -> None:
     names = {t["name"] for t in run["targets"]}
     assert any("warm subprocess p50" in n for n in names)
     assert all(t["passed"] in (True, False, None) for t in run["targets"])
-    assert "-- targets" in proc.stdout and "sandforge subprocess (warm pool)" in proc.stdout
+    # the default output is one compact table (issue 21): a row per subject, then the targets' tally
+    assert proc.stdout.splitlines()[1].startswith("p50 ms") and "targets: " in proc.stdout
+    assert any(line.startswith("subprocess ") for line in proc.stdout.splitlines())
     assert (tmp_path / "bench-latency.png").stat().st_size > 1000
     # the tables render from the JSON alone
     assert report.latency_table(run, markdown=True).startswith("| workload")

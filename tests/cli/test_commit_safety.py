@@ -68,7 +68,7 @@ def test_twenty_concurrent_commits_lose_no_update(tmp_path: Path, counter: Path)
 
 
 def test_the_lock_is_held_while_the_context_is_read(tmp_path: Path, counter: Path) -> None:
-    """A run that cannot get the lock in time reads nothing, runs nothing and writes nothing (exit 5)."""
+    """A run that cannot get the lock in time reads nothing, runs nothing and writes nothing (exit 7)."""
     from filelock import FileLock
 
     ctx = tmp_path / "ctx.json"
@@ -77,7 +77,7 @@ def test_the_lock_is_held_while_the_context_is_read(tmp_path: Path, counter: Pat
         result = CliRunner(env={"SANDFORGE_LOCK_TIMEOUT": "0.2"}).invoke(
             main, ["exec", str(counter), "--context", str(ctx), "--commit"]
         )
-    assert result.exit_code == 5, result.output
+    assert result.exit_code == 7, result.output
     assert "locked by another sandforge process" in result.stderr and len(result.stderr.splitlines()) == 1
     assert json.loads(ctx.read_text()) == {"n": 7}
 
@@ -183,7 +183,7 @@ def test_a_full_file_system_is_one_line_and_the_original_stays(tiny_tmpfs: Path,
     original = json.dumps({"pad": "y" * 30000}).encode()
     ctx.write_bytes(original)
     code, _, err = commit(program, ctx)
-    assert code == 5
+    assert code == 7
     assert "No space left on device (ENOSPC)" in _one_error_line(err)
     assert ctx.read_bytes() == original
     assert sorted(p.name for p in tiny_tmpfs.iterdir()) == [".ctx.json.lock", "ctx.json"]  # no temp file
@@ -194,7 +194,7 @@ def test_a_read_only_file_system_is_one_line_and_nothing_runs(tiny_tmpfs: Path, 
     ctx.write_text('{"n": 1}')
     subprocess.run(["mount", "-o", "remount,ro", str(tiny_tmpfs)], check=True)
     code, _, err = commit(counter, ctx)
-    assert code == 5
+    assert code == 7
     assert "Read-only file system (EROFS)" in _one_error_line(err)
     assert json.loads(ctx.read_text()) == {"n": 1}
 
@@ -216,7 +216,7 @@ def test_every_os_error_of_a_write_is_typed_and_leaves_the_original(
     with pytest.raises(FileIOError) as info:
         write_user_file(target, b'{"new": true}')
     monkeypatch.undo()
-    assert info.value.exit_code == 5
+    assert info.value.exit_code == 7
     assert errno.errorcode[number] in str(info.value) and "\n" not in str(info.value)
     assert target.read_bytes() == b'{"old": true}' and stat.S_IMODE(target.stat().st_mode) == 0o640
     assert [p.name for p in tmp_path.iterdir()] == ["ctx.json"]
@@ -232,5 +232,5 @@ def test_an_unwritable_directory_is_one_line(tmp_path: Path, counter: Path) -> N
         code, _, err = commit(counter, ctx)
     finally:
         ctx.parent.chmod(0o700)
-    assert code == 5 and "Permission denied (EACCES)" in _one_error_line(err)
+    assert code == 7 and "Permission denied (EACCES)" in _one_error_line(err)
     assert json.loads(ctx.read_text()) == {"n": 1}

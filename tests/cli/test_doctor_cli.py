@@ -27,10 +27,10 @@ def test_a_requested_backend_that_fails_makes_doctor_fail(monkeypatch: pytest.Mo
     """The default backend (subprocess) works; the one asked for cannot reach its engine."""
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     code, out, _ = doctor("--backend", "docker")
-    assert code == 1, out
+    assert code == 6, out  # sandbox unavailable
     assert "FAIL docker" in out
     code, out, _ = doctor("--backend", "subprocess", "--backend", "docker", "--json")
-    assert code == 1
+    assert code == 6
     works = {r["backend"]: r["works"] for r in json.loads(out)["backends"]}
     assert works == {"subprocess": True, "docker": False}
 
@@ -60,12 +60,12 @@ def test_cold_figure_includes_the_sandbox_start_up(monkeypatch: pytest.MonkeyPat
 def test_missing_protections_fail_doctor_and_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sandbox_pkg, "make_backend", lambda name, cfg: SubprocessBackend(cfg, runner=NO_NAMESPACES))
     code, out, _ = doctor("--backend", "subprocess", "--json")
-    assert code == 1
+    assert code == 6
     report = json.loads(out)["backends"][0]
     assert not report["works"] and "net_namespace" in report["missing"] and "private_root" in report["missing"]
     assert report["protections"]["seccomp"] and not report["protections"]["net_namespace"]
     code, text, _ = doctor("--backend", "subprocess")
-    assert code == 1
+    assert code == 6
     assert "MISSING net_namespace  (required)" in text and "required protections missing" in text
 
 
@@ -100,7 +100,7 @@ def test_exec_refuses_a_sandbox_missing_its_walls(monkeypatch: pytest.MonkeyPatc
     program = tmp_path / "p.py"
     program.write_text("return 42\n")
     result = CliRunner().invoke(main, ["exec", str(program), "--json"])
-    assert result.exit_code == 1
+    assert result.exit_code == 6  # the sandbox is unavailable (runtime/cli/exits.py)
     outcome = json.loads(result.stdout)
     assert outcome["status"] == "error" and outcome["error_type"] == "sandbox_unavailable"
     assert "net_namespace" in outcome["metadata"]["protections_missing"]

@@ -27,6 +27,8 @@ class Seen:
     headers: dict[str, str]
     body: bytes
     sni: str | None
+    #: The client's address and port: which connection the request came on.
+    peer: tuple[str, int] | None = None
 
 
 @dataclass
@@ -62,7 +64,8 @@ class _Handler(BaseHTTPRequestHandler):
         sni = getattr(self.connection, "sandforge_sni", None)
         if sni is None and isinstance(self.connection, ssl.SSLSocket):
             sni = getattr(self.server, "last_sni", None)
-        seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, sni)
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        seen = Seen(self.command, self.path, headers, body, sni, tuple(self.client_address[:2]))
         self.server.owner.seen.append(seen)  # type: ignore[attr-defined]
         return seen
 
@@ -143,6 +146,20 @@ class _Handler(BaseHTTPRequestHandler):
         owner.barrier.wait(timeout=20)
         self._send(200, b"together")
 
+    def _hangup(self, seen: Seen, query: dict[str, str]) -> None:
+        """A kept-alive response, then the server closes the connection without saying so beforehand."""
+        self._send(200, b"bye")
+        self.close_connection = True
+
+    def _extra(self, seen: Seen, query: dict[str, str]) -> None:
+        """A response, then bytes nobody asked for on the same connection (a forged next response)."""
+        self._send(200, b"first")
+        self.wfile.flush()
+        time.sleep(0.3)  # after the client read its response: the bytes wait in its socket
+        forged = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
+        self.wfile.write(forged)
+        self.wfile.flush()
+
     def _hello(self, seen: Seen, query: dict[str, str]) -> None:
         self._send(200, b"hello", {"Content-Type": "text/plain"})
 
@@ -178,6 +195,8 @@ _ROUTES: dict[str, Callable[[_Handler, Seen, dict[str, str]], None]] = {
     "/dripheaders": _Handler._dripheaders,
     "/status": _Handler._status,
     "/wait": _Handler._wait,
+    "/hangup": _Handler._hangup,
+    "/extra": _Handler._extra,
 }
 
 

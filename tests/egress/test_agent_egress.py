@@ -205,7 +205,7 @@ def test_sandforge_exec_brokers_under_its_policy(tmp_path: Path, net: Net, backe
     text = CliRunner().invoke(cli, ["exec", str(source), "--backend", backend, "--policy", str(tmp_path / "policy")])
     assert text.exit_code == 0 and f"fetch GET http://allowed.test:{net.port}/hello -> 200, 5 bytes" in text.stderr
     denied = CliRunner().invoke(cli, ["exec", str(source), "--backend", backend])  # the default policy: no grant
-    assert denied.exit_code == 1 and "capability_not_granted" in denied.stderr and "http_fetch" in denied.stderr
+    assert denied.exit_code == 4 and "capability_not_granted" in denied.stderr and "http_fetch" in denied.stderr
     assert len(net.allowed.seen) == 2  # the two runs above; the refused one sent nothing
 
 

@@ -1,4 +1,4 @@
-"""The session database on a full or read-only file system: typed errors with exit 5, nothing lost that
+"""The session database on a full or read-only file system: typed errors with exit 7, nothing lost that
 was committed (issue 14 item 3)."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_a_full_disk_is_a_typed_error_and_committed_messages_stay(tiny_tmpfs: Pa
             for _ in range(100):
                 store.append([Message(session_id=session.id, type=MessageType.USER, content="x" * 20_000)])
                 kept += 1
-    assert isinstance(info.value, FileIOError) and info.value.exit_code == 5
+    assert isinstance(info.value, FileIOError) and info.value.exit_code == 7
     assert "full" in str(info.value) and "\n" not in str(info.value)
     assert 0 < kept < 100
     subprocess.run(["mount", "-o", "remount,size=4m", str(tiny_tmpfs)], check=True)
@@ -49,5 +49,5 @@ def test_a_read_only_file_system_is_a_typed_error(tiny_tmpfs: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(tiny_tmpfs)], check=True)
     with pytest.raises(SessionStoreError) as info:
         SessionStore(state=tiny_tmpfs / "state")
-    assert isinstance(info.value, FileIOError) and info.value.exit_code == 5
+    assert isinstance(info.value, FileIOError) and info.value.exit_code == 7
     assert "Read-only file system" in str(info.value)

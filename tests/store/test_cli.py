@@ -180,7 +180,7 @@ def test_unwritable_store_is_a_clean_error(
 
     monkeypatch.setattr(os, "replace", denied)
     result = CliRunner().invoke(cli, ["--store", str(filled.paths.state_dir), "rollback", "web_fetcher", "fetch_url"])
-    assert result.exit_code == 5 and "Permission denied" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 7 and "Permission denied" in result.output and "Traceback" not in result.output
 
 
 def test_hostile_role_names_print_on_one_line(cli: click.Group, store: ToolStore) -> None:

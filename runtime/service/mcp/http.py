@@ -11,78 +11,25 @@ answers an ``isError`` result typed ``quota_exceeded`` with ``retry_after_s``.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.abc
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from pydantic import BaseModel
 
-from sandforge.runtime.guardrails import Policy
 from sandforge.runtime.service.deps import ApiError, Service
+from sandforge.runtime.service.gate import Receive, Scope, Send, send_error
 from sandforge.runtime.service.mcp import operations as ops
 from sandforge.runtime.service.mcp.server import Executor, TenantMCP
-from sandforge.runtime.service.mcp.tenant import egress_granted
 from sandforge.runtime.service.tenants import TenantRuntime
-from sandforge.runtime.store import ToolStore
-from sandforge.sandbox import Limits
-from sandforge.sandbox.config import BackendName
 
 log = logging.getLogger(__name__)
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
-
-class ServiceTenant:
-    """The service's tenant runtime as the MCP tools see it (``TenantPort``)."""
-
-    def __init__(self, runtime: TenantRuntime) -> None:
-        self.runtime = runtime
-
-    @property
-    def name(self) -> str:
-        return self.runtime.name
-
-    @property
-    def policy(self) -> Policy:
-        return self.runtime.policy
-
-    @property
-    def backend(self) -> BackendName | None:
-        return self.runtime.backend
-
-    @property
-    def store(self) -> ToolStore:
-        return self.runtime.tool_store
-
-    @property
-    def workspace(self) -> Any:
-        return self.runtime.workspace
-
-    @property
-    def limit_caps(self) -> tuple[float, int]:
-        quotas = self.runtime.config.quotas
-        return quotas.max_timeout_s, quotas.max_memory_mb
-
-    @property
-    def default_limits(self) -> Limits:
-        """The sandbox's limits, never above the tenant's quotas."""
-        base = self.runtime.sandbox.config.limits
-        max_timeout, max_memory = self.limit_caps
-        return self.runtime.limits(
-            timeout_s=min(base.timeout_s, max_timeout), memory_mb=min(base.memory_mb, max_memory)
-        )
-
-    @property
-    def egress_granted(self) -> bool:
-        return egress_granted(self.runtime.policy)
 
 
 def _executor(service: Service | None, runtime: TenantRuntime) -> Executor:
@@ -100,13 +47,6 @@ def _executor(service: Service | None, runtime: TenantRuntime) -> Executor:
     return execute
 
 
-async def _refuse(send: Send, status: int, error_type: str, message: str) -> None:
-    body = json.dumps({"error": {"type": error_type, "message": message}}).encode()
-    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": body})
-
-
 class McpEndpoint:
     """The ASGI app the service routes ``/mcp`` to. Enter :meth:`running` in the app's lifespan."""
 
@@ -116,28 +56,44 @@ class McpEndpoint:
         self._managers: dict[str, StreamableHTTPSessionManager] = {}
         self._servers: dict[str, TenantMCP] = {}
         self._stack: AsyncExitStack | None = None
+        self._watches: anyio.abc.TaskGroup | None = None
         self._lock = anyio.Lock()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """While entered, tenants' session managers run; leaving closes every session."""
-        async with AsyncExitStack() as stack:
-            self._stack = stack
+        """While entered, tenants' session managers and their tool-list watches run; leaving closes every
+        session."""
+        async with anyio.create_task_group() as watches, AsyncExitStack() as stack:
+            self._stack, self._watches = stack, watches
+            if self.service is not None:
+                self.service.on_store_change.append(self.store_changed)
             try:
                 yield
             finally:
-                self._stack = None
+                if self.service is not None:
+                    self.service.on_store_change.remove(self.store_changed)
+                watches.cancel_scope.cancel()
+                self._stack = self._watches = None
                 self._managers.clear()
                 self._servers.clear()
+
+    async def store_changed(self, tenant: str) -> None:
+        """The service ran something that may have changed ``tenant``'s store (an agent call over HTTP):
+        its MCP clients hear of it at once, not at the next poll."""
+        server = self._servers.get(tenant)
+        if server is not None:
+            await server.changes.refresh()
 
     async def _manager(self, runtime: TenantRuntime) -> StreamableHTTPSessionManager | None:
         async with self._lock:
             manager = self._managers.get(runtime.name)
             if manager is None and self._stack is not None:
-                server = TenantMCP(ServiceTenant(runtime), executor=_executor(self.service, runtime))
+                server = TenantMCP(runtime, executor=_executor(self.service, runtime))
                 server.streamable_http_app(json_response=self.json_response)  # makes its session manager
                 manager = server.session_manager
                 await self._stack.enter_async_context(manager.run())
+                if self._watches is not None:
+                    self._watches.start_soon(server.changes.watch)
                 self._servers[runtime.name] = server
                 self._managers[runtime.name] = manager
             return manager
@@ -145,11 +101,11 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = scope.get("state", {}).get("tenant")
         if not isinstance(runtime, TenantRuntime):  # only reachable without the gatekeeper: fail closed
-            await _refuse(send, 401, "unauthorized", "a valid bearer token is required")
+            await send_error(send, 401, "unauthorized", "a valid bearer token is required")
             return
         manager = await self._manager(runtime)
         if manager is None:
-            await _refuse(send, 503, "shutting_down", "the MCP endpoint is not running")
+            await send_error(send, 503, "shutting_down", "the MCP endpoint is not running")
             return
         # sessions belong to the tenant that opened them (the SDK compares this principal on every request)
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"tenant:{runtime.name}", scopes=[]))

@@ -16,16 +16,27 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
+import anyio
 import anyio.to_thread
 from mcp.server.caching import CacheHint
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp_types import (
+    CallToolResult,
+    InputRequiredResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    ToolAnnotations,
+)
 from mcp_types import Tool as MCPTool
 from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.service.audit import note
 from sandforge.runtime.service.mcp import operations as ops
+from sandforge.runtime.service.mcp.changes import POLL_S, ToolListWatch, declare_list_changed
 from sandforge.runtime.service.mcp.models import (
     CallOutcome,
     PolicyPage,
@@ -75,6 +86,17 @@ def _invalid(exc: ValidationError) -> ToolFailure:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"]) or "arguments"
     return ToolFailure(error_type="invalid_request", error_message=f"{where}: {err['msg']}")
+
+
+def _http_state(context: Context[Any, Any] | None) -> dict[str, Any] | None:
+    """The ``scope["state"]`` of the HTTP request carrying this MCP request (None over stdio): the audit
+    record of that request is written from it."""
+    try:
+        request = context.request_context.request if context is not None else None
+    except ValueError:  # no request context
+        return None
+    state = getattr(request, "scope", {}).get("state") if request is not None else None
+    return state if isinstance(state, dict) else None
 
 
 #: Runs one execution's blocking work (a sandbox run, a lifecycle call) and returns its result: a worker
@@ -140,7 +162,9 @@ def _annotations(title: str, *, read_only: bool, open_world: bool, destructive: 
 class TenantMCP(MCPServer[Any]):
     """The MCP server of one tenant (one :class:`TenantPort`)."""
 
-    def __init__(self, runtime: TenantPort, *, name: str = "sandforge", executor: Executor = in_thread) -> None:
+    def __init__(
+        self, runtime: TenantPort, *, name: str = "sandforge", executor: Executor = in_thread, poll_s: float = POLL_S
+    ) -> None:
         super().__init__(
             name=name,
             instructions=INSTRUCTIONS,
@@ -149,10 +173,32 @@ class TenantMCP(MCPServer[Any]):
         )
         self.runtime = runtime
         self.executor = executor
+        #: tells clients when the persisted tools change (notifications/tools/list_changed)
+        self.changes = ToolListWatch(self._signature, self._subscriptions, poll_s=poll_s)
+        declare_list_changed(self._lowlevel_server)
         self._register_fixed()
 
-    async def executing(self, work: Callable[[], BaseModel]) -> CallToolResult:
-        """``work`` through the executor (admission, slots); every failure a typed ``isError`` result."""
+    def _signature(self) -> frozenset[tuple[str, ...]]:
+        return frozenset(
+            (name, e.role, e.method, e.entry.contract_fingerprint or "") for name, e in self._exposed().items()
+        )
+
+    async def run_stdio_async(self) -> None:
+        """stdio, with the watch for changes made by other processes beside it."""
+        async with anyio.create_task_group() as group:
+            group.start_soon(self.changes.watch)
+            await super().run_stdio_async()
+            group.cancel_scope.cancel()
+
+    async def _handle_list_tools(
+        self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        self.changes.remember(getattr(ctx, "session", None))
+        return await super()._handle_list_tools(ctx, params)
+
+    async def executing(self, work: Callable[[], BaseModel], *, store_calls: bool = True) -> CallToolResult:
+        """``work`` through the executor (admission, slots); every failure a typed ``isError`` result.
+        ``store_calls``: the work calls stored tools (so the list of persisted tools may change)."""
 
         def run() -> BaseModel:
             return _Held(result=catching(work))
@@ -162,6 +208,8 @@ class TenantMCP(MCPServer[Any]):
         except ops.Failed as exc:
             return error_result(exc.failure)
         assert isinstance(held, _Held)
+        if store_calls:
+            await self.changes.refresh()  # a call may forge, prove or degrade a stored method
         return held.result
 
     # --- the fixed tools ---
@@ -183,7 +231,7 @@ class TenantMCP(MCPServer[Any]):
             Returns the value, the new context (not kept anywhere) and the output; a refused or failed program
             is an error result whose error_type says why (guardrail_violation, timeout, execution, ...)."""
             return await self.executing(
-                lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb)
+                lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb), store_calls=False
             )
 
         def validate_code(code: Code) -> Annotated[CallToolResult, ValidationReport]:
@@ -270,6 +318,7 @@ class TenantMCP(MCPServer[Any]):
         item = (await anyio.to_thread.run_sync(self._exposed)).get(name)
         if item is None:  # never stored, not healthy, or another tenant's: the same answer
             return error_result(ToolFailure(error_type="unknown_tool", error_message=f"no tool named {name!r}"))
+        note(_http_state(context), tool_role=item.role, tool_method=item.method)
         try:
             parsed = PersistedArguments.model_validate(arguments)
         except ValidationError as exc:

@@ -9,15 +9,14 @@ from pathlib import Path
 
 from mcp import Client
 
-from sandforge.runtime.guardrails import default_policy, layered_policy
-from sandforge.runtime.service.mcp import McpTenant, TenantMCP, TenantRuntime
+from sandforge.runtime.service.mcp import TenantMCP
 from sandforge.runtime.service.mcp.persisted import MCP_NAME
+from sandforge.runtime.service.tenants import TenantRuntime, standalone_tenant
 from tests.service.mcp.conftest import ADD, seed
 from tests.service.mcp.test_stdio import READ_ONLY, failure, ok
 
 
-def run(tenant: McpTenant, body: Callable[[Client], Awaitable[None]]) -> None:
-    runtime = TenantRuntime(tenant)
+def run(runtime: TenantRuntime, body: Callable[[Client], Awaitable[None]]) -> None:
 
     async def main() -> None:
         async with Client(TenantMCP(runtime)) as client:
@@ -40,7 +39,7 @@ def test_tools_are_open_world_only_when_the_policy_grants_egress(tenant_a: Path,
             assert tool.annotations is not None
             seen[tool.name] = {"open": tool.annotations.open_world_hint, "ro": tool.annotations.read_only_hint}
 
-    run(McpTenant("a", tenant_a, layered_policy([layer]), backend="subprocess"), body)
+    run(standalone_tenant("a", tenant_a, policy=(layer,), backend="subprocess"), body)
     for name in ("run_tool_code", "call_stored_tool", "calculator.add", "shouter.shout"):
         assert seen[name] == {"open": True, "ro": False}, name
     for name in READ_ONLY:
@@ -58,7 +57,7 @@ def test_a_method_that_turns_unhealthy_is_no_longer_a_tool(tenant_a: Path) -> No
         detail = ok(await client.call_tool("get_tool", {"role": "calculator"}))
         assert detail["methods"][0]["health"] != "healthy" and detail["methods"][0]["mcp_tool"] is None
 
-    run(McpTenant("a", tenant_a, default_policy(), backend="subprocess"), body)
+    run(standalone_tenant("a", tenant_a, backend="subprocess"), body)
 
 
 def test_a_name_mcp_would_refuse_is_mapped_to_one_it_accepts(tmp_path: Path) -> None:
@@ -70,4 +69,4 @@ def test_a_name_mcp_would_refuse_is_mapped_to_one_it_accepts(tmp_path: Path) -> 
         assert len(mapped) == 1 and MCP_NAME.fullmatch(mapped[0].name) and len(mapped[0].name) <= 128
         assert ok(await client.call_tool(mapped[0].name, {"args": [2, 3]}))["value"] == 5
 
-    run(McpTenant("a", tmp_path, default_policy(), backend="subprocess"), body)
+    run(standalone_tenant("a", tmp_path, backend="subprocess"), body)

@@ -1,0 +1,99 @@
+"""``POST /v1/exec``: the route and its fast path.
+
+The route is declared on the FastAPI app (its OpenAPI entry, and the answer for any caller that reaches the
+app itself), but the gatekeeper answers it directly (:class:`ExecFastPath`): the body it already read is
+validated by the request model in one call, the outcome is encoded and scrubbed in one pass, and the
+execution runs in a plain thread-pool hop (``Service.execute``). That skips FastAPI's per-request dependency
+solving, a second JSON encoding and a value walk, which were most of the HTTP overhead (docs/serve.md,
+"Speed"). Both paths share :func:`run_exec`, so their answers are the same.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+
+from sandforge.runtime.agent.egress import StandaloneBridge
+from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.gate import guarded_execute
+from sandforge.runtime.service.deps import ApiError, Service, first_error
+from sandforge.runtime.service.models import ExecRequest, exec_result
+from sandforge.runtime.service.tenants import TenantRuntime
+from sandforge.sandbox import ExecutionOutcome, ExecutionRequest
+
+log = logging.getLogger(__name__)
+
+#: (status, body, extra headers) of a direct answer
+Answer = tuple[int, bytes, dict[str, str]]
+
+
+def check_limits(rt: TenantRuntime, body: ExecRequest) -> None:
+    quotas = rt.config.quotas
+    if body.timeout_s is not None and body.timeout_s > quotas.max_timeout_s:
+        raise ApiError(422, "limit_exceeded", f"timeout_s is over this tenant's maximum ({quotas.max_timeout_s:g} s)")
+    if body.memory_mb is not None and body.memory_mb > quotas.max_memory_mb:
+        raise ApiError(422, "limit_exceeded", f"memory_mb is over this tenant's maximum ({quotas.max_memory_mb} MB)")
+
+
+async def run_exec(service: Service, rt: TenantRuntime, body: ExecRequest) -> ExecutionOutcome:
+    """One program: validated by the tenant's policy, run in a fresh sandbox (``sandforge exec --json``)."""
+    check_limits(rt, body)
+    try:
+        limits = rt.limits(timeout_s=body.timeout_s, memory_mb=body.memory_mb)
+        req = ExecutionRequest(code=body.code, context=body.context, args=body.args, kwargs=body.kwargs,
+                               limits=limits)  # fmt: skip
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_request", first_error(exc)) from None
+    policy, sandbox = rt.policy, rt.sandbox
+
+    def run() -> ExecutionOutcome:
+        bridge = StandaloneBridge.of(policy)  # fetches brokered under the tenant's egress rules, as exec does
+        outcome, _ = guarded_execute(sandbox, req, policy=policy, backend=body.backend, bridge=bridge)
+        return bridge.fetches.attach(outcome)
+
+    return await service.execute(rt, run)
+
+
+def outcome_word(outcome: ExecutionOutcome) -> str:
+    """What the audit record says of an execution: ok, or its error type."""
+    return "ok" if outcome.ok else (outcome.error_type.value if outcome.error_type else "error")
+
+
+def _body_error(exc: ValidationError) -> str:
+    """The first problem, located as FastAPI locates body errors (``body.<field>``)."""
+    errors = exc.errors()
+    err = errors[0]
+    where = ".".join(["body", *(str(p) for p in err.get("loc", ()))])
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {err.get('msg', 'invalid')}{more}"
+
+
+class ExecFastPath:
+    """The gatekeeper's direct answer to ``POST /v1/exec`` (see the module docstring)."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def _error(self, state: dict[str, Any], exc: ApiError) -> Answer:
+        state["outcome"] = exc.error_type
+        body = {"error": {"type": exc.error_type, "message": " ".join(exc.message.split())}}
+        return exc.status, self.service.scrub.json_bytes(body), exc.headers
+
+    async def __call__(self, rt: TenantRuntime, raw: bytes, state: dict[str, Any]) -> Answer:
+        try:
+            body = ExecRequest.model_validate_json(raw)
+            outcome = await run_exec(self.service, rt, body)
+        except ValidationError as exc:
+            return self._error(state, ApiError(422, "invalid_request", _body_error(exc)))
+        except ApiError as exc:
+            return self._error(state, exc)
+        except SandforgeError as exc:
+            log.warning("request failed: %s", exc)
+            return self._error(state, ApiError(503, "unavailable", str(exc)))
+        except Exception:
+            log.exception("internal error")
+            return self._error(state, ApiError(500, "internal_error", "internal error (see the server log)"))
+        state["outcome"] = outcome_word(outcome)
+        return 200, self.service.scrub.json_bytes(exec_result(outcome)), {}
