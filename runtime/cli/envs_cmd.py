@@ -11,6 +11,7 @@ import click
 
 from sandforge.runtime.cli.common import SandforgeGroup, load_policy_option, policy_options
 from sandforge.runtime.cli.output import emit_json, rfc3339
+from sandforge.runtime.cli.progress import Steps
 from sandforge.runtime.environments import EnvironmentRecord, EnvironmentStore, manifest_of, probe
 from sandforge.runtime.environments import prune as pruning
 from sandforge.runtime.environments.errors import DependencyInstallFailed, EnvironmentFailure, InvalidDependencyManifest
@@ -125,7 +126,9 @@ def build(
         manifest = manifest_of(source)
         if not manifest:
             raise InvalidDependencyManifest(f"{file} declares no dependency (no `# /// script` dependencies)")
-        prepared = store.prepare(manifest, policy.dependencies, _target(store, python, backend))
+        target = _target(store, python, backend)
+        with Steps("environment build", quiet=as_json) as shown:
+            prepared = store.prepare(manifest, policy.dependencies, target, progress=shown.step)
     except EnvironmentFailure as exc:
         if as_json:
             emit_json({"ok": False, "error_type": exc.kind, "message": str(exc)})

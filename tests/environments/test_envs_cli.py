@@ -202,3 +202,12 @@ def test_build_for_a_backend_is_what_exec_on_that_backend_finds(env: dict[str, s
     assert ran["metadata"]["env_id"] == built["env_id"] and ran["metadata"]["environment_cache_hit"] is True
     code, out = _cli(env, "envs", "build", env["PROG"], "--python", "python3", "--backend", "docker")
     assert code == 2 and "give one" in out
+
+
+def test_a_build_shows_its_steps_and_json_stays_one_object(env: dict[str, str]) -> None:
+    """Progress on long work (issue 21): off a terminal each step is a line on stderr; --json prints no step."""
+    code, out = _cli(env, "envs", "build", env["PROG"], "--policy", env["LAYER"])
+    assert code == 0, out
+    assert "resolving python-dateutil" in out and "package(s) into environment" in out and " built in " in out
+    code, out = _cli(env, "envs", "build", env["PROG"], "--policy", env["LAYER"], "--json")
+    assert code == 0 and json.loads(out)["environment_cache_hit"] is True  # nothing but the object
