@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from sandforge.sandbox.aio import Threads, drive, unless_cancelled
 from sandforge.sandbox.backends.base import Backend, Worker
@@ -35,6 +36,9 @@ from sandforge.sandbox.protocol import (
     ResourceUsage,
 )
 from sandforge.sandbox.steps import Blocking, Steps, run_steps
+
+if TYPE_CHECKING:
+    from sandforge.sandbox.cluster.executor import RayExecutor
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +93,24 @@ class Sandbox:
         self._backends: dict[str, Backend] = {}
         self._pools: dict[PoolKey, WarmPool] = {}
         self._lock = threading.Lock()
+        self._remote: RayExecutor | None = None
+
+    def _cluster(self) -> RayExecutor:
+        """The Ray executor (``config.cluster``): executions run on the cluster's nodes (sandbox/cluster/)."""
+        with self._lock:
+            if self._remote is None:
+                from sandforge.sandbox.cluster.executor import RayExecutor
+
+                self._remote = RayExecutor(self.config)
+            return self._remote
 
     def execute(
         self, request: ExecutionRequest, *, backend: BackendName | None = None, bridge: BridgeHandler | None = None
     ) -> ExecutionOutcome:
         """Run one program in a fresh sandbox. Never raises for anything the program or engine does."""
+        name = backend or self.config.backend
+        if self.config.cluster:  # the execution moves to a Ray cluster's node (sandbox/cluster/)
+            return self._cluster().execute(request, backend=name, bridge=bridge)
         admitted = self._admit(request, backend)
         if isinstance(admitted, ExecutionOutcome):
             return admitted
@@ -206,6 +223,16 @@ class Sandbox:
         for pool in doomed:
             pool.close_in_background()
 
+    def pool_status(self) -> list[dict[str, Any]]:
+        """Each live warm pool: backend, environment id (None: none), ready workers (``cluster status``)."""
+        with self._lock:
+            pools = list(self._pools.items())
+        return [
+            {"backend": k[0], "env_id": k[2].env_id if k[2] is not None else None, "ready": p.ready_count(),
+             "size": p.size, "default_limits": k[1] == self.config.limits}
+            for k, p in pools if not p.retired
+        ]  # fmt: skip
+
     def env_pools(self) -> list[str]:
         """The environments that have a live warm pool (for tests and ``doctor``)."""
         with self._lock:
@@ -249,12 +276,15 @@ class Sandbox:
 
     def close(self) -> None:
         with self._lock:
+            remote, self._remote = self._remote, None
             pools, self._pools = list(self._pools.values()), {}
             backends, self._backends = list(self._backends.values()), {}
         for pool in pools:
             pool.close()
         for backend in backends:
             backend.close()
+        if remote is not None:
+            remote.close()
 
     def __enter__(self) -> Sandbox:
         return self
@@ -284,7 +314,7 @@ class AsyncSandbox:
         ``CancelledError`` when the awaiting task is cancelled (the execution is then ended and cleaned up).
         ``bridge`` is called on a thread of the pool (it is sync code: the agent's nested calls)."""
         sb = self.sandbox
-        if getattr(sb.config, "cluster", None):  # run elsewhere (a Ray cluster): its client blocks, on a thread
+        if sb.config.cluster:  # run elsewhere (a Ray cluster): its client blocks, on a thread
             whole = functools.partial(sb.execute, request, backend=backend, bridge=bridge)
             outcome: ExecutionOutcome = await drive(_whole(whole), self.threads)
             return outcome

@@ -50,6 +50,12 @@ class SandboxConfig(BaseModel):
     python: str | None = Field(default=None, description="interpreter for the subprocess runner (default: this one)")
     image: str = Field(default="sandforge-sandbox", description="repository name of the sandbox image")
     docker_base_url: str | None = Field(default=None, description="Docker engine URL (default: from the environment)")
+    cluster: str | None = Field(
+        default=None,
+        pattern=r"^(auto|(ray://)?[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5})$",
+        description="run executions on a Ray cluster: 'ray://HOST:PORT' (Ray Client), 'HOST:PORT' (the GCS) or "
+        "'auto' (the cluster this machine belongs to); None: on this host (sandbox/cluster/, docs/deploy.md)",
+    )
     sandbox_uid: int = 65534
     sandbox_gid: int = 65534
 
@@ -71,6 +77,8 @@ class SandboxConfig(BaseModel):
         try:
             if "SANDFORGE_BACKEND" in env:
                 values["backend"] = env["SANDFORGE_BACKEND"]
+            if env.get("SANDFORGE_CLUSTER"):
+                values["cluster"] = env["SANDFORGE_CLUSTER"]
             if "SANDFORGE_POOL_SIZE" in env:
                 values["pool_size"] = _env_int("SANDFORGE_POOL_SIZE")
             if protections.REQUIRE_ENV in env:

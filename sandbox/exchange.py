@@ -13,7 +13,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -104,6 +104,17 @@ def serving_deadline() -> float | None:
     outside a bridge call): a nested call must end by then, since its time is charged to that execution."""
     deadline: float | None = getattr(_SERVING, "deadline", None)
     return deadline
+
+
+@contextlib.contextmanager
+def serving(deadline: float | None) -> Iterator[None]:
+    """Answer a nested frame under ``deadline`` (what ``serving_deadline`` tells the handler): used where the
+    frame comes from elsewhere than this process's exchange (a cluster node, ``sandbox/cluster``)."""
+    outer, _SERVING.deadline = serving_deadline(), deadline
+    try:
+        yield
+    finally:
+        _SERVING.deadline = outer
 
 
 def no_bridge(call: CallFrame) -> BridgeReply:

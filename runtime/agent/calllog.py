@@ -224,6 +224,10 @@ class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugi
     policy_fingerprint: str | None = None
     # execution of the last attempt
     backend: str | None = None
+    protections: dict[str, bool] = Field(
+        default_factory=dict,
+        description="the walls the last attempt's sandbox was verified to have before it ran (name: present)",
+    )
     usage: Usage = Field(default_factory=Usage)
     nested_calls: int = 0
     egress_requests: int = Field(0, description="requests the last attempt's program had the host make")

@@ -199,6 +199,7 @@ class Recorder:
         fetched = egress_of(ex)
         return dict(
             backend=(ex.backend or None) if ex else None,
+            protections=dict(ex.protections) if ex else {},
             usage=usage,
             nested_calls=tally.nested_calls,
             egress_requests=len(fetched),

@@ -74,6 +74,10 @@ def _register() -> None:
     if bench_cmd.available():  # a source checkout (an installed wheel has no harness to run)
         main.add_command(bench_cmd.command)
     main.add_command(dashboard_cmd.command)
+    from sandforge.runtime.cli import cluster_cmd, deploy_cmd  # issue 22
+
+    main.add_command(cluster_cmd.command)
+    main.add_command(deploy_cmd.command)
 
 
 _register()

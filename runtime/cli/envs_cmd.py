@@ -5,12 +5,14 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
 from sandforge.runtime.cli.common import SandforgeGroup, load_policy_option, policy_options
-from sandforge.runtime.cli.output import emit_json
-from sandforge.runtime.environments import EnvironmentStore, manifest_of, probe
+from sandforge.runtime.cli.output import emit_json, rfc3339
+from sandforge.runtime.cli.progress import Steps
+from sandforge.runtime.environments import EnvironmentRecord, EnvironmentStore, manifest_of, probe
 from sandforge.runtime.environments import prune as pruning
 from sandforge.runtime.environments.errors import DependencyInstallFailed, EnvironmentFailure, InvalidDependencyManifest
 from sandforge.runtime.environments.target import SandboxTarget
@@ -44,6 +46,12 @@ def command(ctx: click.Context, state_dir: Path | None) -> None:
     ctx.meta["state_dir"] = state_dir
 
 
+def _record_json(record: EnvironmentRecord) -> dict[str, Any]:
+    """A record as JSON output shows it: times in RFC 3339 UTC, like every JSON output (the record on disk keeps
+    seconds since the epoch)."""
+    return {**record.model_dump(mode="json"), "created_at": rfc3339(record.created_at)}
+
+
 @command.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
@@ -51,7 +59,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     """Ready environments, newest first."""
     records = _store(ctx).ready()
     if as_json:
-        emit_json({"environments": [r.model_dump(mode="json") for r in records]})
+        emit_json({"environments": [_record_json(r) for r in records]})
         return
     if not records:
         click.echo("no environments")
@@ -76,7 +84,7 @@ def show(ctx: click.Context, env_id: str, as_json: bool) -> None:
         raise UsageError(f"no ready environment {env_id!r}", hint="`sandforge envs list` shows them")
     users = sorted(_env_ids_in_use(ctx.meta.get("state_dir")).get(env_id, ()))
     if as_json:
-        emit_json({**record.model_dump(mode="json"), "site": str(store.site(env_id)), "used_by": users})
+        emit_json({**_record_json(record), "site": str(store.site(env_id)), "used_by": users})
         return
     spec = record.spec
     click.echo(f"environment {record.env_id}")
@@ -118,7 +126,9 @@ def build(
         manifest = manifest_of(source)
         if not manifest:
             raise InvalidDependencyManifest(f"{file} declares no dependency (no `# /// script` dependencies)")
-        prepared = store.prepare(manifest, policy.dependencies, _target(store, python, backend))
+        target = _target(store, python, backend)
+        with Steps("environment build", quiet=as_json) as shown:
+            prepared = store.prepare(manifest, policy.dependencies, target, progress=shown.step)
     except EnvironmentFailure as exc:
         if as_json:
             emit_json({"ok": False, "error_type": exc.kind, "message": str(exc)})

@@ -110,6 +110,7 @@ FLAGS = {"timeout_s": "--timeout", "memory_mb": "--memory", "args": "--args", "k
 @click.option("--timeout", type=float, default=None, help="Wall-clock limit in seconds.  [default: 5]")
 @click.option("--memory", type=int, default=None, help="Memory limit in MB.  [default: 256]")
 @policy_options()
+@click.option("--cluster", default=None, help="Run on this Ray cluster (ray://HOST:PORT); default: SANDFORGE_CLUSTER.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
     file: Path,
@@ -122,6 +123,7 @@ def command(
     memory: int | None,
     policies: tuple[Path, ...],
     no_default: bool,
+    cluster: str | None,
     as_json: bool,
 ) -> None:
     """Validate FILE (a tool program body; - reads standard input) with the policy, run it in a fresh
@@ -134,7 +136,9 @@ def command(
     """
     if commit and context_path is None:
         raise UsageError("--commit needs --context FILE to write to")
-    config = SandboxConfig.from_env(pool_size=0, **({"backend": backend} if backend else {}))
+    config = SandboxConfig.from_env(
+        pool_size=0, **({"backend": backend} if backend else {}), **({"cluster": cluster} if cluster else {})
+    )
     overrides: dict[str, Any] = {}
     if timeout is not None:
         overrides["timeout_s"] = timeout

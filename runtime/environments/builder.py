@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -64,6 +64,9 @@ from sandforge.runtime.environments.target import SandboxTarget
 from sandforge.runtime.environments.uvtool import Uv, uv_binary
 
 log = logging.getLogger(__name__)
+
+#: hears each long step of preparing an environment (a message; the CLI shows it as progress)
+Progress = Callable[[str], None]
 
 DEFAULT_WAIT_S = 300.0
 TMP_PREFIX = ".tmp-"
@@ -103,9 +106,12 @@ class EnvironmentStore:
 
     # ------------------------------------------------------------------------------------------ public
 
-    def prepare(self, manifest: Manifest, policy: DependencyPolicy, target: SandboxTarget) -> PreparedEnvironment:
+    def prepare(
+        self, manifest: Manifest, policy: DependencyPolicy, target: SandboxTarget, *, progress: Progress | None = None
+    ) -> PreparedEnvironment:
         """The ready environment for ``manifest`` under ``policy`` on ``target``: checked, resolved (once per
-        request), built (once per identity). Raises the typed `EnvironmentFailure` kinds."""
+        request), built (once per identity). Raises the typed `EnvironmentFailure` kinds. ``progress`` hears
+        each long step (the CLI shows it)."""
         start = time.perf_counter()
         if not manifest:
             raise InvalidDependencyManifest("the manifest declares no dependency; run without an environment")
@@ -113,15 +119,18 @@ class EnvironmentStore:
         _check_python(manifest, target)
         source = policy.sources
         resolve_start = time.perf_counter()
+        if progress is not None:
+            progress(f"resolving {', '.join(manifest.names)}")
         pins, resolved = self._resolution(manifest, target, source, allowed=policy.allowed)
         resolve_ms = _ms(resolve_start) if resolved else 0.0
         policy.check((pin.name for pin in pins), transitive=True)
         spec = EnvironmentSpec(target=target, manifest=manifest, pins=pins, source=source)
-        return self.ensure(spec, max_env_mb=policy.max_env_mb, start=start, resolve_ms=resolve_ms)
+        return self.ensure(spec, max_env_mb=policy.max_env_mb, start=start, resolve_ms=resolve_ms, progress=progress)
 
     def ensure(
-        self, spec: EnvironmentSpec, *, max_env_mb: int = 500, start: float | None = None, resolve_ms: float = 0.0
-    ) -> PreparedEnvironment:
+        self, spec: EnvironmentSpec, *, max_env_mb: int = 500, start: float | None = None, resolve_ms: float = 0.0,
+        progress: Progress | None = None,
+    ) -> PreparedEnvironment:  # fmt: skip
         """The environment of ``spec`` (pins included, e.g. a persisted artifact's), built if not ready."""
         start = time.perf_counter() if start is None else start
         env_id = spec.env_id
@@ -130,6 +139,8 @@ class EnvironmentStore:
             with self.build_lock(env_id):
                 record = self.record(env_id)  # built by the process we waited for
                 if record is None:
+                    if progress is not None:
+                        progress(f"installing {len(spec.pins)} package(s) into environment {env_id[:12]}")
                     record = self._build(spec, max_env_mb=max_env_mb, resolve_ms=resolve_ms)
                     return self._prepared(record, hit=False, start=start, resolve_ms=resolve_ms)
         return self._prepared(record, hit=True, start=start)

@@ -133,6 +133,11 @@ def test_a_call_page_shows_attempts_the_nested_tree_and_durations(site: Site) ->
     assert [(n["call"]["role"], n["call"]["method"]) for n in tree["children"]] == [("calc", "div")]
     assert page["durations"]["total_s"] >= page["durations"]["sandbox_s"] > 0
     assert page["protections"]  # the wall this server requires of every sandbox
+    verified = page["record"]["protections"]  # and what this call's sandbox was checked to have
+    assert set(page["protections"]) <= {name for name, present in verified.items() if present}
+    with site.client("alpha") as browser:
+        html = browser.get(f"/dashboard/calls/{run['call_id']}").text
+    assert 'id="verified"' in html and all(name in html for name in verified)
     failures = double["record"]["attempt_failures"]
     assert [f["stage"] for f in failures] == ["validation"] and double["record"]["attempts"] == 2
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -35,6 +36,9 @@ def _cli(env: dict[str, str], *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
 def test_build_list_show_and_a_cache_hit(env: dict[str, str]) -> None:
     code, out = _cli(env, "envs", "build", env["PROG"], "--policy", env["LAYER"], "--json")
     assert code == 0, out
@@ -47,7 +51,12 @@ def test_build_list_show_and_a_cache_hit(env: dict[str, str]) -> None:
     code, out = _cli(env, "envs", "show", built["env_id"])
     assert code == 0 and "imports dateutil" in out and "the wheelhouse only" in out
     code, out = _cli(env, "envs", "show", built["env_id"], "--json")
-    assert json.loads(out)["spec"]["manifest"]["requirements"][0]["name"] == "python-dateutil"
+    shown = json.loads(out)
+    assert shown["spec"]["manifest"]["requirements"][0]["name"] == "python-dateutil"
+    code, out = _cli(env, "envs", "list", "--json")
+    listed = json.loads(out)["environments"][0]
+    # one timestamp format in every JSON output (issue 21): RFC 3339, UTC
+    assert listed["created_at"] == shown["created_at"] and RFC3339.fullmatch(shown["created_at"])
 
 
 def test_build_refusals_are_typed_one_line_errors(env: dict[str, str], tmp_path: Path) -> None:
@@ -193,3 +202,12 @@ def test_build_for_a_backend_is_what_exec_on_that_backend_finds(env: dict[str, s
     assert ran["metadata"]["env_id"] == built["env_id"] and ran["metadata"]["environment_cache_hit"] is True
     code, out = _cli(env, "envs", "build", env["PROG"], "--python", "python3", "--backend", "docker")
     assert code == 2 and "give one" in out
+
+
+def test_a_build_shows_its_steps_and_json_stays_one_object(env: dict[str, str]) -> None:
+    """Progress on long work (issue 21): off a terminal each step is a line on stderr; --json prints no step."""
+    code, out = _cli(env, "envs", "build", env["PROG"], "--policy", env["LAYER"])
+    assert code == 0, out
+    assert "resolving python-dateutil" in out and "package(s) into environment" in out and " built in " in out
+    code, out = _cli(env, "envs", "build", env["PROG"], "--policy", env["LAYER"], "--json")
+    assert code == 0 and json.loads(out)["environment_cache_hit"] is True  # nothing but the object

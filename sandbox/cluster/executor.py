@@ -1,0 +1,473 @@
+"""The Ray executor: the caller's side of executions that run on a cluster's nodes.
+
+``Sandbox(SandboxConfig(cluster=ADDRESS))`` sends each execution here. Everything but the execution stays
+with the caller (guardrails, lifecycle, store, call log, egress broker): the executor picks a node, hands the
+request to that node's sandbox host (``host.py``) and answers the nested frames the program sends back with
+the caller's own bridge handler, on the caller's thread and within the execution's deadline. A node lost
+mid-execution ends its calls as ``sandbox_unavailable`` (retriable); a lost connection to the cluster is
+re-established on the next execution.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import itertools
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandforge.sandbox import leftovers
+from sandforge.sandbox.cluster.wire import Wire, WireError, outcome_from_wire, request_to_wire
+from sandforge.sandbox.config import BACKENDS, SandboxConfig
+from sandforge.sandbox.context import ContextSnapshot
+from sandforge.sandbox.exchange import BridgeHandler, DeclareHandler, serving, serving_deadline
+from sandforge.sandbox.protocol import (
+    BridgeReply,
+    CallFrame,
+    DeclareFrame,
+    ErrorType,
+    ExecutionOutcome,
+    ExecutionRequest,
+)
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "sandforge"
+#: A node offers a backend by declaring this custom resource (``ray start --resources``), e.g.
+#: ``{"sandforge_backend_subprocess": 1000}``; a node that declares none is not a sandbox host.
+RESOURCE_PREFIX = "sandforge_backend_"
+#: How long a call to a node may take beyond the execution's own limits before the node counts as lost.
+GRACE_S = 15.0
+#: How often the node table is refreshed from the cluster at most (a lost node triggers a refresh at once).
+REFRESH_S = 5.0
+#: How long connecting (again) to the cluster may take before executions fail as ``sandbox_unavailable``.
+CONNECT_TIMEOUT_S = float(os.environ.get("SANDFORGE_CLUSTER_CONNECT_TIMEOUT_S", "120"))
+
+
+#: How many times an execution whose node was lost before it sent anything moves to another node.
+LOST_NODE_RETRIES = 2
+
+
+@dataclass
+class _Shared:
+    """The process's one Ray connection: which cluster, how many executors use it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    address: str | None = None
+    users: int = 0
+
+
+_SHARED = _Shared()
+
+
+@dataclass
+class _Progress:
+    served: int = 0
+
+
+class ClusterUnavailable(Exception):
+    """The cluster cannot be reached, or offers no node for the request."""
+
+    def __init__(self, message: str, *, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+@dataclass
+class Node:
+    """What the executor knows of one node: its host actor, its backends, its load as seen from here."""
+
+    node_id: str
+    backends: frozenset[str]
+    actor: Any
+    in_flight: int = 0
+    #: warm sandboxes by (backend, env_id), as the node last reported them
+    warm: dict[tuple[str, str | None], int] = field(default_factory=dict)
+    #: digests of the large context texts this node holds (sent once)
+    known: set[str] = field(default_factory=set)
+    instance: str | None = None
+
+
+def config_digest(config: SandboxConfig) -> str:
+    """Hosts are per node and per configuration: two callers with different limits get different hosts."""
+    text = config.model_dump_json(exclude={"cluster"})
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def node_backends(resources: dict[str, float]) -> frozenset[str]:
+    return frozenset(name for name in BACKENDS if resources.get(f"{RESOURCE_PREFIX}{name}", 0) > 0)
+
+
+def ray_address(address: str) -> str:
+    """What ``ray.init`` takes: ``ray://HOST:PORT`` (Ray Client), ``HOST:PORT`` (the GCS) or ``auto``."""
+    return address
+
+
+class RayExecutor:
+    """Dispatches executions to the sandbox hosts of a Ray cluster."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        if not config.cluster:
+            raise ValueError("RayExecutor needs SandboxConfig.cluster")
+        self.config = config
+        self.address = config.cluster
+        self._host_config = config.model_dump(mode="json", exclude={"cluster"})
+        self._digest = config_digest(config)
+        self._lock = threading.Lock()
+        self._nodes: dict[str, Node] = {}
+        self._refreshed = 0.0
+        self._connected = False
+        self._rr = itertools.count()
+        self._ray: Any = None
+        self._counted = False
+
+    # --- connection and nodes -------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        """Ray, connected (again, after a lost connection). One process has one Ray connection: executors
+        of the same cluster share it (a service's tenants each have a Sandbox), and it is closed with the
+        last of them."""
+        if self._connected and self._ray is not None and self._ray.is_initialized():
+            return self._ray
+        try:
+            import ray
+        except ImportError:
+            raise ClusterUnavailable(
+                "the Ray executor needs Ray: pip install 'sandforge[cluster]'", retriable=False
+            ) from None
+        self._ray = ray
+        with _SHARED.lock:
+            if not (ray.is_initialized() and _SHARED.address == self.address):
+                if ray.is_initialized() and _SHARED.address is not None:
+                    raise ClusterUnavailable(
+                        f"this process is connected to the Ray cluster at {_SHARED.address}; one cluster per "
+                        f"process (asked for {self.address})", retriable=False,
+                    )  # fmt: skip
+                self._init(ray)
+                _SHARED.address = self.address
+            if not self._counted:
+                _SHARED.users += 1
+                self._counted = True
+        self._connected = True
+        self._nodes, self._refreshed = {}, 0.0
+        return ray
+
+    def _init(self, ray: Any) -> None:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        _reload_auth()
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while True:  # Ray Client gives up after ~30 s; a loaded head may take longer to start our session
+            try:
+                ray.init(
+                    address=ray_address(self.address), namespace=NAMESPACE, logging_level=logging.WARNING,
+                    log_to_driver=False, configure_logging=False,
+                )  # fmt: skip
+                return
+            except Exception as exc:
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+                if time.monotonic() > deadline or not _transient(exc):
+                    raise ClusterUnavailable(
+                        f"cannot connect to the Ray cluster at {self.address}: {_first_line(exc)}"
+                    ) from None
+
+    def _disconnect(self) -> None:
+        """The connection is broken: drop it (for every executor of the process; each reconnects)."""
+        self._connected = False
+        self._nodes = {}
+        with _SHARED.lock:
+            _SHARED.address = None
+            if self._ray is not None:
+                with contextlib.suppress(Exception):
+                    self._ray.shutdown()
+
+    def nodes(self, *, refresh: bool = False) -> list[Node]:
+        """The cluster's live sandbox-host nodes (each with its host actor, created on first sight)."""
+        with self._lock:
+            for attempt in range(2):  # a connection found broken is made again once, at once
+                ray = self._connect()
+                if not (refresh or time.monotonic() - self._refreshed > REFRESH_S or not self._nodes):
+                    break
+                try:
+                    self._refresh(ray)
+                    break
+                except ClusterUnavailable:
+                    if attempt:
+                        raise
+            return list(self._nodes.values())
+
+    def _refresh(self, ray: Any) -> None:
+        try:
+            listed = ray.nodes()
+        except Exception as exc:
+            self._disconnect()
+            raise ClusterUnavailable(f"lost the Ray cluster at {self.address}: {exc}") from exc
+        alive: dict[str, Node] = {}
+        for info in listed:
+            backends = node_backends(info.get("Resources", {}))
+            if not info.get("Alive") or not backends:
+                continue
+            node_id = info["NodeID"]
+            node = self._nodes.get(node_id) or Node(node_id, backends, self._host_actor(ray, node_id, backends))
+            node.backends = backends
+            alive[node_id] = node
+        self._nodes, self._refreshed = alive, time.monotonic()
+
+    def _host_actor(self, ray: Any, node_id: str, backends: frozenset[str]) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from sandforge.sandbox.cluster.host import SandboxHost
+
+        prewarm = [self.config.backend] if self.config.backend in backends else []
+        return (
+            ray.remote(SandboxHost)
+            .options(
+                name=f"sandforge-host-{node_id[:16]}-{self._digest}",
+                namespace=NAMESPACE,
+                lifetime="detached",
+                get_if_exists=True,
+                max_restarts=-1,
+                max_task_retries=0,
+                max_concurrency=256,
+                num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+            )
+            .remote(self._host_config, prewarm)
+        )
+
+    def _pick(self, backend: str, env_id: str | None, avoid: list[str] | None = None) -> Node:
+        """The idlest node offering ``backend``; among equally busy ones, one with a warm sandbox for it."""
+        nodes = [n for n in self.nodes() if backend in n.backends and n.node_id not in (avoid or ())]
+        if not nodes:
+            raise ClusterUnavailable(f"no node of the cluster offers the {backend!r} backend", retriable=False)
+        turn = next(self._rr)
+        with self._lock:
+            best = min(
+                nodes,
+                key=lambda n: (n.in_flight, 0 if n.warm.get((backend, env_id), 1) > 0 else 1,
+                               (hash(n.node_id) + turn) % 997),
+            )  # fmt: skip
+            best.in_flight += 1
+        return best
+
+    def _lost(self, node: Node) -> None:
+        with self._lock:
+            self._nodes.pop(node.node_id, None)
+            self._refreshed = 0.0
+        leftovers.reap_in_background()  # what the lost node's sandboxes left on this machine, if it ran here
+
+    # --- executions ---------------------------------------------------------------------------------------
+
+    def execute(
+        self, request: ExecutionRequest, *, backend: str | None = None, bridge: BridgeHandler | None = None
+    ) -> ExecutionOutcome:
+        """Run ``request`` on a node; never raises for anything the cluster or the program does.
+
+        A node lost before the program sent the caller anything (no nested call, declaration or fetch was
+        served: nothing happened that the caller saw) is replaced by another node, up to ``LOST_NODE_RETRIES``
+        times; once a frame was served, the loss is the caller's to handle (``sandbox_unavailable``,
+        retriable, nothing to commit)."""
+        name = backend or self.config.backend
+        request = _within_caller(request)
+        env_id = request.environment.env_id if request.environment is not None else None
+        lost: list[str] = []
+        while True:
+            try:
+                node = self._pick(name, env_id, avoid=lost)
+            except ClusterUnavailable as exc:
+                return ExecutionOutcome.failure(
+                    ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=exc.retriable, backend=name,
+                    metadata={"cluster_lost": lost} if lost else {},
+                )  # fmt: skip
+            progress = _Progress()
+            outcome = self._attempt(node, request, name, bridge, progress)
+            if outcome.metadata.get("cluster_node_lost") and not progress.served and len(lost) < LOST_NODE_RETRIES:
+                lost.append(node.node_id)
+                continue
+            if lost:
+                outcome.metadata["cluster_lost"] = lost
+            return outcome
+
+    def _attempt(
+        self, node: Node, request: ExecutionRequest, name: str, bridge: BridgeHandler | None, progress: _Progress
+    ) -> ExecutionOutcome:
+        try:
+            outcome = self._drive(node, request, name, bridge, progress)
+        except Exception as exc:  # ClusterUnavailable, or anything else Ray raises about the node
+            if not isinstance(exc, ClusterUnavailable):
+                log.warning("cluster node %s failed: %s", node.node_id[:12], exc)
+            self._lost(node)
+            message = (
+                str(exc)
+                if isinstance(exc, ClusterUnavailable)
+                else f"cluster node {node.node_id[:12]} failed: {_first_line(exc)}"
+            )
+            outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, message, retriable=True, backend=name)
+            outcome.metadata["cluster_node_lost"] = True
+        finally:
+            with self._lock:
+                node.in_flight -= 1
+        outcome.metadata["cluster_node"] = node.node_id
+        return outcome
+
+    def _drive(
+        self, node: Node, request: ExecutionRequest, backend: str, bridge: BridgeHandler | None, progress: _Progress
+    ) -> ExecutionOutcome:
+        base = ContextSnapshot.coerce(request.context)
+        message, blobs = request_to_wire(request, node.known)
+        exec_id = uuid.uuid4().hex
+        kinds = _kinds(bridge)
+        budget = request.limits.timeout_s + self.config.spawn_timeout_s + GRACE_S
+        event = self._call(node, node.actor.start.remote(exec_id, message, backend, blobs, kinds), budget)
+        if event.get("kind") == "missing":  # the node lost texts it had (restarted): send them all once more
+            node.known.clear()
+            message, blobs = request_to_wire(request, None)
+            event = self._call(node, node.actor.start.remote(exec_id, message, backend, blobs, kinds), budget)
+        while event.get("kind") != "done":
+            progress.served += 1  # from here on the caller saw the program act: never re-run elsewhere
+            answer = _answer(bridge, event)
+            event = self._call(node, node.actor.step.remote(exec_id, answer), budget)
+        node.known.update(blobs)
+        if "warm" in event:
+            node.warm[(backend, request.environment.env_id if request.environment else None)] = int(event["warm"])
+        node.instance = event.get("instance")
+        try:
+            return outcome_from_wire(event, base)
+        except (WireError, ValueError) as exc:
+            return ExecutionOutcome.failure(
+                ErrorType.SANDBOX_UNAVAILABLE, f"node {node.node_id[:12]} answered a malformed outcome: {exc}",
+                retriable=True, backend=backend,
+            )  # fmt: skip
+
+    def _call(self, node: Node, ref: Any, timeout_s: float) -> Wire:
+        ray = self._ray
+        try:
+            event: Wire = ray.get(ref, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=False)
+            raise ClusterUnavailable(
+                f"cluster node {node.node_id[:12]} did not answer within {timeout_s:g}s; its execution is lost"
+            ) from None
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            raise ClusterUnavailable(
+                f"cluster node {node.node_id[:12]} was lost during the execution: {_first_line(exc)}"
+            ) from None
+        except (ConnectionError, ray.exceptions.RaySystemError) as exc:
+            self._disconnect()
+            raise ClusterUnavailable(f"lost the Ray cluster at {self.address}: {_first_line(exc)}") from None
+        if not isinstance(event, dict):
+            raise ClusterUnavailable(f"cluster node {node.node_id[:12]} answered {type(event).__name__}")
+        return event
+
+    # --- status ----------------------------------------------------------------------------------------
+
+    def status(self, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """Each node's id, backends and its host's pools and load (``sandforge cluster status``)."""
+        nodes = self.nodes(refresh=True)
+        refs = [n.actor.status.remote() for n in nodes]
+        rows: list[dict[str, Any]] = []
+        for node, ref in zip(nodes, refs, strict=True):
+            row: dict[str, Any] = {"node_id": node.node_id, "backends": sorted(node.backends)}
+            try:
+                row.update(self._ray.get(ref, timeout=timeout_s))
+            except Exception as exc:
+                row["error"] = _first_line(exc)
+            rows.append(row)
+        return rows
+
+    def close(self) -> None:
+        """Let go of the connection; the last executor of the process closes it (the cluster and its hosts
+        live on for other callers)."""
+        with self._lock, _SHARED.lock:
+            self._connected, self._nodes = False, {}
+            if self._counted:
+                self._counted = False
+                _SHARED.users -= 1
+                if _SHARED.users == 0 and self._ray is not None:
+                    _SHARED.address = None
+                    with contextlib.suppress(Exception):
+                        self._ray.shutdown()
+
+
+def _reload_auth() -> None:
+    """Ray reads RAY_AUTH_MODE and the token when it is first imported; a caller that set them later (or
+    changed the token file) must have them read again before connecting."""
+    try:
+        raylet: Any = importlib.import_module("ray._raylet")
+        raylet.Config.initialize("")
+        raylet.AuthenticationTokenLoader.instance().reset_cache()
+    except Exception:  # another Ray version: the settings of import time apply
+        log.debug("could not reload Ray's authentication settings", exc_info=True)
+
+
+def _transient(exc: BaseException) -> bool:
+    """A connection failure worth retrying (not a refused token or a malformed address)."""
+    text = str(exc).lower()
+    return isinstance(exc, (ConnectionError, TimeoutError)) and "auth" not in text and "token" not in text
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def _within_caller(request: ExecutionRequest) -> ExecutionRequest:
+    """A nested execution never outlives its caller's: the caller's remaining time becomes a wall budget
+    (the node cannot see this thread's serving deadline)."""
+    outer = serving_deadline()
+    if outer is None:
+        return request
+    remaining = max(outer - time.monotonic(), 0.001)
+    if request.wall_budget_s is not None and request.wall_budget_s <= remaining:
+        return request
+    return request.model_copy(update={"wall_budget_s": remaining})
+
+
+def _kinds(bridge: BridgeHandler | None) -> list[str] | None:
+    if bridge is None:
+        return None
+    kinds = ["call"]
+    if isinstance(bridge, DeclareHandler):
+        kinds.append("declare")
+    if getattr(bridge, "egress_parts", None) is not None or getattr(bridge, "egress", None) is not None:
+        kinds.append("egress")
+    return kinds
+
+
+def _answer(bridge: BridgeHandler | None, event: Wire) -> Any:
+    """The caller's bridge's answer to one frame the program sent from its node, within its deadline."""
+    kind = event.get("kind")
+    remaining = event.get("remaining_s")
+    deadline = time.monotonic() + float(remaining) if isinstance(remaining, (int, float)) else None
+    if bridge is None:
+        return BridgeReply.error("nested_calls_unavailable", "this execution has no agent to delegate to").wire()
+    try:
+        with serving(deadline):
+            if kind == "call":
+                return BridgeReply.of(bridge(CallFrame.model_validate(event["frame"]))).wire()
+            if kind == "declare" and isinstance(bridge, DeclareHandler):
+                return BridgeReply.of(bridge.declare(DeclareFrame.model_validate(event["frame"]))).wire()
+            if kind == "fetch":
+                return _fetch(bridge, bytes(event["request"]), deadline or time.monotonic())
+    except Exception:  # a bridge bug must not end the execution: the program gets a typed failure
+        log.exception("the caller's bridge failed to answer a frame from the cluster")
+    return None
+
+
+def _fetch(bridge: BridgeHandler, request: bytes, deadline: float) -> dict[str, bytes | None]:
+    parts = getattr(bridge, "egress_parts", None)
+    if parts is not None:
+        reply, body = parts(request, deadline)
+        return {"reply": reply, "body": body}
+    return {"reply": bridge.egress(request, deadline), "body": None}  # type: ignore[attr-defined]
+
+
+__all__ = ["NAMESPACE", "RESOURCE_PREFIX", "ClusterUnavailable", "Node", "RayExecutor", "node_backends"]

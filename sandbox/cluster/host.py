@@ -1,0 +1,246 @@
+"""The sandbox host: one long-lived Ray actor per node, owning that node's warm pools and backends.
+
+The caller drives each execution (``start``, then ``step`` with each answer): when the program makes a nested
+``tool()``/``delegate()`` call, declares a contract or fetches, the execution's thread on the node parks the
+frame as an event, ``start``/``step`` returns it to the caller, and the caller's answer comes back with the
+next ``step``. So nested calls and brokered fetches are served on the caller's host, exactly as locally, and
+the node never needs a way to reach the caller. Ray only carries dicts between trusted processes; the sandbox
+still speaks the JSON-only channel of ``sandbox/exchange.py`` with the node's exchange.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+from sandforge.sandbox import leftovers
+from sandforge.sandbox.cluster.wire import NODE_CACHE_BYTES, Wire, WireError, outcome_to_wire, request_from_wire
+from sandforge.sandbox.config import SandboxConfig
+from sandforge.sandbox.context import ContextSnapshot
+from sandforge.sandbox.protocol import CallFrame, DeclareFrame, ErrorType, ExecutionOutcome, ExecutionRequest
+
+log = logging.getLogger(__name__)
+
+#: How long the node waits past an execution's own limits for the caller to answer or collect (the caller
+#: vanished: the execution ends, its sandbox is destroyed, nothing waits forever).
+GRACE_S = 30.0
+
+
+class BlobCache:
+    """Large context texts by digest, bounded in bytes (least recently used out)."""
+
+    def __init__(self, limit: int = NODE_CACHE_BYTES) -> None:
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def add(self, blobs: dict[str, bytes]) -> None:
+        with self._lock:
+            for ref, text in blobs.items():
+                if ref in self._items:
+                    continue
+                self._items[ref] = bytes(text)
+                self._size += len(text)
+            while self._size > self._limit and self._items:
+                _, old = self._items.popitem(last=False)
+                self._size -= len(old)
+
+    def view(self) -> dict[str, bytes]:
+        with self._lock:
+            return dict(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class _Run:
+    """One execution on this node: its thread, the events it parks for the caller, the caller's answers."""
+
+    def __init__(self, request: ExecutionRequest, timeout_s: float) -> None:
+        self.request = request
+        self.events: queue.Queue[Wire] = queue.Queue()
+        self.replies: queue.Queue[Any] = queue.Queue()
+        self.deadline = time.monotonic() + timeout_s
+        self.thread: threading.Thread | None = None
+
+    def ask(self, event: Wire) -> Any:
+        """Park ``event`` for the caller and wait for its answer (None if the caller never answers)."""
+        self.events.put(event)
+        try:
+            return self.replies.get(timeout=max(self.deadline - time.monotonic(), 0.0) + GRACE_S)
+        except queue.Empty:
+            return None
+
+
+_NO_ANSWER = {"status": "error", "error_type": "internal_error", "error_message": "the caller did not answer"}
+
+
+class _Proxy:
+    """The bridge handler the node's exchange sees: each frame travels to the caller as an event."""
+
+    def __init__(self, run: _Run) -> None:
+        self._run = run
+
+    def __call__(self, frame: CallFrame) -> dict[str, Any]:
+        answer = self._run.ask({"kind": "call", "frame": frame.model_dump(mode="json"), **_remaining()})
+        return answer if isinstance(answer, dict) else _NO_ANSWER
+
+
+class _DeclaringProxy(_Proxy):
+    def declare(self, frame: DeclareFrame) -> dict[str, Any]:
+        answer = self._run.ask({"kind": "declare", "frame": frame.model_dump(mode="json")})
+        return answer if isinstance(answer, dict) else _NO_ANSWER
+
+
+class _FetchingProxy(_Proxy):
+    def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
+        answer = self._run.ask({"kind": "fetch", "request": request, "remaining_s": deadline - time.monotonic()})
+        if not isinstance(answer, dict):
+            return b"", None  # malformed: the exchange answers the program with its typed broker failure
+        return bytes(answer["reply"]), None if answer.get("body") is None else bytes(answer["body"])
+
+
+class _FullProxy(_DeclaringProxy, _FetchingProxy):
+    pass
+
+
+def _remaining() -> dict[str, float]:
+    from sandforge.sandbox.exchange import serving_deadline
+
+    deadline = serving_deadline()
+    return {} if deadline is None else {"remaining_s": deadline - time.monotonic()}
+
+
+def _proxy(run: _Run, kinds: list[str]) -> _Proxy:
+    declare, egress = "declare" in kinds, "egress" in kinds
+    cls = _FullProxy if declare and egress else _DeclaringProxy if declare else _FetchingProxy if egress else _Proxy
+    return cls(run)
+
+
+class SandboxHost:
+    """A node's sandbox host (made a Ray actor by the executor: ``ray.remote(SandboxHost)``)."""
+
+    def __init__(self, config: dict[str, Any], prewarm: list[str]) -> None:
+        from sandforge.sandbox import Sandbox  # the node's own local executor (imported here: no import cycle)
+
+        self.config = SandboxConfig.model_validate({**config, "cluster": None})
+        self.sandbox = Sandbox(self.config)
+        self.cache = BlobCache()
+        self.runs: dict[str, _Run] = {}
+        self.lock = threading.Lock()
+        self.executed = 0
+        self.started_at = time.time()
+        self.instance = uuid.uuid4().hex[:12]
+        leftovers.reap_in_background()  # what a predecessor on this machine left when its node died
+        for backend in prewarm:
+            try:
+                self.sandbox.pool(backend)  # type: ignore[arg-type]  # starts filling in the background
+            except Exception as exc:  # a backend this node cannot run: reported by status, never chosen
+                log.warning("cannot pre-warm %s: %s", backend, exc)
+
+    def ping(self) -> str:
+        return self.instance
+
+    def start(
+        self, exec_id: str, message: Wire, backend: str, blobs: dict[str, bytes], kinds: list[str] | None
+    ) -> Wire:
+        """Begin one execution; returns its first event (a nested frame, ``missing`` or ``done``)."""
+        if blobs:
+            self.cache.add(blobs)
+        try:
+            request = request_from_wire(message, self.cache.view())
+        except (WireError, ValueError) as exc:
+            outcome = ExecutionOutcome.failure(ErrorType.INVALID_REQUEST, f"malformed cluster request: {exc}")
+            return self._done(outcome, ContextSnapshot())
+        if isinstance(request, list):
+            return {"kind": "missing", "refs": request}
+        limits = request.limits
+        run = _Run(request, limits.timeout_s + self.config.spawn_timeout_s)
+        bridge = None if kinds is None else _proxy(run, kinds)
+        run.thread = threading.Thread(
+            target=self._execute, args=(run, backend, bridge), name=f"sandforge-run-{exec_id[:8]}", daemon=True
+        )
+        with self.lock:
+            self.runs[exec_id] = run
+        run.thread.start()
+        return self._next(exec_id, run)
+
+    def step(self, exec_id: str, answer: Any) -> Wire:
+        """Hand the caller's answer to the execution's pending frame; returns its next event."""
+        with self.lock:
+            run = self.runs.get(exec_id)
+        if run is None:
+            outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, "no such execution on this node")
+            return self._done(outcome, ContextSnapshot())
+        run.replies.put(answer)
+        return self._next(exec_id, run)
+
+    def _next(self, exec_id: str, run: _Run) -> Wire:
+        try:
+            event = run.events.get(timeout=max(run.deadline - time.monotonic(), 0.0) + GRACE_S)
+        except queue.Empty:
+            event = self._done(
+                ExecutionOutcome.failure(ErrorType.TIMEOUT, "the execution did not end on its node"), ContextSnapshot()
+            )
+        if event["kind"] == "done":
+            with self.lock:
+                self.runs.pop(exec_id, None)
+        return event
+
+    def _execute(self, run: _Run, backend: str, bridge: _Proxy | None) -> None:
+        base = ContextSnapshot.coerce(run.request.context)
+        try:
+            outcome = self.sandbox.execute(run.request, backend=backend, bridge=bridge)  # type: ignore[arg-type]
+        except Exception as exc:  # never leave the caller waiting
+            log.exception("execution failed on this node")
+            outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, f"node failure: {exc}")
+        with self.lock:
+            self.executed += 1
+        run.events.put(self._done(outcome, base, backend, run.request))
+
+    def _done(
+        self, outcome: ExecutionOutcome, base: ContextSnapshot, backend: str | None = None,
+        request: ExecutionRequest | None = None,
+    ) -> Wire:  # fmt: skip
+        event = {"kind": "done", **outcome_to_wire(outcome, base), "instance": self.instance}
+        if backend is not None and request is not None:
+            env = request.environment.env_id if request.environment is not None else None
+            event["warm"] = self._warm(backend, env)
+        return event
+
+    def _warm(self, backend: str, env_id: str | None) -> int:
+        for pool in self.sandbox.pool_status():
+            if pool["backend"] == backend and pool["env_id"] == env_id:
+                return int(pool["ready"])
+        return 0
+
+    def status(self) -> Wire:
+        """This node's pools and load, for placement and ``sandforge cluster status``."""
+        with self.lock:
+            in_flight, executed = len(self.runs), self.executed
+        return {
+            "instance": self.instance,
+            "pid": os.getpid(),
+            "node_pid": os.getppid(),
+            "pools": self.sandbox.pool_status(),
+            "in_flight": in_flight,
+            "executed": executed,
+            "cached_blobs": len(self.cache),
+            "load": list(os.getloadavg()),
+            "started_at": self.started_at,
+        }
+
+    def refill(self, backend: str, timeout_s: float = 30.0) -> bool:
+        """Wait until the backend's warm pool is full (tests and benchmarks)."""
+        pool = self.sandbox.pool(backend)  # type: ignore[arg-type]
+        return pool.wait_ready(timeout=timeout_s)
+
+    def close(self) -> None:
+        self.sandbox.close()

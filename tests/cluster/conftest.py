@@ -1,0 +1,46 @@
+"""A real local Ray cluster for the cluster tests: ``ray start`` processes on 127.0.0.1 with token
+authentication, always stopped (finaliser) whatever the tests did. Skipped without Ray (``sandforge[cluster]``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandforge.sandbox.cluster.local import LocalCluster, NodeSpec
+
+
+def require_ray() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:  # not imported here: Ray reads its settings on import
+        pytest.skip("Ray is not installed (pip install 'sandforge[cluster]')")
+
+
+@pytest.fixture
+def ray_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing of a developer's own Ray settings leaks into the tests."""
+    for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "SANDFORGE_CLUSTER"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def start_cluster(root: Path, specs: list[NodeSpec]) -> Iterator[LocalCluster]:
+    require_ray()
+    cluster = LocalCluster(root)
+    try:
+        cluster.up(specs=specs)
+        saved = {k: os.environ.get(k) for k in cluster.env()}
+        os.environ.update(cluster.env())  # the caller authenticates with the cluster's token
+        try:
+            yield cluster
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    finally:
+        cluster.down()
+        assert not cluster.processes(), "the test cluster left processes behind"
