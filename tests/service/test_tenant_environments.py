@@ -10,8 +10,7 @@ import pytest
 import yaml
 
 from sandforge.runtime.service.tenants import TenantRuntimes, load_server_config
-from tests.environments.helpers import WHEELHOUSE_ALLOW
-from tests.environments.helpers import require_wheelhouse
+from tests.environments.helpers import WHEELHOUSE_ALLOW, require_wheelhouse
 
 DATEUTIL = """# /// script
 # dependencies = ["python-dateutil>=2.8"]
