@@ -11,19 +11,18 @@ import asyncio
 import json
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import mcp_types
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import Subscription
 from mcp.shared.subscriptions import ToolsListChanged
 
 from tests.service.mcp.conftest import seed
+from tests.service.mcp.test_http import session
 from tests.service.mcp.test_stdio import ok
 from tests.service.mcp.test_stdio import server as stdio_server
 from tests.service.serverproc import Server, start_server
@@ -124,17 +123,6 @@ def server(seeded_state: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     srv.stop()
 
 
-def http_session(server: Server, tenant: str, body: Callable[[Client], Awaitable[None]], **client: Any) -> None:
-    async def main() -> None:
-        headers = {"Authorization": f"Bearer {server.tokens[tenant]}"}
-        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0, read=300.0)) as http:
-            transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
-            async with Client(transport, **client) as mcp:
-                await body(mcp)
-
-    asyncio.run(main())
-
-
 def test_http_listeners_hear_of_a_tool_the_http_api_forged(server: Server) -> None:
     async def body(client: Client) -> None:
         assert client.server_capabilities.tools is not None and client.server_capabilities.tools.list_changed
@@ -145,7 +133,7 @@ def test_http_listeners_hear_of_a_tool_the_http_api_forged(server: Server) -> No
             assert isinstance(await next_change(sub), ToolsListChanged)
             assert "greeter.hi" in await names(client)
 
-    http_session(server, "alpha", body)
+    session(server, server.tokens["alpha"], body)
 
 
 def test_http_handshake_sessions_hear_of_a_tool_an_mcp_call_forged(server: Server) -> None:
@@ -165,8 +153,8 @@ def test_http_handshake_sessions_hear_of_a_tool_an_mcp_call_forged(server: Serve
         await notes.wait()
         assert "doubler.twice" in await names(client)
 
-    http_session(server, "alpha", body, mode="legacy", message_handler=notes)
-    http_session(server, "beta", beta, mode="legacy", message_handler=beta_notes)
+    session(server, server.tokens["alpha"], body, mode="legacy", message_handler=notes)
+    session(server, server.tokens["beta"], beta, mode="legacy", message_handler=beta_notes)
     assert beta_notes.count == 0  # alpha's change is alpha's: beta's clients hear nothing of it
 
 
@@ -190,7 +178,7 @@ def test_the_audit_log_names_the_mcp_tool_and_the_method_behind_it(server: Serve
                                                               "args": ["hey"]}))["value"] == "HEY!"  # fmt: skip
         assert ok(await client.call_tool("list_tools", {}))
 
-    http_session(server, "alpha", body)
+    session(server, server.tokens["alpha"], body)
     persisted = _audit(server, lambda r: r.get("mcp_tool") == "calculator.add")
     assert persisted["tenant"] == "alpha" and persisted["mcp_method"] == "tools/call"
     assert (persisted["tool_role"], persisted["tool_method"]) == ("calculator", "add")
