@@ -15,6 +15,7 @@ import pytest
 from sandforge.sandbox import EnvironmentMount, ExecutionRequest, Sandbox, SandboxConfig
 from sandforge.sandbox.environment import EnvironmentRefused, check_mount
 from sandforge.sandbox.protocol import ErrorType
+from sandforge.sandbox.steps import run_steps
 from tests.environments.helpers import require_wheelhouse
 from tests.sandbox.envbuild import EnvFactory, target_for
 
@@ -125,7 +126,8 @@ def test_a_pool_never_mixes_environments(factory: EnvFactory, sandbox: Sandbox) 
     assert pool.wait_ready(1, timeout=30)
     worker = pool.acquire()
     assert worker.environment == checked_dates  # type: ignore[attr-defined]
-    outcome = sandbox._run(worker, ExecutionRequest(code=import_soup, environment=soup), None, checked_soup)
+    request = ExecutionRequest(code=import_soup, environment=soup)
+    outcome = run_steps(sandbox.run_steps(worker, request, None, checked_soup))
     assert outcome.error_type == ErrorType.SANDBOX_UNAVAILABLE
     assert "another environment" in (outcome.error_message or "")
     assert not worker.alive()

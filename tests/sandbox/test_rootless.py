@@ -211,7 +211,7 @@ def test_a_kernel_that_refuses_user_namespaces_gets_a_refusal_not_a_weaker_sandb
     root = Path(__file__).resolve().parents[2]
     doctor = subprocess.run(["unshare", "-Ur", "sh", "-c", f"{limit}{cli} doctor --backend subprocess --json"],
                             capture_output=True, text=True, cwd=root, timeout=120)  # fmt: skip
-    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    assert doctor.returncode == 6, doctor.stdout + doctor.stderr  # 6: the sandbox is unavailable (README, exit codes)
     report = json.loads(doctor.stdout)["backends"][0]
     assert not report["works"] and set(WALLS) <= set(report["missing"]), report
     assert "unshare(user)" in report["error"], report["error"]
@@ -219,6 +219,6 @@ def test_a_kernel_that_refuses_user_namespaces_gets_a_refusal_not_a_weaker_sandb
     program.write_text("return 42\n")
     exec_run = subprocess.run(["unshare", "-Ur", "sh", "-c", f"{limit}{cli} exec {program}"],
                               capture_output=True, text=True, cwd=root, timeout=120)  # fmt: skip
-    assert exec_run.returncode == 1, exec_run.stdout + exec_run.stderr
+    assert exec_run.returncode == 6, exec_run.stdout + exec_run.stderr
     assert "required protections missing" in exec_run.stdout + exec_run.stderr
     assert "ok: 42" not in exec_run.stdout
