@@ -102,8 +102,8 @@ def _check_owner(path: Path) -> None:
 
 
 def _table(path: Path, *, pyproject: bool, found: bool = False) -> dict[str, Any]:
-    if found:
-        _check_owner(path)
+    """The settings table of ``path``. A found file is refused unless it is safe (`_check_owner`) only when it
+    configures something: a ``pyproject.toml`` without ``[tool.sandforge]`` is passed over, whoever owns it."""
     raw = read_user_file(path, limit=MAX_CONFIG_BYTES, what="configuration file")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
@@ -114,6 +114,8 @@ def _table(path: Path, *, pyproject: bool, found: bool = False) -> dict[str, Any
         data = tool.get("sandforge", {}) if isinstance(tool, dict) else {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: [tool.sandforge] must be a table")
+    if found and (data or not pyproject):
+        _check_owner(path)
     return data
 
 

@@ -126,3 +126,16 @@ def test_a_bad_setting_names_the_variable_and_the_file_that_set_it(tmp_path: Pat
     (tmp_path / "sandforge.toml").unlink()
     done = run(tmp_path, "exec", "p.py", env={"SANDFORGE_BACKEND": "nosuch"})
     assert done.returncode == 2 and "invalid SANDFORGE_BACKEND" in done.stderr and "set in" not in done.stderr
+
+
+def test_a_shared_pyproject_without_a_sandforge_table_is_passed_over(tmp_path: Path) -> None:
+    """Only a file that configures something must be safe: a project's pyproject.toml that others may write but
+    that has no [tool.sandforge] table neither configures nor blocks anything (the search goes on upwards)."""
+    project = tmp_path / "pyproject.toml"
+    project.write_text('[project]\nname = "x"\n')
+    project.chmod(0o666)
+    assert find_config(tmp_path) is None or find_config(tmp_path)[0] != project  # type: ignore[index]
+    project.write_text('[project]\nname = "x"\n[tool.sandforge]\nallow_missing_protections = "all"\n')
+    project.chmod(0o666)
+    with pytest.raises(ConfigError, match="writable by others"):
+        find_config(tmp_path)
