@@ -26,7 +26,7 @@ from typing import Any, ClassVar, TypedDict, Unpack
 from pydantic import JsonValue
 
 from sandforge.runtime.agent.agent import RESERVED, Agent, ContextAttributes, MethodProxy
-from sandforge.runtime.agent.awaited import run_awaited
+from sandforge.runtime.agent.awaited import InFlight, run_awaited
 from sandforge.runtime.agent.budgets import Budgets
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.source import ProgramStore
@@ -72,6 +72,7 @@ class AsyncWorkspace:
         self._owns_async = sandbox is None
         self._turn = asyncio.Lock()  # calls are serialised, as in the workspace: waiting holds no thread
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandforge-call")
+        self._calls = InFlight()  # closing cancels the calls still running (they would hold the close up)
 
     @classmethod
     def create(
@@ -91,13 +92,15 @@ class AsyncWorkspace:
         """``Workspace.call``, awaited (see the module's docstring for cancellation)."""
         call = functools.partial(self.workspace.call, role, method, *args, **kwargs)
         async with self._turn:
-            return await run_awaited(call, thread=self._thread, threads=self.sandbox.threads)
+            return await run_awaited(call, thread=self._thread, threads=self.sandbox.threads, calls=self._calls)
 
     def context(self, role: str) -> dict[str, JsonValue]:
         return self.workspace.context(role)
 
     async def aclose(self) -> None:
-        """Close the workspace (and what it owns) off the loop."""
+        """Close the workspace (and what it owns) off the loop. Calls still running are cancelled first (their
+        tasks get CancelledError, nothing of them is committed); later calls raise CallsClosed."""
+        self._calls.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._thread, self.workspace.close)
         if self._owns_async:

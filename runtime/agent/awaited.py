@@ -38,6 +38,10 @@ class CallCancelled(BaseException):
     """The task awaiting this call was cancelled: stop, commit nothing (not an Exception on purpose)."""
 
 
+class CallsClosed(RuntimeError):
+    """The async workspace or session was closed: it starts no new call."""
+
+
 class CallScope:
     """One awaited call: its loop and threads, whether it was cancelled, how to cancel what it runs."""
 
@@ -94,6 +98,35 @@ class CallScope:
                 raise CallCancelled
             yield
             self.committed = True
+
+
+class InFlight:
+    """The awaited calls of one owner (an ``AsyncWorkspace``, an ``AsyncSession``). Closing the owner cancels
+    them as cancelling their tasks would (their executions end, nothing is committed), so a close never waits
+    for a running program to reach its own time limit; and no call starts after the close."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scopes: set[CallScope] = set()
+        self.closed = False
+
+    def add(self, scope: CallScope) -> None:
+        with self._lock:
+            if self.closed:
+                raise CallsClosed("this async workspace (or session) is closed")
+            self._scopes.add(scope)
+
+    def discard(self, scope: CallScope) -> None:
+        with self._lock:
+            self._scopes.discard(scope)
+
+    def close(self) -> None:
+        """No new call; the running ones are cancelled (their tasks get CancelledError once they unwound)."""
+        with self._lock:
+            self.closed = True
+            scopes = list(self._scopes)
+        for scope in scopes:
+            scope.cancel()
 
 
 #: The scope of the awaited call this thread works for (None: a plain sync call).
@@ -168,17 +201,32 @@ def _settle(done: Future[ExecutionOutcome], task: asyncio.Task[ExecutionOutcome]
         done.set_result(task.result())
 
 
-async def run_awaited(fn: Callable[[], T], *, thread: Executor, threads: Threads) -> T:
+async def run_awaited(
+    fn: Callable[[], T], *, thread: Executor, threads: Threads, calls: InFlight | None = None
+) -> T:
     """``fn()`` (sync code: a workspace call, a chat turn) on ``thread``, awaited: its executions run on this
     loop, and cancelling the awaiting task cancels them, stops the rest and waits until ``fn`` has unwound
-    (nothing of it runs on) before ``CancelledError`` is raised."""
+    (nothing of it runs on) before ``CancelledError`` is raised. A call cancelled by its owner's close
+    (``calls``) ends the same way: ``CancelledError``."""
     loop = asyncio.get_running_loop()
     scope = CallScope(loop, threads)
+    if calls is not None:
+        calls.add(scope)
+    try:
+        return await _awaited(fn, scope, loop, thread)
+    finally:
+        if calls is not None:
+            calls.discard(scope)
+
+
+async def _awaited(fn: Callable[[], T], scope: CallScope, loop: asyncio.AbstractEventLoop, thread: Executor) -> T:
     context = contextvars.copy_context()
     context.run(CURRENT.set, scope)
     running = loop.run_in_executor(thread, context.run, fn)
     try:
         return await asyncio.shield(running)
+    except CallCancelled:  # cancelled by the owner's close, not by this task: as an awaited future cancelled
+        raise asyncio.CancelledError from None
     except asyncio.CancelledError:
         scope.cancel()
         while not running.done():
@@ -189,4 +237,4 @@ async def run_awaited(fn: Callable[[], T], *, thread: Executor, threads: Threads
         raise
 
 
-__all__ = ["CURRENT", "CallCancelled", "CallScope", "LoopSandbox", "awaited_port", "commit_window", "run_awaited"]
+__all__ = ["CURRENT", "CallCancelled", "CallScope", "CallsClosed", "InFlight", "LoopSandbox", "awaited_port", "commit_window", "run_awaited"]

@@ -22,7 +22,7 @@ import asyncio
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
-from sandforge.runtime.agent.awaited import run_awaited
+from sandforge.runtime.agent.awaited import InFlight, run_awaited
 from sandforge.runtime.sessions.models import Message, SessionInfo
 from sandforge.runtime.sessions.session import Session, TurnResult
 from sandforge.sandbox.aio import Threads
@@ -38,6 +38,7 @@ class AsyncSession:
         self._owns_threads = threads is None
         self._turn = asyncio.Lock()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandforge-turn")
+        self._calls = InFlight()
 
     @property
     def id(self) -> str:
@@ -47,7 +48,7 @@ class AsyncSession:
         """One user turn (:meth:`Session.send`), awaited."""
         async with self._turn:
             turn = functools.partial(self.session.send, text)
-            return await run_awaited(turn, thread=self._thread, threads=self._threads)
+            return await run_awaited(turn, thread=self._thread, threads=self._threads, calls=self._calls)
 
     async def info(self) -> SessionInfo:
         return await asyncio.get_running_loop().run_in_executor(self._thread, lambda: self.session.info)
@@ -56,7 +57,10 @@ class AsyncSession:
         return await asyncio.get_running_loop().run_in_executor(self._thread, self.session.history)
 
     async def aclose(self) -> None:
-        """Stop this object's threads (the session's store and runner belong to whoever made them)."""
+        """Stop this object's threads (the session's store and runner belong to whoever made them). A turn still
+        running is cancelled first and waited for (its task gets CancelledError); later turns raise CallsClosed."""
+        self._calls.close()
+        await asyncio.get_running_loop().run_in_executor(self._thread, _nothing)  # the turn thread has unwound
         self._thread.shutdown(wait=False)
         if self._owns_threads:
             self._threads.shutdown()
@@ -66,6 +70,10 @@ class AsyncSession:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _nothing() -> None:
+    return None
 
 
 __all__ = ["AsyncSession"]

@@ -80,11 +80,6 @@ def test_concurrent_awaits_on_one_workspace_lose_no_update(shared: Sandbox) -> N
     assert context == {"total": 21}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race (issue 24, open): about 1 run in 6, a cancellation that lands while the cold worker is being "
-    "started is lost (the program keeps running until its own timeout) or leaves that worker idle in the pool",
-)
 def test_cancelling_a_call_kills_its_execution_and_commits_nothing(cold: Sandbox) -> None:
     log = CallLog(None)
 
