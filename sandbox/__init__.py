@@ -35,7 +35,7 @@ from sandforge.sandbox.protocol import (
     Limits,
     ResourceUsage,
 )
-from sandforge.sandbox.steps import Blocking, Steps, run_steps
+from sandforge.sandbox.steps import Await, Blocking, Effect, Steps, run_steps
 
 if TYPE_CHECKING:
     from sandforge.sandbox.cluster.executor import RayExecutor
@@ -77,6 +77,9 @@ def make_backend(name: BackendName, config: SandboxConfig) -> Backend:
     return DockerBackend(config, runtime="runsc" if name == "gvisor" else None)
 
 
+#: Makes the step that gets a worker for (backend, limits, environment): how each API waits for one.
+Acquire = Callable[[BackendName, Limits, "MountedEnvironment | None"], Effect]
+
 #: A pool's key: backend, limits profile and the environment its workers mount (None: none).
 PoolKey = tuple[str, Limits, MountedEnvironment | None]
 
@@ -108,20 +111,32 @@ class Sandbox:
         self, request: ExecutionRequest, *, backend: BackendName | None = None, bridge: BridgeHandler | None = None
     ) -> ExecutionOutcome:
         """Run one program in a fresh sandbox. Never raises for anything the program or engine does."""
+        return run_steps(self.outline(request, backend, bridge, self._acquire_step))
+
+    def _acquire_step(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Effect:
+        return Blocking(functools.partial(self._acquire, name, limits, environment))
+
+    def outline(
+        self, request: ExecutionRequest, backend: BackendName | None, bridge: BridgeHandler | None, acquire: Acquire
+    ) -> Steps[ExecutionOutcome]:
+        """One execution as steps, for both APIs: cluster dispatch, admission, a worker (``acquire``: a blocking
+        call here, an await on the loop in ``AsyncSandbox``), the worker's own steps, what the outcome notes."""
         name = backend or self.config.backend
-        if self.config.cluster:  # the execution moves to a Ray cluster's node (sandbox/cluster/)
-            return self._cluster().execute(request, backend=name, bridge=bridge)
+        if self.config.cluster:  # the execution moves to a Ray cluster's node (sandbox/cluster/): its client blocks
+            remote = functools.partial(self._cluster().execute, request, backend=name, bridge=bridge)
+            moved: ExecutionOutcome = yield Blocking(remote, interruptible=True)
+            return moved
         admitted = self._admit(request, backend)
         if isinstance(admitted, ExecutionOutcome):
             return admitted
         name, environment = admitted
         asked = time.monotonic()
         try:
-            worker = self._acquire(name, request.limits, environment)
+            worker: Worker = yield acquire(name, request.limits, environment)
         except SandboxUnavailable as exc:
             return self._finish(self.unavailable(exc, name))
         acquired = time.monotonic()
-        outcome = run_steps(self.run_steps(worker, request, bridge, environment))
+        outcome = yield from self.run_steps(worker, request, bridge, environment)
         return self._finish(self.note_acquired(outcome, worker, asked, acquired))
 
     # The parts of ``execute`` the async API (``sandbox/aio.py``) shares: only acquiring a worker and driving
@@ -313,23 +328,12 @@ class AsyncSandbox:
         """:meth:`Sandbox.execute`, awaited. Never raises for anything the program or engine does; raises
         ``CancelledError`` when the awaiting task is cancelled (the execution is then ended and cleaned up).
         ``bridge`` is called on a thread of the pool (it is sync code: the agent's nested calls)."""
-        sb = self.sandbox
-        if sb.config.cluster:  # run elsewhere (a Ray cluster): its client blocks, on a thread
-            whole = functools.partial(sb.execute, request, backend=backend, bridge=bridge)
-            outcome: ExecutionOutcome = await drive(_whole(whole), self.threads)
-            return outcome
-        admitted = sb._admit(request, backend)
-        if isinstance(admitted, ExecutionOutcome):
-            return admitted
-        name, environment = admitted
-        asked = time.monotonic()
-        try:
-            worker = await self._acquire(name, request.limits, environment)
-        except SandboxUnavailable as exc:
-            return sb._finish(sb.unavailable(exc, name))
-        acquired = time.monotonic()
-        outcome = await drive(sb.run_steps(worker, request, bridge, environment), self.threads)
-        return sb._finish(sb.note_acquired(outcome, worker, asked, acquired))
+        outcome: ExecutionOutcome = await drive(self.sandbox.outline(request, backend, bridge, self._acquire_step),
+                                                self.threads)  # fmt: skip
+        return outcome
+
+    def _acquire_step(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Await:
+        return Await(functools.partial(self._acquire, name, limits, environment))
 
     async def _acquire(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Worker:
         sb = self.sandbox
@@ -352,9 +356,3 @@ class AsyncSandbox:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def _whole(execute: Callable[[], ExecutionOutcome]) -> Steps[ExecutionOutcome]:
-    """An execution that is one blocking call (a cluster's client): steps of one ``Blocking``."""
-    outcome: ExecutionOutcome = yield Blocking(execute, interruptible=True)
-    return outcome

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from sandforge.sandbox.steps import Blocking, Cancelled, Chunks, Poll, Steps
+from sandforge.sandbox.steps import Await, Blocking, Cancelled, Chunks, Effect, Poll, Steps
 
 T = TypeVar("T")
 
@@ -85,12 +85,9 @@ async def drive(steps: Steps[T], threads: Threads) -> T:
             raise asyncio.CancelledError from None
         answer, error = None, None
         try:
-            if isinstance(effect, Poll):
-                answer = await _poll(loop, effect, threads.long)
-            else:
-                answer, late = await _blocking(loop, effect, threads.for_effect(effect))
-                if late and not cancelled:
-                    cancelled, error = True, Cancelled()
+            answer, late = await _wait(loop, effect, threads)
+            if late and not cancelled:
+                cancelled, error = True, Cancelled()
         except asyncio.CancelledError:
             if cancelled:  # a second cancellation while cleaning up: stop where we are
                 steps.close()
@@ -98,6 +95,15 @@ async def drive(steps: Steps[T], threads: Threads) -> T:
             cancelled, error = True, Cancelled()
         except BaseException as exc:  # raised in the steps, at their yield (as the sync driver does)
             error = exc
+
+
+async def _wait(loop: asyncio.AbstractEventLoop, effect: Effect, threads: Threads) -> tuple[Any, bool]:
+    """Where the steps wait: the answer, and whether a cancellation came while a call could not be left."""
+    if isinstance(effect, Poll):
+        return await _poll(loop, effect, threads.long), False
+    if isinstance(effect, Await):
+        return await effect.start(), False
+    return await _blocking(loop, effect, threads.for_effect(effect))
 
 
 async def _poll(loop: asyncio.AbstractEventLoop, effect: Poll, executor: ThreadPoolExecutor) -> Chunks:

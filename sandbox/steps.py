@@ -14,7 +14,7 @@ the worker cleans up as after any execution.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -45,7 +45,16 @@ class Blocking:
     on_cancel: Callable[[], None] | None = None
 
 
-Effect = Poll | Blocking
+@dataclass(frozen=True, slots=True)
+class Await:
+    """Only in steps the async driver runs: await ``start()`` on the loop (a warm pool's hand-out, which holds
+    no thread). Its value is the answer; its exception (CancelledError too, as :class:`Cancelled`) is raised
+    at the yield. The sync outline asks for the same thing as a :class:`Blocking` call instead."""
+
+    start: Callable[[], Awaitable[Any]]
+
+
+Effect = Poll | Blocking | Await
 #: Steps that end with a value of type T.
 Steps = Generator[Effect, Any, T]
 Chunks = list[tuple[Stream, bytes]]
@@ -53,6 +62,20 @@ Chunks = list[tuple[Stream, bytes]]
 
 class Cancelled(Exception):
     """Thrown into steps where they wait: whoever awaited them is gone (an asyncio task was cancelled)."""
+
+
+def then_destroy(steps: Steps[T], destroy: Callable[[], None]) -> Steps[T]:
+    """``steps``, then their worker destroyed as a :class:`Blocking` call: off the event loop in the async API
+    (closing descriptors and removing a work directory are syscalls, which on one loop add up across every
+    execution in flight). Destroyed in place when the steps raise (``Cancelled`` too), so a cancelled execution
+    is cleaned up before its caller hears of it."""
+    try:
+        result = yield from steps
+    except BaseException:
+        destroy()
+        raise
+    yield Blocking(destroy)
+    return result
 
 
 def run_steps(steps: Steps[T]) -> T:
@@ -70,10 +93,12 @@ def run_steps(steps: Steps[T]) -> T:
         if isinstance(effect, Poll):
             answer = effect.io.poll(effect.timeout)
             continue
+        if isinstance(effect, Await):
+            raise TypeError("an Await step needs the async driver (sandbox/aio.py)")
         try:
             answer = effect.fn()
         except BaseException as exc:  # re-raised inside the steps, where their finally blocks run
             error = exc
 
 
-__all__ = ["Blocking", "Cancelled", "Chunks", "Effect", "Poll", "Steps", "run_steps"]
+__all__ = ["Await", "Blocking", "Cancelled", "Chunks", "Effect", "Poll", "Steps", "run_steps", "then_destroy"]

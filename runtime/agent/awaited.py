@@ -201,9 +201,7 @@ def _settle(done: Future[ExecutionOutcome], task: asyncio.Task[ExecutionOutcome]
         done.set_result(task.result())
 
 
-async def run_awaited(
-    fn: Callable[[], T], *, thread: Executor, threads: Threads, calls: InFlight | None = None
-) -> T:
+async def run_awaited(fn: Callable[[], T], *, thread: Executor, threads: Threads, calls: InFlight | None = None) -> T:
     """``fn()`` (sync code: a workspace call, a chat turn) on ``thread``, awaited: its executions run on this
     loop, and cancelling the awaiting task cancels them, stops the rest and waits until ``fn`` has unwound
     (nothing of it runs on) before ``CancelledError`` is raised. A call cancelled by its owner's close
@@ -237,4 +235,14 @@ async def _awaited(fn: Callable[[], T], scope: CallScope, loop: asyncio.Abstract
         raise
 
 
-__all__ = ["CURRENT", "CallCancelled", "CallScope", "CallsClosed", "InFlight", "LoopSandbox", "awaited_port", "commit_window", "run_awaited"]
+__all__ = [
+    "CURRENT",
+    "CallCancelled",
+    "CallScope",
+    "CallsClosed",
+    "InFlight",
+    "LoopSandbox",
+    "awaited_port",
+    "commit_window",
+    "run_awaited",
+]

@@ -39,7 +39,7 @@ from sandforge.sandbox.protocol import (
     ResourceUsage,
     encode_frame,
 )
-from sandforge.sandbox.steps import Blocking, Steps, run_steps
+from sandforge.sandbox.steps import Blocking, Steps, run_steps, then_destroy
 from sandforge.sandbox.zygote import Zygote, ZygoteError
 
 log = logging.getLogger(__name__)
@@ -124,22 +124,22 @@ class SubprocessWorker:
 
     def steps(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> Steps[ExecutionOutcome]:
         """The execution as steps (``sandbox/steps.py``): ``execute`` drives them on its thread, the async API
-        on the event loop."""
-        try:
-            if not self.alive():
-                return ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, "sandbox worker died before use")
-            ex = yield from exchange_steps(self.io, request, bridge)
-            if ex.failure is not None:
-                self._kill()
-            exit_info = self._reported_exit()  # usually in already: then no wait (and no thread) at all
-            if exit_info is None:
-                exit_info = yield Blocking(functools.partial(self._reap, grace_s=1.0))
-            return build_outcome(
-                ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits,
-                exit_observed=True,
-            )  # fmt: skip
-        finally:
-            self.destroy()
+        on the event loop. The worker is destroyed afterwards in every case (``then_destroy``)."""
+        return then_destroy(self._exchange(request, bridge), self.destroy)
+
+    def _exchange(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> Steps[ExecutionOutcome]:
+        if not self.alive():
+            return ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, "sandbox worker died before use")
+        ex = yield from exchange_steps(self.io, request, bridge)
+        if ex.failure is not None:
+            self._kill()
+        exit_info = self._reported_exit()  # usually in already: then no wait (and no thread) at all
+        if exit_info is None:
+            exit_info = yield Blocking(functools.partial(self._reap, grace_s=1.0))
+        return build_outcome(
+            ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits,
+            exit_observed=True,
+        )  # fmt: skip
 
     def _kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -20,7 +20,7 @@ import pytest
 
 from sandforge import AsyncAgent
 from sandforge.runtime.agent import CallLog
-from sandforge.runtime.agent.awaited import CallScope, CallsClosed
+from sandforge.runtime.agent.awaited import CallsClosed, CallScope
 from sandforge.runtime.providers import ScriptedProvider
 from sandforge.sandbox import AsyncSandbox, ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.backends.base import Worker
@@ -152,7 +152,7 @@ def cancel_at(
             sent, error = None, None
             try:
                 sent = yield effect
-            except BaseException as exc:  # noqa: BLE001 - thrown in by the driver: passed on to the steps
+            except BaseException as exc:  # thrown in by the driver: passed on to the steps
                 error = exc
 
     return run_steps
