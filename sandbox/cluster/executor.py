@@ -427,11 +427,16 @@ def _same_gcs(ray: Any) -> bool:
         host, _, port = str(node.gcs_address).rpartition(":")
         with socket.create_connection((host, int(port)), timeout=GCS_PROBE_S):
             pass  # the GCS is listening (a fresh client would otherwise wait ~40 s for it)
-        raylet: Any = importlib.import_module("ray._raylet")
-        return bool(raylet.GcsClient(address=node.gcs_address).cluster_id == node.cluster_id)
+        return bool(_gcs_cluster_id(node.gcs_address) == node.cluster_id)
     except Exception:
         log.debug("could not compare the GCS's cluster id", exc_info=True)
         return False
+
+
+def _gcs_cluster_id(address: str) -> Any:
+    """The id of the cluster whose GCS answers at ``address`` (a fresh client: it fetches the id on connect)."""
+    raylet: Any = importlib.import_module("ray._raylet")
+    return raylet.GcsClient(address=address).cluster_id
 
 
 def _transient(exc: BaseException) -> bool:
