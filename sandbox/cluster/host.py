@@ -143,6 +143,7 @@ class SandboxHost:
         #: the threads executions that serve frames run on (reused: a new thread per execution cost ~0.2 ms)
         self.threads = ThreadPoolExecutor(max_workers=4 * MAX_RUNS, thread_name_prefix="sandforge-run")
         self.executed = 0
+        self.inline = 0  # executions running on their actor call's thread (not in ``runs``)
         self.started_at = time.time()
         self.instance = uuid.uuid4().hex[:12]
         leftovers.reap_in_background()  # what a predecessor on this machine left when its node died
@@ -180,7 +181,7 @@ class SandboxHost:
         limits = request.limits
         run = _Run(request, limits.timeout_s + self.config.spawn_timeout_s)
         if kinds is None:  # no frame can come back before the end: run on this call's thread, no hand-off
-            return self._outcome(run, backend, None)
+            return self._inline(run, backend)
         with self.lock:
             self.runs[exec_id] = run
         self.threads.submit(self._execute, run, backend, _proxy(run, kinds))
@@ -207,6 +208,15 @@ class SandboxHost:
             with self.lock:
                 self.runs.pop(exec_id, None)
         return event
+
+    def _inline(self, run: _Run, backend: str) -> Wire:
+        with self.lock:
+            self.inline += 1
+        try:
+            return self._outcome(run, backend, None)
+        finally:
+            with self.lock:
+                self.inline -= 1
 
     def _execute(self, run: _Run, backend: str, bridge: _Proxy | None) -> None:
         run.events.put(self._outcome(run, backend, bridge))
@@ -242,7 +252,7 @@ class SandboxHost:
     def status(self) -> Wire:
         """This node's pools and load, for placement and ``sandforge cluster status``."""
         with self.lock:
-            in_flight, executed = len(self.runs), self.executed
+            in_flight, executed = len(self.runs) + self.inline, self.executed
         return {
             "instance": self.instance,
             "pid": os.getpid(),

@@ -41,6 +41,7 @@ def test_without_a_bridge_the_execution_runs_on_the_calling_thread(host: Sandbox
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         seen.append(threading.current_thread().name)
+        assert host.status()["in_flight"] == 1  # counted while it runs, though not parked in ``runs``
         return original(*args, **kwargs)
 
     host.sandbox.execute = spy  # type: ignore[method-assign]
@@ -54,6 +55,7 @@ def test_without_a_bridge_the_execution_runs_on_the_calling_thread(host: Sandbox
     assert outcome.ok and outcome.value == 7 and outcome.context == {"n": 2}
     assert seen == [threading.current_thread().name]  # no hand-off to another thread
     assert host.runs == {}  # nothing parked
+    assert host.status()["in_flight"] == 0
 
 
 def test_with_a_bridge_frames_are_parked_for_the_caller_and_answered_by_step(host: SandboxHost) -> None:
