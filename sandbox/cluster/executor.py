@@ -422,13 +422,18 @@ def _same_gcs(ray: Any) -> bool:
     connection) whose head restarted is aborted by Ray itself (a failed check, the whole process ends) on its
     next cluster-state query; the cluster id is compared first, on a fresh GCS client (about 1 ms)."""
     try:
-        worker = ray._private.worker.global_worker
-        node = worker.node
-        host, _, port = str(node.gcs_address).rpartition(":")
-        with socket.create_connection((host, int(port)), timeout=GCS_PROBE_S):
+        node = ray._private.worker.global_worker.node
+        address, expected = str(node.gcs_address), node.cluster_id
+        host, _, port = address.rpartition(":")
+        target = (host.strip("[]"), int(port))
+    except Exception:  # not a driver of this Ray version: nothing to compare, keep the connection
+        log.debug("no GCS address or cluster id to compare", exc_info=True)
+        return True
+    try:
+        with socket.create_connection(target, timeout=GCS_PROBE_S):
             pass  # the GCS is listening (a fresh client would otherwise wait ~40 s for it)
-        return bool(_gcs_cluster_id(node.gcs_address) == node.cluster_id)
-    except Exception:
+        return bool(_gcs_cluster_id(address) == expected)
+    except Exception:  # gone, or (re)starting: connect afresh rather than risk the abort
         log.debug("could not compare the GCS's cluster id", exc_info=True)
         return False
 

@@ -125,3 +125,7 @@ def test_a_driver_whose_head_restarted_reconnects(monkeypatch: pytest.MonkeyPatc
         assert not executor_mod._same_gcs(ray)
         ray_same = FakeRay(f"127.0.0.1:{port}", "new")
         assert executor_mod._same_gcs(ray_same)
+
+
+def test_a_driver_without_a_gcs_address_to_compare_keeps_its_connection() -> None:
+    assert executor_mod._same_gcs(SimpleNamespace())  # nothing to compare: no reconnect on every refresh
