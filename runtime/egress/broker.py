@@ -314,23 +314,32 @@ class EgressSession:
         program's frame once): the same checks on the same fields, and the `FetchReply` as a JSON-ready
         mapping (``body_b64`` empty) with the body apart. Nothing is encoded to JSON and parsed again on
         the way. Never raises."""
-        served = self._serve(request, plain=True)
-        if isinstance(served, FetchReply):
-            return served.model_dump(), None
-        response, body = served
-        assert isinstance(response, dict)
-        return {"response": response, "error": None}, body
+        asked = self._request(request)
+        if isinstance(asked, FetchReply):
+            return asked.model_dump(), None
+        try:
+            fields, body = self._fetch_plain(asked)
+        except FetchError as exc:
+            return self._failed(exc).model_dump(), None
+        return {"response": fields, "error": None}, body
 
-    def _serve(
-        self, frame: bytes | str | Mapping[str, Any], *, plain: bool = False
-    ) -> FetchReply | tuple[FetchResponse | dict[str, Any], bytes]:
-        """An error reply, or the response (a `FetchResponse`, or with `plain` its fields as a mapping) and
-        its body."""
+    def _serve(self, frame: bytes | str) -> FetchReply | tuple[FetchResponse, bytes]:
+        """An error reply, or the response and its body."""
+        request = self._request(frame)
+        if isinstance(request, FetchReply):
+            return request
+        try:
+            return self.fetch_parts(request)
+        except FetchError as exc:
+            return self._failed(exc)
+
+    @staticmethod
+    def _request(frame: bytes | str | Mapping[str, Any]) -> FetchRequest | FetchReply:
+        """The program's request, or the reply refusing it as malformed."""
         try:
             if isinstance(frame, Mapping):
-                request = FetchRequest.model_validate(frame)
-            else:
-                request = FetchRequest.model_validate_json(frame)
+                return FetchRequest.model_validate(frame)
+            return FetchRequest.model_validate_json(frame)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
@@ -338,11 +347,10 @@ class EgressSession:
                 kind="invalid_fetch", message=f"malformed fetch request: {where}: {first['msg']}"[:4096], reason="wire"
             )
             return FetchReply(error=failure)
-        try:
-            return self._fetch_plain(request) if plain else self.fetch_parts(request)
-        except FetchError as exc:
-            failure = FetchFailure(kind=exc.kind, message=self._redact(str(exc))[:4096], reason=exc.reason[:100])
-            return FetchReply(error=failure)
+
+    def _failed(self, exc: FetchError) -> FetchReply:
+        failure = FetchFailure(kind=exc.kind, message=self._redact(str(exc))[:4096], reason=exc.reason[:100])
+        return FetchReply(error=failure)
 
     def fetch(self, request: FetchRequest) -> FetchResponse:
         """Perform `request` under the policy; raises a `FetchError` subclass on every failure."""
