@@ -2,10 +2,10 @@
 (issue 18's goals). Everything is measured side by side in one run, interleaved, and printed with the load
 average: the figures are only comparable within a run.
 
-The client: the broker speaks ``http.client`` and keeps connections alive within one execution's session
-(``runtime/egress/transport.py``), so "the same client" on the host is ``http.client`` on a kept-alive
-connection ("direct"); a new connection per request ("direct, new conn") is shown beside it, as what a host
-script calling ``urlopen`` each time pays. The server is a process of its own (``--server-thread``: a thread
+The client: the broker speaks ``http.client`` (its header fields read by ``PinnedResponse``, not the e-mail
+parser) and keeps connections alive within one execution's session (``runtime/egress/transport.py``), so "the
+same client" on the host is that, on a kept-alive connection ("direct"); a new connection per request
+("direct, new conn") is shown beside it, as what a host script calling ``urlopen`` each time pays. The server is a process of its own (``--server-thread``: a thread
 here, which competes for this process's GIL) with TCP_NODELAY, as real servers set.
 
 1. The broker alone, in this process: ``EgressSession.fetch_parts`` (checks, pinned request, capped read,
@@ -36,6 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from sandforge.runtime.egress import EgressBroker, EgressPolicy, EgressSection, FetchReply, FetchRequest, FetchResponse
+from sandforge.runtime.egress.transport import PinnedResponse
 from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.exchange import no_bridge
 from sandforge.sandbox.protocol import BridgeReply, CallFrame
@@ -69,6 +70,7 @@ class _Server(ThreadingHTTPServer):
 def direct_new(port: int, size: str) -> int:
     """``http.client`` on a new connection, closed after the response."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.response_class = KeptAlive.response_class
     try:
         conn.request("GET", f"/{size}", headers={"Connection": "close"})
         return len(conn.getresponse().read())
@@ -77,10 +79,15 @@ def direct_new(port: int, size: str) -> int:
 
 
 class KeptAlive:
-    """``http.client`` on one kept-alive connection (the broker's client within a session)."""
+    """``http.client`` on one kept-alive connection, reading responses as the broker does (its
+    ``PinnedResponse``: the standard library's framing, header fields without the e-mail parser): the
+    broker's client within a session. ``--stock-client`` reads them with ``http.client``'s own parser."""
+
+    response_class: type[http.client.HTTPResponse] = PinnedResponse
 
     def __init__(self, port: int) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        self.conn.response_class = self.response_class
 
     def __call__(self, size: str) -> int:
         self.conn.request("GET", f"/{size}")
@@ -99,7 +106,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--backend", default="subprocess")
     parser.add_argument("--server-thread", action="store_true", help="serve from a thread of this process")
+    parser.add_argument("--stock-client", action="store_true", help="direct requests parse with http.client's own")
     args = parser.parse_args()
+    if args.stock_client:
+        KeptAlive.response_class = http.client.HTTPResponse
     server = _Server(("127.0.0.1", 0), _Handler)
     port = server.server_address[1]
     serving: Any = None
