@@ -5,8 +5,9 @@ average: the figures are only comparable within a run.
 The client: the broker speaks ``http.client`` (its header fields read by ``PinnedResponse``, not the e-mail
 parser) and keeps connections alive within one execution's session (``runtime/egress/transport.py``), so "the
 same client" on the host is that, on a kept-alive connection ("direct"); a new connection per request
-("direct, new conn") is shown beside it, as what a host script calling ``urlopen`` each time pays. The server is a process of its own (``--server-thread``: a thread
-here, which competes for this process's GIL) with TCP_NODELAY, as real servers set.
+("direct, new conn") is shown beside it, as what a host script calling ``urlopen`` each time pays. The server
+is a process of its own (``--server-thread``: a thread here, which competes for this process's GIL) with
+TCP_NODELAY, as real servers set.
 
 1. The broker alone, in this process: ``EgressSession.fetch_parts`` (checks, pinned request, capped read,
    record; the body apart) and ``handle_parts`` (JSON request in, JSON reply and raw body out).
