@@ -56,13 +56,22 @@ class _Watch:
 
 class Watchdog:
     """Shuts sockets whose deadline passed. One thread for the process; arming and disarming take a lock
-    for a heap operation only, never for the duration of a request."""
+    for a heap operation only, never for the duration of a request.
+
+    The thread wakes only for the deadline of an armed entry: disarmed ones (nearly every request ends
+    before its deadline) are dropped from the top of the heap when it wakes, never waited for one by one
+    (a wake-up per request, seconds later, took this process's GIL from the requests then running), and the
+    heap is rebuilt without them once they are most of it (it stays bounded by the requests in flight)."""
+
+    #: Rebuild the heap when it holds more than this many disarmed entries and they are most of it.
+    COMPACT_AT = 1024
 
     def __init__(self) -> None:
         self._heap: list[_Watch] = []
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self._disarmed = 0  # disarmed entries still in the heap (approximately: popped ones are not counted down)
 
     def arm(self, sock: socket.socket, deadline: float) -> _Watch:
         watch = _Watch(deadline, next(self._seq), sock)
@@ -75,15 +84,28 @@ class Watchdog:
                 self._cond.notify()
         return watch
 
-    @staticmethod
-    def disarm(watch: _Watch) -> None:
-        watch.sock = None  # the entry stays in the heap until its deadline and is then dropped
+    def disarm(self, watch: _Watch) -> None:
+        watch.sock = None  # dropped when it reaches the top of the heap, or when the heap is rebuilt
+        with self._cond:
+            self._disarmed += 1
+            if self._disarmed > self.COMPACT_AT and 2 * self._disarmed > len(self._heap):
+                self._heap = [entry for entry in self._heap if entry.sock is not None]
+                heapq.heapify(self._heap)
+                self._disarmed = 0
+
+    @property
+    def pending(self) -> int:
+        """Entries in the heap, armed or not (for tests)."""
+        return len(self._heap)
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._heap:
+                while self._heap and self._heap[0].sock is None:  # disarmed: nothing to wait for
+                    heapq.heappop(self._heap)
+                if not self._heap:
                     self._cond.wait()
+                    continue
                 now = time.monotonic()
                 head = self._heap[0]
                 if head.deadline > now:
@@ -359,7 +381,7 @@ def exchange(
                 sock.close()
             raise
         finally:
-            Watchdog.disarm(watch)
+            WATCHDOG.disarm(watch)
     conn = _PinnedConnection(sock, target, remaining)
     return _on(conn, pool_key(target, address), request, pool, reused=False)
 
@@ -393,7 +415,7 @@ def _on(
             raise NetworkError(f"{target.url}: timed out", reason="timeout") from None
         raise NetworkError(f"{target.url}: {_describe(exc)}", reason="protocol") from None
     finally:
-        Watchdog.disarm(watch)
+        WATCHDOG.disarm(watch)
         if keep and pool is not None and not watch.fired:
             pool.give(key, conn)
         else:
