@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from sandforge.runtime.egress import EgressBroker, EgressPolicy, EgressSection, FetchReply, FetchRequest, FetchResponse
@@ -119,6 +120,7 @@ def main() -> None:
     else:
         serving = multiprocessing.get_context("fork").Process(target=server.serve_forever, daemon=True)
         serving.start()
+        SERVER_PID.append(serving.pid)
     section = EgressSection.model_validate(
         {
             "allow": [{"url": f"http://bench.test:{port}/**"}],
@@ -233,6 +235,19 @@ class Base64Bridge(Bridge):
     egress_request = None  # type: ignore[assignment]
 
 
+#: CPU seconds the last ``_run``'s sandbox used (its start included), and the server process's pid.
+LAST_SANDBOX_CPU: list[float] = [0.0]
+SERVER_PID: list[int] = []
+
+
+def _server_cpu() -> float:
+    """CPU seconds the server process used so far (0 when it is a thread of this process)."""
+    if not SERVER_PID:
+        return 0.0
+    fields = Path(f"/proc/{SERVER_PID[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _run(sandbox: Sandbox, bridge: Bridge, url: str, size: int, count: int) -> list[float]:
     request = ExecutionRequest(code=LOOP, args=[url, count, size], limits=LIMITS)
     try:
@@ -241,6 +256,7 @@ def _run(sandbox: Sandbox, bridge: Bridge, url: str, size: int, count: int) -> l
         bridge.close()
     if not out.ok:
         raise RuntimeError(f"bench program failed: {out.error_type}: {out.error_message}")
+    LAST_SANDBOX_CPU[0] = out.usage.cpu_time_s
     assert isinstance(out.value, list)
     return [float(v) for v in out.value if isinstance(v, int | float)]
 
@@ -275,14 +291,15 @@ def through_sandbox(broker: EgressBroker, port: int, rounds: int, backend: str, 
                 timings["base64"] += _run(sandbox, Base64Bridge(broker), url, nbytes, chunk)
             p50 = {name: p50_ms(values) for name, values in timings.items()}
             results[size] = p50["sandbox"] / p50["direct"]
+            results[f"{size} direct ms"] = p50["direct"]
             results[f"{size} new"] = p50["sandbox"] / p50["new"]
             print(
                 f"{size:>5} {p50['direct']:>7.3f}ms {p50['new']:>7.3f}ms {p50['sandbox']:>7.3f}ms "
                 f"{results[size]:>5.2f}x {p50['base64']:>7.3f}ms {p50['base64'] / p50['direct']:>5.2f}x"
             )
-        _channel_only(sandbox, rounds)
+        _channel_only(sandbox, rounds, results)
         _concurrent(sandbox, broker, port, max(20, rounds // 2), results)
-        _host_cpu(sandbox, broker, port, rounds)
+        _host_cpu(sandbox, broker, port, rounds, results)
 
 
 class _Canned(Bridge):
@@ -300,12 +317,19 @@ class _Canned(Bridge):
         return self.reply, self.body
 
 
-def _channel_only(sandbox: Sandbox, rounds: int) -> None:
+def _channel_only(sandbox: Sandbox, rounds: int, results: dict[str, float]) -> None:
     """p50 of a fetch whose handler answers at once: the frame out, the host's wake-up, the reply frames
-    back and the sandbox's wake-up, without any HTTP."""
+    back and the sandbox's wake-up, without any HTTP; and this process's CPU time per such fetch."""
     for size, nbytes in SIZES.items():
+        began = time.thread_time()
         spent = _run(sandbox, _Canned(b"x" * nbytes), "http://canned.test/", nbytes, _count(size)(rounds))
-        print(f"{size:>5} channel only (canned reply): p50 {p50_ms(spent):.3f}ms")
+        results[f"{size} channel ms"] = p50_ms(spent)
+        results[f"{size} channel cpu"] = (time.thread_time() - began) / (_count(size)(rounds) + 1)
+        results[f"{size} sandbox cpu"] = LAST_SANDBOX_CPU[0] / (_count(size)(rounds) + 1)
+        print(
+            f"{size:>5} channel only (canned reply): p50 {p50_ms(spent):.3f}ms, "
+            f"host CPU {results[f'{size} channel cpu'] * 1e6:.0f}us per fetch"
+        )
 
 
 def _concurrent(sandbox: Sandbox, broker: EgressBroker, port: int, per: int, results: dict[str, float]) -> None:
@@ -320,6 +344,7 @@ def _concurrent(sandbox: Sandbox, broker: EgressBroker, port: int, per: int, res
     sandboxed = sum(b.count for b in bridges) / span
     hosted = {"kept": _host_threads(port, per, kept=True), "new": _host_threads(port, per, kept=False)}
     results["concurrent"] = sandboxed / hosted["kept"]
+    results["host rps"] = hosted["kept"]
     results["concurrent new"] = sandboxed / hosted["new"]
     print(
         f"8 concurrent, 1KB: host {hosted['kept']:.0f} requests/s (new conn {hosted['new']:.0f}), "
@@ -349,7 +374,7 @@ def _host_threads(port: int, per: int, *, kept: bool) -> float:
     return 8 * per / (max(m[1] for m in marks) - min(m[0] for m in marks))
 
 
-def _host_cpu(sandbox: Sandbox, broker: EgressBroker, port: int, rounds: int) -> None:
+def _host_cpu(sandbox: Sandbox, broker: EgressBroker, port: int, rounds: int, results: dict[str, float]) -> None:
     """CPU time of this process per 1 KB fetch (``time.thread_time`` of the thread running the execution,
     which serves its frames and makes the broker's request), against the host's own request: what bounds
     eight sandboxes' throughput under one GIL, and far less sensitive to the machine's load than wall time."""
@@ -359,15 +384,17 @@ def _host_cpu(sandbox: Sandbox, broker: EgressBroker, port: int, rounds: int) ->
     brokered = (time.thread_time() - began) / (rounds + 1)
     kept = KeptAlive(port)
     kept("1KB")
-    began = time.thread_time()
+    began, served = time.thread_time(), _server_cpu()
     for _ in range(rounds):
         kept("1KB")
     own_kept = (time.thread_time() - began) / rounds
+    results["server cpu"] = (_server_cpu() - served) / rounds
     kept.close()
     began = time.thread_time()
     for _ in range(rounds):
         direct_new(port, "1KB")
     own_new = (time.thread_time() - began) / rounds
+    results["direct cpu"] = own_kept
     print(
         f"host CPU per 1KB fetch: through a sandbox {brokered * 1e6:.0f}us, direct {own_kept * 1e6:.0f}us "
         f"(new conn {own_new * 1e6:.0f}us)"
@@ -385,6 +412,27 @@ def goals(results: dict[str, float], backend: str) -> None:
     print(
         f"  8 concurrent >= {CONCURRENT_GOAL}x the host's throughput: {results['concurrent']:.2f}x "
         f"({results['concurrent new']:.2f}x) {verdict}"
+    )
+    floors(results)
+
+
+def floors(results: dict[str, float]) -> None:
+    """What no broker can beat with a process boundary on this machine: a sandbox's fetch is at least the
+    host's own request plus the channel's round trip (a canned reply: no HTTP, no policy), and under one GIL
+    eight sandboxes fetch at most one request per (host CPU of the request + host CPU of the channel)."""
+    print("floors (a broker that cost nothing; same run):")
+    for size, goal in GOALS.items():
+        direct, channel = results[f"{size} direct ms"], results[f"{size} channel ms"]
+        floor = (direct + channel) / direct
+        print(f"  {size} p50 ratio >= (direct + channel only) / direct = {floor:.2f}x (goal {goal}x)")
+    host, channel, inside = results["direct cpu"], results["1KB channel cpu"], results["1KB sandbox cpu"]
+    gil = 1 / (host + channel)
+    cores = (os.cpu_count() or 1) / (host + channel + inside + results["server cpu"])
+    print(
+        f"  8 concurrent: one GIL allows <= 1 / (host CPU direct + channel) = {gil:.0f} requests/s "
+        f"({gil / results['host rps']:.2f}x the host's); {os.cpu_count()} cores allow <= cores / (that + the "
+        f"sandbox's {inside * 1e6:.0f}us + the server's {results['server cpu'] * 1e6:.0f}us) = {cores:.0f} "
+        f"requests/s ({cores / results['host rps']:.2f}x; goal {CONCURRENT_GOAL}x), before any other load"
     )
 
 
