@@ -17,8 +17,11 @@ The steps and their answers (all typed outcomes, nothing ran unless the last ste
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sandforge.runtime.agent.environment import (
     Environments,
@@ -31,28 +34,64 @@ from sandforge.runtime.agent.environment import (
 from sandforge.runtime.environments.errors import RECOVERABLE, DependencyInstallFailed, EnvironmentFailure
 from sandforge.runtime.environments.manifest import Manifest
 from sandforge.runtime.environments.records import PreparedEnvironment
-from sandforge.runtime.gate import SandboxPort, approve, execute_approved, rejection_outcome, validation_metadata
-from sandforge.runtime.guardrails import Policy, ValidationResult
+from sandforge.runtime.gate import (
+    Approval,
+    AsyncSandboxPort,
+    SandboxPort,
+    approve,
+    execute_approved,
+    execute_approved_async,
+    rejection_outcome,
+    validation_metadata,
+)
+from sandforge.runtime.guardrails import Policy, ValidationResult, cached_verdict
 from sandforge.runtime.guardrails.dependencies import judge_imports, undeclared_violation
 from sandforge.sandbox import BridgeHandler, ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.config import BackendName
 
-__all__ = ["environment_failure_outcome", "execute_program"]
+__all__ = [
+    "Planned",
+    "environment_failure_outcome",
+    "execute_program",
+    "execute_program_async",
+    "plan_program",
+    "plans_quickly",
+]
 
 log = logging.getLogger(__name__)
 
 
-def execute_program(
+@dataclass(frozen=True)
+class Planned:
+    """A program the policy approved, with its environment found or built: what is left is running it."""
+
+    request: ExecutionRequest
+    approval: Approval
+    result: ValidationResult
+    prepared: PreparedEnvironment | None
+
+    def finish(self, outcome: ExecutionOutcome) -> tuple[ExecutionOutcome, ValidationResult]:
+        """The outcome of the run with the verdict and the environment's call-log fields in its metadata."""
+        outcome.metadata.update(validation_metadata(self.result))
+        if self.prepared is not None:
+            outcome.metadata.update(self.prepared.log_fields())
+        return outcome, self.result
+
+
+#: What a refused program ends as: its outcome (nothing ran) and the verdict (None: the manifest was refused).
+Refused = tuple[ExecutionOutcome, ValidationResult | None]
+
+
+def plan_program(
     sandbox: SandboxPort,
     request: ExecutionRequest,
     *,
     policy: Policy,
     backend: BackendName | None = None,
-    bridge: BridgeHandler | None = None,
     environments: Environments | None = None,
-) -> tuple[ExecutionOutcome, ValidationResult | None]:
-    """Run ``request`` if ``policy`` approves its code, with the environment its code declares (see the
-    module docstring). The verdict (None when the manifest was refused first) travels in the metadata."""
+) -> Planned | Refused:
+    """Steps 1-3 of the module docstring: the manifest, the policy's verdict, the environment (which may be
+    built: minutes, on a thread). Nothing runs; a refusal is a typed outcome."""
     try:
         manifest = manifest_for(request.code, [], policy.dependencies)
     except EnvironmentFailure as exc:
@@ -76,11 +115,57 @@ def execute_program(
             refused = result.model_copy(update={"verdict": "recoverable", "violations": [violation]})
             return rejection_outcome(refused), refused
         request = request.model_copy(update={"environment": mount_of(prepared, manifest)})
-    outcome = execute_approved(sandbox, request, approval, backend=backend, bridge=bridge)
-    outcome.metadata.update(validation_metadata(result))
-    if prepared is not None:
-        outcome.metadata.update(prepared.log_fields())
-    return outcome, result
+    return Planned(request, approval, result, prepared)
+
+
+def plans_quickly(request: ExecutionRequest, policy: Policy) -> bool:
+    """Would :func:`plan_program` return at once (no environment to prepare, the verdict already cached)? Then
+    an event loop may plan it itself; otherwise planning is a blocking call (a cold validation of a large
+    program takes tens of milliseconds, an environment build minutes)."""
+    try:
+        manifest = manifest_for(request.code, [], policy.dependencies)
+    except EnvironmentFailure:
+        return True  # refused at once
+    return not manifest and cached_verdict(request.code, policy) is not None
+
+
+def execute_program(
+    sandbox: SandboxPort,
+    request: ExecutionRequest,
+    *,
+    policy: Policy,
+    backend: BackendName | None = None,
+    bridge: BridgeHandler | None = None,
+    environments: Environments | None = None,
+) -> tuple[ExecutionOutcome, ValidationResult | None]:
+    """Run ``request`` if ``policy`` approves its code, with the environment its code declares (see the
+    module docstring). The verdict (None when the manifest was refused first) travels in the metadata."""
+    planned = plan_program(sandbox, request, policy=policy, backend=backend, environments=environments)
+    if not isinstance(planned, Planned):
+        return planned
+    outcome = execute_approved(sandbox, planned.request, planned.approval, backend=backend, bridge=bridge)
+    return planned.finish(outcome)
+
+
+async def execute_program_async(
+    sandbox: AsyncSandboxPort,
+    request: ExecutionRequest,
+    *,
+    policy: Policy,
+    backend: BackendName | None = None,
+    bridge: BridgeHandler | None = None,
+    environments: Environments | None = None,
+) -> tuple[ExecutionOutcome, ValidationResult | None]:
+    """:func:`execute_program` on an event loop (``POST /v1/exec``): planned on the loop when that is instant
+    (:func:`plans_quickly`), on a thread otherwise; the execution awaited (``AsyncSandbox``: no thread waits
+    for its output)."""
+    plan = functools.partial(plan_program, sandbox.sandbox, request, policy=policy, backend=backend,
+                             environments=environments)  # fmt: skip
+    planned = plan() if plans_quickly(request, policy) else await asyncio.to_thread(plan)
+    if not isinstance(planned, Planned):
+        return planned
+    outcome = await execute_approved_async(sandbox, planned.request, planned.approval, backend=backend, bridge=bridge)
+    return planned.finish(outcome)
 
 
 def _judged(manifest: Manifest, policy: Policy, pending: list[str]) -> Callable[[ValidationResult], ValidationResult]:
