@@ -18,7 +18,9 @@ TCP_NODELAY, as real servers set.
 3. 8 sandboxes fetching at once against 8 host threads (requests per second between the first request's
    start and the last one's end), a canned reply (the channel alone, no HTTP), and this process's CPU time
    per fetch (through a sandbox vs the host's own request: what bounds throughput under one GIL).
-4. The goals, as ratios against "direct".
+4. The goals, as ratios against "direct", and their floors in this run: a broker that cost nothing still pays
+   the channel (latency: direct + the channel alone; 8 at once: one GIL for the host's CPU of the request and
+   the channel, two cores for that plus the sandbox's and the server's CPU per fetch).
 
     python bench/bench_egress.py [--rounds N] [--backend subprocess|docker|gvisor|runc|runsc|none]
 """
