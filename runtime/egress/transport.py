@@ -406,13 +406,13 @@ def _on(
         return raw
     except (EgressLimit, NetworkError):
         raise
-    except _STALE as exc:
-        if reused and not watch.fired:
-            raise _StaleConnection from exc
-        raise NetworkError(f"{target.url}: {_describe(exc)}", reason="protocol") from None
     except (OSError, http.client.HTTPException, ValueError) as exc:
+        # the watchdog's shutdown can surface as anything (a reset, an early end, a cut header line): a
+        # request past its deadline is a timeout whatever the socket said
         if watch.fired or isinstance(exc, TimeoutError | socket.timeout):
             raise NetworkError(f"{target.url}: timed out", reason="timeout") from None
+        if reused and isinstance(exc, _STALE):
+            raise _StaleConnection from exc
         raise NetworkError(f"{target.url}: {_describe(exc)}", reason="protocol") from None
     finally:
         WATCHDOG.disarm(watch)
