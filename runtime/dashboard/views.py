@@ -332,6 +332,25 @@ def artifact_page(
 # --- calls ---------------------------------------------------------------------------------------------
 
 
+class Indexing(BaseModel):
+    """The call-log index is being built (a large log met for the first time): the page shows the records
+    indexed so far, the oldest first, and says so."""
+
+    indexed_records: int
+    estimated_records: int = Field(description="the whole log's, from the mean record length so far")
+    indexed_bytes: int
+    log_bytes: int
+
+
+def indexing(board: Board) -> Indexing | None:
+    """What the index still lacks, or None when it has caught up (a short tail is indexed by the read)."""
+    p = board.calls.progress()
+    if not p.building and p.log_bytes - p.indexed_bytes <= board.calls.inline_bytes:
+        return None
+    return Indexing(indexed_records=p.indexed_records, estimated_records=p.estimated_records,
+                    indexed_bytes=p.indexed_bytes, log_bytes=p.log_bytes)  # fmt: skip
+
+
 class CallRow(BaseModel):
     id: int
     call_id: str
@@ -355,6 +374,7 @@ class CallsPage(BaseModel):
     calls: list[CallRow]
     next_before: int | None = Field(description="pass as `before` for the next (older) page")
     indexed: int = Field(description="call records in the index")
+    indexing: Indexing | None = Field(default=None, description="set while the index is being built")
 
 
 def _call_row(c: IndexedCall) -> CallRow:
@@ -376,7 +396,7 @@ def calls_page(board: Board, flt: CallFilter, *, limit: int = PAGE_SIZE) -> Call
     }  # fmt: skip
     return CallsPage(
         tenant=board.tenant, filters=filters, calls=[_call_row(r) for r in rows],
-        next_before=rows[-1].id if more and rows else None, indexed=board.calls.total(),
+        next_before=rows[-1].id if more and rows else None, indexed=board.calls.total(), indexing=indexing(board),
     )  # fmt: skip
 
 
@@ -402,6 +422,7 @@ class CallPage(BaseModel):
     tree: TreeNode | None
     protections: list[str] = Field(description="what this server requires every sandbox to show before use")
     protections_waived: list[str]
+    indexing: Indexing | None = Field(default=None, description="set while the index is being built")
 
 
 def _tree(rows: list[IndexedCall]) -> TreeNode | None:
@@ -437,7 +458,7 @@ def call_page(board: Board, call_id: str) -> CallPage | None:
         tenant=board.tenant, record=rec.model_dump(mode="json"), durations=_durations(rec),
         tree=_tree(board.calls.trace(rec.trace_id)),
         protections=[str(p) for p in board.sandbox.enforced_protections],
-        protections_waived=[str(p) for p in board.sandbox.waived_protections],
+        protections_waived=[str(p) for p in board.sandbox.waived_protections], indexing=indexing(board),
     )  # fmt: skip
 
 
@@ -472,6 +493,7 @@ class OverviewPage(BaseModel):
     top_failure_types: list[tuple[str, int]] = Field(description="last 24 hours")
     chart: list[HourPoint] = Field(description="calls and failures per hour, the last 24 hours")
     indexed_calls: int
+    indexing: Indexing | None = Field(default=None, description="set while the index is being built")
 
 
 def _flags(board: Board) -> tuple[int, int, dict[str, int], list[Flagged]]:
@@ -516,7 +538,7 @@ def overview_page(board: Board, *, now: float | None = None) -> OverviewPage:
         flagged=flagged[:20], flagged_total=len(flagged),
         top_failure_types=sorted(failure_types.items(), key=lambda kv: (-kv[1], kv[0]))[:8],
         chart=[HourPoint(hour=_utc(h * 3600), calls=c, failures=f) for h, (c, f) in sorted(per_hour.items())],
-        indexed_calls=board.calls.total(),
+        indexed_calls=board.calls.total(), indexing=indexing(board),
     )  # fmt: skip
 
 
