@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from sandforge.runtime.agent.calllog import CallRecord
 from sandforge.runtime.dashboard.callindex import CallFilter, CallIndex, IndexedCall
+from sandforge.runtime.dashboard.healthsnap import HealthSnapshot
 from sandforge.runtime.dashboard.toolhealth import (
     BADGE_ORDER,
     Badge,
@@ -30,6 +31,7 @@ from sandforge.runtime.dashboard.toolhealth import (
 from sandforge.runtime.gc_pause import gc_paused
 from sandforge.runtime.guardrails import Policy
 from sandforge.runtime.guardrails.engine import validate
+from sandforge.runtime.providers.prompt import PROMPT_VERSION
 from sandforge.runtime.store import ToolStore
 from sandforge.runtime.store.models import MethodArtifact, PatternEvent, RegistryEntry
 from sandforge.runtime.store.patterns import (
@@ -68,7 +70,8 @@ class Board:
         self.tenant = tenant
         self.store = store
         self.calls = CallIndex(call_log)
-        self.health = HealthCache(store)
+        context = f"{PROMPT_VERSION}|{store.policy.model_dump_json()}"
+        self.health = HealthCache(store, HealthSnapshot(call_log.with_name("dashboard-health.sqlite"), context))
         self.policy = policy
         self.sandbox = sandbox
         self._snapshot: tuple[Stamp | None, float, list[ToolSnap]] | None = None
@@ -98,6 +101,7 @@ class Board:
                 methods = self.health.methods(entry)
                 rate = max((m.recent_failure_rate for m in methods), default=0.0)
                 rows.append(ToolSnap(entry, methods, worst([m.badge for m in methods]), rate))
+        self.health.persist()
         self._snapshot = (stamp, now + SNAPSHOT_S, rows)
         self.derived.clear()
         return rows

@@ -191,8 +191,12 @@ def test_pages_and_twins_say_the_index_is_being_built(tmp_path: Path, held: thre
             assert held.inside.wait(10)  # type: ignore[attr-defined]
             twin = c.get("/v1/dashboard/overview").json()
             assert twin["indexed_calls"] == 10
-            assert twin["indexing"] == {"indexed_records": 10, "estimated_records": 100,
-                                        "indexed_bytes": first_ten, "log_bytes": log.stat().st_size}
+            assert twin["indexing"] == {
+                "indexed_records": 10,
+                "estimated_records": 100,
+                "indexed_bytes": first_ten,
+                "log_bytes": log.stat().st_size,
+            }
             assert c.get("/v1/dashboard/calls").json()["indexing"]["indexed_records"] == 10
             c.post("/dashboard/login", data={"token": token})
             page = c.get("/dashboard/calls").text
