@@ -18,8 +18,10 @@ The steps and their answers (all typed outcomes, nothing ran unless the last ste
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
+from sandforge.runtime.agent import observe
 from sandforge.runtime.agent.environment import (
     Environments,
     declared_modules,
@@ -34,6 +36,8 @@ from sandforge.runtime.environments.records import PreparedEnvironment
 from sandforge.runtime.gate import SandboxPort, approve, execute_approved, rejection_outcome, validation_metadata
 from sandforge.runtime.guardrails import Policy, ValidationResult
 from sandforge.runtime.guardrails.dependencies import judge_imports, undeclared_violation
+from sandforge.runtime.telemetry import Telemetry
+from sandforge.runtime.telemetry import current as telemetry
 from sandforge.sandbox import BridgeHandler, ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.config import BackendName
 
@@ -52,35 +56,86 @@ def execute_program(
     environments: Environments | None = None,
 ) -> tuple[ExecutionOutcome, ValidationResult | None]:
     """Run ``request`` if ``policy`` approves its code, with the environment its code declares (see the
-    module docstring). The verdict (None when the manifest was refused first) travels in the metadata."""
+    module docstring). The verdict (None when the manifest was refused first) travels in the metadata.
+
+    With telemetry on, the run is a ``sandforge.exec`` span with the agent's stage spans as children
+    (validate, environment, execute with its sandbox acquisition, one client span per egress request)."""
+    tel = telemetry()
+    if not tel.enabled:
+        return _execute(sandbox, request, policy, backend, bridge, environments, tel)
+    with observe.exec_span(tel, backend) as span:
+        outcome, result = _execute(sandbox, request, policy, backend, observe.traced_bridge(tel, bridge),
+                                   environments, tel)  # fmt: skip
+        observe.exec_ended(tel, span, outcome, result)
+    return outcome, result
+
+
+def _execute(
+    sandbox: SandboxPort,
+    request: ExecutionRequest,
+    policy: Policy,
+    backend: BackendName | None,
+    bridge: BridgeHandler | None,
+    environments: Environments | None,
+    tel: Telemetry,
+) -> tuple[ExecutionOutcome, ValidationResult | None]:
     try:
         manifest = manifest_for(request.code, [], policy.dependencies)
     except EnvironmentFailure as exc:
         return environment_failure_outcome(exc, policy), None
     pending: list[str] = []
-    result, approval = approve(request.code, policy, adjust=_judged(manifest, policy, pending))
+    with observe.stage(tel, "validate") as span:
+        result, approval = approve(request.code, policy, adjust=_judged(manifest, policy, pending))
+        if tel.enabled:
+            observe.validated(span, result)
     if approval is None:
         return rejection_outcome(result), result
     prepared: PreparedEnvironment | None = None
     if manifest:
-        found = _prepare(sandbox, manifest, policy, backend, environments)
-        if isinstance(found, ExecutionOutcome):  # its own violations (the fix) stay; the verdict's fill the rest
-            for key, value in validation_metadata(result).items():
-                found.metadata.setdefault(key, value)
-            return found, result
+        found = _environment(sandbox, manifest, policy, backend, environments, tel, result, pending)
+        if isinstance(found, tuple):
+            return found
         prepared = found
-        provided = declared_modules(prepared, manifest)
-        missing = [module for module in pending if module not in provided]
-        if missing:
-            violation = undeclared_violation(missing, policy.dependencies)
-            refused = result.model_copy(update={"verdict": "recoverable", "violations": [violation]})
-            return rejection_outcome(refused), refused
         request = request.model_copy(update={"environment": mount_of(prepared, manifest)})
-    outcome = execute_approved(sandbox, request, approval, backend=backend, bridge=bridge)
+    with observe.stage(tel, "execute", {"sandforge.backend": backend}) as span:
+        started_ns = time.time_ns()
+        outcome = execute_approved(sandbox, request, approval, backend=backend, bridge=bridge)
+        if tel.enabled:
+            observe.executed(tel, span, started_ns=started_ns, backend=outcome.backend, ok=outcome.ok,
+                             error_type=outcome.error_type.value if outcome.error_type else None,
+                             duration_s=outcome.duration_s, metadata=outcome.metadata)  # fmt: skip
     outcome.metadata.update(validation_metadata(result))
     if prepared is not None:
         outcome.metadata.update(prepared.log_fields())
     return outcome, result
+
+
+def _environment(
+    sandbox: SandboxPort,
+    manifest: Manifest,
+    policy: Policy,
+    backend: BackendName | None,
+    environments: Environments | None,
+    tel: Telemetry,
+    result: ValidationResult,
+    pending: list[str],
+) -> PreparedEnvironment | tuple[ExecutionOutcome, ValidationResult]:
+    """The environment the program declares, or the answer when it cannot run with it (nothing ran)."""
+    with observe.stage(tel, "environment") as span:
+        found = _prepare(sandbox, manifest, policy, backend, environments)
+        if tel.enabled:
+            observe.environment_prepared(span, found if isinstance(found, PreparedEnvironment) else None)
+    if isinstance(found, ExecutionOutcome):  # its own violations (the fix) stay; the verdict's fill the rest
+        for key, value in validation_metadata(result).items():
+            found.metadata.setdefault(key, value)
+        return found, result
+    provided = declared_modules(found, manifest)
+    missing = [module for module in pending if module not in provided]
+    if missing:
+        violation = undeclared_violation(missing, policy.dependencies)
+        refused = result.model_copy(update={"verdict": "recoverable", "violations": [violation]})
+        return rejection_outcome(refused), refused
+    return found
 
 
 def _judged(manifest: Manifest, policy: Policy, pending: list[str]) -> Callable[[ValidationResult], ValidationResult]:
