@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import sqlite3
@@ -29,6 +30,7 @@ import threading
 from pathlib import Path
 
 from sandforge.runtime.store.models import RegistryEntry
+from sandforge.runtime.store.selection import SelectionPolicy
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,12 @@ CREATE TABLE IF NOT EXISTS health (
 def entry_digest(entry: RegistryEntry) -> bytes:
     """The digest of a registry entry's content (every field: any change is a different digest)."""
     return hashlib.blake2b(entry.model_dump_json().encode(), digest_size=16).digest()
+
+
+def policy_text(policy: SelectionPolicy) -> str:
+    """The selection policy as the same text in every process (its sets sorted: their order varies with the
+    interpreter's hash seed)."""
+    return json.dumps(policy.model_dump(), sort_keys=True, default=lambda v: sorted(map(str, v)))
 
 
 def row_key(digest: bytes, stamp: tuple[int, int, int]) -> bytes:

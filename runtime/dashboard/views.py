@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from sandforge.runtime.agent.calllog import CallRecord
 from sandforge.runtime.dashboard.callindex import CallFilter, CallIndex, IndexedCall
-from sandforge.runtime.dashboard.healthsnap import HealthSnapshot
+from sandforge.runtime.dashboard.healthsnap import HealthSnapshot, policy_text
 from sandforge.runtime.dashboard.toolhealth import (
     BADGE_ORDER,
     Badge,
@@ -70,7 +70,7 @@ class Board:
         self.tenant = tenant
         self.store = store
         self.calls = CallIndex(call_log)
-        context = f"{PROMPT_VERSION}|{store.policy.model_dump_json()}"
+        context = f"{PROMPT_VERSION}|{policy_text(store.policy)}"
         self.health = HealthCache(store, HealthSnapshot(call_log.with_name("dashboard-health.sqlite"), context))
         self.policy = policy
         self.sandbox = sandbox

@@ -4,6 +4,8 @@ and no write (this process's, another's, by hand) ever leaves a stale row shown 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,3 +138,23 @@ def test_another_selection_policy_or_a_corrupt_file_drops_every_row(state: Path,
     assert len(broken.reads) == 3
     again = _fresh(processes, state)
     assert again.badges() == broken.badges() and again.reads == []  # a new snapshot replaced it
+
+
+def test_the_snapshot_context_is_the_same_text_in_every_process() -> None:
+    """The policy's sets (``dynamic_methods``) serialise in the hash seed's order: a context built from them
+    as they come would drop every row in each new process."""
+    script = (
+        "from sandforge.runtime.dashboard.healthsnap import policy_text\n"
+        "from sandforge.runtime.store.selection import SelectionPolicy\n"
+        "print(policy_text(SelectionPolicy()))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ)
+    texts = set()
+    for seed in range(6):
+        env["PYTHONHASHSEED"] = str(seed)
+        run = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=root, env=env
+        )
+        texts.add(run.stdout)
+    assert len(texts) == 1
