@@ -4,6 +4,7 @@ acquisition and one client span per egress request as children, and no secret in
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from sandforge.runtime.agent.egress import StandaloneBridge
-from sandforge.runtime.agent.program_exec import execute_program
+from sandforge.runtime.agent.program_exec import execute_program, execute_program_async
 from sandforge.runtime.cli import main
 from sandforge.runtime.guardrails import default_policy, load_policy
-from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
+from sandforge.sandbox import AsyncSandbox, ExecutionRequest, Sandbox, SandboxConfig
 from tests.egress import servers
 from tests.telemetry.conftest import Otel
 
@@ -113,3 +114,29 @@ def test_the_exec_command_is_traced(otel: Otel, tmp_path: Path, monkeypatch: pyt
         ("error", "execution")
     ]
     no_secret(otel)  # the exception's message (the argument) stays out
+
+
+def test_the_awaited_exec_of_the_service_has_the_same_tree(otel: Otel) -> None:
+    """``execute_program_async`` (``POST /v1/exec``): planned on a thread (a cold verdict) or on the loop, the
+    stages are still children of the run's span."""
+    from sandforge.runtime.guardrails import clear_cache
+
+    policy = default_policy()
+    clear_cache()  # a cold verdict: planned on a thread, in a copy of the span's context
+
+    async def awaited(code: str) -> Any:
+        async with AsyncSandbox(sb) as asb:
+            return await execute_program_async(asb, ExecutionRequest(code=code, args=[SECRET]), policy=policy)
+
+    with Sandbox(SandboxConfig(backend="subprocess", pool_size=0)) as sb:
+        outcome, _ = asyncio.run(awaited("return len(args[0])"))
+        refused, _ = asyncio.run(awaited("import os\nreturn os.getpid()"))
+    assert outcome.ok and outcome.value == len(SECRET) and not refused.ok
+    ok_run, refused_run = [s for s in otel.spans() if s.name == "sandforge.exec"]
+    assert attrs(ok_run)["sandforge.status"] == "ok" and refused_run.status.status_code is StatusCode.ERROR
+    validates = otel.named("sandforge.validate")
+    assert [child_of(v, ok_run) for v in validates] == [True, False]
+    assert child_of(validates[1], refused_run)
+    execute = otel.one("sandforge.execute")
+    assert child_of(execute, ok_run) and child_of(otel.one("sandforge.sandbox.acquire"), execute)
+    no_secret(otel)
