@@ -39,6 +39,8 @@ INDEX_VERSION = 1
 #: a tail at most this long is indexed by the read that finds it (a page shows every call that returned);
 #: a longer one in the background
 INLINE_BYTES = 4 * 1024 * 1024
+#: the longest a build waits for the pages being built before it goes on (it must finish some day)
+READER_PAUSE_S = 1.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -198,6 +200,9 @@ class CallIndex:
         self._builder: threading.Thread | None = None
         self._stop = threading.Event()
         self._log_bytes = 0
+        self._readers = 0  # pages being built now: the build steps aside for them (one GIL for both)
+        self.pauses = 0  # how often it did
+        self._idle = threading.Condition()
 
     def _open(self) -> sqlite3.Connection:
         self.index_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -262,6 +267,26 @@ class CallIndex:
         finally:
             os.close(fd)
         return st if stat.S_ISREG(st.st_mode) else None
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """A page is being built: a running build pauses between lines (at most READER_PAUSE_S at a time) so
+        the page's Python work does not share the interpreter with the build's parsing."""
+        with self._idle:
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._readers -= 1
+                if not self._readers:
+                    self._idle.notify_all()
+
+    def _step_aside(self) -> bool:
+        """Wait while pages are being built; False when they took longer than READER_PAUSE_S."""
+        with self._idle:
+            self.pauses += 1
+            return self._idle.wait_for(lambda: not self._readers, READER_PAUSE_S)
 
     def building(self) -> bool:
         builder = self._builder
@@ -340,6 +365,7 @@ class CallIndex:
     def _index_from(self, db: sqlite3.Connection, fh: Any, offset: int, stop: int, max_rows: int | None) -> bool:
         start = offset
         rows: list[tuple[Any, ...]] = []
+        lines, next_pause = 0, 0
         while offset < stop:
             line = fh.readline(MAX_LINE_BYTES + 1)
             if len(line) > MAX_LINE_BYTES:  # not a record: skipped unread, in bounded pieces, up to its end
@@ -354,6 +380,9 @@ class CallIndex:
             if row is not None:
                 rows.append(row)
             offset += len(line)
+            lines += 1
+            if self._readers and lines >= next_pause:
+                next_pause = lines + (64 if self._step_aside() else 4096)  # pages that take long: go on a while
             if max_rows is not None and len(rows) >= max_rows:
                 return self._commit(db, rows, start, offset) and offset < stop
             if len(rows) >= BATCH:

@@ -208,3 +208,18 @@ def test_pages_and_twins_say_the_index_is_being_built(tmp_path: Path, held: thre
     finally:
         held.set()
         monkeypatch_inline.undo()
+
+
+def test_the_build_steps_aside_while_a_page_is_being_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One interpreter lock for the page and the build: the build waits while a page is built."""
+    monkeypatch.setattr(callindex, "BATCH", 10)
+    monkeypatch.setattr(callindex, "READER_PAUSE_S", 120.0)
+    log = _log(tmp_path / "calls.jsonl", 200)
+    index = CallIndex(log, inline_bytes=100)
+    with index.reading():
+        index.total()  # starts the build, which finds a page being built before its first commit
+        _wait(lambda: index.pauses > 0, "the build to step aside")
+        assert index.progress().indexed_records == 0 and index.building()
+    _wait(lambda: not index.building(), "the build to finish once the page is done")
+    _check_complete(index, 200)
+    index.close()
