@@ -381,7 +381,7 @@ class CallIndex:
                 rows.append(row)
             offset += len(line)
             lines += 1
-            if self._readers and lines >= next_pause:
+            if self._readers and lines >= next_pause and threading.current_thread() is self._builder:
                 next_pause = lines + (64 if self._step_aside() else 4096)  # pages that take long: go on a while
             if max_rows is not None and len(rows) >= max_rows:
                 return self._commit(db, rows, start, offset) and offset < stop

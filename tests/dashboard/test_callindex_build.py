@@ -223,3 +223,12 @@ def test_the_build_steps_aside_while_a_page_is_being_built(tmp_path: Path, monke
     _wait(lambda: not index.building(), "the build to finish once the page is done")
     _check_complete(index, 200)
     index.close()
+
+
+def test_a_page_indexing_a_short_tail_itself_never_waits_for_itself(tmp_path: Path) -> None:
+    log = _log(tmp_path / "calls.jsonl", 300)
+    index = CallIndex(log)  # 300 records: under the inline bound, indexed by the read
+    with index.reading():
+        assert index.total() == 300
+    assert index.pauses == 0 and not index.building()
+    index.close()
