@@ -263,8 +263,9 @@ def _report(results: dict[str, Any]) -> None:
             print(f"{name:34} {h['p50_ms']:9.1f} {h['max_ms']:7.1f} {j['p50_ms']:9.1f} {j['max_ms']:7.1f}")
     cold, fresh = results["cold"], results["fresh"]
     ix = cold["indexing_at_first_page"]
-    said = (f"indexing: {ix['indexed_records']} of about {ix['estimated_records']} records" if ix
-            else "index already complete")  # fmt: skip
+    said = "index already complete" if not ix else "indexing: just started"
+    if ix and ix["indexed_records"]:
+        said = f"indexing: {ix['indexed_records']} of about {ix['estimated_records']} records"
     print(f"no index, no snapshot: first calls page {cold['first_calls_page_ms']:.1f} ms ({said}); first overview "
           f"{cold['first_overview_ms']:.1f} ms (every method's health read once); "
           f"second {cold['second_overview_ms']:.1f} ms; build of {cold.get('indexed_calls')} records "
