@@ -61,7 +61,9 @@ def test_an_exec_with_fetches_is_a_span_tree_without_secrets(
             "try:\n    fetch(kwargs['elsewhere'])\nexcept Exception:\n    pass\n"
             "context['seen'] = args[0]\nreturn r.status\n"
         )
-        request = ExecutionRequest(code=code, args=[SECRET], kwargs={"elsewhere": f"http://denied.test:{server.port}/x"})
+        request = ExecutionRequest(
+            code=code, args=[SECRET], kwargs={"elsewhere": f"http://denied.test:{server.port}/x"}
+        )
         bridge = StandaloneBridge.of(policy)
         with Sandbox(SandboxConfig(backend="subprocess", pool_size=0)) as sb:
             outcome, _ = execute_program(sb, request, policy=policy, bridge=bridge)
@@ -140,3 +142,35 @@ def test_the_awaited_exec_of_the_service_has_the_same_tree(otel: Otel) -> None:
     execute = otel.one("sandforge.execute")
     assert child_of(execute, ok_run) and child_of(otel.one("sandforge.sandbox.acquire"), execute)
     no_secret(otel)
+
+
+def test_a_declared_environment_is_a_child_span_built_then_cached(otel: Otel, tmp_path: Path) -> None:
+    import dataclasses
+
+    from sandforge.runtime.agent.environment import Environments
+    from sandforge.runtime.environments.builder import EnvironmentStore
+    from tests.environments.helpers import offline_policy, require_wheelhouse
+
+    policy = dataclasses.replace(default_policy(), dependencies=offline_policy(require_wheelhouse()))
+    code = '# /// script\n# dependencies = ["python-dateutil>=2.8"]\n# ///\nfrom dateutil import parser\n' \
+        "return parser.parse(args[0]).year\n"  # fmt: skip
+    request = ExecutionRequest(code=code, args=["5 March 2024"])
+    environments = Environments(tmp_path / "environments")
+    broken = Environments(tmp_path / "e", store=EnvironmentStore(tmp_path / "e", uv=str(tmp_path / "no-uv")))
+    with Sandbox(SandboxConfig(backend="subprocess", pool_size=0)) as sb:
+        first, _ = execute_program(sb, request, policy=policy, environments=environments)
+        again, _ = execute_program(sb, request, policy=policy, environments=environments)
+        failed, _ = execute_program(sb, request, policy=policy, environments=broken)
+    assert first.ok and again.ok and first.value == 2024 and not failed.ok
+    runs = [s for s in otel.spans() if s.name == "sandforge.exec"]
+    envs = otel.named("sandforge.environment")
+    assert len(runs) == len(envs) == 3 and all(child_of(e, r) for e, r in zip(envs, runs, strict=True))
+    assert [attrs(e)["sandforge.environment.cache_hit"] for e in envs[:2]] == [False, True]
+    assert (
+        attrs(envs[0])["sandforge.environment.id"]
+        == first.metadata["env_id"]
+        == attrs(runs[0])["sandforge.environment.id"]
+    )
+    assert envs[2].status.status_code is StatusCode.ERROR
+    assert attrs(runs[2])["error.type"] == "dependency_install_failed"
+    assert len(otel.named("sandforge.execute")) == 2  # the failed one never reached a sandbox
