@@ -105,9 +105,10 @@ class HealthSnapshot:
             with contextlib.suppress(OSError):
                 Path(f"{self.path}{suffix}").unlink()
 
-    def save(self, rows: list[tuple[str, str, bytes, str]]) -> None:
-        """Write ``(role, method, key, value)`` rows in one transaction (best effort: it is only a cache)."""
-        if not rows:
+    def save(self, rows: list[tuple[str, str, bytes, str]], gone: list[tuple[str, str]] | None = None) -> None:
+        """Write ``(role, method, key, value)`` rows and drop the ``gone`` ones (methods no longer in the
+        registry) in one transaction (best effort: it is only a cache)."""
+        if not rows and not gone:
             return
         try:
             with self._lock:
@@ -120,6 +121,7 @@ class HealthSnapshot:
                         return
                     db.execute("INSERT OR REPLACE INTO meta VALUES ('context', ?)", (self.context,))
                     db.executemany("INSERT OR REPLACE INTO health VALUES (?, ?, ?, ?)", rows)
+                    db.executemany("DELETE FROM health WHERE role = ? AND method = ?", gone or [])
                     db.execute("COMMIT")
                 finally:
                     db.close()

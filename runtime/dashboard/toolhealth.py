@@ -195,14 +195,21 @@ class HealthCache:
         except ValueError:
             return None
 
-    def persist(self) -> None:
-        """Write the rows computed since the last call to the snapshot (one transaction)."""
+    def persist(self, present: set[tuple[str, str]] | None = None) -> None:
+        """Write the rows computed since the last call to the snapshot (one transaction); with ``present``
+        (every method the registry lists now), drop the rows of the others."""
         with self._lock:
             rows, self._dirty = self._dirty, []
-        if self._snapshot is not None and rows:
-            self._snapshot.save(rows)
-            if self._persisted is not None:
-                self._persisted.update({(r, m): (k, v) for r, m, k, v in rows})
+        if present is not None and self._persisted is None and self._snapshot is not None:
+            self._persisted = self._snapshot.load()
+        persisted = self._persisted
+        gone = [k for k in persisted if k not in present] if present is not None and persisted is not None else []
+        if self._snapshot is not None and (rows or gone):
+            self._snapshot.save(rows, gone)
+            if persisted is not None:
+                persisted.update({(r, m): (k, v) for r, m, k, v in rows})
+                for k in gone:
+                    persisted.pop(k, None)
 
 
 def worst(badges: list[Badge]) -> Badge:

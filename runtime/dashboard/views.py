@@ -101,7 +101,7 @@ class Board:
                 methods = self.health.methods(entry)
                 rate = max((m.recent_failure_rate for m in methods), default=0.0)
                 rows.append(ToolSnap(entry, methods, worst([m.badge for m in methods]), rate))
-        self.health.persist()
+        self.health.persist({(t.entry.role, m.method) for t in rows for m in t.methods})
         self._snapshot = (stamp, now + SNAPSHOT_S, rows)
         self.derived.clear()
         return rows

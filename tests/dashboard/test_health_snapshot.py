@@ -158,3 +158,16 @@ def test_the_snapshot_context_is_the_same_text_in_every_process() -> None:
         )
         texts.add(run.stdout)
     assert len(texts) == 1
+
+
+def test_a_tool_no_longer_in_the_registry_leaves_the_snapshot(state: Path, processes: list[Process]) -> None:
+    import sqlite3
+
+    _fresh(processes, state).badges()
+    store = ToolStore(state / "state")
+    plan = store.prune(older_than_days=0, apply=True)  # every tool unused since now: archived
+    assert plan.candidates
+    snapshot = state / "state" / "logs" / "dashboard-health.sqlite"
+    _fresh(processes, state).badges()
+    with sqlite3.connect(snapshot) as db:
+        assert db.execute("SELECT COUNT(*) FROM health").fetchone()[0] == 3 - len(plan.candidates)
