@@ -1,15 +1,20 @@
 """The Ray executor (issue 22): what dispatching through a local multi-node cluster costs, one run, side by side.
 
-    python -m bench.bench_cluster [--nodes 3] [--rounds 200] [--concurrency 6] [--address ray://HOST:PORT]
-                                  [--json PATH]
+    python -m bench.bench_cluster [--nodes 3] [--rounds 200] [--concurrency 6] [--via gcs|client|both]
+                                  [--address ADDRESS] [--json PATH]
 
 - **dispatch overhead**: a warm execution of the trivial program on the local executor and through the cluster
   (subprocess backend, warm pools on both sides), samples interleaved so load drifts hit both alike.
-  Target: cluster p50 - local p50 <= 3 ms.
+  Target: cluster p50 - local p50 <= 3 ms. Also with a bridge (what an agent's execution always has: the node
+  runs it on a thread that can park frames for the caller), no frame sent.
 - **throughput**: executions per second with ``--concurrency`` callers, local vs cluster, same backend.
   Target: cluster / local >= 0.8 (one machine cannot show scaling; this shows the cluster costs little).
 - **per-execution costs** for the scaling model of docs/deploy.md: the caller's CPU per execution through the
   cluster (the orchestrator's share), and one node's warm execution time.
+
+``--via``: how the caller connects: ``gcs`` (``HOST:PORT``, the caller is a Ray driver: one hop to the node's actor),
+``client`` (``ray://HOST:PORT``, Ray Client: through the head's proxy and a driver), ``both`` (one after the
+other on the same cluster, each in its own process: one Ray connection per process). Default: gcs.
 
 Without ``--address`` it starts a local cluster (``sandforge cluster up``'s code: real ``ray start`` nodes on
 127.0.0.1 with token auth) in a temporary directory and always stops it. Prints the load average.
@@ -22,6 +27,8 @@ import json
 import os
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -30,6 +37,8 @@ from typing import Any
 
 from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
 from sandforge.sandbox.cluster.local import LocalCluster, NodeSpec
+from sandforge.sandbox.exchange import BridgeHandler
+from sandforge.sandbox.protocol import CallFrame
 
 TRIVIAL = "return 1"
 
@@ -38,29 +47,31 @@ def _p50(xs: list[float]) -> float:
     return statistics.median(xs) * 1000
 
 
-def _one(sb: Sandbox) -> float:
+def _one(sb: Sandbox, bridge: BridgeHandler | None = None) -> float:
     t = time.perf_counter()
-    outcome = sb.execute(ExecutionRequest(code=TRIVIAL))
+    outcome = sb.execute(ExecutionRequest(code=TRIVIAL), bridge=bridge)
     took = time.perf_counter() - t
     if not outcome.ok:
         raise RuntimeError(f"execution failed: {outcome.error_type}: {outcome.error_message}")
     return took
 
 
-def overhead(local: Sandbox, cluster: Sandbox, rounds: int) -> dict[str, float]:
+def _no_frames(frame: CallFrame) -> dict[str, Any]:
+    raise AssertionError("the trivial program sends no frame")
+
+
+def overhead(local: Sandbox, cluster: Sandbox, rounds: int, bridge: BridgeHandler | None = None) -> dict[str, float]:
     for _ in range(10):  # warm both paths (pools, connections, actors)
-        _one(local)
-        _one(cluster)
+        _one(local, bridge)
+        _one(cluster, bridge)
     a: list[float] = []
     b: list[float] = []
-    cpu0 = time.process_time()
     cluster_cpu = 0.0
     for _ in range(rounds):
-        a.append(_one(local))
+        a.append(_one(local, bridge))
         c0 = time.process_time()
-        b.append(_one(cluster))
+        b.append(_one(cluster, bridge))
         cluster_cpu += time.process_time() - c0
-    _ = cpu0
     return {
         "local_p50_ms": _p50(a), "cluster_p50_ms": _p50(b), "overhead_p50_ms": _p50(b) - _p50(a),
         "caller_cpu_per_cluster_exec_ms": cluster_cpu / rounds * 1000,
@@ -89,54 +100,92 @@ def throughput(sb: Sandbox, concurrency: int, total: int) -> float:
     return total / (time.perf_counter() - t)
 
 
+def measure(address: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Local vs cluster (at ``address``), side by side in this process."""
+    load_before = os.getloadavg()
+    pool = max(2, args.concurrency)
+    with Sandbox(SandboxConfig(backend="subprocess", pool_size=pool)) as local, \
+            Sandbox(SandboxConfig(backend="subprocess", pool_size=pool, cluster=address)) as remote:  # fmt: skip
+        local.pool("subprocess").wait_ready(timeout=60)
+        result: dict[str, Any] = overhead(local, remote, args.rounds)
+        bridged = overhead(local, remote, max(args.rounds // 2, 10), bridge=_no_frames)
+        result.update({f"bridge_{k}": v for k, v in bridged.items()})
+        result["local_per_s"] = throughput(local, args.concurrency, args.total)
+        result["cluster_per_s"] = throughput(remote, args.concurrency, args.total)
+        result["throughput_ratio"] = result["cluster_per_s"] / result["local_per_s"]
+        result["nodes"] = len(remote._cluster().nodes())
+    result["address"] = address
+    result["via"] = "client" if address.startswith("ray://") else "gcs"
+    result["load_before"] = list(load_before)
+    result["load_after"] = list(os.getloadavg())
+    result["cpus"] = os.cpu_count()
+    result["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def report(result: dict[str, Any], concurrency: int) -> None:
+    print(
+        f"[{result['via']}: {result['address']}] dispatch (trivial, warm, subprocess, {result['nodes']} nodes): "
+        f"local p50 {result['local_p50_ms']:.2f} ms, cluster p50 {result['cluster_p50_ms']:.2f} ms, "
+        f"overhead {result['overhead_p50_ms']:.2f} ms (goal <= 3 ms)"
+    )
+    print(
+        f"[{result['via']}] with a bridge (an agent's execution): local p50 {result['bridge_local_p50_ms']:.2f} ms, "
+        f"cluster p50 {result['bridge_cluster_p50_ms']:.2f} ms, overhead {result['bridge_overhead_p50_ms']:.2f} ms"
+    )
+    print(
+        f"[{result['via']}] throughput ({concurrency} callers): local {result['local_per_s']:.0f}/s, cluster "
+        f"{result['cluster_per_s']:.0f}/s, ratio {result['throughput_ratio']:.2f} (goal >= 0.8)"
+    )
+    print(f"[{result['via']}] caller CPU per cluster execution: {result['caller_cpu_per_cluster_exec_ms']:.2f} ms")
+    print(f"[{result['via']}] load average before/after: " + " / ".join(
+        "(" + ", ".join(f"{x:.2f}" for x in result[k]) + ")" for k in ("load_before", "load_after")))  # fmt: skip
+
+
+def _in_child(address: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One measurement in a fresh process (a process holds one Ray connection)."""
+    out = Path(tempfile.mkdtemp(prefix="sf-bench-via-")) / "result.json"
+    sizes = ["--rounds", str(args.rounds), "--concurrency", str(args.concurrency), "--total", str(args.total)]
+    cmd = [sys.executable, "-m", "bench.bench_cluster", "--address", address, *sizes, "--json", str(out), "--quiet"]
+    subprocess.run(cmd, check=True)
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=6)
     ap.add_argument("--total", type=int, default=300, help="executions per throughput measurement")
-    ap.add_argument("--address", default=None, help="an existing cluster (ray://HOST:PORT); default: start one")
+    ap.add_argument("--via", choices=("gcs", "client", "both"), default="gcs")
+    ap.add_argument("--address", default=None, help="an existing cluster (HOST:PORT or ray://HOST:PORT)")
     ap.add_argument("--json", dest="json_path", type=Path, default=None)
+    ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     cluster: LocalCluster | None = None
-    address = args.address
+    results: dict[str, Any] = {}
     try:
-        if address is None:
+        if args.address is not None:
+            results["run"] = measure(args.address, args)
+        else:
             cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="sf-bench-cluster-")))
             state = cluster.up(specs=[NodeSpec() for _ in range(args.nodes)])
             os.environ.update(cluster.env())
-            address = state.address
-        load_before = os.getloadavg()
-        pool = max(2, args.concurrency)
-        with Sandbox(SandboxConfig(backend="subprocess", pool_size=pool)) as local, \
-                Sandbox(SandboxConfig(backend="subprocess", pool_size=pool, cluster=address)) as remote:  # fmt: skip
-            local.pool("subprocess").wait_ready(timeout=60)
-            result: dict[str, Any] = overhead(local, remote, args.rounds)
-            result["local_per_s"] = throughput(local, args.concurrency, args.total)
-            result["cluster_per_s"] = throughput(remote, args.concurrency, args.total)
-            result["throughput_ratio"] = result["cluster_per_s"] / result["local_per_s"]
-            result["nodes"] = len(remote._cluster().nodes())
-        result["load_before"] = list(load_before)
-        result["load_after"] = list(os.getloadavg())
-        result["cpus"] = os.cpu_count()
-        result["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            vias = ("gcs", "client") if args.via == "both" else (args.via,)
+            for via in vias:
+                address = state.gcs_address if via == "gcs" else state.client_address
+                results[via] = _in_child(address, args) if len(vias) > 1 else measure(address, args)
     finally:
         if cluster is not None:
             cluster.down()
-    print(
-        f"dispatch (trivial, warm, subprocess, {result['nodes']} nodes): local p50 {result['local_p50_ms']:.2f} ms, "
-        f"cluster p50 {result['cluster_p50_ms']:.2f} ms, overhead {result['overhead_p50_ms']:.2f} ms (goal <= 3 ms)"
-    )
-    print(
-        f"throughput ({args.concurrency} callers): local {result['local_per_s']:.0f}/s, cluster "
-        f"{result['cluster_per_s']:.0f}/s, ratio {result['throughput_ratio']:.2f} (goal >= 0.8)"
-    )
-    print(f"caller CPU per cluster execution: {result['caller_cpu_per_cluster_exec_ms']:.2f} ms")
-    print("load average before/after: " + " / ".join(
-        "(" + ", ".join(f"{x:.2f}" for x in result[k]) + ")" for k in ("load_before", "load_after")))  # fmt: skip
+    if not args.quiet:
+        for result in results.values():
+            report(result, args.concurrency)
+    final = results["run"] if "run" in results else results if len(results) > 1 else next(iter(results.values()))
     if args.json_path is not None:
-        args.json_path.write_text(json.dumps(result, indent=2) + "\n")
-    return result
+        args.json_path.write_text(json.dumps(final, indent=2) + "\n")
+    return final
 
 
 if __name__ == "__main__":

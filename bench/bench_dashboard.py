@@ -9,8 +9,12 @@ models written directly (the store's API would rewrite the 10,000-entry registry
 (the FastAPI app of `sandforge serve` driven by its test client, so the figure is server time plus a
 sub-millisecond client), it times:
 
-- the first page after start: the call-log index built from nothing (every line read once) and every method's
-  health read once (both kept: later pages only catch up with what was appended);
+- a fresh process on a log with no index (a build of every record runs in the background): the time to its
+  first calls page and first overview (no health snapshot yet: every method's health read once, then
+  persisted), what the pages say ("indexing: N of about M records"), and how long the build took;
+- a fresh process on the same state (index and health snapshot present): its first overview (each "fresh
+  process" is a new interpreter);
+- a fresh process with the health snapshot but no index: its first overview while the build runs;
 - each page warm, HTML and its JSON twin: p50 and max of ``--repeat`` requests. Goal: at most 200 ms a page.
 
 Prints a table and the load average; writes ``--out`` (default bench/results/dashboard.json).
@@ -23,6 +27,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -154,20 +159,76 @@ def _time(client: TestClient, url: str, repeat: int) -> dict[str, float]:
     return {"p50_ms": round(statistics.median(times), 1), "max_ms": round(max(times), 1)}
 
 
-def measure(state: Path, repeat: int, tools: int) -> dict[str, Any]:
+def _app(state: Path) -> tuple[Any, str]:
     token = new_token()
     tenant = {"name": "bench", "state_dir": str(state), "token_hashes": [hash_token(token)]}
     config = parse_server_config({"state_dir": str(state.parent), "tenants": [tenant]}, base=state.parent)
-    app = create_app(config, audit=AuditLog(None))
-    results: dict[str, Any] = {}
+    return create_app(config, audit=AuditLog(None)), token
+
+
+def _get(c: TestClient, url: str) -> tuple[float, dict[str, Any]]:
+    t0 = time.perf_counter()
+    response = c.get(url)
+    took = round((time.perf_counter() - t0) * 1000, 1)
+    if response.status_code != 200:
+        raise SystemExit(f"{url}: {response.status_code} {response.text[:200]}")
+    return took, response.json()
+
+
+def _drop(state: Path, index: bool, snapshot: bool) -> None:
+    patterns = (["logs/calls.index.sqlite*"] if index else []) + (["logs/dashboard-health.sqlite*"] if snapshot else [])
+    for pattern in patterns:
+        for stale in state.glob(pattern):
+            stale.unlink()
+
+
+def fresh_process(state: Path, *, drop_index: bool, drop_snapshot: bool, wait_build: bool) -> dict[str, Any]:
+    """A new app (new store objects, boards, caches: what a new process has) on ``state``."""
+    _drop(state, drop_index, drop_snapshot)
+    app, token = _app(state)
+    out: dict[str, Any] = {}
     with TestClient(app.state.gate, base_url="https://testserver") as c:
         c.headers["Authorization"] = f"Bearer {token}"
-        t0 = time.perf_counter()
-        first = c.get("/v1/dashboard/overview")
-        results["first_page_ms"] = round((time.perf_counter() - t0) * 1000, 1)
-        assert first.status_code == 200, first.text
-        results["indexed_calls"] = first.json()["indexed_calls"]
-        results["tool_count"] = first.json()["tools"]
+        started = time.perf_counter()
+        out["first_calls_page_ms"], calls = _get(c, "/v1/dashboard/calls")
+        out["first_overview_ms"], overview = _get(c, "/v1/dashboard/overview")
+        out["indexing_at_first_page"] = calls["indexing"]
+        out["indexed_at_overview"] = overview["indexed_calls"]
+        out["tool_count"] = overview["tools"]
+        out["second_overview_ms"], _ = _get(c, "/v1/dashboard/overview")
+        if wait_build:
+            during = []
+            while (state_now := _get(c, "/v1/dashboard/calls"))[1]["indexing"] is not None:
+                during.append(state_now[0])
+                time.sleep(1.0)
+            out["build_s"] = round(time.perf_counter() - started, 1)
+            out["calls_page_during_build_p50_ms"] = round(statistics.median(during), 1) if during else None
+            out["indexed_calls"] = _get(c, "/v1/dashboard/overview")[1]["indexed_calls"]
+    app.state.dashboard.close()  # stops a build still running after its batch: the next process resumes it
+    return out
+
+
+def in_new_process(state: Path, **how: bool) -> dict[str, Any]:
+    """:func:`fresh_process` in a new interpreter (its own hash seed, no module-level cache of this one)."""
+    script = (
+        f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from pathlib import Path\nfrom bench_dashboard import fresh_process\n"
+        f"print(json.dumps(fresh_process(Path({str(state)!r}), **{how!r})))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    return result
+
+
+def measure(state: Path, repeat: int, tools: int, keep_index: bool) -> dict[str, Any]:
+    results: dict[str, Any] = {
+        "cold": in_new_process(state, drop_index=not keep_index, drop_snapshot=True, wait_build=True),
+        "fresh": in_new_process(state, drop_index=False, drop_snapshot=False, wait_build=False),
+    }
+    app, token = _app(state)
+    with TestClient(app.state.gate, base_url="https://testserver") as c:
+        c.headers["Authorization"] = f"Bearer {token}"
+        results["indexed_calls"] = _get(c, "/v1/dashboard/overview")[1]["indexed_calls"]
         call_id = c.get("/v1/dashboard/calls").json()["calls"][0]["call_id"]
         c.post("/dashboard/login", data={"token": token})
         pages = {
@@ -188,7 +249,39 @@ def measure(state: Path, repeat: int, tools: int) -> dict[str, Any]:
             html = _time(c, url, repeat)
             twin = _time(c, url + ("&" if "?" in url else "?") + "format=json", repeat)
             results[name] = {"html": html, "json": twin}
+    app.state.dashboard.close()
+    if not keep_index:  # last: a fresh process (snapshot kept) while the whole build runs again
+        results["fresh_during_build"] = in_new_process(state, drop_index=True, drop_snapshot=False, wait_build=False)
     return results
+
+
+def _report(results: dict[str, Any]) -> None:
+    print(f"{'page':34} {'html p50':>9} {'max':>7} {'json p50':>9} {'max':>7}   (ms; goal <= 200)")
+    for name, r in results.items():
+        if isinstance(r, dict) and "html" in r:
+            h, j = r["html"], r["json"]
+            print(f"{name:34} {h['p50_ms']:9.1f} {h['max_ms']:7.1f} {j['p50_ms']:9.1f} {j['max_ms']:7.1f}")
+    cold, fresh = results["cold"], results["fresh"]
+    ix = cold["indexing_at_first_page"]
+    said = "index already complete" if not ix else "indexing: just started"
+    if ix and ix["indexed_records"]:
+        said = f"indexing: {ix['indexed_records']} of about {ix['estimated_records']} records"
+    print(f"no index, no snapshot: first calls page {cold['first_calls_page_ms']:.1f} ms ({said}); first overview "
+          f"{cold['first_overview_ms']:.1f} ms (every method's health read once); "
+          f"second {cold['second_overview_ms']:.1f} ms; build of {cold.get('indexed_calls')} records "
+          f"{cold.get('build_s')} s in the background "
+          f"(calls page p50 {cold.get('calls_page_during_build_p50_ms')} ms meanwhile)")  # fmt: skip
+    print(
+        f"fresh process, index + snapshot: first overview {fresh['first_overview_ms']:.1f} ms "
+        f"(tools {fresh['tool_count']}), first calls page {fresh['first_calls_page_ms']:.1f} ms"
+    )
+    if "fresh_during_build" in results:
+        d = results["fresh_during_build"]
+        print(
+            f"fresh process, snapshot, index building: first calls page {d['first_calls_page_ms']:.1f} ms, first "
+            f"overview {d['first_overview_ms']:.1f} ms ({d['indexed_at_overview']} records indexed by then)"
+        )
+    print(f"load {results['load_average']}")
 
 
 def main() -> None:
@@ -208,23 +301,12 @@ def main() -> None:
         build_log(state / "logs" / "calls.jsonl", args.calls, args.tools, rng)
         took = time.perf_counter() - t0
         print(f"built {args.tools} tools and {args.calls} call records in {took:.0f} s", file=sys.stderr)
-    if not args.keep_index:
-        for stale in state.glob("logs/calls.index.sqlite*"):
-            stale.unlink()  # the first page builds the index from nothing
     load_before = os.getloadavg()
-    results = measure(state, args.repeat, args.tools)
+    results = measure(state, args.repeat, args.tools, args.keep_index)
     results["load_average"] = {"before": [round(x, 2) for x in load_before],
                                "after": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
     results["log_bytes"] = (state / "logs" / "calls.jsonl").stat().st_size
-    print(f"{'page':34} {'html p50':>9} {'max':>7} {'json p50':>9} {'max':>7}   (ms; goal <= 200)")
-    for name, r in results.items():
-        if isinstance(r, dict) and "html" in r:
-            h, j = r["html"], r["json"]
-            print(f"{name:34} {h['p50_ms']:9.1f} {h['max_ms']:7.1f} {j['p50_ms']:9.1f} {j['max_ms']:7.1f}")
-    built = f"index {results['indexed_calls']} records from nothing"
-    what = "index kept from an earlier run" if args.keep_index else built
-    print(f"first page ({what} + every method's health): "
-          f"{results['first_page_ms'] / 1000:.1f} s; tools {results['tool_count']}; load {results['load_average']}")
+    _report(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
 

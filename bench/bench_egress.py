@@ -2,11 +2,12 @@
 (issue 18's goals). Everything is measured side by side in one run, interleaved, and printed with the load
 average: the figures are only comparable within a run.
 
-The client: the broker speaks ``http.client`` and keeps connections alive within one execution's session
-(``runtime/egress/transport.py``), so "the same client" on the host is ``http.client`` on a kept-alive
-connection ("direct"); a new connection per request ("direct, new conn") is shown beside it, as what a host
-script calling ``urlopen`` each time pays. The server is a process of its own (``--server-thread``: a thread
-here, which competes for this process's GIL) with TCP_NODELAY, as real servers set.
+The client: the broker speaks ``http.client`` (its header fields read by ``PinnedResponse``, not the e-mail
+parser) and keeps connections alive within one execution's session (``runtime/egress/transport.py``), so "the
+same client" on the host is that, on a kept-alive connection ("direct"); a new connection per request
+("direct, new conn") is shown beside it, as what a host script calling ``urlopen`` each time pays. The server
+is a process of its own (``--server-thread``: a thread here, which competes for this process's GIL) with
+TCP_NODELAY, as real servers set.
 
 1. The broker alone, in this process: ``EgressSession.fetch_parts`` (checks, pinned request, capped read,
    record; the body apart) and ``handle_parts`` (JSON request in, JSON reply and raw body out).
@@ -17,7 +18,9 @@ here, which competes for this process's GIL) with TCP_NODELAY, as real servers s
 3. 8 sandboxes fetching at once against 8 host threads (requests per second between the first request's
    start and the last one's end), a canned reply (the channel alone, no HTTP), and this process's CPU time
    per fetch (through a sandbox vs the host's own request: what bounds throughput under one GIL).
-4. The goals, as ratios against "direct".
+4. The goals, as ratios against "direct", and their floors in this run: a broker that cost nothing still pays
+   the channel (latency: direct + the channel alone; 8 at once: one GIL for the host's CPU of the request and
+   the channel, two cores for that plus the sandbox's and the server's CPU per fetch).
 
     python bench/bench_egress.py [--rounds N] [--backend subprocess|docker|gvisor|runc|runsc|none]
 """
@@ -33,9 +36,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from sandforge.runtime.egress import EgressBroker, EgressPolicy, EgressSection, FetchReply, FetchRequest, FetchResponse
+from sandforge.runtime.egress.transport import PinnedResponse
 from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.exchange import no_bridge
 from sandforge.sandbox.protocol import BridgeReply, CallFrame
@@ -69,6 +74,7 @@ class _Server(ThreadingHTTPServer):
 def direct_new(port: int, size: str) -> int:
     """``http.client`` on a new connection, closed after the response."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.response_class = KeptAlive.response_class
     try:
         conn.request("GET", f"/{size}", headers={"Connection": "close"})
         return len(conn.getresponse().read())
@@ -77,10 +83,15 @@ def direct_new(port: int, size: str) -> int:
 
 
 class KeptAlive:
-    """``http.client`` on one kept-alive connection (the broker's client within a session)."""
+    """``http.client`` on one kept-alive connection, reading responses as the broker does (its
+    ``PinnedResponse``: the standard library's framing, header fields without the e-mail parser): the
+    broker's client within a session. ``--stock-client`` reads them with ``http.client``'s own parser."""
+
+    response_class: type[http.client.HTTPResponse] = PinnedResponse
 
     def __init__(self, port: int) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        self.conn.response_class = self.response_class
 
     def __call__(self, size: str) -> int:
         self.conn.request("GET", f"/{size}")
@@ -99,7 +110,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--backend", default="subprocess")
     parser.add_argument("--server-thread", action="store_true", help="serve from a thread of this process")
+    parser.add_argument("--stock-client", action="store_true", help="direct requests parse with http.client's own")
     args = parser.parse_args()
+    if args.stock_client:
+        KeptAlive.response_class = http.client.HTTPResponse
     server = _Server(("127.0.0.1", 0), _Handler)
     port = server.server_address[1]
     serving: Any = None
@@ -108,6 +122,7 @@ def main() -> None:
     else:
         serving = multiprocessing.get_context("fork").Process(target=server.serve_forever, daemon=True)
         serving.start()
+        SERVER_PID.append(serving.pid)
     section = EgressSection.model_validate(
         {
             "allow": [{"url": f"http://bench.test:{port}/**"}],
@@ -222,6 +237,19 @@ class Base64Bridge(Bridge):
     egress_request = None  # type: ignore[assignment]
 
 
+#: CPU seconds the last ``_run``'s sandbox used (its start included), and the server process's pid.
+LAST_SANDBOX_CPU: list[float] = [0.0]
+SERVER_PID: list[int] = []
+
+
+def _server_cpu() -> float:
+    """CPU seconds the server process used so far (0 when it is a thread of this process)."""
+    if not SERVER_PID:
+        return 0.0
+    fields = Path(f"/proc/{SERVER_PID[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _run(sandbox: Sandbox, bridge: Bridge, url: str, size: int, count: int) -> list[float]:
     request = ExecutionRequest(code=LOOP, args=[url, count, size], limits=LIMITS)
     try:
@@ -230,6 +258,7 @@ def _run(sandbox: Sandbox, bridge: Bridge, url: str, size: int, count: int) -> l
         bridge.close()
     if not out.ok:
         raise RuntimeError(f"bench program failed: {out.error_type}: {out.error_message}")
+    LAST_SANDBOX_CPU[0] = out.usage.cpu_time_s
     assert isinstance(out.value, list)
     return [float(v) for v in out.value if isinstance(v, int | float)]
 
@@ -264,14 +293,15 @@ def through_sandbox(broker: EgressBroker, port: int, rounds: int, backend: str, 
                 timings["base64"] += _run(sandbox, Base64Bridge(broker), url, nbytes, chunk)
             p50 = {name: p50_ms(values) for name, values in timings.items()}
             results[size] = p50["sandbox"] / p50["direct"]
+            results[f"{size} direct ms"] = p50["direct"]
             results[f"{size} new"] = p50["sandbox"] / p50["new"]
             print(
                 f"{size:>5} {p50['direct']:>7.3f}ms {p50['new']:>7.3f}ms {p50['sandbox']:>7.3f}ms "
                 f"{results[size]:>5.2f}x {p50['base64']:>7.3f}ms {p50['base64'] / p50['direct']:>5.2f}x"
             )
-        _channel_only(sandbox, rounds)
+        _channel_only(sandbox, rounds, results)
         _concurrent(sandbox, broker, port, max(20, rounds // 2), results)
-        _host_cpu(sandbox, broker, port, rounds)
+        _host_cpu(sandbox, broker, port, rounds, results)
 
 
 class _Canned(Bridge):
@@ -289,12 +319,22 @@ class _Canned(Bridge):
         return self.reply, self.body
 
 
-def _channel_only(sandbox: Sandbox, rounds: int) -> None:
+def _channel_only(sandbox: Sandbox, rounds: int, results: dict[str, float]) -> None:
     """p50 of a fetch whose handler answers at once: the frame out, the host's wake-up, the reply frames
-    back and the sandbox's wake-up, without any HTTP."""
+    back and the sandbox's wake-up, without any HTTP; and this process's CPU time per such fetch."""
     for size, nbytes in SIZES.items():
+        began = time.thread_time()
         spent = _run(sandbox, _Canned(b"x" * nbytes), "http://canned.test/", nbytes, _count(size)(rounds))
-        print(f"{size:>5} channel only (canned reply): p50 {p50_ms(spent):.3f}ms")
+        results[f"{size} channel ms"] = p50_ms(spent)
+        results[f"{size} channel cpu"] = (time.thread_time() - began) / (_count(size)(rounds) + 1)
+        # The sandbox's CPU per fetch, its start apart: the same program with twice as many fetches, less it.
+        once = LAST_SANDBOX_CPU[0]
+        _run(sandbox, _Canned(b"x" * nbytes), "http://canned.test/", nbytes, 2 * _count(size)(rounds))
+        results[f"{size} sandbox cpu"] = max(0.0, LAST_SANDBOX_CPU[0] - once) / _count(size)(rounds)
+        print(
+            f"{size:>5} channel only (canned reply): p50 {p50_ms(spent):.3f}ms, "
+            f"host CPU {results[f'{size} channel cpu'] * 1e6:.0f}us per fetch"
+        )
 
 
 def _concurrent(sandbox: Sandbox, broker: EgressBroker, port: int, per: int, results: dict[str, float]) -> None:
@@ -309,6 +349,7 @@ def _concurrent(sandbox: Sandbox, broker: EgressBroker, port: int, per: int, res
     sandboxed = sum(b.count for b in bridges) / span
     hosted = {"kept": _host_threads(port, per, kept=True), "new": _host_threads(port, per, kept=False)}
     results["concurrent"] = sandboxed / hosted["kept"]
+    results["host rps"] = hosted["kept"]
     results["concurrent new"] = sandboxed / hosted["new"]
     print(
         f"8 concurrent, 1KB: host {hosted['kept']:.0f} requests/s (new conn {hosted['new']:.0f}), "
@@ -338,7 +379,7 @@ def _host_threads(port: int, per: int, *, kept: bool) -> float:
     return 8 * per / (max(m[1] for m in marks) - min(m[0] for m in marks))
 
 
-def _host_cpu(sandbox: Sandbox, broker: EgressBroker, port: int, rounds: int) -> None:
+def _host_cpu(sandbox: Sandbox, broker: EgressBroker, port: int, rounds: int, results: dict[str, float]) -> None:
     """CPU time of this process per 1 KB fetch (``time.thread_time`` of the thread running the execution,
     which serves its frames and makes the broker's request), against the host's own request: what bounds
     eight sandboxes' throughput under one GIL, and far less sensitive to the machine's load than wall time."""
@@ -348,15 +389,17 @@ def _host_cpu(sandbox: Sandbox, broker: EgressBroker, port: int, rounds: int) ->
     brokered = (time.thread_time() - began) / (rounds + 1)
     kept = KeptAlive(port)
     kept("1KB")
-    began = time.thread_time()
+    began, served = time.thread_time(), _server_cpu()
     for _ in range(rounds):
         kept("1KB")
     own_kept = (time.thread_time() - began) / rounds
+    results["server cpu"] = (_server_cpu() - served) / rounds
     kept.close()
     began = time.thread_time()
     for _ in range(rounds):
         direct_new(port, "1KB")
     own_new = (time.thread_time() - began) / rounds
+    results["direct cpu"] = own_kept
     print(
         f"host CPU per 1KB fetch: through a sandbox {brokered * 1e6:.0f}us, direct {own_kept * 1e6:.0f}us "
         f"(new conn {own_new * 1e6:.0f}us)"
@@ -374,6 +417,27 @@ def goals(results: dict[str, float], backend: str) -> None:
     print(
         f"  8 concurrent >= {CONCURRENT_GOAL}x the host's throughput: {results['concurrent']:.2f}x "
         f"({results['concurrent new']:.2f}x) {verdict}"
+    )
+    floors(results)
+
+
+def floors(results: dict[str, float]) -> None:
+    """What no broker can beat with a process boundary on this machine: a sandbox's fetch is at least the
+    host's own request plus the channel's round trip (a canned reply: no HTTP, no policy), and under one GIL
+    eight sandboxes fetch at most one request per (host CPU of the request + host CPU of the channel)."""
+    print("floors (a broker that cost nothing; same run):")
+    for size, goal in GOALS.items():
+        direct, channel = results[f"{size} direct ms"], results[f"{size} channel ms"]
+        floor = (direct + channel) / direct
+        print(f"  {size} p50 ratio >= (direct + channel only) / direct = {floor:.2f}x (goal {goal}x)")
+    host, channel, inside = results["direct cpu"], results["1KB channel cpu"], results["1KB sandbox cpu"]
+    gil = 1 / (host + channel)
+    cores = (os.cpu_count() or 1) / (host + channel + inside + results["server cpu"])
+    print(
+        f"  8 concurrent: one GIL allows <= 1 / (host CPU direct + channel) = {gil:.0f} requests/s "
+        f"({gil / results['host rps']:.2f}x the host's); {os.cpu_count()} cores allow <= cores / (that + the "
+        f"sandbox's {inside * 1e6:.0f}us + the server's {results['server cpu'] * 1e6:.0f}us) = {cores:.0f} "
+        f"requests/s ({cores / results['host rps']:.2f}x; goal {CONCURRENT_GOAL}x), before any other load"
     )
 
 

@@ -3,8 +3,9 @@
     .venv/bin/python bench/bench_serve.py [--calls 300] [--soak-s 300] [--clients 8] [--quick] [--out FILE]
 
 overhead: the trivial program (``return 1``) on the subprocess backend, through the Python API (a warm
-``Sandbox`` and ``guarded_execute``, exactly what the server runs) and through ``POST /v1/exec`` to a real
-server process on loopback (keep-alive client), interleaved call by call so both see the same machine load.
+``Sandbox`` and ``guarded_execute``: validation, then the execution, as a library user or ``sandforge exec``
+runs it) and through ``POST /v1/exec`` to a real server process on loopback (keep-alive httpx client; the
+server awaits the same execution on an ``AsyncSandbox``), interleaved call by call so both see the same load.
 Goal: the HTTP p50 at most 2 ms above the API's.
 
 soak: ``--clients`` threads for ``--soak-s`` seconds, each alternating exec calls and agent calls (a scripted
@@ -79,7 +80,7 @@ def overhead(root: Path, calls: int) -> dict[str, Any]:
         with Sandbox(SandboxConfig.from_env(backend="subprocess", pool_size=2)) as sandbox, server.client("bench") as c:
             request = ExecutionRequest(code=TRIVIAL)
 
-            def api() -> ExecutionOutcome:  # what the server runs, and `sandforge exec`: brokered fetches included
+            def api() -> ExecutionOutcome:  # the library's sync path, brokered fetches included, as the server has
                 bridge = StandaloneBridge.of(policy)
                 outcome, _ = guarded_execute(sandbox, request, policy=policy, bridge=bridge)
                 return bridge.fetches.attach(outcome)

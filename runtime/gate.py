@@ -25,6 +25,18 @@ class SandboxPort(Protocol):
     ) -> ExecutionOutcome: ...
 
 
+class AsyncSandboxPort(Protocol):
+    """What the gate needs of a sandbox on an event loop: :class:`sandforge.sandbox.AsyncSandbox` (``sandbox``
+    is the sync one it wraps: environments probe its interpreter)."""
+
+    @property
+    def sandbox(self) -> SandboxPort: ...
+
+    async def execute(
+        self, request: ExecutionRequest, *, backend: BackendName | None = None, bridge: BridgeHandler | None = None
+    ) -> ExecutionOutcome: ...
+
+
 @dataclass(frozen=True)
 class Approval:
     """The policy approved ``code``: the ticket :func:`execute_approved` asks for. Made only by :func:`approve`."""
@@ -57,9 +69,26 @@ def execute_approved(
     bridge: BridgeHandler | None = None,
 ) -> ExecutionOutcome:
     """Run ``request`` in ``sandbox``: only the code ``approval`` was given for."""
+    _require(approval, request)
+    return sandbox.execute(request, backend=backend, bridge=bridge)
+
+
+async def execute_approved_async(
+    sandbox: AsyncSandboxPort,
+    request: ExecutionRequest,
+    approval: Approval,
+    *,
+    backend: BackendName | None = None,
+    bridge: BridgeHandler | None = None,
+) -> ExecutionOutcome:
+    """:func:`execute_approved`, awaited."""
+    _require(approval, request)
+    return await sandbox.execute(request, backend=backend, bridge=bridge)
+
+
+def _require(approval: Approval, request: ExecutionRequest) -> None:
     if approval.result.verdict != "approved" or request.code != approval.code:
         raise NotApproved("the request's code is not the program the policy approved")
-    return sandbox.execute(request, backend=backend, bridge=bridge)
 
 
 def rejection_outcome(result: ValidationResult) -> ExecutionOutcome:

@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from sandforge.runtime.agent.env import CallSpec
 from sandforge.runtime.agent.outcome import Outcome
+from sandforge.runtime.environments.records import PreparedEnvironment
 from sandforge.runtime.guardrails import ValidationResult
 from sandforge.runtime.telemetry import NULL_SPAN, SpanHandle, Telemetry, current
+from sandforge.sandbox import BridgeHandler, ExecutionOutcome
+from sandforge.sandbox.exchange import Reply
+from sandforge.sandbox.protocol import CallFrame
+
+T = TypeVar("T")
 
 #: Free text in attributes (error messages, recorded arguments) is cut to this many characters.
 MAX_TEXT = 1000
@@ -205,6 +211,79 @@ def egress_ended(tel: Telemetry, span: SpanHandle, record: Mapping[str, Any] | N
     tel.add("sandforge.egress.requests", 1, {"http.request.method": method, "sandforge.egress.decision": decision})
     if denied:
         tel.add("sandforge.egress.denials", 1, {"http.request.method": method})
+
+
+# --- one program without a model (``sandforge exec``, ``POST /v1/exec``, MCP ``exec``) -----------------------
+
+
+def exec_span(tel: Telemetry, backend: str | None) -> SpanHandle:
+    """The span of one program run by ``execute_program``; its stages are children, as an attempt's are."""
+    if not tel.enabled:
+        return NULL_SPAN
+    return tel.span("sandforge.exec", {"sandforge.backend": backend})
+
+
+def exec_ended(tel: Telemetry, span: SpanHandle, outcome: ExecutionOutcome, result: ValidationResult | None) -> None:
+    """The run's outcome on its span and in ``sandforge.execs`` (the error type only: a program's message may
+    carry anything it read)."""
+    if not tel.enabled:
+        return
+    error = outcome.error_type.value if outcome.error_type else None
+    span.set({"sandforge.status": "ok" if outcome.ok else "error", "sandforge.backend": outcome.backend,
+              "sandforge.verdict": result.verdict if result else None,
+              "sandforge.environment.id": outcome.metadata.get("env_id")})  # fmt: skip
+    if tel.record_io and outcome.ok:
+        span.set({"sandforge.exec.result": _text(outcome.value)})
+    if not outcome.ok:
+        span.fail(error or "error", None)
+    tel.add("sandforge.execs", 1, {"sandforge.status": "ok" if outcome.ok else "error", "error.type": error})
+
+
+def environment_prepared(span: SpanHandle, prepared: PreparedEnvironment | None) -> None:
+    """The environment a program declared: its id and whether it was cached (a failure: the span's error)."""
+    if prepared is None:
+        span.fail("environment_failed", None)
+        return
+    span.set({"sandforge.environment.id": prepared.env_id, "sandforge.environment.cache_hit": prepared.cache_hit,
+              "sandforge.environment.prepare_ms": round(prepared.prepare_ms, 3)})  # fmt: skip
+
+
+class _TracedBridge:
+    """A bridge whose fetches are client spans (an agent's ``AttemptBridge`` traces its own)."""
+
+    def __init__(self, inner: BridgeHandler) -> None:
+        self.inner = inner
+
+    def __call__(self, frame: CallFrame) -> Reply:
+        return self.inner(frame)
+
+
+def traced_bridge(tel: Telemetry, bridge: BridgeHandler | None) -> BridgeHandler | None:
+    """``bridge`` with each egress entry point it has wrapped in a ``sandforge.egress`` span, decided from the
+    record its ``fetches`` keep (the exchange picks the entry point by presence: the same ones are present)."""
+    if bridge is None or not tel.enabled:
+        return bridge
+    fetches = getattr(bridge, "fetches", None)
+    traced = _TracedBridge(bridge)
+    for name in ("declare", "egress", "egress_parts", "egress_request"):
+        method = getattr(bridge, name, None)
+        if method is not None:
+            setattr(traced, name, method if name == "declare" else _egress_traced(tel, method, fetches))
+    return traced
+
+
+def _egress_traced(tel: Telemetry, method: Callable[..., T], fetches: Any) -> Callable[..., T]:
+    def fetch(*args: Any) -> T:
+        records = getattr(fetches, "records", None)
+        before = len(records) if records is not None else 0
+        with egress_span(tel) as span:
+            answer = method(*args)
+            records = getattr(fetches, "records", None)
+            last = records[-1] if records is not None and len(records) > before else None
+            egress_ended(tel, span, last.model_dump(mode="json") if last is not None else None)
+        return answer
+
+    return fetch
 
 
 def telemetry() -> Telemetry:

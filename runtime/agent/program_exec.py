@@ -13,13 +13,23 @@ The steps and their answers (all typed outcomes, nothing ran unless the last ste
    the program imports that no declared distribution provides is ``undeclared_import``;
 4. the sandbox, with the environment mounted read-only; ``metadata`` gains the call log's environment
    fields (``env_id``, ``environment_cache_hit``, ``env_prepare_ms``...).
+
+With telemetry on, a run is a ``sandforge.exec`` span whose children are the agent's stage spans:
+``sandforge.validate``, ``sandforge.environment`` (when one is declared), ``sandforge.execute`` with its
+``sandforge.sandbox.acquire`` and one client span per egress request (``runtime.agent.observe``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
+from sandforge.runtime.agent import observe
 from sandforge.runtime.agent.environment import (
     Environments,
     declared_modules,
@@ -31,15 +41,108 @@ from sandforge.runtime.agent.environment import (
 from sandforge.runtime.environments.errors import RECOVERABLE, DependencyInstallFailed, EnvironmentFailure
 from sandforge.runtime.environments.manifest import Manifest
 from sandforge.runtime.environments.records import PreparedEnvironment
-from sandforge.runtime.gate import SandboxPort, approve, execute_approved, rejection_outcome, validation_metadata
-from sandforge.runtime.guardrails import Policy, ValidationResult
+from sandforge.runtime.gate import (
+    Approval,
+    AsyncSandboxPort,
+    SandboxPort,
+    approve,
+    execute_approved,
+    execute_approved_async,
+    rejection_outcome,
+    validation_metadata,
+)
+from sandforge.runtime.guardrails import Policy, ValidationResult, cached_verdict
 from sandforge.runtime.guardrails.dependencies import judge_imports, undeclared_violation
+from sandforge.runtime.telemetry import Telemetry
+from sandforge.runtime.telemetry import current as telemetry
 from sandforge.sandbox import BridgeHandler, ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.config import BackendName
 
-__all__ = ["environment_failure_outcome", "execute_program"]
+__all__ = [
+    "Planned",
+    "environment_failure_outcome",
+    "execute_program",
+    "execute_program_async",
+    "plan_program",
+    "plans_quickly",
+]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A program the policy approved, with its environment found or built: what is left is running it."""
+
+    request: ExecutionRequest
+    approval: Approval
+    result: ValidationResult
+    prepared: PreparedEnvironment | None
+
+    def finish(self, outcome: ExecutionOutcome) -> tuple[ExecutionOutcome, ValidationResult]:
+        """The outcome of the run with the verdict and the environment's call-log fields in its metadata."""
+        outcome.metadata.update(validation_metadata(self.result))
+        if self.prepared is not None:
+            outcome.metadata.update(self.prepared.log_fields())
+        return outcome, self.result
+
+
+#: What a refused program ends as: its outcome (nothing ran) and the verdict (None: the manifest was refused).
+Refused = tuple[ExecutionOutcome, ValidationResult | None]
+
+
+def plan_program(
+    sandbox: SandboxPort,
+    request: ExecutionRequest,
+    *,
+    policy: Policy,
+    backend: BackendName | None = None,
+    environments: Environments | None = None,
+) -> Planned | Refused:
+    """Steps 1-3 of the module docstring: the manifest, the policy's verdict, the environment (which may be
+    built: minutes, on a thread). Nothing runs; a refusal is a typed outcome."""
+    try:
+        manifest = manifest_for(request.code, [], policy.dependencies)
+    except EnvironmentFailure as exc:
+        return environment_failure_outcome(exc, policy), None
+    pending: list[str] = []
+    tel = telemetry()
+    with observe.stage(tel, "validate") as span:
+        result, approval = approve(request.code, policy, adjust=_judged(manifest, policy, pending))
+        if tel.enabled:
+            observe.validated(span, result)
+    if approval is None:
+        return rejection_outcome(result), result
+    prepared: PreparedEnvironment | None = None
+    if manifest:
+        with observe.stage(tel, "environment") as span:
+            found = _prepare(sandbox, manifest, policy, backend, environments)
+            if tel.enabled:
+                observe.environment_prepared(span, found if isinstance(found, PreparedEnvironment) else None)
+        if isinstance(found, ExecutionOutcome):  # its own violations (the fix) stay; the verdict's fill the rest
+            for key, value in validation_metadata(result).items():
+                found.metadata.setdefault(key, value)
+            return found, result
+        prepared = found
+        provided = declared_modules(prepared, manifest)
+        missing = [module for module in pending if module not in provided]
+        if missing:
+            violation = undeclared_violation(missing, policy.dependencies)
+            refused = result.model_copy(update={"verdict": "recoverable", "violations": [violation]})
+            return rejection_outcome(refused), refused
+        request = request.model_copy(update={"environment": mount_of(prepared, manifest)})
+    return Planned(request, approval, result, prepared)
+
+
+def plans_quickly(request: ExecutionRequest, policy: Policy) -> bool:
+    """Would :func:`plan_program` return at once (no environment to prepare, the verdict already cached)? Then
+    an event loop may plan it itself; otherwise planning is a blocking call (a cold validation of a large
+    program takes tens of milliseconds, an environment build minutes)."""
+    try:
+        manifest = manifest_for(request.code, [], policy.dependencies)
+    except EnvironmentFailure:
+        return True  # refused at once
+    return not manifest and cached_verdict(request.code, policy) is not None
 
 
 def execute_program(
@@ -53,34 +156,95 @@ def execute_program(
 ) -> tuple[ExecutionOutcome, ValidationResult | None]:
     """Run ``request`` if ``policy`` approves its code, with the environment its code declares (see the
     module docstring). The verdict (None when the manifest was refused first) travels in the metadata."""
-    try:
-        manifest = manifest_for(request.code, [], policy.dependencies)
-    except EnvironmentFailure as exc:
-        return environment_failure_outcome(exc, policy), None
-    pending: list[str] = []
-    result, approval = approve(request.code, policy, adjust=_judged(manifest, policy, pending))
-    if approval is None:
-        return rejection_outcome(result), result
-    prepared: PreparedEnvironment | None = None
-    if manifest:
-        found = _prepare(sandbox, manifest, policy, backend, environments)
-        if isinstance(found, ExecutionOutcome):  # its own violations (the fix) stay; the verdict's fill the rest
-            for key, value in validation_metadata(result).items():
-                found.metadata.setdefault(key, value)
-            return found, result
-        prepared = found
-        provided = declared_modules(prepared, manifest)
-        missing = [module for module in pending if module not in provided]
-        if missing:
-            violation = undeclared_violation(missing, policy.dependencies)
-            refused = result.model_copy(update={"verdict": "recoverable", "violations": [violation]})
-            return rejection_outcome(refused), refused
-        request = request.model_copy(update={"environment": mount_of(prepared, manifest)})
-    outcome = execute_approved(sandbox, request, approval, backend=backend, bridge=bridge)
-    outcome.metadata.update(validation_metadata(result))
-    if prepared is not None:
-        outcome.metadata.update(prepared.log_fields())
-    return outcome, result
+    tel = telemetry()
+    with _exec_span(tel, backend) as ended:
+        planned = plan_program(sandbox, request, policy=policy, backend=backend, environments=environments)
+        if not isinstance(planned, Planned):
+            return ended(planned)
+        with _execute_span(tel, backend) as executed:
+            outcome = executed(execute_approved(sandbox, planned.request, planned.approval, backend=backend,
+                                                bridge=observe.traced_bridge(tel, bridge)))  # fmt: skip
+        return ended(planned.finish(outcome))
+
+
+async def execute_program_async(
+    sandbox: AsyncSandboxPort,
+    request: ExecutionRequest,
+    *,
+    policy: Policy,
+    backend: BackendName | None = None,
+    bridge: BridgeHandler | None = None,
+    environments: Environments | None = None,
+) -> tuple[ExecutionOutcome, ValidationResult | None]:
+    """:func:`execute_program` on an event loop (``POST /v1/exec``): planned on the loop when that is instant
+    (:func:`plans_quickly`), on a thread otherwise; the execution awaited (``AsyncSandbox``: no thread waits
+    for its output)."""
+    plan = functools.partial(plan_program, sandbox.sandbox, request, policy=policy, backend=backend,
+                             environments=environments)  # fmt: skip
+    tel = telemetry()
+    with _exec_span(tel, backend) as ended:  # a thread planning it runs in a copy of this context: its child
+        planned = plan() if plans_quickly(request, policy) else await asyncio.to_thread(plan)
+        if not isinstance(planned, Planned):
+            return ended(planned)
+        with _execute_span(tel, backend) as executed:
+            outcome = executed(
+                await execute_approved_async(
+                    sandbox,
+                    planned.request,
+                    planned.approval,
+                    backend=backend,
+                    bridge=observe.traced_bridge(tel, bridge),
+                )
+            )
+        return ended(planned.finish(outcome))
+
+
+#: What a run answers: its outcome and the verdict (None: the manifest was refused before any).
+Answer = tuple[ExecutionOutcome, ValidationResult | None]
+Ended = Callable[[Answer], Answer]
+
+
+@contextmanager
+def _exec_span(tel: Telemetry, backend: BackendName | None) -> Iterator[Ended]:
+    """The run's ``sandforge.exec`` span; the function it gives puts the answer on it (and passes it on)."""
+    if not tel.enabled:
+        yield _unchanged
+        return
+    with observe.exec_span(tel, backend) as span:
+
+        def ended(answer: Answer) -> Answer:
+            observe.exec_ended(tel, span, answer[0], answer[1])
+            return answer
+
+        yield ended
+
+
+def _unchanged(answer: Answer) -> Answer:
+    return answer
+
+
+@contextmanager
+def _execute_span(
+    tel: Telemetry, backend: BackendName | None
+) -> Iterator[Callable[[ExecutionOutcome], ExecutionOutcome]]:
+    """The ``sandforge.execute`` span (and its acquisition child) around one execution, as an attempt's."""
+    if not tel.enabled:
+        yield _same_outcome
+        return
+    with observe.stage(tel, "execute", {"sandforge.backend": backend}) as span:
+        started_ns = time.time_ns()
+
+        def executed(outcome: ExecutionOutcome) -> ExecutionOutcome:
+            observe.executed(tel, span, started_ns=started_ns, backend=outcome.backend, ok=outcome.ok,
+                             error_type=outcome.error_type.value if outcome.error_type else None,
+                             duration_s=outcome.duration_s, metadata=outcome.metadata)  # fmt: skip
+            return outcome
+
+        yield executed
+
+
+def _same_outcome(outcome: ExecutionOutcome) -> ExecutionOutcome:
+    return outcome
 
 
 def _judged(manifest: Manifest, policy: Policy, pending: list[str]) -> Callable[[ValidationResult], ValidationResult]:

@@ -61,6 +61,7 @@ def up(nodes: int, backends: str, as_json: bool) -> None:
     click.echo(f"cluster up: {len(state.nodes)} nodes at {state.address} (token in {state.token_file})")
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in cluster.env().items())
     click.echo(f"use it:   export {exports} SANDFORGE_CLUSTER={state.address}")
+    click.echo(f"          (from a machine that is not a node: SANDFORGE_CLUSTER={state.client_address}, Ray Client)")
     click.echo("stop it:  sandforge cluster down")
 
 

@@ -110,7 +110,9 @@ FLAGS = {"timeout_s": "--timeout", "memory_mb": "--memory", "args": "--args", "k
 @click.option("--timeout", type=float, default=None, help="Wall-clock limit in seconds.  [default: 5]")
 @click.option("--memory", type=int, default=None, help="Memory limit in MB.  [default: 256]")
 @policy_options()
-@click.option("--cluster", default=None, help="Run on this Ray cluster (ray://HOST:PORT); default: SANDFORGE_CLUSTER.")
+@click.option(
+    "--cluster", default=None, help="Run on a Ray cluster (HOST:PORT or ray://HOST:PORT); default: SANDFORGE_CLUSTER."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
     file: Path,

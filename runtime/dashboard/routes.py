@@ -97,7 +97,8 @@ def _safe(build: Builder) -> Builder:
 
 async def _data(dash: Dashboard, rt: TenantLike, spec: PageSpec, request: Request) -> dict[str, Any] | None:
     board = dash.board(rt)
-    model = await anyio.to_thread.run_sync(lambda: _safe(spec.build)(board, request))
+    with board.calls.reading():  # a background index build steps aside meanwhile
+        model = await anyio.to_thread.run_sync(lambda: _safe(spec.build)(board, request))
     if model is None:
         return None
     data: dict[str, Any] = dash.scrub(model.model_dump(mode="json"))

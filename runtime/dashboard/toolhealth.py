@@ -20,9 +20,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from sandforge.runtime.dashboard.healthsnap import HealthSnapshot, entry_digest, row_key
 from sandforge.runtime.providers.prompt import PROMPT_VERSION
 from sandforge.runtime.store import ToolStore
 from sandforge.runtime.store.models import MethodArtifact, RegistryEntry
+from sandforge.runtime.store.paths import StorePaths, safe_component
 from sandforge.runtime.store.selection import HealthStatus, assess_health, prompt_version_matches, reuse_allowed
 
 #: a file modified less than this before it is looked at may change again without its stat changing
@@ -109,15 +111,24 @@ class HealthCache:
     capabilities) under the store's lock, so an entry equal to the one last seen means its methods are as they
     were: no file is touched. ``verify`` (the rows a page shows, the artifact page) also compares each method
     file's stamp (:func:`file_stamp`), so a file changed behind the store's back (by hand) shows as soon as it
-    is looked at; a file written within RACY_S is read again every time.
+    is looked at; a file written within RACY_S is read again every time. With a ``snapshot``
+    (:mod:`.healthsnap`), a method this process has not read yet is taken from the persisted row when its
+    key (the entry's digest and the file's stamp) still holds, and what is computed is written back by
+    :meth:`persist`: a fresh process reads only the method files that changed.
     """
 
-    def __init__(self, store: ToolStore) -> None:
+    def __init__(self, store: ToolStore, snapshot: HealthSnapshot | None = None) -> None:
         self.store = store
         self._lock = threading.Lock()
         self._tools: dict[str, tuple[RegistryEntry, list[MethodHealth]]] = {}
         self._files: dict[tuple[str, str], tuple[tuple[Stamp, str | None], MethodHealth]] = {}
         self._paths: dict[tuple[str, str], str] = {}
+        self._names: dict[str, str] = {}
+        self._tools_dir = str(store.paths.tools)
+        self._snapshot = snapshot
+        self._persisted: dict[tuple[str, str], tuple[bytes, str]] | None = None
+        self._digests: dict[str, tuple[RegistryEntry, bytes]] = {}
+        self._dirty: list[tuple[str, str, bytes, str]] = []
 
     def methods(self, entry: RegistryEntry, *, verify: bool = False) -> list[MethodHealth]:
         hit = self._tools.get(entry.role)
@@ -129,9 +140,14 @@ class HealthCache:
         return value
 
     def _path(self, role: str, method: str) -> str:
+        """The method file's path, as ``StorePaths.method_file`` makes it (as text: 10,000 of them on a first
+        page, where pathlib's objects cost more than the stat)."""
         path = self._paths.get((role, method))
         if path is None:
-            path = self._paths[(role, method)] = str(self.store.paths.method_file(role, method))
+            name = self._names.get(method)
+            if name is None:
+                name = self._names[method] = StorePaths.method_file_name(method)
+            path = self._paths[(role, method)] = f"{self._tools_dir}/{safe_component(role)}/{name}"
         return path
 
     def method(self, entry: RegistryEntry, method: str) -> MethodHealth:
@@ -140,13 +156,60 @@ class HealthCache:
             hit = self._files.get((entry.role, method))
         if stamp is not None and hit is not None and hit[0] == (stamp, entry.contract_fingerprint):
             return hit[1]
-        art = self.store.lookup(entry.role, method).artifact
-        value = (method_health(art, entry, self.store) if art is not None
-                 else MethodHealth(method=method, badge="missing"))  # fmt: skip
+        key = self._snapshot_key(entry, stamp)
+        value = self._persisted_hit(entry.role, method, key)
+        if value is None:
+            art = self.store.lookup(entry.role, method).artifact
+            value = (method_health(art, entry, self.store) if art is not None
+                     else MethodHealth(method=method, badge="missing"))  # fmt: skip
+            if key is not None:
+                with self._lock:
+                    self._dirty.append((entry.role, method, key, value.model_dump_json()))
         if stamp is not None:
             with self._lock:
                 self._files[(entry.role, method)] = ((stamp, entry.contract_fingerprint), value)
         return value
+
+    # --- the persisted snapshot (:mod:`.healthsnap`) -------------------------------------------------------
+
+    def _snapshot_key(self, entry: RegistryEntry, stamp: Stamp | None) -> bytes | None:
+        """The row key of this method now, or None (no snapshot, or a file written within RACY_S)."""
+        if self._snapshot is None or stamp is None:
+            return None
+        known = self._digests.get(entry.role)
+        if known is None or not (known[0] is entry or known[0] == entry):
+            known = (entry, entry_digest(entry))
+            self._digests[entry.role] = known
+        return row_key(known[1], stamp)
+
+    def _persisted_hit(self, role: str, method: str, key: bytes | None) -> MethodHealth | None:
+        if key is None or self._snapshot is None:
+            return None
+        if self._persisted is None:
+            self._persisted = self._snapshot.load()
+        row = self._persisted.get((role, method))
+        if row is None or row[0] != key:
+            return None
+        try:
+            return MethodHealth.model_validate_json(row[1])
+        except ValueError:
+            return None
+
+    def persist(self, present: set[tuple[str, str]] | None = None) -> None:
+        """Write the rows computed since the last call to the snapshot (one transaction); with ``present``
+        (every method the registry lists now), drop the rows of the others."""
+        with self._lock:
+            rows, self._dirty = self._dirty, []
+        if present is not None and self._persisted is None and self._snapshot is not None:
+            self._persisted = self._snapshot.load()
+        persisted = self._persisted
+        gone = [k for k in persisted if k not in present] if present is not None and persisted is not None else []
+        if self._snapshot is not None and (rows or gone):
+            self._snapshot.save(rows, gone)
+            if persisted is not None:
+                persisted.update({(r, m): (k, v) for r, m, k, v in rows})
+                for k in gone:
+                    persisted.pop(k, None)
 
 
 def worst(badges: list[Badge]) -> Badge:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from sandforge.runtime.agent.calllog import CallRecord
 from sandforge.runtime.dashboard.callindex import CallFilter, CallIndex, IndexedCall
+from sandforge.runtime.dashboard.healthsnap import HealthSnapshot, policy_text
 from sandforge.runtime.dashboard.toolhealth import (
     BADGE_ORDER,
     Badge,
@@ -30,6 +31,7 @@ from sandforge.runtime.dashboard.toolhealth import (
 from sandforge.runtime.gc_pause import gc_paused
 from sandforge.runtime.guardrails import Policy
 from sandforge.runtime.guardrails.engine import validate
+from sandforge.runtime.providers.prompt import PROMPT_VERSION
 from sandforge.runtime.store import ToolStore
 from sandforge.runtime.store.models import MethodArtifact, PatternEvent, RegistryEntry
 from sandforge.runtime.store.patterns import (
@@ -68,7 +70,8 @@ class Board:
         self.tenant = tenant
         self.store = store
         self.calls = CallIndex(call_log)
-        self.health = HealthCache(store)
+        context = f"{PROMPT_VERSION}|{policy_text(store.policy)}"
+        self.health = HealthCache(store, HealthSnapshot(call_log.with_name("dashboard-health.sqlite"), context))
         self.policy = policy
         self.sandbox = sandbox
         self._snapshot: tuple[Stamp | None, float, list[ToolSnap]] | None = None
@@ -98,6 +101,7 @@ class Board:
                 methods = self.health.methods(entry)
                 rate = max((m.recent_failure_rate for m in methods), default=0.0)
                 rows.append(ToolSnap(entry, methods, worst([m.badge for m in methods]), rate))
+        self.health.persist({(t.entry.role, m.method) for t in rows for m in t.methods})
         self._snapshot = (stamp, now + SNAPSHOT_S, rows)
         self.derived.clear()
         return rows
@@ -332,6 +336,25 @@ def artifact_page(
 # --- calls ---------------------------------------------------------------------------------------------
 
 
+class Indexing(BaseModel):
+    """The call-log index is being built (a large log met for the first time): the page shows the records
+    indexed so far, the oldest first, and says so."""
+
+    indexed_records: int
+    estimated_records: int = Field(description="the whole log's, from the mean record length so far")
+    indexed_bytes: int
+    log_bytes: int
+
+
+def indexing(board: Board) -> Indexing | None:
+    """What the index still lacks, or None when it has caught up (a short tail is indexed by the read)."""
+    p = board.calls.progress()
+    if not p.building and p.log_bytes - p.indexed_bytes <= board.calls.inline_bytes:
+        return None
+    return Indexing(indexed_records=p.indexed_records, estimated_records=p.estimated_records,
+                    indexed_bytes=p.indexed_bytes, log_bytes=p.log_bytes)  # fmt: skip
+
+
 class CallRow(BaseModel):
     id: int
     call_id: str
@@ -355,6 +378,7 @@ class CallsPage(BaseModel):
     calls: list[CallRow]
     next_before: int | None = Field(description="pass as `before` for the next (older) page")
     indexed: int = Field(description="call records in the index")
+    indexing: Indexing | None = Field(default=None, description="set while the index is being built")
 
 
 def _call_row(c: IndexedCall) -> CallRow:
@@ -376,7 +400,7 @@ def calls_page(board: Board, flt: CallFilter, *, limit: int = PAGE_SIZE) -> Call
     }  # fmt: skip
     return CallsPage(
         tenant=board.tenant, filters=filters, calls=[_call_row(r) for r in rows],
-        next_before=rows[-1].id if more and rows else None, indexed=board.calls.total(),
+        next_before=rows[-1].id if more and rows else None, indexed=board.calls.total(), indexing=indexing(board),
     )  # fmt: skip
 
 
@@ -402,6 +426,7 @@ class CallPage(BaseModel):
     tree: TreeNode | None
     protections: list[str] = Field(description="what this server requires every sandbox to show before use")
     protections_waived: list[str]
+    indexing: Indexing | None = Field(default=None, description="set while the index is being built")
 
 
 def _tree(rows: list[IndexedCall]) -> TreeNode | None:
@@ -437,7 +462,7 @@ def call_page(board: Board, call_id: str) -> CallPage | None:
         tenant=board.tenant, record=rec.model_dump(mode="json"), durations=_durations(rec),
         tree=_tree(board.calls.trace(rec.trace_id)),
         protections=[str(p) for p in board.sandbox.enforced_protections],
-        protections_waived=[str(p) for p in board.sandbox.waived_protections],
+        protections_waived=[str(p) for p in board.sandbox.waived_protections], indexing=indexing(board),
     )  # fmt: skip
 
 
@@ -472,6 +497,7 @@ class OverviewPage(BaseModel):
     top_failure_types: list[tuple[str, int]] = Field(description="last 24 hours")
     chart: list[HourPoint] = Field(description="calls and failures per hour, the last 24 hours")
     indexed_calls: int
+    indexing: Indexing | None = Field(default=None, description="set while the index is being built")
 
 
 def _flags(board: Board) -> tuple[int, int, dict[str, int], list[Flagged]]:
@@ -516,7 +542,7 @@ def overview_page(board: Board, *, now: float | None = None) -> OverviewPage:
         flagged=flagged[:20], flagged_total=len(flagged),
         top_failure_types=sorted(failure_types.items(), key=lambda kv: (-kv[1], kv[0]))[:8],
         chart=[HourPoint(hour=_utc(h * 3600), calls=c, failures=f) for h, (c, f) in sorted(per_hour.items())],
-        indexed_calls=board.calls.total(),
+        indexed_calls=board.calls.total(), indexing=indexing(board),
     )  # fmt: skip
 
 

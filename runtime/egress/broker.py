@@ -152,6 +152,10 @@ class _Draft:
     redirects: list[str] = dataclasses.field(default_factory=list)
 
 
+def _record(draft: _Draft) -> EgressRecord:
+    return EgressRecord.model_construct(**{name: getattr(draft, name) for name in _Draft.__slots__})
+
+
 def _scrub(url: str) -> str:
     """A URL for a record when it could not be parsed: userinfo removed, bounded."""
     url = re.sub(r"(?<=//)[^/?#@]*@", "", url)
@@ -180,6 +184,12 @@ class EgressBroker:
         #: (tens of microseconds for a public address: every deny range is tested), so each address is judged
         #: once per broker. Bounded; the check itself is never skipped, only not repeated.
         self._verdicts: dict[IPAddress, Verdict] = {}
+        #: (target, method) -> the label of the allow entry that admits it: `match_rule` is a pure function of
+        #: the two and the immutable rules, so an admitted request is matched once per broker (bounded; a
+        #: denial is never kept, it is judged again every time).
+        self._admitted: dict[tuple[Target, str], str] = {}
+        #: Whether the policy injects any credential (most do not: no per-request lookup then).
+        self._injects = bool(policy.credentials)
 
     @staticmethod
     def _context(ca_file: str | None) -> ssl.SSLContext:
@@ -206,6 +216,15 @@ class EgressBroker:
             if len(self._verdicts) < VERDICT_CACHE:  # a racing thread may judge it too: the same answer
                 self._verdicts[address] = verdict
         return verdict
+
+    def _admit(self, target: Target, method: str) -> str:
+        """The label of the allow entry that admits `method` on `target`; `EgressDenied` otherwise."""
+        label = self._admitted.get((target, method))
+        if label is None:
+            label = match_rule(self._rules, target, method).label()
+            if len(self._admitted) < VERDICT_CACHE:  # a racing thread may match it too: the same answer
+                self._admitted[(target, method)] = label
+        return label
 
     def _addresses(self, target: Target, deadline: float) -> list[Verdict]:
         if target.ip is not None:
@@ -240,7 +259,8 @@ class EgressSession:
         self._lock = threading.Lock()
         self._requests = 0
         self._total_bytes = 0
-        self._records: list[EgressRecord] = []
+        self._records: list[EgressRecord | _Draft] = []
+        self._built = 0  # records[:_built] are EgressRecords
         self._secrets: set[str] = set()
         #: Kept-alive connections of this execution only (see `transport`); closed with the session, or
         #: when it is collected.
@@ -255,7 +275,13 @@ class EgressSession:
     @property
     def records(self) -> list[EgressRecord]:
         with self._lock:
-            return list(self._records)
+            done = self._records
+            for index in range(self._built, len(done)):  # each draft becomes a record once, on first read
+                draft = done[index]
+                if isinstance(draft, _Draft):
+                    done[index] = _record(draft)
+            self._built = len(done)
+            return list(done)  # type: ignore[arg-type]  # every entry is an EgressRecord now
 
     @property
     def total_bytes(self) -> int:
@@ -288,19 +314,32 @@ class EgressSession:
         program's frame once): the same checks on the same fields, and the `FetchReply` as a JSON-ready
         mapping (``body_b64`` empty) with the body apart. Nothing is encoded to JSON and parsed again on
         the way. Never raises."""
-        served = self._serve(request)
-        if isinstance(served, FetchReply):
-            return served.model_dump(), None
-        response, body = served
-        return {"response": response.model_dump(), "error": None}, body
+        asked = self._request(request)
+        if isinstance(asked, FetchReply):
+            return asked.model_dump(), None
+        try:
+            fields, body = self._fetch_plain(asked)
+        except FetchError as exc:
+            return self._failed(exc).model_dump(), None
+        return {"response": fields, "error": None}, body
 
-    def _serve(self, frame: bytes | str | Mapping[str, Any]) -> FetchReply | tuple[FetchResponse, bytes]:
+    def _serve(self, frame: bytes | str) -> FetchReply | tuple[FetchResponse, bytes]:
         """An error reply, or the response and its body."""
+        request = self._request(frame)
+        if isinstance(request, FetchReply):
+            return request
+        try:
+            return self.fetch_parts(request)
+        except FetchError as exc:
+            return self._failed(exc)
+
+    @staticmethod
+    def _request(frame: bytes | str | Mapping[str, Any]) -> FetchRequest | FetchReply:
+        """The program's request, or the reply refusing it as malformed."""
         try:
             if isinstance(frame, Mapping):
-                request = FetchRequest.model_validate(frame)
-            else:
-                request = FetchRequest.model_validate_json(frame)
+                return FetchRequest.model_validate(frame)
+            return FetchRequest.model_validate_json(frame)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
@@ -308,11 +347,10 @@ class EgressSession:
                 kind="invalid_fetch", message=f"malformed fetch request: {where}: {first['msg']}"[:4096], reason="wire"
             )
             return FetchReply(error=failure)
-        try:
-            return self.fetch_parts(request)
-        except FetchError as exc:
-            failure = FetchFailure(kind=exc.kind, message=self._redact(str(exc))[:4096], reason=exc.reason[:100])
-            return FetchReply(error=failure)
+
+    def _failed(self, exc: FetchError) -> FetchReply:
+        failure = FetchFailure(kind=exc.kind, message=self._redact(str(exc))[:4096], reason=exc.reason[:100])
+        return FetchReply(error=failure)
 
     def fetch(self, request: FetchRequest) -> FetchResponse:
         """Perform `request` under the policy; raises a `FetchError` subclass on every failure."""
@@ -321,9 +359,15 @@ class EgressSession:
 
     def fetch_parts(self, request: FetchRequest) -> tuple[FetchResponse, bytes]:
         """`fetch` with the body apart: the response (``body_b64`` empty) and the body's bytes."""
+        fields, body = self._fetch_plain(request)
+        return FetchResponse.model_construct(**fields), body  # every field built by `_fetch`
+
+    def _fetch_plain(self, request: FetchRequest) -> tuple[dict[str, Any], bytes]:
+        """`fetch_parts` with the response's fields as a plain mapping (a `FetchResponse`'s, ``body_b64``
+        empty): what the sandbox's exchange sends on, with no model built and dumped again per request."""
         start = time.monotonic()
         method = request.method.upper()
-        record = _Draft(method=method[:16], url=_scrub(request.url))
+        record = _Draft(method=method[:16], url="")
         try:
             return self._fetch(request, method, record, start)
         except FetchError as exc:
@@ -335,18 +379,18 @@ class EgressSession:
             raise
         finally:
             record.duration_ms = round((time.monotonic() - start) * 1000, 3)
-            record.url = self._redact(record.url)
-            record.final_url = self._redact(record.final_url) if record.final_url else None
-            record.redirects = [self._redact(url) for url in record.redirects]
-            done = EgressRecord.model_construct(**{name: getattr(record, name) for name in _Draft.__slots__})
+            record.url = self._redact(record.url or _scrub(request.url))  # not parsed: the text, scrubbed
+            if self._secrets:
+                record.final_url = self._redact(record.final_url) if record.final_url else None
+                record.redirects = [self._redact(url) for url in record.redirects]
             with self._lock:
-                self._records.append(done)
+                self._records.append(record)  # an `EgressRecord` once read (`records`): none is built per request
             if logger.isEnabledFor(logging.INFO):
-                logger.info("egress %s", json.dumps(done.model_dump(mode="json"), separators=(",", ":")))
+                logger.info("egress %s", json.dumps(_record(record).model_dump(mode="json"), separators=(",", ":")))
 
     # ------------------------------------------------------------------------------------------ steps
 
-    def _fetch(self, request: FetchRequest, method: str, record: _Draft, start: float) -> tuple[FetchResponse, bytes]:
+    def _fetch(self, request: FetchRequest, method: str, record: _Draft, start: float) -> tuple[dict[str, Any], bytes]:
         limits = self._broker.policy.limits
         with self._lock:
             if self._requests >= limits.max_requests:
@@ -376,8 +420,7 @@ class EgressSession:
         origin = target.origin
         hops = 0
         while True:
-            entry = match_rule(self._broker._rules, target, method)
-            record.rule = entry.label()
+            record.rule = self._broker._admit(target, method)
             verdicts = self._broker._addresses(target, deadline)
             sent = self._hop_headers(target, headers, keep_origin_bound=target.origin == origin, body=body)
             cap, cap_what = self._cap(limits.max_response_bytes)
@@ -405,13 +448,13 @@ class EgressSession:
             record.final_url = target.url
             record.status = raw.status
             record.bytes = len(raw.body)
-            response = FetchResponse.model_construct(  # every field built here; the body travels apart
-                status=raw.status,
-                headers=self._response_headers(raw.headers, decoded=bool(raw.body) or raw.wire_bytes > 0),
-                url=self._redact(target.url),
-                body_b64="",
-                elapsed_ms=round((time.monotonic() - start) * 1000, 3),
-            )
+            response = {  # a `FetchResponse`'s fields, every one; the body travels apart
+                "status": raw.status,
+                "headers": self._response_headers(raw.headers, decoded=bool(raw.body) or raw.wire_bytes > 0),
+                "url": self._redact(target.url),
+                "body_b64": "",
+                "elapsed_ms": round((time.monotonic() - start) * 1000, 3),
+            }
             return response, self._redact_bytes(raw.body)
 
     def _cap(self, max_response: int) -> tuple[int, str]:
@@ -457,9 +500,10 @@ class EgressSession:
     def _hop_headers(
         self, target: Target, headers: list[tuple[str, str]], *, keep_origin_bound: bool, body: bytes | None
     ) -> list[tuple[str, str]]:
-        injected = self._broker._credentials.for_target(target)
-        with self._lock:
-            self._secrets.update(secret for item in injected for secret in item.secrets)
+        injected = self._broker._credentials.for_target(target) if self._broker._injects else []
+        if injected:
+            with self._lock:
+                self._secrets.update(secret for item in injected for secret in item.secrets)
         replaced = {item.header.lower() for item in injected}
         sent = [("Host", target.authority)]
         for name, value in headers:

@@ -20,6 +20,7 @@ import contextlib
 import heapq
 import http.client
 import itertools
+import re
 import select
 import socket
 import ssl
@@ -28,6 +29,7 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, BinaryIO
 
 from sandforge.runtime.egress.addresses import IPAddress, Verdict
 from sandforge.runtime.egress.errors import EgressLimit, NetworkError
@@ -54,13 +56,22 @@ class _Watch:
 
 class Watchdog:
     """Shuts sockets whose deadline passed. One thread for the process; arming and disarming take a lock
-    for a heap operation only, never for the duration of a request."""
+    for a heap operation only, never for the duration of a request.
+
+    The thread wakes only for the deadline of an armed entry: disarmed ones (nearly every request ends
+    before its deadline) are dropped from the top of the heap when it wakes, never waited for one by one
+    (a wake-up per request, seconds later, took this process's GIL from the requests then running), and the
+    heap is rebuilt without them once they are most of it (it stays bounded by the requests in flight)."""
+
+    #: Rebuild the heap when it holds more than this many disarmed entries and they are most of it.
+    COMPACT_AT = 1024
 
     def __init__(self) -> None:
         self._heap: list[_Watch] = []
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self._disarmed = 0  # disarmed entries still in the heap (approximately: popped ones are not counted down)
 
     def arm(self, sock: socket.socket, deadline: float) -> _Watch:
         watch = _Watch(deadline, next(self._seq), sock)
@@ -73,15 +84,28 @@ class Watchdog:
                 self._cond.notify()
         return watch
 
-    @staticmethod
-    def disarm(watch: _Watch) -> None:
-        watch.sock = None  # the entry stays in the heap until its deadline and is then dropped
+    def disarm(self, watch: _Watch) -> None:
+        watch.sock = None  # dropped when it reaches the top of the heap, or when the heap is rebuilt
+        with self._cond:
+            self._disarmed += 1
+            if self._disarmed > self.COMPACT_AT and 2 * self._disarmed > len(self._heap):
+                self._heap = [entry for entry in self._heap if entry.sock is not None]
+                heapq.heapify(self._heap)
+                self._disarmed = 0
+
+    @property
+    def pending(self) -> int:
+        """Entries in the heap, armed or not (for tests)."""
+        return len(self._heap)
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._heap:
+                while self._heap and self._heap[0].sock is None:  # disarmed: nothing to wait for
+                    heapq.heappop(self._heap)
+                if not self._heap:
                     self._cond.wait()
+                    continue
                 now = time.monotonic()
                 head = self._heap[0]
                 if head.deadline > now:
@@ -107,8 +131,109 @@ class RawResponse:
     wire_bytes: int
 
 
+#: A header field name: visible ASCII but the colon (RFC 9110's token is narrower; what the standard
+#: library's parser accepted is kept).
+_FIELD_NAME = re.compile(r"[!-9;-~]+")
+#: `http.client`'s private bounds and helpers (header line length and count), which typeshed does not declare.
+stdlib_client: Any = http.client
+
+
+class _Headers:
+    """A response's header fields in order: what `http.client` reads of them (``get``, ``get_all``,
+    ``items``), without parsing them as an e-mail message (the standard library's parser costs more CPU
+    than the rest of a small response)."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: list[tuple[str, str]]) -> None:
+        self.fields = fields
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        name = name.lower()
+        return next((value for key, value in self.fields if key.lower() == name), default)
+
+    def get_all(self, name: str, default: list[str] | None = None) -> list[str] | None:
+        name = name.lower()
+        return [value for key, value in self.fields if key.lower() == name] or default
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self.fields)
+
+
+def read_fields(fp: BinaryIO) -> list[tuple[str, str]]:
+    """The header fields up to the empty line, within the standard library's bounds (lines, count).
+    Stricter than its e-mail parser: a line that is not ``name: value`` (or a folded continuation of the
+    previous one, unfolded with a space) is a protocol error, never the start of a body."""
+    fields: list[tuple[str, str]] = []
+    while True:
+        line = fp.readline(stdlib_client._MAXLINE + 1)
+        if len(line) > stdlib_client._MAXLINE:
+            raise http.client.LineTooLong("header line")
+        if line in (b"\r\n", b"\n", b""):
+            return fields
+        if len(fields) >= stdlib_client._MAXHEADERS:
+            raise http.client.HTTPException(f"got more than {stdlib_client._MAXHEADERS} headers")
+        text = line.decode("iso-8859-1").rstrip("\r\n")
+        if text[:1] in (" ", "\t"):
+            if not fields:
+                raise http.client.HTTPException("a folded header line with no header before it")
+            name, value = fields[-1]
+            fields[-1] = (name, value + " " + text.strip(" \t"))
+            continue
+        name, colon, value = text.partition(":")
+        if not colon or not _FIELD_NAME.fullmatch(name):
+            raise http.client.HTTPException(f"malformed header line {text[:60]!r}")
+        fields.append((name, value.lstrip(" \t")))
+
+
+class PinnedResponse(http.client.HTTPResponse):
+    """`http.client`'s response with its header fields read by `read_fields`; everything else (status
+    line, framing, chunked bodies, closing) is the standard library's."""
+
+    def begin(self) -> None:
+        if self.headers is not None:
+            return
+        stdlib: Any = self  # its private helpers, which typeshed does not declare
+        while True:  # skip interim 100 responses, as the standard library does
+            version, status, reason = stdlib._read_status()
+            if status != http.client.CONTINUE:
+                break
+            stdlib_client._read_headers(self.fp)
+        self.code = self.status = status
+        self.reason = reason.strip()
+        if version in ("HTTP/1.0", "HTTP/0.9"):
+            self.version = 10
+        elif version.startswith("HTTP/1."):
+            self.version = 11
+        else:
+            raise http.client.UnknownProtocol(version)
+        stdlib.headers = stdlib.msg = _Headers(read_fields(self.fp))
+        self._frame(status, stdlib)
+
+    def _frame(self, status: int, stdlib: Any) -> None:
+        """Chunked or not, whether the connection closes, the body's length: as the standard library decides."""
+        coding = self.headers.get("transfer-encoding")
+        self.chunked = coding is not None and coding.lower() == "chunked"
+        self.chunk_left = None
+        self.will_close = stdlib._check_close()
+        self.length = None
+        length = self.headers.get("content-length")
+        if length and not self.chunked:
+            with contextlib.suppress(ValueError):
+                self.length = int(length)
+            if self.length is not None and self.length < 0:
+                self.length = None
+        interim = 100 <= status < 200 or status in (http.client.NO_CONTENT, http.client.NOT_MODIFIED)
+        if interim or stdlib._method == "HEAD":
+            self.length = 0
+        if not self.will_close and not self.chunked and self.length is None:
+            self.will_close = True
+
+
 class _PinnedConnection(http.client.HTTPConnection):
     """`http.client` on a socket the broker connected; it never connects (or resolves) by itself."""
+
+    response_class = PinnedResponse
 
     def __init__(self, sock: socket.socket, target: Target, timeout: float) -> None:
         super().__init__(target.host_text, target.port, timeout=timeout)
@@ -256,7 +381,7 @@ def exchange(
                 sock.close()
             raise
         finally:
-            Watchdog.disarm(watch)
+            WATCHDOG.disarm(watch)
     conn = _PinnedConnection(sock, target, remaining)
     return _on(conn, pool_key(target, address), request, pool, reused=False)
 
@@ -281,16 +406,16 @@ def _on(
         return raw
     except (EgressLimit, NetworkError):
         raise
-    except _STALE as exc:
-        if reused and not watch.fired:
-            raise _StaleConnection from exc
-        raise NetworkError(f"{target.url}: {_describe(exc)}", reason="protocol") from None
     except (OSError, http.client.HTTPException, ValueError) as exc:
+        # the watchdog's shutdown can surface as anything (a reset, an early end, a cut header line): a
+        # request past its deadline is a timeout whatever the socket said
         if watch.fired or isinstance(exc, TimeoutError | socket.timeout):
             raise NetworkError(f"{target.url}: timed out", reason="timeout") from None
+        if reused and isinstance(exc, _STALE):
+            raise _StaleConnection from exc
         raise NetworkError(f"{target.url}: {_describe(exc)}", reason="protocol") from None
     finally:
-        Watchdog.disarm(watch)
+        WATCHDOG.disarm(watch)
         if keep and pool is not None and not watch.fired:
             pool.give(key, conn)
         else:

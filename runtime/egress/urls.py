@@ -15,7 +15,7 @@ import fnmatch
 import functools
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlencode, urljoin
 
 from sandforge.runtime.egress.addresses import IPAddress
@@ -44,24 +44,22 @@ class Target:
     path: str
     query: str
     ip: IPAddress | None = None
+    #: ``Host`` header value: the host, and the port when it is not the scheme's default.
+    authority: str = field(init=False, repr=False, compare=False)
+    request_target: str = field(init=False, repr=False, compare=False)
+    url: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """The texts every request and record uses, made once per target (a target is immutable)."""
+        authority = self.host_text if DEFAULT_PORTS[self.scheme] == self.port else f"{self.host_text}:{self.port}"
+        request_target = self.path + (f"?{self.query}" if self.query else "")
+        object.__setattr__(self, "authority", authority)
+        object.__setattr__(self, "request_target", request_target)
+        object.__setattr__(self, "url", f"{self.scheme}://{authority}{request_target}")
 
     @property
     def host_text(self) -> str:
         return f"[{self.host}]" if self.ip is not None and self.ip.version == 6 else self.host
-
-    @property
-    def authority(self) -> str:
-        """``Host`` header value: the host, and the port when it is not the scheme's default."""
-        default = DEFAULT_PORTS[self.scheme] == self.port
-        return self.host_text if default else f"{self.host_text}:{self.port}"
-
-    @property
-    def request_target(self) -> str:
-        return self.path + (f"?{self.query}" if self.query else "")
-
-    @property
-    def url(self) -> str:
-        return f"{self.scheme}://{self.authority}{self.request_target}"
 
     @property
     def origin(self) -> tuple[str, str, int]:

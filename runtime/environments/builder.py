@@ -119,9 +119,7 @@ class EnvironmentStore:
         _check_python(manifest, target)
         source = policy.sources
         resolve_start = time.perf_counter()
-        if progress is not None:
-            progress(f"resolving {', '.join(manifest.names)}")
-        pins, resolved = self._resolution(manifest, target, source, allowed=policy.allowed)
+        pins, resolved = self._resolution(manifest, target, source, allowed=policy.allowed, progress=progress)
         resolve_ms = _ms(resolve_start) if resolved else 0.0
         policy.check((pin.name for pin in pins), transitive=True)
         spec = EnvironmentSpec(target=target, manifest=manifest, pins=pins, source=source)
@@ -181,13 +179,17 @@ class EnvironmentStore:
     # ------------------------------------------------------------------------------------------ resolve
 
     def _resolution(
-        self, manifest: Manifest, target: SandboxTarget, source: SourcePolicy, *, allowed: tuple[str, ...]
-    ) -> tuple[tuple[Pin, ...], bool]:
-        """(pins, whether uv ran). A request resolved before is read from ``resolutions/``."""
+        self, manifest: Manifest, target: SandboxTarget, source: SourcePolicy, *, allowed: tuple[str, ...],
+        progress: Progress | None = None,
+    ) -> tuple[tuple[Pin, ...], bool]:  # fmt: skip
+        """(pins, whether uv ran). A request resolved before is read from ``resolutions/`` (and ``progress``
+        hears nothing: there is no step to wait for)."""
         key = request_key(target, manifest, source)
         path = self.resolutions / f"{key}.json"
         with contextlib.suppress(OSError, ValueError, ValidationError):
             return tuple(Pin.model_validate(p) for p in json.loads(path.read_bytes())["pins"]), False
+        if progress is not None:
+            progress(f"resolving {', '.join(manifest.names)}")
         self.resolutions.mkdir(parents=True, exist_ok=True, mode=0o700)
         with tempfile.TemporaryDirectory(dir=self.resolutions, prefix=TMP_PREFIX) as work:
             requirements = Path(work) / "requirements.in"

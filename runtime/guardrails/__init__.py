@@ -14,7 +14,7 @@ See ``docs/policies.md`` for the policy format and the ``sandforge policy`` comm
 
 from __future__ import annotations
 
-from sandforge.runtime.guardrails.engine import ENGINE_RULES, clear_cache, validate
+from sandforge.runtime.guardrails.engine import ENGINE_RULES, cached_verdict, clear_cache, validate
 from sandforge.runtime.guardrails.loader import default_policy, default_policy_dir, layered_policy, load_policy
 from sandforge.runtime.guardrails.policy import ENGINE_VERSION, CapabilityDefinition, Origin, Policy, PolicySource, Rule
 from sandforge.runtime.guardrails.policy_model import policy_json_schema
@@ -43,6 +43,7 @@ __all__ = [
     "ValidationResult",
     "Verdict",
     "Violation",
+    "cached_verdict",
     "clear_cache",
     "default_policy",
     "default_policy_dir",

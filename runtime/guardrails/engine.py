@@ -119,12 +119,9 @@ def validate(source: str | bytes, policy: Policy | None = None) -> ValidationRes
                 verdict="terminal", violations=[violation], policy_name="default", policy_fingerprint=""
             )
     key = _cache_key(source, policy)
-    if key is not None:
-        with _CACHE_LOCK:
-            cached = _CACHE.get(key)
-            if cached is not None:
-                _CACHE.move_to_end(key)
-                return cached
+    cached = _cached(key)
+    if cached is not None:
+        return cached
     try:
         with gc_paused():  # the AST and its indexes form no cycles: collections would find nothing
             result = _validate(source, policy)
@@ -138,6 +135,22 @@ def validate(source: str | bytes, policy: Policy | None = None) -> ValidationRes
             if len(_CACHE) > CACHE_SIZE:
                 _CACHE.popitem(last=False)
     return result
+
+
+def cached_verdict(source: str | bytes, policy: Policy) -> ValidationResult | None:
+    """The verdict :func:`validate` would return from its cache, or None (it would have to validate: an event
+    loop must not, a cold validation of a large program takes tens of milliseconds)."""
+    return _cached(_cache_key(source, policy))
+
+
+def _cached(key: tuple[str, str, str] | None) -> ValidationResult | None:
+    if key is None:
+        return None
+    with _CACHE_LOCK:
+        cached = _CACHE.get(key)
+        if cached is not None:
+            _CACHE.move_to_end(key)
+        return cached
 
 
 def clear_cache() -> None:

@@ -61,7 +61,9 @@ class Service:
             host_prefixes([config.state_dir, config.audit_path.parent, *map(config.tenant_state_dir, config.tenants)])
         )
         self.admissions = {t.name: TenantAdmission(t.quotas) for t in config.tenants}
-        #: the execution slots: a plain pool (one hop each way; anyio's worker threads cost more per call)
+        #: the execution slots, whether an execution runs on a thread or is awaited on the loop
+        self.slots = asyncio.Semaphore(config.execution_slots)
+        #: their threads: a plain pool (one hop each way; anyio's worker threads cost more per call)
         self.pool = ThreadPoolExecutor(config.execution_slots, thread_name_prefix="sandforge-exec")
         self.in_flight = 0
         self.readiness = ReadinessProbe(config)
@@ -80,21 +82,11 @@ class Service:
         return JSONResponse(body, status_code=status, headers=headers)
 
     async def execute(self, rt: TenantRuntime, fn: Callable[[], T]) -> T:
-        """``fn`` in an execution slot (a thread of the ``execution_slots`` pool), admitted by the tenant's
+        """``fn`` on a thread of the ``execution_slots`` pool, in an execution slot, admitted by the tenant's
         quotas (429 otherwise). The slot and the admission are released when ``fn`` returns, not when the
         request does: a request cancelled meanwhile (its client gone) leaves ``fn`` counted until it ends, so
         quotas and the graceful shutdown see every execution still running."""
-        admission = self.admissions[rt.name]
-        try:
-            admission.admit()
-        except QuotaExceeded as exc:
-            raise ApiError(429, "quota_exceeded", exc.message, {"Retry-After": str(exc.retry_after_s)}) from None
-        self.in_flight += 1
-
-        def release() -> None:
-            self.in_flight -= 1
-            admission.release()
-
+        release = await self._enter(rt)
         loop = asyncio.get_running_loop()
         deferred = False
         try:
@@ -108,6 +100,38 @@ class Service:
         finally:
             if not deferred:
                 release()
+
+    async def execute_async(self, rt: TenantRuntime, fn: Callable[[], Awaitable[T]]) -> T:
+        """``fn()`` awaited on the loop, in an execution slot, admitted as :meth:`execute` admits (an
+        ``AsyncSandbox`` execution: a cancelled request ends it and its clean-up is awaited before the slot
+        is released)."""
+        release = await self._enter(rt)
+        try:
+            return await fn()
+        finally:
+            release()
+
+    async def _enter(self, rt: TenantRuntime) -> Callable[[], None]:
+        """Admit one execution of ``rt`` (429 over its quotas) and wait for a free slot; returns its release."""
+        admission = self.admissions[rt.name]
+        try:
+            admission.admit()
+        except QuotaExceeded as exc:
+            raise ApiError(429, "quota_exceeded", exc.message, {"Retry-After": str(exc.retry_after_s)}) from None
+        self.in_flight += 1
+        try:
+            await self.slots.acquire()
+        except BaseException:
+            self.in_flight -= 1
+            admission.release()
+            raise
+
+        def release() -> None:
+            self.slots.release()
+            self.in_flight -= 1
+            admission.release()
+
+        return release
 
     async def blocking(self, fn: Callable[[], T]) -> T:
         """Store and file work: a worker thread of the default pool (never an execution slot)."""

@@ -3,9 +3,11 @@
 The route is declared on the FastAPI app (its OpenAPI entry, and the answer for any caller that reaches the
 app itself), but the gatekeeper answers it directly (:class:`ExecFastPath`): the body it already read is
 validated by the request model in one call, the outcome is encoded and scrubbed in one pass, and the
-execution runs in a plain thread-pool hop (``Service.execute``). That skips FastAPI's per-request dependency
-solving, a second JSON encoding and a value walk, which were most of the HTTP overhead (docs/serve.md,
-"Speed"). Both paths share :func:`run_exec`, so their answers are the same.
+execution is awaited on the loop (``AsyncSandbox``: no thread hop each way, no thread waiting for the
+worker's output; planned on a thread only when validating or preparing an environment would block the
+loop). That skips FastAPI's per-request dependency solving, a second JSON encoding, a value walk and two
+thread wake-ups, which were most of the HTTP overhead (docs/serve.md, "Speed"). Both paths share
+:func:`run_exec`, so their answers are the same.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sandforge.runtime.agent.egress import StandaloneBridge
-from sandforge.runtime.agent.program_exec import execute_program
+from sandforge.runtime.agent.program_exec import execute_program_async
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.service.deps import ApiError, Service, first_error
 from sandforge.runtime.service.models import ExecRequest, exec_result
@@ -46,15 +48,15 @@ async def run_exec(service: Service, rt: TenantRuntime, body: ExecRequest) -> Ex
                                limits=limits)  # fmt: skip
     except ValidationError as exc:
         raise ApiError(422, "invalid_request", first_error(exc)) from None
-    policy, sandbox, environments = rt.policy, rt.sandbox, rt.workspace.environments
+    policy, sandbox, environments = rt.policy, rt.async_sandbox, rt.environments
 
-    def run() -> ExecutionOutcome:
+    async def run() -> ExecutionOutcome:
         bridge = StandaloneBridge.of(policy)  # fetches brokered under the tenant's egress rules, as exec does
-        outcome, _ = execute_program(sandbox, req, policy=policy, backend=body.backend, bridge=bridge,
-                                     environments=environments)  # its declared environment, as exec
+        outcome, _ = await execute_program_async(sandbox, req, policy=policy, backend=body.backend, bridge=bridge,
+                                                 environments=environments)  # its declared environment, as exec
         return bridge.fetches.attach(outcome)
 
-    return await service.execute(rt, run)
+    return await service.execute_async(rt, run)
 
 
 def outcome_word(outcome: ExecutionOutcome) -> str:

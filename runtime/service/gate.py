@@ -10,6 +10,7 @@ Every such request gets one audit line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -110,6 +111,15 @@ class Gatekeeper:
             state["outcome"] = "body_too_large"
             if not sent["started"]:
                 await send_error(tracking_send, 413, "body_too_large", "the request body is over this tenant's limit")
+        except asyncio.CancelledError:
+            if not self.draining:
+                raise
+            # the grace period is over and uvicorn cancelled the request (an awaited execution was ended and
+            # cleaned up as a timeout would be): a typed answer, not a 500 and a traceback in the log
+            state["outcome"] = "shutting_down"
+            if not sent["started"]:
+                message = "the server shut down before this request ended"
+                await send_error(tracking_send, 503, "shutting_down", message, [(b"connection", b"close")])
         finally:
             tenant = state.get("tenant")
             client = scope.get("client")

@@ -16,6 +16,7 @@ from typing import Any
 import uvicorn
 
 from sandforge.runtime.service.app import create_app
+from sandforge.runtime.service.coalesce import CoalescingHttpProtocol
 from sandforge.runtime.service.gate import Gatekeeper
 from sandforge.runtime.service.tenants import ServerConfig
 
@@ -55,6 +56,7 @@ def build_server(
         options["ssl_keyfile"] = str(ssl_keyfile)
     uv_config = uvicorn.Config(
         gate, host=host, port=port, lifespan="on", log_level=log_level, access_log=False,
-        timeout_graceful_shutdown=int(max(1, config.shutdown_grace_s)), server_header=False, **options,
+        timeout_graceful_shutdown=int(max(1, config.shutdown_grace_s)), server_header=False,
+        http=CoalescingHttpProtocol, **options,
     )  # fmt: skip
     return DrainingServer(uv_config, gate)

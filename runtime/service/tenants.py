@@ -29,7 +29,7 @@ from sandforge.runtime.files import write_user_file
 from sandforge.runtime.files.structured import read_data_file
 from sandforge.runtime.guardrails import Policy, layered_policy
 from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, Provider, ProviderError
-from sandforge.sandbox import Limits, Sandbox, SandboxConfig
+from sandforge.sandbox import AsyncSandbox, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.config import BackendName
 
 if TYPE_CHECKING:
@@ -475,6 +475,13 @@ class TenantRuntime:
         sandbox: Sandbox = self._part("sandbox", lambda: Sandbox(self.sandbox_config()))
         return sandbox
 
+    @property
+    def async_sandbox(self) -> AsyncSandbox:
+        """:attr:`sandbox` for the event loop (the same warm pools): ``POST /v1/exec`` awaits its executions
+        there, with no thread waiting for each one's output."""
+        sandbox: AsyncSandbox = self._part("async_sandbox", lambda: AsyncSandbox(self.sandbox))
+        return sandbox
+
     def limits(self, *, timeout_s: float | None = None, memory_mb: int | None = None) -> Limits:
         """The sandbox's limits with a request's overrides (checked against the quotas by the caller)."""
         base = self.sandbox.config.limits
@@ -543,6 +550,8 @@ class TenantRuntime:
             parts["workspace"].close()
         if "sessions" in parts:
             parts["sessions"].close()
+        if "async_sandbox" in parts:
+            parts["async_sandbox"].threads.shutdown()
         if "sandbox" in parts:
             parts["sandbox"].close()
 

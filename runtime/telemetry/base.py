@@ -18,6 +18,7 @@ SpanKind = Literal["internal", "client"]
 METRICS: dict[str, tuple[Literal["counter", "histogram"], str, str]] = {
     "sandforge.calls": ("counter", "{call}", "Dynamic calls (nested ones too), by role, method, status, source"),
     "sandforge.call.failures": ("counter", "{call}", "Failed calls by error type and failure class"),
+    "sandforge.execs": ("counter", "{program}", "Programs run without a model (exec, POST /v1/exec, MCP exec)"),
     "sandforge.attempt.failures": ("counter", "{attempt}", "Failed attempts by stage, error class, failure class"),
     "sandforge.execution.duration": ("histogram", "s", "Sandbox execution time of one attempt"),
     "sandforge.sandbox.acquisitions": ("counter", "{sandbox}", "Sandboxes handed out: warm pool hits and cold starts"),

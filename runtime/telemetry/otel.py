@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -21,6 +22,12 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 
 from sandforge.runtime.telemetry.base import METRICS, Attributes, SpanHandle, Telemetry, clean
 from sandforge.runtime.telemetry.base import SpanKind as KindName
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricExporter
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -146,40 +153,38 @@ def _resource() -> Any:
     return resource
 
 
+def _exporters_from_env(variable: str, console: Callable[[], T], otlp: Callable[[], T]) -> list[T]:
+    """One exporter per name ``variable`` lists (``console`` or ``otlp``, the default; ``none``: none); the
+    OTLP exporter's module is imported only when it is asked for."""
+    return [console() if name == "console" else otlp() for name in _exporters(variable)]
+
+
+def _otlp_span_exporter() -> SpanExporter:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter()
+
+
+def _otlp_metric_exporter() -> MetricExporter:
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter()
+
+
 def _tracer_provider_from_env() -> TracerProvider:
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
     provider = SdkTracerProvider(resource=_resource())
-    for name in _exporters("OTEL_TRACES_EXPORTER"):
-        exporter: SpanExporter
-        if name == "console":
-            exporter = ConsoleSpanExporter()
-        else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            exporter = OTLPSpanExporter()
+    for exporter in _exporters_from_env("OTEL_TRACES_EXPORTER", ConsoleSpanExporter, _otlp_span_exporter):
         provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
 
 
 def _meter_provider_from_env() -> MeterProvider:
     from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
-    from opentelemetry.sdk.metrics.export import (
-        ConsoleMetricExporter,
-        MetricExporter,
-        MetricReader,
-        PeriodicExportingMetricReader,
-    )
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricReader, PeriodicExportingMetricReader
 
-    readers: list[MetricReader] = []
-    for name in _exporters("OTEL_METRICS_EXPORTER"):
-        exporter: MetricExporter
-        if name == "console":
-            exporter = ConsoleMetricExporter()
-        else:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-            exporter = OTLPMetricExporter()
-        readers.append(PeriodicExportingMetricReader(exporter))
+    exporters = _exporters_from_env("OTEL_METRICS_EXPORTER", ConsoleMetricExporter, _otlp_metric_exporter)
+    readers: list[MetricReader] = [PeriodicExportingMetricReader(exporter) for exporter in exporters]
     return SdkMeterProvider(resource=_resource(), metric_readers=readers)

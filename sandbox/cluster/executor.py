@@ -16,6 +16,7 @@ import importlib
 import itertools
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandforge.sandbox import leftovers
+from sandforge.sandbox.cluster.host import MAX_RUNS, PROTOCOL
 from sandforge.sandbox.cluster.wire import Wire, WireError, outcome_from_wire, request_to_wire
 from sandforge.sandbox.config import BACKENDS, SandboxConfig
 from sandforge.sandbox.context import ContextSnapshot
@@ -48,6 +50,8 @@ GRACE_S = 15.0
 REFRESH_S = 5.0
 #: How long connecting (again) to the cluster may take before executions fail as ``sandbox_unavailable``.
 CONNECT_TIMEOUT_S = float(os.environ.get("SANDFORGE_CLUSTER_CONNECT_TIMEOUT_S", "120"))
+#: How long a driver's check that its GCS still listens may take.
+GCS_PROBE_S = 2.0
 
 
 #: How many times an execution whose node was lost before it sent anything moves to another node.
@@ -204,6 +208,9 @@ class RayExecutor:
             return list(self._nodes.values())
 
     def _refresh(self, ray: Any) -> None:
+        if not self.address.startswith("ray://") and not _same_gcs(ray):
+            self._disconnect()  # the head restarted under this driver: connect afresh (nodes() retries once)
+            raise ClusterUnavailable(f"the Ray cluster at {self.address} restarted or is unreachable")
         try:
             listed = ray.nodes()
         except Exception as exc:
@@ -229,13 +236,13 @@ class RayExecutor:
         return (
             ray.remote(SandboxHost)
             .options(
-                name=f"sandforge-host-{node_id[:16]}-{self._digest}",
+                name=f"sandforge-host-v{PROTOCOL}-{node_id[:16]}-{self._digest}",
                 namespace=NAMESPACE,
                 lifetime="detached",
                 get_if_exists=True,
                 max_restarts=-1,
                 max_task_retries=0,
-                max_concurrency=256,
+                max_concurrency=MAX_RUNS,
                 num_cpus=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
             )
@@ -325,11 +332,13 @@ class RayExecutor:
         exec_id = uuid.uuid4().hex
         kinds = _kinds(bridge)
         budget = request.limits.timeout_s + self.config.spawn_timeout_s + GRACE_S
-        event = self._call(node, node.actor.start.remote(exec_id, message, backend, blobs, kinds), budget)
+        call = {"id": exec_id, "message": message, "backend": backend, "blobs": blobs, "kinds": kinds}
+        event = self._call(node, node.actor.start.remote(call), budget)
         if event.get("kind") == "missing":  # the node lost texts it had (restarted): send them all once more
             node.known.clear()
             message, blobs = request_to_wire(request, None)
-            event = self._call(node, node.actor.start.remote(exec_id, message, backend, blobs, kinds), budget)
+            call.update(message=message, blobs=blobs)
+            event = self._call(node, node.actor.start.remote(call), budget)
         while event.get("kind") != "done":
             progress.served += 1  # from here on the caller saw the program act: never re-run elsewhere
             answer = _answer(bridge, event)
@@ -406,6 +415,33 @@ def _reload_auth() -> None:
         raylet.AuthenticationTokenLoader.instance().reset_cache()
     except Exception:  # another Ray version: the settings of import time apply
         log.debug("could not reload Ray's authentication settings", exc_info=True)
+
+
+def _same_gcs(ray: Any) -> bool:
+    """Is the GCS this driver was connected to still the one answering at its address? A driver (a ``HOST:PORT``
+    connection) whose head restarted is aborted by Ray itself (a failed check, the whole process ends) on its
+    next cluster-state query; the cluster id is compared first, on a fresh GCS client (about 1 ms)."""
+    try:
+        node = ray._private.worker.global_worker.node
+        address, expected = str(node.gcs_address), node.cluster_id
+        host, _, port = address.rpartition(":")
+        target = (host.strip("[]"), int(port))
+    except Exception:  # not a driver of this Ray version: nothing to compare, keep the connection
+        log.debug("no GCS address or cluster id to compare", exc_info=True)
+        return True
+    try:
+        with socket.create_connection(target, timeout=GCS_PROBE_S):
+            pass  # the GCS is listening (a fresh client would otherwise wait ~40 s for it)
+        return bool(_gcs_cluster_id(address) == expected)
+    except Exception:  # gone, or (re)starting: connect afresh rather than risk the abort
+        log.debug("could not compare the GCS's cluster id", exc_info=True)
+        return False
+
+
+def _gcs_cluster_id(address: str) -> Any:
+    """The id of the cluster whose GCS answers at ``address`` (a fresh client: it fetches the id on connect)."""
+    raylet: Any = importlib.import_module("ray._raylet")
+    return raylet.GcsClient(address=address).cluster_id
 
 
 def _transient(exc: BaseException) -> bool:

@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sandforge.sandbox import leftovers
@@ -30,6 +31,11 @@ log = logging.getLogger(__name__)
 #: How long the node waits past an execution's own limits for the caller to answer or collect (the caller
 #: vanished: the execution ends, its sandbox is destroyed, nothing waits forever).
 GRACE_S = 30.0
+#: The caller/host calling convention: part of the host actor's name, so a caller never drives a host of another
+#: version left running on the cluster (2: ``start`` takes one message; direct GCS connections).
+PROTOCOL = 2
+#: Executions one host runs at once (the actor's ``max_concurrency``: each holds one of its threads).
+MAX_RUNS = 256
 
 
 class BlobCache:
@@ -68,7 +74,6 @@ class _Run:
         self.events: queue.Queue[Wire] = queue.Queue()
         self.replies: queue.Queue[Any] = queue.Queue()
         self.deadline = time.monotonic() + timeout_s
-        self.thread: threading.Thread | None = None
 
     def ask(self, event: Wire) -> Any:
         """Park ``event`` for the caller and wait for its answer (None if the caller never answers)."""
@@ -135,7 +140,10 @@ class SandboxHost:
         self.cache = BlobCache()
         self.runs: dict[str, _Run] = {}
         self.lock = threading.Lock()
+        #: the threads executions that serve frames run on (reused: a new thread per execution cost ~0.2 ms)
+        self.threads = ThreadPoolExecutor(max_workers=4 * MAX_RUNS, thread_name_prefix="sandforge-run")
         self.executed = 0
+        self.inline = 0  # executions running on their actor call's thread (not in ``runs``)
         self.started_at = time.time()
         self.instance = uuid.uuid4().hex[:12]
         leftovers.reap_in_background()  # what a predecessor on this machine left when its node died
@@ -148,10 +156,19 @@ class SandboxHost:
     def ping(self) -> str:
         return self.instance
 
-    def start(
-        self, exec_id: str, message: Wire, backend: str, blobs: dict[str, bytes], kinds: list[str] | None
-    ) -> Wire:
-        """Begin one execution; returns its first event (a nested frame, ``missing`` or ``done``)."""
+    def start(self, call: Wire) -> Wire:
+        """Begin one execution; returns its first event (a nested frame, ``missing`` or ``done``). ``call``
+        holds ``id``, ``message`` (the wire request), ``backend``, ``blobs`` and ``kinds`` (the frames the
+        caller serves; None: none): one argument, as each argument of an actor call is serialised apart."""
+        try:
+            exec_id: str = call["id"]
+            message: Wire = call["message"]
+            backend: str = call["backend"]
+            blobs: dict[str, bytes] = call["blobs"]
+            kinds: list[str] | None = call["kinds"]
+        except (KeyError, TypeError) as exc:
+            outcome = ExecutionOutcome.failure(ErrorType.INVALID_REQUEST, f"malformed cluster call: {exc}")
+            return self._done(outcome, ContextSnapshot())
         if blobs:
             self.cache.add(blobs)
         try:
@@ -163,13 +180,11 @@ class SandboxHost:
             return {"kind": "missing", "refs": request}
         limits = request.limits
         run = _Run(request, limits.timeout_s + self.config.spawn_timeout_s)
-        bridge = None if kinds is None else _proxy(run, kinds)
-        run.thread = threading.Thread(
-            target=self._execute, args=(run, backend, bridge), name=f"sandforge-run-{exec_id[:8]}", daemon=True
-        )
+        if kinds is None:  # no frame can come back before the end: run on this call's thread, no hand-off
+            return self._inline(run, backend)
         with self.lock:
             self.runs[exec_id] = run
-        run.thread.start()
+        self.threads.submit(self._execute, run, backend, _proxy(run, kinds))
         return self._next(exec_id, run)
 
     def step(self, exec_id: str, answer: Any) -> Wire:
@@ -194,7 +209,20 @@ class SandboxHost:
                 self.runs.pop(exec_id, None)
         return event
 
+    def _inline(self, run: _Run, backend: str) -> Wire:
+        with self.lock:
+            self.inline += 1
+        try:
+            return self._outcome(run, backend, None)
+        finally:
+            with self.lock:
+                self.inline -= 1
+
     def _execute(self, run: _Run, backend: str, bridge: _Proxy | None) -> None:
+        run.events.put(self._outcome(run, backend, bridge))
+
+    def _outcome(self, run: _Run, backend: str, bridge: _Proxy | None) -> Wire:
+        """Run the execution here; its ``done`` event."""
         base = ContextSnapshot.coerce(run.request.context)
         try:
             outcome = self.sandbox.execute(run.request, backend=backend, bridge=bridge)  # type: ignore[arg-type]
@@ -203,7 +231,7 @@ class SandboxHost:
             outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, f"node failure: {exc}")
         with self.lock:
             self.executed += 1
-        run.events.put(self._done(outcome, base, backend, run.request))
+        return self._done(outcome, base, backend, run.request)
 
     def _done(
         self, outcome: ExecutionOutcome, base: ContextSnapshot, backend: str | None = None,
@@ -224,7 +252,7 @@ class SandboxHost:
     def status(self) -> Wire:
         """This node's pools and load, for placement and ``sandforge cluster status``."""
         with self.lock:
-            in_flight, executed = len(self.runs), self.executed
+            in_flight, executed = len(self.runs) + self.inline, self.executed
         return {
             "instance": self.instance,
             "pid": os.getpid(),
@@ -244,3 +272,4 @@ class SandboxHost:
 
     def close(self) -> None:
         self.sandbox.close()
+        self.threads.shutdown(wait=False)

@@ -51,12 +51,18 @@ class ClusterState(BaseModel):
 
     @property
     def address(self) -> str:
-        """What ``SANDFORGE_CLUSTER`` takes: the Ray Client address."""
-        return f"ray://127.0.0.1:{self.client_port}"
+        """What ``SANDFORGE_CLUSTER`` takes for a caller on this machine: the GCS address (the caller becomes a
+        Ray driver on the node here, one hop to a sandbox host; Ray Client's two hops cost ~4 ms more)."""
+        return self.gcs_address
 
     @property
     def gcs_address(self) -> str:
         return f"127.0.0.1:{self.gcs_port}"
+
+    @property
+    def client_address(self) -> str:
+        """The Ray Client address (``ray://``): for callers on machines that are not nodes of the cluster."""
+        return f"ray://127.0.0.1:{self.client_port}"
 
 
 def _free_port() -> int:
@@ -243,7 +249,8 @@ class LocalCluster:
     def describe(self) -> dict[str, Any]:
         state = self._require()
         return {
-            "address": state.address, "gcs_address": state.gcs_address, "token_file": state.token_file,
+            "address": state.address, "gcs_address": state.gcs_address, "client_address": state.client_address,
+            "token_file": state.token_file,
             "nodes": [n.model_dump() for n in state.nodes], "processes": len(self.processes()),
         }  # fmt: skip
 

@@ -195,8 +195,9 @@ def test_status_shows_each_nodes_pools_and_load(sandbox: Sandbox) -> None:
     assert any(p["backend"] == "subprocess" for row in rows for p in row["pools"])
 
 
-def test_the_cluster_listens_on_loopback_only(cluster: LocalCluster) -> None:
-    pids = {p.pid for p in cluster.processes()}
+def test_the_cluster_listens_on_loopback_only(cluster: LocalCluster, sandbox: Sandbox) -> None:
+    assert sandbox.execute(ExecutionRequest(code="return 1")).ok  # connected: this process is a Ray driver
+    pids = {p.pid for p in cluster.processes()} | {os.getpid()}  # the driver's own servers too
     addresses = set()
     for conn in psutil.net_connections(kind="inet"):
         if conn.status == psutil.CONN_LISTEN and conn.pid in pids:
@@ -212,15 +213,16 @@ def test_a_caller_without_the_token_is_refused(cluster: LocalCluster, tmp_path: 
     wrong.write_text("0" * 64)
     wrong.chmod(0o600)
     probe = (
-        "import ray, sys\n"
+        "import os, ray, sys\n"
         "try:\n"
-        f"    ray.init(address={state.address!r}, namespace='sandforge')\n"
+        "    ray.init(address=os.environ['PROBE_ADDRESS'], namespace='sandforge')\n"
         "    print('NODES', len(ray.nodes()))\n"
         "except Exception as exc:\n"
         "    print('REFUSED', type(exc).__name__)\n"
     )
-    for token in (str(wrong), None):
-        env = {**os.environ, **cluster.env()}
+    cases = [(address, token) for address in (state.gcs_address, state.client_address) for token in (str(wrong), None)]
+    for address, token in cases:  # a driver on the GCS and a Ray Client alike
+        env = {**os.environ, **cluster.env(), "PROBE_ADDRESS": address}
         if token is None:
             env.pop("RAY_AUTH_TOKEN_PATH")
             env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token either
@@ -228,7 +230,7 @@ def test_a_caller_without_the_token_is_refused(cluster: LocalCluster, tmp_path: 
             env["RAY_AUTH_TOKEN_PATH"] = token
         done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=180,
                               check=False)  # fmt: skip
-        assert "NODES" not in done.stdout, (token, done.stdout, done.stderr[-2000:])
+        assert "NODES" not in done.stdout, (address, token, done.stdout, done.stderr[-2000:])
     assert oct(Path(state.token_file).stat().st_mode & 0o777) == "0o600"
 
 

@@ -60,13 +60,13 @@ def test_a_dripping_body_times_out(net: Net) -> None:
     """40 bytes, one every 0.1 s: each read is quick, the whole is not; the request's timeout holds."""
     with pytest.raises(NetworkError) as caught:
         session(net, timeout_s=0.5).fetch(url(net, "/drip?n=40&every=0.1"))
-    assert caught.value.reason == "timeout"
+    assert caught.value.reason == "timeout", str(caught.value)
 
 
 def test_dripping_headers_time_out(net: Net) -> None:
     with pytest.raises(NetworkError) as caught:
         session(net, timeout_s=0.5).fetch(url(net, "/dripheaders"))
-    assert caught.value.reason == "timeout"
+    assert caught.value.reason == "timeout", str(caught.value)
 
 
 def test_a_request_cannot_ask_for_more_time_than_the_policy(net: Net) -> None:

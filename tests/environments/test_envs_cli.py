@@ -209,5 +209,7 @@ def test_a_build_shows_its_steps_and_json_stays_one_object(env: dict[str, str]) 
     code, out = _cli(env, "envs", "build", env["PROG"], "--policy", env["LAYER"])
     assert code == 0, out
     assert "resolving python-dateutil" in out and "package(s) into environment" in out and " built in " in out
+    code, out = _cli(env, "envs", "build", env["PROG"], "--policy", env["LAYER"])
+    assert code == 0 and "resolving" not in out and "installing" not in out, out  # both cached: no step to show
     code, out = _cli(env, "envs", "build", env["PROG"], "--policy", env["LAYER"], "--json")
     assert code == 0 and json.loads(out)["environment_cache_hit"] is True  # nothing but the object

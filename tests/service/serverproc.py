@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -38,15 +39,19 @@ class Server:
     port: int
     proc: subprocess.Popen[bytes]
     tokens: dict[str, str] = field(default_factory=dict)
+    #: https when started with a certificate; ``verify`` then trusts it (and only it)
+    scheme: str = "http"
+    verify: ssl.SSLContext | bool = True
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def client(self, tenant: str | None = None, token: str | None = None, **kwargs: Any) -> httpx.Client:
         token = token if token is not None else (self.tokens[tenant] if tenant else None)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=kwargs.pop("timeout", 60.0), **kwargs)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=kwargs.pop("timeout", 60.0), verify=self.verify,
+                            **kwargs)  # fmt: skip
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
         if self.proc.poll() is None:
@@ -62,26 +67,30 @@ class Server:
         return (self.root / "serve.log").read_text(errors="replace")
 
 
-def start_server(root: Path, config: dict[str, Any], *, env: dict[str, str] | None = None) -> Server:
+def start_server(
+    root: Path, config: dict[str, Any], *, env: dict[str, str] | None = None, tls: tuple[Path, Path] | None = None
+) -> Server:
     """Write ``config`` as server.yaml under ``root``, give every tenant a token, start the server, wait for
-    /healthz."""
+    /healthz. ``tls``: (certificate, key) to serve https with (the certificate is the CA clients trust)."""
     root.mkdir(parents=True, exist_ok=True)
     path = root / "server.yaml"
     path.write_text(yaml.safe_dump(config))
     tokens = {t["name"]: create_token(path, t["name"]) for t in config.get("tenants", [])}
     port = free_port()
     log = (root / "serve.log").open("wb")
+    options = ["--ssl-certfile", str(tls[0]), "--ssl-keyfile", str(tls[1])] if tls else []
     proc = subprocess.Popen(
-        [SANDFORGE, "serve", "--port", str(port), "--config", str(path), "--log-level", "info"],
+        [SANDFORGE, "serve", "--port", str(port), "--config", str(path), "--log-level", "info", *options],
         stdout=log, stderr=subprocess.STDOUT, cwd=root, env={**os.environ, **(env or {})},
     )  # fmt: skip
-    server = Server(root, path, port, proc, tokens)
+    trust = ("https", ssl.create_default_context(cafile=str(tls[0]))) if tls else ()
+    server = Server(root, path, port, proc, tokens, *trust)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited: {server.log()}")
         try:
-            if httpx.get(server.url + "/healthz", timeout=1.0).status_code == 200:
+            if httpx.get(server.url + "/healthz", timeout=1.0, verify=server.verify).status_code == 200:
                 return server
         except httpx.HTTPError:
             pass

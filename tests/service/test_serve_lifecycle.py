@@ -101,3 +101,31 @@ def test_graceful_shutdown_finishes_calls_in_flight_and_leaves_nothing(tmp_path:
         finally:
             api.close()
         assert left == []
+
+
+def test_a_call_longer_than_the_grace_period_is_ended_and_leaves_nothing(tmp_path: Path) -> None:
+    """Shutdown past ``shutdown_grace_s``: the execution still running is ended (its worker killed, as a timeout
+    would), the server exits cleanly long before the program's own time limit, and nothing survives it."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    server = start_server(
+        tmp_path,
+        {"state_dir": "state", "pool_size": 1, "shutdown_grace_s": 1,
+         "tenants": [{"name": "t", "quotas": {"max_timeout_s": 300}}]},
+        env={"TMPDIR": str(scratch)},
+    )  # fmt: skip
+    try:
+        with server.client("t") as client, ThreadPoolExecutor(1) as pool:
+            assert client.post("/v1/exec", json={"code": "return 1"}).json()["value"] == 1
+            in_flight = pool.submit(client.post, "/v1/exec", json={"code": SPIN, "timeout_s": 120})
+            _wait_running(server.proc.pid, 2, [in_flight])  # the spinning worker and the warm one
+            descendants = _tree(server.proc.pid)
+            server.proc.terminate()
+            assert server.proc.wait(90) == 0  # well before the program's 120 s
+            answer = in_flight.result(timeout=30)
+            assert answer.status_code == 503 and answer.json()["error"]["type"] == "shutting_down", answer.text
+    finally:
+        server.stop()
+    assert not [p for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not [p.name for p in scratch.iterdir() if p.name.startswith("sandforge")], list(scratch.iterdir())
+    assert "Traceback" not in server.log(), server.log()

@@ -4,6 +4,7 @@ provider quota as a 429, concurrency quota as a 429 (the app driven through its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import sys
@@ -116,3 +117,57 @@ def test_concurrency_over_the_quota_is_a_429(tmp_path: Path) -> None:
     first, second = asyncio.run(both())
     assert first.json()["error_type"] == "timeout"
     assert second.status_code == 429 and second.headers["retry-after"] == "1"
+
+
+def test_execution_slots_bound_thread_and_loop_executions_together(tmp_path: Path) -> None:
+    """One slot: an execution awaited on the loop (``/v1/exec``) and one on a thread (an agent call) never run
+    at once; a cancelled waiter gives back its admission; a quota refusal holds no slot."""
+    from sandforge.runtime.service.deps import ApiError, Service
+    from sandforge.runtime.service.tenants import TenantRuntimes
+
+    config = parse_server_config(
+        {"state_dir": "state", "execution_slots": 1,
+         "tenants": [{"name": "t", "quotas": {"concurrent_executions": 3}}]}, base=tmp_path,
+    )  # fmt: skip
+    runtimes = TenantRuntimes(config)
+    service = Service(config, runtimes, AuditLog(None))
+    rt = runtimes.get("t")
+    running: list[str] = []
+    overlap: list[list[str]] = []
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def on_loop() -> str:
+            running.append("loop")
+            await release.wait()
+            running.remove("loop")
+            return "loop"
+
+        def on_thread() -> str:
+            overlap.append(list(running))
+            return "thread"
+
+        first = asyncio.create_task(service.execute_async(rt, on_loop))
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(service.execute(rt, on_thread))
+        waiter = asyncio.create_task(service.execute_async(rt, on_loop))
+        await asyncio.sleep(0.05)
+        assert not second.done() and not waiter.done() and service.in_flight == 3  # waiting for the slot, counted
+        with pytest.raises(ApiError) as refused:  # a fourth: over the tenant's concurrency, 429 at once
+            await service.execute_async(rt, on_loop)
+        assert refused.value.status == 429 and service.in_flight == 3
+        waiter.cancel()  # gone while waiting: its admission and count are given back, it never ran
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+        assert service.in_flight == 2 and waiter.cancelled()
+        release.set()
+        assert await first == "loop" and await second == "thread"
+        assert service.in_flight == 0 and overlap == [[]]  # the thread ran only once the loop's execution ended
+        assert await service.execute_async(rt, on_loop) == "loop"  # the slot is free again
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        service.pool.shutdown()
+        runtimes.close()
