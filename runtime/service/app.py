@@ -224,6 +224,8 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
         async with mcp_endpoint.running():
             yield
         await shutdown(service)
+        # the dashboard's call-log index builders stop after their current batch (the next process resumes)
+        await anyio.to_thread.run_sync(app.state.dashboard.close)
 
     app = FastAPI(
         title="sandforge", version=API_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
@@ -252,6 +254,7 @@ def _install_dashboard(app: FastAPI, service: Service) -> None:
     dash = Dashboard(for_token=service.runtimes.for_token, scrub=service.scrub,
                      audit=lambda fields: audit.write(AuditRecord(**fields)))  # fmt: skip
     install(app, dash)
+    app.state.dashboard = dash
 
 
 async def shutdown(service: Service) -> None:
