@@ -20,11 +20,13 @@ import asyncio
 import contextlib
 import contextvars
 import selectors
+import threading
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent import futures
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from sandforge.sandbox.steps import Await, Blocking, Cancelled, Chunks, Effect, Poll, Steps
+from sandforge.sandbox.steps import Await, Blocking, Cancelled, Chunks, Detach, Effect, Poll, Steps
 
 T = TypeVar("T")
 
@@ -41,11 +43,29 @@ class Threads:
     def __init__(self, short: int = DEFAULT_THREADS, long: int = DEFAULT_LONG_THREADS) -> None:
         self.short = ThreadPoolExecutor(max_workers=max(1, short), thread_name_prefix="sandforge-aio")
         self.long = ThreadPoolExecutor(max_workers=max(1, long), thread_name_prefix="sandforge-aio-long")
+        self._detached: set[Future[None]] = set()
+        self._lock = threading.Lock()
 
     def for_effect(self, effect: Blocking) -> ThreadPoolExecutor:
         return self.long if effect.interruptible or effect.on_cancel is not None else self.short
 
+    def detach(self, fn: Callable[[], None]) -> None:
+        """``fn`` on the short pool, not waited for here; :meth:`shutdown` waits for it."""
+        future = self.short.submit(_quietly, fn)
+        with self._lock:
+            self._detached.add(future)
+        future.add_done_callback(self._forget)
+
+    def _forget(self, future: Future[None]) -> None:
+        with self._lock:
+            self._detached.discard(future)
+
     def shutdown(self) -> None:
+        """Stop both pools; detached clean-up already handed over runs to its end first (a worker's work
+        directory and descriptors never outlive the close)."""
+        with self._lock:
+            pending = list(self._detached)
+        futures.wait(pending)
         for pool in (self.short, self.long):
             pool.shutdown(wait=False, cancel_futures=True)
 
@@ -103,6 +123,11 @@ async def _wait(loop: asyncio.AbstractEventLoop, effect: Effect, threads: Thread
         return await _poll(loop, effect, threads.long), False
     if isinstance(effect, Await):
         return await effect.start(), False
+    if isinstance(effect, Detach):
+        threads.detach(effect.fn)
+        return None, False
+    if effect.on_loop is not None:
+        return await effect.on_loop(), False
     return await _blocking(loop, effect, threads.for_effect(effect))
 
 

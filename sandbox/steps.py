@@ -43,6 +43,10 @@ class Blocking:
     #: Called (once, from the driver) when the wait is cancelled and ``fn`` is not interruptible: makes it
     #: return soon (e.g. kills the worker whose execution ``fn`` is).
     on_cancel: Callable[[], None] | None = None
+    #: The same wait as a coroutine, for a driver on an event loop: awaited there instead of ``fn`` on a thread
+    #: (a worker's exit report, which a reader thread can wake the loop for). Cancelling it throws
+    #: :class:`Cancelled` into the steps at once, as for an interruptible call.
+    on_loop: Callable[[], Awaitable[Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +58,16 @@ class Await:
     start: Callable[[], Awaitable[Any]]
 
 
-Effect = Poll | Blocking | Await
+@dataclass(frozen=True, slots=True)
+class Detach:
+    """Call ``fn()`` where a blocking call may run, and go on without its answer: clean-up whose result nobody
+    needs (destroying a worker whose outcome is already known). The sync driver calls it in place; the async
+    one hands it to its short thread pool, whose shutdown waits for it (nothing outlives a close)."""
+
+    fn: Callable[[], None]
+
+
+Effect = Poll | Blocking | Await | Detach
 #: Steps that end with a value of type T.
 Steps = Generator[Effect, Any, T]
 Chunks = list[tuple[Stream, bytes]]
@@ -65,16 +78,17 @@ class Cancelled(Exception):
 
 
 def then_destroy(steps: Steps[T], destroy: Callable[[], None]) -> Steps[T]:
-    """``steps``, then their worker destroyed as a :class:`Blocking` call: off the event loop in the async API
+    """``steps``, then their worker destroyed as a :class:`Detach` call: off the event loop in the async API
     (closing descriptors and removing a work directory are syscalls, which on one loop add up across every
-    execution in flight). Destroyed in place when the steps raise (``Cancelled`` too), so a cancelled execution
-    is cleaned up before its caller hears of it."""
+    execution in flight) and without holding the outcome back for a thread's hand-over (``POST /v1/exec``
+    awaits it). Destroyed in place when the steps raise (``Cancelled`` too), so a cancelled execution is
+    cleaned up before its caller hears of it."""
     try:
         result = yield from steps
     except BaseException:
         destroy()
         raise
-    yield Blocking(destroy)
+    yield Detach(destroy)
     return result
 
 
@@ -95,10 +109,15 @@ def run_steps(steps: Steps[T]) -> T:
             continue
         if isinstance(effect, Await):
             raise TypeError("an Await step needs the async driver (sandbox/aio.py)")
+        if isinstance(effect, Detach):
+            effect.fn()  # on this thread: the sync API has no loop to keep free
+            continue
         try:
             answer = effect.fn()
         except BaseException as exc:  # re-raised inside the steps, where their finally blocks run
             error = exc
 
 
-__all__ = ["Await", "Blocking", "Cancelled", "Chunks", "Effect", "Poll", "Steps", "run_steps", "then_destroy"]
+__all__ = [
+    "Await", "Blocking", "Cancelled", "Chunks", "Detach", "Effect", "Poll", "Steps", "run_steps", "then_destroy",
+]

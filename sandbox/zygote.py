@@ -9,6 +9,7 @@ here, so the numbers stay host-measured.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -19,6 +20,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,8 @@ class Zygote:
         self._cond = threading.Condition()
         self._replies: dict[int, dict[str, Any]] = {}
         self._exits: dict[int, dict[str, Any]] = {}
+        #: pid -> called (on the reader thread) when its exit report arrives or the zygote goes away
+        self._watchers: dict[int, Callable[[], None]] = {}
         self._send_lock = threading.Lock()
         self._closed = False
         self._sock.settimeout(start_timeout)
@@ -112,6 +116,36 @@ class Zygote:
                 self._cond.wait(remaining)
             return self._exits.pop(pid)
 
+    async def exit_report(self, pid: int, timeout: float) -> dict[str, Any] | None:
+        """:meth:`wait_exit` for an event loop: the reader thread wakes the loop when the report arrives, so no
+        thread waits for it (an awaited execution's last step: ``AsyncSandbox``)."""
+        report = self.wait_exit(pid, 0.0)
+        if report is not None or not self.alive():
+            return report
+        loop = asyncio.get_running_loop()
+        arrived = loop.create_future()
+
+        def settle() -> None:
+            if not arrived.done():
+                arrived.set_result(None)
+
+        def wake() -> None:  # on the reader thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(settle)
+
+        with self._cond:
+            if pid in self._exits or self._closed:
+                settle()
+            else:
+                self._watchers[pid] = wake
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(arrived, timeout)
+        finally:
+            with self._cond:
+                self._watchers.pop(pid, None)
+        return self.wait_exit(pid, 0.0)
+
     def _read_loop(self) -> None:
         while True:
             try:
@@ -125,15 +159,22 @@ class Zygote:
             except ValueError:
                 log.error("zygote sent a malformed message")
                 break
+            watcher = None
             with self._cond:
                 if message.get("op") == "exited":
                     self._exits[int(message["pid"])] = message
+                    watcher = self._watchers.pop(int(message["pid"]), None)
                 else:
                     self._replies[int(message.get("id", -1))] = message
                 self._cond.notify_all()
+            if watcher is not None:
+                watcher()
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            watchers, self._watchers = list(self._watchers.values()), {}
+        for watcher in watchers:
+            watcher()
 
     def close(self) -> None:
         self._closed = True

@@ -133,9 +133,10 @@ class SubprocessWorker:
         ex = yield from exchange_steps(self.io, request, bridge)
         if ex.failure is not None:
             self._kill()
-        exit_info = self._reported_exit()  # usually in already: then no wait (and no thread) at all
-        if exit_info is None:
-            exit_info = yield Blocking(functools.partial(self._reap, grace_s=1.0))
+        exit_info = self._reported_exit()  # sometimes in already: then no wait at all
+        if exit_info is None:  # on a loop, the zygote's reader wakes it: no thread waits for the report
+            on_loop = functools.partial(self._reap_on_loop, grace_s=1.0) if self._zygote is not None else None
+            exit_info = yield Blocking(functools.partial(self._reap, grace_s=1.0), on_loop=on_loop)
         return build_outcome(
             ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits,
             exit_observed=True,
@@ -167,6 +168,20 @@ class SubprocessWorker:
         if status is None:
             return ExitInfo()
         return _exit_info(status, cpu, maxrss_kb)
+
+    async def _reap_on_loop(self, grace_s: float) -> ExitInfo:
+        """:meth:`_reap` awaited on an event loop (the zygote's exit report wakes it)."""
+        zygote = self._zygote
+        if self._reaped or zygote is None:
+            return ExitInfo()
+        report = await zygote.exit_report(self.pid, grace_s)
+        if report is None:
+            self._kill()
+            report = await zygote.exit_report(self.pid, 5.0)
+        self._reaped = True
+        if report is None:
+            return ExitInfo()
+        return _exit_info(int(report["status"]), float(report["cpu_time_s"]), int(report["maxrss_kb"]))
 
     def _wait(self, timeout: float) -> tuple[int | None, float, int]:
         if self._zygote is not None:
