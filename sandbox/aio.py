@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import selectors
 import threading
 from collections.abc import Callable
@@ -51,7 +52,11 @@ class Threads:
 
     def detach(self, fn: Callable[[], None]) -> None:
         """``fn`` on the short pool, not waited for here; :meth:`shutdown` waits for it."""
-        future = self.short.submit(_quietly, fn)
+        try:
+            future = self.short.submit(_quietly, fn)
+        except RuntimeError:  # shut down already (a close raced this execution): clean up here and now
+            _quietly(fn)
+            return
         with self._lock:
             self._detached.add(future)
         future.add_done_callback(self._forget)
@@ -80,8 +85,11 @@ async def unless_cancelled(started: asyncio.Future[Any], executor: Executor | No
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait([started])
         if not started.cancelled() and started.exception() is None:
-            with contextlib.suppress(Exception):
-                await asyncio.get_running_loop().run_in_executor(executor, started.result().destroy)
+            destroy = started.result().destroy
+            try:
+                await asyncio.get_running_loop().run_in_executor(executor, functools.partial(_quietly, destroy))
+            except RuntimeError:  # its pool was shut down meanwhile (a close raced this start)
+                _quietly(destroy)
         raise
 
 
