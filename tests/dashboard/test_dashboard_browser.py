@@ -95,11 +95,20 @@ def _login(driver: object, server: Server, token: str) -> None:
 
 def _click_and_load(driver: object, by: str, value: str) -> None:
     """Click what navigates, and wait until the next page replaced this one (else the next look may see the old)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old = driver.find_element("tag name", "html")  # type: ignore[attr-defined]
-    driver.find_element(by, value).click()  # type: ignore[attr-defined]
+    for attempt in range(3):  # chromium may renumber the page's nodes between a find and a click: find again
+        old = driver.find_element("tag name", "html")  # type: ignore[attr-defined]
+        try:
+            driver.find_element(by, value).click()  # type: ignore[attr-defined]
+            break
+        except StaleElementReferenceException:
+            continue
+        except WebDriverException as exc:
+            if "does not belong to the document" not in str(exc) or attempt == 2:
+                raise
     WebDriverWait(driver, 60).until(expected_conditions.staleness_of(old))  # type: ignore[arg-type]
 
 
