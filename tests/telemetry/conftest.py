@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from sandforge.runtime import telemetry
+from sandforge.runtime.guardrails import Policy, default_policy, load_policy
 
 
 @dataclass
@@ -75,3 +77,18 @@ def otel() -> Iterator[Otel]:
 @pytest.fixture
 def otel_io() -> Iterator[Otel]:
     yield from _make(record_io=True)
+
+
+def loopback_egress_policy(directory: Path, port: int, token_env: str) -> Policy:
+    """The default policy with egress to ``allowed.test`` on a loopback server at ``port`` (``denied.test``
+    resolves there too, and is refused) and a bearer credential from ``token_env`` injected for it: what the
+    span tests fetch with, to check that no URL path, query or credential reaches an attribute."""
+    directory.mkdir()
+    (directory / "egress.yaml").write_text(
+        "grant: [http_fetch]\negress:\n  allow:\n"
+        f'    - {{url: "http://allowed.test:{port}/**", name: loopback}}\n'
+        '  allow_ranges: ["127.0.0.1/32"]\n  resolve: {allowed.test: 127.0.0.1, denied.test: 127.0.0.1}\n'
+        "  credentials:\n    - {host: allowed.test, header: Authorization, "
+        f'value: "Bearer ${{{token_env}}}", schemes: [http]}}\n'
+    )
+    return load_policy([*default_policy().sources, directory])

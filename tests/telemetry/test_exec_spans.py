@@ -17,10 +17,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.agent.program_exec import execute_program, execute_program_async
 from sandforge.runtime.cli import main
-from sandforge.runtime.guardrails import default_policy, load_policy
+from sandforge.runtime.guardrails import default_policy
 from sandforge.sandbox import AsyncSandbox, ExecutionRequest, Sandbox, SandboxConfig
 from tests.egress import servers
-from tests.telemetry.conftest import Otel
+from tests.telemetry.conftest import Otel, loopback_egress_policy
 
 SECRET = "s3cr3t-exec-token-0123456789"
 
@@ -46,16 +46,7 @@ def test_an_exec_with_fetches_is_a_span_tree_without_secrets(
     server = servers.start()
     try:
         monkeypatch.setenv("OTEL_TEST_EXEC_TOKEN", SECRET)
-        directory = tmp_path / "policy"
-        directory.mkdir()
-        (directory / "egress.yaml").write_text(
-            "grant: [http_fetch]\negress:\n  allow:\n"
-            f'    - {{url: "http://allowed.test:{server.port}/**", name: loopback}}\n'
-            '  allow_ranges: ["127.0.0.1/32"]\n  resolve: {allowed.test: 127.0.0.1, denied.test: 127.0.0.1}\n'
-            "  credentials:\n    - {host: allowed.test, header: Authorization, "
-            'value: "Bearer ${OTEL_TEST_EXEC_TOKEN}", schemes: [http]}\n'
-        )
-        policy = load_policy([*default_policy().sources, directory])
+        policy = loopback_egress_policy(tmp_path / "policy", server.port, "OTEL_TEST_EXEC_TOKEN")
         code = (
             f"r = fetch('http://allowed.test:{server.port}/echo?key={SECRET}x')\n"
             "try:\n    fetch(kwargs['elsewhere'])\nexcept Exception:\n    pass\n"

@@ -14,11 +14,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from sandforge.runtime.agent import CallLog, Workspace, read_records
-from sandforge.runtime.guardrails import Policy, default_policy, load_policy
+from sandforge.runtime.guardrails import Policy, default_policy
 from sandforge.runtime.providers import ScriptedProvider
 from sandforge.sandbox import SandboxConfig
 from tests.egress import servers
-from tests.telemetry.conftest import Otel
+from tests.telemetry.conftest import Otel, loopback_egress_policy
 
 SECRET = "s3cr3t-otel-token-0123456789"
 RECOVERABLE = "import os\ncontext['cwd'] = os.getcwd()\nreturn 1\n"
@@ -147,16 +147,7 @@ def test_an_egress_request_is_a_client_span_without_path_query_or_credential(
     server = servers.start()
     try:
         monkeypatch.setenv("OTEL_TEST_EGRESS_TOKEN", SECRET)
-        directory = tmp_path / "policy"
-        directory.mkdir()
-        (directory / "egress.yaml").write_text(
-            "grant: [http_fetch]\negress:\n  allow:\n"
-            f'    - {{url: "http://allowed.test:{server.port}/**", name: loopback}}\n'
-            '  allow_ranges: ["127.0.0.1/32"]\n  resolve: {allowed.test: 127.0.0.1, denied.test: 127.0.0.1}\n'
-            "  credentials:\n    - {host: allowed.test, header: Authorization, "
-            'value: "Bearer ${OTEL_TEST_EGRESS_TOKEN}", schemes: [http]}\n'
-        )
-        policy = load_policy([*default_policy().sources, directory])
+        policy = loopback_egress_policy(tmp_path / "policy", server.port, "OTEL_TEST_EGRESS_TOKEN")
         program = (
             f"r = fetch('http://allowed.test:{server.port}/echo?key={SECRET}x')\n"
             "try:\n    fetch(kwargs['elsewhere'])\nexcept Exception:\n    pass\n"
