@@ -27,6 +27,7 @@ import os
 import sqlite3
 import struct
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from sandforge.runtime.store.models import RegistryEntry
@@ -34,18 +35,27 @@ from sandforge.runtime.store.selection import SelectionPolicy
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS health (
     role TEXT NOT NULL, method TEXT NOT NULL, key BLOB NOT NULL, value TEXT NOT NULL, PRIMARY KEY (role, method)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS board (
+    role TEXT PRIMARY KEY, digest BLOB NOT NULL, purpose TEXT, usage INTEGER NOT NULL, failures INTEGER NOT NULL,
+    activity REAL NOT NULL, badge TEXT NOT NULL, rate REAL NOT NULL, capabilities TEXT NOT NULL, marks TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS board_entry (role TEXT PRIMARY KEY, digest BLOB NOT NULL, entry TEXT NOT NULL);
 """
+#: the tables :meth:`HealthSnapshot._restart` empties (every row computed under another context)
+_TABLES = ("health", "board", "board_entry", "meta")
 
 
-def entry_digest(entry: RegistryEntry) -> bytes:
-    """The digest of a registry entry's content (every field: any change is a different digest)."""
-    return hashlib.blake2b(entry.model_dump_json().encode(), digest_size=16).digest()
+def entry_digest(entry: RegistryEntry | str) -> bytes:
+    """The digest of a registry entry's content (every field: any change is a different digest), given the
+    entry or its ``model_dump_json()``."""
+    text = entry if isinstance(entry, str) else entry.model_dump_json()
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 def policy_text(policy: SelectionPolicy) -> str:
@@ -94,9 +104,51 @@ class HealthSnapshot:
             self._discard()
             return {}
 
+    def rows(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], tuple[bytes, str]]:
+        """The rows of these ``(role, method)`` pairs only (a page's few, without reading every row)."""
+        found: dict[tuple[str, str], tuple[bytes, str]] = {}
+        with self.connection() as db:
+            if db is not None:
+                for role, method in pairs:
+                    row = db.execute("SELECT key, value FROM health WHERE role = ? AND method = ?",
+                                     (role, method)).fetchone()  # fmt: skip
+                    if row is not None:
+                        found[(role, method)] = (row[0], row[1])
+        return found
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection | None]:
+        """A connection to the snapshot whose rows were computed under this context (emptied first when they
+        were not), or None when the file is unusable. A SQLite error, opening it or in the ``with`` body, is
+        logged and the file discarded (a new one is started next time): the body's results must have defaults."""
+        with self._lock:
+            db: sqlite3.Connection | None = None
+            try:
+                db = self._open()
+                row = db.execute("SELECT value FROM meta WHERE key = 'context'").fetchone()
+                if row is None or row[0] != self.context:
+                    self._restart(db)
+            except sqlite3.Error as exc:
+                if db is not None:
+                    db.close()
+                self._unusable(exc)
+                yield None
+                return
+            try:
+                yield db
+            except sqlite3.Error as exc:
+                self._unusable(exc)
+            finally:
+                db.close()
+
+    def _unusable(self, exc: sqlite3.Error) -> None:
+        log.warning("health snapshot %s unusable (%s); starting a new one", self.path, exc)
+        self._discard()
+
     def _restart(self, db: sqlite3.Connection) -> None:
         db.execute("BEGIN IMMEDIATE")
-        db.execute("DELETE FROM health")
+        for table in _TABLES:
+            db.execute(f"DELETE FROM {table}")  # noqa: S608 (fixed names)
         db.execute("INSERT OR REPLACE INTO meta VALUES ('context', ?)", (self.context,))
         db.execute("COMMIT")
 

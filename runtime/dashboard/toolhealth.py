@@ -129,6 +129,15 @@ class HealthCache:
         self._persisted: dict[tuple[str, str], tuple[bytes, str]] | None = None
         self._digests: dict[str, tuple[RegistryEntry, bytes]] = {}
         self._dirty: list[tuple[str, str, bytes, str]] = []
+        self._fetched: dict[tuple[str, str], tuple[bytes, str]] = {}
+
+    def prefetch(self, pairs: list[tuple[str, str]]) -> None:
+        """Read the persisted rows of these methods only, when every row has not been read yet: a page that
+        shows a few tools (from the persisted board) does not read all of them."""
+        if self._snapshot is not None and self._persisted is None:
+            wanted = [p for p in pairs if p not in self._fetched]
+            if wanted:
+                self._fetched.update(self._snapshot.rows(wanted))
 
     def methods(self, entry: RegistryEntry, *, verify: bool = False) -> list[MethodHealth]:
         hit = self._tools.get(entry.role)
@@ -176,18 +185,27 @@ class HealthCache:
         """The row key of this method now, or None (no snapshot, or a file written within RACY_S)."""
         if self._snapshot is None or stamp is None:
             return None
+        return row_key(self.entry_key(entry)[0], stamp)
+
+    def entry_key(self, entry: RegistryEntry) -> tuple[bytes, str | None]:
+        """The digest of ``entry`` (:func:`~.healthsnap.entry_digest`), and its JSON when computed now (None
+        when the digest was already known for this entry)."""
         known = self._digests.get(entry.role)
-        if known is None or not (known[0] is entry or known[0] == entry):
-            known = (entry, entry_digest(entry))
-            self._digests[entry.role] = known
-        return row_key(known[1], stamp)
+        if known is not None and (known[0] is entry or known[0] == entry):
+            return known[1], None
+        text = entry.model_dump_json()
+        digest = entry_digest(text)
+        self._digests[entry.role] = (entry, digest)
+        return digest, text
 
     def _persisted_hit(self, role: str, method: str, key: bytes | None) -> MethodHealth | None:
         if key is None or self._snapshot is None:
             return None
-        if self._persisted is None:
-            self._persisted = self._snapshot.load()
-        row = self._persisted.get((role, method))
+        row = self._fetched.get((role, method))
+        if row is None:
+            if self._persisted is None:
+                self._persisted = self._snapshot.load()
+            row = self._persisted.get((role, method))
         if row is None or row[0] != key:
             return None
         try:
@@ -206,6 +224,7 @@ class HealthCache:
         gone = [k for k in persisted if k not in present] if present is not None and persisted is not None else []
         if self._snapshot is not None and (rows or gone):
             self._snapshot.save(rows, gone)
+            self._fetched.update({(r, m): (k, v) for r, m, k, v in rows if (r, m) in self._fetched})
             if persisted is not None:
                 persisted.update({(r, m): (k, v) for r, m, k, v in rows})
                 for k in gone:

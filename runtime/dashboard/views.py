@@ -7,9 +7,9 @@ does not grow with the store: tools 50 a page, calls by keyset (``before`` an id
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from sandforge.runtime.agent.calllog import CallRecord
+from sandforge.runtime.dashboard.boardsnap import BoardSnapshot, Mark, Summary, ToolSnap, summarize_board, tool_snap
 from sandforge.runtime.dashboard.callindex import CallFilter, CallIndex, IndexedCall
 from sandforge.runtime.dashboard.healthsnap import HealthSnapshot, policy_text
 from sandforge.runtime.dashboard.toolhealth import (
@@ -53,14 +54,6 @@ def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
 
-@dataclass(frozen=True)
-class ToolSnap:
-    entry: RegistryEntry
-    methods: list[MethodHealth]
-    badge: Badge
-    rate: float
-
-
 class Board:
     """One tenant's dashboard data sources (built once per tenant and kept: the caches live here)."""
 
@@ -71,10 +64,16 @@ class Board:
         self.store = store
         self.calls = CallIndex(call_log)
         context = f"{PROMPT_VERSION}|{policy_text(store.policy)}"
-        self.health = HealthCache(store, HealthSnapshot(call_log.with_name("dashboard-health.sqlite"), context))
+        snapshot = HealthSnapshot(call_log.with_name("dashboard-health.sqlite"), context)
+        self.health = HealthCache(store, snapshot)
+        self.boards = BoardSnapshot(snapshot)
         self.policy = policy
         self.sandbox = sandbox
         self._snapshot: tuple[Stamp | None, float, list[ToolSnap]] | None = None
+        self._registry: bytes | None = None  # the digest of the registry the rows in memory describe
+        self._generation = -1  # of the persisted board, as this process last read or wrote it
+        self._loaded = False
+        self._summary: tuple[Stamp | None, float, Summary] | None = None  # persisted, read before the rows
         self.derived: dict[Any, Any] = {}  # what is computed from the snapshot, kept with it
 
     def close(self) -> None:
@@ -84,27 +83,105 @@ class Board:
         return file_stamp(str(self.store.paths.registry))
 
     def tools(self) -> list[ToolSnap]:
-        """Every tool with its methods' health and its badge, in role order. Kept while ``registry.json`` keeps
-        its stamp (:func:`~.toolhealth.file_stamp`: none while it was written within RACY_S) and for at most
-        SNAPSHOT_S; rebuilt, only the entries that changed read their method files again. Successes still
-        queued by the tenant's write-behind are written first: the pages show every call that has returned
-        (the call log already does)."""
+        """Every tool with its methods' badges, in role order. Kept while ``registry.json`` keeps its stamp
+        (:func:`~.toolhealth.file_stamp`: none while it was written within RACY_S) and for at most SNAPSHOT_S;
+        then taken again: as it was when the registry's bytes are the same, else from the persisted board
+        (:mod:`.boardsnap`) when it describes these bytes, else rebuilt from the registry, only the entries that
+        changed reading their method files again. Successes still queued by the tenant's write-behind are
+        written first: the pages show every call that has returned (the call log already does)."""
         self.store.settle()
         stamp = self._registry_stamp()
         now = time.monotonic()
         snap = self._snapshot
         if snap is not None and stamp is not None and snap[0] == stamp and snap[1] > now:
             return snap[2]
-        with gc_paused():  # thousands of small objects, no cycles: the collector would only cost time
-            rows = []
-            for entry in self.store.list_tools():
-                methods = self.health.methods(entry)
-                rate = max((m.recent_failure_rate for m in methods), default=0.0)
-                rows.append(ToolSnap(entry, methods, worst([m.badge for m in methods]), rate))
-        self.health.persist({(t.entry.role, m.method) for t in rows for m in t.methods})
+        digest = self.store.registry_digest()
+        if snap is not None and digest is not None and digest == self._registry:
+            rows = snap[2]
+        else:
+            with gc_paused():  # thousands of small objects, no cycles: the collector would only cost time
+                rows = self._rows(digest, snap[2] if snap is not None else None)
+            self.derived.clear()
         self._snapshot = (stamp, now + SNAPSHOT_S, rows)
-        self.derived.clear()
         return rows
+
+    def _rows(self, digest: bytes | None, previous: list[ToolSnap] | None) -> list[ToolSnap]:
+        if not self._loaded:  # once per process: later, the rows in memory are the newer
+            self._loaded = True
+            stored = self.boards.load()
+            self._generation = stored.generation
+            if digest is not None and stored.registry == digest:
+                self._registry = digest
+                return stored.rows
+            previous = previous or stored.rows
+        entries, self._registry = self.store.list_tools_keyed()
+        before = {t.role: t for t in previous or ()}
+        rows: list[ToolSnap] = []
+        changed: list[tuple[ToolSnap, str | None]] = []
+        for entry in entries:
+            old = before.get(entry.role)
+            if old is not None and old.entry is not None and (old.entry is entry or old.entry == entry):
+                rows.append(old)
+                continue
+            key, text = self.health.entry_key(entry)
+            if old is not None and old.digest == key:
+                rows.append(dataclasses.replace(old, entry=entry))
+                continue
+            rows.append(tool_snap(entry, self.health.methods(entry), key))
+            changed.append((rows[-1], text if text is not None else entry.model_dump_json()))
+        present = {t.role for t in rows}
+        gone = [role for role in before if role not in present]
+        self.health.persist({(t.role, m.method) for t in rows for m in t.marks} if changed or gone else None)
+        if changed or gone or self._registry is not None:
+            self._generation = self.boards.save(self._registry, self._generation, rows, changed, gone)
+        return rows
+
+    def amend(self, shown: list[tuple[ToolSnap, RegistryEntry, list[MethodHealth]]]) -> None:
+        """The rows a page showed, checked against their method files: a tool whose badges differ from the
+        board's (a method file changed behind the store's back) is corrected here and in the persisted board."""
+        snap = self._snapshot
+        fixed = [tool_snap(e, methods, t.digest) for t, e, methods in shown
+                 if tuple(Mark(m.method, m.badge, m.recent_failure_rate) for m in methods) != t.marks]  # fmt: skip
+        if snap is None or not fixed:
+            return
+        by_role = {t.role: t for t in fixed}
+        rows = [by_role.get(t.role, t) for t in snap[2]]
+        self._snapshot = (snap[0], snap[1], rows)
+        self.derived.clear()
+        changed: list[tuple[ToolSnap, str | None]] = [(t, None) for t in fixed]
+        self._generation = self.boards.save(self._registry, self._generation, rows, changed, [])
+
+    def summary(self) -> Summary:
+        """The Overview's counts: from the rows in memory, or (a fresh process that has not read them) the
+        summary persisted with the board when it describes the registry as it is now."""
+        if self._snapshot is None and not self._loaded:
+            self.store.settle()
+            stamp = self._registry_stamp()
+            kept = self._summary
+            if kept is not None and stamp is not None and kept[0] == stamp and kept[1] > time.monotonic():
+                return kept[2]
+            digest = self.store.registry_digest()
+            found = self.boards.summary(digest) if digest is not None else None
+            if found is not None:
+                self._summary = (stamp, time.monotonic() + SNAPSHOT_S, found)
+                return found
+        rows = self.tools()
+        if "summary" not in self.derived:
+            self.derived["summary"] = summarize_board(rows)
+        result: Summary = self.derived["summary"]
+        return result
+
+    def entries(self, snaps: list[ToolSnap]) -> list[tuple[ToolSnap, RegistryEntry]]:
+        """``snaps`` with their registry entries (rows from the persisted board have none in memory; a tool
+        gone from the registry meanwhile is left out)."""
+        stored = self.boards.entries(snaps)
+        self.health.prefetch([(t.role, m.method) for t in snaps for m in t.marks])
+        out = []
+        for t in snaps:
+            entry = t.entry or stored.get(t.role) or self.store.get_tool(t.role)
+            if entry is not None:
+                out.append((t, entry))
+        return out
 
     def sorted_tools(self, sort: SortKey, descending: bool) -> list[ToolSnap]:
         """:meth:`tools` in one order, kept with the snapshot."""
@@ -114,9 +191,7 @@ class Board:
             if sort == "role" and not descending:
                 self.derived[key] = rows
             else:
-                self.derived[key] = sorted(
-                    rows, key=lambda t: (_sort_value(sort, t.entry, t.badge, t.rate), t.entry.role), reverse=descending
-                )
+                self.derived[key] = sorted(rows, key=lambda t: (_sort_value(sort, t), t.role), reverse=descending)
         result: list[ToolSnap] = self.derived[key]
         return result
 
@@ -173,18 +248,18 @@ def _tool_row(entry: RegistryEntry, methods: list[MethodHealth]) -> ToolRow:
     )  # fmt: skip
 
 
-def _sort_value(sort: SortKey, entry: RegistryEntry, badge: Badge, rate: float) -> Any:
+def _sort_value(sort: SortKey, t: ToolSnap) -> Any:
     if sort == "usage":
-        return entry.usage_count
+        return t.usage_count
     if sort == "failures":
-        return entry.failure_count
+        return t.failure_count
     if sort == "failure_rate":
-        return rate
+        return t.rate
     if sort == "last_used":
-        return (entry.last_used_at or entry.created_at).timestamp()
+        return t.activity
     if sort == "badge":
-        return BADGE_ORDER.index(badge)
-    return entry.role
+        return BADGE_ORDER.index(t.badge)
+    return t.role
 
 
 def tools_page(
@@ -200,15 +275,16 @@ def tools_page(
     keyed = [
         t for t in entries
         if (badge is None or t.badge == badge)
-        and (not needle or needle in t.entry.role.lower() or needle in (t.entry.purpose or "").lower())
+        and (not needle or needle in t.role.lower() or needle in (t.purpose or "").lower())
     ] if badge is not None or needle else entries  # fmt: skip
     pages = max(1, -(-len(keyed) // PAGE_SIZE))
     page = min(max(1, page), pages)
-    chunk = keyed[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+    shown = [(t, e, board.health.methods(e, verify=True)) for t, e in board.entries(
+        keyed[(page - 1) * PAGE_SIZE : page * PAGE_SIZE])]  # fmt: skip
+    board.amend(shown)
     return ToolsPage(
         tenant=board.tenant, total=len(entries), matched=len(keyed), page=page, pages=pages, sort=sort,
-        descending=descending, q=q, badge=badge, badge_counts=counts,
-        tools=[_tool_row(t.entry, board.health.methods(t.entry, verify=True)) for t in chunk],
+        descending=descending, q=q, badge=badge, badge_counts=counts, tools=[_tool_row(e, m) for _, e, m in shown],
     )  # fmt: skip
 
 
@@ -500,29 +576,9 @@ class OverviewPage(BaseModel):
     indexing: Indexing | None = Field(default=None, description="set while the index is being built")
 
 
-def _flags(board: Board) -> tuple[int, int, dict[str, int], list[Flagged]]:
-    entries = board.tools()
-    cached = board.derived.get("flags")
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    counts: dict[str, int] = dict.fromkeys(BADGE_ORDER, 0)
-    flagged: list[Flagged] = []
-    artifacts = 0
-    for t in entries:
-        for m in t.methods:
-            counts[m.badge] += 1
-            artifacts += m.badge != "missing"
-            if m.badge in ("degraded", "stale"):
-                flagged.append(Flagged(role=t.entry.role, method=m.method, badge=m.badge,
-                                       recent_failure_rate=m.recent_failure_rate))  # fmt: skip
-    flagged.sort(key=lambda f: (f.badge != "degraded", -f.recent_failure_rate, f.role, f.method))
-    board.derived["flags"] = result = (len(entries), artifacts, counts, flagged)
-    return result
-
-
 def overview_page(board: Board, *, now: float | None = None) -> OverviewPage:
     now = time.time() if now is None else now
-    tools, artifacts, counts, flagged = _flags(board)
+    summary = board.summary()
     hour_calls, hour_failures = board.calls.count_since(now - 3600)
     first = int(now // 3600) - 23
     per_hour: dict[int, list[int]] = {h: [0, 0] for h in range(first, first + 24)}
@@ -536,10 +592,12 @@ def overview_page(board: Board, *, now: float | None = None) -> OverviewPage:
     day_calls = sum(v[0] for v in per_hour.values())
     day_failures = sum(v[1] for v in per_hour.values())
     return OverviewPage(
-        tenant=board.tenant, tools=tools, artifacts=artifacts, calls_last_hour=hour_calls,
+        tenant=board.tenant, tools=summary.tools, artifacts=summary.artifacts, calls_last_hour=hour_calls,
         failures_last_hour=hour_failures, calls_last_day=day_calls, failures_last_day=day_failures,
-        error_rate_last_day=round(day_failures / day_calls, 4) if day_calls else 0.0, badge_counts=counts,
-        flagged=flagged[:20], flagged_total=len(flagged),
+        error_rate_last_day=round(day_failures / day_calls, 4) if day_calls else 0.0,
+        badge_counts=summary.counts, flagged_total=summary.flagged_total,
+        flagged=[Flagged(role=r, method=m.method, badge=m.badge, recent_failure_rate=m.rate)
+                 for r, m in summary.flagged],
         top_failure_types=sorted(failure_types.items(), key=lambda kv: (-kv[1], kv[0]))[:8],
         chart=[HourPoint(hour=_utc(h * 3600), calls=c, failures=f) for h, (c, f) in sorted(per_hour.items())],
         indexed_calls=board.calls.total(), indexing=indexing(board),
@@ -606,7 +664,7 @@ def patterns_page(board: Board, *, page: int = 1) -> PatternsPage:
     chunk = roles[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
     index: dict[str, list[str]] = {}
     for t in board.tools():
-        for cap in t.entry.capabilities:
-            index.setdefault(cap, []).append(t.entry.role)
+        for cap in t.capabilities:
+            index.setdefault(cap, []).append(t.role)
     return PatternsPage(tenant=board.tenant, total_roles=len(roles), page=page, pages=pages,
                         roles=[_role_patterns(board.store, r, memory[r], index) for r in chunk])  # fmt: skip

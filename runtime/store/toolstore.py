@@ -11,6 +11,7 @@ the role directories, a corrupt manifest from the method files, corrupt pattern 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -172,6 +173,10 @@ def _check_manifest(role: str) -> Callable[[RoleManifest], str | None]:
     return check
 
 
+def _content_digest(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
 def _activity(entry: RegistryEntry) -> datetime:
     return entry.last_used_at or entry.created_at
 
@@ -256,6 +261,19 @@ class ToolStore:
 
     def list_tools(self) -> list[RegistryEntry]:
         return sorted(self._load_registry().tools.values(), key=lambda e: e.role)
+
+    def registry_digest(self) -> bytes | None:
+        """A digest of ``registry.json``'s exact bytes now, without decoding it (None: missing or unusable):
+        what a reader that keeps something derived from the registry compares to know it still holds."""
+        raw = record_files.read_raw(self.paths.registry)
+        return _content_digest(raw) if raw is not None else None
+
+    def list_tools_keyed(self) -> tuple[list[RegistryEntry], bytes | None]:
+        """:meth:`list_tools` and the :meth:`registry_digest` of the bytes they were decoded from (None when
+        the registry was rebuilt or is missing: then nothing derived from it should be kept under a digest)."""
+        reg = self._load_registry()
+        raw = self._registry_cache.source(reg)
+        return sorted(reg.tools.values(), key=lambda e: e.role), _content_digest(raw) if raw is not None else None
 
     def get_tool(self, role: str) -> RegistryEntry | None:
         check_name(role, "role")
