@@ -83,13 +83,13 @@ _ALL_ROWS = (
 )
 
 
-def _from_fields(f: list[Any]) -> ToolSnap:
+def _from_fields(f: list[Any], new: Any = tuple.__new__) -> ToolSnap:
+    """One row of :data:`_ALL_ROWS` (10,000 of them on a first Tools page: kept to the bare minimum)."""
     role, digest, purpose, usage, failures, activity, badge, rate, caps, marks = f
-    if badge not in _BADGES or any(m[1] not in _BADGES for m in marks):
+    ms = tuple([new(Mark, m) for m in marks])
+    if badge not in _BADGES or not all(len(m) == 3 and m.badge in _BADGES for m in ms):
         raise ValueError(f"not a badge in the board row of {role!r}")
-    return ToolSnap(str(role), purpose, int(usage), int(failures), float(activity), tuple(caps),
-                    tuple(Mark(str(m), b, float(r)) for m, b, r in marks), bytes.fromhex(digest), badge,
-                    float(rate))  # fmt: skip
+    return ToolSnap(role, purpose, usage, failures, activity, tuple(caps), ms, bytes.fromhex(digest), badge, rate)
 
 
 def _rows(db: sqlite3.Connection) -> list[ToolSnap]:

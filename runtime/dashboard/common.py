@@ -61,8 +61,8 @@ class Dashboard:
     def board(self, rt: TenantLike) -> Board:
         board = self._boards.get(rt.name)
         if board is None or board.store is not rt.tool_store:
-            board = Board(tenant=rt.name, store=rt.tool_store, call_log=rt.call_log_path, policy=rt.policy,
-                          sandbox=rt.sandbox_config())  # fmt: skip
+            board = Board(tenant=rt.name, store=rt.tool_store, call_log=rt.call_log_path,
+                          policy=lambda: rt.policy, sandbox=rt.sandbox_config)  # fmt: skip
             self._boards[rt.name] = board
         return board
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -58,8 +60,9 @@ class Board:
     """One tenant's dashboard data sources (built once per tenant and kept: the caches live here)."""
 
     def __init__(
-        self, *, tenant: str, store: ToolStore, call_log: Path, policy: Policy, sandbox: SandboxConfig
-    ) -> None:
+        self, *, tenant: str, store: ToolStore, call_log: Path, policy: Policy | Callable[[], Policy],
+        sandbox: SandboxConfig | Callable[[], SandboxConfig],
+    ) -> None:  # fmt: skip
         self.tenant = tenant
         self.store = store
         self.calls = CallIndex(call_log)
@@ -67,14 +70,22 @@ class Board:
         snapshot = HealthSnapshot(call_log.with_name("dashboard-health.sqlite"), context)
         self.health = HealthCache(store, snapshot)
         self.boards = BoardSnapshot(snapshot)
-        self.policy = policy
-        self.sandbox = sandbox
+        self._policy = policy  # or how to get it: the tenant's is built on first use (0.36 s on a busy machine),
+        self._sandbox = sandbox  # and only the artifact and call pages need it
         self._snapshot: tuple[Stamp | None, float, list[ToolSnap]] | None = None
         self._registry: bytes | None = None  # the digest of the registry the rows in memory describe
         self._generation = -1  # of the persisted board, as this process last read or wrote it
         self._loaded = False
         self._summary: tuple[Stamp | None, float, Summary] | None = None  # persisted, read before the rows
         self.derived: dict[Any, Any] = {}  # what is computed from the snapshot, kept with it
+
+    @functools.cached_property
+    def policy(self) -> Policy:
+        return self._policy if isinstance(self._policy, Policy) else self._policy()
+
+    @functools.cached_property
+    def sandbox(self) -> SandboxConfig:
+        return self._sandbox if isinstance(self._sandbox, SandboxConfig) else self._sandbox()
 
     def close(self) -> None:
         self.calls.close()
