@@ -12,8 +12,9 @@ sub-millisecond client), it times:
 - a fresh process on a log with no index (a build of every record runs in the background): the time to its
   first calls page and first overview (no health snapshot yet: every method's health read once, then
   persisted), what the pages say ("indexing: N of about M records"), and how long the build took;
-- a fresh process on the same state (index and health snapshot present): its first overview (each "fresh
-  process" is a new interpreter);
+- a fresh process on the same state (index and health snapshot present): its first overview, then its first
+  tools page (every tool's row) and first artifact page (each "fresh process" is a new interpreter);
+- the same after another process recorded one call's outcome (the registry changed since the snapshot);
 - a fresh process with the health snapshot but no index: its first overview while the build runs;
 - each page warm, HTML and its JSON twin: p50 and max of ``--repeat`` requests. Goal: at most 200 ms a page.
 
@@ -43,6 +44,7 @@ from sandforge.runtime.providers.prompt import PROMPT_VERSION
 from sandforge.runtime.service.app import create_app
 from sandforge.runtime.service.audit import AuditLog
 from sandforge.runtime.service.tenants import hash_token, new_token, parse_server_config
+from sandforge.runtime.store import ToolStore
 from sandforge.runtime.store.fingerprint import code_checksum
 from sandforge.runtime.store.models import (
     MethodArtifact,
@@ -182,9 +184,15 @@ def _drop(state: Path, index: bool, snapshot: bool) -> None:
             stale.unlink()
 
 
-def fresh_process(state: Path, *, drop_index: bool, drop_snapshot: bool, wait_build: bool) -> dict[str, Any]:
-    """A new app (new store objects, boards, caches: what a new process has) on ``state``."""
+def fresh_process(
+    state: Path, *, drop_index: bool, drop_snapshot: bool, wait_build: bool, write: bool = False
+) -> dict[str, Any]:
+    """A new app (new store objects, boards, caches: what a new process has) on ``state``; with ``write``,
+    after one call's outcome was recorded by another process (the registry's bytes changed since the
+    persisted board: the first pages decode it again)."""
     _drop(state, drop_index, drop_snapshot)
+    if write:
+        ToolStore(state).record_success("tool_00001", "run_job")
     app, token = _app(state)
     out: dict[str, Any] = {}
     with TestClient(app.state.gate, base_url="https://testserver") as c:
@@ -196,6 +204,10 @@ def fresh_process(state: Path, *, drop_index: bool, drop_snapshot: bool, wait_bu
         out["indexed_at_overview"] = overview["indexed_calls"]
         out["tool_count"] = overview["tools"]
         out["second_overview_ms"], _ = _get(c, "/v1/dashboard/overview")
+        if not wait_build:  # the pages that read every tool's row and one artifact, each the first of its kind
+            out["first_tools_page_ms"], tools = _get(c, "/v1/dashboard/tools?sort=usage&order=desc")
+            role, method = tools["tools"][0]["role"], tools["tools"][0]["methods"][0]["method"]
+            out["first_artifact_ms"], _ = _get(c, f"/v1/dashboard/tools/{role}/{method}")
         if wait_build:
             during = []
             while (state_now := _get(c, "/v1/dashboard/calls"))[1]["indexing"] is not None:
@@ -224,6 +236,7 @@ def measure(state: Path, repeat: int, tools: int, keep_index: bool) -> dict[str,
     results: dict[str, Any] = {
         "cold": in_new_process(state, drop_index=not keep_index, drop_snapshot=True, wait_build=True),
         "fresh": in_new_process(state, drop_index=False, drop_snapshot=False, wait_build=False),
+        "fresh_after_write": in_new_process(state, drop_index=False, drop_snapshot=False, wait_build=False, write=True),
     }
     app, token = _app(state)
     with TestClient(app.state.gate, base_url="https://testserver") as c:
@@ -273,7 +286,14 @@ def _report(results: dict[str, Any]) -> None:
           f"(calls page p50 {cold.get('calls_page_during_build_p50_ms')} ms meanwhile)")  # fmt: skip
     print(
         f"fresh process, index + snapshot: first overview {fresh['first_overview_ms']:.1f} ms "
-        f"(tools {fresh['tool_count']}), first calls page {fresh['first_calls_page_ms']:.1f} ms"
+        f"(tools {fresh['tool_count']}), first calls page {fresh['first_calls_page_ms']:.1f} ms, "
+        f"then first tools page {fresh['first_tools_page_ms']:.1f} ms, "
+        f"first artifact {fresh['first_artifact_ms']:.1f} ms"
+    )
+    w = results["fresh_after_write"]
+    print(
+        f"fresh process, a call recorded since the snapshot: first overview {w['first_overview_ms']:.1f} ms, "
+        f"first tools page {w['first_tools_page_ms']:.1f} ms, first artifact {w['first_artifact_ms']:.1f} ms"
     )
     if "fresh_during_build" in results:
         d = results["fresh_during_build"]

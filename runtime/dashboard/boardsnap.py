@@ -220,6 +220,23 @@ class BoardSnapshot:
                         log.warning("health snapshot: unreadable board summary (%s)", exc)
         return found
 
+    def entry(self, role: str, registry: bytes) -> RegistryEntry | None:
+        """The entry of ``role`` as the board holds it, when the board describes ``registry`` (else None)."""
+        found: RegistryEntry | None = None
+        with self.snapshot.connection() as db:
+            if db is not None:
+                row = db.execute(
+                    "SELECT e.entry FROM board b JOIN board_entry e ON e.role = b.role AND e.digest = b.digest "
+                    "WHERE b.role = ? AND EXISTS (SELECT 1 FROM meta WHERE key = 'board' AND value = ?)",
+                    (role, registry.hex()),
+                ).fetchone()
+                if row is not None:
+                    try:
+                        found = RegistryEntry.model_validate_json(row[0])
+                    except ValueError:
+                        log.warning("health snapshot: unreadable entry of %r ignored", role)
+        return found
+
     def entries(self, snaps: list[ToolSnap]) -> dict[str, RegistryEntry]:
         """The entries of ``snaps`` that came from the snapshot, by role, each only if it is still stored under
         the row's digest (a missing one is simply absent: the caller reads it from the store)."""

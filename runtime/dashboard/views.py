@@ -182,6 +182,13 @@ class Board:
         result: Summary = self.derived["summary"]
         return result
 
+    def entry(self, role: str) -> RegistryEntry | None:
+        """One tool's registry entry: from the persisted board when it describes the registry as it is now (a
+        fresh process's artifact page decodes no registry), else from the store."""
+        digest = self.store.registry_digest()
+        found = self.boards.entry(role, digest) if digest is not None else None
+        return found if found is not None else self.store.get_tool(role)
+
     def entries(self, snaps: list[ToolSnap]) -> list[tuple[ToolSnap, RegistryEntry]]:
         """``snaps`` with their registry entries (rows from the persisted board have none in memory; a tool
         gone from the registry meanwhile is left out)."""
@@ -388,7 +395,8 @@ def artifact_page(
     """One method's current artifact, its retained generations and the diff between two of them (default:
     the previous generation against the current one). None when there is no such artifact."""
     board.store.settle()
-    entry = board.store.get_tool(role)
+    entry = board.entry(role)
+    board.health.prefetch([(role, method)])
     gens = board.store.history(role, method)
     if entry is None or not gens:
         return None
