@@ -1,0 +1,192 @@
+"""The persisted tools board: a fresh process's first pages decode no registry when its bytes are the ones the
+board describes, and never show a board that does not describe them (another process's write, an edit by hand
+that keeps the file's stat, a method file changed by hand, a racing save, a damaged row)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandforge.runtime.dashboard import toolhealth
+from sandforge.runtime.dashboard.boardsnap import BoardSnapshot
+from sandforge.runtime.dashboard.healthsnap import HealthSnapshot
+from sandforge.runtime.dashboard.views import Board, artifact_page, overview_page, tools_page
+from sandforge.runtime.guardrails import Policy, default_policy
+from sandforge.runtime.store import ArtifactCandidate, FailureClass, ToolStore, assess_cacheability
+from sandforge.sandbox import SandboxConfig
+
+ROLES = ("calc", "fmt", "geo")
+
+
+def _age(store: ToolStore) -> None:
+    """Every store file written an hour ago: past the racy window, so stamps are trusted."""
+    hour_ago = time.time() - 3600
+    for path in store.paths.tools.rglob("*.json"):
+        os.utime(path, (hour_ago, hour_ago))
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    store = ToolStore(tmp_path / "state")
+    for k, role in enumerate(ROLES):
+        code = f"return args[0] * {k + 3}\n"
+        store.record_regeneration(ArtifactCandidate(
+            role=role, method_name="run", code=code, runtime_version="0.1.0", prompt_version=None,
+            cacheability=assess_cacheability("run", code, [2], {}, is_delegated_contract=False),
+        ))  # fmt: skip
+        store.record_success(role, "run", count=3)
+    _age(store)
+    return tmp_path
+
+
+class Process:
+    """A fresh dashboard process: its own store and board, counting registry decodes and method-file reads."""
+
+    def __init__(self, root: Path, policy: Callable[[], Policy] = default_policy) -> None:
+        self.store = ToolStore(root / "state")
+        self.registry_loads = 0
+        self.reads: list[tuple[str, str]] = []
+        load, lookup = self.store._load_registry, self.store.lookup
+
+        def counted_load() -> Any:
+            self.registry_loads += 1
+            return load()
+
+        def counted_lookup(role: str, method: str) -> Any:
+            self.reads.append((role, method))
+            return lookup(role, method)
+
+        self.store._load_registry = counted_load  # type: ignore[method-assign]
+        self.store.lookup = counted_lookup  # type: ignore[method-assign]
+        self.board = Board(tenant="t", store=self.store, call_log=root / "state" / "logs" / "calls.jsonl",
+                           policy=policy, sandbox=SandboxConfig(backend="subprocess"))  # fmt: skip
+
+    def badges(self) -> dict[str, str]:
+        return {t.role: t.badge for t in tools_page(self.board).tools}
+
+    def counts(self) -> dict[str, int]:
+        return overview_page(self.board).badge_counts
+
+
+@pytest.fixture
+def fresh(root: Path) -> Iterator[Callable[..., Process]]:
+    made: list[Process] = []
+
+    def make(**kwargs: Any) -> Process:
+        made.append(Process(root, **kwargs))
+        return made[-1]
+
+    yield make
+    for p in made:
+        p.board.close()
+
+
+def test_a_fresh_process_decodes_no_registry_for_its_first_pages(fresh: Callable[..., Process]) -> None:
+    first = fresh()
+    counts, badges = first.counts(), first.badges()
+    assert counts["healthy"] == 3 and first.registry_loads >= 1
+    second = fresh()
+    assert second.counts() == counts
+    page = tools_page(second.board, sort="usage", descending=True)
+    assert {t.role: t.badge for t in page.tools} == badges
+    assert [t.purpose for t in page.tools] == [t.purpose for t in tools_page(first.board, sort="usage",
+                                                                            descending=True).tools]  # fmt: skip
+    assert second.reads == []  # no method file read for the lists
+    art = artifact_page(second.board, "geo", "run")  # reads its own method file (the code), nothing else
+    assert art is not None and art.health.badge == "healthy"
+    assert second.registry_loads == 0  # the overview, every tool's row, the shown entries: all from the board
+
+
+def test_a_write_by_another_process_is_never_taken_from_the_board(
+    fresh: Callable[..., Process], root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fresh().badges()
+    monkeypatch.setattr(toolhealth, "file_stamp", lambda path: (1, 1, 1))  # stats that never change
+    other = ToolStore(root / "state")
+    for _ in range(3):
+        other.record_failure("fmt", "run", FailureClass.INTRINSIC, "ValueError: boom")
+    after = fresh()
+    assert after.counts()["degraded"] == 1
+    assert after.registry_loads >= 1
+    assert after.badges()["fmt"] == "degraded"
+    assert fresh().counts() == after.counts()  # and the board saved for the new bytes
+
+
+def test_a_registry_edited_by_hand_keeping_its_stat_is_seen(fresh: Callable[..., Process], root: Path) -> None:
+    fresh().badges()
+    registry = root / "state" / "tools" / "registry.json"
+    before = registry.stat()
+    text = registry.read_text()
+    counts = re.findall(r'"usage_count": (\d),', text)
+    assert len(counts) == 3 and "7" not in counts
+    with registry.open("r+") as fh:  # in place, one digit: same inode, same size, mtime put back
+        fh.write(re.sub(r'"usage_count": \d,', '"usage_count": 7,', text, count=1))
+    os.utime(registry, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (registry.stat().st_ino, registry.stat().st_size, registry.stat().st_mtime_ns) == (
+        before.st_ino, before.st_size, before.st_mtime_ns)  # fmt: skip
+    after = fresh()
+    after.counts()
+    assert after.registry_loads >= 1  # the bytes differ: the board was not taken
+    assert sorted(t.usage_count for t in tools_page(after.board).tools) == sorted([*map(int, counts[1:]), 7])
+
+
+def test_a_method_file_changed_by_hand_amends_the_board(fresh: Callable[..., Process], root: Path) -> None:
+    fresh().badges()
+    path = ToolStore(root / "state").paths.method_file("geo", "run")
+    path.write_text(path.read_text().replace('"success_count": 4', '"success_count": 0'))  # registry untouched
+    shown = fresh()
+    assert shown.counts()["unproven"] == 0  # not looked at yet: the board as it was
+    assert shown.badges()["geo"] == "unproven"  # a row shown is checked against its method file
+    assert shown.counts()["unproven"] == 1  # and the board amended
+    assert fresh().counts()["unproven"] == 1  # the persisted one too
+
+
+def test_a_save_racing_another_process_rewrites_the_whole_board(tmp_path: Path, root: Path) -> None:
+    first = Process(root)
+    rows = first.board.tools()
+    assert len(rows) == 3
+    boards = BoardSnapshot(HealthSnapshot(tmp_path / "race.sqlite", "ctx"))
+    start = boards.load().generation
+    mine = boards.save(b"A" * 16, start, rows, [(t, None) for t in rows], [])
+    theirs = boards.save(b"B" * 16, mine, rows[:1], [(rows[0], None)], [rows[1].role, rows[2].role])
+    assert [t.role for t in boards.load().rows] == [rows[0].role]
+    # a process that read the board before "theirs" saves only its changed row: the rest is rewritten too
+    late = boards.save(b"C" * 16, mine, rows, [(rows[2], None)], [])
+    stored = boards.load()
+    assert late == theirs + 1 and stored.registry == b"C" * 16
+    assert [t.role for t in stored.rows] == [t.role for t in rows]
+    first.board.close()
+
+
+def test_a_damaged_board_is_never_used(fresh: Callable[..., Process], root: Path) -> None:
+    counts = fresh().counts()
+    with sqlite3.connect(root / "state" / "logs" / "dashboard-health.sqlite") as db:
+        db.execute("UPDATE board SET badge = 'splendid' WHERE role = 'geo'")
+        db.execute("UPDATE meta SET value = '[1' WHERE key = 'board_summary'")
+    damaged = fresh()
+    assert damaged.counts() == counts
+    assert damaged.badges() == {r: "healthy" for r in ROLES}
+    assert damaged.registry_loads >= 1
+
+
+def test_the_first_pages_do_not_build_the_tenants_policy(fresh: Callable[..., Process]) -> None:
+    fresh().badges()
+    built: list[int] = []
+
+    def policy() -> Policy:
+        built.append(1)
+        return default_policy()
+
+    p = fresh(policy=policy)
+    p.counts()
+    p.badges()
+    assert built == []
+    art = artifact_page(p.board, "calc", "run")
+    assert art is not None and art.verdict and built == [1]
