@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -76,6 +77,7 @@ class Board:
         self._registry: bytes | None = None  # the digest of the registry the rows in memory describe
         self._generation = -1  # of the persisted board, as this process last read or wrote it
         self._loaded = False
+        self._rebuilding = threading.Lock()
         self._summary: tuple[Stamp | None, float, Summary] | None = None  # persisted, read before the rows
         self.derived: dict[Any, Any] = {}  # what is computed from the snapshot, kept with it
 
@@ -106,14 +108,17 @@ class Board:
         snap = self._snapshot
         if snap is not None and stamp is not None and snap[0] == stamp and snap[1] > now:
             return snap[2]
-        digest = self.store.registry_digest()
-        if snap is not None and digest is not None and digest == self._registry:
-            rows = snap[2]
-        else:
-            with gc_paused():  # thousands of small objects, no cycles: the collector would only cost time
-                rows = self._rows(digest, snap[2] if snap is not None else None)
-            self.derived.clear()
-        self._snapshot = (stamp, now + SNAPSHOT_S, rows)
+        with self._rebuilding:  # concurrent first pages: one reads the board (or the registry), the others wait
+            if self._snapshot is not snap and (done := self._snapshot) is not None and done[0] == stamp:
+                return done[2]
+            digest = self.store.registry_digest()
+            if snap is not None and digest is not None and digest == self._registry:
+                rows = snap[2]
+            else:
+                with gc_paused():  # thousands of small objects, no cycles: the collector would only cost time
+                    rows = self._rows(digest, snap[2] if snap is not None else None)
+                self.derived.clear()
+            self._snapshot = (stamp, now + SNAPSHOT_S, rows)
         return rows
 
     def _rows(self, digest: bytes | None, previous: list[ToolSnap] | None) -> list[ToolSnap]:
@@ -151,8 +156,10 @@ class Board:
         """The rows a page showed, checked against their method files: a tool whose badges differ from the
         board's (a method file changed behind the store's back) is corrected here and in the persisted board."""
         snap = self._snapshot
+        # a row whose entry changed since the board was read is left to the next rebuild
         fixed = [tool_snap(e, methods, t.digest) for t, e, methods in shown
-                 if tuple(Mark(m.method, m.badge, m.recent_failure_rate) for m in methods) != t.marks]  # fmt: skip
+                 if tuple(Mark(m.method, m.badge, m.recent_failure_rate) for m in methods) != t.marks
+                 and self.health.entry_key(e)[0] == t.digest]  # fmt: skip
         if snap is None or not fixed:
             return
         by_role = {t.role: t for t in fixed}
