@@ -134,6 +134,7 @@ class Board:
         before = {t.role: t for t in previous or ()}
         rows: list[ToolSnap] = []
         changed: list[tuple[ToolSnap, str | None]] = []
+        dropped = not before  # nothing known before: whatever the snapshot holds may be gone
         for entry in entries:
             old = before.get(entry.role)
             if old is not None and old.entry is not None and (old.entry is entry or old.entry == entry):
@@ -145,9 +146,11 @@ class Board:
                 continue
             rows.append(tool_snap(entry, self.health.methods(entry), key))
             changed.append((rows[-1], text if text is not None else entry.model_dump_json()))
+            dropped = dropped or old is None or bool({m.method for m in old.marks} - set(entry.methods))
         present = {t.role for t in rows}
         gone = [role for role in before if role not in present]
-        self.health.persist({(t.role, m.method) for t in rows for m in t.marks} if changed or gone else None)
+        # health rows of methods no longer listed are dropped (the set of every method: only when one may be gone)
+        self.health.persist({(t.role, m.method) for t in rows for m in t.marks} if dropped or gone else None)
         if changed or gone or self._registry is not None:
             self._generation = self.boards.save(self._registry, self._generation, rows, changed, gone)
         return rows
