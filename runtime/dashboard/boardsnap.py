@@ -27,7 +27,7 @@ import logging
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from sandforge.runtime.dashboard.healthsnap import HealthSnapshot
 from sandforge.runtime.dashboard.toolhealth import BADGE_ORDER, Badge, MethodHealth, worst
@@ -44,10 +44,12 @@ class Mark(NamedTuple):
     rate: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ToolSnap:
     """One tool as the lists count, sort and filter it. ``entry`` is None when the row came from the persisted
-    board (read it with :meth:`BoardSnapshot.entries` for the rows a page shows)."""
+    board (read it with :meth:`BoardSnapshot.entries` for the rows a page shows). Never changed once made
+    (shared by the caches; not frozen only because a frozen dataclass costs twice as much to make, and a first
+    Tools page makes 10,000)."""
 
     role: str
     purpose: str | None
@@ -83,18 +85,16 @@ _ALL_ROWS = (
 )
 
 
-def _from_fields(f: list[Any], new: Any = tuple.__new__) -> ToolSnap:
-    """One row of :data:`_ALL_ROWS` (10,000 of them on a first Tools page: kept to the bare minimum)."""
-    role, digest, purpose, usage, failures, activity, badge, rate, caps, marks = f
-    ms = tuple([new(Mark, m) for m in marks])
-    if badge not in _BADGES or not all(len(m) == 3 and m.badge in _BADGES for m in ms):
-        raise ValueError(f"not a badge in the board row of {role!r}")
-    return ToolSnap(role, purpose, usage, failures, activity, tuple(caps), ms, bytes.fromhex(digest), badge, rate)
-
-
 def _rows(db: sqlite3.Connection) -> list[ToolSnap]:
-    text = db.execute(_ALL_ROWS).fetchone()[0]
-    rows = [_from_fields(f) for f in json.loads(text)]
+    """Every row (10,000 of them on a first Tools page: checked in bulk, then made with the least work)."""
+    data = json.loads(db.execute(_ALL_ROWS).fetchone()[0])
+    if not ({f[6] for f in data} | {m[1] for f in data for m in f[9]}) <= _BADGES:
+        raise ValueError("a board row holds what is not a badge")
+    if {len(f) for f in data} - {10} or {len(m) for f in data for m in f[9]} - {3}:
+        raise ValueError("a board row is not of this version")
+    new = tuple.__new__
+    rows = [ToolSnap(f[0], f[2], f[3], f[4], f[5], tuple(f[8]), tuple([new(Mark, m) for m in f[9]]),
+                     bytes.fromhex(f[1]), f[6], f[7]) for f in data]  # fmt: skip
     rows.sort(key=lambda t: t.role)  # an aggregate's order is not promised
     return rows
 
@@ -168,7 +168,7 @@ class BoardSnapshot:
                 registry = bytes.fromhex(meta["board"]) if meta.get("board") else None
                 try:
                     rows = _rows(db)
-                except (ValueError, TypeError) as exc:  # not what this module writes: none of it is used
+                except (ValueError, TypeError, IndexError) as exc:  # not what this module writes: none used
                     log.warning("health snapshot: unreadable board (%s); rebuilt", exc)
                     registry, rows = None, []
                 db.execute("COMMIT")
