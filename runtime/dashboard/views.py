@@ -78,6 +78,8 @@ class Board:
         self._generation = -1  # of the persisted board, as this process last read or wrote it
         self._loaded = False
         self._rebuilding = threading.Lock()
+        self._entries: dict[tuple[str, bytes], RegistryEntry] = {}  # read from the board, by (role, entry digest)
+        self._digest: tuple[Stamp, float, bytes | None] | None = None
         self._summary: tuple[Stamp | None, float, Summary] | None = None  # persisted, read before the rows
         self.derived: dict[Any, Any] = {}  # what is computed from the snapshot, kept with it
 
@@ -95,6 +97,17 @@ class Board:
     def _registry_stamp(self) -> Stamp | None:
         return file_stamp(str(self.store.paths.registry))
 
+    def _registry_digest(self) -> bytes | None:
+        """The store's :meth:`~ToolStore.registry_digest`, kept while the registry keeps its stamp, for at most
+        SNAPSHOT_S (as the tools list is): hashing 7 MB per page would cost a warm page 20 ms."""
+        stamp, now = self._registry_stamp(), time.monotonic()
+        kept = self._digest
+        if stamp is not None and kept is not None and kept[0] == stamp and kept[1] > now:
+            return kept[2]
+        digest = self.store.registry_digest()
+        self._digest = (stamp, now + SNAPSHOT_S, digest) if stamp is not None else None
+        return digest
+
     def tools(self) -> list[ToolSnap]:
         """Every tool with its methods' badges, in role order. Kept while ``registry.json`` keeps its stamp
         (:func:`~.toolhealth.file_stamp`: none while it was written within RACY_S) and for at most SNAPSHOT_S;
@@ -111,7 +124,7 @@ class Board:
         with self._rebuilding:  # concurrent first pages: one reads the board (or the registry), the others wait
             if self._snapshot is not snap and (done := self._snapshot) is not None and done[0] == stamp:
                 return done[2]
-            digest = self.store.registry_digest()
+            digest = self._registry_digest()
             if snap is not None and digest is not None and digest == self._registry:
                 rows = snap[2]
             else:
@@ -181,7 +194,7 @@ class Board:
             kept = self._summary
             if kept is not None and stamp is not None and kept[0] == stamp and kept[1] > time.monotonic():
                 return kept[2]
-            digest = self.store.registry_digest()
+            digest = self._registry_digest()
             found = self.boards.summary(digest) if digest is not None else None
             if found is not None:
                 self._summary = (stamp, time.monotonic() + SNAPSHOT_S, found)
@@ -195,18 +208,21 @@ class Board:
     def entry(self, role: str) -> RegistryEntry | None:
         """One tool's registry entry: from the persisted board when it describes the registry as it is now (a
         fresh process's artifact page decodes no registry), else from the store."""
-        digest = self.store.registry_digest()
+        digest = self._registry_digest()
         found = self.boards.entry(role, digest) if digest is not None else None
         return found if found is not None else self.store.get_tool(role)
 
     def entries(self, snaps: list[ToolSnap]) -> list[tuple[ToolSnap, RegistryEntry]]:
         """``snaps`` with their registry entries (rows from the persisted board have none in memory; a tool
         gone from the registry meanwhile is left out)."""
-        stored = self.boards.entries(snaps)
+        known = self._entries
+        stored = self.boards.entries([t for t in snaps if t.entry is None and (t.role, t.digest) not in known])
+        digests = {t.role: t.digest for t in snaps}
+        known.update({(role, digests[role]): e for role, e in stored.items()})  # stored under that digest only
         self.health.prefetch([(t.role, m.method) for t in snaps for m in t.marks])
         out = []
         for t in snaps:
-            entry = t.entry or stored.get(t.role) or self.store.get_tool(t.role)
+            entry = t.entry or known.get((t.role, t.digest)) or self.store.get_tool(t.role)
             if entry is not None:
                 out.append((t, entry))
         return out
