@@ -55,6 +55,9 @@ def _pipe_max() -> int:
 
 #: The largest pipe this process may make (a body larger than this is read as bytes); 0 without splice.
 PIPE_MAX_BYTES = _pipe_max() if hasattr(os, "splice") else 0
+#: The size asked of each body's pipe (the largest: it holds page fragments, so a body may need more
+#: than its length; one that still does not fit is read back as bytes, see `stage`).
+PIPE_SIZE = PIPE_MAX_BYTES
 #: Methods whose request may go on a kept-alive connection, and be sent again on a fresh one when the server
 #: had closed it meanwhile (idempotent: RFC 9110 9.2.2). Other methods always get a new connection.
 REUSABLE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
@@ -521,7 +524,7 @@ def stage(
     body = PipedBody(prefix, out, length)
     try:
         with contextlib.suppress(OSError):
-            fcntl.fcntl(into, F_SETPIPE_SZ, PIPE_MAX_BYTES)
+            fcntl.fcntl(into, F_SETPIPE_SZ, PIPE_SIZE)
         left = _splice_in(sock, into, left, request, watch)
         os.close(into)
         into = -1
