@@ -415,6 +415,30 @@ def _host_cpu(sandbox: Sandbox, broker: EgressBroker, port: int, rounds: int, re
         f"host CPU per 1KB fetch: through a sandbox {brokered * 1e6:.0f}us, direct {own_kept * 1e6:.0f}us "
         f"(new conn {own_new * 1e6:.0f}us)"
     )
+    _host_cpu_1mb(sandbox, broker, port, max(20, rounds // 4))
+
+
+def _host_cpu_1mb(sandbox: Sandbox, broker: EgressBroker, port: int, rounds: int) -> None:
+    """This process's CPU per 1 MiB fetch through a sandbox, the body spliced (socket -> pipe -> channel)
+    and copied (read into bytes, written into the channel), alternating, against the host's own request."""
+    url = f"http://bench.test:{port}/1MB"
+    spent: dict[str, list[float]] = {"spliced": [], "copied": []}
+    for _ in range(3):
+        for name, piped in (("spliced", True), ("copied", False)):
+            began = time.thread_time()
+            _run(sandbox, Bridge(broker, piped=piped), url, SIZES["1MB"], rounds)
+            spent[name].append((time.thread_time() - began) / (rounds + 1))
+    kept = KeptAlive(port)
+    kept("1MB")
+    began = time.thread_time()
+    for _ in range(rounds):
+        kept("1MB")
+    own = (time.thread_time() - began) / rounds
+    kept.close()
+    print(
+        f"host CPU per 1MB fetch (min of 3): through a sandbox spliced {min(spent['spliced']) * 1e6:.0f}us, "
+        f"copied {min(spent['copied']) * 1e6:.0f}us; direct {own * 1e6:.0f}us"
+    )
 
 
 def goals(results: dict[str, float], backend: str) -> None:
