@@ -11,6 +11,7 @@ import binascii
 import contextlib
 import functools
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -193,6 +194,8 @@ class Exchange:
     #: The error kinds this execution's fetches were answered with: the only fetch kinds its result may claim.
     fetch_errors: set[str] = field(default_factory=set)
     fetch_s: float = 0.0
+    #: The receipt the last ``fetch_result`` carried: the next fetch frame must echo it (``_check_nested``).
+    receipt: str | None = None
 
     @property
     def nested_calls(self) -> int:
@@ -567,6 +570,8 @@ def _check_nested(
     expected = ex.served[frame.type]  # calls, declarations and fetches are numbered separately
     if frame.id != expected:
         raise ProtocolError(f"nested {frame.type} {frame.id} out of order (expected {expected})")
+    if isinstance(frame, FetchFrame) and frame.receipt != ex.receipt:
+        raise ProtocolError(f"nested fetch {frame.id} without the receipt of the previous reply (it was not read)")
 
 
 def _serve_call(frame: CallFrame | DeclareFrame, ex: Exchange, handler: BridgeHandler, limits: Limits) -> Steps[bytes]:
@@ -596,10 +601,13 @@ def _serve_fetch(frame: FetchFrame, ex: Exchange, handler: BridgeHandler, limits
     fetched = functools.partial(_egress_reply, handler, frame, ex.deadline, limits.max_message_bytes)
     reply, body = yield Blocking(fetched, interruptible=True)
     ex.served["fetch"] += 1
+    # Unguessable, so that only a runner that read this reply can send the next fetch: a runner writing
+    # fetch frames without reading gets at most one served, on every backend.
+    ex.receipt = secrets.token_hex(8)
     if reply.error is not None:
         ex.fetch_errors.add(reply.error.kind)
-        return [encode_frame(reply.header(frame.id, 0), limits.max_message_bytes)]
-    header = encode_frame(reply.header(frame.id, len(body)), limits.max_message_bytes)
+        return [encode_frame({**reply.header(frame.id, 0), "receipt": ex.receipt}, limits.max_message_bytes)]
+    header = encode_frame({**reply.header(frame.id, len(body)), "receipt": ex.receipt}, limits.max_message_bytes)
     if isinstance(body, PipedBody):
         return [(header + HEADER.pack(len(body)), body)]
     if len(body) < 1 << 16:
