@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from sandforge.runtime.agent.egress import ExecutionEgress, StandaloneBridge
 from sandforge.runtime.egress import EgressBroker, EgressPolicy, EgressSection, transport
 from sandforge.sandbox import ExecutionRequest, Limits, Sandbox
 from sandforge.sandbox.channel import PipedBody
@@ -344,3 +345,11 @@ def test_through_a_sandbox_piped_bodies_arrive_whole_around_a_short_one(
     digest = hashlib.sha256
     assert out.value == [digest(BIG).hexdigest(), "network_error", digest(BIG[::-1]).hexdigest()], out.value
     assert len(bridge.piped) == 2 and all(body.fd == -1 for body in bridge.piped)  # sent (or read) and closed
+
+
+def test_the_agents_bridge_takes_the_pipe(serve: Callable[..., Scripted]) -> None:
+    """The agent's (and ``sandforge exec``'s) bridge feeds the exchange: it asks for the spliced body."""
+    server = serve(whole(BIG))
+    bridge = StandaloneBridge(ExecutionEgress(broker(server.port)))
+    reply, body = bridge.egress_request({"url": f"http://piped.test:{server.port}/x"}, deadline=time.monotonic() + 10)
+    assert reply["error"] is None and isinstance(body, PipedBody) and body.read() == BIG
