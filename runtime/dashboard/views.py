@@ -7,7 +7,6 @@ does not grow with the store: tools 50 a page, calls by keyset (``before`` an id
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import functools
 import threading
@@ -20,7 +19,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from sandforge.runtime.agent.calllog import CallRecord
-from sandforge.runtime.dashboard.boardsnap import BoardSnapshot, Mark, Summary, ToolSnap, summarize_board, tool_snap
+from sandforge.runtime.dashboard.boardsnap import (
+    BoardSnapshot,
+    Mark,
+    Summary,
+    ToolSnap,
+    summarize_board,
+    tool_snap,
+    with_entry,
+)
 from sandforge.runtime.dashboard.callindex import CallFilter, CallIndex, IndexedCall
 from sandforge.runtime.dashboard.healthsnap import HealthSnapshot, policy_text
 from sandforge.runtime.dashboard.toolhealth import (
@@ -155,7 +162,7 @@ class Board:
                 continue
             key, text = self.health.entry_key(entry)
             if old is not None and old.digest == key:
-                rows.append(dataclasses.replace(old, entry=entry))
+                rows.append(with_entry(old, entry))
                 continue
             rows.append(tool_snap(entry, self.health.methods(entry), key))
             changed.append((rows[-1], text if text is not None else entry.model_dump_json()))
