@@ -202,6 +202,7 @@ class ToolStore:
         self._clock = clock or _utcnow
         self._lock = FileLock(self.paths.store_lock, timeout=lock_timeout, mode=0o600)
         self._registry_cache: record_files.DecodeCache[RegistryFile] = record_files.DecodeCache()
+        self._registry_digest: tuple[bytes, bytes] | None = None  # registry.json's last bytes and their digest
         self._write_behind: weakref.WeakSet[_Flushable] = weakref.WeakSet()
         self.patterns = PatternMemory(
             self.paths, window_cap=pattern_window_cap, lock_timeout=lock_timeout, clock=self._clock
@@ -266,7 +267,14 @@ class ToolStore:
         """A digest of ``registry.json``'s exact bytes now, without decoding it (None: missing or unusable):
         what a reader that keeps something derived from the registry compares to know it still holds."""
         raw = record_files.read_raw(self.paths.registry)
-        return _content_digest(raw) if raw is not None else None
+        if raw is None:
+            return None
+        kept = self._registry_digest
+        if kept is not None and kept[0] == raw:  # a memcmp: four times cheaper than hashing 7 MB again
+            return kept[1]
+        digest = _content_digest(raw)
+        self._registry_digest = (raw, digest)
+        return digest
 
     def list_tools_keyed(self) -> tuple[list[RegistryEntry], bytes | None]:
         """:meth:`list_tools` and the :meth:`registry_digest` of the bytes they were decoded from (None when
