@@ -223,6 +223,7 @@ class Sandbox:
                     name=name if env is None else f"{name}-{env.env_id[:8]}",
                     concurrency=self.config.pool_spawn_concurrency,
                     retire_idle_s=self.config.env_pool_idle_s if env is not None else None,
+                    prestart_threads=self.config.prestart_threads,
                 )
                 self._pools[key] = pool
             return pool

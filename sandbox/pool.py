@@ -28,6 +28,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from sandforge.sandbox.aio import unless_cancelled
 from sandforge.sandbox.backends.base import Worker
 from sandforge.sandbox.errors import SandboxUnavailable
+from sandforge.sandbox.prestart import prestart
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class WarmPool:
     def __init__(
         self, spawn: Callable[[], Worker], *, size: int, idle_s: float, name: str, concurrency: int = 1,
         retire_idle_s: float | None = None, waiting_concurrency: int = WAITING_CONCURRENCY,
+        prestart_threads: bool = False,
     ) -> None:  # fmt: skip
         self._spawn = spawn
         self.size = size
@@ -54,6 +56,8 @@ class WarmPool:
         self._wake = threading.Event()
         self._closed = False
         self.retire_idle_s = retire_idle_s
+        #: start all ``waiting_concurrency`` spawn threads at once (a service's thread count stays flat)
+        self.prestart_threads = prestart_threads
         self.last_used = time.monotonic()
         self.retired = False
         self.last_error: str | None = None
@@ -180,6 +184,8 @@ class WarmPool:
         """
         most = self.waiting_concurrency  # threads are made as starts need them: ``concurrency`` unless callers wait
         with ThreadPoolExecutor(max_workers=most, thread_name_prefix=f"sandforge-spawn-{self.name}") as ex:
+            if self.prestart_threads:
+                prestart(ex)
             while not self._closed:
                 if self._retire_due():
                     self._retire()
