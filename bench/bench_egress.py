@@ -13,8 +13,10 @@ TCP_NODELAY, as real servers set.
    record; the body apart) and ``handle_parts`` (JSON request in, JSON reply and raw body out).
 2. Through a sandbox (``--backend``, default subprocess; ``none`` skips it): a program calls ``fetch()`` in a
    loop and times each call itself (``time.perf_counter`` inside the sandbox: the frame out, the broker's
-   request, the reply and its raw body frame back); "base64" is a handler with ``egress`` alone (JSON in,
-   the body base64-encoded in the JSON reply).
+   request, the reply and its raw body frame back). "sandbox" is the agent's way (``handle_request(...,
+   piped=True)``: a plain body of 64 KiB or more spliced socket -> pipe -> channel, never in this process's
+   memory); "copied" the same with the body read into bytes and written into the channel (the path before
+   round 5); "base64" is a handler with ``egress`` alone (JSON in, the body base64-encoded in the JSON reply).
 3. 8 sandboxes fetching at once against 8 host threads (requests per second between the first request's
    start and the last one's end), a canned reply (the channel alone, no HTTP), and this process's CPU time
    per fetch (through a sandbox vs the host's own request: what bounds throughput under one GIL).
@@ -28,6 +30,8 @@ TCP_NODELAY, as real servers set.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import http.client
 import multiprocessing
 import os
@@ -39,9 +43,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from sandforge.runtime.egress import EgressBroker, EgressPolicy, EgressSection, FetchReply, FetchRequest, FetchResponse
-from sandforge.runtime.egress.transport import PinnedResponse
+from sandforge.runtime.egress import (
+    EgressBroker,
+    EgressPolicy,
+    EgressSection,
+    FetchReply,
+    FetchRequest,
+    FetchResponse,
+    transport,
+)
+from sandforge.runtime.egress.transport import F_SETPIPE_SZ, PinnedResponse
 from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
+from sandforge.sandbox.channel import PipedBody
 from sandforge.sandbox.exchange import no_bridge
 from sandforge.sandbox.protocol import BridgeReply, CallFrame
 
@@ -201,8 +214,9 @@ class Bridge:
     """One broker session per execution, closed at its end, as the agent's bridge: the request as the
     exchange parsed it, the body raw (``egress_request``)."""
 
-    def __init__(self, broker: EgressBroker) -> None:
+    def __init__(self, broker: EgressBroker, *, piped: bool = True) -> None:
         self.broker = broker
+        self.piped = piped  # a large plain body spliced into the channel (as the agent's bridge asks)
         self.session: Any = None
         self.first = self.last = 0.0
         self.count = 0
@@ -215,9 +229,13 @@ class Bridge:
             self.session = self.broker.session(deadline=deadline)
         return self.session
 
-    def egress_request(self, request: Mapping[str, Any], deadline: float) -> tuple[dict[str, Any], bytes | None]:
+    def egress_request(
+        self, request: Mapping[str, Any], deadline: float
+    ) -> tuple[dict[str, Any], bytes | PipedBody | None]:
         began = time.monotonic()
-        reply: tuple[dict[str, Any], bytes | None] = self._session(deadline).handle_request(request)
+        reply: tuple[dict[str, Any], bytes | PipedBody | None] = self._session(deadline).handle_request(
+            request, piped=self.piped
+        )
         self.first = self.first or began
         self.last, self.count = time.monotonic(), self.count + 1
         return reply
@@ -277,12 +295,15 @@ def through_sandbox(broker: EgressBroker, port: int, rounds: int, backend: str, 
     requests; then the channel alone; then 8 sandboxes at once vs 8 host threads."""
     with Sandbox(SandboxConfig(backend=backend, pool_size=0)) as sandbox:
         print(f"through a sandbox ({backend}): fetch() timed inside the program; ratios against direct")
-        print(f"{'size':>5} {'direct':>9} {'new conn':>9} {'sandbox':>9} {'ratio':>6} {'base64':>9} {'ratio':>6}")
+        print(
+            f"{'size':>5} {'direct':>9} {'new conn':>9} {'sandbox':>9} {'ratio':>6} {'copied':>9} {'ratio':>6} "
+            f"{'base64':>9} {'ratio':>6}"
+        )
         for size, nbytes in SIZES.items():
             url = f"http://bench.test:{port}/{size}"
             count = _count(size)(rounds)
             chunk = max(10, count // 5)
-            timings: dict[str, list[float]] = {"direct": [], "new": [], "sandbox": [], "base64": []}
+            timings: dict[str, list[float]] = {"direct": [], "new": [], "sandbox": [], "copied": [], "base64": []}
             for _ in range(max(1, count // chunk)):  # interleaved chunks: drift in load hits all alike
                 kept = KeptAlive(port)
                 kept(size)  # its warm-up, as the program's first fetch is
@@ -290,6 +311,7 @@ def through_sandbox(broker: EgressBroker, port: int, rounds: int, backend: str, 
                 kept.close()
                 timings["new"] += _host_loop(lambda size=size: direct_new(port, size), chunk)  # type: ignore[misc]
                 timings["sandbox"] += _run(sandbox, Bridge(broker), url, nbytes, chunk)
+                timings["copied"] += _run(sandbox, Bridge(broker, piped=False), url, nbytes, chunk)
                 timings["base64"] += _run(sandbox, Base64Bridge(broker), url, nbytes, chunk)
             p50 = {name: p50_ms(values) for name, values in timings.items()}
             results[size] = p50["sandbox"] / p50["direct"]
@@ -297,7 +319,8 @@ def through_sandbox(broker: EgressBroker, port: int, rounds: int, backend: str, 
             results[f"{size} new"] = p50["sandbox"] / p50["new"]
             print(
                 f"{size:>5} {p50['direct']:>7.3f}ms {p50['new']:>7.3f}ms {p50['sandbox']:>7.3f}ms "
-                f"{results[size]:>5.2f}x {p50['base64']:>7.3f}ms {p50['base64'] / p50['direct']:>5.2f}x"
+                f"{results[size]:>5.2f}x {p50['copied']:>7.3f}ms {p50['copied'] / p50['direct']:>5.2f}x "
+                f"{p50['base64']:>7.3f}ms {p50['base64'] / p50['direct']:>5.2f}x"
             )
         _channel_only(sandbox, rounds, results)
         _concurrent(sandbox, broker, port, max(20, rounds // 2), results)
@@ -315,8 +338,37 @@ class _Canned(Bridge):
         self.reply = FetchReply.model_construct(response=response, error=None).model_dump()
         self.body = body
 
-    def egress_request(self, request: Mapping[str, Any], deadline: float) -> tuple[dict[str, Any], bytes | None]:
+    def egress_request(
+        self, request: Mapping[str, Any], deadline: float
+    ) -> tuple[dict[str, Any], bytes | PipedBody | None]:
         return self.reply, self.body
+
+
+class _CannedPiped(_Canned):
+    """The canned reply with its body in a pipe, as the broker stages a plain body (``transport.stage``):
+    filled from a memfd by ``sendfile`` (page references, no copy here), spliced into the channel. What
+    the channel alone costs a spliced body."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(body)
+        self.source = os.memfd_create("canned-body")
+        os.write(self.source, body)
+
+    def egress_request(
+        self, request: Mapping[str, Any], deadline: float
+    ) -> tuple[dict[str, Any], bytes | PipedBody | None]:
+        out, into = os.pipe2(os.O_CLOEXEC)
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(into, F_SETPIPE_SZ, transport.PIPE_SIZE)
+        offset = 0
+        while offset < len(self.body):
+            offset += os.sendfile(into, self.source, offset, len(self.body) - offset)
+        os.close(into)
+        return self.reply, PipedBody(b"", out, len(self.body))
+
+    def close(self) -> None:
+        super().close()
+        os.close(self.source)
 
 
 def _channel_only(sandbox: Sandbox, rounds: int, results: dict[str, float]) -> None:
@@ -335,6 +387,14 @@ def _channel_only(sandbox: Sandbox, rounds: int, results: dict[str, float]) -> N
             f"{size:>5} channel only (canned reply): p50 {p50_ms(spent):.3f}ms, "
             f"host CPU {results[f'{size} channel cpu'] * 1e6:.0f}us per fetch"
         )
+    count = _count("1MB")(rounds)
+    began = time.thread_time()
+    spent = _run(sandbox, _CannedPiped(BODIES["1MB"]), "http://canned.test/", SIZES["1MB"], count)
+    results["1MB spliced channel ms"] = p50_ms(spent)
+    print(
+        f"  1MB channel only, the body spliced from a pipe: p50 {p50_ms(spent):.3f}ms, "
+        f"host CPU {(time.thread_time() - began) / (count + 1) * 1e6:.0f}us per fetch"
+    )
 
 
 def _concurrent(sandbox: Sandbox, broker: EgressBroker, port: int, per: int, results: dict[str, float]) -> None:
@@ -404,6 +464,30 @@ def _host_cpu(sandbox: Sandbox, broker: EgressBroker, port: int, rounds: int, re
         f"host CPU per 1KB fetch: through a sandbox {brokered * 1e6:.0f}us, direct {own_kept * 1e6:.0f}us "
         f"(new conn {own_new * 1e6:.0f}us)"
     )
+    _host_cpu_1mb(sandbox, broker, port, max(20, rounds // 4))
+
+
+def _host_cpu_1mb(sandbox: Sandbox, broker: EgressBroker, port: int, rounds: int) -> None:
+    """This process's CPU per 1 MiB fetch through a sandbox, the body spliced (socket -> pipe -> channel)
+    and copied (read into bytes, written into the channel), alternating, against the host's own request."""
+    url = f"http://bench.test:{port}/1MB"
+    spent: dict[str, list[float]] = {"spliced": [], "copied": []}
+    for _ in range(3):
+        for name, piped in (("spliced", True), ("copied", False)):
+            began = time.thread_time()
+            _run(sandbox, Bridge(broker, piped=piped), url, SIZES["1MB"], rounds)
+            spent[name].append((time.thread_time() - began) / (rounds + 1))
+    kept = KeptAlive(port)
+    kept("1MB")
+    began = time.thread_time()
+    for _ in range(rounds):
+        kept("1MB")
+    own = (time.thread_time() - began) / rounds
+    kept.close()
+    print(
+        f"host CPU per 1MB fetch (min of 3): through a sandbox spliced {min(spent['spliced']) * 1e6:.0f}us, "
+        f"copied {min(spent['copied']) * 1e6:.0f}us; direct {own * 1e6:.0f}us"
+    )
 
 
 def goals(results: dict[str, float], backend: str) -> None:
@@ -430,6 +514,8 @@ def floors(results: dict[str, float]) -> None:
         direct, channel = results[f"{size} direct ms"], results[f"{size} channel ms"]
         floor = (direct + channel) / direct
         print(f"  {size} p50 ratio >= (direct + channel only) / direct = {floor:.2f}x (goal {goal}x)")
+    spliced = (results["1MB direct ms"] + results["1MB spliced channel ms"]) / results["1MB direct ms"]
+    print(f"  1MB p50 ratio, the body spliced >= (direct + spliced channel only) / direct = {spliced:.2f}x")
     host, channel, inside = results["direct cpu"], results["1KB channel cpu"], results["1KB sandbox cpu"]
     gil = 1 / (host + channel)
     cores = (os.cpu_count() or 1) / (host + channel + inside + results["server cpu"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import errno
 import fcntl
 import os
 import select
@@ -62,6 +63,59 @@ class WorkerIO(abc.ABC):
         """Bytes sent that the worker has not read yet; 0 where the channel cannot tell."""
         return 0
 
+    def send_piped(self, head: bytes, body: PipedBody, deadline: float | None = None) -> None:
+        """``head`` then all of ``body``'s bytes, by ``deadline``; ``body`` is closed either way. Here the
+        body is read into this process and sent (Docker's attach socket); pipe and socket channels splice it
+        from its pipe into theirs, never through this process's memory (``PipeIO.send_piped``)."""
+        try:
+            self.send(head + body.read(), deadline)
+        finally:
+            body.close()
+
+
+#: What ``os.splice`` is asked to do: move pages rather than copy them, and never block (the caller waits
+#: in select, bounded by its deadline).
+SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
+
+
+class PipedBody:
+    """A body of exactly ``size`` bytes held outside this process's memory: ``prefix`` (what was already
+    read into it), then the rest in a pipe whose write end is closed (``fd`` is its read end). A channel
+    splices it into the sandbox's (``WorkerIO.send_piped``); ``read`` copies it here where that cannot be.
+    Whoever holds it last closes it (it also closes when collected)."""
+
+    __slots__ = ("__weakref__", "fd", "prefix", "size")
+
+    def __init__(self, prefix: bytes, fd: int, size: int) -> None:
+        self.prefix, self.fd, self.size = prefix, fd, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self) -> bytes:
+        """The whole body as bytes (the pipe is drained and closed); OSError if it holds fewer bytes."""
+        parts = [self.prefix]
+        left = self.size - len(self.prefix)
+        try:
+            while left:
+                chunk = os.read(self.fd, left)
+                if not chunk:
+                    raise OSError(errno.EIO, "a piped body ended before its announced length")
+                parts.append(chunk)
+                left -= len(chunk)
+        finally:
+            self.close()
+        return b"".join(parts)
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
 
 #: Pipes into a sandbox carry the context snapshot; the default 64 KiB buffer makes a 10 MB context cost
 #: ~160 round trips between writer and reader, 1 MiB makes it 10 (about a third less time).
@@ -105,6 +159,25 @@ class PipeIO(WorkerIO):
     def unread(self) -> int:
         """Bytes still in the pipe (the worker has not read them)."""
         return _ioctl_int(self.stdin_fd, termios.FIONREAD)
+
+    def send_piped(self, head: bytes, body: PipedBody, deadline: float | None = None) -> None:
+        """``head`` and the body's prefix in one write, then the body's pipe spliced into the channel (the
+        kernel moves page references: the bytes never enter this process); bounded like ``send``."""
+        until = send_deadline(deadline)
+        try:
+            self.send(head + body.prefix, until)
+            left = body.size - len(body.prefix)
+            while left:
+                try:
+                    moved = os.splice(body.fd, self.stdin_fd, left, flags=SPLICE_FLAGS)
+                except (BlockingIOError, InterruptedError):
+                    wait_writable(self.stdin_fd, until)
+                    continue
+                if not moved:
+                    raise OSError(errno.EIO, "a piped body ended before its announced length")
+                left -= moved
+        finally:
+            body.close()
 
     def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
         chunks: list[tuple[Stream, bytes]] = []
@@ -181,6 +254,6 @@ def socket_channel() -> tuple[socket.socket, int]:
 
 
 __all__ = [
-    "DEFAULT_SEND_TIMEOUT_S", "PIPE_BYTES", "PipeIO", "SocketIO", "Stream", "WorkerIO", "send_deadline",
+    "DEFAULT_SEND_TIMEOUT_S", "PIPE_BYTES", "PipeIO", "PipedBody", "SocketIO", "Stream", "WorkerIO", "send_deadline",
     "socket_channel", "wait_writable", "widen_pipe",
 ]  # fmt: skip

@@ -11,6 +11,7 @@ import binascii
 import contextlib
 import functools
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -19,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
-from sandforge.sandbox.channel import Stream, WorkerIO
+from sandforge.sandbox.channel import PipedBody, Stream, WorkerIO
 from sandforge.sandbox.context import SEALED_MIN_BYTES, ContextError, ContextSnapshot, decode_value
 from sandforge.sandbox.inside.compilation import host_compiled
 from sandforge.sandbox.inside.wire import FETCH_ERROR_KINDS, MAX_PASSED_FDS, ExecuteFrame
@@ -79,9 +80,12 @@ class EgressRequestHandler(Protocol):
     """An egress handler that takes the request as the exchange parsed it from the program's frame (a
     mapping with ``FetchRequest``'s fields) and answers the ``FetchReply`` as a mapping (``body_b64`` empty)
     with the body apart: the frame is parsed once, nothing is encoded and parsed again between the two.
-    Preferred over ``egress_parts`` and ``egress`` when present; ``body`` is None for an error reply."""
+    Preferred over ``egress_parts`` and ``egress`` when present; ``body`` is None for an error reply, and may
+    be a ``PipedBody`` (spliced into the channel, never read into this process where the channel allows)."""
 
-    def egress_request(self, request: Mapping[str, Any], deadline: float) -> tuple[Mapping[str, Any], bytes | None]: ...
+    def egress_request(
+        self, request: Mapping[str, Any], deadline: float
+    ) -> tuple[Mapping[str, Any], bytes | PipedBody | None]: ...
 
 
 @runtime_checkable
@@ -190,6 +194,8 @@ class Exchange:
     #: The error kinds this execution's fetches were answered with: the only fetch kinds its result may claim.
     fetch_errors: set[str] = field(default_factory=set)
     fetch_s: float = 0.0
+    #: The receipt the last ``fetch_result`` carried: the next fetch frame must echo it (``_check_nested``).
+    receipt: str | None = None
 
     @property
     def nested_calls(self) -> int:
@@ -531,12 +537,26 @@ def _handle_frames(
         else:
             ex.bridge_s += spent
         if time.monotonic() >= deadline:
+            _discard(replies)
             return paused  # the nested call used up this execution's time: run_exchange reports the timeout
         # A worker that is gone (killed, out of memory) cannot take the reply: its exit tells what happened.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             for reply in replies:
-                io.send(reply, deadline)
+                if isinstance(reply, bytes):
+                    io.send(reply, deadline)
+                else:
+                    io.send_piped(*reply, deadline)
     return paused
+
+
+#: A reply to send: bytes, or a head and a body to splice after it (``WorkerIO.send_piped``).
+Outgoing = bytes | tuple[bytes, PipedBody]
+
+
+def _discard(replies: list[Outgoing]) -> None:
+    for reply in replies:
+        if not isinstance(reply, bytes):
+            reply[1].close()
 
 
 def _check_nested(
@@ -550,6 +570,8 @@ def _check_nested(
     expected = ex.served[frame.type]  # calls, declarations and fetches are numbered separately
     if frame.id != expected:
         raise ProtocolError(f"nested {frame.type} {frame.id} out of order (expected {expected})")
+    if isinstance(frame, FetchFrame) and frame.receipt != ex.receipt:
+        raise ProtocolError(f"nested fetch {frame.id} without the receipt of the previous reply (it was not read)")
 
 
 def _serve_call(frame: CallFrame | DeclareFrame, ex: Exchange, handler: BridgeHandler, limits: Limits) -> Steps[bytes]:
@@ -572,16 +594,22 @@ def _answer_by(handler: BridgeHandler, frame: CallFrame | DeclareFrame, deadline
         _SERVING.deadline = outer
 
 
-def _serve_fetch(frame: FetchFrame, ex: Exchange, handler: BridgeHandler, limits: Limits) -> Steps[list[bytes]]:
-    """The ``fetch_result`` frame and, for a response, its body as one raw frame (written as it is)."""
+def _serve_fetch(frame: FetchFrame, ex: Exchange, handler: BridgeHandler, limits: Limits) -> Steps[list[Outgoing]]:
+    """The ``fetch_result`` frame and, for a response, its body as one raw frame (written as it is, or
+    spliced from the pipe that holds it)."""
     assert ex.deadline is not None
     fetched = functools.partial(_egress_reply, handler, frame, ex.deadline, limits.max_message_bytes)
     reply, body = yield Blocking(fetched, interruptible=True)
     ex.served["fetch"] += 1
+    # Unguessable, so that only a runner that read this reply can send the next fetch: a runner writing
+    # fetch frames without reading gets at most one served, on every backend.
+    ex.receipt = secrets.token_hex(8)
     if reply.error is not None:
         ex.fetch_errors.add(reply.error.kind)
-        return [encode_frame(reply.header(frame.id, 0), limits.max_message_bytes)]
-    header = encode_frame(reply.header(frame.id, len(body)), limits.max_message_bytes)
+        return [encode_frame({**reply.header(frame.id, 0), "receipt": ex.receipt}, limits.max_message_bytes)]
+    header = encode_frame({**reply.header(frame.id, len(body)), "receipt": ex.receipt}, limits.max_message_bytes)
+    if isinstance(body, PipedBody):
+        return [(header + HEADER.pack(len(body)), body)]
     if len(body) < 1 << 16:
         return [header + HEADER.pack(len(body)) + body]
     return [header + HEADER.pack(len(body)), body]
@@ -589,9 +617,25 @@ def _serve_fetch(frame: FetchFrame, ex: Exchange, handler: BridgeHandler, limits
 
 def _egress_reply(
     handler: BridgeHandler, frame: FetchFrame, deadline: float, max_bytes: int
-) -> tuple[FetchReplyWire, bytes]:
-    """The handler's answer to one fetch, checked: a reply the program may get, and the response's body."""
-    body: bytes | None = None
+) -> tuple[FetchReplyWire, bytes | PipedBody]:
+    """The handler's answer to one fetch, checked: a reply the program may get, and the response's body
+    (a piped body that is not sent on is closed here)."""
+    reply, body = _egress_answer(handler, frame, deadline)
+    if reply.response is not None and len(body) <= max_bytes - 1024:
+        return reply, body
+    if isinstance(body, PipedBody):
+        body.close()
+    if reply.response is None:
+        return reply, b""
+    message = f"the response of {len(body)} bytes exceeds the sandbox's {max_bytes}-byte message limit"
+    return FetchReplyWire.failure("egress_limit", message, "message_limit"), b""
+
+
+def _egress_answer(
+    handler: BridgeHandler, frame: FetchFrame, deadline: float
+) -> tuple[FetchReplyWire, bytes | PipedBody]:
+    """The handler's reply, parsed, and its body; a typed failure for a malformed reply or a broker bug."""
+    body: bytes | PipedBody | None = None
     # What ``isinstance`` with the runtime-checkable protocols tests (the method is there), at a fraction of
     # its cost (it walks the protocol's attributes on every call: ~5 us per fetch).
     try:
@@ -607,16 +651,11 @@ def _egress_reply(
         if reply.response is not None and body is None:
             body = binascii.a2b_base64(reply.response.body_b64, strict_mode=True)
     except (ValidationError, binascii.Error, ValueError, TypeError):
-        return _MALFORMED_FETCH, b""
+        reply = _MALFORMED_FETCH
     except Exception:  # a broker bug must not end the exchange: the program gets a typed failure
         log.exception("egress handler failed")
-        return _MALFORMED_FETCH, b""
-    if reply.response is None:
-        return reply, b""
-    if len(body or b"") > max_bytes - 1024:
-        message = f"the response of {len(body or b'')} bytes exceeds the sandbox's {max_bytes}-byte message limit"
-        return FetchReplyWire.failure("egress_limit", message, "message_limit"), b""
-    return reply, body or b""
+        reply = _MALFORMED_FETCH
+    return reply, b"" if body is None else body
 
 
 def _egress_json(

@@ -454,6 +454,9 @@ class FetchFrame(BaseModel):
     type: Literal["fetch"]
     id: int = Field(ge=0)
     request: JsonDict
+    #: The previous fetch's ``fetch_result`` receipt, echoed (none on the first fetch): proof that the runner
+    #: read that reply, on every channel (Docker's attach socket cannot count unread bytes).
+    receipt: str | None = Field(None, max_length=64)
 
 
 FETCH_ERROR_KINDS: frozenset[str] = wire.FETCH_ERROR_KINDS

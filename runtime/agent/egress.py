@@ -28,6 +28,7 @@ from sandforge.runtime.egress.wire import FetchFailure, FetchReply, FetchRequest
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.guardrails import Policy
 from sandforge.sandbox import BridgeReply, ErrorType, ExecutionOutcome
+from sandforge.sandbox.channel import PipedBody
 from sandforge.sandbox.exchange import no_bridge
 from sandforge.sandbox.protocol import CallFrame
 
@@ -133,15 +134,18 @@ class ExecutionEgress:
         self._note(reply)
         return reply, body
 
-    def egress_request(self, request: Mapping[str, Any], deadline: float) -> tuple[dict[str, Any], bytes | None]:
+    def egress_request(
+        self, request: Mapping[str, Any], deadline: float
+    ) -> tuple[dict[str, Any], bytes | PipedBody | None]:
         """:meth:`egress_parts` for a request the exchange already parsed (the program's frame is decoded
-        once): the ``FetchReply`` as a mapping, the body apart (``EgressSession.handle_request``)."""
-        body: bytes | None = None
+        once): the ``FetchReply`` as a mapping, the body apart (``EgressSession.handle_request``; a large
+        plain body as a pipe the exchange splices into the sandbox's channel)."""
+        body: bytes | PipedBody | None = None
         try:
             if isinstance(self._broker, str):
                 reply = self._refuse(request, self._broker, "egress_denied")
             else:
-                reply, body = self._session_for(deadline, self._broker).handle_request(request)
+                reply, body = self._session_for(deadline, self._broker).handle_request(request, piped=True)
         except Exception:  # a broker bug: the program gets a typed failure, the exchange goes on
             log.exception("the egress broker failed")
             reply, body = self._refuse(request, "the host failed to broker the request", "network_error"), None
@@ -278,5 +282,7 @@ class StandaloneBridge:
     def egress_parts(self, request: bytes, deadline: float) -> tuple[bytes, bytes | None]:
         return self.fetches.egress_parts(request, deadline)
 
-    def egress_request(self, request: Mapping[str, Any], deadline: float) -> tuple[dict[str, Any], bytes | None]:
+    def egress_request(
+        self, request: Mapping[str, Any], deadline: float
+    ) -> tuple[dict[str, Any], bytes | PipedBody | None]:
         return self.fetches.egress_request(request, deadline)

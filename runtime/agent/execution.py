@@ -29,6 +29,7 @@ from sandforge.runtime.agent.trace_budget import Stop, TraceMeter
 from sandforge.runtime.gate import Approval, execute_approved
 from sandforge.runtime.telemetry import current as telemetry
 from sandforge.sandbox import BridgeReply, ErrorType, ExecutionOutcome, ExecutionRequest
+from sandforge.sandbox.channel import PipedBody
 from sandforge.sandbox.exchange import serving_deadline
 from sandforge.sandbox.protocol import CallFrame, DeclareFrame, EnvironmentMount
 
@@ -215,7 +216,9 @@ class AttemptBridge:
         """:meth:`egress` with the response's body as raw bytes (the exchange prefers it: no base64)."""
         return self._traced(lambda: self.fetches.egress_parts(request, deadline))
 
-    def egress_request(self, request: Mapping[str, Any], deadline: float) -> tuple[dict[str, Any], bytes | None]:
+    def egress_request(
+        self, request: Mapping[str, Any], deadline: float
+    ) -> tuple[dict[str, Any], bytes | PipedBody | None]:
         """:meth:`egress_parts` on the frame the exchange already parsed (the exchange prefers it)."""
         return self._traced(lambda: self.fetches.egress_request(request, deadline))
 

@@ -42,6 +42,7 @@ from sandforge.runtime.egress.transport import ConnectionPool, Outgoing, exchang
 from sandforge.runtime.egress.urls import Target, join, parse_url
 from sandforge.runtime.egress.wire import FetchFailure, FetchReply, FetchRequest, FetchResponse
 from sandforge.runtime.errors import ConfigError
+from sandforge.sandbox.channel import PipedBody
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +155,11 @@ class _Draft:
 
 def _record(draft: _Draft) -> EgressRecord:
     return EgressRecord.model_construct(**{name: getattr(draft, name) for name in _Draft.__slots__})
+
+
+def _drop(body: bytes | PipedBody) -> None:
+    if isinstance(body, PipedBody):
+        body.close()
 
 
 def _scrub(url: str) -> str:
@@ -309,16 +315,23 @@ class EgressSession:
         response, body = served
         return FetchReply.model_construct(response=response, error=None).model_dump_json().encode(), body
 
-    def handle_request(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+    def handle_request(
+        self, request: Mapping[str, Any], *, piped: bool = False
+    ) -> tuple[dict[str, Any], bytes | PipedBody | None]:
         """`handle_parts` for a request its caller already parsed (the sandbox's exchange decoded the
         program's frame once): the same checks on the same fields, and the `FetchReply` as a JSON-ready
         mapping (``body_b64`` empty) with the body apart. Nothing is encoded to JSON and parsed again on
-        the way. Never raises."""
+        the way. Never raises.
+
+        ``piped``: the caller forwards the body without looking into it (the exchange), so a large plain
+        body with a declared length may come as a `PipedBody` (spliced from the server's socket into a
+        pipe, never copied into this process: ``transport.stage``); never when the policy injects a
+        credential (the body is then searched for it)."""
         asked = self._request(request)
         if isinstance(asked, FetchReply):
             return asked.model_dump(), None
         try:
-            fields, body = self._fetch_plain(asked)
+            fields, body = self._fetch_plain(asked, piped=piped)
         except FetchError as exc:
             return self._failed(exc).model_dump(), None
         return {"response": fields, "error": None}, body
@@ -360,16 +373,17 @@ class EgressSession:
     def fetch_parts(self, request: FetchRequest) -> tuple[FetchResponse, bytes]:
         """`fetch` with the body apart: the response (``body_b64`` empty) and the body's bytes."""
         fields, body = self._fetch_plain(request)
+        assert isinstance(body, bytes)  # only a `piped` caller gets a pipe
         return FetchResponse.model_construct(**fields), body  # every field built by `_fetch`
 
-    def _fetch_plain(self, request: FetchRequest) -> tuple[dict[str, Any], bytes]:
+    def _fetch_plain(self, request: FetchRequest, *, piped: bool = False) -> tuple[dict[str, Any], bytes | PipedBody]:
         """`fetch_parts` with the response's fields as a plain mapping (a `FetchResponse`'s, ``body_b64``
         empty): what the sandbox's exchange sends on, with no model built and dumped again per request."""
         start = time.monotonic()
         method = request.method.upper()
         record = _Draft(method=method[:16], url="")
         try:
-            return self._fetch(request, method, record, start)
+            return self._fetch(request, method, record, start, piped=piped and not self._broker._injects)
         except FetchError as exc:
             record.error = exc.kind
             record.denied = self._redact(str(exc))
@@ -390,7 +404,9 @@ class EgressSession:
 
     # ------------------------------------------------------------------------------------------ steps
 
-    def _fetch(self, request: FetchRequest, method: str, record: _Draft, start: float) -> tuple[dict[str, Any], bytes]:
+    def _fetch(
+        self, request: FetchRequest, method: str, record: _Draft, start: float, *, piped: bool = False
+    ) -> tuple[dict[str, Any], bytes | PipedBody]:
         limits = self._broker.policy.limits
         with self._lock:
             if self._requests >= limits.max_requests:
@@ -425,11 +441,13 @@ class EgressSession:
             sent = self._hop_headers(target, headers, keep_origin_bound=target.origin == origin, body=body)
             cap, cap_what = self._cap(limits.max_response_bytes)
             outgoing = Outgoing(
-                target=target, method=method, headers=sent, body=body, deadline=deadline, cap=cap, cap_what=cap_what
-            )
+                target=target, method=method, headers=sent, body=body, deadline=deadline, cap=cap, cap_what=cap_what,
+                piped=piped,
+            )  # fmt: skip
             raw = exchange(outgoing, verdicts, self._broker._ssl, self._pool)
             location = next((v for k, v in raw.headers if k.lower() == "location"), None)
             if raw.status in REDIRECTS and location is not None:
+                _drop(raw.body)  # a redirect's body is not kept (its size still counts)
                 hops += 1
                 if hops > limits.max_redirects:
                     raise EgressLimit(
@@ -444,7 +462,7 @@ class EgressSession:
                     method = "GET" if method != "HEAD" else "HEAD"
                     body = None
                 continue
-            self._count(len(raw.body), limits.max_total_bytes)
+            self._count_kept(raw.body, limits.max_total_bytes)
             record.final_url = target.url
             record.status = raw.status
             record.bytes = len(raw.body)
@@ -455,7 +473,7 @@ class EgressSession:
                 "body_b64": "",
                 "elapsed_ms": round((time.monotonic() - start) * 1000, 3),
             }
-            return response, self._redact_bytes(raw.body)
+            return response, self._kept(raw.body)
 
     def _cap(self, max_response: int) -> tuple[int, str]:
         with self._lock:
@@ -463,6 +481,20 @@ class EgressSession:
         if left < max_response:
             return max(0, left), "what is left of egress.limits.max_total_bytes"
         return max_response, "egress.limits.max_response_bytes"
+
+    def _kept(self, body: bytes | PipedBody) -> bytes | PipedBody:
+        """The body the program gets: a piped one as it is (only piped when no credential is injected:
+        nothing to redact), bytes with every injected secret redacted."""
+        return body if isinstance(body, PipedBody) else self._redact_bytes(body)
+
+    def _count_kept(self, body: bytes | PipedBody, max_total: int) -> None:
+        """`_count` for the body the program gets (a piped one is closed when it is over the budget)."""
+        try:
+            self._count(len(body), max_total)
+        except EgressLimit:
+            if isinstance(body, PipedBody):
+                body.close()
+            raise
 
     def _count(self, size: int, max_total: int) -> None:
         with self._lock:

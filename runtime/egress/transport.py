@@ -17,9 +17,11 @@ reuse skips a TCP (and TLS) handshake, never a decision; a connection never outl
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import heapq
 import http.client
 import itertools
+import os
 import re
 import select
 import socket
@@ -34,8 +36,28 @@ from typing import Any, BinaryIO
 from sandforge.runtime.egress.addresses import IPAddress, Verdict
 from sandforge.runtime.egress.errors import EgressLimit, NetworkError
 from sandforge.runtime.egress.urls import Target
+from sandforge.sandbox.channel import SPLICE_FLAGS, PipedBody
 
 READ_CHUNK = 64 * 1024
+#: A plain-HTTP body of at least this many bytes with a declared length, for a caller that takes a pipe
+#: (`Outgoing.piped`), is spliced from the socket into a pipe (`stage`): never copied into this process.
+PIPE_MIN_BYTES = 1 << 16
+F_SETPIPE_SZ, F_GETPIPE_SZ = 1031, 1032
+
+
+def _pipe_max() -> int:
+    try:
+        with open("/proc/sys/fs/pipe-max-size") as limit:
+            return int(limit.read())
+    except (OSError, ValueError):
+        return 0
+
+
+#: The largest pipe this process may make (a body larger than this is read as bytes); 0 without splice.
+PIPE_MAX_BYTES = _pipe_max() if hasattr(os, "splice") else 0
+#: The size asked of each body's pipe (the largest: it holds page fragments, so a body may need more
+#: than its length; one that still does not fit is read back as bytes, see `stage`).
+PIPE_SIZE = PIPE_MAX_BYTES
 #: Methods whose request may go on a kept-alive connection, and be sent again on a fresh one when the server
 #: had closed it meanwhile (idempotent: RFC 9110 9.2.2). Other methods always get a new connection.
 REUSABLE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
@@ -127,7 +149,7 @@ class RawResponse:
     status: int
     reason: str
     headers: list[tuple[str, str]]
-    body: bytes
+    body: bytes | PipedBody
     wire_bytes: int
 
 
@@ -347,6 +369,8 @@ class Outgoing:
     cap: int
     cap_what: str
     read_body: bool = True
+    #: The caller takes a plain body as a `PipedBody` (it forwards the body and never looks into it).
+    piped: bool = False
 
 
 def exchange(
@@ -454,12 +478,107 @@ def _send_and_receive(conn: _PinnedConnection, request: Outgoing, watch: _Watch)
     if not request.read_body:
         return RawResponse(status, reason, raw_headers, b"", 0), False
     encoding = (response.getheader("content-encoding") or "").strip().lower()
-    decoded, wire = _read_body(response, encoding, request)
+    decoded: bytes | PipedBody
+    sock = conn.sock
+    if _pipes(request, response, sock, encoding):
+        assert sock is not None and response.length is not None  # what _pipes checked
+        decoded, wire = stage(response, sock, response.length, request, watch)
+    else:
+        decoded, wire = _read_body(response, encoding, request)
     if watch.fired:  # the watchdog shut the socket: what arrived is a prefix, not the body
         raise NetworkError(f"{target.url}: timed out", reason="timeout")
     if response.length:  # http.client returns b"" at an early EOF of a Content-Length body
         raise NetworkError(f"{target.url}: {_describe(http.client.IncompleteRead(b''))}", reason="protocol")
     return RawResponse(status, reason, raw_headers, decoded, wire), _clean(response)
+
+
+def _pipes(request: Outgoing, response: http.client.HTTPResponse, sock: socket.socket | None, encoding: str) -> bool:
+    """Whether the body goes into a pipe (`stage`): the caller takes one, the connection is plain TCP (a TLS
+    record must be decrypted here), the body is framed by a declared length within the cap (chunked and
+    length-less bodies keep the capped read) and is not to be decompressed, and a pipe can hold it."""
+    length = response.length
+    return (
+        request.piped
+        and type(sock) is socket.socket
+        and not response.chunked
+        and length is not None
+        and PIPE_MIN_BYTES <= length <= min(request.cap, PIPE_MAX_BYTES)
+        and _decoder(encoding) is None
+    )
+
+
+def stage(
+    response: http.client.HTTPResponse, sock: socket.socket, length: int, request: Outgoing, watch: _Watch
+) -> tuple[bytes | PipedBody, int]:
+    """Exactly `length` body bytes: what the header read left in the response's buffer, then the rest
+    spliced from the socket into a new pipe, never through this process's memory. Nothing of it is handed
+    on before all of it arrived, so an early end, a reset or the deadline is an error as on the read path
+    (and a longer body's excess is never taken: it stays on the socket, which the pool then drops). When the
+    pipe fills before the body is whole (a pipe holds page fragments, not bytes), what it holds is read
+    back and the rest read as bytes."""
+    fp = response.fp
+    assert fp is not None
+    prefix = fp.read1(min(length, len(fp.peek(0)))) if length else b""
+    left = length - len(prefix)
+    out, into = os.pipe2(os.O_CLOEXEC)
+    body = PipedBody(prefix, out, length)
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(into, F_SETPIPE_SZ, PIPE_SIZE)
+        left = _splice_in(sock, into, left, request, watch)
+        os.close(into)
+        into = -1
+        if left:  # the pipe is full: what it holds and the rest, as bytes
+            held = _drain(out)
+            rest = fp.read(left)
+            if len(rest) != left:
+                raise http.client.IncompleteRead(rest, left - len(rest))
+            body.close()
+            response.length = 0
+            response.close()
+            return prefix + held + rest, length
+    except BaseException:
+        body.close()
+        raise
+    finally:
+        if into >= 0:
+            os.close(into)
+    response.length = 0  # the body is taken: the response is complete, its connection reusable
+    response.close()
+    return body, length
+
+
+def _drain(fd: int) -> bytes:
+    """Everything in a pipe whose write end is closed."""
+    parts = []
+    while chunk := os.read(fd, 1 << 20):
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _splice_in(sock: socket.socket, into: int, left: int, request: Outgoing, watch: _Watch) -> int:
+    """Splice up to `left` bytes from `sock` into the pipe `into`; what is left when the pipe filled up.
+    Waits for the socket within the request's deadline (the watchdog also shuts it then)."""
+    fd = sock.fileno()
+    stalled = False
+    while left:
+        try:
+            moved = os.splice(fd, into, left, flags=SPLICE_FLAGS)
+        except (BlockingIOError, InterruptedError):
+            if stalled:
+                return left  # the socket was readable, yet nothing moved: the pipe is full
+            remaining = request.deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise TimeoutError("body") from None
+            stalled = True
+            continue
+        stalled = False
+        if not moved:
+            if watch.fired:
+                raise TimeoutError("body")
+            raise http.client.IncompleteRead(b"", left)
+        left -= moved
+    return 0
 
 
 def _quick_ack(sock: socket.socket | None) -> None:

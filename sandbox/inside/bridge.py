@@ -72,6 +72,7 @@ class Bridge:
         self.next_id = 0
         self.next_declare_id = 0
         self.next_fetch_id = 0
+        self.fetch_receipt: str | None = None  # the last fetch_result's, echoed by the next fetch frame
 
     def fetch(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         """One brokered request (``fetching.send``): a ``fetch`` frame out, a ``fetch_result`` frame back,
@@ -79,11 +80,16 @@ class Bridge:
         is the execution's (the host charges it: the backstop keeps running)."""
         check_inner_wall()
         fetch_id, self.next_fetch_id = self.next_fetch_id, self.next_fetch_id + 1
-        write_frame(self.out_fd, {"type": "fetch", "id": fetch_id, "request": request})
+        frame: dict[str, Any] = {"type": "fetch", "id": fetch_id, "request": request}
+        if self.fetch_receipt is not None:
+            frame["receipt"] = self.fetch_receipt
+        write_frame(self.out_fd, frame)
         reply = read_frame(self.channel, self.max_bytes)
         self._no_descriptors("a fetch's reply")
         if reply.get("type") != "fetch_result" or reply.get("id") != fetch_id:
             raise RuntimeError("host sent an unexpected reply to a fetch")
+        receipt = reply.get("receipt")
+        self.fetch_receipt = receipt if isinstance(receipt, str) else None
         body = b""
         response = reply.get("response")
         if isinstance(response, dict):

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits
 from sandforge.sandbox.backends.base import Backend
+from sandforge.sandbox.channel import Stream
 from sandforge.sandbox.exchange import EgressHandler, ExitInfo, build_outcome, run_exchange
 from sandforge.sandbox.protocol import HEADER, CallFrame, FrameReader
 from tests.sandbox.test_host_channel import ScriptedIO, attack, escaped, frame
@@ -61,8 +63,34 @@ class PartsHandler(Handler):
         return json.dumps(reply).encode(), body
 
 
-def run(*chunks: bytes, handler: Any, unread: int = 0, limits: Limits = LIMITS) -> tuple[ExecutionOutcome, ScriptedIO]:
-    io = ScriptedIO(*chunks, unread=unread)
+class ReceiptIO(ScriptedIO):
+    """A scripted worker whose chunks may be made from what the host sent so far (a fetch echoing the
+    receipt of the reply it read: `echoing`)."""
+
+    def __init__(self, *chunks: bytes | Callable[[ScriptedIO], bytes], unread: int = 0) -> None:
+        super().__init__(unread=unread)
+        self.pending = [("result", c) for c in chunks] + self.pending  # type: ignore[assignment]
+
+    def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
+        polled = super().poll(timeout)
+        return [(stream, chunk(self) if callable(chunk) else chunk) for stream, chunk in polled]
+
+
+def last_receipt(io: ScriptedIO) -> str | None:
+    """The receipt of the last ``fetch_result`` the host sent."""
+    headers = [json.loads(body) for body in FrameReader(1 << 30).feed(bytes(io.sent)) if body[:1] == b"{"]
+    return next((h.get("receipt") for h in reversed(headers) if h.get("type") == "fetch_result"), None)
+
+
+def echoing(fetch_id: int) -> Callable[[ScriptedIO], bytes]:
+    """A fetch frame carrying the receipt of the reply before it, as a runner that read it sends."""
+    return lambda io: frame({**FETCH, "id": fetch_id, "receipt": last_receipt(io)})
+
+
+def run(
+    *chunks: bytes | Callable[[ScriptedIO], bytes], handler: Any, unread: int = 0, limits: Limits = LIMITS
+) -> tuple[ExecutionOutcome, ScriptedIO]:
+    io = ReceiptIO(*chunks, unread=unread)
     ex = run_exchange(io, ExecutionRequest(code="return 1", limits=limits), handler)
     out = build_outcome(ex, ExitInfo(exit_code=0), backend="test", protections={}, limits=limits, exit_observed=True)
     return out, io
@@ -86,8 +114,10 @@ def test_a_response_is_a_header_frame_then_the_raw_body(kind: type[Handler]) -> 
     out, io = run(frame({**FETCH, "id": 0}), frame(OK), handler=handler)
     assert out.ok and out.metadata["fetches"] == 1
     header, raw = replies(io)
-    assert json.loads(header) == {
-        "type": "fetch_result", "id": 0,
+    receipt = json.loads(header).pop("receipt")
+    assert isinstance(receipt, str) and len(receipt) == 16
+    assert {**json.loads(header), "receipt": None} == {
+        "type": "fetch_result", "id": 0, "receipt": None,
         "response": {"status": 503, "headers": {"content-type": "text/xml"}, "url": "https://news.example.com/rss",
                      "elapsed_ms": 1.5, "body_bytes": len(body)},
     }  # fmt: skip
@@ -158,8 +188,37 @@ def test_fetch_ids_out_of_order_are_a_violation(ids: list[int]) -> None:
 def test_fetches_and_calls_are_numbered_apart() -> None:
     call = {"type": "call", "id": 0, "target": {"kind": "tool", "name": "t"}, "method": "m", "args": [], "kwargs": {}}
     handler = Handler(denied_reply(), denied_reply())
-    out, _ = run(frame({**FETCH, "id": 0}), frame(call), frame({**FETCH, "id": 1}), frame(OK), handler=handler)
+    out, _ = run(frame({**FETCH, "id": 0}), frame(call), echoing(1), frame(OK), handler=handler)
     assert out.ok and out.metadata["fetches"] == 2 and out.metadata["nested_calls"] == 1
+
+
+# --- the receipt: each fetch after the first echoes the previous reply's, so only a runner that read it can --
+
+
+def test_each_reply_carries_a_new_receipt_that_the_next_fetch_echoes() -> None:
+    handler = Handler(*[denied_reply()] * 3)
+    out, io = run(frame({**FETCH, "id": 0}), echoing(1), echoing(2), frame(OK), handler=handler)
+    assert out.ok and len(handler.requests) == 3
+    receipts = [json.loads(header)["receipt"] for header in replies(io)]
+    assert len(set(receipts)) == 3
+
+
+@pytest.mark.parametrize(
+    "second",
+    [{**FETCH, "id": 1}, {**FETCH, "id": 1, "receipt": "0" * 16}, {**FETCH, "id": 1, "receipt": None}],
+    ids=["none", "a guess", "null"],
+)
+def test_a_fetch_without_the_previous_receipt_is_a_violation_and_is_not_served(second: dict[str, Any]) -> None:
+    handler = Handler(denied_reply(), denied_reply())
+    out, _ = run(frame({**FETCH, "id": 0}), frame(second), frame(OK), handler=handler)
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION and "receipt" in (out.error_message or "")
+    assert len(handler.requests) == 1
+
+
+def test_a_first_fetch_claiming_a_receipt_is_a_violation() -> None:
+    handler = Handler(denied_reply())
+    out, _ = run(frame({**FETCH, "id": 0, "receipt": "abc"}), frame(OK), handler=handler)
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION and handler.requests == []
 
 
 @pytest.mark.parametrize(
@@ -220,10 +279,9 @@ def test_a_flood_of_fetches_without_reading_is_a_violation(escaped: Backend) -> 
     code = f"for i in range(20000):\n    send({{**{FETCH!r}, 'id': i}})\ntime.sleep(60)\nreturn 1"
     out, took = attack(escaped, code, handler, FETCH_LIMITS)
     assert out.error_type == ErrorType.SANDBOX_VIOLATION, (out.error_type, out.error_message)
-    if escaped.name not in ("docker", "gvisor"):
-        assert len(handler.requests) <= 1  # at most the first frame, read alone, was served
-    # Docker's attach socket cannot count unread bytes, so frames that arrive one per read may each be served
-    # before the flood shows; the broker session's max_requests bounds what they can cost (tests/egress).
+    # At most the first frame was served, on every backend: even where the channel cannot count unread bytes
+    # (Docker's attach socket), the second frame lacks the receipt of a reply the runner never read.
+    assert len(handler.requests) <= 1
     assert took < FETCH_LIMITS.timeout_s + 10, took
 
 
