@@ -9,6 +9,8 @@
   runs it on a thread that can park frames for the caller), no frame sent.
 - **throughput**: executions per second with ``--concurrency`` callers, local vs cluster, same backend.
   Target: cluster / local >= 0.8 (one machine cannot show scaling; this shows the cluster costs little).
+- **Ray's floor**: a no-op call to a node's host actor (``__ray_ready__``), interleaved with the above: what any
+  dispatch through a Ray actor pays before sandforge does anything.
 - **per-execution costs** for the scaling model of docs/deploy.md: the caller's CPU per execution through the
   cluster (the orchestrator's share), and one node's warm execution time.
 
@@ -60,21 +62,36 @@ def _no_frames(frame: CallFrame) -> dict[str, Any]:
     raise AssertionError("the trivial program sends no frame")
 
 
+def _ping(cluster: Sandbox, i: int) -> float:
+    """Ray's own floor: one no-op call to a node's host actor and its answer (what any dispatch through an
+    actor pays before sandforge does anything), round-robin over the nodes."""
+    import ray
+
+    nodes = cluster._cluster().nodes()
+    actor = nodes[i % len(nodes)].actor
+    t = time.perf_counter()
+    ray.get(actor.__ray_ready__.remote())
+    return time.perf_counter() - t
+
+
 def overhead(local: Sandbox, cluster: Sandbox, rounds: int, bridge: BridgeHandler | None = None) -> dict[str, float]:
-    for _ in range(10):  # warm both paths (pools, connections, actors)
+    for i in range(10):  # warm both paths (pools, connections, actors)
         _one(local, bridge)
         _one(cluster, bridge)
+        _ping(cluster, i)
     a: list[float] = []
     b: list[float] = []
+    pings: list[float] = []
     cluster_cpu = 0.0
-    for _ in range(rounds):
+    for i in range(rounds):
         a.append(_one(local, bridge))
         c0 = time.process_time()
         b.append(_one(cluster, bridge))
         cluster_cpu += time.process_time() - c0
+        pings.append(_ping(cluster, i))
     return {
         "local_p50_ms": _p50(a), "cluster_p50_ms": _p50(b), "overhead_p50_ms": _p50(b) - _p50(a),
-        "caller_cpu_per_cluster_exec_ms": cluster_cpu / rounds * 1000,
+        "caller_cpu_per_cluster_exec_ms": cluster_cpu / rounds * 1000, "ray_noop_call_p50_ms": _p50(pings),
     }  # fmt: skip
 
 
@@ -127,7 +144,8 @@ def report(result: dict[str, Any], concurrency: int) -> None:
     print(
         f"[{result['via']}: {result['address']}] dispatch (trivial, warm, subprocess, {result['nodes']} nodes): "
         f"local p50 {result['local_p50_ms']:.2f} ms, cluster p50 {result['cluster_p50_ms']:.2f} ms, "
-        f"overhead {result['overhead_p50_ms']:.2f} ms (goal <= 3 ms)"
+        f"overhead {result['overhead_p50_ms']:.2f} ms (goal <= 3 ms); Ray's own no-op actor call p50 "
+        f"{result['ray_noop_call_p50_ms']:.2f} ms (the floor of any actor dispatch)"
     )
     print(
         f"[{result['via']}] with a bridge (an agent's execution): local p50 {result['bridge_local_p50_ms']:.2f} ms, "

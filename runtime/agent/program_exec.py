@@ -65,6 +65,7 @@ __all__ = [
     "execute_program_async",
     "plan_program",
     "plans_quickly",
+    "read_manifest",
 ]
 
 log = logging.getLogger(__name__)
@@ -98,13 +99,16 @@ def plan_program(
     policy: Policy,
     backend: BackendName | None = None,
     environments: Environments | None = None,
+    manifest: Manifest | None = None,
 ) -> Planned | Refused:
-    """Steps 1-3 of the module docstring: the manifest, the policy's verdict, the environment (which may be
-    built: minutes, on a thread). Nothing runs; a refusal is a typed outcome."""
-    try:
-        manifest = manifest_for(request.code, [], policy.dependencies)
-    except EnvironmentFailure as exc:
-        return environment_failure_outcome(exc, policy), None
+    """Steps 1-3 of the module docstring: the manifest (``manifest``: already read by the caller), the
+    policy's verdict, the environment (which may be built: minutes, on a thread). Nothing runs; a refusal is
+    a typed outcome."""
+    if manifest is None:
+        read = read_manifest(request, policy)
+        if not isinstance(read, Manifest):
+            return read
+        manifest = read
     pending: list[str] = []
     tel = telemetry()
     with observe.stage(tel, "validate") as span:
@@ -134,15 +138,22 @@ def plan_program(
     return Planned(request, approval, result, prepared)
 
 
-def plans_quickly(request: ExecutionRequest, policy: Policy) -> bool:
+def read_manifest(request: ExecutionRequest, policy: Policy) -> Manifest | Refused:
+    """Step 1: the program's manifest, or its refusal (a typed outcome; nothing validated yet)."""
+    try:
+        return manifest_for(request.code, [], policy.dependencies)
+    except EnvironmentFailure as exc:
+        return environment_failure_outcome(exc, policy), None
+
+
+def plans_quickly(request: ExecutionRequest, policy: Policy, read: Manifest | Refused | None = None) -> bool:
     """Would :func:`plan_program` return at once (no environment to prepare, the verdict already cached)? Then
     an event loop may plan it itself; otherwise planning is a blocking call (a cold validation of a large
-    program takes tens of milliseconds, an environment build minutes)."""
-    try:
-        manifest = manifest_for(request.code, [], policy.dependencies)
-    except EnvironmentFailure:
+    program takes tens of milliseconds, an environment build minutes). ``read``: the manifest already read."""
+    read = read_manifest(request, policy) if read is None else read
+    if not isinstance(read, Manifest):
         return True  # refused at once
-    return not manifest and cached_verdict(request.code, policy) is not None
+    return not read and cached_verdict(request.code, policy) is not None
 
 
 def execute_program(
@@ -179,11 +190,14 @@ async def execute_program_async(
     """:func:`execute_program` on an event loop (``POST /v1/exec``): planned on the loop when that is instant
     (:func:`plans_quickly`), on a thread otherwise; the execution awaited (``AsyncSandbox``: no thread waits
     for its output)."""
-    plan = functools.partial(plan_program, sandbox.sandbox, request, policy=policy, backend=backend,
-                             environments=environments)  # fmt: skip
     tel = telemetry()
     with _exec_span(tel, backend) as ended:  # a thread planning it runs in a copy of this context: its child
-        planned = plan() if plans_quickly(request, policy) else await asyncio.to_thread(plan)
+        read = read_manifest(request, policy)  # read once: it decides where planning runs, then feeds it
+        if not isinstance(read, Manifest):
+            return ended(read)
+        plan = functools.partial(plan_program, sandbox.sandbox, request, policy=policy, backend=backend,
+                                 environments=environments, manifest=read)  # fmt: skip
+        planned = plan() if plans_quickly(request, policy, read) else await asyncio.to_thread(plan)
         if not isinstance(planned, Planned):
             return ended(planned)
         with _execute_span(tel, backend) as executed:

@@ -123,3 +123,31 @@ def test_a_program_refused_before_running_never_reaches_a_sandbox(sandbox: Sandb
 
     outcome, _ = asyncio.run(execute_program_async(Refusing(), ExecutionRequest(code="import os"), policy=policy))  # type: ignore[arg-type]
     assert outcome.error_type == ErrorType.GUARDRAIL_VIOLATION
+
+
+@pytest.mark.parametrize("code", ["return 3", '# /// script\n# dependencies = ["six"]\n# ///\nreturn 1\n', CONFLICT])
+def test_the_manifest_is_read_once_per_awaited_execution(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    """Where planning runs is decided from the manifest, and planning gets that same manifest: it is never
+    parsed twice (a large program's header scan is on the request's path)."""
+    reads: list[str] = []
+    real = program_exec.manifest_for
+
+    def counted(*a: Any, **k: Any) -> Any:
+        reads.append(a[0])
+        return real(*a, **k)
+
+    monkeypatch.setattr(program_exec, "manifest_for", counted)
+    policy = default_policy()
+
+    class Refusing:
+        sandbox = None
+
+        async def execute(self, *a: Any, **k: Any) -> ExecutionOutcome:
+            raise AssertionError("not reached")
+
+    request = ExecutionRequest(code="import os\n" + code)  # refused: the six environment is never built here
+    outcome, _ = asyncio.run(execute_program_async(Refusing(), request, policy=policy))  # type: ignore[arg-type]
+    assert not outcome.ok
+    assert len(reads) == 1
