@@ -346,11 +346,12 @@ class AsyncSandbox:
         return worker
 
     async def aclose(self) -> None:
-        """Close what this object opened (its threads; the sandbox too, unless it was given one)."""
+        """Close what this object opened (its threads, once the clean-ups handed to them ended; the sandbox too,
+        unless it was given one)."""
         loop = asyncio.get_running_loop()
         if self._owns:
             await loop.run_in_executor(None, self.sandbox.close)
-        self.threads.shutdown()
+        await self.threads.shutdown_async()  # the detached clean-ups, awaited: the loop is never blocked
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
