@@ -223,6 +223,7 @@ class Sandbox:
                     name=name if env is None else f"{name}-{env.env_id[:8]}",
                     concurrency=self.config.pool_spawn_concurrency,
                     retire_idle_s=self.config.env_pool_idle_s if env is not None else None,
+                    prestart_threads=self.config.prestart_threads,
                 )
                 self._pools[key] = pool
             return pool
@@ -345,11 +346,12 @@ class AsyncSandbox:
         return worker
 
     async def aclose(self) -> None:
-        """Close what this object opened (its threads; the sandbox too, unless it was given one)."""
+        """Close what this object opened (its threads, once the clean-ups handed to them ended; the sandbox too,
+        unless it was given one)."""
         loop = asyncio.get_running_loop()
         if self._owns:
             await loop.run_in_executor(None, self.sandbox.close)
-        self.threads.shutdown()
+        await self.threads.shutdown_async()  # the detached clean-ups, awaited: the loop is never blocked
 
     async def __aenter__(self) -> AsyncSandbox:
         return self

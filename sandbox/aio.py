@@ -45,34 +45,51 @@ class Threads:
         self.short = ThreadPoolExecutor(max_workers=max(1, short), thread_name_prefix="sandforge-aio")
         self.long = ThreadPoolExecutor(max_workers=max(1, long), thread_name_prefix="sandforge-aio-long")
         self._detached: set[Future[None]] = set()
-        self._lock = threading.Lock()
+        # Re-entrant: stopping the pools under it cancels queued futures, whose callbacks run on this thread.
+        self._lock = threading.RLock()
+        self._stopped = False
 
     def for_effect(self, effect: Blocking) -> ThreadPoolExecutor:
         return self.long if effect.interruptible or effect.on_cancel is not None else self.short
 
     def detach(self, fn: Callable[[], None]) -> None:
-        """``fn`` on the short pool, not waited for here; :meth:`shutdown` waits for it."""
-        try:
-            future = self.short.submit(_quietly, fn)
-        except RuntimeError:  # shut down already (a close raced this execution): clean up here and now
+        """``fn`` on the short pool, not waited for here; :meth:`shutdown` (or :meth:`shutdown_async`) waits for
+        it. Submitted under the lock the shutdown stops the pools under, so none is queued and then dropped."""
+        with self._lock:
+            future = None if self._stopped else self.short.submit(_quietly, fn)
+            if future is not None:
+                self._detached.add(future)
+        if future is None:  # shut down already (a close raced this execution): clean up here and now
             _quietly(fn)
             return
-        with self._lock:
-            self._detached.add(future)
         future.add_done_callback(self._forget)
 
     def _forget(self, future: Future[None]) -> None:
         with self._lock:
             self._detached.discard(future)
 
+    def _pending_or_stop(self) -> list[Future[None]]:
+        """The detached clean-ups still to wait for; when there are none, the pools are stopped (under the
+        lock: no clean-up can be handed over between the last wait and the stop, to be cancelled unrun)."""
+        with self._lock:
+            pending = [f for f in self._detached if not f.done()]
+            if not pending and not self._stopped:
+                self._stopped = True
+                for pool in (self.short, self.long):
+                    pool.shutdown(wait=False, cancel_futures=True)
+            return pending
+
     def shutdown(self) -> None:
         """Stop both pools; detached clean-up already handed over runs to its end first (a worker's work
-        directory and descriptors never outlive the close)."""
-        with self._lock:
-            pending = list(self._detached)
-        futures.wait(pending)
-        for pool in (self.short, self.long):
-            pool.shutdown(wait=False, cancel_futures=True)
+        directory and descriptors never outlive the close). Blocks: for sync owners."""
+        while pending := self._pending_or_stop():
+            futures.wait(pending)
+
+    async def shutdown_async(self) -> None:
+        """:meth:`shutdown` for an event loop: the detached clean-ups are awaited (their futures wake the loop),
+        so the loop keeps serving while a slow one ends. A cancelled wait leaves them running and queued."""
+        while pending := self._pending_or_stop():
+            await asyncio.wait([asyncio.wrap_future(f) for f in pending])
 
 
 async def unless_cancelled(started: asyncio.Future[Any], executor: Executor | None = None) -> Any:

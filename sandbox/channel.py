@@ -229,12 +229,20 @@ class SocketIO(PipeIO):
         self.sock.close()
 
 
+def wait_fd(fd: int | socket.socket, timeout: float, *, write: bool = False) -> bool:
+    """Wait up to ``timeout`` seconds until ``fd`` is readable (or writable, or closed); True when it is.
+    ``poll``, not ``select``: a long-running server's descriptors pass 1024, where ``select`` raises."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT if write else select.POLLIN)
+    return bool(poller.poll(max(timeout, 0.0) * 1000))
+
+
 def wait_writable(fd: int, deadline: float) -> None:
     """Block until ``fd`` can take more bytes; TimeoutError once ``deadline`` (monotonic) has passed."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise TimeoutError("the sandbox stopped reading its input")
-    select.select([], [fd], [], remaining)
+    wait_fd(fd, remaining, write=True)
 
 
 def _ioctl_int(fd: int, request: int) -> int:

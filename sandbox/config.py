@@ -36,6 +36,11 @@ class SandboxConfig(BaseModel):
     )
     env_pools_max: int = Field(default=8, ge=1, le=256, description="warm pools of environments kept at most (LRU)")
     spawn_timeout_s: float = Field(default=20.0, gt=0, description="how long a worker may take to report ready")
+    prestart_threads: bool = Field(
+        default=False,
+        description="start each warm pool's spawn threads (its bound) when the pool is made, not on demand: a "
+        "long-running service's thread count then stays flat (sandforge serve)",
+    )
     required_protections: tuple[Protection, ...] = Field(
         default=DEFAULT_REQUIRED,
         description="every backend refuses to run unless each of these is verified active (default: the "

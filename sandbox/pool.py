@@ -28,6 +28,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from sandforge.sandbox.aio import unless_cancelled
 from sandforge.sandbox.backends.base import Worker
 from sandforge.sandbox.errors import SandboxUnavailable
+from sandforge.sandbox.prestart import prestart
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class WarmPool:
     def __init__(
         self, spawn: Callable[[], Worker], *, size: int, idle_s: float, name: str, concurrency: int = 1,
         retire_idle_s: float | None = None, waiting_concurrency: int = WAITING_CONCURRENCY,
+        prestart_threads: bool = False,
     ) -> None:  # fmt: skip
         self._spawn = spawn
         self.size = size
@@ -54,12 +56,17 @@ class WarmPool:
         self._wake = threading.Event()
         self._closed = False
         self.retire_idle_s = retire_idle_s
+        #: start all ``waiting_concurrency`` spawn threads at once (a service's thread count stays flat)
+        self.prestart_threads = prestart_threads
         self.last_used = time.monotonic()
         self.retired = False
         self.last_error: str | None = None
         self.stats = {"warm_hits": 0, "cold_starts": 0, "replaced": 0, "waited": 0}
         #: async callers waiting for the next started worker, oldest first (``acquire_async``)
         self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[Worker]]] = deque()
+        #: workers on their way to a waiter's loop (by id): a loop that stops before delivering leaves them
+        #: here, and ``close`` destroys them with the ready ones
+        self._transit: dict[int, Worker] = {}
         self._thread: threading.Thread | None = None
         if size > 0:
             self._thread = threading.Thread(target=self._refill_loop, name=f"sandforge-pool-{name}", daemon=True)
@@ -125,20 +132,36 @@ class WarmPool:
                     self._ready.append(worker)
                     return
                 loop = None
+            if loop is not None:
+                self._transit[id(worker)] = worker
         if loop is None:
             worker.destroy()  # the pool closed meanwhile
             return
         try:
             loop.call_soon_threadsafe(self._deliver, waiter, worker)
         except RuntimeError:  # the loop closed between the check and the call
+            with self._lock:
+                self._transit.pop(id(worker), None)
             self._hand_over(worker)
 
     def _deliver(self, waiter: asyncio.Future[Worker], worker: Worker) -> None:
-        """On the waiter's loop: its worker, unless it was cancelled meanwhile (then the next waiter's)."""
-        if waiter.done():
+        """On the waiter's loop: its worker, unless it was cancelled meanwhile (then the next waiter's), or
+        the pool closed meanwhile (``close`` destroyed it: the waiter gets the closed pool's error)."""
+        with self._lock:
+            mine = self._transit.pop(id(worker), None) is not None
+        if not mine:
+            _set_exception(waiter, SandboxUnavailable(f"the warm pool {self.name} was closed", retriable=True))
+        elif waiter.done():
             self._hand_over(worker)
         else:
             waiter.set_result(worker)
+
+    def _drain(self) -> list[Worker]:
+        """Take the ready workers and the ones still on their way to a loop (to destroy them)."""
+        with self._lock:
+            workers = [*self._ready, *self._transit.values()]
+            self._ready, self._transit = deque(), {}
+        return workers
 
     def _fail_waiter(self, exc: BaseException, *, every: bool = False) -> None:
         """A start failed (the oldest waiter gets the error ``acquire`` would raise), or the pool closed."""
@@ -180,6 +203,8 @@ class WarmPool:
         """
         most = self.waiting_concurrency  # threads are made as starts need them: ``concurrency`` unless callers wait
         with ThreadPoolExecutor(max_workers=most, thread_name_prefix=f"sandforge-spawn-{self.name}") as ex:
+            if self.prestart_threads:
+                prestart(ex)
             while not self._closed:
                 if self._retire_due():
                     self._retire()
@@ -228,9 +253,7 @@ class WarmPool:
         """Unused too long: stop refilling and destroy the ready workers (the owner drops a retired pool)."""
         self.retired = True
         self._fail_waiter(SandboxUnavailable(f"the warm pool {self.name} retired", retriable=True), every=True)
-        with self._lock:
-            workers, self._ready = list(self._ready), deque()
-        for w in workers:
+        for w in self._drain():
             with contextlib.suppress(Exception):
                 w.destroy()
         log.debug("pool %s retired after %.0f s unused", self.name, self.retire_idle_s or 0)
@@ -253,9 +276,7 @@ class WarmPool:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        with self._lock:
-            workers, self._ready = list(self._ready), deque()
-        for w in workers:
+        for w in self._drain():
             with contextlib.suppress(Exception):
                 w.destroy()
 

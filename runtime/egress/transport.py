@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 from sandforge.runtime.egress.addresses import IPAddress, Verdict
 from sandforge.runtime.egress.errors import EgressLimit, NetworkError
 from sandforge.runtime.egress.urls import Target
-from sandforge.sandbox.channel import SPLICE_FLAGS, PipedBody
+from sandforge.sandbox.channel import SPLICE_FLAGS, PipedBody, wait_fd
 
 READ_CHUNK = 64 * 1024
 #: A plain-HTTP body of at least this many bytes with a declared length, for a caller that takes a pipe
@@ -568,7 +568,7 @@ def _splice_in(sock: socket.socket, into: int, left: int, request: Outgoing, wat
             if stalled:
                 return left  # the socket was readable, yet nothing moved: the pipe is full
             remaining = request.deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            if remaining <= 0 or not wait_fd(fd, remaining):
                 raise TimeoutError("body") from None
             stalled = True
             continue

@@ -9,8 +9,11 @@ never waits for a sandbox. Responses carry no traceback and no host path (:mod:`
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -30,6 +33,7 @@ from sandforge.runtime.service.audit import AuditLog, AuditRecord, note
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, first_error, mark
 from sandforge.runtime.service.gate import Gatekeeper
 from sandforge.runtime.service.mcp.http import McpEndpoint
+from sandforge.runtime.service.memory import Trimmer
 from sandforge.runtime.service.models import (
     AgentCallRequest,
     ExecRequest,
@@ -41,10 +45,13 @@ from sandforge.runtime.service.models import (
 )
 from sandforge.runtime.service.quotas import seconds_to_utc_midnight
 from sandforge.runtime.service.tenants import ServerConfig, TenantRuntimes
+from sandforge.sandbox.prestart import prestart
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 API_VERSION = "1"
+#: the loop's default executor: asyncio's own bound (``to_thread``: a cold validation, an environment plan)
+DEFAULT_EXECUTOR_THREADS = min(32, (os.cpu_count() or 1) + 4)
 
 
 def _install_handlers(app: FastAPI, service: Service) -> None:
@@ -221,8 +228,10 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        trimmer = steady_process()
         async with mcp_endpoint.running():
             yield
+        await trimmer.stop()
         await shutdown(service)
         # the dashboard's call-log index builders stop after their current batch (the next process resumes)
         await anyio.to_thread.run_sync(app.state.dashboard.close)
@@ -255,6 +264,18 @@ def _install_dashboard(app: FastAPI, service: Service) -> None:
                      audit=lambda fields: audit.write(AuditRecord(**fields)))  # fmt: skip
     install(app, dash)
     app.state.dashboard = dash
+
+
+def steady_process() -> Trimmer:
+    """What keeps the server's thread count and memory flat under load (docs/serve.md, "Memory and
+    threads"): the loop's default executor (cold validations, worker starts outside a pool) with every thread
+    started now, and a :class:`Trimmer` giving freed heap pages back every ``TRIM_INTERVAL_S``."""
+    default = ThreadPoolExecutor(DEFAULT_EXECUTOR_THREADS, thread_name_prefix="sandforge-default")
+    asyncio.get_running_loop().set_default_executor(default)
+    prestart(default)
+    trimmer = Trimmer(default)
+    trimmer.start()
+    return trimmer
 
 
 async def shutdown(service: Service) -> None:

@@ -23,6 +23,7 @@ from sandforge.runtime.service.quotas import QuotaExceeded, TenantAdmission
 from sandforge.runtime.service.readiness import ReadinessProbe
 from sandforge.runtime.service.scrub import Scrubber, host_prefixes
 from sandforge.runtime.service.tenants import ServerConfig, TenantRuntime, TenantRuntimes
+from sandforge.sandbox.prestart import prestart
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class Service:
         self.slots = asyncio.Semaphore(config.execution_slots)
         #: their threads: a plain pool (one hop each way; anyio's worker threads cost more per call)
         self.pool = ThreadPoolExecutor(config.execution_slots, thread_name_prefix="sandforge-exec")
+        prestart(self.pool)  # all of them now: the server's thread count never grows under load
         self.in_flight = 0
         self.readiness = ReadinessProbe(config)
         #: told the tenant's name after an agent call (it may have changed the tenant's store): the MCP endpoint

@@ -18,6 +18,7 @@ import uvicorn
 from sandforge.runtime.service.app import create_app
 from sandforge.runtime.service.coalesce import CoalescingHttpProtocol
 from sandforge.runtime.service.gate import Gatekeeper
+from sandforge.runtime.service.memory import cap_malloc_arenas
 from sandforge.runtime.service.tenants import ServerConfig
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ def build_server(
     log_level: str = "warning",
     config_path: Path | None = None,
 ) -> DrainingServer:
+    cap_malloc_arenas()  # before the server's threads exist: its heap then stops growing (see .memory)
     app = create_app(config, config_path=config_path)
     gate: Gatekeeper = app.state.gate
     options: dict[str, Any] = {}

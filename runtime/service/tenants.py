@@ -30,7 +30,9 @@ from sandforge.runtime.files.structured import read_data_file
 from sandforge.runtime.guardrails import Policy, layered_policy
 from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, Provider, ProviderError
 from sandforge.sandbox import AsyncSandbox, Limits, Sandbox, SandboxConfig
+from sandforge.sandbox.aio import DEFAULT_THREADS, Threads
 from sandforge.sandbox.config import BackendName
+from sandforge.sandbox.prestart import prestart
 
 if TYPE_CHECKING:
     from sandforge.runtime.agent.calllog import CallLog
@@ -376,8 +378,10 @@ class TenantRuntime:
     Thread-safe; :meth:`close` releases the sandbox (no worker or container survives) and the database.
     """
 
-    def __init__(self, server: ServerConfig, tenant: TenantConfig) -> None:
+    def __init__(self, server: ServerConfig, tenant: TenantConfig, *, threads: Threads | None = None) -> None:
         self.server = server
+        #: the async executions' thread pools, shared by the server's tenants (None: this runtime's own)
+        self.threads = threads
         self.config = tenant
         self.name = tenant.name
         self.state_dir = server.tenant_state_dir(tenant)
@@ -468,7 +472,8 @@ class TenantRuntime:
         raise ProviderUnavailable("this tenant has no chat provider configured")
 
     def sandbox_config(self) -> SandboxConfig:
-        return SandboxConfig.from_env(backend=self.backend, pool_size=self.server.pool_size)
+        # a service's thread count stays flat: its warm pools start their spawn threads when made
+        return SandboxConfig.from_env(backend=self.backend, pool_size=self.server.pool_size, prestart_threads=True)
 
     @property
     def sandbox(self) -> Sandbox:
@@ -479,7 +484,7 @@ class TenantRuntime:
     def async_sandbox(self) -> AsyncSandbox:
         """:attr:`sandbox` for the event loop (the same warm pools): ``POST /v1/exec`` awaits its executions
         there, with no thread waiting for each one's output."""
-        sandbox: AsyncSandbox = self._part("async_sandbox", lambda: AsyncSandbox(self.sandbox))
+        sandbox: AsyncSandbox = self._part("async_sandbox", lambda: AsyncSandbox(self.sandbox, threads=self.threads))
         return sandbox
 
     def limits(self, *, timeout_s: float | None = None, memory_mb: int | None = None) -> Limits:
@@ -550,7 +555,7 @@ class TenantRuntime:
             parts["workspace"].close()
         if "sessions" in parts:
             parts["sessions"].close()
-        if "async_sandbox" in parts:
+        if "async_sandbox" in parts and self.threads is None:  # shared threads are their owner's to stop
             parts["async_sandbox"].threads.shutdown()
         if "sandbox" in parts:
             parts["sandbox"].close()
@@ -585,6 +590,16 @@ def standalone_tenant(
     return runtime
 
 
+def service_threads(execution_slots: int) -> Threads:
+    """The async executions' thread pools of a server, every thread started: ``short`` (reaping an exit,
+    starting a worker, handed-off clean-ups) as the async API has it, ``long`` (a nested call's answer, a
+    fetch: at most one per execution at a time) one per execution slot, so no awaited execution waits for one."""
+    threads = Threads(short=min(DEFAULT_THREADS, execution_slots), long=execution_slots)
+    prestart(threads.short)
+    prestart(threads.long)
+    return threads
+
+
 class TenantRuntimes:
     """The factory: one :class:`TenantRuntime` per tenant of a :class:`ServerConfig`, made on first use.
 
@@ -597,6 +612,9 @@ class TenantRuntimes:
         self._stamp = self._file_stamp()
         self._runtimes: dict[str, TenantRuntime] = {}
         self._lock = threading.Lock()
+        #: the awaited executions' threads (reaping, starting workers, nested calls), shared by every tenant and
+        #: all started now: bounded by the execution slots, so the server's thread count never grows
+        self.threads = service_threads(config.execution_slots)
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
         if self.config_path is None:
@@ -625,7 +643,7 @@ class TenantRuntimes:
         with self._lock:
             rt = self._runtimes.get(name)
             if rt is None:
-                rt = TenantRuntime(self.config, self.config.tenant(name))
+                rt = TenantRuntime(self.config, self.config.tenant(name), threads=self.threads)
                 self._runtimes[name] = rt
             return rt
 
@@ -638,5 +656,6 @@ class TenantRuntimes:
     def close(self) -> None:
         with self._lock:
             runtimes, self._runtimes = list(self._runtimes.values()), {}
+        self.threads.shutdown()  # waits for the workers' handed-off clean-ups, before their sandboxes close
         for rt in runtimes:
             rt.close()

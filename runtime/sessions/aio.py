@@ -63,7 +63,7 @@ class AsyncSession:
         await asyncio.get_running_loop().run_in_executor(self._thread, _nothing)  # the turn thread has unwound
         self._thread.shutdown(wait=False)
         if self._owns_threads:
-            self._threads.shutdown()
+            await self._threads.shutdown_async()
 
     async def __aenter__(self) -> AsyncSession:
         return self

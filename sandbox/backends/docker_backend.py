@@ -17,7 +17,6 @@ import atexit
 import contextlib
 import logging
 import os
-import select
 import signal
 import socket
 import struct
@@ -28,7 +27,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from sandforge.sandbox import boot, handoff, image, leftovers, protections, verify
-from sandforge.sandbox.channel import Stream, WorkerIO, send_deadline
+from sandforge.sandbox.channel import Stream, WorkerIO, send_deadline, wait_fd
 from sandforge.sandbox.cleanup import CleanupQueue
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.containers import (
@@ -124,14 +123,13 @@ class AttachIO(WorkerIO):
                 remaining = until - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError("the sandbox container stopped reading its input") from None
-                select.select([], [self.sock], [], remaining)
+                wait_fd(self.sock, remaining, write=True)
 
     def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
         if self.eof:
             time.sleep(min(timeout, 0.01))
             return []
-        readable, _, _ = select.select([self.sock], [], [], max(timeout, 0))
-        if not readable:
+        if not wait_fd(self.sock, timeout):
             return []
         try:
             data = self.sock.recv(1 << 20)
@@ -167,8 +165,7 @@ class AttachIO(WorkerIO):
         if self.eof:
             return True
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
-            if not readable:
+            if not wait_fd(self.sock, 0):
                 return False
             return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
         except BlockingIOError:

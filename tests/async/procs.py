@@ -6,19 +6,46 @@ import asyncio
 
 import psutil
 
+from sandforge.sandbox import Sandbox
 
-def workers() -> set[int]:
-    """Sandbox processes: this process's grandchildren and below (its children are the zygotes).
+
+def zygotes(sandbox: Sandbox) -> set[int]:
+    """The zygote processes of ``sandbox``'s subprocess backends (each started on its first execution)."""
+    found = set()
+    for backend in list(sandbox._backends.values()):
+        found.update(z.proc.pid for z in list(getattr(backend, "_zygotes", {}).values()))
+    return found
+
+
+def workers(of: Sandbox | None = None) -> set[int]:
+    """Sandbox processes: this process's grandchildren and below (its children are the zygotes); with ``of``,
+    only ``sandbox``'s (the descendants of its own zygotes).
+
+    A test that counts what its call started must say ``of``: another sandbox's warm pool refills on its own
+    threads, and a worker it starts while the test runs is new to an unscoped count, and rightly never ends
+    (it waits, warm, for a request). The module's shared pool did that just after the tests that drained it,
+    about one run in ten under load, and failed the cancellation test (issue 24).
 
     A child may end while it is listed: the leftovers pass a backend starts runs ``runc list`` and ``runsc
     list`` as children of this process, just when the first execution starts. Such a child has no
     grandchildren to count; asking for them raises NoSuchProcess, which made this helper (not the code under
     test) fail about one run in six, leaving the test's call running (issue 24)."""
     found: set[int] = set()
-    for child in psutil.Process().children():
+    roots = psutil.Process().children() if of is None else _processes(zygotes(of))
+    for child in roots:
         try:
             found.update(p.pid for p in child.children(recursive=True))
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def _processes(pids: set[int]) -> list[psutil.Process]:
+    found = []
+    for pid in pids:
+        try:
+            found.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
             continue
     return found
 
@@ -45,10 +72,10 @@ async def gone(pids: set[int]) -> set[int]:
     return alive(pids)
 
 
-async def wait_for_new(before: set[int]) -> set[int]:
-    """The sandbox processes started since ``before``, polled until there is one."""
+async def wait_for_new(before: set[int], of: Sandbox | None = None) -> set[int]:
+    """The sandbox processes (of ``of``'s, if given) started since ``before``, polled until there is one."""
     for _ in range(3000):
-        new = workers() - before
+        new = workers(of) - before
         if new:
             return new
         await asyncio.sleep(0.01)

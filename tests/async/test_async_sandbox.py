@@ -115,9 +115,9 @@ def test_cancelling_ends_the_execution_and_cleans_up() -> None:
     async def main() -> tuple[set[int], set[int]]:
         async with AsyncSandbox(SandboxConfig(backend="subprocess", pool_size=0, limits=LONG)) as asb:
             assert (await asb.execute(ExecutionRequest(code="return 1", limits=LONG))).ok  # the zygote is up
-            before = workers()
+            before = workers(asb.sandbox)
             task = asyncio.create_task(asb.execute(ExecutionRequest(code=SPIN, limits=LONG)))
-            running = await wait_for_new(before)
+            running = await wait_for_new(before, asb.sandbox)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -131,13 +131,13 @@ def test_cancelling_ends_the_execution_and_cleans_up() -> None:
 def test_cancelling_while_the_worker_starts_leaves_nothing_running() -> None:
     async def main() -> set[int]:
         async with AsyncSandbox(SandboxConfig(backend="subprocess", pool_size=0)) as asb:
-            before = workers()
+            before = workers(asb.sandbox)
             task = asyncio.create_task(asb.execute(ExecutionRequest(code=SPIN, limits=LONG)))  # starts a zygote
             await asyncio.sleep(0.05)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            return await gone(workers() - before)
+            return await gone(workers(asb.sandbox) - before)
 
     assert not run(main())
 
@@ -156,7 +156,7 @@ def test_cancelling_during_a_nested_call_does_not_wait_for_its_answer() -> None:
     async def main() -> set[int]:
         async with AsyncSandbox(SandboxConfig(backend="subprocess", pool_size=0)) as asb:
             assert (await asb.execute(ExecutionRequest(code="return 1"))).ok
-            before = workers()
+            before = workers(asb.sandbox)
             request = ExecutionRequest(code="return tool('slow').work().value", limits=LONG)
             task = asyncio.create_task(asb.execute(request, bridge=bridge))
             await asyncio.get_running_loop().run_in_executor(None, asked.wait, 60)
@@ -164,7 +164,7 @@ def test_cancelling_during_a_nested_call_does_not_wait_for_its_answer() -> None:
             with pytest.raises(asyncio.CancelledError):
                 await task
             assert not answered, "the cancellation waited for the nested call's answer"
-            left = await gone(workers() - before)
+            left = await gone(workers(asb.sandbox) - before)
             release.set()
             return left
 
@@ -202,10 +202,10 @@ def test_asyncio_timeout_around_an_execution_ends_it() -> None:
     async def main() -> set[int]:
         async with AsyncSandbox(SandboxConfig(backend="subprocess", pool_size=0, limits=LONG)) as asb:
             assert (await asb.execute(ExecutionRequest(code="return 1", limits=LONG))).ok
-            before = workers()
+            before = workers(asb.sandbox)
             with pytest.raises(TimeoutError):
                 async with asyncio.timeout(1.0):
                     await asb.execute(ExecutionRequest(code=SPIN, limits=LONG))
-            return await gone(workers() - before)
+            return await gone(workers(asb.sandbox) - before)
 
     assert not run(main())

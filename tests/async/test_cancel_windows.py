@@ -117,7 +117,7 @@ def test_cancel_while_the_worker_is_started(
 
     async def main() -> set[int]:
         loop = asyncio.get_running_loop()
-        before = workers()
+        before = workers(asb.sandbox)
         task = asyncio.create_task(asb.execute(ExecutionRequest(code=SPIN, limits=LONG)))
         hook = lambda: cancel_from_thread(loop, task)  # noqa: E731
         if when == "during":
@@ -125,7 +125,7 @@ def test_cancel_while_the_worker_is_started(
         else:
             spawns.after = hook
         await cancelled(task)
-        return await gone(workers() - before)
+        return await gone(workers(asb.sandbox) - before)
 
     assert not run(main())
     assert len(spawns.started) == 1 and spawns.all_gone()
@@ -169,11 +169,11 @@ def test_cancel_at_each_step_of_the_execution(
     monkeypatch.setattr(Sandbox, "run_steps", staticmethod(cancel_at(Sandbox.run_steps, at, seen)))
 
     async def main() -> set[int]:
-        before = workers()
+        before = workers(asb.sandbox)
         request = ExecutionRequest(code=NEST_THEN_SPIN, limits=LONG)
         task = asyncio.create_task(asb.execute(request, bridge=answer))
         await cancelled(task)
-        return await gone(workers() - before)
+        return await gone(workers(asb.sandbox) - before)
 
     assert not run(main())
     assert len(spawns.started) == 1 and spawns.all_gone()
@@ -223,11 +223,11 @@ def test_a_call_cancelled_between_check_and_tracking(
         with scope_cancelled_after(monkeypatch, method) as fired:
             async with AsyncAgent.for_role("calc", provider=ScriptedProvider([SPIN_AFTER_WRITING]), sandbox=asb,
                                            log=log, context={"total": 1}) as calc:  # fmt: skip
-                before = workers()
+                before = workers(asb.sandbox)
                 task = asyncio.create_task(calc.call("spin"))
                 await cancelled(task)
                 assert fired
-                return calc.context, await gone(workers() - before)
+                return calc.context, await gone(workers(asb.sandbox) - before)
 
     context, left = run(main())
     assert context == {"total": 1} and not left
@@ -242,10 +242,10 @@ def test_closing_a_workspace_cancels_its_running_call(asb: AsyncSandbox) -> None
     async def main() -> tuple[dict[str, Any], set[int]]:
         calc = AsyncAgent.for_role("calc", provider=ScriptedProvider([SPIN_AFTER_WRITING]), sandbox=asb, log=log,
                                    context={"total": 1})  # fmt: skip
-        before = workers()
+        before = workers(asb.sandbox)
         task = asyncio.create_task(calc.call("spin"))
         for _ in range(6000):  # the program is running (its worker's pid-1 child is there)
-            if len(alive(workers() - before)) >= 2:
+            if len(alive(workers(asb.sandbox) - before)) >= 2:
                 break
             await asyncio.sleep(0.01)
         async with asyncio.timeout(GUARD_S):
@@ -253,7 +253,7 @@ def test_closing_a_workspace_cancels_its_running_call(asb: AsyncSandbox) -> None
         await cancelled(task)
         with pytest.raises(CallsClosed):
             await calc.call("spin")
-        return calc.context, await gone(workers() - before)
+        return calc.context, await gone(workers(asb.sandbox) - before)
 
     context, left = run(main())
     assert context == {"total": 1} and not left

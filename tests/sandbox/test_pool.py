@@ -117,3 +117,42 @@ def test_engine_down_backs_off_and_recovers() -> None:
         assert pool.last_error is None
     finally:
         pool.close()
+
+
+def test_a_worker_handed_to_a_loop_that_never_runs_again_is_destroyed_at_close() -> None:
+    """A start finishing for an awaiting caller is delivered on the caller's loop; when that loop stops before
+    running the delivery, the worker is neither ready nor handed out: ``close`` still destroys it."""
+    import asyncio
+
+    pool = WarmPool(FakeWorker, size=0, idle_s=60, name="t")  # type: ignore[arg-type]
+    loop = asyncio.new_event_loop()
+    waiter: asyncio.Future[object] = loop.create_future()
+    pool._waiters.append((loop, waiter))  # type: ignore[arg-type]  # what acquire_async registers
+    worker = FakeWorker()
+    pool._hand_over(worker)  # type: ignore[arg-type]  # queued on the loop, which never runs again
+    loop.close()
+    assert not worker.destroyed
+    pool.close()
+    assert worker.destroyed
+
+
+def test_a_delivery_after_close_gives_the_waiter_the_closed_pools_error() -> None:
+    """The close destroyed the worker on its way: the waiter, if its loop still runs, gets a typed error, never
+    a destroyed worker and never an endless wait."""
+    import asyncio
+
+    async def main() -> BaseException | None:
+        pool = WarmPool(FakeWorker, size=0, idle_s=60, name="t")  # type: ignore[arg-type]
+        waiter: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        pool._waiters.append((asyncio.get_running_loop(), waiter))  # type: ignore[arg-type]
+        worker = FakeWorker()
+        pool._hand_over(worker)  # type: ignore[arg-type]  # the delivery waits for this loop's next turn
+        pool.close()  # before that turn
+        assert worker.destroyed
+        try:
+            await asyncio.wait_for(waiter, 5)
+        except SandboxUnavailable as exc:
+            return exc
+        return None
+
+    assert isinstance(asyncio.run(main()), SandboxUnavailable)
