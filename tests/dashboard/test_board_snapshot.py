@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,30 +18,14 @@ from sandforge.runtime.dashboard.boardsnap import BoardSnapshot
 from sandforge.runtime.dashboard.healthsnap import HealthSnapshot
 from sandforge.runtime.dashboard.views import Board, artifact_page, overview_page, tools_page
 from sandforge.runtime.guardrails import Policy, default_policy
-from sandforge.runtime.store import ArtifactCandidate, FailureClass, ToolStore, assess_cacheability
+from sandforge.runtime.store import FailureClass, ToolStore
 from sandforge.sandbox import SandboxConfig
-
-ROLES = ("calc", "fmt", "geo")
-
-
-def _age(store: ToolStore) -> None:
-    """Every store file written an hour ago: past the racy window, so stamps are trusted."""
-    hour_ago = time.time() - 3600
-    for path in store.paths.tools.rglob("*.json"):
-        os.utime(path, (hour_ago, hour_ago))
+from tests.dashboard.seeded import ROLES, seeded_store
 
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    store = ToolStore(tmp_path / "state")
-    for k, role in enumerate(ROLES):
-        code = f"return args[0] * {k + 3}\n"
-        store.record_regeneration(ArtifactCandidate(
-            role=role, method_name="run", code=code, runtime_version="0.1.0", prompt_version=None,
-            cacheability=assess_cacheability("run", code, [2], {}, is_delegated_contract=False),
-        ))  # fmt: skip
-        store.record_success(role, "run", count=3)
-    _age(store)
+    seeded_store(tmp_path / "state")
     return tmp_path
 
 

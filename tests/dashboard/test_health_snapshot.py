@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,32 +15,15 @@ import pytest
 from sandforge.runtime.dashboard import toolhealth
 from sandforge.runtime.dashboard.views import Board, overview_page, tools_page
 from sandforge.runtime.guardrails import default_policy
-from sandforge.runtime.store import ArtifactCandidate, FailureClass, ToolStore, assess_cacheability
+from sandforge.runtime.store import FailureClass, ToolStore
 from sandforge.runtime.store.selection import SelectionPolicy
 from sandforge.sandbox import SandboxConfig
-
-CODE = "return args[0] * {k}\n"
-ROLES = ("calc", "fmt", "geo")
-
-
-def _age(store: ToolStore) -> None:
-    """Every store file written an hour ago: past the racy window, so stamps are trusted."""
-    hour_ago = time.time() - 3600
-    for path in store.paths.tools.rglob("*.json"):
-        os.utime(path, (hour_ago, hour_ago))
+from tests.dashboard.seeded import ROLES, seeded_store
 
 
 @pytest.fixture
 def state(tmp_path: Path) -> Path:
-    store = ToolStore(tmp_path / "state")
-    for k, role in enumerate(ROLES):
-        code = CODE.format(k=k + 3)
-        store.record_regeneration(ArtifactCandidate(
-            role=role, method_name="run", code=code, runtime_version="0.1.0", prompt_version=None,
-            cacheability=assess_cacheability("run", code, [2], {}, is_delegated_contract=False),
-        ))  # fmt: skip
-        store.record_success(role, "run", count=3)
-    _age(store)
+    seeded_store(tmp_path / "state")
     return tmp_path
 
 
