@@ -30,8 +30,6 @@ TCP_NODELAY, as real servers set.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import http.client
 import multiprocessing
 import os
@@ -52,9 +50,9 @@ from sandforge.runtime.egress import (
     FetchResponse,
     transport,
 )
-from sandforge.runtime.egress.transport import F_SETPIPE_SZ, PinnedResponse
+from sandforge.runtime.egress.transport import PinnedResponse
 from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
-from sandforge.sandbox.channel import PipedBody
+from sandforge.sandbox.channel import PipedBody, widen_pipe
 from sandforge.sandbox.exchange import no_bridge
 from sandforge.sandbox.protocol import BridgeReply, CallFrame
 
@@ -358,8 +356,7 @@ class _CannedPiped(_Canned):
         self, request: Mapping[str, Any], deadline: float
     ) -> tuple[dict[str, Any], bytes | PipedBody | None]:
         out, into = os.pipe2(os.O_CLOEXEC)
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(into, F_SETPIPE_SZ, transport.PIPE_SIZE)
+        widen_pipe(into, transport.PIPE_SIZE)
         offset = 0
         while offset < len(self.body):
             offset += os.sendfile(into, self.source, offset, len(self.body) - offset)

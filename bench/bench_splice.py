@@ -22,7 +22,6 @@ the request to the sandbox's acknowledgement (end to end), and this thread's CPU
 from __future__ import annotations
 
 import argparse
-import fcntl
 import http.client
 import multiprocessing
 import os
@@ -33,12 +32,11 @@ import struct
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 from sandforge.runtime.egress.transport import PinnedResponse
+from sandforge.sandbox.channel import widen_pipe
 
 HEADER = struct.Struct(">I")
-F_SETPIPE_SZ = 1031
 BODY: list[bytes] = [b""]
 
 
@@ -76,8 +74,7 @@ class Host:
         self.channel, self.ack, self.size = channel, ack, size
         self.buffer = bytearray(size)
         self.pipe_r, self.pipe_w = os.pipe()
-        cap = int(Path("/proc/sys/fs/pipe-max-size").read_text())
-        fcntl.fcntl(self.pipe_w, F_SETPIPE_SZ, min(4 * size, cap))  # room for the body's page fragments
+        widen_pipe(self.pipe_w, 4 * size)  # room for the body's page fragments
 
     def _response(self) -> http.client.HTTPResponse:
         self.conn.request("GET", "/")

@@ -123,14 +123,21 @@ PIPE_BYTES = 1 << 20
 F_SETPIPE_SZ = 1031
 
 
-def widen_pipe(fd: int) -> None:
-    """Grow a pipe's buffer to `PIPE_BYTES` (or the system's cap); a pipe that cannot grow works as before."""
+def _pipe_max() -> int:
     try:
-        cap = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        return int(Path("/proc/sys/fs/pipe-max-size").read_text())
     except (OSError, ValueError):
-        cap = PIPE_BYTES
+        return 0
+
+
+#: The largest pipe buffer this process may ask for (``/proc/sys/fs/pipe-max-size``, read once; 0: unknown).
+PIPE_MAX_BYTES = _pipe_max()
+
+
+def widen_pipe(fd: int, size: int = PIPE_BYTES) -> None:
+    """Grow a pipe's buffer to ``size`` (at most the system's cap); a pipe that cannot grow works as before."""
     with contextlib.suppress(OSError):
-        fcntl.fcntl(fd, F_SETPIPE_SZ, min(PIPE_BYTES, cap))
+        fcntl.fcntl(fd, F_SETPIPE_SZ, min(size, PIPE_MAX_BYTES or PIPE_BYTES))
 
 
 class PipeIO(WorkerIO):
@@ -262,6 +269,6 @@ def socket_channel() -> tuple[socket.socket, int]:
 
 
 __all__ = [
-    "DEFAULT_SEND_TIMEOUT_S", "PIPE_BYTES", "PipeIO", "PipedBody", "SocketIO", "Stream", "WorkerIO", "send_deadline",
-    "socket_channel", "wait_writable", "widen_pipe",
+    "DEFAULT_SEND_TIMEOUT_S", "PIPE_BYTES", "PIPE_MAX_BYTES", "PipeIO", "PipedBody", "SocketIO", "Stream", "WorkerIO",
+    "send_deadline", "socket_channel", "wait_fd", "wait_writable", "widen_pipe",
 ]  # fmt: skip

@@ -17,7 +17,6 @@ reuse skips a TCP (and TLS) handshake, never a decision; a connection never outl
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import heapq
 import http.client
 import itertools
@@ -36,25 +35,15 @@ from typing import Any, BinaryIO
 from sandforge.runtime.egress.addresses import IPAddress, Verdict
 from sandforge.runtime.egress.errors import EgressLimit, NetworkError
 from sandforge.runtime.egress.urls import Target
-from sandforge.sandbox.channel import SPLICE_FLAGS, PipedBody, wait_fd
+from sandforge.sandbox import channel
+from sandforge.sandbox.channel import SPLICE_FLAGS, PipedBody, wait_fd, widen_pipe
 
 READ_CHUNK = 64 * 1024
 #: A plain-HTTP body of at least this many bytes with a declared length, for a caller that takes a pipe
 #: (`Outgoing.piped`), is spliced from the socket into a pipe (`stage`): never copied into this process.
 PIPE_MIN_BYTES = 1 << 16
-F_SETPIPE_SZ, F_GETPIPE_SZ = 1031, 1032
-
-
-def _pipe_max() -> int:
-    try:
-        with open("/proc/sys/fs/pipe-max-size") as limit:
-            return int(limit.read())
-    except (OSError, ValueError):
-        return 0
-
-
 #: The largest pipe this process may make (a body larger than this is read as bytes); 0 without splice.
-PIPE_MAX_BYTES = _pipe_max() if hasattr(os, "splice") else 0
+PIPE_MAX_BYTES = channel.PIPE_MAX_BYTES if hasattr(os, "splice") else 0
 #: The size asked of each body's pipe (the largest: it holds page fragments, so a body may need more
 #: than its length; one that still does not fit is read back as bytes, see `stage`).
 PIPE_SIZE = PIPE_MAX_BYTES
@@ -523,8 +512,7 @@ def stage(
     out, into = os.pipe2(os.O_CLOEXEC)
     body = PipedBody(prefix, out, length)
     try:
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(into, F_SETPIPE_SZ, PIPE_SIZE)
+        widen_pipe(into, PIPE_SIZE)
         left = _splice_in(sock, into, left, request, watch)
         os.close(into)
         into = -1
