@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from sandforge.runtime.agent import Budgets, CallLog, Outcome, Workspace, read_records
 from sandforge.runtime.guardrails import Policy, default_policy, load_policy
 from sandforge.runtime.providers import ScriptedProvider
-from sandforge.sandbox import SandboxConfig
+from sandforge.sandbox import Limits, SandboxConfig
 from tests.egress.conftest import Net
 
 pytestmark = pytest.mark.netns
@@ -54,11 +54,15 @@ def backend(sandbox_backend: str) -> str:
 
 
 class Run:
-    def __init__(self, tmp_path: Path, backend: str, policy: Policy, programs: list[str], **budgets: int) -> None:
+    def __init__(
+        self, tmp_path: Path, backend: str, policy: Policy, programs: list[str], *, limits: Limits | None = None,
+        **budgets: int,
+    ) -> None:  # fmt: skip
         self.log_path = tmp_path / "calls.jsonl"
         self.provider = ScriptedProvider(programs)
+        config = SandboxConfig(backend=backend, pool_size=0, limits=limits or Limits())
         self.ws = Workspace(
-            provider=self.provider, sandbox=SandboxConfig(backend=backend, pool_size=0), policy=policy,
+            provider=self.provider, sandbox=config, policy=policy,
             log=CallLog(self.log_path), budgets=Budgets(**budgets),
         )  # fmt: skip
 
@@ -243,7 +247,9 @@ def test_agents_on_one_policy_fetch_at_once(tmp_path: Path, net: Net, runs: list
     url = f"http://allowed.test:{net.port}/wait"
     for index in range(4):
         (tmp_path / str(index)).mkdir()
-        runs.append(Run(tmp_path / str(index), "subprocess", policy, [program(url)]))
+        # each waits at the barrier for the slowest cold start (seconds on a loaded CI machine): a limit past
+        # the barrier's own 20 s, so only an agent side that serialised the fetches fails here
+        runs.append(Run(tmp_path / str(index), "subprocess", policy, [program(url)], limits=Limits(timeout_s=30)))
     outcomes: list[Outcome] = []
     threads = [threading.Thread(target=lambda run=run: outcomes.append(run.call())) for run in runs]
     for thread in threads:
