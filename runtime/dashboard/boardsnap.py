@@ -1,7 +1,7 @@
 """The tools board persisted between processes: a fresh process's first page reads no registry and no method file.
 
 The Overview and Tools pages count, sort and filter *every* tool (10,000 in the benchmark), which needs, per
-tool, a few registry fields and its methods' badges. Decoding ``registry.json`` alone took 0.28 s there, the
+tool, a few registry fields and its methods' badges. Decoding the whole registry alone took 0.28 s there, the
 entries' digests 0.2 s, the methods' persisted health 0.35 s. The board keeps just those fields per tool
 (:class:`ToolSnap`) in the health snapshot's file (:mod:`.healthsnap`, same context: prompt version, selection
 policy, this module's version), with two keys:
@@ -9,10 +9,13 @@ policy, this module's version), with two keys:
 - each row carries the digest of the registry entry it was computed from: a process that decoded the registry
   reuses a row only for an entry with that digest (every store write changes the tool's entry, as in
   :mod:`.healthsnap`), and computes the others;
-- the board as a whole carries the digest of ``registry.json``'s exact bytes it describes (every row, none
-  more): a process whose registry file has those bytes takes the whole board without decoding the registry.
-  Any change to the file, by the store or by hand, is another digest. A save that raced another process's
-  (the generation counter moved) rewrites the whole board.
+- the board as a whole carries the registry version it describes (every row, none more): the registry's
+  ``(generation, seq)`` (:mod:`runtime.store.registry_db`), read without decoding anything. A process that finds
+  the registry at that version takes the whole board; one that finds a later sequence of the same generation
+  takes the board and computes again only the rows of the entries written since (one small read of the
+  registry: no whole decode, no digest of every entry); another generation (a tool deleted, a rebuild) or no
+  known version rebuilds from the whole registry. A save that raced another process's (the board's own
+  generation counter moved) rewrites the whole board.
 
 A method file changed by hand, the registry untouched, is not seen by the counts until a page shows that
 tool: the rows a page shows are checked against their method files' stamps (``HealthCache.methods(verify=True)``)
@@ -149,10 +152,10 @@ def summarize_board(rows: list[ToolSnap]) -> Summary:
 
 @dataclass(frozen=True)
 class StoredBoard:
-    """What the snapshot holds: the registry digest its rows describe (None: not known to be whole), the
+    """What the snapshot holds: the registry version its rows describe (None: not known to be whole), the
     generation it was read at, and the rows in role order."""
 
-    registry: bytes | None
+    registry: str | None
     generation: int
     rows: list[ToolSnap]
 
@@ -164,14 +167,14 @@ class BoardSnapshot:
         self.snapshot = snapshot
 
     def load(self) -> StoredBoard:
-        registry: bytes | None = None
+        registry: str | None = None
         generation, rows = -1, []
         with self.snapshot.connection() as db:
             if db is not None:
                 db.execute("BEGIN")  # one read transaction: the meta and the rows of the same save
                 meta = dict(db.execute("SELECT key, value FROM meta WHERE key IN ('board', 'board_gen')").fetchall())
                 generation = int(meta.get("board_gen", "0"))
-                registry = bytes.fromhex(meta["board"]) if meta.get("board") else None
+                registry = meta.get("board") or None
                 try:
                     rows = _rows(db)
                 except (ValueError, TypeError, IndexError) as exc:  # not what this module writes: none used
@@ -181,7 +184,7 @@ class BoardSnapshot:
         return StoredBoard(registry, generation, rows)
 
     def save(
-        self, registry: bytes | None, generation: int, rows: list[ToolSnap],
+        self, registry: str | None, generation: int, rows: list[ToolSnap],
         changed: list[tuple[ToolSnap, str | None]], gone: list[str],
     ) -> int:  # fmt: skip
         """Write the ``changed`` rows (with their entry's JSON when known) and drop the ``gone`` roles, or write
@@ -203,7 +206,7 @@ class BoardSnapshot:
                                [(t.role, t.digest, text) for t, text in changed if text is not None])  # fmt: skip
                 if whole or gone:
                     db.execute("DELETE FROM board_entry WHERE role NOT IN (SELECT role FROM board)")
-                db.execute("INSERT OR REPLACE INTO meta VALUES ('board', ?)", (registry.hex() if registry else "",))
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('board', ?)", (registry or "",))
                 db.execute(
                     "INSERT OR REPLACE INTO meta VALUES ('board_summary', ?)", (summarize_board(rows).to_json(),)
                 )
@@ -212,21 +215,21 @@ class BoardSnapshot:
                 new = current + 1
         return new
 
-    def summary(self, registry: bytes) -> Summary | None:
+    def summary(self, registry: str) -> Summary | None:
         """The summary saved with the board, when the board describes ``registry`` (else None), without
         reading its rows: a fresh process's first Overview."""
         found: Summary | None = None
         with self.snapshot.connection() as db:
             if db is not None:
                 meta = dict(db.execute("SELECT key, value FROM meta WHERE key IN ('board', 'board_summary')"))
-                if meta.get("board") == registry.hex() and "board_summary" in meta:
+                if meta.get("board") == registry and "board_summary" in meta:
                     try:
                         found = Summary.from_json(meta["board_summary"])
                     except (ValueError, TypeError, KeyError) as exc:
                         log.warning("health snapshot: unreadable board summary (%s)", exc)
         return found
 
-    def entry(self, role: str, registry: bytes) -> RegistryEntry | None:
+    def entry(self, role: str, registry: str) -> RegistryEntry | None:
         """The entry of ``role`` as the board holds it, when the board describes ``registry`` (else None)."""
         found: RegistryEntry | None = None
         with self.snapshot.connection() as db:
@@ -234,7 +237,7 @@ class BoardSnapshot:
                 row = db.execute(
                     "SELECT e.entry FROM board b JOIN board_entry e ON e.role = b.role AND e.digest = b.digest "
                     "WHERE b.role = ? AND EXISTS (SELECT 1 FROM meta WHERE key = 'board' AND value = ?)",
-                    (role, registry.hex()),
+                    (role, registry),
                 ).fetchone()
                 if row is not None:
                     try:

@@ -35,7 +35,7 @@ from sandforge.runtime.store.selection import SelectionPolicy
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_VERSION = 4
+SNAPSHOT_VERSION = 5
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS health (

@@ -35,8 +35,6 @@ from sandforge.runtime.dashboard.toolhealth import (
     Badge,
     HealthCache,
     MethodHealth,
-    Stamp,
-    file_stamp,
     worst,
 )
 from sandforge.runtime.gc_pause import gc_paused
@@ -80,14 +78,13 @@ class Board:
         self.boards = BoardSnapshot(snapshot)
         self._policy = policy  # or how to get it: the tenant's is built on first use (0.36 s on a busy machine),
         self._sandbox = sandbox  # and only the artifact and call pages need it
-        self._snapshot: tuple[Stamp | None, float, list[ToolSnap]] | None = None
-        self._registry: bytes | None = None  # the digest of the registry the rows in memory describe
+        self._snapshot: tuple[str | None, float, list[ToolSnap]] | None = None
+        self._registry: str | None = None  # the registry version the rows in memory describe
         self._generation = -1  # of the persisted board, as this process last read or wrote it
         self._loaded = False
         self._rebuilding = threading.Lock()
         self._entries: dict[tuple[str, bytes], RegistryEntry] = {}  # read from the board, by (role, entry digest)
-        self._digest: tuple[Stamp, float, bytes | None] | None = None
-        self._summary: tuple[Stamp | None, float, Summary] | None = None  # persisted, read before the rows
+        self._summary: tuple[str, float, Summary] | None = None  # persisted, read before the rows
         self.derived: dict[Any, Any] = {}  # what is computed from the snapshot, kept with it
 
     @functools.cached_property
@@ -101,56 +98,82 @@ class Board:
     def close(self) -> None:
         self.calls.close()
 
-    def _registry_stamp(self) -> Stamp | None:
-        return file_stamp(str(self.store.paths.registry))
-
-    def _registry_digest(self) -> bytes | None:
-        """The store's :meth:`~ToolStore.registry_digest`, kept while the registry keeps its stamp, for at most
-        SNAPSHOT_S (as the tools list is): hashing 7 MB per page would cost a warm page 20 ms."""
-        stamp, now = self._registry_stamp(), time.monotonic()
-        kept = self._digest
-        if stamp is not None and kept is not None and kept[0] == stamp and kept[1] > now:
-            return kept[2]
-        digest = self.store.registry_digest()
-        self._digest = (stamp, now + SNAPSHOT_S, digest) if stamp is not None else None
-        return digest
+    def _version(self) -> str | None:
+        """The registry's version now (:meth:`~ToolStore.registry_version`: one small read, nothing decoded)."""
+        return self.store.registry_version()
 
     def tools(self) -> list[ToolSnap]:
-        """Every tool with its methods' badges, in role order. Kept while ``registry.json`` keeps its stamp
-        (:func:`~.toolhealth.file_stamp`: none while it was written within RACY_S) and for at most SNAPSHOT_S;
-        then taken again: as it was when the registry's bytes are the same, else from the persisted board
-        (:mod:`.boardsnap`) when it describes these bytes, else rebuilt from the registry, only the entries that
-        changed reading their method files again. Successes still queued by the tenant's write-behind are
-        written first: the pages show every call that has returned (the call log already does)."""
+        """Every tool with its methods' badges, in role order. Kept while the registry keeps its version (its
+        ``(generation, seq)``) and for at most SNAPSHOT_S (method files changed by hand show then); then taken
+        again: from the persisted board (:mod:`.boardsnap`) when it describes this version, else the board (or
+        the rows in memory) with only the rows written since updated (:meth:`~ToolStore.changed_since`), else
+        rebuilt from the whole registry, only the entries that changed reading their method files again.
+        Successes still queued by the tenant's write-behind are written first: the pages show every call that
+        has returned (the call log already does)."""
         self.store.settle()
-        stamp = self._registry_stamp()
+        version = self._version()
         now = time.monotonic()
         snap = self._snapshot
-        if snap is not None and stamp is not None and snap[0] == stamp and snap[1] > now:
+        if snap is not None and version is not None and snap[0] == version and snap[1] > now:
             return snap[2]
         with self._rebuilding:  # concurrent first pages: one reads the board (or the registry), the others wait
-            if self._snapshot is not snap and (done := self._snapshot) is not None and done[0] == stamp:
+            if self._snapshot is not snap and (done := self._snapshot) is not None and done[0] == version:
                 return done[2]
-            digest = self._registry_digest()
-            if snap is not None and digest is not None and digest == self._registry:
+            if snap is not None and version is not None and version == self._registry:
                 rows = snap[2]
             else:
                 with gc_paused():  # thousands of small objects, no cycles: the collector would only cost time
-                    rows = self._rows(digest, snap[2] if snap is not None else None)
+                    rows = self._rows(version, snap[2] if snap is not None else None)
                 self.derived.clear()
-            self._snapshot = (stamp, now + SNAPSHOT_S, rows)
+            self._snapshot = (version, now + SNAPSHOT_S, rows)
         return rows
 
-    def _rows(self, digest: bytes | None, previous: list[ToolSnap] | None) -> list[ToolSnap]:
+    def _rows(self, version: str | None, previous: list[ToolSnap] | None) -> list[ToolSnap]:
+        held = self._registry
         if not self._loaded:  # once per process: later, the rows in memory are the newer
             self._loaded = True
             stored = self.boards.load()
             self._generation = stored.generation
-            if digest is not None and stored.registry == digest:
-                self._registry = digest
+            if version is not None and stored.registry == version:
+                self._registry = version
                 return stored.rows
-            previous = previous or stored.rows
-        entries, self._registry = self.store.list_tools_keyed()
+            if not previous:
+                previous, held = stored.rows, stored.registry
+        delta = self.store.changed_since(held) if held is not None and previous else None
+        if delta is not None and previous:
+            return self._patch(previous, *delta)
+        return self._rebuild(previous)
+
+    def _patch(self, previous: list[ToolSnap], version: str, entries: list[RegistryEntry]) -> list[ToolSnap]:
+        """``previous`` (the rows of an earlier version of the registry, same generation: no tool deleted since)
+        with the rows of the entries written since computed again."""
+        rows = list(previous)
+        at = {t.role: i for i, t in enumerate(rows)}
+        changed: list[tuple[ToolSnap, str | None]] = []
+        dropped = False
+        for entry in entries:
+            i = at.get(entry.role)
+            old = rows[i] if i is not None else None
+            key, text = self.health.entry_key(entry)
+            if old is not None and old.digest == key:
+                rows[at[entry.role]] = with_entry(old, entry)
+                continue
+            new = tool_snap(entry, self.health.methods(entry), key)
+            changed.append((new, text if text is not None else entry.model_dump_json()))
+            if old is None:
+                rows.append(new)
+            else:
+                rows[at[entry.role]] = new
+                dropped = dropped or bool({m.method for m in old.marks} - set(entry.methods))
+        if len(rows) != len(previous):
+            rows.sort(key=lambda t: t.role)
+        self._registry = version
+        self.health.persist({(t.role, m.method) for t in rows for m in t.marks} if dropped else None)
+        self._generation = self.boards.save(version, self._generation, rows, changed, [])
+        return rows
+
+    def _rebuild(self, previous: list[ToolSnap] | None) -> list[ToolSnap]:
+        entries, self._registry = self.store.list_tools_versioned()
         before = {t.role: t for t in previous or ()}
         rows: list[ToolSnap] = []
         changed: list[tuple[ToolSnap, str | None]] = []
@@ -197,14 +220,13 @@ class Board:
         summary persisted with the board when it describes the registry as it is now."""
         if self._snapshot is None and not self._loaded:
             self.store.settle()
-            stamp = self._registry_stamp()
+            version = self._version()
             kept = self._summary
-            if kept is not None and stamp is not None and kept[0] == stamp and kept[1] > time.monotonic():
+            if kept is not None and version is not None and kept[0] == version and kept[1] > time.monotonic():
                 return kept[2]
-            digest = self._registry_digest()
-            found = self.boards.summary(digest) if digest is not None else None
-            if found is not None:
-                self._summary = (stamp, time.monotonic() + SNAPSHOT_S, found)
+            found = self.boards.summary(version) if version is not None else None
+            if found is not None and version is not None:
+                self._summary = (version, time.monotonic() + SNAPSHOT_S, found)
                 return found
         rows = self.tools()
         if "summary" not in self.derived:
@@ -213,10 +235,10 @@ class Board:
         return result
 
     def entry(self, role: str) -> RegistryEntry | None:
-        """One tool's registry entry: from the persisted board when it describes the registry as it is now (a
-        fresh process's artifact page decodes no registry), else from the store."""
-        digest = self._registry_digest()
-        found = self.boards.entry(role, digest) if digest is not None else None
+        """One tool's registry entry: from the persisted board when it describes the registry as it is now, else
+        from the store (one row: a fresh process's artifact page decodes no registry either way)."""
+        version = self._version()
+        found = self.boards.entry(role, version) if version is not None else None
         return found if found is not None else self.store.get_tool(role)
 
     def entries(self, snaps: list[ToolSnap]) -> list[tuple[ToolSnap, RegistryEntry]]:

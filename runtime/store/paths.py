@@ -3,7 +3,8 @@
 Layout (ADR 0012 section 9, plus pattern memory of ADR 0013)::
 
     <state_dir>/tools/
-      registry.json                 every tool: contract + usage (one file, the index)
+      registry.sqlite               every tool: contract + usage, one row per tool (runtime.store.registry_db)
+      registry.json.migrated        the registry of before the rows (registry.json), kept after its migration
       patterns.json                 capability-pattern memory (rolling window per role)
       <role-dir>/manifest.json      the role's contract and its methods (name -> file)
       <role-dir>/<method>.json      current artifact + the previous two generations
@@ -65,7 +66,7 @@ def safe_component(name: str) -> str:
 def store_root(path: Path) -> Path:
     """The ``tools`` directory that ``path`` lies below: the trusted base of every store file.
 
-    Every name the store makes below ``tools/`` is fixed (``registry.json``, ``.archive``), a
+    Every name the store makes below ``tools/`` is fixed (``registry.sqlite``, ``.archive``), a
     ``<slug>-<hash>`` component or a timestamp, never ``tools`` itself, so the nearest ancestor with that
     name is the store's root; below it no symlink is followed (``runtime.files``).
     """
@@ -89,6 +90,11 @@ class StorePaths:
 
     @property
     def registry(self) -> Path:
+        return self.tools / "registry.sqlite"
+
+    @property
+    def legacy_registry(self) -> Path:
+        """``registry.json``: the registry as one document, migrated into :attr:`registry` once."""
         return self.tools / "registry.json"
 
     @property

@@ -123,6 +123,15 @@ def _read(
     return Loaded(value, "ok", migrated=migrated)
 
 
+def unique_name(candidate: Path) -> Path:
+    """``candidate``, or ``<candidate>-<n>`` for the first n that names no file yet."""
+    found, n = candidate, 1
+    while found.exists() or found.is_symlink():
+        found = candidate.with_name(f"{candidate.name}-{n}")
+        n += 1
+    return found
+
+
 def quarantine_name(path: Path, now: datetime) -> Path:
     stamp = now.astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     candidate = path.with_name(f"{path.name}.corrupt-{stamp}")

@@ -11,7 +11,6 @@ the role directories, a corrupt manifest from the method files, corrupt pattern 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -57,6 +56,9 @@ from sandforge.runtime.store.patterns import (
     promotion_signal,
     render_recent_patterns,
 )
+from sandforge.runtime.store.registry_db import CorruptRegistry, RegistryDB, registry_of
+from sandforge.runtime.store.registry_db import Snapshot as RegistrySnapshot
+from sandforge.runtime.store.registry_db import Version as RegistryVersion
 from sandforge.runtime.store.selection import (
     CORRUPT,
     DEFAULT_POLICY,
@@ -173,8 +175,9 @@ def _check_manifest(role: str) -> Callable[[RoleManifest], str | None]:
     return check
 
 
-def _content_digest(raw: bytes) -> bytes:
-    return hashlib.blake2b(raw, digest_size=16).digest()
+def _keep(entry: RegistryEntry) -> Callable[[RegistryEntry | None], RegistryEntry]:
+    """A row change that writes ``entry`` whatever is stored."""
+    return lambda _: entry
 
 
 def _activity(entry: RegistryEntry) -> datetime:
@@ -201,8 +204,8 @@ class ToolStore:
         self.policy = policy
         self._clock = clock or _utcnow
         self._lock = FileLock(self.paths.store_lock, timeout=lock_timeout, mode=0o600)
-        self._registry_cache: record_files.DecodeCache[RegistryFile] = record_files.DecodeCache()
-        self._registry_digest: tuple[bytes, bytes] | None = None  # registry.json's last bytes and their digest
+        self._db = RegistryDB(self.paths.registry, timeout=lock_timeout)
+        self._held: RegistrySnapshot | None = None  # the registry as this store last read or wrote it
         self._write_behind: weakref.WeakSet[_Flushable] = weakref.WeakSet()
         self.patterns = PatternMemory(
             self.paths, window_cap=pattern_window_cap, lock_timeout=lock_timeout, clock=self._clock
@@ -239,22 +242,86 @@ class ToolStore:
             return []
 
     def _load_registry(self) -> RegistryFile:
-        loaded = record_files.load(
-            self.paths.registry,
-            REGISTRY,
-            lock=self._lock,
-            now=self._clock,
-            check=_check_registry,
-            cache=self._registry_cache,
-        )
-        if loaded.value is not None:
-            return loaded.value
-        if loaded.status == "corrupt" or self._role_dirs():
-            return self._rebuild_registry()
-        return RegistryFile(schema_version=REGISTRY_SCHEMA_VERSION)
+        """The registry now: the rows written since the copy this store holds (none changed: that copy), or
+        every row; migrated from ``registry.json`` once, rebuilt when the file (or a row) is damaged."""
+        try:
+            snap = self._db.read(self._held)
+        except CorruptRegistry as exc:
+            return self._recover_registry(str(exc))
+        if snap is None:
+            return self._registry_missing()
+        if snap.bad:
+            return self._repair_rows(snap.bad)
+        self._held = snap
+        return snap.registry
 
-    def _write_registry(self, reg: RegistryFile) -> None:
-        record_files.write(self.paths.registry, reg, self._registry_cache)
+    def _registry_missing(self) -> RegistryFile:
+        """No registry.sqlite: migrate ``registry.json`` if there is one, rebuild from the role directories if
+        there are any (under the lock), else an empty registry (nothing is created until the first write)."""
+        legacy = self.paths.legacy_registry
+        if not legacy.exists() and not legacy.is_symlink() and not self._role_dirs():
+            return RegistryFile(schema_version=REGISTRY_SCHEMA_VERSION)
+        with self._locked():
+            if self._db.version() is not None:  # another process migrated or rebuilt it meanwhile
+                return self._load_registry()
+            found = record_files.load(  # SchemaTooNewError propagates: a newer sandforge's file is not migrated
+                legacy, REGISTRY, lock=self._lock, now=self._clock, check=_check_registry
+            )
+            if found.value is None:
+                return self._rebuild_registry()
+            self._create_registry(found.value.tools)
+            dest = record_files.unique_name(legacy.with_name("registry.json.migrated"))
+            try:
+                legacy.replace(dest)
+            except OSError as exc:
+                log.warning("registry.json migrated but not renamed (%s): it is ignored from now on", exc)
+            log.info("registry.json migrated into %s (%d tools); kept as %s", self.paths.registry.name,
+                     len(found.value.tools), dest.name)  # fmt: skip
+            return self._load_registry()
+
+    def _create_registry(self, tools: dict[str, RegistryEntry]) -> None:
+        self._db.create(tools)
+        self._held = None
+
+    def _recover_registry(self, reason: str) -> RegistryFile:
+        """registry.sqlite is damaged: under the lock, look again (another process may have rebuilt it), then
+        move it aside (``registry.sqlite.corrupt-<timestamp>``, side files with it) and rebuild."""
+        with self._locked():
+            try:
+                snap = self._db.read(None)  # the whole file again: the damage may be past its version
+                if snap is not None and snap.bad:
+                    return self._repair_rows(snap.bad)
+                if snap is not None:
+                    self._held = snap
+                    return snap.registry
+            except CorruptRegistry as exc:
+                reason = str(exc)
+            dest = record_files.quarantine_name(self.paths.registry, self._clock())
+            try:
+                self._db.move_aside(dest)
+            except OSError as exc:
+                raise StoreIOError(f"{self.paths.registry} is corrupt ({reason}) and cannot be moved aside: {exc}") \
+                    from None  # fmt: skip
+            log.warning("quarantined corrupt registry %s -> %s (%s)", self.paths.registry, dest.name, reason)
+            return self._rebuild_registry()
+
+    def _repair_rows(self, bad: Mapping[str, str]) -> RegistryFile:
+        """Rows that do not decode or name another role: each rebuilt from its role directory (dropped when that
+        holds no tool), the damaged text kept in the file's ``damaged`` table."""
+        with self._locked():
+            snap = self._db.read(None)
+            if snap is None or not snap.bad:
+                return self._load_registry()
+            now = self._clock()
+            rebuilt = {role: self._entry_from_dir(self.paths.role_dir(role), now) for role in snap.bad}
+            self._db.delete(snap.bad, damaged=dict(snap.bad), now=now.isoformat())
+            for role, entry in rebuilt.items():
+                if entry is not None and entry.role == role:
+                    self._db.put(role, _keep(entry))
+            log.warning("registry: %d damaged row(s) rebuilt from their role directories: %s",
+                        len(snap.bad), ", ".join(sorted(snap.bad)[:5]))  # fmt: skip
+            self._held = None
+            return self._load_registry()
 
     def registry(self) -> Mapping[str, RegistryEntry]:
         """All tools by role (read-only view)."""
@@ -263,28 +330,46 @@ class ToolStore:
     def list_tools(self) -> list[RegistryEntry]:
         return sorted(self._load_registry().tools.values(), key=lambda e: e.role)
 
-    def registry_digest(self) -> bytes | None:
-        """A digest of ``registry.json``'s exact bytes now, without decoding it (None: missing or unusable):
-        what a reader that keeps something derived from the registry compares to know it still holds."""
-        raw = record_files.read_raw(self.paths.registry)
-        if raw is None:
+    def registry_version(self) -> str | None:
+        """The registry's version now, ``<generation>:<seq>`` (one small read, nothing decoded), None when there
+        is no registry or it is damaged: what a reader that keeps something derived from it compares."""
+        try:
+            version = self._db.version()
+        except CorruptRegistry:
             return None
-        kept = self._registry_digest
-        if kept is not None and kept[0] == raw:  # a memcmp: four times cheaper than hashing 7 MB again
-            return kept[1]
-        digest = _content_digest(raw)
-        self._registry_digest = (raw, digest)
-        return digest
+        return version.key() if version is not None else None
 
-    def list_tools_keyed(self) -> tuple[list[RegistryEntry], bytes | None]:
-        """:meth:`list_tools` and the :meth:`registry_digest` of the bytes they were decoded from (None when
-        the registry was rebuilt or is missing: then nothing derived from it should be kept under a digest)."""
+    def list_tools_versioned(self) -> tuple[list[RegistryEntry], str | None]:
+        """:meth:`list_tools` and the :meth:`registry_version` they are (None: rebuilt or missing)."""
         reg = self._load_registry()
-        raw = self._registry_cache.source(reg)
-        return sorted(reg.tools.values(), key=lambda e: e.role), _content_digest(raw) if raw is not None else None
+        held = self._held
+        version = held.version.key() if held is not None and held.registry is reg else None
+        return sorted(reg.tools.values(), key=lambda e: e.role), version
+
+    def changed_since(self, version: str) -> tuple[str, list[RegistryEntry]] | None:
+        """The version now and the entries written since ``version`` (a :meth:`registry_version`), reading only
+        those rows; None when that is not possible (deletes or a rebuild since, a damaged row or file: read
+        everything with :meth:`list_tools_versioned`)."""
+        generation, _, seq = version.rpartition(":")
+        if not generation or not seq.isdigit():
+            return None
+        try:
+            found = self._db.changed_since(RegistryVersion(generation, int(seq)))
+        except CorruptRegistry:
+            return None
+        if found is None or found[2]:
+            return None
+        return found[0].key(), found[1]
 
     def get_tool(self, role: str) -> RegistryEntry | None:
         check_name(role, "role")
+        if self._held is None:  # one row, not the whole registry (a fresh process's artifact page)
+            try:
+                entry = self._db.get(role)
+            except CorruptRegistry:
+                entry = None
+            if entry is not None:
+                return entry
         return self._load_registry().tools.get(role)
 
     def register_tool(self, contract: ToolContract) -> RegistryEntry:
@@ -315,38 +400,41 @@ class ToolStore:
     def _update_entry(
         self, reg: RegistryFile, role: str, now: datetime, change: Callable[[RegistryEntry], RegistryEntry]
     ) -> RegistryEntry:
-        """Modify-write of one registry entry; ``reg`` was loaded under the lock the caller still holds."""
-        entry = reg.tools.get(role) or RegistryEntry(
-            role=role, created_at=now, updated_at=now, dir_name=safe_component(role)
-        )
-        new_entry = change(entry)
-        tools = dict(reg.tools)
-        tools[role] = new_entry
-        self._write_registry(RegistryFile(schema_version=REGISTRY_SCHEMA_VERSION, tools=tools))
+        """Modify-write of one registry row (the row as stored, read in the write's transaction); ``reg`` was
+        loaded under the lock the caller still holds, so the registry file exists unless it was empty."""
+        if not reg.tools and self._db.version() is None:
+            self._create_registry({})
+        fresh = RegistryEntry(role=role, created_at=now, updated_at=now, dir_name=safe_component(role))
+        try:
+            new_entry, version = self._db.put(role, lambda e: change(e or fresh))
+        except CorruptRegistry:
+            self._load_registry()  # damaged meanwhile (by hand): rebuilt, then written
+            new_entry, version = self._db.put(role, lambda e: change(e or fresh))
+        held = self._held
+        if held is not None and held.version == RegistryVersion(version.generation, version.seq - 1):
+            tools = dict(held.registry.tools)
+            tools[role] = new_entry
+            self._held = RegistrySnapshot(version, registry_of(tools), held.bad)
         return new_entry
 
     def _rebuild_registry(self) -> RegistryFile:
-        """Registry lost or corrupt: rebuild it from the role directories (counters approximated)."""
-        with self._locked():
-            again = record_files.load(
-                self.paths.registry, REGISTRY, lock=self._lock, now=self._clock, check=_check_registry
-            )
-            if again.value is not None:
-                return again.value
-            tools: dict[str, RegistryEntry] = {}
-            now = self._clock()
-            for role_dir in self._role_dirs():
-                entry = self._entry_from_dir(role_dir, now)
-                if entry is not None:
-                    tools[entry.role] = entry
-            reg = RegistryFile(schema_version=REGISTRY_SCHEMA_VERSION, tools=tools)
-            if tools or self.paths.tools.exists():
-                try:
-                    self._write_registry(reg)
-                except StoreIOError as exc:
-                    log.warning("rebuilt registry could not be written: %s", exc)
-            log.warning("registry rebuilt from %d role directories", len(tools))
-            return reg
+        """Registry lost or corrupt: rebuild it from the role directories (counters approximated). Caller holds
+        the lock, and the path is free (missing, or moved aside)."""
+        tools: dict[str, RegistryEntry] = {}
+        now = self._clock()
+        for role_dir in self._role_dirs():
+            entry = self._entry_from_dir(role_dir, now)
+            if entry is not None:
+                tools[entry.role] = entry
+        reg = RegistryFile(schema_version=REGISTRY_SCHEMA_VERSION, tools=tools)
+        if tools or self.paths.tools.exists():
+            try:
+                self._create_registry(tools)
+            except StoreIOError as exc:
+                log.warning("rebuilt registry could not be written: %s", exc)
+                return reg
+        log.warning("registry rebuilt from %d role directories", len(tools))
+        return self._load_registry() if tools or self.paths.tools.exists() else reg
 
     def _scan_role_dir(self, role_dir: Path) -> tuple[str | None, RoleManifest | None, list[MethodFile]]:
         manifest = record_files.load(role_dir / "manifest.json", MANIFEST, lock=self._lock, now=self._clock).value
@@ -762,8 +850,7 @@ class ToolStore:
                     record_files.write(dest / "registry-entry.json", reg.tools[c.role])
             except OSError as exc:
                 raise StoreIOError(f"archiving into {archive} failed: {exc}") from exc
-            remaining = {k: v for k, v in reg.tools.items() if k not in {c.role for c in candidates}}
-            self._write_registry(RegistryFile(schema_version=REGISTRY_SCHEMA_VERSION, tools=remaining))
+            self._db.delete([c.role for c in candidates])
         log.info("pruned %d tools into %s", len(candidates), archive)
         return PrunePlan(cutoff=cutoff, applied=True, archive_dir=str(archive), candidates=candidates)
 

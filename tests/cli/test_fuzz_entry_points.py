@@ -136,7 +136,7 @@ def test_call_log(data: bytes) -> None:
 
 
 @FUZZ
-@given(hostile_bytes, st.sampled_from(["registry.json", "patterns.json"]))
+@given(hostile_bytes, st.sampled_from(["registry.sqlite", "registry.json", "patterns.json"]))
 def test_store_files_read_back(data: bytes, name: str) -> None:
     def body(tmp: Path, path: Path) -> Result:
         tools = tmp / "state" / "tools"

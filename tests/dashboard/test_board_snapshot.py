@@ -1,11 +1,10 @@
-"""The persisted tools board: a fresh process's first pages decode no registry when its bytes are the ones the
-board describes, and never show a board that does not describe them (another process's write, an edit by hand
-that keeps the file's stat, a method file changed by hand, a racing save, a damaged row)."""
+"""The persisted tools board: a fresh process's first pages decode no registry when it is at the version the board
+describes, read only the rows written since when it is at a later sequence of the same generation, and never
+show a board that does not describe it (another process's write or delete, an edit by hand, a method file
+changed by hand, a racing save, a damaged row)."""
 
 from __future__ import annotations
 
-import os
-import re
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,7 +35,8 @@ class Process:
         self.store = ToolStore(root / "state")
         self.registry_loads = 0
         self.reads: list[tuple[str, str]] = []
-        load, lookup = self.store._load_registry, self.store.lookup
+        self.deltas: list[int] = []  # entries read by changed_since, per call
+        load, lookup, since = self.store._load_registry, self.store.lookup, self.store.changed_since
 
         def counted_load() -> Any:
             self.registry_loads += 1
@@ -46,7 +46,13 @@ class Process:
             self.reads.append((role, method))
             return lookup(role, method)
 
+        def counted_since(version: str) -> Any:
+            found = since(version)
+            self.deltas.append(-1 if found is None else len(found[1]))
+            return found
+
         self.store._load_registry = counted_load  # type: ignore[method-assign]
+        self.store.changed_since = counted_since  # type: ignore[method-assign]
         self.store.lookup = counted_lookup  # type: ignore[method-assign]
         self.board = Board(tenant="t", store=self.store, call_log=root / "state" / "logs" / "calls.jsonl",
                            policy=policy, sandbox=SandboxConfig(backend="subprocess"))  # fmt: skip
@@ -97,27 +103,41 @@ def test_a_write_by_another_process_is_never_taken_from_the_board(
         other.record_failure("fmt", "run", FailureClass.INTRINSIC, "ValueError: boom")
     after = fresh()
     assert after.counts()["degraded"] == 1
-    assert after.registry_loads >= 1
+    assert after.registry_loads == 0 and after.deltas == [1]  # the one row written since, not the registry
+    assert after.reads == [("fmt", "run")]  # and only its method file
     assert after.badges()["fmt"] == "degraded"
-    assert fresh().counts() == after.counts()  # and the board saved for the new bytes
+    again = fresh()
+    assert again.counts() == after.counts() and again.deltas == []  # the board saved at the new version
+    other.record_success("calc", "run")
+    assert after.board.tools() and after.deltas == [1, 1] and after.registry_loads == 0  # a warm one too
 
 
-def test_a_registry_edited_by_hand_keeping_its_stat_is_seen(fresh: Callable[..., Process], root: Path) -> None:
+def test_a_delete_by_another_process_reads_the_whole_registry(fresh: Callable[..., Process], root: Path) -> None:
+    first = fresh()
+    assert set(first.badges()) == set(ROLES)
+    other = ToolStore(root / "state")
+    with sqlite3.connect(other.paths.registry) as db:  # geo idle for a year: the only one pruned
+        db.execute("UPDATE tools SET entry = json_set(entry, '$.last_used_at', '2020-01-01T00:00:00Z') "
+                   "WHERE role = 'geo'")  # fmt: skip
+    assert [c.role for c in other.prune(older_than_days=30, apply=True).candidates] == ["geo"]
+    after = fresh()
+    assert set(after.badges()) == {"calc", "fmt"}
+    assert after.registry_loads >= 1 and -1 in after.deltas  # another generation: no delta, the whole registry
+    first.board._snapshot = None  # its kept rows expire: a warm process sees the delete too
+    assert set(first.badges()) == {"calc", "fmt"}
+
+
+def test_a_registry_row_edited_by_hand_is_seen(fresh: Callable[..., Process], root: Path) -> None:
     fresh().badges()
-    registry = root / "state" / "tools" / "registry.json"
+    registry = root / "state" / "tools" / "registry.sqlite"
     before = registry.stat()
-    text = registry.read_text()
-    counts = re.findall(r'"usage_count": (\d),', text)
-    assert len(counts) == 3 and "7" not in counts
-    with registry.open("r+") as fh:  # in place, one digit: same inode, same size, mtime put back
-        fh.write(re.sub(r'"usage_count": \d,', '"usage_count": 7,', text, count=1))
-    os.utime(registry, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert (registry.stat().st_ino, registry.stat().st_size, registry.stat().st_mtime_ns) == (
-        before.st_ino, before.st_size, before.st_mtime_ns)  # fmt: skip
+    with sqlite3.connect(registry) as db:  # the entry only: its seq left as it was (a trigger moves it)
+        db.execute("UPDATE tools SET entry = json_set(entry, '$.usage_count', 77) WHERE role = 'fmt'")
+    assert (registry.stat().st_ino, registry.stat().st_size) == (before.st_ino, before.st_size)  # written to the WAL
     after = fresh()
     after.counts()
-    assert after.registry_loads >= 1  # the bytes differ: the board was not taken
-    assert sorted(t.usage_count for t in tools_page(after.board).tools) == sorted([*map(int, counts[1:]), 7])
+    assert after.deltas == [1]  # the edited row, as if the store had written it
+    assert {t.role: t.usage_count for t in tools_page(after.board).tools}["fmt"] == 77
 
 
 def test_a_method_file_changed_by_hand_amends_the_board(fresh: Callable[..., Process], root: Path) -> None:
@@ -137,13 +157,13 @@ def test_a_save_racing_another_process_rewrites_the_whole_board(tmp_path: Path, 
     assert len(rows) == 3
     boards = BoardSnapshot(HealthSnapshot(tmp_path / "race.sqlite", "ctx"))
     start = boards.load().generation
-    mine = boards.save(b"A" * 16, start, rows, [(t, None) for t in rows], [])
-    theirs = boards.save(b"B" * 16, mine, rows[:1], [(rows[0], None)], [rows[1].role, rows[2].role])
+    mine = boards.save("A:1", start, rows, [(t, None) for t in rows], [])
+    theirs = boards.save("B:1", mine, rows[:1], [(rows[0], None)], [rows[1].role, rows[2].role])
     assert [t.role for t in boards.load().rows] == [rows[0].role]
     # a process that read the board before "theirs" saves only its changed row: the rest is rewritten too
-    late = boards.save(b"C" * 16, mine, rows, [(rows[2], None)], [])
+    late = boards.save("C:1", mine, rows, [(rows[2], None)], [])
     stored = boards.load()
-    assert late == theirs + 1 and stored.registry == b"C" * 16
+    assert late == theirs + 1 and stored.registry == "C:1"
     assert [t.role for t in stored.rows] == [t.role for t in rows]
     first.board.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -164,8 +165,14 @@ def test_errors_are_one_line_never_tracebacks(
         assert len([ln for ln in result.output.splitlines() if ln.startswith("error:")]) == 1
 
 
-def test_schema_too_new_is_a_clean_error(cli: click.Group, filled: ToolStore) -> None:
-    filled.paths.registry.write_text('{"schema_version": 42}')
+@pytest.mark.parametrize("which", ["registry.sqlite", "registry.json"])
+def test_schema_too_new_is_a_clean_error(cli: click.Group, filled: ToolStore, which: str) -> None:
+    if which == "registry.json":  # a newer sandforge's registry.json, never migrated: refused
+        filled.paths.registry.unlink()
+        filled.paths.legacy_registry.write_text('{"schema_version": 42}')
+    else:
+        with sqlite3.connect(filled.paths.registry) as db:
+            db.execute("UPDATE meta SET value = '42' WHERE key = 'schema'")
     result = CliRunner().invoke(cli, ["--store", str(filled.paths.state_dir), "list"])
     assert result.exit_code == 1 and result.output.startswith("error: ") and "schema_version 42" in result.output
 

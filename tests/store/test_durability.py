@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def test_writes_go_through_fsync_and_rename(filled: ToolStore, monkeypatch: pyte
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
     filled.record_success("web_fetcher", "fetch_url")
-    assert calls.count("replace") >= 2  # method file and registry
+    assert calls.count("replace") >= 1  # the method file (the registry row: a SQLite transaction, synchronous=FULL)
     assert calls.index("fsync") < calls.index("replace")
 
 
@@ -126,8 +127,10 @@ def test_corrupt_registry_is_quarantined_and_rebuilt(filled: ToolStore, clock: o
     assert entry.purpose == WEB_FETCHER.purpose  # contract recovered from the manifest
     assert entry.methods == ["fetch_url"] and entry.success_count == 2
     assert entry.capabilities == ["http_fetch"]
-    assert _corrupt_files(filled.tools_dir, "registry.json")
-    assert json.loads(filled.paths.registry.read_text())["schema_version"] == 2  # rewritten
+    assert _corrupt_files(filled.tools_dir, "registry.sqlite")
+    with sqlite3.connect(filled.paths.registry) as db:  # rewritten: a registry again
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("1",)
+        assert [r for (r,) in db.execute("SELECT role FROM tools")] == ["web_fetcher"]
 
 
 def test_deleted_registry_is_rebuilt_from_role_directories(filled: ToolStore) -> None:

@@ -31,7 +31,7 @@ def test_store_files_are_private(filled: ToolStore) -> None:
     tools = filled.tools_dir
     files = [p for p in tools.rglob("*") if p.is_file()]
     dirs = [tools, *(p for p in tools.rglob("*") if p.is_dir())]
-    assert {p.name for p in files} >= {"registry.json", "patterns.json", "manifest.json", ".store.lock"}
+    assert {p.name for p in files} >= {"registry.sqlite", "patterns.json", "manifest.json", ".store.lock"}
     assert {p.name: _mode(p) for p in files} == {p.name: 0o600 for p in files}
     assert {str(d): _mode(d) for d in dirs} == {str(d): 0o700 for d in dirs}
 
@@ -51,7 +51,7 @@ def test_a_fifo_in_place_of_the_registry_does_not_hang(filled: ToolStore) -> Non
     entry = fresh.get_tool("web_fetcher")  # rebuilt from the role directories, the FIFO moved aside
     assert entry is not None and entry.role == "web_fetcher"
     assert not stat.S_ISFIFO(registry.lstat().st_mode)
-    assert [p for p in registry.parent.iterdir() if p.name.startswith("registry.json.corrupt-")]
+    assert [p for p in registry.parent.iterdir() if p.name.startswith("registry.sqlite.corrupt-")]
 
 
 def test_a_symlink_to_dev_zero_is_refused_not_read(filled: ToolStore) -> None:
@@ -94,5 +94,5 @@ def test_the_store_base_itself_may_be_a_symlink(tmp_path: Path) -> None:
     link.symlink_to(real, target_is_directory=True)
     store = ToolStore(link)
     store.record_regeneration(candidate())
-    assert (real / "tools" / "registry.json").is_file()
+    assert (real / "tools" / "registry.sqlite").is_file()
     assert ToolStore(link).lookup("web_fetcher", "fetch_url").status is LookupStatus.FOUND

@@ -508,7 +508,7 @@ def test_corrupt_registry_and_patterns_are_quarantined_and_persisted_calls_go_on
     calc = Agent.for_role("calc", workspace=ws2)
     assert calc.add(2).ok and provider.calls == 0 and last(ws2).program_source == "persisted"
     assert Agent.for_role("assistant", workspace=ws2).ask("latest on Yahoo News?").ok
-    assert list(paths.registry.parent.glob("registry.json.corrupt-*"))
+    assert list(paths.registry.parent.glob("registry.sqlite.corrupt-*"))
     assert list(paths.patterns.parent.glob("patterns.json.corrupt-*"))
     assert provider.requests[0].recent_patterns is None  # memory started empty
     store = env.store()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,7 @@ def legacy_store(state_dir: Path) -> Path:
     """A v1 store: no schema_version anywhere, ADR 0012 fields only, no cacheability metadata."""
     s = ToolStore(state_dir)
     _write(
-        s.paths.registry,
+        s.paths.legacy_registry,
         {
             "tools": {
                 "web_fetcher": {
@@ -116,8 +117,12 @@ def test_migrated_records_are_written_back_on_next_write(legacy_store: Path) -> 
     store.record_success("web_fetcher", "fetch_url")
     raw = json.loads(store.paths.method_file("web_fetcher", "fetch_url").read_text())
     assert raw["schema_version"] == 2 and raw["current"]["success_count"] == 9
-    reg = json.loads(store.paths.registry.read_text())
-    assert reg["schema_version"] == 2 and reg["tools"]["web_fetcher"]["usage_count"] == 11
+    with sqlite3.connect(store.paths.registry) as db:  # the registry migrated into rows (once), then written
+        (text,) = db.execute("SELECT entry FROM tools WHERE role = 'web_fetcher'").fetchone()
+    assert json.loads(text)["schema_version"] == 2 and json.loads(text)["usage_count"] == 11
+    assert not store.paths.legacy_registry.exists()
+    kept = json.loads((store.paths.tools / "registry.json.migrated").read_text())  # the old file kept, as it was
+    assert "schema_version" not in kept and kept["tools"]["web_fetcher"]["usage_count"] == 10
 
 
 def test_new_generation_after_migration_keeps_the_legacy_one_in_history(legacy_store: Path) -> None:
@@ -132,7 +137,7 @@ def test_new_generation_after_migration_keeps_the_legacy_one_in_history(legacy_s
 def test_newer_schema_is_refused(state_dir: Path, which: str) -> None:
     store = ToolStore(state_dir)
     path = {
-        "registry": store.paths.registry,
+        "registry": store.paths.legacy_registry,
         "manifest": store.paths.manifest("web_fetcher"),
         "method": store.paths.method_file("web_fetcher", "fetch_url"),
         "patterns": store.paths.patterns,

@@ -100,7 +100,7 @@ def test_layout(store: ToolStore) -> None:
     store.record_pattern("assistant", "ask", ["rss_parse"])
     tools = store.tools_dir
     assert tools == store.paths.state_dir / "tools"
-    assert (tools / "registry.json").is_file()
+    assert (tools / "registry.sqlite").is_file() and not (tools / "registry.json").exists()
     assert (tools / "patterns.json").is_file()
     role_dir = tools / safe_component("web_fetcher")
     assert (role_dir / "manifest.json").is_file()
