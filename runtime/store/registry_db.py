@@ -43,6 +43,8 @@ from sandforge.runtime.store.models import RegistryEntry, RegistryFile
 #: the layout of registry.sqlite (tables, meta keys); its entries' JSON is RegistryEntry (REGISTRY_SCHEMA_VERSION)
 DB_SCHEMA_VERSION = 1
 _SIDE_FILES = ("-wal", "-shm")
+#: connections a forked child inherited: never used, never closed (kept from the garbage collector's close)
+_INHERITED: list[sqlite3.Connection] = []
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tools (role TEXT PRIMARY KEY, seq INTEGER NOT NULL, entry TEXT NOT NULL);
@@ -157,7 +159,10 @@ class RegistryDB:
         ident = self._identity()
         held = getattr(self._local, "held", None)
         if held is not None and (ident is None or held[0] != (os.getpid(), ident)):
-            held[1].close()
+            if held[0][0] == os.getpid():
+                held[1].close()
+            else:  # inherited across fork: closing it here could checkpoint under the parent's feet
+                _INHERITED.append(held[1])
             self._local.held = held = None
         if ident is None:
             return None
