@@ -149,6 +149,7 @@ class Board:
         with the rows of the entries written since computed again."""
         rows = list(previous)
         at = {t.role: i for i, t in enumerate(rows)}
+        self.health.prefetch([(e.role, m) for e in entries for m in e.methods])  # these rows, not all 10,000
         changed: list[tuple[ToolSnap, str | None]] = []
         dropped = False
         for entry in entries:

@@ -105,6 +105,7 @@ def test_a_write_by_another_process_is_never_taken_from_the_board(
     assert after.counts()["degraded"] == 1
     assert after.registry_loads == 0 and after.deltas == [1]  # the one row written since, not the registry
     assert after.reads == [("fmt", "run")]  # and only its method file
+    assert after.board.health._persisted is None  # and only its persisted health row, not every one
     assert after.badges()["fmt"] == "degraded"
     again = fresh()
     assert again.counts() == after.counts() and again.deltas == []  # the board saved at the new version
