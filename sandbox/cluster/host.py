@@ -25,6 +25,7 @@ from sandforge.sandbox.cluster.wire import NODE_CACHE_BYTES, Wire, WireError, ou
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.context import ContextSnapshot
 from sandforge.sandbox.protocol import CallFrame, DeclareFrame, ErrorType, ExecutionOutcome, ExecutionRequest
+from sandforge.sandbox.steps import Detach, Steps, run_steps
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ GRACE_S = 30.0
 PROTOCOL = 2
 #: Executions one host runs at once (the actor's ``max_concurrency``: each holds one of its threads).
 MAX_RUNS = 256
+#: Threads that destroy finished sandboxes after their outcome went back to the caller.
+CLEANUP_THREADS = 4
 
 
 class BlobCache:
@@ -129,6 +132,32 @@ def _proxy(run: _Run, kinds: list[str]) -> _Proxy:
     return cls(run)
 
 
+def answering_first(steps: Steps[ExecutionOutcome], cleanup: ThreadPoolExecutor) -> Steps[ExecutionOutcome]:
+    """``steps`` whose clean-up (:class:`Detach`: destroying the worker once its outcome is known: killing and
+    reaping its process, closing its descriptors, removing its directory, ~2 ms) runs on ``cleanup`` instead of
+    holding the outcome back: the caller's ``ray.get`` returns before the sandbox is gone, as the async API's
+    awaited outcome does. Every other effect goes to the driver unchanged (what it answers or raises goes back in)."""
+    answer: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = steps.send(answer) if error is None else steps.throw(error)
+        except StopIteration as done:
+            outcome: ExecutionOutcome = done.value
+            return outcome
+        answer, error = None, None
+        if isinstance(effect, Detach):
+            try:
+                cleanup.submit(effect.fn)
+            except RuntimeError:  # the host is closing: clean up in place, nothing outlives it
+                effect.fn()
+            continue
+        try:
+            answer = yield effect
+        except BaseException as exc:  # re-raised inside the steps, where their finally blocks run
+            error = exc
+
+
 class SandboxHost:
     """A node's sandbox host (made a Ray actor by the executor: ``ray.remote(SandboxHost)``)."""
 
@@ -142,6 +171,8 @@ class SandboxHost:
         self.lock = threading.Lock()
         #: the threads executions that serve frames run on (reused: a new thread per execution cost ~0.2 ms)
         self.threads = ThreadPoolExecutor(max_workers=4 * MAX_RUNS, thread_name_prefix="sandforge-run")
+        #: where finished sandboxes are destroyed, off the path of the answer (``answering_first``)
+        self.cleanup = ThreadPoolExecutor(max_workers=CLEANUP_THREADS, thread_name_prefix="sandforge-cleanup")
         self.executed = 0
         self.inline = 0  # executions running on their actor call's thread (not in ``runs``)
         self.started_at = time.time()
@@ -225,7 +256,8 @@ class SandboxHost:
         """Run the execution here; its ``done`` event."""
         base = ContextSnapshot.coerce(run.request.context)
         try:
-            outcome = self.sandbox.execute(run.request, backend=backend, bridge=bridge)  # type: ignore[arg-type]
+            steps = self.sandbox.outline(run.request, backend, bridge, self.sandbox._acquire_step)  # type: ignore[arg-type]
+            outcome = run_steps(answering_first(steps, self.cleanup))
         except Exception as exc:  # never leave the caller waiting
             log.exception("execution failed on this node")
             outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, f"node failure: {exc}")
@@ -271,5 +303,6 @@ class SandboxHost:
         return pool.wait_ready(timeout=timeout_s)
 
     def close(self) -> None:
+        self.cleanup.shutdown(wait=True)  # the sandboxes of finished executions are gone before the pools close
         self.sandbox.close()
         self.threads.shutdown(wait=False)
