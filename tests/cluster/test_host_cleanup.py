@@ -47,26 +47,12 @@ def test_clean_up_runs_on_the_pool_after_the_outcome_and_other_effects_pass_thro
         return outcome
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cleanup-test") as pool:
-        outcome = run_steps(answering_first(steps(), pool))
+        outcome = run_steps(answering_first(steps(), pool.submit))
         assert outcome.metadata["first"] == 42
         assert not done.is_set(), "the outcome waited for the clean-up"
         gate.set()
     assert done.is_set()
     assert threads and threads[0].startswith("cleanup-test")
-
-
-def test_a_closed_clean_up_pool_cleans_up_in_place() -> None:
-    ran: list[str] = []
-    pool = ThreadPoolExecutor(max_workers=1)
-    pool.shutdown()
-    steps = then_destroy(_finished(), lambda: ran.append(threading.current_thread().name))
-    run_steps(answering_first(steps, pool))
-    assert ran == [threading.current_thread().name]
-
-
-def _finished() -> Steps[ExecutionOutcome]:
-    return _outcome()
-    yield  # a generator that ends at once
 
 
 def test_steps_that_raise_are_destroyed_in_place_before_the_caller_hears() -> None:
@@ -78,7 +64,7 @@ def test_steps_that_raise_are_destroyed_in_place_before_the_caller_hears() -> No
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         with pytest.raises(RuntimeError, match="boom"):
-            run_steps(answering_first(then_destroy(failing(), lambda: ran.append("destroyed")), pool))
+            run_steps(answering_first(then_destroy(failing(), lambda: ran.append("destroyed")), pool.submit))
         assert ran == ["destroyed"]
 
 
@@ -113,6 +99,7 @@ def test_the_host_answers_before_the_worker_is_destroyed_and_close_waits_for_it(
         event = host.start(_call(ExecutionRequest(code="return 5")))
         assert event["kind"] == "done" and event["outcome"]["value"] == 5
         assert destroyed == [], "the node held the outcome back until its worker was destroyed"
+
         def close() -> None:
             host.close()
             closed.set()
@@ -124,3 +111,16 @@ def test_the_host_answers_before_the_worker_is_destroyed_and_close_waits_for_it(
         gate.set()
     closer.join(GATE_S * 2)
     assert closed.is_set() and len(destroyed) == 1
+
+
+def test_a_closing_host_destroys_in_place(gated: tuple[threading.Event, list[int]]) -> None:
+    gate, destroyed = gated
+    gate.set()
+    host = SandboxHost(SandboxConfig(backend="subprocess", pool_size=0).model_dump(mode="json"), [])
+    try:
+        host.cleanup.shutdown()
+        event = host.start(_call(ExecutionRequest(code="return 6")))
+        assert event["outcome"]["value"] == 6
+        assert len(destroyed) == 1, "a closing host left a finished execution's worker behind"
+    finally:
+        host.close()
