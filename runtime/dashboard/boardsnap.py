@@ -185,11 +185,12 @@ class BoardSnapshot:
 
     def save(
         self, registry: str | None, generation: int, rows: list[ToolSnap],
-        changed: list[tuple[ToolSnap, str | None]], gone: list[str],
+        changed: list[tuple[ToolSnap, str | None]], gone: list[str], summary: Summary | None = None,
     ) -> int:  # fmt: skip
         """Write the ``changed`` rows (with their entry's JSON when known) and drop the ``gone`` roles, or write
         all ``rows`` when another process saved since ``generation``; the board then describes ``registry``
-        (None: not known to be whole). Returns the new generation (-1 when nothing was written)."""
+        (None: not known to be whole), and ``summary`` (of ``rows``: computed here when not given). Returns the new
+        generation (-1 when nothing was written)."""
         new = -1
         with self.snapshot.connection() as db:
             if db is not None:
@@ -208,7 +209,8 @@ class BoardSnapshot:
                     db.execute("DELETE FROM board_entry WHERE role NOT IN (SELECT role FROM board)")
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('board', ?)", (registry or "",))
                 db.execute(
-                    "INSERT OR REPLACE INTO meta VALUES ('board_summary', ?)", (summarize_board(rows).to_json(),)
+                    "INSERT OR REPLACE INTO meta VALUES ('board_summary', ?)",
+                    ((summary or summarize_board(rows)).to_json(),),
                 )
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('board_gen', ?)", (str(current + 1),))
                 db.execute("COMMIT")
