@@ -94,9 +94,14 @@ _ALL_ROWS = (
 )
 
 
-def _rows(db: sqlite3.Connection) -> list[ToolSnap]:
-    """Every row (10,000 of them on a first Tools page: checked in bulk, then made with the least work)."""
-    data = json.loads(db.execute(_ALL_ROWS).fetchone()[0])
+def _rows(db: sqlite3.Connection, roles: list[str] | None = None) -> list[ToolSnap]:
+    """Every row, or those of ``roles`` (10,000 of them on a first Tools page: checked in bulk, then made with the
+    least work)."""
+    if roles is None:
+        data = json.loads(db.execute(_ALL_ROWS).fetchone()[0])
+    else:
+        marks = ",".join("?" * len(roles))
+        data = json.loads(db.execute(f"{_ALL_ROWS} WHERE role IN ({marks})", roles).fetchone()[0])
     if not ({f[6] for f in data} | {m[1] for f in data for m in f[9]}) <= _BADGES:
         raise ValueError("a board row holds what is not a badge")
     if {len(f) for f in data} - {10} or {len(m) for f in data for m in f[9]} - {3}:
@@ -131,6 +136,30 @@ class Summary:
         marks = [(str(r), Mark(str(m), b, float(x))) for r, m, b, x in flagged]
         return cls(int(tools), int(artifacts), {k: int(counts[k]) for k in BADGE_ORDER}, marks, int(total))
 
+    def updated(self, old: dict[str, ToolSnap], new: list[ToolSnap]) -> Summary | None:
+        """This summary with the rows ``old`` (by role; a role absent was not on the board) replaced by ``new``,
+        without the other rows, or None when that cannot be known: a flagged method listed here left the list
+        and more were flagged than it shows (the next one is on no list kept here)."""
+        counts, artifacts, tools = dict(self.counts), self.artifacts, self.tools
+        roles = {t.role for t in new}
+        total = self.flagged_total
+        for t, sign in [*((o, -1) for o in old.values()), *((t, 1) for t in new)]:
+            for m in t.marks:
+                counts[m.badge] += sign
+                artifacts += sign * (m.badge != "missing")
+                total += sign * (m.badge in ("degraded", "stale"))
+        tools += len(roles - set(old))
+        kept = [f for f in self.flagged if f[0] not in roles]
+        if len(kept) < FLAGGED_SHOWN and self.flagged_total > len(self.flagged):
+            return None  # the methods ranked after the ones listed: not known here
+        flagged = kept + [(t.role, m) for t in new for m in t.marks if m.badge in ("degraded", "stale")]
+        flagged.sort(key=_flag_order)
+        return Summary(tools, artifacts, counts, flagged[:FLAGGED_SHOWN], total)
+
+
+def _flag_order(f: tuple[str, Mark]) -> tuple[bool, float, str, str]:
+    return f[1].badge != "degraded", -f[1].rate, f[0], f[1].method
+
 
 #: the degraded or stale methods the Overview lists
 FLAGGED_SHOWN = 20
@@ -146,7 +175,7 @@ def summarize_board(rows: list[ToolSnap]) -> Summary:
             artifacts += m.badge != "missing"
             if m.badge in ("degraded", "stale"):
                 flagged.append((t.role, m))
-    flagged.sort(key=lambda f: (f[1].badge != "degraded", -f[1].rate, f[0], f[1].method))
+    flagged.sort(key=_flag_order)
     return Summary(len(rows), artifacts, counts, flagged[:FLAGGED_SHOWN], len(flagged))
 
 
@@ -216,6 +245,53 @@ class BoardSnapshot:
                 db.execute("COMMIT")
                 new = current + 1
         return new
+
+    def version(self) -> str | None:
+        """The registry version the board describes (one read of ``meta``)."""
+        at: str | None = None
+        with self.snapshot.connection() as db:
+            if db is not None:
+                row = db.execute("SELECT value FROM meta WHERE key = 'board'").fetchone()
+                at = row[0] if row is not None and row[0] else None
+        return at
+
+    def rows_of(self, roles: list[str], at: str) -> tuple[dict[str, ToolSnap], Summary] | None:
+        """The board's rows of ``roles`` (a role it has no row for is absent) and its summary, while it describes
+        registry version ``at`` (one read transaction), else None; None too when they are unreadable."""
+        found: tuple[dict[str, ToolSnap], Summary] | None = None
+        with self.snapshot.connection() as db:
+            if db is not None:
+                db.execute("BEGIN")
+                meta = dict(db.execute("SELECT key, value FROM meta WHERE key IN ('board', 'board_summary')"))
+                if meta.get("board") == at and "board_summary" in meta:
+                    try:
+                        rows = {t.role: t for t in _rows(db, roles)} if roles else {}
+                        found = rows, Summary.from_json(meta["board_summary"])
+                    except (ValueError, TypeError, IndexError, KeyError) as exc:
+                        log.warning("health snapshot: unreadable board rows or summary (%s)", exc)
+                db.execute("COMMIT")
+        return found
+
+    def advance(self, at: str, registry: str, changed: list[tuple[ToolSnap, str]], summary: Summary) -> bool:
+        """Move the board from registry version ``at`` to ``registry``: the ``changed`` rows (every row written
+        between the two) and the new summary, only if the board still describes ``at`` (one transaction)."""
+        done = False
+        with self.snapshot.connection() as db:
+            if db is not None:
+                db.execute("BEGIN IMMEDIATE")
+                meta = dict(db.execute("SELECT key, value FROM meta WHERE key IN ('board', 'board_gen')"))
+                if meta.get("board") == at:
+                    db.executemany("INSERT OR REPLACE INTO board VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   [_row(t) for t, _ in changed])  # fmt: skip
+                    db.executemany("INSERT OR REPLACE INTO board_entry VALUES (?, ?, ?)",
+                                   [(t.role, t.digest, text) for t, text in changed])  # fmt: skip
+                    db.execute("INSERT OR REPLACE INTO meta VALUES ('board', ?)", (registry,))
+                    db.execute("INSERT OR REPLACE INTO meta VALUES ('board_summary', ?)", (summary.to_json(),))
+                    gen = str(int(meta.get("board_gen", "0")) + 1)
+                    db.execute("INSERT OR REPLACE INTO meta VALUES ('board_gen', ?)", (gen,))
+                    done = True
+                db.execute("COMMIT")
+        return done
 
     def summary(self, registry: str) -> Summary | None:
         """The summary saved with the board, when the board describes ``registry`` (else None), without

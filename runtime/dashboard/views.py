@@ -234,6 +234,8 @@ class Board:
             if kept is not None and version is not None and kept[0] == version and kept[1] > time.monotonic():
                 return kept[2]
             found = self.boards.summary(version) if version is not None else None
+            if found is None and version is not None:
+                found, version = self._summary_since()
             if found is not None and version is not None:
                 self._summary = (version, time.monotonic() + SNAPSHOT_S, found)
                 return found
@@ -243,6 +245,29 @@ class Board:
             self.derived["summary"] = made[1] if made is not None and made[0] is rows else summarize_board(rows)
         result: Summary = self.derived["summary"]
         return result
+
+    def _summary_since(self) -> tuple[Summary | None, str | None]:
+        """A fresh process's Overview after other processes wrote: the saved summary with the rows of the entries
+        written since computed again (their method files read, nothing else), saved with the board. ``(None,
+        None)`` when that takes every row (another generation, or the summary cannot be updated alone)."""
+        at = self.boards.version()
+        delta = self.store.changed_since(at) if at is not None else None
+        board = self.boards.rows_of([e.role for e in delta[1]], at) if delta is not None and at is not None else None
+        if delta is None or board is None or at is None:
+            return None, None
+        old, stored = board
+        version, entries = delta
+        self.health.prefetch([(e.role, m) for e in entries for m in e.methods])
+        changed: list[tuple[ToolSnap, str]] = []
+        for entry in entries:
+            key, text = self.health.entry_key(entry)
+            changed.append((tool_snap(entry, self.health.methods(entry), key), text or entry.model_dump_json()))
+        summary = stored.updated(old, [t for t, _ in changed])
+        if summary is None or at is None:
+            return None, None
+        self.health.persist(None)
+        self.boards.advance(at, version, changed, summary)
+        return summary, version
 
     def entry(self, role: str) -> RegistryEntry | None:
         """One tool's registry entry: from the persisted board when it describes the registry as it is now, else

@@ -64,6 +64,18 @@ class Process:
         return overview_page(self.board).badge_counts
 
 
+def _count_calls(obj: Any, name: str) -> list[int]:
+    calls: list[int] = []
+    real = getattr(obj, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    setattr(obj, name, counted)
+    return calls
+
+
 @pytest.fixture
 def fresh(root: Path) -> Iterator[Callable[..., Process]]:
     made: list[Process] = []
@@ -102,7 +114,9 @@ def test_a_write_by_another_process_is_never_taken_from_the_board(
     for _ in range(3):
         other.record_failure("fmt", "run", FailureClass.INTRINSIC, "ValueError: boom")
     after = fresh()
+    loads = _count_calls(after.board.boards, "load")
     assert after.counts()["degraded"] == 1
+    assert loads == []  # the overview: the saved summary, updated with the row written since (no board rows read)
     assert after.registry_loads == 0 and after.deltas == [1]  # the one row written since, not the registry
     assert after.reads == [("fmt", "run")]  # and only its method file
     assert after.board.health._persisted is None  # and only its persisted health row, not every one
