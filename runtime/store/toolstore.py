@@ -1,8 +1,9 @@
 """The ToolStore: cross-session registry, method artifacts, health, retention, pattern memory.
 
 One store is one directory (see ``runtime.store.paths``). Any number of processes may use it at once:
-readers take no lock (every write is an atomic rename), writers serialize on ``tools/.store.lock`` and
-re-read under the lock, so no update is lost (read-modify-write is never done on a stale copy).
+readers take no lock (every file write is an atomic rename; the registry's rows are read in SQLite's WAL read
+snapshots, ``runtime.store.registry_db``), writers serialize on ``tools/.store.lock`` and re-read under the
+lock, so no update is lost (read-modify-write is never done on a stale copy).
 
 Corrupt or unreadable files are quarantined (``<name>.corrupt-<timestamp>``) and the run goes on:
 a corrupt method file reads as "corrupt" (selection says GENERATE), a corrupt registry is rebuilt from
