@@ -149,7 +149,7 @@ class RegistryDB:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")  # as durable as the store's fsynced file writes
-        except sqlite3.Error:
+        except (sqlite3.Error, UnicodeDecodeError):  # a damaged header can make even a pragma's answer garbage
             db.close()
             raise
         return db
@@ -172,6 +172,8 @@ class RegistryDB:
                 db = self._open(self.path)
             except sqlite3.Error as exc:
                 raise _classify(exc, self.path) from None
+            except UnicodeDecodeError as exc:
+                raise CorruptRegistry(str(exc)) from None
             self._local.held = held = ((os.getpid(), ident), db)
         conn: sqlite3.Connection = held[1]
         return conn
