@@ -45,6 +45,8 @@ class Threads:
         self.short = ThreadPoolExecutor(max_workers=max(1, short), thread_name_prefix="sandforge-aio")
         self.long = ThreadPoolExecutor(max_workers=max(1, long), thread_name_prefix="sandforge-aio-long")
         self._detached: set[Future[None]] = set()
+        #: detached clean-ups waiting for their loop's next iteration to be submitted (``detach(loop=...)``)
+        self._queued: dict[Future[None], Callable[[], None]] = {}
         # Re-entrant: stopping the pools under it cancels queued futures, whose callbacks run on this thread.
         self._lock = threading.RLock()
         self._stopped = False
@@ -52,17 +54,39 @@ class Threads:
     def for_effect(self, effect: Blocking) -> ThreadPoolExecutor:
         return self.long if effect.interruptible or effect.on_cancel is not None else self.short
 
-    def detach(self, fn: Callable[[], None]) -> None:
+    def detach(self, fn: Callable[[], None], *, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """``fn`` on the short pool, not waited for here; :meth:`shutdown` (or :meth:`shutdown_async`) waits for
-        it. Submitted under the lock the shutdown stops the pools under, so none is queued and then dropped."""
+        it. With ``loop`` (the running one) it is handed over at that loop's next iteration, after what the
+        current step still does with the outcome (``POST /v1/exec`` answers and flushes its response first, so
+        the clean-up's thread does not compete with it); a shutdown that comes first runs it itself. Submitted
+        under the lock the shutdown stops the pools under, so none is queued and then dropped."""
+        done: Future[None] = Future()
         with self._lock:
-            future = None if self._stopped else self.short.submit(_quietly, fn)
-            if future is not None:
-                self._detached.add(future)
-        if future is None:  # shut down already (a close raced this execution): clean up here and now
+            stopped = self._stopped
+            if not stopped:
+                self._detached.add(done)
+                self._queued[done] = fn
+        if stopped:  # shut down already (a close raced this execution): clean up here and now
             _quietly(fn)
             return
-        future.add_done_callback(self._forget)
+        done.add_done_callback(self._forget)
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: hand it over now
+                loop.call_soon(self._start, done)
+                return
+        self._start(done)
+
+    def _start(self, done: Future[None]) -> None:
+        """Submit the clean-up queued as ``done`` (unless a shutdown took it over meanwhile)."""
+        with self._lock:
+            fn = self._queued.pop(done, None)
+            if fn is None:
+                return
+            work = None if self._stopped else self.short.submit(_quietly, fn)
+        if work is None:
+            _run_queued(done, fn)
+            return
+        work.add_done_callback(lambda _: done.set_result(None))
 
     def _forget(self, future: Future[None]) -> None:
         with self._lock:
@@ -70,14 +94,21 @@ class Threads:
 
     def _pending_or_stop(self) -> list[Future[None]]:
         """The detached clean-ups still to wait for; when there are none, the pools are stopped (under the
-        lock: no clean-up can be handed over between the last wait and the stop, to be cancelled unrun)."""
-        with self._lock:
-            pending = [f for f in self._detached if not f.done()]
-            if not pending and not self._stopped:
-                self._stopped = True
-                for pool in (self.short, self.long):
-                    pool.shutdown(wait=False, cancel_futures=True)
-            return pending
+        lock: no clean-up can be handed over between the last wait and the stop, to be cancelled unrun).
+        Clean-ups queued for a loop iteration that has not come yet are run here (that loop may never run
+        again)."""
+        while True:
+            with self._lock:
+                queued, self._queued = list(self._queued.items()), {}
+                if not queued:
+                    pending = [f for f in self._detached if not f.done()]
+                    if not pending and not self._stopped:
+                        self._stopped = True
+                        for pool in (self.short, self.long):
+                            pool.shutdown(wait=False, cancel_futures=True)
+                    return pending
+            for done, fn in queued:
+                _run_queued(done, fn)
 
     def shutdown(self) -> None:
         """Stop both pools; detached clean-up already handed over runs to its end first (a worker's work
@@ -88,6 +119,7 @@ class Threads:
     async def shutdown_async(self) -> None:
         """:meth:`shutdown` for an event loop: the detached clean-ups are awaited (their futures wake the loop),
         so the loop keeps serving while a slow one ends. A cancelled wait leaves them running and queued."""
+        await asyncio.sleep(0)  # clean-ups handed over in this loop's last step are submitted first
         while pending := self._pending_or_stop():
             await asyncio.wait([asyncio.wrap_future(f) for f in pending])
 
@@ -149,7 +181,7 @@ async def _wait(loop: asyncio.AbstractEventLoop, effect: Effect, threads: Thread
     if isinstance(effect, Await):
         return await effect.start(), False
     if isinstance(effect, Detach):
-        threads.detach(effect.fn)
+        threads.detach(effect.fn, loop=loop)
         return None, False
     if effect.on_loop is not None:
         return await effect.on_loop(), False
@@ -208,6 +240,13 @@ async def _blocking(
             if not late and effect.on_cancel is not None:
                 _quietly(effect.on_cancel)
             late = True
+
+
+def _run_queued(done: Future[None], fn: Callable[[], None]) -> None:
+    try:
+        _quietly(fn)
+    finally:
+        done.set_result(None)
 
 
 def _quietly(fn: Callable[[], None]) -> None:
