@@ -147,6 +147,14 @@ async def drive(steps: Steps[T], threads: Threads) -> T:
     :class:`Cancelled` where they wait (after a non-interruptible call returns: ``Blocking.on_cancel`` makes it
     return soon); they end the exchange and clean up, and ``CancelledError`` is raised here afterwards."""
     loop = asyncio.get_running_loop()
+    watch = _Watch(loop)
+    try:
+        return await _drive(steps, threads, loop, watch)
+    finally:
+        watch.clear()
+
+
+async def _drive(steps: Steps[T], threads: Threads, loop: asyncio.AbstractEventLoop, watch: _Watch) -> T:
     answer: Any = None
     error: BaseException | None = None
     cancelled = False
@@ -161,23 +169,27 @@ async def drive(steps: Steps[T], threads: Threads) -> T:
         except Cancelled:
             raise asyncio.CancelledError from None
         answer, error = None, None
+        if not isinstance(effect, Poll):
+            watch.clear()  # before anything else runs: a clean-up may close (and the system reuse) the descriptors
         try:
-            answer, late = await _wait(loop, effect, threads)
+            answer, late = await _wait(loop, effect, threads, watch)
             if late and not cancelled:
                 cancelled, error = True, Cancelled()
         except asyncio.CancelledError:
+            watch.clear()
             if cancelled:  # a second cancellation while cleaning up: stop where we are
                 steps.close()
                 raise
             cancelled, error = True, Cancelled()
         except BaseException as exc:  # raised in the steps, at their yield (as the sync driver does)
+            watch.clear()
             error = exc
 
 
-async def _wait(loop: asyncio.AbstractEventLoop, effect: Effect, threads: Threads) -> tuple[Any, bool]:
+async def _wait(loop: asyncio.AbstractEventLoop, effect: Effect, threads: Threads, watch: _Watch) -> tuple[Any, bool]:
     """Where the steps wait: the answer, and whether a cancellation came while a call could not be left."""
     if isinstance(effect, Poll):
-        return await _poll(loop, effect, threads.long), False
+        return await _poll(loop, effect, threads.long, watch), False
     if isinstance(effect, Await):
         return await effect.start(), False
     if isinstance(effect, Detach):
@@ -188,7 +200,55 @@ async def _wait(loop: asyncio.AbstractEventLoop, effect: Effect, threads: Thread
     return await _blocking(loop, effect, threads.for_effect(effect))
 
 
-async def _poll(loop: asyncio.AbstractEventLoop, effect: Poll, executor: ThreadPoolExecutor) -> Chunks:
+class _Watch:
+    """The descriptors one execution waits on, watched by the loop from its first :class:`Poll` until the steps
+    ask for something else (then :meth:`clear`), not registered and removed again around every poll.
+
+    A descriptor that becomes readable while nobody waits (the steps are handling frames, or a nested call
+    runs) stops being watched until the next poll: level-triggered, it would otherwise wake the loop on
+    every iteration. The driver clears the watch before anything that may close the descriptors (a clean-up,
+    a cancellation thrown into the steps), so a number the system reuses is never left registered."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.fds: set[int] = set()
+        self.waiter: asyncio.Future[None] | None = None
+
+    def _ready(self, fd: int) -> None:
+        waiter = self.waiter
+        if waiter is None:  # nobody polls now: stop watching it until the next poll
+            self.loop.remove_reader(fd)
+            self.fds.discard(fd)
+        elif not waiter.done():
+            waiter.set_result(None)
+
+    def _timeout(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, fds: set[int], timeout: float) -> None:
+        """Until one of ``fds`` is readable or ``timeout`` passed; only ``fds`` stay watched."""
+        for fd in self.fds - fds:  # ended (EOF) since the last poll
+            self.loop.remove_reader(fd)
+        for fd in fds - self.fds:
+            self.loop.add_reader(fd, self._ready, fd)
+        self.fds = set(fds)
+        self.waiter = waiter = self.loop.create_future()
+        timer = self.loop.call_later(timeout, self._timeout)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self.waiter = None
+
+    def clear(self) -> None:
+        for fd in self.fds:
+            self.loop.remove_reader(fd)
+        self.fds = set()
+
+
+async def _poll(loop: asyncio.AbstractEventLoop, effect: Poll, executor: ThreadPoolExecutor, watch: _Watch) -> Chunks:
     """``io.poll(timeout)`` without a thread: wait for any of its descriptors to be readable on the loop."""
     io = effect.io
     selector = getattr(io, "selector", None)
@@ -198,26 +258,23 @@ async def _poll(loop: asyncio.AbstractEventLoop, effect: Poll, executor: ThreadP
     chunks = io.poll(0)
     if chunks:
         return chunks
-    fds = [key.fd for key in selector.get_map().values()]
+    fds = {key.fd for key in selector.get_map().values()}
     if not fds:
+        watch.clear()
         await asyncio.sleep(0)
         return []
-    woken = loop.create_future()
-
-    def wake() -> None:
-        if not woken.done():
-            woken.set_result(None)
-
-    for fd in fds:
-        loop.add_reader(fd, wake)
-    timer = loop.call_later(effect.timeout, wake)
+    deadline = loop.time() + effect.timeout
     try:
-        await woken
-    finally:
-        timer.cancel()
-        for fd in fds:
-            loop.remove_reader(fd)
-    return io.poll(0)
+        while True:
+            await watch.wait(fds, deadline - loop.time())
+            chunks = io.poll(0)
+            # a wake-up with nothing to read (a loop that queues readiness callbacks may run one queued before
+            # the last read): wait on, up to the same deadline
+            if chunks or loop.time() >= deadline:
+                return chunks
+    except BaseException:
+        watch.clear()
+        raise
 
 
 async def _blocking(
