@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,6 +26,7 @@ from sandforge.sandbox.cluster.wire import NODE_CACHE_BYTES, Wire, WireError, ou
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.context import ContextSnapshot
 from sandforge.sandbox.protocol import CallFrame, DeclareFrame, ErrorType, ExecutionOutcome, ExecutionRequest
+from sandforge.sandbox.steps import Detach, Steps, run_steps
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ GRACE_S = 30.0
 PROTOCOL = 2
 #: Executions one host runs at once (the actor's ``max_concurrency``: each holds one of its threads).
 MAX_RUNS = 256
+#: Threads that destroy finished sandboxes after their outcome went back to the caller.
+CLEANUP_THREADS = 4
 
 
 class BlobCache:
@@ -129,6 +133,31 @@ def _proxy(run: _Run, kinds: list[str]) -> _Proxy:
     return cls(run)
 
 
+def answering_first(
+    steps: Steps[ExecutionOutcome], later: Callable[[Callable[[], None]], object]
+) -> Steps[ExecutionOutcome]:
+    """``steps`` whose clean-up (:class:`Detach`: destroying the worker once its outcome is known: killing and
+    reaping its process, closing its descriptors, removing its directory, ~2 ms) is handed to ``later`` instead of
+    holding the outcome back: the caller's ``ray.get`` returns before the sandbox is gone, as the async API's
+    awaited outcome does. Every other effect goes to the driver unchanged (what it answers or raises goes back in)."""
+    answer: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = steps.send(answer) if error is None else steps.throw(error)
+        except StopIteration as done:
+            outcome: ExecutionOutcome = done.value
+            return outcome
+        answer, error = None, None
+        if isinstance(effect, Detach):
+            later(effect.fn)
+            continue
+        try:
+            answer = yield effect
+        except BaseException as exc:  # re-raised inside the steps, where their finally blocks run
+            error = exc
+
+
 class SandboxHost:
     """A node's sandbox host (made a Ray actor by the executor: ``ray.remote(SandboxHost)``)."""
 
@@ -142,6 +171,8 @@ class SandboxHost:
         self.lock = threading.Lock()
         #: the threads executions that serve frames run on (reused: a new thread per execution cost ~0.2 ms)
         self.threads = ThreadPoolExecutor(max_workers=4 * MAX_RUNS, thread_name_prefix="sandforge-run")
+        #: where finished sandboxes are destroyed, after the answer (``_after_answer``)
+        self.cleanup = ThreadPoolExecutor(max_workers=CLEANUP_THREADS, thread_name_prefix="sandforge-cleanup")
         self.executed = 0
         self.inline = 0  # executions running on their actor call's thread (not in ``runs``)
         self.started_at = time.time()
@@ -224,14 +255,37 @@ class SandboxHost:
     def _outcome(self, run: _Run, backend: str, bridge: _Proxy | None) -> Wire:
         """Run the execution here; its ``done`` event."""
         base = ContextSnapshot.coerce(run.request.context)
+        destroys: list[Callable[[], None]] = []
         try:
-            outcome = self.sandbox.execute(run.request, backend=backend, bridge=bridge)  # type: ignore[arg-type]
+            steps = self.sandbox.outline(run.request, backend, bridge, self.sandbox._acquire_step)  # type: ignore[arg-type]
+            outcome = run_steps(answering_first(steps, destroys.append))
         except Exception as exc:  # never leave the caller waiting
             log.exception("execution failed on this node")
             outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, f"node failure: {exc}")
         with self.lock:
             self.executed += 1
-        return self._done(outcome, base, backend, run.request)
+        try:
+            return self._done(outcome, base, backend, run.request)
+        finally:
+            self._after_answer(destroys)
+
+    def _after_answer(self, destroys: list[Callable[[], None]]) -> None:
+        """Destroy the execution's worker on a clean-up thread, as late as the host can (its answer is built;
+        Ray sends it as the method returns); in place when the host is closing."""
+        if not destroys:
+            return
+        try:
+            self.cleanup.submit(self._clean_up, destroys)
+        except RuntimeError:  # shut down: nothing outlives the host
+            self._clean_up(destroys)
+
+    @staticmethod
+    def _clean_up(destroys: list[Callable[[], None]]) -> None:
+        for destroy in destroys:
+            try:
+                destroy()
+            except Exception:  # logged: a clean-up thread has nobody to raise to
+                log.exception("destroying a finished sandbox failed on this node")
 
     def _done(
         self, outcome: ExecutionOutcome, base: ContextSnapshot, backend: str | None = None,
@@ -271,5 +325,6 @@ class SandboxHost:
         return pool.wait_ready(timeout=timeout_s)
 
     def close(self) -> None:
+        self.cleanup.shutdown(wait=True)  # the sandboxes of finished executions are gone before the pools close
         self.sandbox.close()
         self.threads.shutdown(wait=False)

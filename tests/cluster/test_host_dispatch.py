@@ -37,19 +37,19 @@ def call(request: ExecutionRequest, kinds: list[str] | None, exec_id: str = "e1"
 
 def test_without_a_bridge_the_execution_runs_on_the_calling_thread(host: SandboxHost) -> None:
     seen: list[str] = []
-    original = host.sandbox.execute
+    original = host.sandbox.outline
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         seen.append(threading.current_thread().name)
         assert host.status()["in_flight"] == 1  # counted while it runs, though not parked in ``runs``
         return original(*args, **kwargs)
 
-    host.sandbox.execute = spy  # type: ignore[method-assign]
+    host.sandbox.outline = spy  # type: ignore[method-assign]
     try:
         request = ExecutionRequest(code="context['n'] += 1\nreturn 7", context={"n": 1})
         event = host.start(call(request, None))
     finally:
-        del host.sandbox.execute
+        del host.sandbox.outline
     assert event["kind"] == "done"
     outcome = outcome_from_wire(event, ContextSnapshot.coerce(request.context))
     assert outcome.ok and outcome.value == 7 and outcome.context == {"n": 2}
