@@ -45,6 +45,8 @@ class Threads:
         self.short = ThreadPoolExecutor(max_workers=max(1, short), thread_name_prefix="sandforge-aio")
         self.long = ThreadPoolExecutor(max_workers=max(1, long), thread_name_prefix="sandforge-aio-long")
         self._detached: set[Future[None]] = set()
+        #: detached clean-ups waiting for their loop's next iteration to be submitted (``detach(loop=...)``)
+        self._queued: dict[Future[None], Callable[[], None]] = {}
         # Re-entrant: stopping the pools under it cancels queued futures, whose callbacks run on this thread.
         self._lock = threading.RLock()
         self._stopped = False
@@ -52,17 +54,39 @@ class Threads:
     def for_effect(self, effect: Blocking) -> ThreadPoolExecutor:
         return self.long if effect.interruptible or effect.on_cancel is not None else self.short
 
-    def detach(self, fn: Callable[[], None]) -> None:
+    def detach(self, fn: Callable[[], None], *, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """``fn`` on the short pool, not waited for here; :meth:`shutdown` (or :meth:`shutdown_async`) waits for
-        it. Submitted under the lock the shutdown stops the pools under, so none is queued and then dropped."""
+        it. With ``loop`` (the running one) it is handed over at that loop's next iteration, after what the
+        current step still does with the outcome (``POST /v1/exec`` answers and flushes its response first, so
+        the clean-up's thread does not compete with it); a shutdown that comes first runs it itself. Submitted
+        under the lock the shutdown stops the pools under, so none is queued and then dropped."""
+        done: Future[None] = Future()
         with self._lock:
-            future = None if self._stopped else self.short.submit(_quietly, fn)
-            if future is not None:
-                self._detached.add(future)
-        if future is None:  # shut down already (a close raced this execution): clean up here and now
+            stopped = self._stopped
+            if not stopped:
+                self._detached.add(done)
+                self._queued[done] = fn
+        if stopped:  # shut down already (a close raced this execution): clean up here and now
             _quietly(fn)
             return
-        future.add_done_callback(self._forget)
+        done.add_done_callback(self._forget)
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: hand it over now
+                loop.call_soon(self._start, done)
+                return
+        self._start(done)
+
+    def _start(self, done: Future[None]) -> None:
+        """Submit the clean-up queued as ``done`` (unless a shutdown took it over meanwhile)."""
+        with self._lock:
+            fn = self._queued.pop(done, None)
+            if fn is None:
+                return
+            work = None if self._stopped else self.short.submit(_quietly, fn)
+        if work is None:
+            _run_queued(done, fn)
+            return
+        work.add_done_callback(lambda _: done.set_result(None))
 
     def _forget(self, future: Future[None]) -> None:
         with self._lock:
@@ -70,14 +94,21 @@ class Threads:
 
     def _pending_or_stop(self) -> list[Future[None]]:
         """The detached clean-ups still to wait for; when there are none, the pools are stopped (under the
-        lock: no clean-up can be handed over between the last wait and the stop, to be cancelled unrun)."""
-        with self._lock:
-            pending = [f for f in self._detached if not f.done()]
-            if not pending and not self._stopped:
-                self._stopped = True
-                for pool in (self.short, self.long):
-                    pool.shutdown(wait=False, cancel_futures=True)
-            return pending
+        lock: no clean-up can be handed over between the last wait and the stop, to be cancelled unrun).
+        Clean-ups queued for a loop iteration that has not come yet are run here (that loop may never run
+        again)."""
+        while True:
+            with self._lock:
+                queued, self._queued = list(self._queued.items()), {}
+                if not queued:
+                    pending = [f for f in self._detached if not f.done()]
+                    if not pending and not self._stopped:
+                        self._stopped = True
+                        for pool in (self.short, self.long):
+                            pool.shutdown(wait=False, cancel_futures=True)
+                    return pending
+            for done, fn in queued:
+                _run_queued(done, fn)
 
     def shutdown(self) -> None:
         """Stop both pools; detached clean-up already handed over runs to its end first (a worker's work
@@ -88,6 +119,7 @@ class Threads:
     async def shutdown_async(self) -> None:
         """:meth:`shutdown` for an event loop: the detached clean-ups are awaited (their futures wake the loop),
         so the loop keeps serving while a slow one ends. A cancelled wait leaves them running and queued."""
+        await asyncio.sleep(0)  # clean-ups handed over in this loop's last step are submitted first
         while pending := self._pending_or_stop():
             await asyncio.wait([asyncio.wrap_future(f) for f in pending])
 
@@ -115,6 +147,14 @@ async def drive(steps: Steps[T], threads: Threads) -> T:
     :class:`Cancelled` where they wait (after a non-interruptible call returns: ``Blocking.on_cancel`` makes it
     return soon); they end the exchange and clean up, and ``CancelledError`` is raised here afterwards."""
     loop = asyncio.get_running_loop()
+    watch = _Watch(loop)
+    try:
+        return await _drive(steps, threads, loop, watch)
+    finally:
+        watch.clear()
+
+
+async def _drive(steps: Steps[T], threads: Threads, loop: asyncio.AbstractEventLoop, watch: _Watch) -> T:
     answer: Any = None
     error: BaseException | None = None
     cancelled = False
@@ -129,34 +169,86 @@ async def drive(steps: Steps[T], threads: Threads) -> T:
         except Cancelled:
             raise asyncio.CancelledError from None
         answer, error = None, None
+        if not isinstance(effect, Poll):
+            watch.clear()  # before anything else runs: a clean-up may close (and the system reuse) the descriptors
         try:
-            answer, late = await _wait(loop, effect, threads)
+            answer, late = await _wait(loop, effect, threads, watch)
             if late and not cancelled:
                 cancelled, error = True, Cancelled()
         except asyncio.CancelledError:
+            watch.clear()
             if cancelled:  # a second cancellation while cleaning up: stop where we are
                 steps.close()
                 raise
             cancelled, error = True, Cancelled()
         except BaseException as exc:  # raised in the steps, at their yield (as the sync driver does)
+            watch.clear()
             error = exc
 
 
-async def _wait(loop: asyncio.AbstractEventLoop, effect: Effect, threads: Threads) -> tuple[Any, bool]:
+async def _wait(loop: asyncio.AbstractEventLoop, effect: Effect, threads: Threads, watch: _Watch) -> tuple[Any, bool]:
     """Where the steps wait: the answer, and whether a cancellation came while a call could not be left."""
     if isinstance(effect, Poll):
-        return await _poll(loop, effect, threads.long), False
+        return await _poll(loop, effect, threads.long, watch), False
     if isinstance(effect, Await):
         return await effect.start(), False
     if isinstance(effect, Detach):
-        threads.detach(effect.fn)
+        threads.detach(effect.fn, loop=loop)
         return None, False
     if effect.on_loop is not None:
         return await effect.on_loop(), False
     return await _blocking(loop, effect, threads.for_effect(effect))
 
 
-async def _poll(loop: asyncio.AbstractEventLoop, effect: Poll, executor: ThreadPoolExecutor) -> Chunks:
+class _Watch:
+    """The descriptors one execution waits on, watched by the loop from its first :class:`Poll` until the steps
+    ask for something else (then :meth:`clear`), not registered and removed again around every poll.
+
+    A descriptor that becomes readable while nobody waits (the steps are handling frames, or a nested call
+    runs) stops being watched until the next poll: level-triggered, it would otherwise wake the loop on
+    every iteration. The driver clears the watch before anything that may close the descriptors (a clean-up,
+    a cancellation thrown into the steps), so a number the system reuses is never left registered."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.fds: set[int] = set()
+        self.waiter: asyncio.Future[None] | None = None
+
+    def _ready(self, fd: int) -> None:
+        waiter = self.waiter
+        if waiter is None:  # nobody polls now: stop watching it until the next poll
+            self.loop.remove_reader(fd)
+            self.fds.discard(fd)
+        elif not waiter.done():
+            waiter.set_result(None)
+
+    def _timeout(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, fds: set[int], timeout: float) -> None:
+        """Until one of ``fds`` is readable or ``timeout`` passed; only ``fds`` stay watched."""
+        for fd in self.fds - fds:  # ended (EOF) since the last poll
+            self.loop.remove_reader(fd)
+        for fd in fds - self.fds:
+            self.loop.add_reader(fd, self._ready, fd)
+        self.fds = set(fds)
+        self.waiter = waiter = self.loop.create_future()
+        timer = self.loop.call_later(timeout, self._timeout)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self.waiter = None
+
+    def clear(self) -> None:
+        for fd in self.fds:
+            self.loop.remove_reader(fd)
+        self.fds = set()
+
+
+async def _poll(loop: asyncio.AbstractEventLoop, effect: Poll, executor: ThreadPoolExecutor, watch: _Watch) -> Chunks:
     """``io.poll(timeout)`` without a thread: wait for any of its descriptors to be readable on the loop."""
     io = effect.io
     selector = getattr(io, "selector", None)
@@ -166,26 +258,23 @@ async def _poll(loop: asyncio.AbstractEventLoop, effect: Poll, executor: ThreadP
     chunks = io.poll(0)
     if chunks:
         return chunks
-    fds = [key.fd for key in selector.get_map().values()]
+    fds = {key.fd for key in selector.get_map().values()}
     if not fds:
+        watch.clear()
         await asyncio.sleep(0)
         return []
-    woken = loop.create_future()
-
-    def wake() -> None:
-        if not woken.done():
-            woken.set_result(None)
-
-    for fd in fds:
-        loop.add_reader(fd, wake)
-    timer = loop.call_later(effect.timeout, wake)
+    deadline = loop.time() + effect.timeout
     try:
-        await woken
-    finally:
-        timer.cancel()
-        for fd in fds:
-            loop.remove_reader(fd)
-    return io.poll(0)
+        while True:
+            await watch.wait(fds, deadline - loop.time())
+            chunks = io.poll(0)
+            # a wake-up with nothing to read (a loop that queues readiness callbacks may run one queued before
+            # the last read): wait on, up to the same deadline
+            if chunks or loop.time() >= deadline:
+                return chunks
+    except BaseException:
+        watch.clear()
+        raise
 
 
 async def _blocking(
@@ -208,6 +297,13 @@ async def _blocking(
             if not late and effect.on_cancel is not None:
                 _quietly(effect.on_cancel)
             late = True
+
+
+def _run_queued(done: Future[None], fn: Callable[[], None]) -> None:
+    try:
+        _quietly(fn)
+    finally:
+        done.set_result(None)
 
 
 def _quietly(fn: Callable[[], None]) -> None:

@@ -138,10 +138,12 @@ class Zygote:
                 settle()
             else:
                 self._watchers[pid] = wake
+        # a plain timer, not ``wait_for``: the report resumes this task in the loop iteration that got it
+        timer = loop.call_later(timeout, settle)
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(arrived, timeout)
+            await arrived
         finally:
+            timer.cancel()
             with self._cond:
                 self._watchers.pop(pid, None)
         return self.wait_exit(pid, 0.0)

@@ -6,7 +6,9 @@ client, which reads the head, finds no body yet and sleeps again, so a call pays
 switch on both sides (the largest single cost of ``POST /v1/exec``'s HTTP overhead in a py-spy profile of the
 server). Here the transport's writes are gathered and handed to the socket once, at the end of the loop
 iteration that made them: a whole response goes out in one segment, and a streamed one (MCP's event
-streams) still leaves within the same iteration, so nothing waits longer than it did.
+streams) still leaves within the same iteration, so nothing waits longer than it did. A response that is
+complete leaves at once (uvicorn's ``on_response`` hook): what the app still does after its last ``send`` in
+the same step (the gatekeeper's audit record) no longer holds the answer back.
 """
 
 from __future__ import annotations
@@ -71,3 +73,11 @@ class CoalescingHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    def on_response_complete(self) -> None:
+        """The response's last bytes were written: to the socket now, not at the end of the iteration (the app's
+        own work after its last ``send``, such as the audit write, then runs after the client has its answer)."""
+        transport = self.transport
+        if isinstance(transport, CoalescingTransport):
+            transport.flush()
+        super().on_response_complete()

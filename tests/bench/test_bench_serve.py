@@ -17,7 +17,8 @@ def test_quick_report_is_well_formed(tmp_path: Path) -> None:
     assert bench_serve.main(["--quick", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     overhead, soak = report["overhead"], report["soak"]
-    assert overhead["api_ms"]["n"] == overhead["http_ms"]["n"] == 60
+    assert overhead["api_ms"]["n"] == overhead["http_ms"]["n"] == overhead["lean_ms"]["n"] == 60
+    assert isinstance(overhead["lean_added_p50_ms"], float)
     assert isinstance(overhead["added_p50_ms"], float)
     assert soak["unexpected_errors"] == 0, soak["error_samples"]
     assert soak["expected_401"] > 0
