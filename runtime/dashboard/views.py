@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -52,7 +53,11 @@ from sandforge.runtime.store.patterns import (
 )
 from sandforge.sandbox import SandboxConfig
 
+log = logging.getLogger(__name__)
+
 PAGE_SIZE = 50
+#: the longest a page waits for the first full health build before it renders without it (and says so)
+WAIT_S = 0.1
 #: the longest a tools snapshot is reused while the registry does not change (files changed by hand show then)
 SNAPSHOT_S = 30.0
 SortKey = Literal["role", "usage", "failures", "failure_rate", "last_used", "badge"]
@@ -60,6 +65,27 @@ SortKey = Literal["role", "usage", "failures", "failure_rate", "last_used", "bad
 
 def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
+
+
+class HealthBuilding(BaseModel):
+    """The tools' health is being computed for the first time (a store whose board was never built, or whose
+    context changed: prompt version, selection policy): the page shows what it knows without it, and says so."""
+
+    done: int = Field(description="tools whose health is computed")
+    total: int | None = Field(description="tools in the registry, None until the registry has been read")
+
+
+class _Build:
+    """One background build of the whole board: its progress, and how it ended."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.total: int | None = None
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+
+    def progress(self) -> HealthBuilding:
+        return HealthBuilding(done=self.done, total=self.total)
 
 
 class Board:
@@ -83,6 +109,8 @@ class Board:
         self._generation = -1  # of the persisted board, as this process last read or wrote it
         self._loaded = False
         self._rebuilding = threading.Lock()
+        self._starting = threading.Lock()  # one background build at a time
+        self._build: _Build | None = None  # the last background build of the whole board (running or ended)
         self._entries: dict[tuple[str, bytes], RegistryEntry] = {}  # read from the board, by (role, entry digest)
         self._summary: tuple[str, float, Summary] | None = None  # persisted, read before the rows
         self.derived: dict[Any, Any] = {}  # what is computed from the snapshot, kept with it
@@ -110,13 +138,45 @@ class Board:
         the rows in memory) with only the rows written since updated (:meth:`~ToolStore.changed_since`), else
         rebuilt from the whole registry, only the entries that changed reading their method files again.
         Successes still queued by the tenant's write-behind are written first: the pages show every call that
-        has returned (the call log already does)."""
+        has returned (the call log already does). A full rebuild with nothing earlier to start from runs in
+        the background (:meth:`tools_ready`); this waits for it, and raises when it failed."""
+        while True:
+            rows = self._tools()
+            if rows is not None:
+                return rows
+            build = self._build
+            assert build is not None  # _tools returns None only with a build started
+            build.finished.wait()
+            if build.error is not None:
+                raise RuntimeError("computing the tools' health failed") from build.error
+
+    def tools_ready(self, bound: float = WAIT_S) -> list[ToolSnap] | HealthBuilding:
+        """:meth:`tools`, or, when they need a full rebuild with nothing earlier to show, that rebuild started
+        in the background (one at a time) and waited for at most ``bound`` seconds: then its progress."""
+        rows = self._tools()
+        if rows is None:
+            build = self._build
+            if build is not None and build.finished.wait(bound):
+                rows = self._tools()  # done (or failed: then a new build is started, as a next page would)
+        if rows is not None:
+            return rows
+        build = self._build
+        return build.progress() if build is not None else HealthBuilding(done=0, total=None)
+
+    def _running(self) -> bool:
+        build = self._build
+        return build is not None and not build.finished.is_set()
+
+    def _tools(self) -> list[ToolSnap] | None:
+        """The rows, or None when a background build of the whole board is running (started here if needed)."""
         self.store.settle()
         version = self._version()
         now = time.monotonic()
         snap = self._snapshot
         if snap is not None and version is not None and snap[0] == version and snap[1] > now:
             return snap[2]
+        if snap is None and self._running():
+            return None  # not even waiting for the lock: a blocked first page would wait for the build
         with self._rebuilding:  # concurrent first pages: one reads the board (or the registry), the others wait
             if self._snapshot is not snap and (done := self._snapshot) is not None and done[0] == version:
                 return done[2]
@@ -124,12 +184,15 @@ class Board:
                 rows = snap[2]
             else:
                 with gc_paused():  # thousands of small objects, no cycles: the collector would only cost time
-                    rows = self._rows(version, snap[2] if snap is not None else None)
+                    found = self._rows(version, snap[2] if snap is not None else None)
+                if found is None:
+                    return None
+                rows = found
                 self.derived.clear()
             self._snapshot = (version, now + SNAPSHOT_S, rows)
         return rows
 
-    def _rows(self, version: str | None, previous: list[ToolSnap] | None) -> list[ToolSnap]:
+    def _rows(self, version: str | None, previous: list[ToolSnap] | None) -> list[ToolSnap] | None:
         held = self._registry
         if not self._loaded:  # once per process: later, the rows in memory are the newer
             self._loaded = True
@@ -143,7 +206,31 @@ class Board:
         delta = self.store.changed_since(held) if held is not None and previous else None
         if delta is not None and previous:
             return self._patch(previous, *delta)
+        if not previous:  # every method file read (10,000 tools: seconds): in the background, pages never wait
+            self._start_build()
+            return None
         return self._rebuild(previous)
+
+    def _start_build(self) -> None:
+        with self._starting:
+            if self._running():
+                return
+            build = self._build = _Build()
+        threading.Thread(target=self._run_build, args=(build,), name=f"board-{self.tenant}", daemon=True).start()
+
+    def _run_build(self, build: _Build) -> None:
+        """The whole board rebuilt from the registry (nothing earlier to start from). Only one runs, and no
+        other path rebuilds or patches meanwhile (they need rows, and there are none until this ends)."""
+        try:
+            with gc_paused():
+                rows = self._rebuild(None, build)
+            self.derived.clear()
+            self._snapshot = (self._registry, time.monotonic() + SNAPSHOT_S, rows)
+        except Exception as e:  # logged; the next page starts another build
+            log.exception("computing the tools' health for tenant %s failed", self.tenant)
+            build.error = e
+        finally:
+            build.finished.set()
 
     def _patch(self, previous: list[ToolSnap], version: str, entries: list[RegistryEntry]) -> list[ToolSnap]:
         """``previous`` (the rows of an earlier version of the registry, same generation: no tool deleted since)
@@ -174,13 +261,15 @@ class Board:
         self._generation = self.boards.save(version, self._generation, rows, changed, [], self._summarized(rows))
         return rows
 
-    def _rebuild(self, previous: list[ToolSnap] | None) -> list[ToolSnap]:
+    def _rebuild(self, previous: list[ToolSnap] | None, build: _Build | None = None) -> list[ToolSnap]:
         entries, self._registry = self.store.list_tools_versioned()
+        counter = build if build is not None else _Build()
+        counter.total = len(entries)
         before = {t.role: t for t in previous or ()}
         rows: list[ToolSnap] = []
         changed: list[tuple[ToolSnap, str | None]] = []
         dropped = not before  # nothing known before: whatever the snapshot holds may be gone
-        for entry in entries:
+        for counter.done, entry in enumerate(entries):
             old = before.get(entry.role)
             if old is not None and old.entry is not None and (old.entry is entry or old.entry == entry):
                 rows.append(old)
@@ -227,6 +316,18 @@ class Board:
     def summary(self) -> Summary:
         """The Overview's counts: from the rows in memory, or (a fresh process that has not read them) the
         summary persisted with the board when it describes the registry as it is now."""
+        found = self._stored_summary()
+        return found if found is not None else self._summary_of(self.tools())
+
+    def summary_ready(self, bound: float = WAIT_S) -> Summary | HealthBuilding:
+        """:meth:`summary`, or the progress of the background build it needs (see :meth:`tools_ready`)."""
+        found = self._stored_summary()
+        if found is not None:
+            return found
+        rows = self.tools_ready(bound)
+        return rows if isinstance(rows, HealthBuilding) else self._summary_of(rows)
+
+    def _stored_summary(self) -> Summary | None:
         if self._snapshot is None and not self._loaded:
             self.store.settle()
             version = self._version()
@@ -239,7 +340,9 @@ class Board:
             if found is not None and version is not None:
                 self._summary = (version, time.monotonic() + SNAPSHOT_S, found)
                 return found
-        rows = self.tools()
+        return None
+
+    def _summary_of(self, rows: list[ToolSnap]) -> Summary:
         if "summary" not in self.derived:
             made = self._made
             self.derived["summary"] = made[1] if made is not None and made[0] is rows else summarize_board(rows)
@@ -293,7 +396,14 @@ class Board:
 
     def sorted_tools(self, sort: SortKey, descending: bool) -> list[ToolSnap]:
         """:meth:`tools` in one order, kept with the snapshot."""
-        rows = self.tools()
+        return self._sorted(self.tools(), sort, descending)
+
+    def sorted_ready(self, sort: SortKey, descending: bool, bound: float = WAIT_S) -> list[ToolSnap] | HealthBuilding:
+        """:meth:`sorted_tools`, or the progress of the background build it needs (see :meth:`tools_ready`)."""
+        rows = self.tools_ready(bound)
+        return rows if isinstance(rows, HealthBuilding) else self._sorted(rows, sort, descending)
+
+    def _sorted(self, rows: list[ToolSnap], sort: SortKey, descending: bool) -> list[ToolSnap]:
         key = ("sorted", sort, descending)
         if key not in self.derived:
             if sort == "role" and not descending:
@@ -339,6 +449,9 @@ class ToolsPage(BaseModel):
     badge: Badge | None
     badge_counts: dict[str, int]
     tools: list[ToolRow]
+    health_building: HealthBuilding | None = Field(
+        default=None, description="set while the tools' health is computed for the first time (no tool listed)"
+    )
 
 
 def _tool_row(entry: RegistryEntry, methods: list[MethodHealth]) -> ToolRow:
@@ -375,7 +488,12 @@ def tools_page(
     badge: Badge | None = None,
 ) -> ToolsPage:  # fmt: skip
     """Every tool, filtered by a text in its role or purpose and by badge, sorted, one page of them."""
-    entries = board.sorted_tools(sort, descending)
+    entries = board.sorted_ready(sort, descending)
+    if isinstance(entries, HealthBuilding):
+        return ToolsPage(
+            tenant=board.tenant, total=entries.total or 0, matched=0, page=1, pages=1, sort=sort, descending=descending,
+            q=q, badge=badge, badge_counts={}, tools=[], health_building=entries,
+        )  # fmt: skip
     counts = dict.fromkeys(BADGE_ORDER, 0)
     for t in entries:
         counts[t.badge] += 1
@@ -669,8 +787,8 @@ class Flagged(BaseModel):
 
 class OverviewPage(BaseModel):
     tenant: str
-    tools: int
-    artifacts: int
+    tools: int | None = Field(description="None while the tools' health is computed and the registry not yet read")
+    artifacts: int | None = Field(description="None while the tools' health is computed")
     calls_last_hour: int
     failures_last_hour: int
     calls_last_day: int
@@ -678,16 +796,32 @@ class OverviewPage(BaseModel):
     error_rate_last_day: float
     badge_counts: dict[str, int] = Field(description="methods per badge")
     flagged: list[Flagged] = Field(description="degraded or stale methods (the first 20)")
-    flagged_total: int
+    flagged_total: int | None = Field(description="None while the tools' health is computed")
     top_failure_types: list[tuple[str, int]] = Field(description="last 24 hours")
     chart: list[HourPoint] = Field(description="calls and failures per hour, the last 24 hours")
     indexed_calls: int
     indexing: Indexing | None = Field(default=None, description="set while the index is being built")
+    health_building: HealthBuilding | None = Field(
+        default=None, description="set while the tools' health is computed for the first time (no health shown)"
+    )
+
+
+def _health_part(summary: Summary | HealthBuilding) -> dict[str, Any]:
+    """The Overview's fields that come from the tools' health (unknown while it is computed)."""
+    if isinstance(summary, HealthBuilding):
+        return {"tools": summary.total, "artifacts": None, "badge_counts": {}, "flagged_total": None,
+                "flagged": [], "health_building": summary}  # fmt: skip
+    return {
+        "tools": summary.tools, "artifacts": summary.artifacts, "badge_counts": summary.counts,
+        "flagged_total": summary.flagged_total,
+        "flagged": [Flagged(role=r, method=m.method, badge=m.badge, recent_failure_rate=m.rate)
+                    for r, m in summary.flagged],
+    }  # fmt: skip
 
 
 def overview_page(board: Board, *, now: float | None = None) -> OverviewPage:
     now = time.time() if now is None else now
-    summary = board.summary()
+    summary = board.summary_ready()
     hour_calls, hour_failures = board.calls.count_since(now - 3600)
     first = int(now // 3600) - 23
     per_hour: dict[int, list[int]] = {h: [0, 0] for h in range(first, first + 24)}
@@ -701,12 +835,9 @@ def overview_page(board: Board, *, now: float | None = None) -> OverviewPage:
     day_calls = sum(v[0] for v in per_hour.values())
     day_failures = sum(v[1] for v in per_hour.values())
     return OverviewPage(
-        tenant=board.tenant, tools=summary.tools, artifacts=summary.artifacts, calls_last_hour=hour_calls,
+        tenant=board.tenant, calls_last_hour=hour_calls,
         failures_last_hour=hour_failures, calls_last_day=day_calls, failures_last_day=day_failures,
-        error_rate_last_day=round(day_failures / day_calls, 4) if day_calls else 0.0,
-        badge_counts=summary.counts, flagged_total=summary.flagged_total,
-        flagged=[Flagged(role=r, method=m.method, badge=m.badge, recent_failure_rate=m.rate)
-                 for r, m in summary.flagged],
+        error_rate_last_day=round(day_failures / day_calls, 4) if day_calls else 0.0, **_health_part(summary),
         top_failure_types=sorted(failure_types.items(), key=lambda kv: (-kv[1], kv[0]))[:8],
         chart=[HourPoint(hour=_utc(h * 3600), calls=c, failures=f) for h, (c, f) in sorted(per_hour.items())],
         indexed_calls=board.calls.total(), indexing=indexing(board),
