@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = 50
 #: the longest a page waits for the first full health build before it renders without it (and says so)
 WAIT_S = 0.1
+#: a board of at most this many tools is waited for whole (~0.1 s of method files): its pages never say "computing"
+INLINE_TOOLS = 500
 #: the longest a tools snapshot is reused while the registry does not change (files changed by hand show then)
 SNAPSHOT_S = 30.0
 SortKey = Literal["role", "usage", "failures", "failure_rate", "last_used", "badge"]
@@ -73,6 +75,12 @@ class HealthBuilding(BaseModel):
 
     done: int = Field(description="tools whose health is computed")
     total: int | None = Field(description="tools in the registry, None until the registry has been read")
+
+
+def _waited(build: _Build, bound: float) -> bool:
+    """Whether ``build`` ended within ``bound`` seconds, or, a small board, at all."""
+    waiting = build.finished.wait(bound) or (build.total is not None and build.total <= INLINE_TOOLS)
+    return waiting and build.finished.wait()
 
 
 class _Build:
@@ -150,13 +158,14 @@ class Board:
             if build.error is not None:
                 raise RuntimeError("computing the tools' health failed") from build.error
 
-    def tools_ready(self, bound: float = WAIT_S) -> list[ToolSnap] | HealthBuilding:
+    def tools_ready(self, bound: float | None = None) -> list[ToolSnap] | HealthBuilding:
         """:meth:`tools`, or, when they need a full rebuild with nothing earlier to show, that rebuild started
-        in the background (one at a time) and waited for at most ``bound`` seconds: then its progress."""
+        in the background (one at a time) and waited for at most ``bound`` seconds (WAIT_S; a board of at most
+        INLINE_TOOLS tools to its end): then its progress."""
         rows = self._tools()
         if rows is None:
             build = self._build
-            if build is not None and build.finished.wait(bound):
+            if build is not None and _waited(build, WAIT_S if bound is None else bound):
                 rows = self._tools()  # done (or failed: then a new build is started, as a next page would)
         if rows is not None:
             return rows
@@ -319,7 +328,7 @@ class Board:
         found = self._stored_summary()
         return found if found is not None else self._summary_of(self.tools())
 
-    def summary_ready(self, bound: float = WAIT_S) -> Summary | HealthBuilding:
+    def summary_ready(self, bound: float | None = None) -> Summary | HealthBuilding:
         """:meth:`summary`, or the progress of the background build it needs (see :meth:`tools_ready`)."""
         found = self._stored_summary()
         if found is not None:
@@ -398,7 +407,9 @@ class Board:
         """:meth:`tools` in one order, kept with the snapshot."""
         return self._sorted(self.tools(), sort, descending)
 
-    def sorted_ready(self, sort: SortKey, descending: bool, bound: float = WAIT_S) -> list[ToolSnap] | HealthBuilding:
+    def sorted_ready(
+        self, sort: SortKey, descending: bool, bound: float | None = None
+    ) -> list[ToolSnap] | HealthBuilding:
         """:meth:`sorted_tools`, or the progress of the background build it needs (see :meth:`tools_ready`)."""
         rows = self.tools_ready(bound)
         return rows if isinstance(rows, HealthBuilding) else self._sorted(rows, sort, descending)

@@ -1,0 +1,164 @@
+"""The first full health build (a store whose board was never built) runs in the background: the first Overview
+and Tools pages return without it, say so (page and JSON twin), and show the full figures once it is done; two
+concurrent first pages start one build; a failed build is logged and the next page retries."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandforge.runtime.dashboard import render, views
+from sandforge.runtime.dashboard.views import Board, HealthBuilding, overview_page, patterns_page, tools_page
+from sandforge.runtime.guardrails import default_policy
+from sandforge.runtime.store import ToolStore
+from sandforge.sandbox import SandboxConfig
+from tests.dashboard.seeded import ROLES, seeded_store
+
+WAIT = 10.0  # the longest a test waits for a background build it has let go
+
+
+class Gated:
+    """A fresh dashboard process whose method-file reads (``ToolStore.lookup``) block until released: the
+    build they are part of is as slow as the test wants."""
+
+    def __init__(self, root: Path) -> None:
+        self.store = ToolStore(root / "state")
+        self.gate = threading.Event()
+        self.reads: list[tuple[str, str]] = []
+        self.fail = 0  # reads that raise, the first ones
+        self._lock = threading.Lock()
+        lookup = self.store.lookup
+
+        def slow(role: str, method: str) -> Any:
+            with self._lock:
+                self.reads.append((role, method))
+                failing = self.fail > 0
+                self.fail -= failing
+            if failing:
+                raise OSError("the disk said no")
+            if len(self.reads) > 1:  # the first read passes: the progress shows one tool done
+                assert self.gate.wait(WAIT)
+            return lookup(role, method)
+
+        self.store.lookup = slow  # type: ignore[method-assign]
+        self.board = Board(tenant="t", store=self.store, call_log=root / "state" / "logs" / "calls.jsonl",
+                           policy=default_policy(), sandbox=SandboxConfig(backend="subprocess"))  # fmt: skip
+
+    def finish(self) -> None:
+        self.gate.set()
+        build = self.board._build
+        assert build is not None and build.finished.wait(WAIT)
+
+
+@pytest.fixture
+def gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gated]:
+    monkeypatch.setattr(views, "INLINE_TOOLS", 0)  # three tools: a small board would be waited for whole
+    seeded_store(tmp_path / "state")
+    g = Gated(tmp_path)
+    yield g
+    g.gate.set()
+    g.board.close()
+
+
+def test_the_first_overview_does_not_wait_for_the_build(gated: Gated) -> None:
+    first = overview_page(gated.board)
+    assert first.health_building == HealthBuilding(done=1, total=len(ROLES))  # one read passed, one blocked
+    assert first.tools == len(ROLES)  # known: the registry was read
+    assert first.artifacts is None and first.flagged_total is None  # unknown, not zero
+    assert first.badge_counts == {} and first.flagged == []
+    twin = first.model_dump(mode="json")
+    assert twin["health_building"] == {"done": 1, "total": len(ROLES)}
+    html = render.page("overview.html", d=twin)
+    assert 'id="health-building"' in html and "computing tool health: 1 of 3 tools" in html
+    assert "Every artifact is healthy" not in html  # nothing claimed about health meanwhile
+    gated.finish()
+    done = overview_page(gated.board)
+    assert done.health_building is None
+    assert done.tools == len(ROLES) and done.artifacts == len(ROLES)
+    assert done.badge_counts["healthy"] == len(ROLES)
+    assert done.model_dump(mode="json")["health_building"] is None
+    assert 'id="health-building"' not in render.page("overview.html", d=done.model_dump(mode="json"))
+
+
+def test_the_first_tools_page_lists_nothing_until_the_health_is_known(gated: Gated) -> None:
+    first = tools_page(gated.board, sort="usage", descending=True)
+    assert first.health_building is not None and first.health_building.total == len(ROLES)
+    assert first.tools == [] and first.badge_counts == {} and first.total == len(ROLES)
+    html = render.page("tools.html", d=first.model_dump(mode="json"))
+    assert "computing tool health" in html and "No tool matches" not in html
+    gated.finish()
+    done = tools_page(gated.board, sort="usage", descending=True)
+    assert done.health_building is None
+    assert sorted(t.role for t in done.tools) == sorted(ROLES)
+    assert {t.badge for t in done.tools} == {"healthy"}
+    assert sorted(set(gated.reads)) == [(r, "run") for r in sorted(ROLES)]  # the build read each once
+
+
+def test_a_blocking_reader_waits_for_the_background_build(gated: Gated) -> None:
+    assert overview_page(gated.board).health_building is not None
+    got: list[int] = []
+    reader = threading.Thread(target=lambda: got.append(patterns_page(gated.board).total_roles))
+    reader.start()
+    reader.join(0.3)
+    assert reader.is_alive()  # the patterns page needs every tool's capabilities: it waits
+    gated.finish()
+    reader.join(WAIT)
+    assert got == [0]
+    assert len(gated.reads) == len(ROLES)  # it did not build again
+
+
+def test_two_concurrent_first_pages_start_one_build(gated: Gated, monkeypatch: pytest.MonkeyPatch) -> None:
+    builds: list[object] = []
+    made = views._Build
+
+    def counted() -> Any:
+        builds.append(made())
+        return builds[-1]
+
+    monkeypatch.setattr(views, "_Build", counted)
+    start = threading.Barrier(2)
+    pages: list[Any] = []
+
+    def first_page(build: Any) -> None:
+        start.wait()
+        pages.append(build(gated.board))
+
+    threads = [threading.Thread(target=first_page, args=(f,)) for f in (overview_page, tools_page)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+    assert len(pages) == 2 and all(p.health_building is not None for p in pages)
+    assert len(builds) == 1
+    gated.finish()
+    assert overview_page(gated.board).health_building is None
+    assert len(builds) == 1 and len(gated.reads) == len(ROLES)
+
+
+def test_a_failed_build_is_logged_and_the_next_page_retries(
+    gated: Gated, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(views, "WAIT_S", WAIT)  # the page waits for the failed build's end, whenever it comes
+    gated.fail = 1
+    gated.gate.set()
+    with caplog.at_level(logging.ERROR):
+        page = overview_page(gated.board)
+    assert "computing the tools' health for tenant t failed" in caplog.text
+    assert page.health_building is not None  # the page started the retry; nothing of the failed build shown
+    retry = gated.board._build
+    assert retry is not None and retry.finished.wait(WAIT) and retry.error is None
+    assert overview_page(gated.board).badge_counts["healthy"] == len(ROLES)
+
+
+def test_a_failed_build_fails_a_blocking_reader(gated: Gated) -> None:
+    gated.fail = 100
+    with pytest.raises(RuntimeError, match="computing the tools' health failed"):
+        patterns_page(gated.board)
+    gated.fail = 0
+    gated.gate.set()
+    assert patterns_page(gated.board).total_roles == 0  # the next reader builds again
