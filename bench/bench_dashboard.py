@@ -224,7 +224,7 @@ def fresh_process(
         out["first_overview_ms"], overview = _get(c, "/v1/dashboard/overview")
         out["indexing_at_first_page"] = calls["indexing"]
         out["indexed_at_overview"] = overview["indexed_calls"]
-        out["tool_count"] = overview["tools"]
+        out["tool_count"] = out["tools_at_first_overview"] = overview["tools"]
         _await_health(c, overview, overview_started, out)
         out["second_overview_ms"], _ = _get(c, "/v1/dashboard/overview")
         if not wait_build:  # the pages that read every tool's row and one artifact, each the first of its kind
@@ -308,7 +308,8 @@ def _report(results: dict[str, Any]) -> None:
         said = f"indexing: {ix['indexed_records']} of about {ix['estimated_records']} records"
     hb = cold.get("health_building_at_first_overview")
     health = "health computed within the page's wait" if hb is None else (
-        f"it said: computing tool health: {hb['done']} of {hb['total']} tools; the health build took "
+        f"it said: computing tool health: {hb['done']} of {hb['total']} tools, "
+        f"tools {cold['tools_at_first_overview']}; the health build took "
         f"{cold['health_build_s']} s in the background, overview p50 {cold['overview_during_health_build_p50_ms']} ms "
         "meanwhile")  # fmt: skip
     print(f"no index, no snapshot: first calls page {cold['first_calls_page_ms']:.1f} ms ({said}); first overview "

@@ -225,6 +225,7 @@ class Board:
             if self._running():
                 return
             build = self._build = _Build()
+            build.total = self.store.tool_count()  # one small read: the page says "N of M" (or waits, M small)
         threading.Thread(target=self._run_build, args=(build,), name=f"board-{self.tenant}", daemon=True).start()
 
     def _run_build(self, build: _Build) -> None:

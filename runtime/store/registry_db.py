@@ -228,6 +228,17 @@ class RegistryDB:
         with self._transaction("BEGIN") as db:
             return None if db is None else self._version(db)
 
+    def count(self) -> int | None:
+        """How many tools the registry holds (the row-count trigger's figure: one small read, nothing decoded),
+        None when the file is missing or the figure unreadable."""
+        with self._transaction("BEGIN") as db:
+            if db is None:
+                return None
+            self._version(db)
+            row = db.execute("SELECT value FROM meta WHERE key = 'count'").fetchone()
+        value = row[0] if row is not None else None
+        return int(value) if isinstance(value, str | int) and str(value).isdigit() else None
+
     def read(self, held: Snapshot | None) -> Snapshot | None:
         """The registry now: ``held`` itself when nothing changed, ``held`` plus the rows written since when
         only rows were written (same generation), else every row. None when the file is missing."""

@@ -340,6 +340,14 @@ class ToolStore:
             return None
         return version.key() if version is not None else None
 
+    def tool_count(self) -> int | None:
+        """How many tools the registry holds (one small read, nothing decoded: what a page that cannot wait for
+        :meth:`list_tools` shows), None when there is no registry or it is damaged."""
+        try:
+            return self._db.count()
+        except CorruptRegistry:
+            return None
+
     def list_tools_versioned(self) -> tuple[list[RegistryEntry], str | None]:
         """:meth:`list_tools` and the :meth:`registry_version` they are (None: rebuilt or missing)."""
         reg = self._load_registry()

@@ -15,7 +15,7 @@ import pytest
 from sandforge.runtime.dashboard import render, views
 from sandforge.runtime.dashboard.views import Board, HealthBuilding, overview_page, patterns_page, tools_page
 from sandforge.runtime.guardrails import default_policy
-from sandforge.runtime.store import ToolStore
+from sandforge.runtime.store import ArtifactCandidate, ToolStore, assess_cacheability
 from sandforge.sandbox import SandboxConfig
 from tests.dashboard.seeded import ROLES, seeded_store
 
@@ -162,3 +162,31 @@ def test_a_failed_build_fails_a_blocking_reader(gated: Gated) -> None:
     gated.fail = 0
     gated.gate.set()
     assert patterns_page(gated.board).total_roles == 0  # the next reader builds again
+
+
+def test_a_small_board_is_waited_for_whole(tmp_path: Path) -> None:
+    """A board of at most INLINE_TOOLS tools: its first page waits past WAIT_S for the build (no notice)."""
+    seeded_store(tmp_path / "state")
+    g = Gated(tmp_path)
+    release = threading.Timer(3 * views.WAIT_S, g.gate.set)  # the build lasts past the page's usual wait
+    release.start()
+    try:
+        page = overview_page(g.board)
+        assert g.gate.is_set()  # the page waited for the build (held back until then)
+        assert page.health_building is None and page.badge_counts["healthy"] == len(ROLES)
+    finally:
+        release.cancel()
+        g.gate.set()
+        g.board.close()
+
+
+def test_the_tool_count_is_the_registrys_without_decoding_it(tmp_path: Path) -> None:
+    assert ToolStore(tmp_path / "none").tool_count() is None  # no registry
+    store = seeded_store(tmp_path / "state")
+    assert store.tool_count() == len(ROLES) == len(store.list_tools())
+    code = "return 1\n"
+    store.record_regeneration(ArtifactCandidate(
+        role="extra", method_name="run", code=code, runtime_version="0.1.0", prompt_version=None,
+        cacheability=assess_cacheability("run", code, [], {}, is_delegated_contract=False),
+    ))  # fmt: skip
+    assert ToolStore(tmp_path / "state").tool_count() == len(ROLES) + 1
