@@ -9,6 +9,9 @@ server awaits the same execution on an ``AsyncSandbox``), interleaved call by ca
 Goal: the HTTP p50 at most 2 ms above the API's. Reported beside it, not part of the goal: the same request
 through a lean keep-alive ``http.client`` connection (``lean_ms``, ``lean_added_p50_ms``), interleaved with the
 others, which shows how much of the added time is the benchmark's own client.
+``overhead_spaced``: the same three, each call after 20 ms of idleness (half the calls). Back to back, each
+side's clean-up and pool refill overlap the other side's next call; spaced, nothing overlaps but every process
+wakes from sleep, which costs the HTTP path (two more processes to wake) more.
 
 soak: ``--clients`` threads for ``--soak-s`` seconds, each alternating exec calls and agent calls (a scripted
 provider; after the first call the stored tool is reused), plus a bad-token request now and then (the only
@@ -47,6 +50,7 @@ TRIVIAL = "return 1"
 AGENT_PROGRAM = "return sum(args)\n"
 OVERHEAD_GOAL_MS = 2.0
 RSS_GOAL = 0.10
+SPACED_GAP_S = 0.02
 
 
 def _ms(values: list[float]) -> dict[str, float | None]:
@@ -74,7 +78,9 @@ def _start(root: Path, *, pool_size: int, slots: int) -> Server:
     return start_server(root, config)
 
 
-def overhead(root: Path, calls: int) -> dict[str, Any]:
+def overhead(root: Path, calls: int, gap_s: float = 0.0) -> dict[str, Any]:
+    """Calls back to back (``gap_s`` 0: each side's clean-up and pool refill overlap the other side's next call),
+    or each after ``gap_s`` of idleness (nothing left running, but every process wakes from sleep)."""
     server = _start(root, pool_size=2, slots=4)
     api_s: list[float] = []
     http_s: list[float] = []
@@ -97,11 +103,13 @@ def overhead(root: Path, calls: int) -> dict[str, Any]:
             server_proc = psutil.Process(server.proc.pid)
             api_cpu = server_cpu = 0.0
             for _ in range(calls):
+                time.sleep(gap_s)
                 t0, c0 = time.perf_counter(), time.process_time()
                 outcome = api()
                 api_s.append(time.perf_counter() - t0)
                 api_cpu += time.process_time() - c0
                 assert outcome.ok, outcome.error_message
+                time.sleep(gap_s)
                 before = server_proc.cpu_times()
                 t0 = time.perf_counter()
                 response = c.post("/v1/exec", json={"code": TRIVIAL})
@@ -109,6 +117,7 @@ def overhead(root: Path, calls: int) -> dict[str, Any]:
                 after = server_proc.cpu_times()
                 server_cpu += (after.user - before.user) + (after.system - before.system)
                 assert response.status_code == 200 and response.json()["value"] == 1, response.text
+                time.sleep(gap_s)
                 t0 = time.perf_counter()
                 lean.exec()
                 lean_s.append(time.perf_counter() - t0)
@@ -126,7 +135,7 @@ def overhead(root: Path, calls: int) -> dict[str, Any]:
             # (its event loop, HTTP parsing, JSON, the same host-side sandbox work); workers are not counted
             "api_cpu_ms_per_call": api_cpu * 1000 / calls, "server_cpu_ms_per_call": server_cpu * 1000 / calls,
             "added_cpu_ms_per_call": (server_cpu - api_cpu) * 1000 / calls,
-            "load_average": list(os.getloadavg())}  # fmt: skip
+            "gap_ms": gap_s * 1000, "load_average": list(os.getloadavg())}  # fmt: skip
 
 
 class _LeanClient:
@@ -243,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         report = {
             "overhead": overhead(Path(tmp) / "overhead", args.calls),
+            # the same, each call after 20 ms of idleness: what a client calling now and then sees
+            "overhead_spaced": overhead(Path(tmp) / "spaced", max(20, args.calls // 2), gap_s=SPACED_GAP_S),
             "soak": soak(Path(tmp) / "soak", args.soak_s, args.clients),
         }
     text = json.dumps(report, indent=2)

@@ -92,9 +92,11 @@ def then_destroy(steps: Steps[T], destroy: Callable[[], None]) -> Steps[T]:
     return result
 
 
-def run_steps(steps: Steps[T]) -> T:
+def run_steps(steps: Steps[T], detach: Callable[[Callable[[], None]], object] | None = None) -> T:
     """Drive ``steps`` on this thread, blocking where they wait: the sync API. What a blocking call raises is
-    raised in the steps, at their yield (as if they had made the call themselves)."""
+    raised in the steps, at their yield (as if they had made the call themselves). A :class:`Detach` call runs
+    in place, or is handed to ``detach`` (a cluster node's clean-up threads: its caller gets the outcome before
+    the worker is gone)."""
     answer: Any = None
     error: BaseException | None = None
     while True:
@@ -110,7 +112,10 @@ def run_steps(steps: Steps[T]) -> T:
         if isinstance(effect, Await):
             raise TypeError("an Await step needs the async driver (sandbox/aio.py)")
         if isinstance(effect, Detach):
-            effect.fn()  # on this thread: the sync API has no loop to keep free
+            if detach is None:
+                effect.fn()  # on this thread: the sync API has no loop to keep free
+            else:
+                detach(effect.fn)
             continue
         try:
             answer = effect.fn()

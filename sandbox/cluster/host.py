@@ -26,7 +26,7 @@ from sandforge.sandbox.cluster.wire import NODE_CACHE_BYTES, Wire, WireError, ou
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.context import ContextSnapshot
 from sandforge.sandbox.protocol import CallFrame, DeclareFrame, ErrorType, ExecutionOutcome, ExecutionRequest
-from sandforge.sandbox.steps import Detach, Steps, run_steps
+from sandforge.sandbox.steps import run_steps
 
 log = logging.getLogger(__name__)
 
@@ -133,31 +133,6 @@ def _proxy(run: _Run, kinds: list[str]) -> _Proxy:
     return cls(run)
 
 
-def answering_first(
-    steps: Steps[ExecutionOutcome], later: Callable[[Callable[[], None]], object]
-) -> Steps[ExecutionOutcome]:
-    """``steps`` whose clean-up (:class:`Detach`: destroying the worker once its outcome is known: killing and
-    reaping its process, closing its descriptors, removing its directory, ~2 ms) is handed to ``later`` instead of
-    holding the outcome back: the caller's ``ray.get`` returns before the sandbox is gone, as the async API's
-    awaited outcome does. Every other effect goes to the driver unchanged (what it answers or raises goes back in)."""
-    answer: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            effect = steps.send(answer) if error is None else steps.throw(error)
-        except StopIteration as done:
-            outcome: ExecutionOutcome = done.value
-            return outcome
-        answer, error = None, None
-        if isinstance(effect, Detach):
-            later(effect.fn)
-            continue
-        try:
-            answer = yield effect
-        except BaseException as exc:  # re-raised inside the steps, where their finally blocks run
-            error = exc
-
-
 class SandboxHost:
     """A node's sandbox host (made a Ray actor by the executor: ``ray.remote(SandboxHost)``)."""
 
@@ -258,7 +233,7 @@ class SandboxHost:
         destroys: list[Callable[[], None]] = []
         try:
             steps = self.sandbox.outline(run.request, backend, bridge, self.sandbox._acquire_step)  # type: ignore[arg-type]
-            outcome = run_steps(answering_first(steps, destroys.append))
+            outcome = run_steps(steps, detach=destroys.append)
         except Exception as exc:  # never leave the caller waiting
             log.exception("execution failed on this node")
             outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, f"node failure: {exc}")

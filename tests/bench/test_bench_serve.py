@@ -20,6 +20,9 @@ def test_quick_report_is_well_formed(tmp_path: Path) -> None:
     assert overhead["api_ms"]["n"] == overhead["http_ms"]["n"] == overhead["lean_ms"]["n"] == 60
     assert isinstance(overhead["lean_added_p50_ms"], float)
     assert isinstance(overhead["added_p50_ms"], float)
+    spaced = report["overhead_spaced"]
+    assert spaced["gap_ms"] == 20 and spaced["api_ms"]["n"] == spaced["lean_ms"]["n"] == 30
+    assert isinstance(spaced["added_p50_ms"], float) and isinstance(spaced["lean_added_p50_ms"], float)
     assert soak["unexpected_errors"] == 0, soak["error_samples"]
     assert soak["expected_401"] > 0
     assert soak["exec_ms"]["n"] > 0 and soak["agent_ms"]["n"] > 0

@@ -13,7 +13,7 @@ import pytest
 
 from sandforge.sandbox import ExecutionRequest, SandboxConfig
 from sandforge.sandbox.backends.subprocess_backend import SubprocessWorker
-from sandforge.sandbox.cluster.host import SandboxHost, answering_first
+from sandforge.sandbox.cluster.host import SandboxHost
 from sandforge.sandbox.cluster.wire import request_to_wire
 from sandforge.sandbox.protocol import ErrorType, ExecutionOutcome
 from sandforge.sandbox.steps import Blocking, Detach, Steps, run_steps, then_destroy
@@ -47,7 +47,7 @@ def test_clean_up_runs_on_the_pool_after_the_outcome_and_other_effects_pass_thro
         return outcome
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cleanup-test") as pool:
-        outcome = run_steps(answering_first(steps(), pool.submit))
+        outcome = run_steps(steps(), detach=pool.submit)
         assert outcome.metadata["first"] == 42
         assert not done.is_set(), "the outcome waited for the clean-up"
         gate.set()
@@ -64,7 +64,7 @@ def test_steps_that_raise_are_destroyed_in_place_before_the_caller_hears() -> No
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         with pytest.raises(RuntimeError, match="boom"):
-            run_steps(answering_first(then_destroy(failing(), lambda: ran.append("destroyed")), pool.submit))
+            run_steps(then_destroy(failing(), lambda: ran.append("destroyed")), detach=pool.submit)
         assert ran == ["destroyed"]
 
 
