@@ -56,7 +56,8 @@ from sandforge.sandbox import SandboxConfig
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 50
-#: the longest a page waits for the first full health build before it renders without it (and says so)
+#: the longest a page waits for the first full health build of a registry of unknown size before it renders
+#: without it (and says so)
 WAIT_S = 0.1
 #: a board of at most this many tools is waited for whole (~0.1 s of method files): its pages never say "computing"
 INLINE_TOOLS = 500
@@ -78,9 +79,12 @@ class HealthBuilding(BaseModel):
 
 
 def _waited(build: _Build, bound: float) -> bool:
-    """Whether ``build`` ended within ``bound`` seconds, or, a small board, at all."""
-    waiting = build.finished.wait(bound) or (build.total is not None and build.total <= INLINE_TOOLS)
-    return waiting and build.finished.wait()
+    """Whether ``build`` ended: a small board's waited for to its end, a large one's not at all (it takes
+    seconds; and once the store decodes the registry, one call that holds the GIL for ~0.3 s, a waiting page
+    could not answer before that ends), one of unknown size for ``bound`` seconds."""
+    if build.total is not None:
+        return build.total <= INLINE_TOOLS and build.finished.wait()
+    return build.finished.wait(bound)
 
 
 class _Build:
@@ -160,8 +164,8 @@ class Board:
 
     def tools_ready(self, bound: float | None = None) -> list[ToolSnap] | HealthBuilding:
         """:meth:`tools`, or, when they need a full rebuild with nothing earlier to show, that rebuild started
-        in the background (one at a time) and waited for at most ``bound`` seconds (WAIT_S; a board of at most
-        INLINE_TOOLS tools to its end): then its progress."""
+        in the background (one at a time) and waited for (a board of at most INLINE_TOOLS tools to its end, a
+        larger one not at all, one of unknown size ``bound`` seconds, WAIT_S): then its progress."""
         rows = self._tools()
         if rows is None:
             build = self._build
@@ -193,7 +197,8 @@ class Board:
                 rows = snap[2]
             else:
                 with gc_paused():  # thousands of small objects, no cycles: the collector would only cost time
-                    found = self._rows(version, snap[2] if snap is not None else None)
+                    current = self._snapshot  # a build's rows may have come meanwhile: the ones _registry describes
+                    found = self._rows(version, current[2] if current is not None else None)
                 if found is None:
                     return None
                 rows = found

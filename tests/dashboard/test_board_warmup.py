@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,12 @@ def gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gated]:
 
 def test_the_first_overview_does_not_wait_for_the_build(gated: Gated) -> None:
     first = overview_page(gated.board)
-    assert first.health_building == HealthBuilding(done=1, total=len(ROLES))  # one read passed, one blocked
+    assert first.health_building is not None and first.health_building.total == len(ROLES)  # counted, not read
+    deadline = time.monotonic() + WAIT
+    while first.health_building != HealthBuilding(done=1, total=len(ROLES)) and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the first read passed and the second is held: the progress moves
+        first = overview_page(gated.board)
+    assert first.health_building == HealthBuilding(done=1, total=len(ROLES))
     assert first.tools == len(ROLES)  # known: the registry was read
     assert first.artifacts is None and first.flagged_total is None  # unknown, not zero
     assert first.badge_counts == {} and first.flagged == []
@@ -143,7 +149,7 @@ def test_two_concurrent_first_pages_start_one_build(gated: Gated, monkeypatch: p
 def test_a_failed_build_is_logged_and_the_next_page_retries(
     gated: Gated, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(views, "WAIT_S", WAIT)  # the page waits for the failed build's end, whenever it comes
+    monkeypatch.setattr(views, "INLINE_TOOLS", 500)  # a small board: the page waits for the failed build's end
     gated.fail = 1
     gated.gate.set()
     with caplog.at_level(logging.ERROR):
