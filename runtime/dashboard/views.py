@@ -919,9 +919,13 @@ def patterns_page(board: Board, *, page: int = 1) -> PatternsPage:
     pages = max(1, -(-len(roles) // PAGE_SIZE))
     page = min(max(1, page), pages)
     chunk = roles[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
-    index: dict[str, list[str]] = {}
-    for t in board.tools():
-        for cap in t.capabilities:
-            index.setdefault(cap, []).append(t.role)
+    rows = board.tools_ready()
+    if isinstance(rows, HealthBuilding):  # no health needed here: the registry's own capabilities, not waited for
+        index = board.store.capability_index()
+    else:  # the board's rows (a fresh process's persisted board: the registry is not decoded)
+        index = {}
+        for t in rows:
+            for cap in t.capabilities:
+                index.setdefault(cap, []).append(t.role)
     return PatternsPage(tenant=board.tenant, total_roles=len(roles), page=page, pages=pages,
                         roles=[_role_patterns(board.store, r, memory[r], index) for r in chunk])  # fmt: skip

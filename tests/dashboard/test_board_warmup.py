@@ -108,13 +108,13 @@ def test_the_first_tools_page_lists_nothing_until_the_health_is_known(gated: Gat
 def test_a_blocking_reader_waits_for_the_background_build(gated: Gated) -> None:
     assert overview_page(gated.board).health_building is not None
     got: list[int] = []
-    reader = threading.Thread(target=lambda: got.append(patterns_page(gated.board).total_roles))
+    reader = threading.Thread(target=lambda: got.append(len(gated.board.tools())))
     reader.start()
     reader.join(0.3)
-    assert reader.is_alive()  # the patterns page needs every tool's capabilities: it waits
+    assert reader.is_alive()  # every row with its health: it waits
     gated.finish()
     reader.join(WAIT)
-    assert got == [0]
+    assert got == [len(ROLES)]
     assert len(gated.reads) == len(ROLES)  # it did not build again
 
 
@@ -164,10 +164,40 @@ def test_a_failed_build_is_logged_and_the_next_page_retries(
 def test_a_failed_build_fails_a_blocking_reader(gated: Gated) -> None:
     gated.fail = 100
     with pytest.raises(RuntimeError, match="computing the tools' health failed"):
-        patterns_page(gated.board)
+        gated.board.tools()
     gated.fail = 0
     gated.gate.set()
-    assert patterns_page(gated.board).total_roles == 0  # the next reader builds again
+    assert len(gated.board.tools()) == len(ROLES)  # the next reader builds again
+
+
+def test_the_patterns_page_does_not_wait_for_the_build_and_knows_the_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promotion needs to know which tools already provide a capability: during the build that comes from the
+    registry itself (no health needed), so the page is the same as after the build, and never waits for it."""
+    monkeypatch.setattr(views, "INLINE_TOOLS", 0)
+    store = seeded_store(tmp_path / "state")
+    store.record_regeneration(ArtifactCandidate(
+        role="feeds", method_name="fetch", code="return 1\n", runtime_version="0.1.0", capabilities=["http_fetch"],
+        cacheability=assess_cacheability("fetch", "return 1\n", [], {}, is_delegated_contract=False),
+    ))  # fmt: skip
+    store.record_success("feeds", "fetch")
+    for _ in range(3):
+        store.record_pattern("news", "headlines", ["http_fetch", "rss_parse"])
+    gated = Gated(tmp_path)
+    assert overview_page(gated.board).health_building is not None  # the build is held at the gate
+    pages: list[Any] = []
+    reader = threading.Thread(target=lambda: pages.append(patterns_page(gated.board)))
+    reader.start()
+    reader.join(WAIT / 2)
+    assert not reader.is_alive() and pages, "the patterns page waited for the health build"
+    during = pages[0].model_dump(mode="json")
+    method = during["roles"][0]["methods"][0]
+    # http_fetch is provided by the stored tool "feeds": only rss_parse is a capability to promote
+    assert method["promotion_candidate"] and method["promotion_capabilities"] == ["rss_parse"]
+    gated.finish()
+    assert patterns_page(gated.board).model_dump(mode="json") == during
+    gated.board.close()
 
 
 def test_a_small_board_is_waited_for_whole(tmp_path: Path) -> None:
