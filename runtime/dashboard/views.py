@@ -307,7 +307,7 @@ class Board:
         return rows
 
     def _summarized(self, rows: list[ToolSnap]) -> Summary:
-        """The summary of ``rows``, kept for :meth:`summary` (once per rebuild: 10,000 rows take ~10 ms)."""
+        """The summary of ``rows``, kept for :meth:`summary_ready` (once per rebuild: 10,000 rows take ~10 ms)."""
         self._made = (rows, summarize_board(rows))
         return self._made[1]
 
@@ -328,14 +328,10 @@ class Board:
         changed: list[tuple[ToolSnap, str | None]] = [(t, None) for t in fixed]
         self._generation = self.boards.save(self._registry, self._generation, rows, changed, [])
 
-    def summary(self) -> Summary:
-        """The Overview's counts: from the rows in memory, or (a fresh process that has not read them) the
-        summary persisted with the board when it describes the registry as it is now."""
-        found = self._stored_summary()
-        return found if found is not None else self._summary_of(self.tools())
-
     def summary_ready(self, bound: float | None = None) -> Summary | HealthBuilding:
-        """:meth:`summary`, or the progress of the background build it needs (see :meth:`tools_ready`)."""
+        """The Overview's counts: from the rows in memory, or (a fresh process that has not read them) the
+        summary persisted with the board when it describes the registry as it is now; else the progress of the
+        background build they need (see :meth:`tools_ready`)."""
         found = self._stored_summary()
         if found is not None:
             return found
@@ -409,14 +405,11 @@ class Board:
                 out.append((t, entry))
         return out
 
-    def sorted_tools(self, sort: SortKey, descending: bool) -> list[ToolSnap]:
-        """:meth:`tools` in one order, kept with the snapshot."""
-        return self._sorted(self.tools(), sort, descending)
-
     def sorted_ready(
         self, sort: SortKey, descending: bool, bound: float | None = None
     ) -> list[ToolSnap] | HealthBuilding:
-        """:meth:`sorted_tools`, or the progress of the background build it needs (see :meth:`tools_ready`)."""
+        """:meth:`tools` in one order, kept with the snapshot, or the progress of the background build they need
+        (see :meth:`tools_ready`)."""
         rows = self.tools_ready(bound)
         return rows if isinstance(rows, HealthBuilding) else self._sorted(rows, sort, descending)
 
