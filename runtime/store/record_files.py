@@ -83,19 +83,6 @@ class DecodeCache(Generic[M]):
     def put(self, raw: bytes, value: M, migrated: bool) -> None:
         self._entry = (raw, value, migrated)
 
-    def source(self, value: M) -> bytes | None:
-        """The exact bytes ``value`` was decoded from (or written as), or None when it is not the one kept."""
-        entry = self._entry
-        return entry[0] if entry is not None and entry[1] is value else None
-
-
-def read_raw(path: Path) -> bytes | None:
-    """A store file's bytes as they are now, read as :func:`load` reads them (None: missing or unusable)."""
-    try:
-        return read_state_file(store_root(path), path, limit=MAX_STORE_FILE_BYTES, what="store file")
-    except InputFileError:
-        return None
-
 
 def _read(
     path: Path,
