@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from queue import SimpleQueue
 from typing import Any, TypeVar
 
 from sandforge.sandbox.steps import Await, Blocking, Cancelled, Chunks, Detach, Effect, Poll, Steps
@@ -39,14 +40,22 @@ DEFAULT_LONG_THREADS = 64
 
 class Threads:
     """The async API's two thread pools: ``short`` work never waits behind ``long`` work (a nested call that
-    runs for seconds must not hold up the reaping its own nested executions need)."""
+    runs for seconds must not hold up the reaping its own nested executions need), and one clean-up thread.
+
+    Detached clean-ups (``Detach``: destroying a worker after its execution) are the one hand-off every
+    execution makes. They go, gathered per loop iteration, through a ``SimpleQueue`` to a long-lived clean-up
+    thread: no ``Future``, no ``Condition``, no semaphore per clean-up (``Executor.submit`` and its completion
+    cost the event loop's thread more than the clean-up's own work). While that thread is busy with an earlier
+    batch, a batch goes to the short pool instead, so clean-ups still run side by side under load."""
 
     def __init__(self, short: int = DEFAULT_THREADS, long: int = DEFAULT_LONG_THREADS) -> None:
         self.short = ThreadPoolExecutor(max_workers=max(1, short), thread_name_prefix="sandforge-aio")
         self.long = ThreadPoolExecutor(max_workers=max(1, long), thread_name_prefix="sandforge-aio-long")
+        #: batches handed to the short pool (the clean-up thread was busy): a shutdown waits for them
         self._detached: set[Future[None]] = set()
-        #: detached clean-ups waiting for their loop's next iteration to be submitted (``detach(loop=...)``)
-        self._queued: dict[Future[None], Callable[[], None]] = {}
+        #: clean-ups detached in this loop iteration, handed over together at the next one (``detach(loop=...)``)
+        self._batch: list[Callable[[], None]] = []
+        self._cleaner: _Cleaner | None = None
         # Re-entrant: stopping the pools under it cancels queued futures, whose callbacks run on this thread.
         self._lock = threading.RLock()
         self._stopped = False
@@ -55,38 +64,47 @@ class Threads:
         return self.long if effect.interruptible or effect.on_cancel is not None else self.short
 
     def detach(self, fn: Callable[[], None], *, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """``fn`` on the short pool, not waited for here; :meth:`shutdown` (or :meth:`shutdown_async`) waits for
-        it. With ``loop`` (the running one) it is handed over at that loop's next iteration, after what the
-        current step still does with the outcome (``POST /v1/exec`` answers and flushes its response first, so
-        the clean-up's thread does not compete with it); a shutdown that comes first runs it itself. Submitted
-        under the lock the shutdown stops the pools under, so none is queued and then dropped."""
-        done: Future[None] = Future()
+        """``fn`` off this thread, not waited for here; :meth:`shutdown` (or :meth:`shutdown_async`) waits for
+        it. With ``loop`` (the running one) it is handed over at that loop's next iteration, with every other
+        clean-up of this iteration, after what the current step still does with the outcome (``POST /v1/exec``
+        answers and flushes its response first, so the clean-up's thread does not compete with it); a shutdown
+        that comes first runs it itself, exactly once."""
         with self._lock:
             stopped = self._stopped
+            first = not self._batch
             if not stopped:
-                self._detached.add(done)
-                self._queued[done] = fn
+                self._batch.append(fn)
         if stopped:  # shut down already (a close raced this execution): clean up here and now
             _quietly(fn)
             return
-        done.add_done_callback(self._forget)
+        if not first:
+            return  # its iteration's hand-over is scheduled already
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # a closed loop: hand it over now
-                loop.call_soon(self._start, done)
+                loop.call_soon(self._hand_over)
                 return
-        self._start(done)
+        self._hand_over()
 
-    def _start(self, done: Future[None]) -> None:
-        """Submit the clean-up queued as ``done`` (unless a shutdown took it over meanwhile)."""
+    def _hand_over(self) -> None:
+        """The batch gathered so far to the clean-up thread (or, while it is busy, to the short pool); run here
+        when a shutdown came first and took nothing (it takes the batch under the same lock)."""
         with self._lock:
-            fn = self._queued.pop(done, None)
-            if fn is None:
+            batch, self._batch = self._batch, []
+            if not batch:
                 return
-            work = None if self._stopped else self.short.submit(_quietly, fn)
+            if self._stopped:
+                work = None
+            else:
+                if self._cleaner is None:
+                    self._cleaner = _Cleaner()
+                if self._cleaner.put(batch):
+                    return
+                work = self.short.submit(_run_all, batch)
+                self._detached.add(work)
         if work is None:
-            _run_queued(done, fn)
+            _run_all(batch)
             return
-        work.add_done_callback(lambda _: done.set_result(None))
+        work.add_done_callback(self._forget)
 
     def _forget(self, future: Future[None]) -> None:
         with self._lock:
@@ -94,34 +112,69 @@ class Threads:
 
     def _pending_or_stop(self) -> list[Future[None]]:
         """The detached clean-ups still to wait for; when there are none, the pools are stopped (under the
-        lock: no clean-up can be handed over between the last wait and the stop, to be cancelled unrun).
-        Clean-ups queued for a loop iteration that has not come yet are run here (that loop may never run
-        again)."""
+        lock: no clean-up can be handed over between the last wait and the stop, to be cancelled unrun) and the
+        clean-up thread told to end after what it holds. Clean-ups gathered for a loop iteration that has not
+        come yet are run here (that loop may never run again)."""
         while True:
             with self._lock:
-                queued, self._queued = list(self._queued.items()), {}
-                if not queued:
+                batch, self._batch = self._batch, []
+                if not batch:
                     pending = [f for f in self._detached if not f.done()]
-                    if not pending and not self._stopped:
+                    if pending:
+                        return pending
+                    if not self._stopped:
                         self._stopped = True
                         for pool in (self.short, self.long):
                             pool.shutdown(wait=False, cancel_futures=True)
-                    return pending
-            for done, fn in queued:
-                _run_queued(done, fn)
+                        if self._cleaner is not None:
+                            self._cleaner.stop()
+                    cleaner = self._cleaner
+                    return [] if cleaner is None or cleaner.ended.done() else [cleaner.ended]
+            _run_all(batch)
 
     def shutdown(self) -> None:
-        """Stop both pools; detached clean-up already handed over runs to its end first (a worker's work
-        directory and descriptors never outlive the close). Blocks: for sync owners."""
+        """Stop both pools and the clean-up thread; detached clean-up already handed over runs to its end first
+        (a worker's work directory and descriptors never outlive the close). Blocks: for sync owners."""
         while pending := self._pending_or_stop():
             futures.wait(pending)
 
     async def shutdown_async(self) -> None:
         """:meth:`shutdown` for an event loop: the detached clean-ups are awaited (their futures wake the loop),
         so the loop keeps serving while a slow one ends. A cancelled wait leaves them running and queued."""
-        await asyncio.sleep(0)  # clean-ups handed over in this loop's last step are submitted first
+        await asyncio.sleep(0)  # clean-ups handed over in this loop's last step are handed over first
         while pending := self._pending_or_stop():
             await asyncio.wait([asyncio.wrap_future(f) for f in pending])
+
+
+class _Cleaner:
+    """One long-lived thread running batches of clean-ups from a ``SimpleQueue``, in order (see
+    :class:`Threads`). ``put`` refuses a batch while the thread is busy with another; after ``stop`` it runs
+    what it holds, then ends (``ended``)."""
+
+    def __init__(self) -> None:
+        self._queue: SimpleQueue[list[Callable[[], None]] | None] = SimpleQueue()
+        self._busy = False
+        self.ended: Future[None] = Future()
+        self._thread = threading.Thread(target=self._run, name="sandforge-aio-cleanup", daemon=True)
+        self._thread.start()
+
+    def put(self, batch: list[Callable[[], None]]) -> bool:
+        if self._busy or self.ended.done():  # a flag read: at worst one batch waits behind another
+            return False
+        self._busy = True  # until the thread has run it (set here: a second put in a row goes to the pool)
+        self._queue.put(batch)
+        return True
+
+    def stop(self) -> None:
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        try:
+            while (batch := self._queue.get()) is not None:
+                _run_all(batch)
+                self._busy = False
+        finally:
+            self.ended.set_result(None)
 
 
 async def unless_cancelled(started: asyncio.Future[Any], executor: Executor | None = None) -> Any:
@@ -299,11 +352,9 @@ async def _blocking(
             late = True
 
 
-def _run_queued(done: Future[None], fn: Callable[[], None]) -> None:
-    try:
+def _run_all(batch: list[Callable[[], None]]) -> None:
+    for fn in batch:
         _quietly(fn)
-    finally:
-        done.set_result(None)
 
 
 def _quietly(fn: Callable[[], None]) -> None:

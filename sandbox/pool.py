@@ -53,7 +53,14 @@ class WarmPool:
         self.name = name
         self._ready: deque[Worker] = deque()
         self._lock = threading.Lock()
-        self._wake = threading.Event()
+        #: the refill thread's wake-up: held while none is pending (``_nudge`` releases it, the thread's wait takes
+        #: it). A bare lock: releasing it costs the caller (the event loop, on every hand-out) no ``Condition``.
+        self._wake = threading.Lock()
+        self._wake.acquire()
+        #: whether the refill thread may be waiting (set before it counts what is missing): a hand-out nudges it
+        #: only then; one that comes while it works is seen by its next count
+        self._idle = False
+        self._last_reap = time.monotonic()
         self._closed = False
         self.retire_idle_s = retire_idle_s
         #: start all ``waiting_concurrency`` spawn threads at once (a service's thread count stays flat)
@@ -79,7 +86,7 @@ class WarmPool:
         if worker is not None:
             return worker
         self.stats["cold_starts"] += 1
-        self._wake.set()
+        self._nudge()
         return self._spawn()
 
     async def acquire_async(self, executor: Executor | None = None) -> Worker:
@@ -99,7 +106,7 @@ class WarmPool:
         with self._lock:
             self._waiters.append((loop, waiter))
         self.stats["waited"] += 1
-        self._wake.set()
+        self._nudge()
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -113,11 +120,21 @@ class WarmPool:
                 worker = self._ready.popleft() if self._ready else None
             if worker is None:
                 return None
-            self._wake.set()
+            if self._idle:  # a flag read: an awake refill thread counts this hand-out anyway
+                self._nudge()
             if self._usable(worker):
                 self.stats["warm_hits"] += 1
                 return worker
             self._discard(worker)
+
+    def _nudge(self) -> None:
+        """Wake the refill thread (at most one wake-up pending)."""
+        with contextlib.suppress(RuntimeError):  # released already: a wake-up is pending
+            self._wake.release()
+
+    def _sleep(self, timeout: float) -> None:
+        """The refill thread's wait: until nudged (taking the wake-up) or ``timeout``."""
+        self._wake.acquire(timeout=timeout)
 
     def _hand_over(self, worker: Worker) -> None:
         """A started (or given back) worker: to the oldest live waiter, else into the ready set. Holds the lock
@@ -209,7 +226,8 @@ class WarmPool:
                 if self._retire_due():
                     self._retire()
                     return
-                self._reap_unusable()
+                self._idle = True  # before the count: a hand-out after it nudges
+                self._reap_if_due()
                 with self._lock:
                     self._waiters = deque(w for w in self._waiters if not w[1].done())
                     missing = self.size + len(self._waiters) - len(self._ready) - self._in_flight
@@ -218,8 +236,8 @@ class WarmPool:
                     self._in_flight += starts
                 for _ in range(starts):
                     ex.submit(self._start_one)
-                self._wake.wait(min(self.idle_s / 4, 1.0))
-                self._wake.clear()
+                self._sleep(self._period())
+                self._idle = False
 
     def _start_one(self) -> None:
         try:
@@ -244,7 +262,13 @@ class WarmPool:
             self._in_flight -= 1
         if worker is not None:
             self._hand_over(worker)  # or destroyed, if the pool closed while it was starting
-        self._wake.set()
+        if worker is None or self._short():  # a start failed, or more are missing: count again now
+            self._nudge()
+
+    def _short(self) -> bool:
+        """Whether workers are missing beyond those starting (the refill thread starts them)."""
+        with self._lock:
+            return self.size + len(self._waiters) - len(self._ready) - self._in_flight > 0
 
     def _retire_due(self) -> bool:
         return self.retire_idle_s is not None and time.monotonic() - self.last_used > self.retire_idle_s
@@ -262,6 +286,18 @@ class WarmPool:
         """``close`` on a thread of its own: for an owner that holds a lock while dropping pools."""
         threading.Thread(target=self.close, name=f"sandforge-pool-close-{self.name}", daemon=True).start()
 
+    def _period(self) -> float:
+        """How often the refill thread looks at its ready workers without being nudged."""
+        return min(self.idle_s / 4, 1.0)
+
+    def _reap_if_due(self) -> None:
+        """Ready workers that died or sat too long are replaced: checked once a period, not on every wake-up
+        (a hand-out checks the one it takes; checking them all costs a system call each)."""
+        now = time.monotonic()
+        if now - self._last_reap >= self._period():
+            self._last_reap = now
+            self._reap_unusable()
+
     def _reap_unusable(self) -> None:
         with self._lock:
             stale = [w for w in self._ready if not self._usable(w)]
@@ -273,7 +309,7 @@ class WarmPool:
     def close(self) -> None:
         self._closed = True
         self._fail_waiter(SandboxUnavailable(f"the warm pool {self.name} was closed"), every=True)
-        self._wake.set()
+        self._nudge()
         if self._thread is not None:
             self._thread.join(timeout=30)
         for w in self._drain():
