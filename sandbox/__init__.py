@@ -339,7 +339,7 @@ class AsyncSandbox:
     async def _acquire(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Worker:
         sb = self.sandbox
         if limits == sb.config.limits:
-            return await sb.pool(name, limits, environment).acquire_async(self.threads.short)
+            return await sb.pool(name, limits, environment).acquire_async(self.threads.short, self.threads.after_run)
         spawn = sb._spawner(name, limits, environment)
         starting = asyncio.get_running_loop().run_in_executor(self.threads.short, spawn)
         worker: Worker = await unless_cancelled(starting, self.threads.short)

@@ -55,6 +55,10 @@ class Threads:
         self._detached: set[Future[None]] = set()
         #: clean-ups detached in this loop iteration, handed over together at the next one (``detach(loop=...)``)
         self._batch: list[Callable[[], None]] = []
+        #: what runs first with the next batch (a warm pool's refill, owed since a worker was taken: ``after_run``)
+        self._after: dict[Callable[[], None], None] = {}
+        #: a hand-over is scheduled on a loop
+        self._scheduled = False
         self._cleaner: _Cleaner | None = None
         # Re-entrant: stopping the pools under it cancels queued futures, whose callbacks run on this thread.
         self._lock = threading.RLock()
@@ -71,25 +75,48 @@ class Threads:
         that comes first runs it itself, exactly once."""
         with self._lock:
             stopped = self._stopped
-            first = not self._batch
             if not stopped:
                 self._batch.append(fn)
         if stopped:  # shut down already (a close raced this execution): clean up here and now
             _quietly(fn)
             return
-        if not first:
-            return  # its iteration's hand-over is scheduled already
+        self.hand_over_soon(loop)
+
+    def after_run(self, fn: Callable[[], None]) -> None:
+        """``fn`` (cheap, idempotent: a warm pool's refill wake-up) on the clean-up thread, first in the next
+        hand-over: after the execution running now has answered (``drive`` schedules it when it ends), so the
+        replacement worker's start does not compete with this execution for the loop's thread."""
+        with self._lock:
+            if not self._stopped:
+                self._after[fn] = None
+                return
+        fn()
+
+    def hand_over_soon(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Hand what is gathered over at ``loop``'s next iteration (now without a loop), once."""
+        with self._lock:
+            if self._scheduled or not (self._batch or self._after):
+                return
+            self._scheduled = loop is not None
         if loop is not None:
-            with contextlib.suppress(RuntimeError):  # a closed loop: hand it over now
+            try:
                 loop.call_soon(self._hand_over)
                 return
+            except RuntimeError:  # a closed loop: hand it over now
+                pass
         self._hand_over()
+
+    def _take(self) -> list[Callable[[], None]]:
+        """Under the lock: what is gathered, the owed ``after_run`` calls first."""
+        batch = [*self._after, *self._batch]
+        self._after, self._batch, self._scheduled = {}, [], False
+        return batch
 
     def _hand_over(self) -> None:
         """The batch gathered so far to the clean-up thread (or, while it is busy, to the short pool); run here
         when a shutdown came first and took nothing (it takes the batch under the same lock)."""
         with self._lock:
-            batch, self._batch = self._batch, []
+            batch = self._take()
             if not batch:
                 return
             if self._stopped:
@@ -117,7 +144,7 @@ class Threads:
         come yet are run here (that loop may never run again)."""
         while True:
             with self._lock:
-                batch, self._batch = self._batch, []
+                batch = self._take()
                 if not batch:
                     pending = [f for f in self._detached if not f.done()]
                     if pending:
@@ -205,6 +232,7 @@ async def drive(steps: Steps[T], threads: Threads) -> T:
         return await _drive(steps, threads, loop, watch)
     finally:
         watch.clear()
+        threads.hand_over_soon(loop)  # what ``after_run`` owes, with or without a clean-up (one raised)
 
 
 async def _drive(steps: Steps[T], threads: Threads, loop: asyncio.AbstractEventLoop, watch: _Watch) -> T:

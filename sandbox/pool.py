@@ -61,6 +61,8 @@ class WarmPool:
         #: only then; one that comes while it works is seen by its next count
         self._idle = False
         self._last_reap = time.monotonic()
+        #: how long a worker's start takes (a moving average of the refill's own starts, in seconds)
+        self._start_s = 0.05
         self._closed = False
         self.retire_idle_s = retire_idle_s
         #: start all ``waiting_concurrency`` spawn threads at once (a service's thread count stays flat)
@@ -89,13 +91,25 @@ class WarmPool:
         self._nudge()
         return self._spawn()
 
-    async def acquire_async(self, executor: Executor | None = None) -> Worker:
+    async def acquire_async(
+        self, executor: Executor | None = None, refill: Callable[[Callable[[], None]], None] | None = None
+    ) -> Worker:
         """``acquire`` for the event loop: a ready worker, else the next one the pool's spawn threads start
         (waiting holds no thread). A pool that keeps none warm (``size`` 0, or closed) starts one cold on
-        ``executor`` (default: the loop's). Raises SandboxUnavailable as ``acquire`` does."""
-        self.last_used = time.monotonic()
-        worker = self._take_ready()
+        ``executor`` (default: the loop's). Raises SandboxUnavailable as ``acquire`` does. ``refill`` (the
+        async API's ``Threads.after_run``) defers the taken worker's replacement until the execution has
+        answered (its start then does not compete with the execution for the CPU and the loop's thread) when
+        the pool has slack: another worker is still ready, and callers come further apart than two starts
+        take (:meth:`_slack`). Otherwise (back to back, the last one taken, none ready) the refill wakes now."""
+        previous, self.last_used = self.last_used, time.monotonic()
+        deferred = refill if refill is not None and self._slack(self.last_used - previous) else None
+        worker = self._take_ready(nudge=deferred is None)
         if worker is not None:
+            if deferred is not None:
+                if self._ready:  # a read without the lock: at worst one replacement starts now, or after this run
+                    deferred(self._nudge)
+                elif self._idle:
+                    self._nudge()
             return worker
         loop = asyncio.get_running_loop()
         if self._thread is None or self._closed:
@@ -114,13 +128,18 @@ class WarmPool:
                 self._hand_over(waiter.result())  # handed to us just as we were cancelled: the next waiter's
             raise
 
-    def _take_ready(self) -> Worker | None:
+    def _slack(self, interval: float) -> bool:
+        """Whether a replacement started after this execution is ready before the next caller comes (judging by
+        the last interval between callers): it then starts after the execution, not during it."""
+        return interval > 2 * self._start_s
+
+    def _take_ready(self, nudge: bool = True) -> Worker | None:
         while True:
             with self._lock:
                 worker = self._ready.popleft() if self._ready else None
             if worker is None:
                 return None
-            if self._idle:  # a flag read: an awake refill thread counts this hand-out anyway
+            if nudge and self._idle:  # a flag read: an awake refill thread counts this hand-out anyway
                 self._nudge()
             if self._usable(worker):
                 self.stats["warm_hits"] += 1
@@ -240,6 +259,7 @@ class WarmPool:
                 self._idle = False
 
     def _start_one(self) -> None:
+        began = time.monotonic()
         try:
             worker = self._spawn()
         except SandboxUnavailable as exc:
@@ -258,6 +278,7 @@ class WarmPool:
         else:
             self._backoff = 0.05
             self.last_error = None
+            self._start_s += (time.monotonic() - began - self._start_s) * 0.25
         with self._lock:
             self._in_flight -= 1
         if worker is not None:
