@@ -8,6 +8,7 @@ tenant's runtime, so no worker, container or temporary directory outlives the pr
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 from types import FrameType
@@ -38,6 +39,15 @@ class DrainingServer(uvicorn.Server):
         self._captured_signals.clear()
 
 
+def freeze_startup_objects() -> None:
+    """Move what the server made while starting (modules, the app, models: about 150,000 objects) out of the
+    cyclic collector's reach: each full collection then walks only what came after, not the whole heap again
+    (unfrozen, one took about 100 ms of the event loop every thousand or so requests). Garbage that starting
+    left behind is collected first, so nothing that could be freed is frozen."""
+    gc.collect()
+    gc.freeze()
+
+
 def build_server(
     config: ServerConfig,
     *,
@@ -50,6 +60,7 @@ def build_server(
 ) -> DrainingServer:
     cap_malloc_arenas()  # before the server's threads exist: its heap then stops growing (see .memory)
     app = create_app(config, config_path=config_path)
+    freeze_startup_objects()
     gate: Gatekeeper = app.state.gate
     options: dict[str, Any] = {}
     if ssl_certfile is not None:
