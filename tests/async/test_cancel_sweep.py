@@ -107,7 +107,9 @@ class Spawns:
 
 
 def dead(worker: Worker) -> bool:
-    return not worker.alive() and not alive({worker.pid})  # type: ignore[attr-defined]
+    """Killed, reaped and cleaned up: ``destroy`` ran (its descriptors closed, its work directory removed)."""
+    w: Any = worker
+    return w._destroyed and not w._workdir.exists() and not alive({w.pid})
 
 
 async def ended(workers: list[Worker]) -> bool:
