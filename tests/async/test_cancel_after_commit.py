@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -28,11 +28,10 @@ ADD = "context['total'] = context.get('total', 0) + args[0]\nreturn context['tot
 GUARD_S = 120.0
 
 
-def cancel_after_the_commit(monkeypatch: pytest.MonkeyPatch, task: list[asyncio.Task[Any]]) -> list[bool]:
-    """On the call's thread, once its commit stood: cancel the awaiting task and wait until the loop has
-    delivered that cancel (FIFO callbacks), before the call returns."""
+def after_the_commit(monkeypatch: pytest.MonkeyPatch, interrupt: Callable[[asyncio.AbstractEventLoop], None]) -> None:
+    """On the call's thread, once its commit stood: ``interrupt`` the awaiting task on the loop, and wait until
+    the loop has run what that scheduled (FIFO callbacks), before the call returns."""
     original = CallScope.committing
-    accepted: list[bool] = []
 
     @contextlib.contextmanager
     def committing(self: CallScope) -> Iterator[None]:
@@ -40,29 +39,46 @@ def cancel_after_the_commit(monkeypatch: pytest.MonkeyPatch, task: list[asyncio.
             yield
         delivered = threading.Event()
 
-        def cancel() -> None:
-            accepted.append(task[0].cancel())
-            delivered.set()
+        def on_loop() -> None:
+            interrupt(self.loop)
+            self.loop.call_soon(delivered.set)
 
-        self.loop.call_soon_threadsafe(cancel)
+        self.loop.call_soon_threadsafe(on_loop)
         assert delivered.wait(GUARD_S)
 
     monkeypatch.setattr(CallScope, "committing", committing)
-    return accepted
 
 
-def test_a_cancel_that_comes_after_the_commit_gets_the_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("how", ["cancel", "timeout"])
+def test_a_cancel_that_comes_after_the_commit_gets_the_outcome(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """``cancel``: the caller's task is cancelled; ``timeout``: an ``asyncio.timeout`` around the call expires
+    (it must not turn a kept call into a TimeoutError either)."""
     sb = Sandbox(SandboxConfig(backend="subprocess", pool_size=1, limits=Limits(timeout_s=60)))
     log = CallLog(None)
     task: list[asyncio.Task[Any]] = []
-    accepted = cancel_after_the_commit(monkeypatch, task)
+    timeouts: list[asyncio.Timeout] = []
+    accepted: list[bool] = []
+
+    def interrupt(loop: asyncio.AbstractEventLoop) -> None:
+        if how == "cancel":
+            accepted.append(task[0].cancel())
+        else:
+            timeouts[0].reschedule(loop.time())  # expires now: the timeout cancels the task
+            accepted.append(True)
+
+    after_the_commit(monkeypatch, interrupt)
 
     async def main() -> tuple[Any, dict[str, Any], int, bool]:
         async with AsyncAgent.for_role("calc", provider=ScriptedProvider([ADD]), sandbox=sb, log=log,
                                        context={"total": 1}) as calc:  # fmt: skip
-            task.append(asyncio.create_task(calc.call("add", 3)))
-            async with asyncio.timeout(GUARD_S):
-                outcome = await task[0]
+
+            async def call() -> Any:
+                async with asyncio.timeout(GUARD_S) as timeout:
+                    timeouts.append(timeout)
+                    return await calc.call("add", 3)
+
+            task.append(asyncio.create_task(call()))
+            outcome = await task[0]
             return outcome, calc.context, task[0].cancelling(), task[0].cancelled()
 
     try:
