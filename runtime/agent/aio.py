@@ -12,9 +12,8 @@ provider) and validating it stay on that thread.
 
 Cancelling the awaiting task cancels the execution in flight (its worker is killed and cleaned up as after a
 timeout), stops every later one, and the call unwinds with nothing committed (``runtime/agent/awaited.py``);
-the task then gets ``CancelledError``. A cancellation that arrives while the call is already committing, or
-after its commit, comes too late: the commit stays, and the task gets the call's outcome (as a task that had
-finished first would), so ``CancelledError`` always means nothing was committed.
+the task then gets ``CancelledError``. A cancellation that arrives while the call is already committing comes
+too late for that commit: it stays, and the task still gets ``CancelledError``.
 """
 
 from __future__ import annotations

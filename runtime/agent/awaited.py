@@ -9,9 +9,7 @@ execution of the call, nested ones included, raises :class:`CallCancelled` befor
 is a ``BaseException``: no ``except Exception`` of the lifecycle turns it into an outcome, so the call
 unwinds with nothing committed.
 The commit itself is a window (:func:`commit_window`): once a scope is cancelled, no commit of its call
-starts; a commit already in progress finishes first (the cancellation came too late for it), and a call whose
-commit stood returns its result to the cancelled task instead of ``CancelledError``: that error always means
-nothing of the call was committed.
+starts; a commit already in progress finishes first (the cancellation came too late for it).
 """
 
 from __future__ import annotations
@@ -232,21 +230,9 @@ async def _awaited(fn: Callable[[], T], scope: CallScope, loop: asyncio.Abstract
         while not running.done():
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait([running])  # never raises what fn raised, never cancels it
-        if not running.cancelled() and running.exception() is None and scope.committed:
-            return _too_late(running.result())
         if not running.cancelled():
             running.exception()  # retrieved: CallCancelled is how it was meant to end
         raise
-
-
-def _too_late(result: T) -> T:
-    """The call's commit stood before the cancel reached it: it is not undone, so the caller gets the result
-    (as for a task that finished first), never a ``CancelledError`` that reads as "nothing happened" (a retry
-    would apply the call twice). The cancel is taken back, as a task that declines one should."""
-    task = asyncio.current_task()
-    if task is not None:
-        task.uncancel()
-    return result
 
 
 __all__ = [
