@@ -93,13 +93,13 @@ def test_back_to_back_or_the_last_ready_one_the_replacement_starts_at_once() -> 
         pool.last_used = time.monotonic()  # a caller just came: no slack
         owed: list[Callable[[], None]] = []
         _acquire(pool, owed)
-        assert owed == [] and counted.calls == 1
+        assert owed == [] and counted.calls == 1  # one missing: its start leaves nothing to wake it for
         assert pool.wait_ready(2, timeout=10)
         _wait_idle(pool)
         pool.last_used = time.monotonic() - 60
         with pool._lock:
             pool._ready.pop().destroy()  # one ready left: taking it leaves none for the next caller
         _acquire(pool, owed)
-        assert owed == [] and counted.calls == 2
+        assert owed == [] and counted.calls >= 2  # woken now (its starts may wake it again: two are missing)
     finally:
         pool.close()
