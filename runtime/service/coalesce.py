@@ -18,6 +18,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from sandforge.runtime.service.gate import DISCONNECTED, REQUEST_TASK
+
 
 class CoalescingTransport:
     """Proxies a transport; ``write`` buffers until the end of the current loop iteration."""
@@ -69,7 +71,9 @@ class CoalescingTransport:
 
 
 class CoalescingHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, writing through a :class:`CoalescingTransport`."""
+    """uvicorn's httptools protocol, writing through a :class:`CoalescingTransport`. A request whose client goes
+    away before its answer started is cancelled if the gatekeeper registered its task (``POST /v1/exec``: its
+    awaited execution then ends as a timeout would, instead of running to its limit for nobody)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
@@ -81,3 +85,14 @@ class CoalescingHttpProtocol(HttpToolsProtocol):
         if isinstance(transport, CoalescingTransport):
             transport.flush()
         super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        cycle = self.cycle
+        super().connection_lost(exc)
+        if cycle is None or cycle.response_started:
+            return
+        state = cycle.scope.get("state")
+        task = state.get(REQUEST_TASK) if isinstance(state, dict) else None
+        if isinstance(task, asyncio.Task) and not task.done():
+            state[DISCONNECTED] = True  # type: ignore[index]
+            task.cancel()

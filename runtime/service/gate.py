@@ -29,6 +29,11 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 DirectHandler = Callable[[TenantRuntime, bytes, dict[str, Any]], Awaitable[tuple[int, bytes, dict[str, str]]]]
 
 PROTECTED = ("/v1/", "/mcp")
+#: ``scope["state"]`` key: the task of a direct route's request, which the HTTP protocol cancels when the client
+#: goes away before the answer started (``coalesce.CoalescingHttpProtocol.connection_lost``)
+REQUEST_TASK = "request_task"
+#: ``scope["state"]`` key set by the protocol when it cancelled the request because the client went away
+DISCONNECTED = "client_disconnected"
 
 
 class BodyTooLarge(Exception):
@@ -112,6 +117,9 @@ class Gatekeeper:
             if not sent["started"]:
                 await send_error(tracking_send, 413, "body_too_large", "the request body is over this tenant's limit")
         except asyncio.CancelledError:
+            if state.get(DISCONNECTED):  # nobody to answer: its execution was ended and cleaned up; quietly done
+                state["outcome"], status["code"] = "client_disconnected", 499
+                return
             if not self.draining:
                 raise
             # the grace period is over and uvicorn cancelled the request (an awaited execution was ended and
@@ -154,6 +162,7 @@ class Gatekeeper:
             note(state, **mcp_fields(body))
         handler = self.direct.get((scope.get("method", ""), path_of(scope)))
         if handler is not None:
+            state[REQUEST_TASK] = asyncio.current_task()  # a client gone before the answer cancels it
             status, answer, headers = await handler(runtime, body, state)
             await send_bytes(send, status, answer, [(k.lower().encode(), v.encode()) for k, v in headers.items()])
             return

@@ -175,27 +175,38 @@ def test_cancelling_during_a_nested_call_does_not_wait_for_its_answer() -> None:
 
 
 def test_a_cancelled_await_does_not_leak_the_worker_it_was_waiting_for() -> None:
-    async def main() -> tuple[dict[str, int], int]:
-        async with AsyncSandbox(SandboxConfig(backend="subprocess", pool_size=1)) as asb:
+    """Three calls wait for the single warm worker, which a spinning call holds; all three are cancelled.
+
+    The busy call runs on the pool's limits, so it takes the warm worker in its first step and the others
+    really wait (checked: ``cancel()`` returns True for each). It used to run on other limits, outside the pool
+    (CI9): the first "waiting" call then took the warm worker itself, and when the loop's thread lost the GIL
+    long enough (another thread of the process running), that call had finished its whole execution in its
+    first step, before ``cancel()``; ``cancel()`` returned False and the call rightly returned its outcome."""
+    limits = Limits(timeout_s=2)
+
+    async def main() -> tuple[dict[str, int], list[bool]]:
+        async with AsyncSandbox(SandboxConfig(backend="subprocess", pool_size=1, limits=limits)) as asb:
             pool = asb.sandbox.pool()
             assert pool.wait_ready(1, timeout=30)
-            busy = asyncio.create_task(asb.execute(ExecutionRequest(code=SPIN, limits=Limits(timeout_s=2))))
-            waiting = [asyncio.create_task(asb.execute(ExecutionRequest(code="return 1"))) for _ in range(3)]
-            await asyncio.sleep(0)
-            for task in waiting:
-                task.cancel()
+            busy = asyncio.create_task(asb.execute(ExecutionRequest(code=SPIN, limits=limits)))
+            waiting = [asyncio.create_task(asb.execute(ExecutionRequest(code="return 1", limits=limits)))
+                       for _ in range(3)]  # fmt: skip
+            await asyncio.sleep(0)  # each has run its first step: busy holds the worker, the others wait
+            held = dict(pool.stats)
+            accepted = [task.cancel() for task in waiting]
             for task in waiting:
                 with pytest.raises(asyncio.CancelledError):
                     await task
-            await busy
+            assert (await busy).error_type is ErrorType.TIMEOUT
             ready = await asyncio.get_running_loop().run_in_executor(None, pool.wait_ready, 1, 30.0)
             assert ready
-            last = await asb.execute(ExecutionRequest(code="return 7"))
+            last = await asb.execute(ExecutionRequest(code="return 7", limits=limits))
             assert last.value == 7
-            return dict(pool.stats), pool.ready_count()
+            return held, accepted
 
-    stats, _ready = run(main())
-    assert stats["waited"] >= 1
+    held, accepted = run(main())
+    assert held["warm_hits"] == 1 and held["waited"] == 3, held
+    assert accepted == [True, True, True]  # none had finished: each was cancelled while it waited
 
 
 def test_asyncio_timeout_around_an_execution_ends_it() -> None:
