@@ -123,8 +123,11 @@ class Sandbox:
         call here, an await on the loop in ``AsyncSandbox``), the worker's own steps, what the outcome notes."""
         name = backend or self.config.backend
         if self.config.cluster:  # the execution moves to a Ray cluster's node (sandbox/cluster/): its client blocks
-            remote = functools.partial(self._cluster().execute, request, backend=name, bridge=bridge)
-            moved: ExecutionOutcome = yield Blocking(remote, interruptible=True)
+            from sandforge.sandbox.cluster.executor import Ticket
+
+            ticket = Ticket()  # cancelling the wait tells the node to end the execution
+            remote = functools.partial(self._cluster().execute, request, backend=name, bridge=bridge, ticket=ticket)
+            moved: ExecutionOutcome = yield Blocking(remote, interruptible=True, on_cancel=ticket.cancel)
             return moved
         admitted = self._admit(request, backend)
         if isinstance(admitted, ExecutionOutcome):

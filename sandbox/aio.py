@@ -366,7 +366,12 @@ async def _blocking(
     # In the caller's context (a call's cancellation scope reaches the nested calls it makes: runtime/agent/aio.py)
     context = contextvars.copy_context()
     if effect.interruptible:
-        return await loop.run_in_executor(executor, context.run, effect.fn), False
+        try:
+            return await loop.run_in_executor(executor, context.run, effect.fn), False
+        except asyncio.CancelledError:
+            if effect.on_cancel is not None:
+                _quietly(effect.on_cancel)  # tells whoever runs it to stop (a cluster node): nobody waits for it
+            raise
     running = loop.run_in_executor(executor, context.run, effect.fn)
     late = False
     while True:

@@ -40,8 +40,9 @@ class Blocking:
     #: May the steps go on (with :class:`Cancelled`) while ``fn`` still runs? Yes for a nested call's answer
     #: (nothing of the worker is touched; a late answer is dropped), no for reaping the worker's exit.
     interruptible: bool = False
-    #: Called (once, from the driver) when the wait is cancelled and ``fn`` is not interruptible: makes it
-    #: return soon (e.g. kills the worker whose execution ``fn`` is).
+    #: Called (once, from the driver) when the wait is cancelled: makes ``fn`` return soon (e.g. kills the
+    #: worker whose execution it is); for an interruptible call, tells whoever runs it to stop (a cluster node
+    #: ends the execution it runs for ``fn``), as nobody waits for its answer any more.
     on_cancel: Callable[[], None] | None = None
     #: The same wait as a coroutine, for a driver on an event loop: awaited there instead of ``fn`` on a thread
     #: (a worker's exit report, which a reader thread can wake the loop for). Cancelling it throws

@@ -23,6 +23,11 @@ class Worker(Protocol):
         """Run the request and destroy the worker, whatever happens."""
         ...
 
+    def kill(self) -> None:
+        """End the sandboxed program now, from another thread than the one running its execution (which then
+        ends as killed and destroys the worker as usual); nothing is released here. No-op once it ended."""
+        ...
+
     def destroy(self) -> None: ...
 
 

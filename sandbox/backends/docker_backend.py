@@ -526,6 +526,10 @@ class ContainerWorker:
                 return False
             time.sleep(0.1)
 
+    def kill(self) -> None:
+        if not self._destroyed:
+            self._kill()
+
     def destroy(self) -> None:
         if self._destroyed:
             return

@@ -351,6 +351,10 @@ class OciWorker:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
 
+    def kill(self) -> None:
+        if not self._destroyed:
+            self._kill()
+
     def destroy(self) -> None:
         if self._destroyed:
             return

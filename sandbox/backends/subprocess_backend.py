@@ -202,6 +202,10 @@ class SubprocessWorker:
                 return None, 0.0, 0
             time.sleep(0.0005)
 
+    def kill(self) -> None:
+        if not (self._destroyed or self._reaped):  # ended: its process id may be another's by now
+            self._kill()
+
     def destroy(self) -> None:
         if self._destroyed:
             return

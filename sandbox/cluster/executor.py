@@ -28,7 +28,7 @@ from sandforge.sandbox.cluster.host import MAX_RUNS, PROTOCOL
 from sandforge.sandbox.cluster.wire import Wire, WireError, outcome_from_wire, request_to_wire
 from sandforge.sandbox.config import BACKENDS, SandboxConfig
 from sandforge.sandbox.context import ContextSnapshot
-from sandforge.sandbox.exchange import BridgeHandler, DeclareHandler, serving, serving_deadline
+from sandforge.sandbox.exchange import CANCELLED_MESSAGE, BridgeHandler, DeclareHandler, serving, serving_deadline
 from sandforge.sandbox.protocol import (
     BridgeReply,
     CallFrame,
@@ -72,7 +72,36 @@ _SHARED = _Shared()
 
 @dataclass
 class _Progress:
+    ticket: Ticket
     served: int = 0
+
+
+class Ticket:
+    """One cluster execution's cancellation: the caller's driver calls :meth:`cancel` when nobody waits for
+    the answer any more (an awaiting task was cancelled); the node running it is told to end it, so it does not
+    run on to its limit holding a worker. A cancel before the execution reached a node keeps it from starting."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.cancelled = False
+        self._where: tuple[Any, str] | None = None  # (the node's actor, the execution's id)
+
+    def bind(self, actor: Any, exec_id: str) -> bool:
+        """The execution is about to start on ``actor``; False if it was cancelled already (do not start)."""
+        with self._lock:
+            self._where = (actor, exec_id)
+            return not self.cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self.cancelled:
+                return
+            self.cancelled = True
+            where = self._where
+        if where is not None:
+            actor, exec_id = where
+            with contextlib.suppress(Exception):  # a lost node ends its executions anyway
+                actor.cancel.remote(exec_id)  # not waited for: the caller is gone
 
 
 class ClusterUnavailable(Exception):
@@ -273,9 +302,11 @@ class RayExecutor:
     # --- executions ---------------------------------------------------------------------------------------
 
     def execute(
-        self, request: ExecutionRequest, *, backend: str | None = None, bridge: BridgeHandler | None = None
-    ) -> ExecutionOutcome:
-        """Run ``request`` on a node; never raises for anything the cluster or the program does.
+        self, request: ExecutionRequest, *, backend: str | None = None, bridge: BridgeHandler | None = None,
+        ticket: Ticket | None = None,
+    ) -> ExecutionOutcome:  # fmt: skip
+        """Run ``request`` on a node; never raises for anything the cluster or the program does. ``ticket``
+        cancels it (see :class:`Ticket`): the answer is then a ``cancelled`` failure nobody reads.
 
         A node lost before the program sent the caller anything (no nested call, declaration or fetch was
         served: nothing happened that the caller saw) is replaced by another node, up to ``LOST_NODE_RETRIES``
@@ -293,7 +324,7 @@ class RayExecutor:
                     ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=exc.retriable, backend=name,
                     metadata={"cluster_lost": lost} if lost else {},
                 )  # fmt: skip
-            progress = _Progress()
+            progress = _Progress(ticket or Ticket())
             outcome = self._attempt(node, request, name, bridge, progress)
             if outcome.metadata.get("cluster_node_lost") and not progress.served and len(lost) < LOST_NODE_RETRIES:
                 lost.append(node.node_id)
@@ -333,6 +364,8 @@ class RayExecutor:
         kinds = _kinds(bridge)
         budget = request.limits.timeout_s + self.config.spawn_timeout_s + GRACE_S
         call = {"id": exec_id, "message": message, "backend": backend, "blobs": blobs, "kinds": kinds}
+        if not progress.ticket.bind(node.actor, exec_id):
+            return _cancelled(backend)
         event = self._call(node, node.actor.start.remote(call), budget)
         if event.get("kind") == "missing":  # the node lost texts it had (restarted): send them all once more
             node.known.clear()
@@ -340,6 +373,8 @@ class RayExecutor:
             call.update(message=message, blobs=blobs)
             event = self._call(node, node.actor.start.remote(call), budget)
         while event.get("kind") != "done":
+            if progress.ticket.cancelled:  # nobody waits: serve no more frames (the node ends the execution)
+                return _cancelled(backend)
             progress.served += 1  # from here on the caller saw the program act: never re-run elsewhere
             answer = _answer(bridge, event)
             event = self._call(node, node.actor.step.remote(exec_id, answer), budget)
@@ -448,6 +483,12 @@ def _transient(exc: BaseException) -> bool:
     """A connection failure worth retrying (not a refused token or a malformed address)."""
     text = str(exc).lower()
     return isinstance(exc, (ConnectionError, TimeoutError)) and "auth" not in text and "token" not in text
+
+
+def _cancelled(backend: str) -> ExecutionOutcome:
+    """What a cancelled execution's caller-side call ends with (nobody reads it): as a timeout, like the
+    exchange's own cancellation."""
+    return ExecutionOutcome.failure(ErrorType.TIMEOUT, CANCELLED_MESSAGE, backend=backend)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -22,11 +22,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sandforge.sandbox import leftovers
+from sandforge.sandbox.backends.base import Worker
 from sandforge.sandbox.cluster.wire import NODE_CACHE_BYTES, Wire, WireError, outcome_to_wire, request_from_wire
-from sandforge.sandbox.config import SandboxConfig
+from sandforge.sandbox.config import BackendName, SandboxConfig
 from sandforge.sandbox.context import ContextSnapshot
-from sandforge.sandbox.protocol import CallFrame, DeclareFrame, ErrorType, ExecutionOutcome, ExecutionRequest
-from sandforge.sandbox.steps import run_steps
+from sandforge.sandbox.environment import MountedEnvironment
+from sandforge.sandbox.errors import SandboxUnavailable
+from sandforge.sandbox.exchange import CANCELLED_MESSAGE
+from sandforge.sandbox.protocol import CallFrame, DeclareFrame, ErrorType, ExecutionOutcome, ExecutionRequest, Limits
+from sandforge.sandbox.steps import Blocking, Effect, run_steps
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,9 @@ PROTOCOL = 2
 MAX_RUNS = 256
 #: Threads that destroy finished sandboxes after their outcome went back to the caller.
 CLEANUP_THREADS = 4
+#: Ids of executions cancelled before they started here, remembered (a cancel may overtake its ``start``:
+#: a threaded actor runs its calls in any order).
+CANCELLED_MEMORY = 4096
 
 
 class BlobCache:
@@ -78,6 +85,32 @@ class _Run:
         self.events: queue.Queue[Wire] = queue.Queue()
         self.replies: queue.Queue[Any] = queue.Queue()
         self.deadline = time.monotonic() + timeout_s
+        self.lock = threading.Lock()
+        self.worker: Worker | None = None  # the sandbox it was given, while its execution runs
+        self.cancelled = False
+
+    def given(self, worker: Worker) -> Worker:
+        """The worker this run was handed; one handed to a run already cancelled is destroyed instead."""
+        with self.lock:
+            if not self.cancelled:
+                self.worker = worker
+                return worker
+        worker.destroy()
+        raise SandboxUnavailable(CANCELLED_MESSAGE)
+
+    def ended(self) -> None:
+        with self.lock:
+            self.worker = None  # its program is over: nothing to kill (and its process may be reaped)
+
+    def cancel(self) -> None:
+        """Its caller is gone: the program is killed (the execution then ends as killed, its worker destroyed
+        as after any execution); a frame it waits on is answered with nothing."""
+        with self.lock:
+            self.cancelled = True
+            worker = self.worker
+        if worker is not None:
+            worker.kill()
+        self.replies.put(None)
 
     def ask(self, event: Wire) -> Any:
         """Park ``event`` for the caller and wait for its answer (None if the caller never answers)."""
@@ -142,14 +175,15 @@ class SandboxHost:
         self.config = SandboxConfig.model_validate({**config, "cluster": None})
         self.sandbox = Sandbox(self.config)
         self.cache = BlobCache()
-        self.runs: dict[str, _Run] = {}
+        self.runs: dict[str, _Run] = {}  # the executions that serve frames (``step`` finds them)
+        self.live: dict[str, _Run] = {}  # every execution running here (``cancel`` finds them)
+        self.cancelled: OrderedDict[str, None] = OrderedDict()
         self.lock = threading.Lock()
         #: the threads executions that serve frames run on (reused: a new thread per execution cost ~0.2 ms)
         self.threads = ThreadPoolExecutor(max_workers=4 * MAX_RUNS, thread_name_prefix="sandforge-run")
         #: where finished sandboxes are destroyed, after the answer (``_after_answer``)
         self.cleanup = ThreadPoolExecutor(max_workers=CLEANUP_THREADS, thread_name_prefix="sandforge-cleanup")
         self.executed = 0
-        self.inline = 0  # executions running on their actor call's thread (not in ``runs``)
         self.started_at = time.time()
         self.instance = uuid.uuid4().hex[:12]
         leftovers.reap_in_background()  # what a predecessor on this machine left when its node died
@@ -186,12 +220,34 @@ class SandboxHost:
             return {"kind": "missing", "refs": request}
         limits = request.limits
         run = _Run(request, limits.timeout_s + self.config.spawn_timeout_s)
-        if kinds is None:  # no frame can come back before the end: run on this call's thread, no hand-off
-            return self._inline(run, backend)
         with self.lock:
-            self.runs[exec_id] = run
+            if exec_id in self.cancelled:  # its caller cancelled it before it got here
+                del self.cancelled[exec_id]
+                return self._done(ExecutionOutcome.failure(ErrorType.TIMEOUT, CANCELLED_MESSAGE), ContextSnapshot())
+            self.live[exec_id] = run
+            if kinds is not None:
+                self.runs[exec_id] = run
+        if kinds is None:  # no frame can come back before the end: run on this call's thread, no hand-off
+            try:
+                return self._outcome(run, backend, None)
+            finally:
+                with self.lock:
+                    self.live.pop(exec_id, None)
         self.threads.submit(self._execute, run, backend, _proxy(run, kinds))
         return self._next(exec_id, run)
+
+    def cancel(self, exec_id: str) -> None:
+        """The caller no longer waits for ``exec_id`` (its task was cancelled): end it now rather than at its
+        limit. One that has not started here yet never will."""
+        with self.lock:
+            run = self.live.pop(exec_id, None)
+            self.runs.pop(exec_id, None)  # its caller collects nothing more: a later ``step`` finds none
+            if run is None:
+                self.cancelled[exec_id] = None
+                while len(self.cancelled) > CANCELLED_MEMORY:
+                    self.cancelled.popitem(last=False)
+        if run is not None:
+            run.cancel()
 
     def step(self, exec_id: str, answer: Any) -> Wire:
         """Hand the caller's answer to the execution's pending frame; returns its next event."""
@@ -213,16 +269,8 @@ class SandboxHost:
         if event["kind"] == "done":
             with self.lock:
                 self.runs.pop(exec_id, None)
+                self.live.pop(exec_id, None)
         return event
-
-    def _inline(self, run: _Run, backend: str) -> Wire:
-        with self.lock:
-            self.inline += 1
-        try:
-            return self._outcome(run, backend, None)
-        finally:
-            with self.lock:
-                self.inline -= 1
 
     def _execute(self, run: _Run, backend: str, bridge: _Proxy | None) -> None:
         run.events.put(self._outcome(run, backend, bridge))
@@ -231,12 +279,18 @@ class SandboxHost:
         """Run the execution here; its ``done`` event."""
         base = ContextSnapshot.coerce(run.request.context)
         destroys: list[Callable[[], None]] = []
+        def acquire(name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Effect:
+            take = self.sandbox._acquire
+            return Blocking(lambda: run.given(take(name, limits, environment)))  # a run cancelled meanwhile: refused
+
         try:
-            steps = self.sandbox.outline(run.request, backend, bridge, self.sandbox._acquire_step)  # type: ignore[arg-type]
+            steps = self.sandbox.outline(run.request, backend, bridge, acquire)  # type: ignore[arg-type]
             outcome = run_steps(steps, detach=destroys.append)
         except Exception as exc:  # never leave the caller waiting
             log.exception("execution failed on this node")
             outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, f"node failure: {exc}")
+        finally:
+            run.ended()
         with self.lock:
             self.executed += 1
         try:
@@ -281,7 +335,7 @@ class SandboxHost:
     def status(self) -> Wire:
         """This node's pools and load, for placement and ``sandforge cluster status``."""
         with self.lock:
-            in_flight, executed = len(self.runs) + self.inline, self.executed
+            in_flight, executed = len(self.live), self.executed
         return {
             "instance": self.instance,
             "pid": os.getpid(),

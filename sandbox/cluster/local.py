@@ -30,6 +30,21 @@ from sandforge.sandbox.cluster.executor import RESOURCE_PREFIX
 STATE_FILE = "cluster.json"
 TOKEN_FILE = "auth_token"  # noqa: S105 - a file name, not a secret
 START_TIMEOUT_S = 240.0
+#: Ray's system config for a sandbox-host cluster (the head hands it to every node and driver). Node failure
+#: detection stays fast (the fault tests); what a fixed cluster of sandbox hosts does not use is off, as it
+#: competes with the sandboxes for the same cores (issue 22, round 7: bench/bench_cluster_cpu.py):
+#: metrics collection and export (every process, every few seconds), the timeline's profile events, the event
+#: loops' per-handler statistics (CPU on every RPC of every process), Ray's memory monitor (sandboxes have
+#: their own memory limits), and the autoscaler's resource-load pulls (no autoscaler runs: ``--no-monitor``).
+SYSTEM_CONFIG: dict[str, object] = {
+    "health_check_period_ms": 1000,
+    "health_check_failure_threshold": 3,
+    "enable_metrics_collection": False,
+    "enable_timeline": False,
+    "event_stats": False,
+    "memory_monitor_refresh_ms": 0,
+    "gcs_pull_resource_loads_period_milliseconds": 5000,
+}
 
 
 class ClusterError(RuntimeError):
@@ -166,14 +181,14 @@ class LocalCluster:
         return [
             "--node-ip-address=127.0.0.1", f"--num-cpus={spec.num_cpus}", f"--resources={json.dumps(resources)}",
             "--dashboard-agent-listen-port=0", "--min-worker-port=0", "--max-worker-port=0",
-            "--disable-usage-stats",
+            "--disable-usage-stats", "--include-log-monitor=false",
         ]  # fmt: skip
 
     def _start_head(self, state: ClusterState, spec: NodeSpec) -> None:
-        system = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
         self._ray(state, [
             "--head", f"--port={state.gcs_port}", f"--ray-client-server-port={state.client_port}",
-            "--include-dashboard=false", f"--temp-dir={state.temp_dir}", f"--system-config={json.dumps(system)}",
+            "--include-dashboard=false", "--no-monitor", f"--temp-dir={state.temp_dir}",
+            f"--system-config={json.dumps(SYSTEM_CONFIG)}",
             *self._node_args(spec),
         ])  # fmt: skip
 
