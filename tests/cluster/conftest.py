@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from sandforge.sandbox import SandboxConfig
+from sandforge.sandbox.cluster.host import SandboxHost
 from sandforge.sandbox.cluster.local import LocalCluster, NodeSpec
 
 
@@ -44,3 +46,13 @@ def start_cluster(root: Path, specs: list[NodeSpec]) -> Iterator[LocalCluster]:
     finally:
         cluster.down()
         assert not cluster.processes(), "the test cluster left processes behind"
+
+
+@pytest.fixture(scope="module")
+def host() -> Iterator[SandboxHost]:
+    """A sandbox host in this process, no Ray: its dispatch and cancellation paths, driven directly."""
+    h = SandboxHost(SandboxConfig(backend="subprocess", pool_size=1).model_dump(mode="json"), [])
+    try:
+        yield h
+    finally:
+        h.close()

@@ -27,15 +27,6 @@ LONG = Limits(timeout_s=120)
 SOON_S = 20.0  # far below the program's own limit: only a kill ends it by then
 
 
-@pytest.fixture(scope="module")
-def host() -> Iterator[SandboxHost]:
-    h = SandboxHost(SandboxConfig(backend="subprocess", pool_size=1).model_dump(mode="json"), [])
-    try:
-        yield h
-    finally:
-        h.close()
-
-
 def call(code: str, exec_id: str, kinds: list[str] | None) -> dict[str, Any]:
     message, blobs = request_to_wire(ExecutionRequest(code=code, limits=LONG))
     return {"id": exec_id, "message": message, "backend": "subprocess", "blobs": blobs, "kinds": kinds}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,15 +18,6 @@ from sandforge.sandbox.cluster.executor import ClusterUnavailable, RayExecutor
 from sandforge.sandbox.cluster.host import SandboxHost
 from sandforge.sandbox.cluster.wire import outcome_from_wire, request_to_wire
 from sandforge.sandbox.context import ContextSnapshot
-
-
-@pytest.fixture(scope="module")
-def host() -> Iterator[SandboxHost]:
-    h = SandboxHost(SandboxConfig(backend="subprocess", pool_size=1).model_dump(mode="json"), [])
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 def call(request: ExecutionRequest, kinds: list[str] | None, exec_id: str = "e1") -> dict[str, Any]:
