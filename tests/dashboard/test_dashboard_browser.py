@@ -9,6 +9,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,7 +97,6 @@ def _login(driver: object, server: Server, token: str) -> None:
 def _click_and_load(driver: object, by: str, value: str) -> None:
     """Click what navigates, and wait until the next page replaced this one (else the next look may see the old)."""
     from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     for attempt in range(3):  # chromium may renumber the page's nodes between a find and a click: find again
@@ -109,7 +109,22 @@ def _click_and_load(driver: object, by: str, value: str) -> None:
         except WebDriverException as exc:
             if "does not belong to the document" not in str(exc) or attempt == 2:
                 raise
-    WebDriverWait(driver, 60).until(expected_conditions.staleness_of(old))  # type: ignore[arg-type]
+    WebDriverWait(driver, 60).until(lambda _: _stale(old))
+
+
+def _stale(element: Any) -> bool:
+    """``staleness_of``, also for chromium's other answer about a node of a page that navigated away."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
 
 
 def _page(driver: object, url: str, shots: Path, name: str) -> None:
