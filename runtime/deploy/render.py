@@ -6,11 +6,15 @@ SandboxWarmPool, for fleets without Ray). Every pod: no service-account token, r
 all capabilities dropped, no privilege escalation (``no-new-privileges``), seccomp RuntimeDefault, non-root,
 resource requests and limits; and a default-deny egress NetworkPolicy (the egress broker runs on the
 orchestrator's side: sandboxes reach nothing). Objects are built as data, checked against the Kubernetes
-client's models (``validate.py``) and written as YAML, one file per object, in a stable order.
+client's models (``validate.py``) and written as YAML, one file per object, in a stable order. A rendered Ray
+cluster runs as lean as the tested local one (``sandbox/cluster/local.py``): the same system config, no log
+monitors, no autoscaler monitor, no dashboard, no usage stats (``LEAN_*`` below, docs/deploy.md).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,10 +22,36 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandforge.runtime.deploy.validate import check_object
+from sandforge.sandbox.cluster.executor import RESOURCE_PREFIX
+from sandforge.sandbox.cluster.local import SYSTEM_CONFIG
 
 Target = Literal["kuberay", "agent-sandbox"]
 TARGETS: tuple[Target, ...] = ("kuberay", "agent-sandbox")
 UID = 65534  # nobody: the image's sandbox user
+
+
+def shell_word(value: str) -> str:
+    """``value`` as one word of the command KubeRay runs (``bash -lc "ulimit ...; ray start --key=VALUE ..."``,
+    each rayStartParam pasted in as is): double-quoted, bash's specials inside escaped. This is the form KubeRay
+    documents for JSON values; bare JSON would be split at its spaces and stripped of its quotes by bash."""
+    return '"' + re.sub(r'([\\"$`])', r"\\\1", value) + '"'
+
+
+#: ``ray start`` options of every node of the local cluster that keep it lean (``LocalCluster._node_args``), in
+#: their rayStartParams form. KubeRay passes a param as ``--key=value``, "true" as a bare ``--key``, and drops a
+#: "false" unless it knows the option takes a value (recent KubeRay knows ``include-log-monitor``, older ones
+#: drop it silently): "0" is Ray's boolean false too, and reaches ``ray start`` on every KubeRay version.
+LEAN_NODE_PARAMS: dict[str, str] = {"include-log-monitor": "0", "disable-usage-stats": "true"}
+#: The head's (``LocalCluster._start_head``): no dashboard, no autoscaler monitor (no autoscaler runs; KubeRay
+#: sets it too when its own autoscaler is on), and Ray's system config, which the GCS hands to every node.
+LEAN_HEAD_PARAMS: dict[str, str] = {
+    "include-dashboard": "false",
+    "no-monitor": "true",
+    "system-config": shell_word(json.dumps(SYSTEM_CONFIG, separators=(",", ":"))),
+}
+#: Every Ray container's environment: no usage stats from any Ray process of the pod (drivers, ``ray`` CLIs
+#: such as KubeRay's probes and init container), as ``sandforge.sandbox.cluster.local.ray_env``.
+LEAN_ENV: dict[str, str] = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 
 class Resources(BaseModel):
@@ -131,6 +161,7 @@ def _ray_group(v: Values, role: str, resources: Resources, params: dict[str, str
             {"name": "RAY_AUTH_MODE", "value": "token"},
             {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": f"{v.name}-ray-token", "key": "token"}}},
             {"name": "SANDFORGE_BACKEND", "value": v.backend},
+            *({"name": name, "value": value} for name, value in LEAN_ENV.items()),
         ],
         "resources": _resources(resources),
         "securityContext": _container_security(),
@@ -138,13 +169,13 @@ def _ray_group(v: Values, role: str, resources: Resources, params: dict[str, str
     }
     labels = {**_labels(v, "ray"), "ray.io/cluster": v.name}
     template = {"metadata": {"labels": labels}, "spec": _pod_spec([container], volumes, v.runtime_class)}
-    return {"rayStartParams": params, "template": template}
+    return {"rayStartParams": {**params, **LEAN_NODE_PARAMS}, "template": template}
 
 
 def kuberay(v: Values) -> list[dict[str, Any]]:
     """A RayCluster (head + sandbox-host workers declaring their backend) and its default-deny egress."""
-    backend = f'{{"sandforge_backend_{v.backend}": 1000}}'
-    head = _ray_group(v, "head", v.head, {"num-cpus": "0", "dashboard-host": "127.0.0.1", "include-dashboard": "false"})
+    backend = shell_word(json.dumps({f"{RESOURCE_PREFIX}{v.backend}": 1000}))
+    head = _ray_group(v, "head", v.head, {"num-cpus": "0", "dashboard-host": "127.0.0.1", **LEAN_HEAD_PARAMS})
     worker = {
         "groupName": "sandbox-hosts", "replicas": v.workers, "minReplicas": v.workers,
         "maxReplicas": max(v.max_workers, v.workers),

@@ -87,7 +87,8 @@ def test_the_kuberay_workers_run_the_sandbox_host_image_and_declare_their_backen
     worker = cluster["spec"]["workerGroupSpecs"][0]
     assert worker["replicas"] == 5
     assert worker["template"]["spec"]["containers"][0]["image"] == "registry.example/sf:1"
-    assert worker["rayStartParams"]["resources"] == '{"sandforge_backend_runsc": 1000}'
+    # one bash word: KubeRay pastes rayStartParams into `bash -lc "ray start ..."` (tests/deploy/test_lean_render.py)
+    assert worker["rayStartParams"]["resources"] == '"{\\"sandforge_backend_runsc\\": 1000}"'
     env = {e["name"]: e for e in worker["template"]["spec"]["containers"][0]["env"]}
     assert env["RAY_AUTH_MODE"]["value"] == "token"
     assert "secretKeyRef" in env["RAY_AUTH_TOKEN"]["valueFrom"]  # the token is never in the manifest
