@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sandforge.runtime.deploy.validate import check_object
 from sandforge.sandbox.cluster.executor import RESOURCE_PREFIX
@@ -52,6 +52,9 @@ LEAN_HEAD_PARAMS: dict[str, str] = {
 #: Every Ray container's environment: no usage stats from any Ray process of the pod (drivers, ``ray`` CLIs
 #: such as KubeRay's probes and init container), as ``sandforge.sandbox.cluster.local.ray_env``.
 LEAN_ENV: dict[str, str] = {"RAY_USAGE_STATS_ENABLED": "0"}
+#: The oldest Ray KubeRay probes through the dashboard agent's single health endpoint; older ones it probes at
+#: the dashboard's ``/api/gcs_healthz``, which a head without the dashboard does not serve (never ready).
+MIN_RAY_VERSION = (2, 53, 0)
 
 
 class Resources(BaseModel):
@@ -84,6 +87,14 @@ class Values(BaseModel):
     sandbox: Resources = Field(
         default_factory=lambda: Resources(cpu="250m", memory="256Mi", cpu_limit="1", memory_limit="512Mi")
     )
+
+    @field_validator("ray_version")
+    @classmethod
+    def _probed_without_dashboard(cls, value: str) -> str:
+        if tuple(int(part) for part in value.split(".")) < MIN_RAY_VERSION:
+            oldest = ".".join(map(str, MIN_RAY_VERSION))
+            raise ValueError(f"must be {oldest} or later (KubeRay probes older Ray at the dashboard, which is off)")
+        return value
 
 
 def _resources(r: Resources) -> dict[str, Any]:

@@ -161,3 +161,10 @@ def test_the_lean_settings_survive_every_values_file() -> None:
         head, worker = rendered_groups(values)
         assert rendered_options(head, head=True)["system_config"] == SYSTEM_CONFIG
         assert rendered_options(worker, head=False)["include_log_monitor"] is False
+
+
+def test_a_ray_version_kuberay_would_probe_at_the_missing_dashboard_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"2\.53\.0 or later"):
+        Values(ray_version="2.52.9")
+    assert Values(ray_version="2.53.0").ray_version == "2.53.0"
+    assert Values(ray_version="3.0.0").ray_version == "3.0.0"
