@@ -50,7 +50,7 @@ LEAN_HEAD_PARAMS: dict[str, str] = {
     "system-config": shell_word(json.dumps(SYSTEM_CONFIG, separators=(",", ":"))),
 }
 #: Every Ray container's environment: no usage stats from any Ray process of the pod (drivers, ``ray`` CLIs
-#: such as KubeRay's probes and init container), as ``sandforge.sandbox.cluster.local.ray_env``.
+#: such as the ``ray health-check`` of KubeRay's init container), as ``sandforge.sandbox.cluster.local.ray_env``.
 LEAN_ENV: dict[str, str] = {"RAY_USAGE_STATS_ENABLED": "0"}
 #: The oldest Ray KubeRay probes through the dashboard agent's single health endpoint; older ones it probes at
 #: the dashboard's ``/api/gcs_healthz``, which a head without the dashboard does not serve (never ready).
