@@ -10,10 +10,11 @@
   ~10 ms of CPU, in this process and on the same cores) and was charged for it (round 6: 1-3 ms of the old
   figure). Target: cluster p50 - local p50 <= 3 ms. Also with a bridge (what an agent's execution always has:
   the node runs it on a thread that can park frames for the caller), no frame sent. The back-to-back figure
-  (the method of rounds 4-5) is printed too.
+  (the method of rounds 4-5) is printed too, and the same overhead through Ray's actor calls instead of the
+  hosts' direct channel (``cluster_channel="ray"``, round 8), side by side.
 - **throughput**: executions per second with ``--concurrency`` callers, local vs cluster, same backend, each
-  over ``--total`` executions in interleaved segments (round 7). Target: cluster / local >= 0.8 (one machine
-  cannot show scaling; this shows the cluster costs little).
+  over ``--total`` executions in four interleaved segments (rounds 7-8). Target: cluster / local >= 0.8 (one
+  machine cannot show scaling; this shows the cluster costs little).
 - **Ray's floor**: a no-op call to a node's host actor (``__ray_ready__``), interleaved with the above: what any
   dispatch through a Ray actor pays before sandforge does anything.
 - **per-execution costs** for the scaling model of docs/deploy.md: the caller's CPU per execution through the
@@ -150,13 +151,16 @@ def throughput(sb: Sandbox, concurrency: int, total: int) -> float:
     return total / (time.perf_counter() - t)
 
 
-def throughputs(local: Sandbox, cluster: Sandbox, concurrency: int, total: int) -> tuple[float, float]:
-    """Local and cluster throughput, each over ``total`` executions run as two segments, interleaved (local,
-    cluster, cluster, local; each starts with every warm pool full): one segment of each, back to back, swung
-    0.73-0.87 between runs (round 6) as the shared machine's load drifted under one and not the other."""
-    size = max(total // 2, concurrency)
+def throughputs(
+    local: Sandbox, cluster: Sandbox, concurrency: int, total: int, segments: int = 4
+) -> tuple[float, float]:
+    """Local and cluster throughput, each over ``total`` executions run as ``segments`` segments, interleaved
+    (local, cluster, cluster, local, local, ...; each starts with every warm pool full): one segment of each,
+    back to back, swung 0.73-0.99 between runs (rounds 6-7) as the shared machine's load drifted under one and
+    not the other, and two segments of 150 still 0.76-0.91 (round 8)."""
+    size = max(total // segments, concurrency)
     spent = {"local": [0, 0.0], "cluster": [0, 0.0]}
-    for i in range(2):
+    for i in range(segments):
         for which in ("local", "cluster") if i % 2 == 0 else ("cluster", "local"):
             _settle(local, cluster)
             rate = throughput(local if which == "local" else cluster, concurrency, size)
@@ -177,6 +181,10 @@ def measure(address: str, args: argparse.Namespace) -> dict[str, Any]:
         result.update({f"bridge_{k}": v for k, v in bridged.items()})
         back = overhead(local, remote, args.rounds, settled=False)
         result.update({f"back_to_back_{k}": v for k, v in back.items()})
+        ray_calls = SandboxConfig(backend="subprocess", pool_size=pool, cluster=address, cluster_channel="ray")
+        with Sandbox(ray_calls) as by_ray:
+            via_ray = overhead(local, by_ray, max(args.rounds // 2, 10))
+        result.update({f"ray_calls_{k}": v for k, v in via_ray.items()})
         result["local_per_s"], result["cluster_per_s"] = throughputs(local, remote, args.concurrency, args.total)
         result["throughput_ratio"] = result["cluster_per_s"] / result["local_per_s"]
         result["nodes"] = len(remote._cluster().nodes())
@@ -207,6 +215,12 @@ def report(result: dict[str, Any], concurrency: int) -> None:
         f"{result['back_to_back_ray_noop_call_p50_ms']:.2f} ms"
     )
     print(
+        f"[{result['via']}] through Ray's actor calls instead of the direct channel (cluster_channel='ray'): "
+        f"local p50 {result['ray_calls_local_p50_ms']:.2f} ms, "
+        f"cluster p50 {result['ray_calls_cluster_p50_ms']:.2f} ms, "
+        f"overhead {result['ray_calls_overhead_p50_ms']:.2f} ms"
+    )
+    print(
         f"[{result['via']}] throughput ({concurrency} callers): local {result['local_per_s']:.0f}/s, cluster "
         f"{result['cluster_per_s']:.0f}/s, ratio {result['throughput_ratio']:.2f} (goal >= 0.8)"
     )
@@ -230,7 +244,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=6)
-    ap.add_argument("--total", type=int, default=300, help="executions per throughput measurement")
+    ap.add_argument("--total", type=int, default=800, help="executions per executor in the throughput phase")
     ap.add_argument("--via", choices=("gcs", "client", "both"), default="gcs")
     ap.add_argument("--address", default=None, help="an existing cluster (HOST:PORT or ray://HOST:PORT)")
     ap.add_argument("--json", dest="json_path", type=Path, default=None)

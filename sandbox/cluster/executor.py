@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandforge.sandbox import leftovers
+from sandforge.sandbox.cluster.channel import Channel, ChannelError
 from sandforge.sandbox.cluster.host import MAX_RUNS, PROTOCOL
 from sandforge.sandbox.cluster.wire import Wire, WireError, outcome_from_wire, request_to_wire
 from sandforge.sandbox.config import BACKENDS, SandboxConfig
@@ -50,6 +51,8 @@ GRACE_S = 15.0
 REFRESH_S = 5.0
 #: How long connecting (again) to the cluster may take before executions fail as ``sandbox_unavailable``.
 CONNECT_TIMEOUT_S = float(os.environ.get("SANDFORGE_CLUSTER_CONNECT_TIMEOUT_S", "120"))
+#: How long the first message over a node's direct channel may take before the caller uses Ray's calls.
+CHANNEL_CHECK_S = 5.0
 #: How long a driver's check that its GCS still listens may take.
 GCS_PROBE_S = 2.0
 
@@ -125,11 +128,20 @@ class Node:
     #: digests of the large context texts this node holds (sent once)
     known: set[str] = field(default_factory=set)
     instance: str | None = None
+    #: the host's direct channel (``channel.py``); None: not asked yet, or unreachable (``checked``)
+    channel: Channel | None = None
+    checked: bool = False
+    check_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def drop(self) -> None:
+        """The executor forgets this node: its idle connections close (calls in flight end as they will)."""
+        if self.channel is not None:
+            self.channel.close()
 
 
 def config_digest(config: SandboxConfig) -> str:
     """Hosts are per node and per configuration: two callers with different limits get different hosts."""
-    text = config.model_dump_json(exclude={"cluster"})
+    text = config.model_dump_json(exclude={"cluster", "cluster_channel"})
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
@@ -150,7 +162,7 @@ class RayExecutor:
             raise ValueError("RayExecutor needs SandboxConfig.cluster")
         self.config = config
         self.address = config.cluster
-        self._host_config = config.model_dump(mode="json", exclude={"cluster"})
+        self._host_config = config.model_dump(mode="json", exclude={"cluster", "cluster_channel"})
         self._digest = config_digest(config)
         self._lock = threading.Lock()
         self._nodes: dict[str, Node] = {}
@@ -214,6 +226,7 @@ class RayExecutor:
     def _disconnect(self) -> None:
         """The connection is broken: drop it (for every executor of the process; each reconnects)."""
         self._connected = False
+        self._forget(self._nodes.values())
         self._nodes = {}
         with _SHARED.lock:
             _SHARED.address = None
@@ -254,7 +267,13 @@ class RayExecutor:
             node = self._nodes.get(node_id) or Node(node_id, backends, self._host_actor(ray, node_id, backends))
             node.backends = backends
             alive[node_id] = node
+        self._forget(n for n in self._nodes.values() if n.node_id not in alive)
         self._nodes, self._refreshed = alive, time.monotonic()
+
+    @staticmethod
+    def _forget(nodes: Any) -> None:
+        for node in list(nodes):
+            node.drop()
 
     def _host_actor(self, ray: Any, node_id: str, backends: frozenset[str]) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -297,6 +316,7 @@ class RayExecutor:
         with self._lock:
             self._nodes.pop(node.node_id, None)
             self._refreshed = 0.0
+        node.drop()
         leftovers.reap_in_background()  # what the lost node's sandboxes left on this machine, if it ran here
 
     # --- executions ---------------------------------------------------------------------------------------
@@ -366,18 +386,18 @@ class RayExecutor:
         call = {"id": exec_id, "message": message, "backend": backend, "blobs": blobs, "kinds": kinds}
         if not progress.ticket.bind(node.actor, exec_id):
             return _cancelled(backend)
-        event = self._call(node, node.actor.start.remote(call), budget)
+        event = self._exchange(node, budget, "start", call)
         if event.get("kind") == "missing":  # the node lost texts it had (restarted): send them all once more
             node.known.clear()
             message, blobs = request_to_wire(request, None)
             call.update(message=message, blobs=blobs)
-            event = self._call(node, node.actor.start.remote(call), budget)
+            event = self._exchange(node, budget, "start", call)
         while event.get("kind") != "done":
             if progress.ticket.cancelled:  # nobody waits: serve no more frames (the node ends the execution)
                 return _cancelled(backend)
             progress.served += 1  # from here on the caller saw the program act: never re-run elsewhere
             answer = _answer(bridge, event)
-            event = self._call(node, node.actor.step.remote(exec_id, answer), budget)
+            event = self._exchange(node, budget, "step", exec_id, answer)
         node.known.update(blobs)
         if "warm" in event:
             node.warm[(backend, request.environment.env_id if request.environment else None)] = int(event["warm"])
@@ -389,6 +409,43 @@ class RayExecutor:
                 ErrorType.SANDBOX_UNAVAILABLE, f"node {node.node_id[:12]} answered a malformed outcome: {exc}",
                 retriable=True, backend=backend,
             )  # fmt: skip
+
+    def _exchange(self, node: Node, timeout_s: float, method: str, *args: Any) -> Wire:
+        """Call the node's host's ``method``: over its direct channel where the caller reaches it, else as a
+        Ray actor call. Either way a lost node or a late answer is ClusterUnavailable."""
+        channel = self._channel(node, timeout_s)
+        if channel is None:
+            return self._call(node, getattr(node.actor, method).remote(*args), timeout_s)
+        try:
+            return channel.call({"op": method, "args": list(args)}, timeout_s)
+        except ChannelError as exc:
+            if exc.timeout:
+                raise ClusterUnavailable(
+                    f"cluster node {node.node_id[:12]} did not answer within {timeout_s:g}s; its execution is lost"
+                ) from None
+            raise ClusterUnavailable(f"cluster node {node.node_id[:12]} was lost during the execution: {exc}") from None
+
+    def _channel(self, node: Node, timeout_s: float) -> Channel | None:
+        """The node's direct channel, asked for (through Ray) and tried once; None: use Ray's actor calls."""
+        if node.checked or self.config.cluster_channel == "ray":
+            return node.channel
+        with node.check_lock:
+            if node.checked:
+                return node.channel
+            info = self._call(node, node.actor.channel.remote(), timeout_s)
+            channel = None
+            try:
+                address = (str(info["host"]), int(info["port"]))
+                secret = bytes(info["secret"])
+                channel = Channel(address, secret)
+                channel.call({"op": "ping"}, CHANNEL_CHECK_S)
+            except (KeyError, TypeError, ValueError, ChannelError) as exc:
+                log.info("node %s: no direct channel (%s); using Ray's actor calls", node.node_id[:12], exc)
+                if channel is not None:
+                    channel.close()
+                channel = None
+            node.channel, node.checked = channel, True
+            return channel
 
     def _call(self, node: Node, ref: Any, timeout_s: float) -> Wire:
         ray = self._ray
@@ -431,6 +488,7 @@ class RayExecutor:
         """Let go of the connection; the last executor of the process closes it (the cluster and its hosts
         live on for other callers)."""
         with self._lock, _SHARED.lock:
+            self._forget(self._nodes.values())
             self._connected, self._nodes = False, {}
             if self._counted:
                 self._counted = False

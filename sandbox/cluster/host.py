@@ -23,6 +23,7 @@ from typing import Any
 
 from sandforge.sandbox import leftovers
 from sandforge.sandbox.backends.base import Worker
+from sandforge.sandbox.cluster.channel import ChannelServer
 from sandforge.sandbox.cluster.wire import NODE_CACHE_BYTES, Wire, WireError, outcome_to_wire, request_from_wire
 from sandforge.sandbox.config import BackendName, SandboxConfig
 from sandforge.sandbox.context import ContextSnapshot
@@ -160,6 +161,18 @@ def _remaining() -> dict[str, float]:
     return {} if deadline is None else {"remaining_s": deadline - time.monotonic()}
 
 
+def _node_address() -> str:
+    """The address Ray knows this node by (the one callers reach it at); loopback outside a Ray worker."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+    except Exception:  # no Ray here
+        log.debug("no Ray node address", exc_info=True)
+    return "127.0.0.1"  # not in a Ray worker (tests drive a host in-process)
+
+
 def _proxy(run: _Run, kinds: list[str]) -> _Proxy:
     declare, egress = "declare" in kinds, "egress" in kinds
     cls = _FullProxy if declare and egress else _DeclaringProxy if declare else _FetchingProxy if egress else _Proxy
@@ -186,6 +199,7 @@ class SandboxHost:
         self.executed = 0
         self.started_at = time.time()
         self.instance = uuid.uuid4().hex[:12]
+        self._server: ChannelServer | None = None
         leftovers.reap_in_background()  # what a predecessor on this machine left when its node died
         for backend in prewarm:
             try:
@@ -195,6 +209,32 @@ class SandboxHost:
 
     def ping(self) -> str:
         return self.instance
+
+    def channel(self) -> Wire | None:
+        """Where and how a caller reaches this host directly (``channel.py``): its node's address, a port and
+        the secret, handed out only through this (authenticated) actor call; None if it cannot listen."""
+        with self.lock:
+            if self._server is None:
+                try:
+                    self._server = ChannelServer(self.serve, _node_address())
+                except OSError as exc:
+                    log.warning("cannot open the direct channel: %s", exc)
+                    return None
+            host, port = self._server.address
+            return {"host": host, "port": port, "secret": self._server.secret, "instance": self.instance}
+
+    def serve(self, message: Wire) -> Wire:
+        """One message of the direct channel: ``op`` names the method (``start``, ``step``; ``ping``: the
+        caller's first check), ``args`` its arguments, answered as the actor call would be."""
+        op, args = message.get("op"), message.get("args", [])
+        if op == "ping":
+            return {"kind": "pong", "instance": self.instance}
+        if op == "start" and isinstance(args, list) and len(args) == 1:
+            return self.start(args[0])
+        if op == "step" and isinstance(args, list) and len(args) == 2 and isinstance(args[0], str):
+            return self.step(args[0], args[1])
+        outcome = ExecutionOutcome.failure(ErrorType.INVALID_REQUEST, f"malformed channel message: op {op!r}")
+        return self._done(outcome, ContextSnapshot())
 
     def start(self, call: Wire) -> Wire:
         """Begin one execution; returns its first event (a nested frame, ``missing`` or ``done``). ``call``
@@ -279,6 +319,7 @@ class SandboxHost:
         """Run the execution here; its ``done`` event."""
         base = ContextSnapshot.coerce(run.request.context)
         destroys: list[Callable[[], None]] = []
+
         def acquire(name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Effect:
             take = self.sandbox._acquire
             return Blocking(lambda: run.given(take(name, limits, environment)))  # a run cancelled meanwhile: refused
@@ -354,6 +395,8 @@ class SandboxHost:
         return pool.wait_ready(timeout=timeout_s)
 
     def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
         self.cleanup.shutdown(wait=True)  # the sandboxes of finished executions are gone before the pools close
         self.sandbox.close()
         self.threads.shutdown(wait=False)

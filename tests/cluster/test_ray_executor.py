@@ -198,12 +198,13 @@ def test_status_shows_each_nodes_pools_and_load(sandbox: Sandbox) -> None:
 def test_the_cluster_listens_on_loopback_only(cluster: LocalCluster, sandbox: Sandbox) -> None:
     assert sandbox.execute(ExecutionRequest(code="return 1")).ok  # connected: this process is a Ray driver
     pids = {p.pid for p in cluster.processes()} | {os.getpid()}  # the driver's own servers too
-    addresses = set()
-    for conn in psutil.net_connections(kind="inet"):
-        if conn.status == psutil.CONN_LISTEN and conn.pid in pids:
-            addresses.add(conn.laddr.ip)
+    listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    addresses = {c.laddr.ip for c in listening}
     assert addresses
     assert addresses <= {"127.0.0.1", "::ffff:127.0.0.1"}, addresses
+    channels = {n.channel.address for n in sandbox._cluster().nodes() if n.channel is not None}
+    assert channels, "the hosts' direct channels are open"
+    assert channels <= {(c.laddr.ip, c.laddr.port) for c in listening}, "and among the sockets checked above"
 
 
 def test_a_caller_without_the_token_is_refused(cluster: LocalCluster, tmp_path: Path) -> None:
@@ -305,3 +306,33 @@ def test_sandforge_cluster_status_shows_the_nodes(
     text = CliRunner().invoke(main, ["cluster", "status"])
     assert text.exit_code == 0 and "backends=runc" in text.output and "warm: subprocess" in text.output
     assert sandbox.execute(ExecutionRequest(code="return 9")).value == 9
+
+
+def test_executions_take_the_direct_channel_and_ray_calls_when_it_is_unreachable(
+    cluster: LocalCluster, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default a node is driven over its host's direct channel; a caller that cannot reach it (a Ray Client
+    outside the cluster's network, here: every connection refused) and a caller configured for Ray's calls
+    drive the same hosts through Ray's actor calls, with the same results."""
+    from sandforge.sandbox.cluster import channel as channel_mod
+
+    request = ExecutionRequest(code="context['n'] += 1\nreturn 3", context={"n": 1})
+    assert sandbox.execute(request).ok
+    assert any(n.channel is not None for n in sandbox._cluster().nodes())
+    state = cluster.state()
+    assert state is not None
+    with Sandbox(SandboxConfig(cluster=state.address, pool_size=1, cluster_channel="ray")) as by_ray:
+        outcome = by_ray.execute(request)
+        assert outcome.ok and outcome.value == 3 and outcome.context == {"n": 2}
+        assert all(n.channel is None for n in by_ray._cluster().nodes())
+
+    def unreachable(self: channel_mod.Channel) -> Any:
+        raise channel_mod.ChannelError("cannot reach it (test)")
+
+    monkeypatch.setattr(channel_mod.Channel, "connect", unreachable)
+    with Sandbox(SandboxConfig(cluster=state.address, pool_size=1)) as fallback:
+        for _ in range(3):
+            outcome = fallback.execute(request)
+            assert outcome.ok and outcome.value == 3 and outcome.context == {"n": 2}
+        nodes = fallback._cluster().nodes()
+        assert any(n.checked for n in nodes) and all(n.channel is None for n in nodes)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import psutil
 import pytest
 
 from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Sandbox, SandboxConfig, leftovers
+from sandforge.sandbox.cluster.channel import Channel
 from sandforge.sandbox.cluster.local import LocalCluster, NodeSpec
 from sandforge.sandbox.protocol import CallFrame
 from tests.cluster.conftest import start_cluster
@@ -148,7 +150,13 @@ def test_an_unreachable_host_is_retriable_and_the_next_execution_succeeds(
     node = next(n for n in sandbox._cluster().nodes() if n.node_id == first.metadata["cluster_node"])
     for other in sandbox._cluster().nodes():
         other.in_flight = 0 if other is node else 5  # the broken node is the idlest: it is picked first
-    node.actor = None  # its host cannot be reached: the call fails as a lost node, before anything was served
+    # its host cannot be reached, over its channel or through Ray: the call fails as a lost node, before anything
+    # was served (the channel's port now refuses: its listener is closed)
+    node.actor = None
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()
+    node.channel, node.checked = Channel(dead, b"\0" * 32), True
     moved = sandbox.execute(ExecutionRequest(code="return 4"))
     assert moved.ok, moved.error_message  # run again on another node: nothing of it had reached the caller
     assert moved.metadata["cluster_lost"] == [node.node_id]
