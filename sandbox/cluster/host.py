@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 import uuid
@@ -162,13 +163,13 @@ def _remaining() -> dict[str, float]:
 
 
 def _node_address() -> str:
-    """The address Ray knows this node by (the one callers reach it at); loopback outside a Ray worker."""
+    """The address Ray knows this node by (the one callers reach it at); loopback outside a Ray worker. Ray is
+    never imported here: it reads its settings (the local cluster's loopback flag) once, on first import."""
+    ray: Any = sys.modules.get("ray")
     try:
-        import ray
-
-        if ray.is_initialized():
-            return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
-    except Exception:  # no Ray here
+        if ray is not None and ray.is_initialized():
+            return str(ray.util.get_node_ip_address())
+    except Exception:  # a Ray that cannot tell
         log.debug("no Ray node address", exc_info=True)
     return "127.0.0.1"  # not in a Ray worker (tests drive a host in-process)
 

@@ -232,3 +232,20 @@ def test_read_message_rejects_a_truncated_peer() -> None:
     with pytest.raises(ChannelError, match="closed"):
         read_message(b)
     b.close()
+
+
+def test_opening_a_channel_outside_ray_does_not_import_ray() -> None:
+    """Ray reads its settings once, on first import (the local cluster's loopback flag among them): a host
+    opened in a process before a cluster's settings are in place must not import it (round 8: a later
+    connection to the test cluster went to the machine's routable address and hung)."""
+    code = (
+        "import sys\n"
+        "from sandforge.sandbox import SandboxConfig\n"
+        "from sandforge.sandbox.cluster.host import SandboxHost\n"
+        "h = SandboxHost(SandboxConfig(pool_size=0).model_dump(mode='json'), [])\n"
+        "info = h.channel()\n"
+        "h.close()\n"
+        "print(info['host'], 'ray' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["127.0.0.1", "False"]
