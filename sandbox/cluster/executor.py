@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -271,7 +272,7 @@ class RayExecutor:
         self._nodes, self._refreshed = alive, time.monotonic()
 
     @staticmethod
-    def _forget(nodes: Any) -> None:
+    def _forget(nodes: Iterable[Node]) -> None:
         for node in list(nodes):
             node.drop()
 
@@ -333,6 +334,7 @@ class RayExecutor:
         times; once a frame was served, the loss is the caller's to handle (``sandbox_unavailable``,
         retriable, nothing to commit)."""
         name = backend or self.config.backend
+        ticket = ticket or Ticket()
         request = _within_caller(request)
         env_id = request.environment.env_id if request.environment is not None else None
         lost: list[str] = []
@@ -344,8 +346,10 @@ class RayExecutor:
                     ErrorType.SANDBOX_UNAVAILABLE, str(exc), retriable=exc.retriable, backend=name,
                     metadata={"cluster_lost": lost} if lost else {},
                 )  # fmt: skip
-            progress = _Progress(ticket or Ticket())
+            progress = _Progress(ticket)
             outcome = self._attempt(node, request, name, bridge, progress)
+            if ticket.cancelled:  # nobody waits for it: never moved to another node
+                return outcome
             if outcome.metadata.get("cluster_node_lost") and not progress.served and len(lost) < LOST_NODE_RETRIES:
                 lost.append(node.node_id)
                 continue

@@ -211,16 +211,17 @@ class SandboxHost:
     def ping(self) -> str:
         return self.instance
 
-    def channel(self) -> Wire | None:
+    def channel(self) -> Wire:
         """Where and how a caller reaches this host directly (``channel.py``): its node's address, a port and
-        the secret, handed out only through this (authenticated) actor call; None if it cannot listen."""
+        the secret, handed out only through this (authenticated) actor call; empty if it cannot listen (the
+        caller then uses Ray's actor calls)."""
         with self.lock:
             if self._server is None:
                 try:
                     self._server = ChannelServer(self.serve, _node_address())
                 except OSError as exc:
                     log.warning("cannot open the direct channel: %s", exc)
-                    return None
+                    return {}
             host, port = self._server.address
             return {"host": host, "port": port, "secret": self._server.secret, "instance": self.instance}
 

@@ -4,6 +4,7 @@ authentication, always stopped (finaliser) whatever the tests did. Skipped witho
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,7 @@ def start_cluster(root: Path, specs: list[NodeSpec]) -> Iterator[LocalCluster]:
         cluster.up(specs=specs)
         saved = {k: os.environ.get(k) for k in cluster.env()}
         os.environ.update(cluster.env())  # the caller authenticates with the cluster's token
+        _ray_keeps_loopback()
         try:
             yield cluster
         finally:
@@ -46,6 +48,18 @@ def start_cluster(root: Path, specs: list[NodeSpec]) -> Iterator[LocalCluster]:
     finally:
         cluster.down()
         assert not cluster.processes(), "the test cluster left processes behind"
+
+
+def _ray_keeps_loopback() -> None:
+    """Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, on first import: a test that imported Ray in this
+    process before a cluster's settings were in place leaves every later connection going to the machine's
+    routable address, where the loopback cluster does not listen (each hangs in ``ray.init``). Say so at once."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray._private.ray_constants.ENABLE_RAY_CLUSTER:
+        raise AssertionError(
+            "Ray was imported in this test process before a test cluster's settings were set: import it in a child "
+            "process (see tests/deploy/test_lean_render.py) or after start_cluster"
+        )
 
 
 @pytest.fixture(scope="module")

@@ -32,13 +32,11 @@ def call(request: ExecutionRequest, exec_id: str, kinds: list[str] | None = None
 
 def connected(host: SandboxHost) -> Channel:
     info = host.channel()
-    assert info is not None
     return Channel((info["host"], info["port"]), info["secret"])
 
 
 def raw(host: SandboxHost) -> socket.socket:
     info = host.channel()
-    assert info is not None
     return socket.create_connection((info["host"], info["port"]), timeout=10)
 
 
@@ -76,7 +74,6 @@ def test_frames_are_parked_and_answered_over_the_channel(host: SandboxHost) -> N
 def test_a_peer_without_the_secret_gets_no_answer_and_runs_nothing(host: SandboxHost) -> None:
     before = host.status()["executed"]
     info = host.channel()
-    assert info is not None
     forged = Channel((info["host"], info["port"]), b"\x00" * 32)
     with pytest.raises(ChannelError, match="refused"):
         forged.call({"op": "start", "args": [call(ExecutionRequest(code="return 1"), "ch3")]}, 10)
@@ -249,3 +246,19 @@ def test_opening_a_channel_outside_ray_does_not_import_ray() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["127.0.0.1", "False"]
+
+
+def test_a_host_that_cannot_listen_offers_no_channel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller then drives it through Ray's actor calls (an empty answer: no address to try)."""
+    from sandforge.sandbox import SandboxConfig
+    from sandforge.sandbox.cluster import host as host_mod
+
+    def refuse(*args: Any, **kwargs: Any) -> ChannelServer:
+        raise OSError("no port (test)")
+
+    monkeypatch.setattr(host_mod, "ChannelServer", refuse)
+    h = SandboxHost(SandboxConfig(pool_size=0).model_dump(mode="json"), [])
+    try:
+        assert h.channel() == {}
+    finally:
+        h.close()

@@ -12,8 +12,16 @@ from typing import Any
 
 import pytest
 
-from sandforge.sandbox import AsyncSandbox, ExecutionRequest, Limits, Sandbox, SandboxConfig
-from sandforge.sandbox.cluster.executor import Ticket
+from sandforge.sandbox import (
+    AsyncSandbox,
+    ErrorType,
+    ExecutionOutcome,
+    ExecutionRequest,
+    Limits,
+    Sandbox,
+    SandboxConfig,
+)
+from sandforge.sandbox.cluster.executor import Node, RayExecutor, Ticket
 from sandforge.sandbox.cluster.host import SandboxHost
 from sandforge.sandbox.cluster.local import LocalCluster, NodeSpec
 from sandforge.sandbox.cluster.wire import outcome_from_wire, request_to_wire
@@ -156,3 +164,27 @@ def test_a_cancelled_awaited_cluster_execution_ends_on_its_node(cluster: LocalCl
         assert until(lambda: not any(r["in_flight"] for r in executor.status())), "the node ran it on"
         assert time.monotonic() - cancelled_at < SOON_S  # not the program's own 120 s limit
         assert sb.execute(ExecutionRequest(code="return 5")).value == 5  # the node serves on
+
+
+def test_a_cancelled_execution_is_never_moved_to_another_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node lost after its caller cancelled: nobody waits for the execution, so it is not run again elsewhere
+    (round 8: such a retry outlived its test and held the process's Ray connection lock reconnecting)."""
+    ex = RayExecutor(SandboxConfig(cluster="127.0.0.1:1"))
+    node = Node("n1", frozenset({"subprocess"}), actor=None)
+    picks: list[list[str]] = []
+    ticket = Ticket()
+
+    def pick(backend: str, env_id: str | None, avoid: list[str] | None = None) -> Node:
+        picks.append(list(avoid or []))
+        return node
+
+    def attempt(*args: Any) -> ExecutionOutcome:
+        ticket.cancel()  # the caller cancels while its node is being lost
+        outcome = ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, "lost (test)", retriable=True)
+        outcome.metadata["cluster_node_lost"] = True
+        return outcome
+
+    monkeypatch.setattr(ex, "_pick", pick)
+    monkeypatch.setattr(ex, "_attempt", attempt)
+    outcome = ex.execute(ExecutionRequest(code="return 1"), ticket=ticket)
+    assert not outcome.ok and picks == [[]]

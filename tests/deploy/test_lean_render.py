@@ -5,9 +5,11 @@ carries the same system config (``local.SYSTEM_CONFIG``)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +63,29 @@ def bash_words(command_tail: str) -> list[str]:
     return [w.decode() for w in done.stdout.split(b"\0")[:-1]]
 
 
-def ray_start_options(argv: list[str]) -> dict[str, Any]:
-    """``ray start``'s own parse of ``argv`` (Ray's click command; nothing is started)."""
-    from ray.scripts.scripts import start
+PARSE = """
+import json, sys
+from ray.scripts.scripts import start
+params = start.make_context("start", json.loads(sys.stdin.read())).params
+print(json.dumps(params, default=list))
+"""
 
-    ctx = start.make_context("start", list(argv))
-    return dict(ctx.params)
+
+@functools.cache
+def _parsed(argv: tuple[str, ...]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", PARSE], input=json.dumps(list(argv)), capture_output=True, text=True, check=True,
+        timeout=120,
+    )  # fmt: skip
+    return done.stdout
+
+
+def ray_start_options(argv: list[str]) -> dict[str, Any]:
+    """``ray start``'s own parse of ``argv`` (Ray's click command; nothing is started), in a child process:
+    Ray reads its settings once, on first import, and a test process that imported it before a test cluster's
+    settings were in place would connect that cluster's callers to the wrong address (round 8)."""
+    options: dict[str, Any] = json.loads(_parsed(tuple(argv)))
+    return options
 
 
 def ray_start_defaults() -> dict[str, Any]:
