@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 #: vanished: the execution ends, its sandbox is destroyed, nothing waits forever).
 GRACE_S = 30.0
 #: The caller/host calling convention: part of the host actor's name, so a caller never drives a host of another
-#: version left running on the cluster (2: ``start`` takes one message; direct GCS connections).
-PROTOCOL = 2
+#: version left running on the cluster (2: ``start`` takes one message; direct GCS connections; 3: the direct
+#: channel, ``channel``/``serve``).
+PROTOCOL = 3
 #: Executions one host runs at once (the actor's ``max_concurrency``: each holds one of its threads).
 MAX_RUNS = 256
 #: Threads that destroy finished sandboxes after their outcome went back to the caller.
