@@ -336,3 +336,29 @@ def test_executions_take_the_direct_channel_and_ray_calls_when_it_is_unreachable
             assert outcome.ok and outcome.value == 3 and outcome.context == {"n": 2}
         nodes = fallback._cluster().nodes()
         assert any(n.checked for n in nodes) and all(n.channel is None for n in nodes)
+
+
+def test_concurrent_executions_with_frames_share_the_channels_without_crossing(sandbox: Sandbox) -> None:
+    """Twelve executions at once, each making nested calls whose answers depend on its own arguments: every
+    program gets its own answers back (no frame or answer crosses between executions sharing a node's
+    connections), and afterwards each node keeps at most one idle connection per call that was in flight."""
+
+    def bridge(frame: CallFrame) -> dict[str, Any]:
+        return {"status": "ok", "value": frame.args[0] * 10}
+
+    code = "a = tool('t').times(context['i']).value\nb = tool('t').times(context['i'] + 1).value\nreturn [a, b]"
+    results: dict[int, Any] = {}
+
+    def run(i: int) -> None:
+        outcome = sandbox.execute(ExecutionRequest(code=code, context={"i": i}), bridge=bridge)
+        results[i] = outcome.value if outcome.ok else outcome.error_message
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert results == {i: [i * 10, (i + 1) * 10] for i in range(12)}
+    channels = [n.channel for n in sandbox._cluster().nodes() if n.channel is not None]
+    assert channels and all(len(c._idle) <= 12 for c in channels)
+    assert sum(len(c._idle) for c in channels) >= 1  # connections are kept for the next calls
