@@ -23,8 +23,7 @@ import socket
 import struct
 import threading
 from collections.abc import Callable
-
-import msgpack
+from typing import Any
 
 from sandforge.sandbox.cluster.wire import Wire
 
@@ -53,9 +52,17 @@ class ChannelError(Exception):
         self.timeout = timeout
 
 
+def _msgpack() -> Any:
+    """msgpack, imported when a channel is used: it comes with the cluster extra (Ray needs it too), and what
+    imports this module for a name only (``sandforge deploy render``) must not need it."""
+    import msgpack
+
+    return msgpack
+
+
 def encode(message: Wire) -> bytes:
     """One message as it travels: its length, then its msgpack body."""
-    body: bytes = msgpack.packb(message, use_bin_type=True)
+    body: bytes = _msgpack().packb(message, use_bin_type=True)
     if len(body) > MAX_MESSAGE_BYTES:
         raise ChannelError(f"message of {len(body)} bytes exceeds the channel's {MAX_MESSAGE_BYTES}")
     return _LENGTH.pack(len(body)) + body
@@ -69,7 +76,7 @@ def read_message(sock: socket.socket, limit: int = MAX_MESSAGE_BYTES) -> Wire:
         raise ChannelError(f"peer announced a message of {size} bytes (limit {limit})")
     body = _read_exactly(sock, size)
     try:
-        message = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        message = _msgpack().unpackb(body, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack's own errors: a malformed peer, never a reason to crash the reader
         raise ChannelError(f"malformed message: {type(exc).__name__}") from None
     if not isinstance(message, dict):

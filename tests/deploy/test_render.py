@@ -146,3 +146,26 @@ def test_bad_values_are_one_line_usage_errors(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["deploy", "render", "--target", "kuberay", "--values", str(values), "-o",
                                        str(tmp_path / "out")])  # fmt: skip
     assert result.exit_code == 2 and "imagee" in result.output
+
+
+WITHOUT_CLUSTER_EXTRA = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("msgpack", "ray"):
+            raise ModuleNotFoundError(f"No module named {name!r} (not installed here)")
+        return None
+sys.meta_path.insert(0, Block())
+from sandforge.runtime.deploy.render import render, Values
+print(len(render("kuberay", Values())))
+"""
+
+
+def test_rendering_needs_neither_ray_nor_msgpack() -> None:
+    """``sandforge[deploy]`` alone renders: the render reads names of the cluster code, never its transports."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", WITHOUT_CLUSTER_EXTRA], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "2"
