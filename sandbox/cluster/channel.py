@@ -84,15 +84,17 @@ def read_message(sock: socket.socket, limit: int = MAX_MESSAGE_BYTES) -> Wire:
     return message
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    view = bytearray(size)
+def _read_exactly(sock: socket.socket, size: int) -> bytearray:
+    """``size`` bytes, read into one buffer (handed on as is: msgpack reads it without another copy)."""
+    buffer = bytearray(size)
+    view = memoryview(buffer)
     got = 0
     while got < size:
-        n = sock.recv_into(memoryview(view)[got:], size - got)
+        n = sock.recv_into(view[got:], size - got)
         if n == 0:
             raise ChannelError("the peer closed the connection")
         got += n
-    return bytes(view)
+    return buffer
 
 
 class ChannelServer:

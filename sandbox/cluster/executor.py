@@ -26,11 +26,11 @@ from typing import Any
 
 from sandforge.sandbox import leftovers
 from sandforge.sandbox.cluster.channel import Channel, ChannelError
-from sandforge.sandbox.cluster.host import MAX_RUNS, PROTOCOL
+from sandforge.sandbox.cluster.host import MAX_RUNS, PROTOCOL, cancelled
 from sandforge.sandbox.cluster.wire import Wire, WireError, outcome_from_wire, request_to_wire
 from sandforge.sandbox.config import BACKENDS, SandboxConfig
 from sandforge.sandbox.context import ContextSnapshot
-from sandforge.sandbox.exchange import CANCELLED_MESSAGE, BridgeHandler, DeclareHandler, serving, serving_deadline
+from sandforge.sandbox.exchange import BridgeHandler, DeclareHandler, serving, serving_deadline
 from sandforge.sandbox.protocol import (
     BridgeReply,
     CallFrame,
@@ -389,7 +389,7 @@ class RayExecutor:
         budget = request.limits.timeout_s + self.config.spawn_timeout_s + GRACE_S
         call = {"id": exec_id, "message": message, "backend": backend, "blobs": blobs, "kinds": kinds}
         if not progress.ticket.bind(node.actor, exec_id):
-            return _cancelled(backend)
+            return cancelled(backend)
         event = self._exchange(node, budget, "start", call)
         if event.get("kind") == "missing":  # the node lost texts it had (restarted): send them all once more
             node.known.clear()
@@ -398,7 +398,7 @@ class RayExecutor:
             event = self._exchange(node, budget, "start", call)
         while event.get("kind") != "done":
             if progress.ticket.cancelled:  # nobody waits: serve no more frames (the node ends the execution)
-                return _cancelled(backend)
+                return cancelled(backend)
             progress.served += 1  # from here on the caller saw the program act: never re-run elsewhere
             answer = _answer(bridge, event)
             event = self._exchange(node, budget, "step", exec_id, answer)
@@ -423,11 +423,7 @@ class RayExecutor:
         try:
             return channel.call({"op": method, "args": list(args)}, timeout_s)
         except ChannelError as exc:
-            if exc.timeout:
-                raise ClusterUnavailable(
-                    f"cluster node {node.node_id[:12]} did not answer within {timeout_s:g}s; its execution is lost"
-                ) from None
-            raise ClusterUnavailable(f"cluster node {node.node_id[:12]} was lost during the execution: {exc}") from None
+            raise (_late(node, timeout_s) if exc.timeout else _gone(node, str(exc))) from None
 
     def _channel(self, node: Node, timeout_s: float) -> Channel | None:
         """The node's direct channel, asked for (through Ray) and tried once; None: use Ray's actor calls."""
@@ -458,13 +454,9 @@ class RayExecutor:
         except ray.exceptions.GetTimeoutError:
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=False)
-            raise ClusterUnavailable(
-                f"cluster node {node.node_id[:12]} did not answer within {timeout_s:g}s; its execution is lost"
-            ) from None
+            raise _late(node, timeout_s) from None
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-            raise ClusterUnavailable(
-                f"cluster node {node.node_id[:12]} was lost during the execution: {_first_line(exc)}"
-            ) from None
+            raise _gone(node, _first_line(exc)) from None
         except (ConnectionError, ray.exceptions.RaySystemError) as exc:
             self._disconnect()
             raise ClusterUnavailable(f"lost the Ray cluster at {self.address}: {_first_line(exc)}") from None
@@ -547,10 +539,16 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, (ConnectionError, TimeoutError)) and "auth" not in text and "token" not in text
 
 
-def _cancelled(backend: str) -> ExecutionOutcome:
-    """What a cancelled execution's caller-side call ends with (nobody reads it): as a timeout, like the
-    exchange's own cancellation."""
-    return ExecutionOutcome.failure(ErrorType.TIMEOUT, CANCELLED_MESSAGE, backend=backend)
+def _late(node: Node, timeout_s: float) -> ClusterUnavailable:
+    """The node did not answer in time (through its channel or Ray's call alike)."""
+    return ClusterUnavailable(
+        f"cluster node {node.node_id[:12]} did not answer within {timeout_s:g}s; its execution is lost"
+    )
+
+
+def _gone(node: Node, detail: str) -> ClusterUnavailable:
+    """The node went away mid-call (its channel broke, or Ray lost its actor)."""
+    return ClusterUnavailable(f"cluster node {node.node_id[:12]} was lost during the execution: {detail}")
 
 
 def _first_line(exc: BaseException) -> str:

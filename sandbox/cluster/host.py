@@ -52,6 +52,12 @@ CLEANUP_THREADS = 4
 CANCELLED_MEMORY = 4096
 
 
+def cancelled(backend: str = "") -> ExecutionOutcome:
+    """What an execution its caller cancelled ends with, on the node and the caller's side alike (nobody reads
+    it): as a timeout, like the exchange's own cancellation."""
+    return ExecutionOutcome.failure(ErrorType.TIMEOUT, CANCELLED_MESSAGE, backend=backend)
+
+
 class BlobCache:
     """Large context texts by digest, bounded in bytes (least recently used out)."""
 
@@ -266,7 +272,7 @@ class SandboxHost:
         with self.lock:
             if exec_id in self.cancelled:  # its caller cancelled it before it got here
                 del self.cancelled[exec_id]
-                return self._done(ExecutionOutcome.failure(ErrorType.TIMEOUT, CANCELLED_MESSAGE), ContextSnapshot())
+                return self._done(cancelled(), ContextSnapshot())
             self.live[exec_id] = run
             if kinds is not None:
                 self.runs[exec_id] = run
