@@ -44,6 +44,7 @@ from sandforge.sandbox.protocol import (
     ReadyFrame,
     ResourceUsage,
     ResultFrame,
+    SecurityEvent,
     decode_runner_frame,
     encode_frame,
 )
@@ -732,6 +733,8 @@ def build_outcome(
     if failure is None and exit_observed and not clean and ex.result is not None and ex.result.status == "ok":
         how = f"signal {exit_info.signal}" if exit_info.signal else f"exit status {exit_info.exit_code}"
         failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox reported success but ended with {how}")
+        common["security_event"] = SecurityEvent(source="host", event="unclean_exit_after_ok",
+                                                 detail=f"an ok result followed by {how}")  # fmt: skip
     if failure is not None:
         return ExecutionOutcome.failure(failure[0], failure[1], **common)
     result = ex.result
@@ -747,7 +750,10 @@ def build_outcome(
         # Only a program's own Outcome.error says whether it may be retried; the runner's other errors are
         # the program's, never extrinsic (RETRIABLE holds none of the types a runner may send).
         retriable = err.retriable if err.type == ErrorType.TOOL_ERROR else None
-        return ExecutionOutcome.failure(err.type, err.message, retriable=retriable, **{**common, "metadata": meta})
+        event = err.security_event if err.type == ErrorType.SANDBOX_VIOLATION else None
+        return ExecutionOutcome.failure(
+            err.type, err.message, retriable=retriable, security_event=event, **{**common, "metadata": meta}
+        )
     if result.status != "ok" or ex.context is None:
         return ExecutionOutcome.failure(
             ErrorType.SANDBOX_VIOLATION, "the sandbox returned an incomplete result", **common

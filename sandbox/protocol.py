@@ -191,6 +191,23 @@ class ExecutionRequest(BaseModel):
         ) -> None: ...  # fmt: skip
 
 
+class SecurityEvent(BaseModel):
+    """Something a program confined to its proxies could never cause (docs/security.md, "The tripwire").
+
+    ``source`` says which layer saw it: ``tripwire`` (the runner's PEP 578 audit hook: ``event`` is the
+    audit event's name, such as ``open`` or ``compile``), ``inner_wall`` (a withheld name, rewritten globals:
+    ``event`` names the check) or ``host`` (the host's own observation of the channel: a forged or second
+    result, an ok result with an unclean exit). ``detail`` is a short description that never carries the
+    event's arguments (paths, source text, secrets).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: Literal["tripwire", "inner_wall", "host"]
+    event: str = Field(min_length=1, max_length=MAX_NAME)
+    detail: str = Field("", max_length=1000)
+
+
 class ResourceUsage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -227,6 +244,9 @@ class ExecutionOutcome(BaseModel):
     backend: str = ""
     protections: dict[str, bool] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    security_event: SecurityEvent | None = Field(
+        default=None, description="set when the execution ended on a security event (always a sandbox_violation)"
+    )
     context_snapshot: Context | None = Field(
         default=None, exclude=True, repr=False,
         description="the new context as each key's JSON text (None for an error outcome): what a caller "
@@ -532,6 +552,7 @@ class RunnerError(BaseModel):
     line: int | None = Field(None, ge=0, le=1 << 31)
     retriable: bool | None = None
     tool_error_type: str | None = Field(None, max_length=MAX_NAME)
+    security_event: SecurityEvent | None = None
 
     @field_validator("type")
     @classmethod
