@@ -31,6 +31,7 @@ from .world import (
     INTERNAL_IMPORTS,
     TOOL_FILENAME,
     TOOL_FUNCTION,
+    VIOLATION_EVENTS,
     VIOLATIONS,
     BoundedText,
     GlobalsSeal,
@@ -144,7 +145,8 @@ def execute(
     if stdout.overflowed:
         error = _error("output_limit", f"the program printed more than {limits['max_output_bytes']} bytes")
     if VIOLATIONS:  # sticky: whatever the program did after it, caught or not
-        error = _error("sandbox_violation", VIOLATIONS[0])
+        event = {"source": "inner_wall", "event": VIOLATION_EVENTS[0], "detail": VIOLATIONS[0][:200]}
+        error = _error("sandbox_violation", VIOLATIONS[0], security_event=event)
     if error is not None:
         result.fail(error)
     result.header["stdout"] = stdout.getvalue()

@@ -117,14 +117,18 @@ class SandboxViolation(Exception):
     """The program used something the inner wall refuses. Sticky: recorded in ``VIOLATIONS`` when raised,
     so catching it does not help; the execution ends as ``sandbox_violation`` whatever it returns."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, event: str = "withheld_name") -> None:
         super().__init__(message)
         if len(VIOLATIONS) < 16:
             VIOLATIONS.append(message[:1000])
+            VIOLATION_EVENTS.append(event)
 
 
 #: The violations of this execution (one runner process serves one execution).
 VIOLATIONS: list[str] = []
+#: The inner-wall check behind each of ``VIOLATIONS`` (the security event's name: ``withheld_name``,
+#: ``globals_rewritten``...).
+VIOLATION_EVENTS: list[str] = []
 
 
 def withheld(module: str) -> dict[str, str]:
@@ -257,16 +261,19 @@ class GlobalsSeal:
         namespace = self.namespace
         for name, value in self.installed.items():
             if namespace.get(name, _MISSING_ARG) is not value:
-                raise SandboxViolation(f"the program's globals were rewritten: {name!r} is not the runner's")
+                raise SandboxViolation(f"the program's globals were rewritten: {name!r} is not the runner's",
+                                       "globals_rewritten")
         builtins = self.builtins
         if isinstance(builtins, dict) and (
             len(builtins) != len(self.builtin_items)
             or any(builtins.get(key, _MISSING_ARG) is not value for key, value in self.builtin_items.items())
         ):
-            raise SandboxViolation("the program's builtins were rewritten")
+            raise SandboxViolation("the program's builtins were rewritten", "globals_rewritten")
         for name, value in namespace.items():
             if isinstance(value, types.ModuleType) and name not in self.installed and _real_module(value):
-                raise SandboxViolation(f"the program's globals hold the real module {value.__name__!r} as {name!r}")
+                raise SandboxViolation(
+                    f"the program's globals hold the real module {value.__name__!r} as {name!r}", "globals_rewritten"
+                )
 
 
 #: Modules the runner needs only until lock-down. Afterwards they are dropped from ``sys.modules`` and from
