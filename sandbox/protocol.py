@@ -336,6 +336,17 @@ class BootEnvironment(BaseModel):
     bind_source: str | None = None
 
 
+class BootSeam(BaseModel):
+    """The tests' and the benchmark's seam (``sandbox/seam.py``): never set in production."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tripwire_off: bool = Field(False, description="start the runner without its audit hook (benchmark, tests)")
+    unwrapped: tuple[str, ...] = Field(
+        (), description="``module.name`` whose real callable replaces the runner's wrapper on the proxy (tests)"
+    )
+
+
 class BootFrame(BaseModel):
     """Sent once at spawn: how the runner locks itself down before it may receive code."""
 
@@ -352,6 +363,7 @@ class BootFrame(BaseModel):
     handoff_dir: str | None = Field(default=None, description="a read-only directory of handed-off context values")
     handoff_token: str | None = Field(default=None, description="what the runner must find in handoff_dir/token")
     environment: BootEnvironment | None = Field(default=None, description="the environment this sandbox serves")
+    seam: BootSeam | None = Field(default=None, description="tests and benchmark only (sandbox/seam.py)")
 
 
 # The execute frame is ``wire.ExecuteFrame`` (a TypedDict the host builds and the inside reads): the request

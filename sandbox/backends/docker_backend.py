@@ -229,6 +229,7 @@ def verify_protections(
         P.IPC_NAMESPACE: hc.get("IpcMode") != "host",
         P.UTS_NAMESPACE: hc.get("UTSMode") != "host",
         P.PID_NAMESPACE: hc.get("PidMode") != "host",
+        P.AUDIT_TRIPWIRE: claimed.get(P.AUDIT_TRIPWIRE, False),  # the runner's self-test; doctor's canary
     }
     if host_pid_checked is not None:
         for name, ok in host_pid_checked.items():

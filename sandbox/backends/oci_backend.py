@@ -265,6 +265,7 @@ class OciWorker:
         else:
             for name in RUNNER_WALLS:
                 seen[name] = seen.get(name, False) and ready.protections.get(name, False)
+        seen[P.AUDIT_TRIPWIRE] = ready.protections.get(P.AUDIT_TRIPWIRE, False)  # self-tested; doctor's canary
         self.protections = {**protections.unverified(self.backend), **seen}
         protections.require(self.backend, self.protections, config.enforced_protections, ready.errors)
         runc = self._owner.runtime == "runc" and pid is not None  # runsc: the host sees the sentry only

@@ -310,6 +310,7 @@ def verify_protections(pid: int, claimed: dict[str, bool]) -> dict[str, bool]:
         verified[name] = claimed.get(name, False) and namespaces[kind]
     verified[P.PRIVATE_ROOT] = claimed.get(P.PRIVATE_ROOT, False) and namespaces["mnt"] and verify.tmpfs_root(wpid)
     verified[P.RLIMITS] = claimed.get(P.RLIMITS, False) and verify.rlimits_set(wpid)
+    verified[P.AUDIT_TRIPWIRE] = claimed.get(P.AUDIT_TRIPWIRE, False)  # the runner's self-test; doctor's canary
     if P.USER_NAMESPACE in claimed or namespaces["user"]:
         verified[P.USER_NAMESPACE] = claimed.get(P.USER_NAMESPACE, False) and namespaces["user"]
     return verified

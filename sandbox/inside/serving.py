@@ -16,7 +16,7 @@ import sys
 import types
 from typing import Any
 
-from . import envmodules, standins
+from . import envmodules, standins, tripwire
 from .bridge import _ITIMER_REAL, _SETITIMER, BACKSTOP_GRACE_S, Bridge, InvalidContract, ToolOutcome, pause_backstop
 from .channel import Channel, PassedTextError, handoff_ready, read_execute, write_frame, write_frames
 from .compilation import compile_program, shipped_code
@@ -103,10 +103,22 @@ class Result:
         self.value, self.changed = b"null", []
 
 
+#: The canary (``sandforge doctor``): code from a program-like frame (``<tool>``) that causes an event the
+#: armed tripwire must stop (``sys._getframe``). Compiled before arming; run only when the host's execute
+#: frame asks for it (``canary``), which no program, context value or tool contract can set.
+_CANARY_SOURCE = "def canary(getframe):\n    return getframe()\n"
+
+
+def _run_canary(canary: Any) -> None:
+    canary(sys._getframe)  # the tripwire ends the process here
+    raise SandboxViolation("the tripwire did not stop the canary", "canary_not_stopped")
+
+
 def execute(
     frame: dict[str, Any], raw_context: dict[str, ContextText], boot: dict[str, Any], bridge: Bridge,
-    proxies: dict[str, Any],
+    proxies: dict[str, Any], *, out_fd: int = -1, armed: bool = False,
 ) -> Result:  # fmt: skip
+    """Run the program; with ``armed``, the installed tripwire is armed first (on ``out_fd``)."""
     limits = boot["limits"]
     stdout = BoundedText(int(limits["max_output_bytes"]))
     result = Result()
@@ -121,7 +133,14 @@ def execute(
         assert compiled is not None
         namespace = build_globals(proxies, stdout, bridge)
         context = LazyContext(raw_context)
+        canary: dict[str, Any] = {}
+        if frame.get("canary") is True:
+            exec(compile(_CANARY_SOURCE, TOOL_FILENAME, "exec"), canary)  # noqa: S102 - the runner's own text
+        if armed:
+            tripwire.arm(out_fd, compiled, stdout, int(limits["max_message_bytes"]))
         try:
+            if canary:
+                _run_canary(canary["canary"])
             exec(compiled, namespace)  # noqa: S102 - RestrictedPython-compiled, inside the sandbox
             ACTIVE_SEAL[:] = [GlobalsSeal(namespace)]
             with program_streams(stdout):
@@ -203,6 +222,16 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
     return proxies
 
 
+def _unwrap(proxies: dict[str, Any], names: list[Any]) -> None:
+    """The tests' seam (``sandforge.sandbox.seam``, never configuration): put the real ``module.name`` back on
+    its proxy in place of the runner's wrapper, so a test shows what the tripwire stops without it."""
+    for dotted in names:
+        module, _, name = str(dotted).rpartition(".")
+        if module in proxies:
+            getattr(proxies[module], name, None)  # a lazy proxy imports its module first
+            setattr(proxies[module], name, getattr(sys.modules[module], name))
+
+
 def _env_id(boot: dict[str, Any]) -> str | None:
     environment = boot.get("environment")
     return environment.get("env_id") if isinstance(environment, dict) else None
@@ -212,7 +241,11 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
     """Lock down, report ready, run the one program, write the one result."""
     max_bytes = int(boot["limits"]["max_message_bytes"])
     channel = Channel(in_fd)  # before lock-down; it lives until the process exits
+    seam = boot.get("seam") if isinstance(boot.get("seam"), dict) else {}
+    armed = not seam.get("tripwire_off") and tripwire.install()
+    _unwrap(proxies, seam.get("unwrapped") or [])
     protections, errors = lock_down(boot, host_channel_fd=in_fd)
+    protections["audit_tripwire"] = armed
     handoff = handoff_ready(boot)
     ready = {"type": "ready", "version": PROTOCOL_VERSION, "pid": os.getpid(), "protections": protections,
              "errors": errors, "handoff": handoff is not None}  # fmt: skip
@@ -234,7 +267,8 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
         result.fail(_error("invalid_request", str(frame.get("error") or wrong_env or "expected an execute frame")))
     else:
         _SETITIMER(_ITIMER_REAL, float(boot["limits"]["timeout_s"]) + BACKSTOP_GRACE_S)
-        result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies)
+        result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies,
+                         out_fd=out_fd, armed=armed)  # fmt: skip
         pause_backstop()
     write_frames(out_fd, _encode_result(result, max_bytes))
     return 0

@@ -23,6 +23,9 @@ HEADER: Final = struct.Struct(">I")
 ENV_MOUNT_PATH: Final = "/sandforge/env"
 #: The largest boot frame: the host sends no larger one, the inside reads no more.
 MAX_BOOT_BYTES: Final = 1 << 20
+#: The exit status of a runner that ended on a security event (the tripwire, or an inner-wall violation):
+#: it wrote its one ``sandbox_violation`` result first, then exited at once with this status.
+VIOLATION_EXIT_STATUS: Final = 86
 #: The file of a container's hand-off directory that holds the boot frame's token: finding it there proves
 #: that the directory mounted is the one the host prepared.
 HANDOFF_PROOF_FILE: Final = "token"
