@@ -406,6 +406,8 @@ def send_execute(
         frame["compiled"] = compiled
     if request.environment is not None:
         frame["env_id"] = request.environment.env_id
+    if request._tripwire_canary:
+        frame["canary"] = True
     header = encode_frame(frame, max_bytes)
     total = len(header) + context.nbytes + HEADER.size * (len(context) - len(passed))
     if total > max_bytes:

@@ -37,6 +37,7 @@ from pydantic import (
     JsonValue,
     PlainSerializer,
     PlainValidator,
+    PrivateAttr,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -181,6 +182,10 @@ class ExecutionRequest(BaseModel):
     environment: EnvironmentMount | None = Field(
         default=None, description="a ready environment mounted read-only into the sandbox (None: standard library only)"
     )
+    #: ``sandforge doctor``'s canary: the runner makes a forbidden event from a program-like frame after arming
+    #: its tripwire and must be stopped. A private attribute: no JSON, program, context value or tool contract
+    #: sets it (``tripwire_canary()`` does, on the host).
+    _tripwire_canary: bool = PrivateAttr(default=False)
 
     if TYPE_CHECKING:  # what a caller may pass, for type checkers without pydantic's plugin (it is validated)
 
@@ -189,6 +194,14 @@ class ExecutionRequest(BaseModel):
             kwargs: Mapping[str, Any] = ..., limits: Limits = ..., wall_budget_s: float | None = ...,
             environment: EnvironmentMount | None = ...,
         ) -> None: ...  # fmt: skip
+
+
+def tripwire_canary() -> ExecutionRequest:
+    """The canary request of ``sandforge doctor``: it must end as ``sandbox_violation`` with the tripwire's
+    security event ``sys._getframe`` (the runner's tripwire stopped a forbidden event from a program frame)."""
+    request = ExecutionRequest(code="return 'the canary was not stopped'")
+    request._tripwire_canary = True
+    return request
 
 
 class SecurityEvent(BaseModel):

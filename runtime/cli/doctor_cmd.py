@@ -13,6 +13,8 @@ import click
 from sandforge.runtime.cli.exits import Exit
 from sandforge.sandbox import BACKENDS, ExecutionRequest, Sandbox, SandboxConfig
 from sandforge.sandbox.backends.subprocess_backend import rootless
+from sandforge.sandbox.protections import Protection
+from sandforge.sandbox.protocol import ExecutionOutcome, tripwire_canary
 
 PROBE = "context['probe'] = sum(range(10))\nreturn 'ok'"
 
@@ -29,10 +31,14 @@ def probe_backend(name: str, config: SandboxConfig) -> dict[str, Any]:
     with Sandbox(cfg) as sb:
         outcome = sb.execute(ExecutionRequest(code=PROBE))
         cold_s = time.monotonic() - started
+        canary = sb.execute(tripwire_canary()) if outcome.ok else None
+    protections = dict(outcome.protections)
+    if Protection.AUDIT_TRIPWIRE in protections:  # self-tested by the runner: active only if the canary was stopped
+        protections[Protection.AUDIT_TRIPWIRE] = protections[Protection.AUDIT_TRIPWIRE] and canary_stopped(canary)
     report: dict[str, Any] = {
         "backend": name,
-        "works": outcome.ok and outcome.value == "ok",
-        "protections": outcome.protections,
+        "works": outcome.ok and outcome.value == "ok" and protections.get(Protection.AUDIT_TRIPWIRE, False),
+        "protections": protections,
         "required": list(cfg.enforced_protections),
         "waived": list(cfg.waived_protections),
         "cold_ms": round(cold_s * 1000, 2),
@@ -40,9 +46,18 @@ def probe_backend(name: str, config: SandboxConfig) -> dict[str, Any]:
     }
     if not outcome.ok:
         report["error"] = f"{outcome.error_type}: {outcome.error_message}"
+    elif not protections.get(Protection.AUDIT_TRIPWIRE, False):
+        got = canary.security_event if canary is not None else None
+        report["error"] = f"the tripwire did not stop the canary execution (security event: {got})"
     if missing := outcome.metadata.get("protections_missing"):
         report["missing"] = list(missing)
     return report
+
+
+def canary_stopped(outcome: ExecutionOutcome | None) -> bool:
+    """The tripwire ended the canary execution at the event it was meant to (``sys._getframe``)."""
+    event = outcome.security_event if outcome is not None else None
+    return event is not None and event.source == "tripwire" and event.event == "sys._getframe"
 
 
 def _mode(config: SandboxConfig) -> str:

@@ -27,9 +27,11 @@ library code (the standard library, the environment, RestrictedPython) or the im
 
 from __future__ import annotations
 
+import io
 import keyword
 import os
 import sys
+import tokenize
 from typing import Any
 
 from .wire import VIOLATION_EXIT_STATUS
@@ -78,6 +80,10 @@ AUDITED_IMPORTS = frozenset(
     tokenize types typing typing.io typing.re unicodedata urllib urllib.parse warnings weakref xml xml.etree
     xml.etree.ElementPath xml.etree.ElementTree zipimport""".split()
 )
+
+#: Modules the audited ones try to import and do without where they do not exist (``copy`` looks for
+#: Jython's ``org.python.core``).
+_OPTIONAL_IMPORTS = frozenset({"org", "org.python", "org.python.core"})
 
 #: Standard-library functions that may call ``sys._getframe`` (to name the caller's module for a class they
 #: create); the frame never leaves them. (file name, function name).
@@ -185,10 +191,13 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
     stdlib = library[0]
     env_root = library[1]
     exit_now = os._exit
+    generate_tokens, name_token, token_error, string_io = tokenize.generate_tokens, tokenize.NAME, tokenize.TokenError, io.StringIO
     getframe = sys._getframe
     str_isidentifier = str.isidentifier
     iskeyword = keyword.iskeyword
     type_dict = type.__dict__["__dict__"].__get__
+    module_type = type(sys)
+    code_type = type(install.__code__)
     # The hook's whole state: [armed, busy, out_fd, code, stdout, max_bytes]
     state: list[Any] = [False, False, -1, None, None, 0]
 
@@ -224,18 +233,16 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
 
     def generated_names_ok(source: Any, names: set[str]) -> bool:
         """Every NAME token of generated source is a keyword, the generator's vocabulary or ``names``."""
-        tokenize = sys.modules.get("tokenize")
-        io = sys.modules.get("io")
-        if tokenize is None or io is None or type(source) not in (str, bytes):
+        if type(source) not in (str, bytes):
             return False
         try:
             text = source.decode("utf-8") if type(source) is bytes else source
-            for token in tokenize.generate_tokens(io.StringIO(text).readline):
-                if token.type == tokenize.NAME and not (
+            for token in generate_tokens(string_io(text).readline):
+                if token.type == name_token and not (
                     iskeyword(token.string) or token.string in _GENERATOR_VOCABULARY or token.string in names
                 ):
                     return False
-        except (tokenize.TokenError, SyntaxError, UnicodeDecodeError):
+        except (token_error, SyntaxError, UnicodeDecodeError):
             return False
         return True
 
@@ -294,6 +301,8 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
                     return None
             if who == "library" and site(caller.f_code) in _SETATTR_SITES:
                 return None
+            if who == "runner" and args[1:2] == ("__class__",) and issubclass(type(target), module_type):
+                return None  # a lazy module proxy becoming a plain module once filled (world.LazyModuleProxy)
             return "a special attribute set on a class or function the program did not define"
         if event == "sys._getframe":
             if who == "library" and (site(caller.f_code) in _GETFRAME_SITES or _relative(caller.f_code.co_filename, (env_root,))):
@@ -303,8 +312,9 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
             code = args[0] if args else None
             if code is not None and code is state[3]:
                 return None  # the program's own code object, executed once by the runner
-            if who == "import" and type(getattr(code, "co_filename", None)) is str and _relative(code.co_filename, library):
-                return None  # a library module's code, run by the import machinery
+            filename = getattr(code, "co_filename", None) if type(code) is code_type else None
+            if who == "import" and type(filename) is str and (filename.startswith("<frozen ") or _relative(filename, library)):
+                return None  # a library (or frozen standard) module's code, run by the import machinery
             if who == "library" and site(caller.f_code) in (("dataclasses.py", "_create_fn"), ("collections/__init__.py", "namedtuple")):
                 return None  # its text passed the compile check just before
             return "exec() or eval() of code that no audited generator produced"
@@ -318,7 +328,7 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
             name = args[0] if args else None
             if who in ("program", "generated") or type(name) is not str:
                 return "an import the program made itself"
-            if name in AUDITED_IMPORTS:
+            if name in AUDITED_IMPORTS or name in _OPTIONAL_IMPORTS:
                 return None
             frame = caller
             while frame is not None:  # an environment package importing what it needs

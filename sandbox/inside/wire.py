@@ -126,7 +126,8 @@ class ExecuteFrame(TypedDict):
         (SCM_RIGHTS), a sealed, read-only memfd of exactly ``length`` bytes; where the inside confirmed a
         hand-off directory at boot, file ``i`` in that directory instead. ``compiled``: the program compiled on
         the host, used when its magic is the inside's own (else the inside compiles ``code`` itself). ``env_id``:
-    the environment the program was prepared for, which must be the runner's own (absent: none)."""
+    the environment the program was prepared for, which must be the runner's own (absent: none). ``canary``:
+    ``sandforge doctor``'s tripwire check (``protocol.tripwire_canary``)."""
 
     type: str
     code: str
@@ -135,6 +136,7 @@ class ExecuteFrame(TypedDict):
     context_keys: list[list[Any]]
     compiled: NotRequired[CompiledProgram]
     env_id: NotRequired[str]
+    canary: NotRequired[bool]
 
 
 def error(kind: str, message: str, **extra: Any) -> dict[str, Any]:
