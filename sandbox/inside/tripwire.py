@@ -211,7 +211,7 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
             return "library"
         if filename.startswith("<"):
             return "generated"
-        if filename.startswith(runner_dir + os.sep):
+        if _relative(filename, (runner_dir,)) is not None:
             return "runner"
         return "library" if _relative(filename, library) is not None else "generated"
 

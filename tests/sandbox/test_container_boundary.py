@@ -23,7 +23,7 @@ from sandforge.sandbox.backends.docker_backend import DockerBackend
 from sandforge.sandbox.backends.oci_backend import OciBackend
 from sandforge.sandbox.image import IMAGE_INSIDE
 
-ESCAPED_BOOTSTRAP = f"""
+ESCAPED_BOOTSTRAP_TEMPLATE = f"""
 import ast, os, signal, socket, sys, types
 sys.path.insert(0, {str(Path(IMAGE_INSIDE).parent)!r})
 from inside import serving, start, world
@@ -45,8 +45,16 @@ def unrestricted_globals(proxies, stdout, bridge):
 serving.compile_program = compile_unrestricted
 serving.build_globals = unrestricted_globals
 serving.forget_lockdown_modules = lambda: []  # the attacker is assumed to have them back
+{{TRIPWIRE}}
 os._exit(start.main(["--result-stdout", *sys.argv[1:]]))
 """
+#: The attacker has beaten the tripwire too (the OS boundary alone is under test): the runner reports the
+#: protection without installing the hook.
+ESCAPED_BOOTSTRAP = ESCAPED_BOOTSTRAP_TEMPLATE.replace(
+    "{TRIPWIRE}", "serving.tripwire = types.SimpleNamespace(install=lambda: True, arm=lambda *args: None)"
+)
+#: The same escape with the real tripwire armed (tests/sandbox/test_tripwire.py).
+ESCAPED_BOOTSTRAP_ARMED = ESCAPED_BOOTSTRAP_TEMPLATE.replace("{TRIPWIRE}", "serving.shipped_code = lambda frame: None")
 
 LIMITS = Limits(timeout_s=10, memory_mb=128, disk_mb=4, max_processes=12)
 
