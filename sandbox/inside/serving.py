@@ -163,7 +163,7 @@ def execute(
                            exception=name, line=_tool_line(exc.__traceback__))  # fmt: skip
     if stdout.overflowed:
         error = _error("output_limit", f"the program printed more than {limits['max_output_bytes']} bytes")
-    if VIOLATIONS:  # sticky: whatever the program did after it, caught or not
+    if VIOLATIONS:  # without a tripwire (the tests' seam): still reported, caught or not
         event = {"source": "inner_wall", "event": VIOLATION_EVENTS[0], "detail": VIOLATIONS[0][:200]}
         error = _error("sandbox_violation", VIOLATIONS[0], security_event=event)
     if error is not None:
