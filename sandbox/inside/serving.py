@@ -109,6 +109,20 @@ class Result:
 _CANARY_SOURCE = "def canary(getframe):\n    return getframe()\n"
 
 
+def _canary() -> dict[str, Any]:
+    namespace: dict[str, Any] = {}
+    exec(compile(_CANARY_SOURCE, TOOL_FILENAME, "exec"), namespace)  # noqa: S102 - the runner's own text
+    return namespace
+
+
+def _arm(frame: dict[str, Any], armed: bool, out_fd: int, compiled: Any, stdout: Any, max_bytes: int) -> dict[str, Any]:
+    """Arm the tripwire (when installed); the canary's namespace, compiled before arming, if asked for."""
+    canary = _canary() if frame.get("canary") is True else {}
+    if armed:
+        tripwire.arm(out_fd, compiled, stdout, max_bytes)
+    return canary
+
+
 def _run_canary(canary: Any) -> None:
     canary(sys._getframe)  # the tripwire ends the process here
     raise SandboxViolation("the tripwire did not stop the canary", "canary_not_stopped")
@@ -133,11 +147,7 @@ def execute(
         assert compiled is not None
         namespace = build_globals(proxies, stdout, bridge)
         context = LazyContext(raw_context)
-        canary: dict[str, Any] = {}
-        if frame.get("canary") is True:
-            exec(compile(_CANARY_SOURCE, TOOL_FILENAME, "exec"), canary)  # noqa: S102 - the runner's own text
-        if armed:
-            tripwire.arm(out_fd, compiled, stdout, int(limits["max_message_bytes"]))
+        canary = _arm(frame, armed, out_fd, compiled, stdout, int(limits["max_message_bytes"]))
         try:
             if canary:
                 _run_canary(canary["canary"])
@@ -241,7 +251,7 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
     """Lock down, report ready, run the one program, write the one result."""
     max_bytes = int(boot["limits"]["max_message_bytes"])
     channel = Channel(in_fd)  # before lock-down; it lives until the process exits
-    seam = boot.get("seam") if isinstance(boot.get("seam"), dict) else {}
+    seam: dict[str, Any] = boot["seam"] if isinstance(boot.get("seam"), dict) else {}
     armed = not seam.get("tripwire_off") and tripwire.install()
     _unwrap(proxies, seam.get("unwrapped") or [])
     protections, errors = lock_down(boot, host_channel_fd=in_fd)

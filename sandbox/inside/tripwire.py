@@ -25,6 +25,10 @@ generated (any other ``<...>`` file name but the frozen standard library), the r
 library code (the standard library, the environment, RestrictedPython) or the import machinery.
 """
 
+# ruff: noqa: PTH100, PTH120, UP031, SIM905
+# (the runner avoids pathlib (import cost); the result is formatted with C ``str %`` only: see _result_writer;
+# the tables are word lists)
+
 from __future__ import annotations
 
 import io
@@ -134,9 +138,9 @@ def library_roots() -> tuple[str, ...]:
     for entry in sys.path:
         if entry.endswith("lib-dynload"):
             roots.append(entry)
-    restricted = sys.modules.get("RestrictedPython")
-    if restricted is not None and getattr(restricted, "__file__", None):
-        roots.append(os.path.dirname(os.path.dirname(restricted.__file__)))
+    restricted_file = getattr(sys.modules.get("RestrictedPython"), "__file__", None)
+    if isinstance(restricted_file, str):
+        roots.append(os.path.dirname(os.path.dirname(restricted_file)))
     return tuple(os.path.normpath(root) for root in roots)
 
 
@@ -170,20 +174,29 @@ def _result_writer() -> Any:
         except BaseException:
             cpu, memory = 0.0, 0.0
         error = '{"type":"sandbox_violation","message":%s,"security_event":{"source":%s,"event":%s,"detail":%s}}' % (
-            quote(message[:4000]), quote(event["source"]), quote(event["event"]), quote(event["detail"]))
-        head = '{"type":"result","status":"error","value":null,"context_changed":[],"context_deleted":[],"error":%s,' % error
+            quote(message[:4000]),
+            quote(event["source"]),
+            quote(event["event"]),
+            quote(event["detail"]),
+        )
+        head = (
+            '{"type":"result","status":"error","value":null,"context_changed":[],"context_deleted":[],"error":%s,'
+            % error
+        )
         tail = ',"cpu_time_s":%r,"peak_memory_mb":%r}' % (float(cpu), float(memory))
-        body = ('%s"stdout":%s,"stdout_truncated":%s%s' % (head, quote(text), "true" if truncated else "false", tail)).encode()
+        body = (
+            '%s"stdout":%s,"stdout_truncated":%s%s' % (head, quote(text), "true" if truncated else "false", tail)
+        ).encode()
         if len(body) > max_bytes:
             body = ('%s"stdout":"","stdout_truncated":true%s' % (head, tail)).encode()
         data = memoryview(pack(len(body)) + body)
         while data:
-            data = data[write(out_fd, data):]
+            data = data[write(out_fd, data) :]
 
     return write_result
 
 
-def install(*, roots: tuple[str, ...] | None = None) -> bool:
+def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR0915 - one closure: see the module doc
     """Install the hook (unarmed) and self-test it; True when it answered."""
     write_result = _result_writer()
     runner_dir = os.path.dirname(os.path.abspath(__file__))
@@ -191,7 +204,12 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
     stdlib = library[0]
     env_root = library[1]
     exit_now = os._exit
-    generate_tokens, name_token, token_error, string_io = tokenize.generate_tokens, tokenize.NAME, tokenize.TokenError, io.StringIO
+    generate_tokens, name_token, token_error, string_io = (
+        tokenize.generate_tokens,
+        tokenize.NAME,
+        tokenize.TokenError,
+        io.StringIO,
+    )
     getframe = sys._getframe
     str_isidentifier = str.isidentifier
     iskeyword = keyword.iskeyword
@@ -222,9 +240,7 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
     def trip(event: str, detail: str, source: str = "tripwire") -> None:
         security_event = {"source": source, "event": event[:100], "detail": detail[:200]}
         message = (
-            f"the sandbox stopped the program at audit event {event!r}: {detail}"
-            if source == "tripwire"
-            else detail
+            f"the sandbox stopped the program at audit event {event!r}: {detail}" if source == "tripwire" else detail
         )
         try:
             write_result(state[2], message, security_event, state[4], state[5])
@@ -281,7 +297,7 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
             return None  # typing.ForwardRef compiles its text (never run: evaluating it is an ``exec`` event)
         return "compile() of text that no audited generator produced"
 
-    def decide(event: str, args: tuple[Any, ...]) -> str | None:
+    def decide(event: str, args: tuple[Any, ...]) -> str | None:  # noqa: C901, PLR0912 - the table
         """Why ``event`` ends the execution, or None when it may proceed."""
         caller = getframe(2)  # 0: decide, 1: hook, 2: the code that caused the event
         who = kind(caller.f_code)
@@ -289,10 +305,15 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
             name = args[1] if len(args) > 1 else None
             if type(name) is not str or name not in _FRAME_ATTRIBUTES:
                 return None
-            while who == "runner" and caller.f_code.co_filename.endswith(os.sep + "guards.py"):
-                caller = caller.f_back  # the runner's attribute guard, reading on the program's behalf
-                who = kind(caller.f_code) if caller is not None else "program"
-            return f"read of a frame or code attribute ({name}) by the program" if who in ("program", "generated") else None
+            reader: Any = caller
+            while who == "runner" and reader.f_code.co_filename.endswith(os.sep + "guards.py"):
+                reader = reader.f_back  # the runner's attribute guard, reading on the program's behalf
+                who = kind(reader.f_code) if reader is not None else "program"
+            return (
+                f"read of a frame or code attribute ({name}) by the program"
+                if who in ("program", "generated")
+                else None
+            )
         if event in ("object.__setattr__", "object.__delattr__"):
             target = args[0] if args else None
             if issubclass(type(target), type):
@@ -305,7 +326,9 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
                 return None  # a lazy module proxy becoming a plain module once filled (world.LazyModuleProxy)
             return "a special attribute set on a class or function the program did not define"
         if event == "sys._getframe":
-            if who == "library" and (site(caller.f_code) in _GETFRAME_SITES or _relative(caller.f_code.co_filename, (env_root,))):
+            if who == "library" and (
+                site(caller.f_code) in _GETFRAME_SITES or _relative(caller.f_code.co_filename, (env_root,))
+            ):
                 return None
             return "sys._getframe() outside the audited standard-library callers"
         if event == "exec":
@@ -313,9 +336,16 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
             if code is not None and code is state[3]:
                 return None  # the program's own code object, executed once by the runner
             filename = getattr(code, "co_filename", None) if type(code) is code_type else None
-            if who == "import" and type(filename) is str and (filename.startswith("<frozen ") or _relative(filename, library)):
+            if (
+                who == "import"
+                and type(filename) is str
+                and (filename.startswith("<frozen ") or _relative(filename, library))
+            ):
                 return None  # a library (or frozen standard) module's code, run by the import machinery
-            if who == "library" and site(caller.f_code) in (("dataclasses.py", "_create_fn"), ("collections/__init__.py", "namedtuple")):
+            if who == "library" and site(caller.f_code) in (
+                ("dataclasses.py", "_create_fn"),
+                ("collections/__init__.py", "namedtuple"),
+            ):
                 return None  # its text passed the compile check just before
             return "exec() or eval() of code that no audited generator produced"
         if event == "compile":
@@ -330,7 +360,7 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
                 return "an import the program made itself"
             if name in AUDITED_IMPORTS or name in _OPTIONAL_IMPORTS:
                 return None
-            frame = caller
+            frame: Any = caller
             while frame is not None:  # an environment package importing what it needs
                 if _relative(frame.f_code.co_filename, (env_root,)) is not None:
                     return None
@@ -343,7 +373,9 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
             if event == "open":
                 mode = args[1] if len(args) > 1 else "r"
                 flags = args[2] if len(args) > 2 else 0
-                if (type(mode) is str and any(c in mode for c in "wax+")) or (type(flags) is int and flags & _WRITE_FLAGS):
+                if (type(mode) is str and any(c in mode for c in "wax+")) or (
+                    type(flags) is int and flags & _WRITE_FLAGS
+                ):
                     return "a file opened for writing"
             return None
         if event == "marshal.loads":
@@ -362,7 +394,7 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:
             return
         state[1] = True  # events the hook itself causes (its own sys._getframe) pass above
         if event == VIOLATION:
-            message, name = (args + ("", ""))[:2]
+            message, name = (*args, "", "")[:2]
             text = message if type(message) is str else "the program violated the sandbox"
             trip(name if type(name) is str and name else "withheld_name", text, "inner_wall")
         try:

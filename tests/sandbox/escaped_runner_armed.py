@@ -5,9 +5,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import escaped_runner  # noqa: E402 - after the path is set
-
-from inside import start, tripwire  # noqa: E402
+import escaped_runner
+from inside import start, tripwire
 
 escaped_runner.serving.tripwire = tripwire
 escaped_runner.serving.shipped_code = lambda frame: None  # the program as text, compiled unrestricted here

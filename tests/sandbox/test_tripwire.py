@@ -32,12 +32,20 @@ ARMED = Path(__file__).with_name("escaped_runner_armed.py")
 LIMITS = Limits(timeout_s=10, memory_mb=256, disk_mb=4, max_processes=12)
 SECRET = "/etc/sandforge-tripwire-secret-path"
 
-BACKENDS = ["subprocess", pytest.param("docker", marks=pytest.mark.docker), pytest.param("runc", marks=pytest.mark.oci("runc"))]
+BACKENDS = [
+    "subprocess",
+    pytest.param("docker", marks=pytest.mark.docker),
+    pytest.param("runc", marks=pytest.mark.oci("runc")),
+]
 
 
 def tripped(outcome: ExecutionOutcome, event: str) -> None:
     """The tripwire ended the run on ``event``: a sandbox_violation with its security event, nothing else."""
-    assert outcome.error_type == ErrorType.SANDBOX_VIOLATION, (outcome.error_type, outcome.error_message, outcome.stderr)
+    assert outcome.error_type == ErrorType.SANDBOX_VIOLATION, (
+        outcome.error_type,
+        outcome.error_message,
+        outcome.stderr,
+    )
     assert outcome.security_event is not None, outcome.error_message
     assert (outcome.security_event.source, outcome.security_event.event) == ("tripwire", event), outcome.security_event
     assert outcome.context is None
@@ -188,7 +196,9 @@ def test_an_escaped_program_trips_on_subprocess(armed_subprocess: Backend, code:
     assert SECRET not in (outcome.error_message or "") and SECRET not in str(outcome.security_event)
 
 
-@pytest.fixture(params=[pytest.param("docker", marks=pytest.mark.docker), pytest.param("runc", marks=pytest.mark.oci("runc"))])
+@pytest.fixture(
+    params=[pytest.param("docker", marks=pytest.mark.docker), pytest.param("runc", marks=pytest.mark.oci("runc"))]
+)
 def armed_container(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
     request.getfixturevalue("docker_env")
     command = ["-I", "-S", "-B", "-c", ESCAPED_BOOTSTRAP_ARMED]
@@ -255,6 +265,8 @@ def test_the_audited_imports_cover_every_allowed_module() -> None:
         f"for name in {sorted({*world.ALLOWED_MODULES, *world.INTERNAL_IMPORTS})!r}: __import__(name)\n"
         "print(' '.join(sorted(set(sys.modules))))"
     )
-    loaded = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", script], capture_output=True, text=True, check=True)
+    loaded = subprocess.run(
+        [sys.executable, "-I", "-S", "-B", "-c", script], capture_output=True, text=True, check=True
+    )
     missing = set(loaded.stdout.split()) - tripwire.AUDITED_IMPORTS - {"__main__", "site"}
     assert not missing
