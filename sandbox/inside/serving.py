@@ -115,11 +115,11 @@ def _canary() -> dict[str, Any]:
     return namespace
 
 
-def _arm(frame: dict[str, Any], armed: bool, out_fd: int, compiled: Any, stdout: Any, max_bytes: int) -> dict[str, Any]:
+def _arm(frame: dict[str, Any], armed: bool, out_fd: int, compiled: Any, stdout: Any, limits: Any) -> dict[str, Any]:
     """Arm the tripwire (when installed); the canary's namespace, compiled before arming, if asked for."""
     canary = _canary() if frame.get("canary") is True else {}
     if armed:
-        tripwire.arm(out_fd, compiled, stdout, max_bytes)
+        tripwire.arm(out_fd, compiled, stdout, int(limits["max_message_bytes"]))
     return canary
 
 
@@ -147,7 +147,7 @@ def execute(
         assert compiled is not None
         namespace = build_globals(proxies, stdout, bridge)
         context = LazyContext(raw_context)
-        canary = _arm(frame, armed, out_fd, compiled, stdout, int(limits["max_message_bytes"]))
+        canary = _arm(frame, armed, out_fd, compiled, stdout, limits)
         try:
             if canary:
                 _run_canary(canary["canary"])
