@@ -73,19 +73,22 @@ def escaped_backend(
     request: pytest.FixtureRequest, docker_env: object, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Backend]:
     """Each container backend with the escaped runner: through dockerd (runc, runsc) and driven directly."""
-    command = ["-I", "-S", "-B", "-c", ESCAPED_BOOTSTRAP]
-    monkeypatch.setattr(docker_backend, "COMMAND", ["python3", *command])
-    monkeypatch.setattr(oci_backend, "COMMAND", ["/usr/bin/python3", *command])
-    config = SandboxConfig(pool_size=0)
-    backend: Backend
-    if request.param in ("runc", "runsc"):
-        backend = OciBackend(config, runtime=request.param)
-    else:
-        backend = DockerBackend(config, runtime="runsc" if request.param == "gvisor" else None)
+    backend = container_backend(request.param, ESCAPED_BOOTSTRAP, monkeypatch)
     try:
         yield backend
     finally:
         backend.close()
+
+
+def container_backend(name: str, bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Backend:
+    """Container backend ``name`` whose containers start ``bootstrap`` instead of the runner."""
+    command = ["-I", "-S", "-B", "-c", bootstrap]
+    monkeypatch.setattr(docker_backend, "COMMAND", ["python3", *command])
+    monkeypatch.setattr(oci_backend, "COMMAND", ["/usr/bin/python3", *command])
+    config = SandboxConfig(pool_size=0)
+    if name in ("runc", "runsc"):
+        return OciBackend(config, runtime=name)  # type: ignore[arg-type]
+    return DockerBackend(config, runtime="runsc" if name == "gvisor" else None)
 
 
 def escaped(backend: Backend, code: str) -> ExecutionOutcome:

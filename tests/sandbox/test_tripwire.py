@@ -17,16 +17,13 @@ from pathlib import Path
 import pytest
 
 from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Sandbox, SandboxConfig, seam
-from sandforge.sandbox.backends import docker_backend, oci_backend
 from sandforge.sandbox.backends.base import Backend
-from sandforge.sandbox.backends.docker_backend import DockerBackend
-from sandforge.sandbox.backends.oci_backend import OciBackend
 from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
 from sandforge.sandbox.inside import tripwire, world
 from sandforge.sandbox.inside.wire import VIOLATION_EXIT_STATUS
 from sandforge.sandbox.protections import Protection, enforced
 from sandforge.sandbox.protocol import BootSeam, Limits, tripwire_canary
-from tests.sandbox.test_container_boundary import ESCAPED_BOOTSTRAP_ARMED
+from tests.sandbox.test_container_boundary import ESCAPED_BOOTSTRAP_ARMED, container_backend
 
 ARMED = Path(__file__).with_name("escaped_runner_armed.py")
 LIMITS = Limits(timeout_s=10, memory_mb=256, disk_mb=4, max_processes=12)
@@ -201,11 +198,7 @@ def test_an_escaped_program_trips_on_subprocess(armed_subprocess: Backend, code:
 )
 def armed_container(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
     request.getfixturevalue("docker_env")
-    command = ["-I", "-S", "-B", "-c", ESCAPED_BOOTSTRAP_ARMED]
-    monkeypatch.setattr(docker_backend, "COMMAND", ["python3", *command])
-    monkeypatch.setattr(oci_backend, "COMMAND", ["/usr/bin/python3", *command])
-    config = SandboxConfig(pool_size=0)
-    backend: Backend = OciBackend(config, runtime="runc") if request.param == "runc" else DockerBackend(config)
+    backend = container_backend(request.param, ESCAPED_BOOTSTRAP_ARMED, monkeypatch)
     try:
         yield backend
     finally:
