@@ -170,14 +170,9 @@ class SecurityFilter:
     before: int | None = None
 
     def where(self) -> tuple[str, list[Any]]:
-        clauses: list[str] = []
-        params: list[Any] = []
-        for clause, value in (("s.source = ?", self.source), ("s.event = ?", self.event), ("s.t >= ?", self.since),
-                              ("s.id < ?", self.before)):  # fmt: skip
-            if value is not None:
-                clauses.append(clause)
-                params.append(value)
-        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+        given = [(clause, value) for clause, value in (("s.source = ?", self.source), ("s.event = ?", self.event),
+                 ("s.t >= ?", self.since), ("s.id < ?", self.before)) if value is not None]  # fmt: skip
+        return (" WHERE " + " AND ".join(c for c, _ in given)) if given else "", [v for _, v in given]
 
 
 @dataclass(frozen=True)

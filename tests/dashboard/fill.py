@@ -31,21 +31,22 @@ CALLS: list[tuple[str, str, list[Any]]] = [
 ]
 
 
-def tenant_config(root: Path) -> dict[str, Any]:
-    (root / "alpha_programs.json").write_text(json.dumps(PROGRAMS))
+def tenant_config(root: Path, tenant: str = "alpha", programs: list[str] = PROGRAMS) -> dict[str, Any]:
+    """``tenant``, whose scripted model answers ``programs`` in order, and ``beta``, with no model."""
+    (root / f"{tenant}_programs.json").write_text(json.dumps(programs))
     return {
         "state_dir": "state",
         "tenants": [
-            {"name": "alpha", "provider": {"kind": "scripted", "programs": "alpha_programs.json"}},
+            {"name": tenant, "provider": {"kind": "scripted", "programs": f"{tenant}_programs.json"}},
             {"name": "beta"},
         ],
     }
 
 
-def fill(client: httpx.Client) -> list[dict[str, Any]]:
-    """Make every call of CALLS through the HTTP API; the outcomes, in order."""
+def fill(client: httpx.Client, calls: list[tuple[str, str, list[Any]]] = CALLS) -> list[dict[str, Any]]:
+    """Make every call of ``calls`` through the HTTP API; the outcomes, in order."""
     outcomes = []
-    for role, method, args in CALLS:
+    for role, method, args in calls:
         response = client.post(f"/v1/agents/{role}/{method}", json={"args": args})
         assert response.status_code == 200, response.text
         outcomes.append(response.json())
@@ -62,23 +63,3 @@ SECURITY_PROGRAMS = [
 ]
 SECURITY_CALLS: list[tuple[str, str, list[Any]]] = [("vault", "peek", []), ("calc", "div", [2]), ("vault", "open", [])]
 
-
-def security_tenant_config(root: Path) -> dict[str, Any]:
-    (root / "sec_programs.json").write_text(json.dumps(SECURITY_PROGRAMS))
-    return {
-        "state_dir": "state",
-        "tenants": [
-            {"name": "sec", "provider": {"kind": "scripted", "programs": "sec_programs.json"}},
-            {"name": "beta"},
-        ],
-    }
-
-
-def fill_security(client: httpx.Client) -> list[dict[str, Any]]:
-    """Make every call of SECURITY_CALLS as tenant ``sec``; the outcomes, in order."""
-    outcomes = []
-    for role, method, args in SECURITY_CALLS:
-        response = client.post(f"/v1/agents/{role}/{method}", json={"args": args})
-        assert response.status_code == 200, response.text
-        outcomes.append(response.json())
-    return outcomes

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.dashboard import test_dashboard_browser as base
-from tests.dashboard.fill import fill_security, security_tenant_config
+from tests.dashboard.fill import SECURITY_CALLS, SECURITY_PROGRAMS
 from tests.security_programs import EVENT, SOURCE, assert_policy_approves
-from tests.service.serverproc import Server, start_server
+from tests.service.serverproc import Server
 
 pytestmark = pytest.mark.slow
 
@@ -24,16 +24,10 @@ shots = base.shots
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    base._browser_or_skip()
     assert_policy_approves()
     root = tmp_path_factory.mktemp("dash-security-browser")
-    srv = start_server(root, security_tenant_config(root))
-    try:
-        with srv.client("sec") as client:
-            fill_security(client)
+    with base.filled_server(root, "sec", SECURITY_PROGRAMS, SECURITY_CALLS) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def test_the_security_page_shows_the_event_and_links_to_its_call(browser: object, server: Server, shots: Path) -> None:

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sandforge.runtime.service.app import create_app
 from sandforge.runtime.service.audit import AuditLog
 from sandforge.runtime.service.tenants import hash_token, new_token, parse_server_config
-from tests.dashboard.fill import fill_security, security_tenant_config
+from tests.dashboard.fill import SECURITY_CALLS, SECURITY_PROGRAMS, fill, tenant_config
 from tests.security_programs import EVENT, SOURCE, VIOLATING, assert_policy_approves
 
 
@@ -38,14 +38,14 @@ class SecuritySite:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuritySite]:
     assert_policy_approves()
     root = tmp_path_factory.mktemp("dash-security")
-    config = security_tenant_config(root)
+    config = tenant_config(root, "sec", SECURITY_PROGRAMS)
     tokens = {t["name"]: new_token() for t in config["tenants"]}
     for t in config["tenants"]:
         t["token_hashes"] = [hash_token(tokens[t["name"]])]
     app = create_app(parse_server_config(config, base=root), audit=AuditLog(root / "audit.jsonl"))
     with TestClient(app.state.gate, base_url="https://testserver") as lifespan:
         lifespan.headers["Authorization"] = f"Bearer {tokens['sec']}"
-        yield SecuritySite(app, tokens, fill_security(lifespan))
+        yield SecuritySite(app, tokens, fill(lifespan, SECURITY_CALLS))
 
 
 def test_agent_responses_carry_the_security_events(site: SecuritySite) -> None:
