@@ -249,9 +249,7 @@ def _execute_span(
         started_ns = time.time_ns()
 
         def executed(outcome: ExecutionOutcome) -> ExecutionOutcome:
-            observe.executed(tel, span, started_ns=started_ns, backend=outcome.backend, ok=outcome.ok,
-                             error_type=outcome.error_type.value if outcome.error_type else None,
-                             duration_s=outcome.duration_s, metadata=outcome.metadata)  # fmt: skip
+            observe.executed(tel, span, outcome, started_ns=started_ns)
             return outcome
 
         yield executed

@@ -73,7 +73,16 @@ def ok_result(model: BaseModel) -> CallToolResult:
 def error_result(failure: ToolFailure) -> CallToolResult:
     data = failure.model_dump(mode="json")
     text = f"{failure.error_type}: {failure.error_message}"
+    if events := _security_events(failure.details):  # said in the text clients show too, not only in the data
+        text += f" [security event: {', '.join(events)}]"
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data, is_error=True)
+
+
+def _security_events(details: dict[str, Any]) -> list[str]:
+    """``source event`` of each security event a failure's details carry (a run's one, a call's list)."""
+    single = details.get("security_event")
+    events = [single] if single is not None else details.get("security_events") or []
+    return [f"{e.get('source')} {e.get('event')}" for e in events if isinstance(e, dict)]
 
 
 def _scrub(message: str) -> str:
