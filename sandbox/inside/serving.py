@@ -16,7 +16,7 @@ import sys
 import types
 from typing import Any
 
-from . import envmodules, standins
+from . import envmodules, generators, standins
 from .bridge import _ITIMER_REAL, _SETITIMER, BACKSTOP_GRACE_S, Bridge, InvalidContract, ToolOutcome, pause_backstop
 from .channel import Channel, PassedTextError, handoff_ready, read_execute, write_frame, write_frames
 from .compilation import compile_program, shipped_code
@@ -193,6 +193,7 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
 
     # With a chroot (subprocess backend) nothing is importable after lock-down: import every allowed module
     # now. In a container the root stays the image, so modules are imported on first use.
+    generators.install()  # before any proxy is filled: the collections proxy copies the checked namedtuple
     proxies = build_module_proxies(lazy=not boot.get("chroot", False))
     for name, module in standins.build().items():  # the broker-backed urllib.request / requests
         proxies[name] = module

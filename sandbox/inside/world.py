@@ -392,9 +392,6 @@ def build_module_proxies(*, lazy: bool = False) -> dict[str, Any]:
 
     Dotted modules hang under their parents' proxies, so ``import xml.etree.ElementTree as ET`` works.
     """
-    from . import generators
-
-    generators.install()  # before any proxy is filled: the collections proxy copies the checked namedtuple
     proxies: dict[str, Any] = {}
     for name in sorted(ALLOWED_MODULES):
         if lazy:
