@@ -20,18 +20,12 @@ import pytest
 
 from sandforge.sandbox import ErrorType, ExecutionRequest, Sandbox, SandboxConfig
 from sandforge.sandbox.inside import generators, world
-from tests.conftest import _require_backend
+from tests.conftest import BACKEND_PARAMS, _require_backend
 
 
 @pytest.fixture(
     scope="module",
-    params=[
-        "subprocess",
-        pytest.param("docker", marks=pytest.mark.docker),
-        pytest.param("gvisor", marks=[pytest.mark.docker, pytest.mark.gvisor]),
-        pytest.param("runc", marks=pytest.mark.oci("runc")),
-        pytest.param("runsc", marks=pytest.mark.oci("runsc")),
-    ],
+    params=BACKEND_PARAMS,
 )
 def sb(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """One sandbox per backend for the whole module (each execution still gets a fresh process)."""
