@@ -66,6 +66,15 @@ def _mode(config: SandboxConfig) -> str:
     return f"rootless (uid {os.geteuid()}: subprocess walls from unprivileged user namespaces)"
 
 
+def _restrictedpython() -> dict[str, Any]:
+    """The inner wall's RestrictedPython (the subprocess backend runs it; the image is built from it): its
+    version, the oldest without a published escape, and why it must not be used (None when it may)."""
+    from sandforge.sandbox import image
+
+    return {"version": image.restrictedpython_version(), "minimum": image.RESTRICTEDPYTHON_MINIMUM,
+            "advisory": image.restrictedpython_advisory()}  # fmt: skip
+
+
 @click.command("doctor")
 @click.option("--backend", "backends", multiple=True, type=click.Choice(BACKENDS), help="Only these backends.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -73,18 +82,22 @@ def command(backends: tuple[str, ...], as_json: bool) -> None:
     """Probe backends with a real execution and show which protections are active.
 
     Exit status: with --backend, 0 only when every requested backend works; without, 0 when the
-    configured default backend works; 6 (sandbox unavailable) otherwise; 2 for a malformed SANDFORGE_*
+    configured default backend works; 6 (sandbox unavailable) otherwise, or when the installed
+    RestrictedPython has published escapes; 2 for a malformed SANDFORGE_*
     setting. A backend works only with every required protection verified (see
     SANDFORGE_ALLOW_MISSING_PROTECTIONS). The cold figure includes the sandbox's start.
     """
     config = SandboxConfig.from_env()  # a malformed setting: SandboxConfigError, exit 2 (JSON under --json)
     reports = [probe_backend(name, config) for name in (backends or BACKENDS)]
     waived = list(config.waived_protections)
+    inner_wall = _restrictedpython()
     if as_json:
-        summary = {"default_backend": config.backend, "mode": _mode(config), "waived": waived, "backends": reports}
+        summary = {"default_backend": config.backend, "mode": _mode(config), "waived": waived,
+                   "restrictedpython": inner_wall, "backends": reports}  # fmt: skip
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(f"mode: {_mode(config)}")
+        click.echo(inner_wall["advisory"] or f"RestrictedPython {inner_wall['version']} (no published escapes)")
         if waived:
             click.echo(f"WARNING: protections waived by configuration (not required): {', '.join(waived)}")
         for r in reports:
@@ -102,4 +115,4 @@ def command(backends: tuple[str, ...], as_json: bool) -> None:
         failed = [r for r in reports if not r["works"]]
     else:
         failed = [r for r in reports if r["backend"] == config.backend and not r["works"]]
-    sys.exit(Exit.UNAVAILABLE if failed else Exit.OK)
+    sys.exit(Exit.UNAVAILABLE if failed or inner_wall["advisory"] else Exit.OK)

@@ -95,6 +95,10 @@ _GETFRAME_SITES = frozenset({
     ("collections/__init__.py", "namedtuple"), ("enum.py", "_create_"), ("typing.py", "_caller"),
 })  # fmt: skip
 
+#: The runner's wrappers of those generators (``generators.py``), which name the caller's module the same way
+#: before checking the names and handing them on.
+_RUNNER_GETFRAME_SITES = frozenset({("generators.py", "namedtuple"), ("generators.py", "_create_")})
+
 #: Standard-library functions that set special attributes (``__module__``, ``__doc__``, ``__qualname__``,
 #: ``__bases__``, ``__defaults__``) on the class or function they are creating for the program.
 _SETATTR_SITES = frozenset({
@@ -328,6 +332,10 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
         if event == "sys._getframe":
             if who == "library" and (
                 site(caller.f_code) in _GETFRAME_SITES or _relative(caller.f_code.co_filename, (env_root,))
+            ):
+                return None
+            if who == "runner" and (os.path.basename(caller.f_code.co_filename), caller.f_code.co_name) in (
+                _RUNNER_GETFRAME_SITES
             ):
                 return None
             return "sys._getframe() outside the audited standard-library callers"

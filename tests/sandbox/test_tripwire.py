@@ -125,9 +125,11 @@ CLASS_STATEMENT_INJECTION = (
 
 @pytest.fixture
 def fixes_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tests' seam: the real ``dataclasses.dataclass`` and ``typing.TypedDict`` on the proxies, in place of
-    whatever wrapper checks field names (issue 36 item 1's fix), so only the tripwire is left to stop it."""
-    monkeypatch.setattr(seam, "ACTIVE", BootSeam(unwrapped=("dataclasses.dataclass", "typing.TypedDict")))
+    """The tests' seam: the real ``dataclasses.dataclass`` and ``typing.TypedDict`` on the proxies and no name
+    check before the class generators (``generators.check_generated_names``, issue 36 item 1's fix), so only
+    the tripwire is left to stop it."""
+    reverted = ("dataclasses.dataclass", "typing.TypedDict", "generators.check_generated_names")
+    monkeypatch.setattr(seam, "ACTIVE", BootSeam(unwrapped=reverted))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
