@@ -134,7 +134,11 @@ def plan_program(
             violation = undeclared_violation(missing, policy.dependencies)
             refused = result.model_copy(update={"verdict": "recoverable", "violations": [violation]})
             return rejection_outcome(refused), refused
-        request = request.model_copy(update={"environment": mount_of(prepared, manifest)})
+        try:
+            mount = mount_of(prepared, manifest)
+        except EnvironmentFailure as exc:
+            return environment_failure_outcome(exc, policy), result
+        request = request.model_copy(update={"environment": mount})
     return Planned(request, approval, result, prepared)
 
 
