@@ -322,3 +322,50 @@ def disarm_unpickling() -> None:
     pickle._Unpickler.find_class = find_class  # type: ignore[attr-defined]
     pickle._load = load  # type: ignore[attr-defined]
     pickle._loads = loads  # type: ignore[attr-defined]
+
+
+#: The audit of the default allow list's packages' top-level sub-modules (docs/security.md, "What allowed
+#: packages expose"): each is reviewed and exposed, or in `WITHHELD`. A test fails on a new one.
+AUDITED_SUBMODULES: dict[str, frozenset[str]] = {
+    "numpy": frozenset({"char", "dtypes", "emath", "exceptions", "fft", "lib", "linalg", "ma", "polynomial",
+                        "random", "rec", "strings", "typing"}),
+    "pandas": frozenset({"api", "arrays", "compat", "core", "errors", "io", "offsets", "plotting", "testing",
+                         "tseries", "util", "pandas"}),
+    "yaml": frozenset({"composer", "constructor", "cyaml", "dumper", "emitter", "error", "events", "loader",
+                       "nodes", "parser", "reader", "representer", "resolver", "scanner", "serializer", "tokens"}),
+    "dateutil": frozenset({"easter", "parser", "relativedelta", "rrule", "tz", "utils", "zoneinfo"}),
+    "bs4": frozenset({"builder", "css", "dammit", "element", "filter", "formatter", "exceptions"}),
+}  # fmt: skip
+
+
+def audit(top: str) -> dict[str, str]:
+    """Each public top-level name of the imported package ``top``: ``withheld: reason``, ``sub-module``
+    (audited), ``own`` (the package's own code), ``data``, or ``UNAUDITED ...`` (a test fails on it)."""
+    real = sys.modules[top]
+    out: dict[str, str] = {}
+    for name in sorted(n for n in dir(real) if not n.startswith("_")):
+        try:
+            value = getattr(real, name)
+        except Exception as exc:  # a lazy attribute that fails to load (numpy's expired aliases)  # noqa: BLE001
+            out[name] = f"absent ({type(exc).__name__})"
+            continue
+        try:
+            refuse_value(top, name, value)
+        except Exception as exc:  # noqa: BLE001 (the sticky violation)
+            out[name] = f"withheld: {exc}"
+            continue
+        if isinstance(value, types.ModuleType):
+            if value.__name__.split(".")[0] != top:  # envmodules never hands out another package's module
+                out[name] = f"unreachable (module {value.__name__})"
+            else:
+                audited = name in AUDITED_SUBMODULES.get(top, frozenset())
+                out[name] = "sub-module" if audited else f"UNAUDITED module {value.__name__}"
+            continue
+        origin = getattr(value, "__module__", None)
+        if not callable(value) or not isinstance(origin, str):
+            out[name] = "data"
+        elif origin.split(".")[0] == top or origin in ("builtins", "typing", "enum", "functools", "datetime"):
+            out[name] = "own" if origin.split(".")[0] == top else f"standard ({origin})"
+        else:
+            out[name] = f"UNAUDITED origin {origin}"
+    return out
