@@ -17,10 +17,10 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from sandforge.runtime.environments.builder import EnvironmentStore
-from sandforge.runtime.environments.bytecode import compile_in_container, compile_on_host
 from pydantic import ValidationError
 
+from sandforge.runtime.environments.builder import EnvironmentStore
+from sandforge.runtime.environments.bytecode import compile_in_container, compile_on_host
 from sandforge.runtime.environments.errors import DependencyInstallFailed, EnvironmentFailure
 from sandforge.runtime.environments.identity import EnvironmentSpec
 from sandforge.runtime.environments.manifest import Manifest, manifest_of

@@ -99,9 +99,10 @@ _BUILTIN_ESCAPES = (
 
 
 def _violation(message: str) -> Exception:
-    from .world import SandboxViolation  # the sticky violation every inner-wall refusal raises
-
-    return SandboxViolation(message, "withheld_name")
+    """The sticky ``world.SandboxViolation`` every inner-wall refusal raises. Looked up, not imported:
+    ``world`` imports this module (through ``envmodules``), and is always loaded before a program runs."""
+    world: Any = sys.modules[__name__.rpartition(".")[0] + ".world"]
+    return world.SandboxViolation(message, "withheld_name")  # type: ignore[no-any-return]
 
 
 def withheld_reason(dotted: str) -> str | None:
@@ -186,16 +187,16 @@ def _numpy_load(file: Any, mmap_mode: Any = None, allow_pickle: bool = False, **
     """``numpy.load`` without unpickling (``allow_pickle=True`` builds any object its input names) or
     memory-mapped files."""
     if allow_pickle is not False or mmap_mode is not None:
-        raise _violation("numpy.load(allow_pickle=True) and numpy.load(mmap_mode=...) are withheld in the "
-                         "sandbox: unpickling constructs any object its input names; save arrays without objects")
-    import numpy
-
-    return numpy.load(file, allow_pickle=False, **options)
+        raise _violation(
+            "numpy.load(allow_pickle=True) and numpy.load(mmap_mode=...) are withheld in the "
+            "sandbox: unpickling constructs any object its input names; save arrays without objects"
+        )
+    return sys.modules["numpy"].load(file, allow_pickle=False, **options)
 
 
 def _safe_loader(loader: Any, function: str) -> None:
-    from yaml.constructor import BaseConstructor, FullConstructor
-
+    constructors: Any = sys.modules["yaml.constructor"]  # imported with yaml (never by this module: inside/)
+    BaseConstructor, FullConstructor = constructors.BaseConstructor, constructors.FullConstructor
     if not (isinstance(loader, type) and issubclass(loader, BaseConstructor)) or issubclass(loader, FullConstructor):
         raise _violation(f"{function}() takes yaml.SafeLoader, yaml.CSafeLoader or yaml.BaseLoader (or a subclass) "
                          "in the sandbox: other loaders construct Python objects their input names; use "
@@ -204,17 +205,13 @@ def _safe_loader(loader: Any, function: str) -> None:
 
 def _yaml_load(stream: Any, Loader: Any = None) -> Any:
     """``yaml.load`` with a safe loader only (``Loader`` is required by pyyaml itself)."""
-    import yaml
-
     _safe_loader(Loader, "yaml.load")
-    return yaml.load(stream, Loader)  # noqa: S506 (the loader was checked above)
+    return sys.modules["yaml"].load(stream, Loader)
 
 
 def _yaml_load_all(stream: Any, Loader: Any = None) -> Any:
-    import yaml
-
     _safe_loader(Loader, "yaml.load_all")
-    return yaml.load_all(stream, Loader)
+    return sys.modules["yaml"].load_all(stream, Loader)
 
 
 #: Replacements by dotted name of the real object (found by identity under any path).
@@ -302,26 +299,22 @@ def disarm_unpickling() -> None:
         raise _violation(f"unpickling {module}.{name} is withheld in the sandbox: unpickling constructs any "
                          "object its input names")  # fmt: skip
 
-    class Unpickler(_pickle.Unpickler):  # type: ignore[misc]
-        pass
-
-    Unpickler.find_class = find_class  # type: ignore[method-assign,assignment]
+    unpickler: Any = type("Unpickler", (pickle.Unpickler,), {"find_class": find_class})
 
     def load(file: Any, **options: Any) -> Any:
-        return Unpickler(file, **options).load()
+        return unpickler(file, **options).load()
 
     def loads(data: Any, /, **options: Any) -> Any:
         import io
 
-        return Unpickler(io.BytesIO(data), **options).load()
+        return unpickler(io.BytesIO(data), **options).load()
 
-    for module in (pickle, _pickle):
-        module.Unpickler = Unpickler  # type: ignore[misc]
-        module.load = load
-        module.loads = loads
-    pickle._Unpickler.find_class = find_class  # type: ignore[attr-defined]
-    pickle._load = load  # type: ignore[attr-defined]
-    pickle._loads = loads  # type: ignore[attr-defined]
+    targets: tuple[Any, ...] = (pickle, _pickle)
+    for module in targets:
+        module.Unpickler, module.load, module.loads = unpickler, load, loads
+    pure: Any = pickle
+    pure._Unpickler.find_class = find_class
+    pure._load, pure._loads = load, loads
 
 
 #: The audit of the default allow list's packages' top-level sub-modules (docs/security.md, "What allowed
@@ -346,12 +339,12 @@ def audit(top: str) -> dict[str, str]:
     for name in sorted(n for n in dir(real) if not n.startswith("_")):
         try:
             value = getattr(real, name)
-        except Exception as exc:  # a lazy attribute that fails to load (numpy's expired aliases)  # noqa: BLE001
+        except Exception as exc:  # a lazy attribute that fails to load (numpy's expired aliases)
             out[name] = f"absent ({type(exc).__name__})"
             continue
         try:
             refuse_value(top, name, value)
-        except Exception as exc:  # noqa: BLE001 (the sticky violation)
+        except Exception as exc:
             out[name] = f"withheld: {exc}"
             continue
         if isinstance(value, types.ModuleType):

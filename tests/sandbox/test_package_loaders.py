@@ -77,7 +77,9 @@ ATTACKS = [
      "return repr(yaml.load('!x {a: 1}', Loader=L))", "SafeConstructor.construct_yaml_object is withheld"),
 ]  # fmt: skip
 
-WORKS = PRELUDE + """
+WORKS = (
+    PRELUDE
+    + """
 buffer = io.BytesIO()
 numpy.save(buffer, numpy.arange(3))
 buffer.seek(0)
@@ -90,6 +92,7 @@ return {
     "agg": int(frame.agg("sum")["b"]),
 }
 """
+)
 
 
 def _index_reachable() -> bool:
@@ -241,8 +244,8 @@ def test_a_pyyaml_program_runs_through_post_v1_exec(index_envs: IndexEnvironment
     from sandforge.runtime.service.tenants import hash_token, new_token, parse_server_config
 
     token = new_token()
-    config = parse_server_config({"state_dir": str(tmp_path / "state"), "tenants": [
-        {"name": "t", "token_hashes": [hash_token(token)], "quotas": {"max_timeout_s": 60}}]}, base=tmp_path)  # fmt: skip
+    tenant = {"name": "t", "token_hashes": [hash_token(token)], "quotas": {"max_timeout_s": 60}}
+    config = parse_server_config({"state_dir": str(tmp_path / "state"), "tenants": [tenant]}, base=tmp_path)
     gate = create_app(config, audit=AuditLog(None)).state.gate
 
     async def post() -> httpx.Response:
