@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from sandforge.runtime.environments.target import TargetCache
 from sandforge.sandbox import EnvironmentMount, ExecutionRequest, Sandbox, SandboxConfig
 from sandforge.sandbox.protocol import ErrorType
 from tests.conftest import _docker_env
-from tests.environments.helpers import REQUIRE
+from tests.environments.helpers import require_index
 from tests.sandbox.envbuild import target_for
 
 pytestmark = pytest.mark.slow
@@ -95,14 +94,6 @@ return {
 )
 
 
-def _index_reachable() -> bool:
-    try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
-    except OSError:
-        return False
-    return True
-
-
 class IndexEnvironments:
     """numpy + pandas + pyyaml from the package index, built once per interpreter for the session."""
 
@@ -124,10 +115,7 @@ class IndexEnvironments:
 
 @pytest.fixture(scope="session")
 def index_envs(tmp_path_factory: pytest.TempPathFactory) -> IndexEnvironments:
-    if not _index_reachable():
-        if REQUIRE:
-            pytest.fail("the package index is unreachable")
-        pytest.skip("the package index is unreachable")
+    require_index()
     return IndexEnvironments(tmp_path_factory.mktemp("pkgenvs"))
 
 
