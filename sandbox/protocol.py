@@ -142,6 +142,11 @@ Context = Annotated[
 ENV_MOUNT_PATH: str = wire.ENV_MOUNT_PATH
 
 
+#: A top-level module a program may be given: public (``_yaml``, a package's private extension, is importable
+#: by the package itself but never exposed to the program) and short.
+EXPOSABLE_MODULE = r"^[A-Za-z][A-Za-z0-9_]{0,99}$"
+
+
 class EnvironmentMount(BaseModel):
     """A ready environment (built by ``runtime/environments``) for the sandbox to mount read-only at
     ``ENV_MOUNT_PATH``: its id, the host path of its ``site`` directory and the top-level modules the program
@@ -152,7 +157,7 @@ class EnvironmentMount(BaseModel):
 
     env_id: str = Field(pattern=r"^[0-9a-f]{32}$", description="the environment's id (its directory's name)")
     site: str = Field(min_length=1, max_length=4096, description="absolute host path of the environment's site/")
-    modules: tuple[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,99}$")], ...] = Field(
+    modules: tuple[Annotated[str, Field(pattern=EXPOSABLE_MODULE)], ...] = Field(
         default=(), max_length=512, description="top-level modules exposed to the program (a subset of what the "
         "environment provides)",
     )  # fmt: skip

@@ -25,7 +25,7 @@ import string
 import types
 from typing import Any
 
-from . import fetching
+from . import fetching, packages
 from .bridge import Bridge, OutcomeFactory, ToolHandle, delegate
 from .lazycontext import LazyContext
 from .lowering import GUARDED_READS
@@ -145,6 +145,7 @@ def _check_attribute_name(name: Any) -> None:
         raise AttributeError(f'"{name}" is an invalid attribute name because it starts with "_"')
     if name in _INSPECT_ATTRIBUTES or name.endswith("__roles__"):
         raise AttributeError(f'"{name}" is a restricted name, that is forbidden to access in RestrictedPython.')
+    packages.check_attribute_name(name)
 
 
 def _plain_fields(template: str) -> None:

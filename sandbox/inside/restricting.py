@@ -10,6 +10,7 @@ from typing import Any
 from RestrictedPython import transformer as rp
 
 from .lowering import GUARDED_READS, OWN_FLAG, RESERVED_NAMES, SPECIAL_METHODS, SUPER_METHODS, _OwnWrites
+from .packages import REFUSED_ATTRIBUTES
 from .world import PROGRAM_MODULE
 
 
@@ -66,6 +67,8 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
             self.error(node, f'"{attr}" is an invalid attribute name because it ends with "__roles__".')
         if attr in rp.INSPECT_ATTRIBUTES:
             self.error(node, f'"{attr}" is a restricted name, that is forbidden to access in RestrictedPython.')
+        if attr in REFUSED_ATTRIBUTES:
+            self.error(node, f'"{attr}" is withheld in the sandbox: {REFUSED_ATTRIBUTES[attr]}.')
         node = self.node_contents_visit(node)
         if isinstance(node.ctx, ast.Load):
             if attr not in GUARDED_READS:
