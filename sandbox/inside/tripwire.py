@@ -106,6 +106,14 @@ _SETATTR_SITES = frozenset({
     ("typing.py", "_make_nmtuple"), ("enum.py", "__new__"), ("enum.py", "_create_"), ("abc.py", "__new__"),
 })  # fmt: skip
 
+#: What libraries read to size themselves (pandas' ``read_csv`` reads the cgroup CPU quota, numpy and
+#: threadpools the CPU and memory counts): read-only and from library code only; the OS wall decides what
+#: these show inside a sandbox.
+_SYSTEM_INFO = (
+    "/sys/fs/cgroup", "/sys/devices/system/cpu", "/proc/self/status", "/proc/self/cgroup", "/proc/self/mountinfo",
+    "/proc/cpuinfo", "/proc/meminfo",
+)  # fmt: skip
+
 #: Attribute reads (``object.__getattr__``) that hand out frames or code: never from the program.
 _FRAME_ATTRIBUTES = frozenset({
     "tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_code", "__code__", "gi_code", "cr_code", "ag_code",
@@ -299,12 +307,29 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
             return None if generated_names_ok(source, names) else "generated namedtuple code with foreign names"
         if where == ("typing.py", "__init__") and type(source) in (str, bytes):
             return None  # typing.ForwardRef compiles its text (never run: evaluating it is an ``exec`` event)
+        if where == ("ast.py", "parse"):
+            return None  # a tree, never code (numpy.load's ast.literal_eval of its header); compiling it is another event
         return "compile() of text that no audited generator produced"
+
+    def importing_environment(frame: Any) -> bool:
+        """Whether an environment package's module body runs between ``frame`` and the program's code: the
+        package importing itself (numpy loads its extensions, reads its data files, sets its threading
+        variables), code that the package chose and the program cannot reach into."""
+        while frame is not None:
+            code = frame.f_code
+            if code.co_filename == _TOOL:
+                return False
+            if code.co_name == "<module>" and _relative(code.co_filename, (env_root,)) is not None:
+                return True
+            frame = frame.f_back
+        return False
 
     def decide(event: str, args: tuple[Any, ...]) -> str | None:  # noqa: C901, PLR0912 - the table
         """Why ``event`` ends the execution, or None when it may proceed."""
         caller = getframe(2)  # 0: decide, 1: hook, 2: the code that caused the event
         who = kind(caller.f_code)
+        if env_root and who in ("library", "import") and importing_environment(caller):
+            return None
         if event == "object.__getattr__":
             name = args[1] if len(args) > 1 else None
             if type(name) is not str or name not in _FRAME_ATTRIBUTES:
@@ -376,7 +401,9 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
             return "import of a module outside the audited set"
         if event in ("open", "os.listdir", "os.scandir"):
             path = args[0] if args else None
-            if who not in ("import", "library") or type(path) is not str or _relative(path, library) is None:
+            if who not in ("import", "library") or type(path) is not str or (
+                _relative(path, library) is None and _relative(path, _SYSTEM_INFO) is None
+            ):
                 return "a file or directory outside the read-only library directories"
             if event == "open":
                 mode = args[1] if len(args) > 1 else "r"
