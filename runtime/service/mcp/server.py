@@ -14,14 +14,14 @@ import inspect
 import json
 import logging
 import re
-from importlib.metadata import PackageNotFoundError, version
 from collections.abc import Awaitable, Callable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
 from mcp.server.caching import CacheHint
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import (
@@ -62,6 +62,8 @@ INSTRUCTIONS = (
     "through the full lifecycle; explain_policy explains a rule. Every healthy stored tool method is also a "
     "tool of its own, named role.method."
 )
+#: What a client sends before it uses the server (the store is not read for these).
+HANDSHAKE = frozenset({"initialize", "notifications/initialized", "ping"})
 _PATHS = re.compile(r"(?:/[\w.@+-]+){2,}")
 
 
@@ -183,6 +185,7 @@ class TenantMCP(MCPServer[Any]):
         self.changes = ToolListWatch(self._signature, self._subscriptions, poll_s=poll_s)
         declare_list_changed(self._lowlevel_server)
         self._declare_only_served()
+        self.middleware.append(self._after_handshake)
         self._register_fixed()
 
     def _declare_only_served(self) -> None:
@@ -200,6 +203,12 @@ class TenantMCP(MCPServer[Any]):
             return declared.model_copy(update=update)
 
         lowlevel.get_capabilities = capabilities  # type: ignore[method-assign]
+
+    async def _after_handshake(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        """Any message but the handshake's lets the tool-list watch read the store (ToolListWatch.watch)."""
+        if ctx.method not in HANDSHAKE:
+            self.changes.used()
+        return await call_next(ctx)
 
     def _signature(self) -> frozenset[tuple[str, ...]]:
         return frozenset(

@@ -55,14 +55,17 @@ CASES = [
     Case("calculator.add", {"args": [40, 2]}),
     Case("shouter.shout", {"args": ["mcp"]}),
     # every error lane
-    Case("run_tool_code", {"code": "import os\nreturn os.getcwd()"}, "guardrail_violation", "guardrail",
-         ("fix (forbidden_module",)),  # fmt: skip
+    Case("run_tool_code", {"code": "import os\nreturn os.getcwd()"}, "guardrail_violation", "guardrail", ("fix (",)),
     Case("run_tool_code", {"code": "while True:\n    pass", "timeout_s": 1}, "timeout", "extrinsic"),
-    Case("run_tool_code", {"code": "return Outcome.error('no_stock', 'none left')"}, "tool_error", "outcome",
-         ("none left", "no_stock")),  # fmt: skip
+    Case("run_tool_code", {"code": "return Outcome.error('no_stock', 'gone')"}, "tool_error", "outcome", ("no_stock",)),
     Case("run_tool_code", {"code": "return 1 / 0"}, "execution", "execution", ("ZeroDivisionError",)),
-    Case("run_tool_code", {"code": "import functools\nreturn hasattr(functools, 'singledispatch')"},
-         "sandbox_violation", "execution", ("withheld",)),  # the policy approves it; the inner wall refuses it
+    Case(
+        "run_tool_code",
+        {"code": "import functools\nreturn hasattr(functools, 'singledispatch')"},
+        "sandbox_violation",
+        "execution",
+        ("withheld",),
+    ),  # the policy approves it; the inner wall refuses it
     Case("run_tool_code", {"code": "return 1", "timeout_s": 10_000}, "limit_exceeded", "request"),
     Case("validate_code", {"code": 7}, "invalid_request", "request"),
     Case("get_tool", {"role": "nobody"}, "tool_not_found", "request"),
@@ -158,7 +161,8 @@ def server(seeded_state: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     clients_home()
     root = tmp_path_factory.mktemp("serve-real-clients")
     shutil.copytree(seeded_state, root / "alpha")
-    config = {"state_dir": "state", "tenants": [{"name": "alpha", "state_dir": "alpha", "quotas": {"max_timeout_s": 5}}]}
+    tenant = {"name": "alpha", "state_dir": "alpha", "quotas": {"max_timeout_s": 5}}
+    config = {"state_dir": "state", "tenants": [tenant]}
     srv = start_server(root, config)
     yield srv
     srv.stop()
