@@ -1,7 +1,7 @@
 """The MCP tools' work, as plain functions of one tenant's runtime (no MCP types here).
 
 Each returns its result model or raises :class:`Failed` carrying a :class:`ToolFailure`: the server turns
-that into an ``isError`` result whose structured content names the error type.
+that into an ``isError`` result (``failure_result.error_result``).
 """
 
 from __future__ import annotations
@@ -200,6 +200,9 @@ def _outcome_failure(outcome: Outcome) -> Failed:
         details["violations"] = violations
     if events := outcome.metadata.get("security_events"):
         details["security_events"] = events
+    for key in ("failure_class", "tool_error"):  # the lifecycle's lane of this answer (ADR 0016)
+        if outcome.metadata.get(key) is not None:
+            details[key] = outcome.metadata[key]
     error_type = outcome.error_type or "execution"
     return fail(error_type, outcome.error_message or error_type, retriable=outcome.retriable, **details)
 

@@ -19,7 +19,7 @@ def test_run_tool_code_reports_the_security_event(tenant_a: Path) -> None:
         assert data["error_type"] == "sandbox_violation"
         event = data["details"]["security_event"]
         assert (event["source"], event["event"]) == (SOURCE, EVENT)
-        assert f"[security event: {SOURCE} {EVENT}]" in result.content[0].text  # type: ignore[union-attr]
+        assert f"security event: {SOURCE} {EVENT}" in result.content[0].text  # type: ignore[union-attr]
         plain = failure(await client.call_tool("run_tool_code", {"code": "raise ValueError('x')"}))
         assert "security_event" not in plain["details"]
 
