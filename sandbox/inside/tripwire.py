@@ -308,7 +308,7 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
         if where == ("typing.py", "__init__") and type(source) in (str, bytes):
             return None  # typing.ForwardRef compiles its text (never run: evaluating it is an ``exec`` event)
         if where == ("ast.py", "parse"):
-            return None  # a tree, never code (numpy.load's ast.literal_eval of its header); compiling it is another event
+            return None  # a tree, never code (numpy.load's literal_eval of its header); compiling one is another event
         return "compile() of text that no audited generator produced"
 
     def importing_environment(frame: Any) -> bool:
@@ -359,7 +359,7 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
                 site(caller.f_code) in _GETFRAME_SITES or _relative(caller.f_code.co_filename, (env_root,))
             ):
                 return None
-            if who == "runner" and (os.path.basename(caller.f_code.co_filename), caller.f_code.co_name) in (
+            if who == "runner" and (caller.f_code.co_filename.rpartition(os.sep)[2], caller.f_code.co_name) in (
                 _RUNNER_GETFRAME_SITES
             ):
                 return None

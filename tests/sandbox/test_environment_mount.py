@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
-from sandforge.sandbox import seam
+from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig, seam
 from sandforge.sandbox.protocol import ENV_MOUNT_PATH, BootSeam, ErrorType
 from tests.conftest import _docker_env
 from tests.environments.helpers import require_wheelhouse
