@@ -27,7 +27,7 @@ from sandforge.runtime.environments.policy import DependencyPolicy
 from sandforge.runtime.environments.target import TargetCache
 from sandforge.sandbox import EnvironmentMount, ExecutionRequest, Sandbox, SandboxConfig
 from sandforge.sandbox.protocol import ErrorType
-from tests.conftest import _docker_env
+from tests.conftest import BACKEND_PARAMS, _docker_env, _require_backend
 from tests.environments.helpers import require_index
 from tests.sandbox.envbuild import target_for
 
@@ -119,8 +119,10 @@ def index_envs(tmp_path_factory: pytest.TempPathFactory) -> IndexEnvironments:
     return IndexEnvironments(tmp_path_factory.mktemp("pkgenvs"))
 
 
-@pytest.fixture(params=["subprocess", pytest.param("docker", marks=pytest.mark.docker)])
+@pytest.fixture(params=BACKEND_PARAMS)
 def backend(request: pytest.FixtureRequest) -> str:
+    """Every backend: the container ones share one environment, built for the image's interpreter."""
+    _require_backend(request.param)
     return str(request.param)
 
 
