@@ -137,10 +137,7 @@ class SubprocessWorker:
         if exit_info is None:  # on a loop, the zygote's reader wakes it: no thread waits for the report
             on_loop = functools.partial(self._reap_on_loop, grace_s=1.0) if self._zygote is not None else None
             exit_info = yield Blocking(functools.partial(self._reap, grace_s=1.0), on_loop=on_loop)
-        return build_outcome(
-            ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits,
-            exit_observed=True,
-        )  # fmt: skip
+        return build_outcome(ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits)
 
     def _kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

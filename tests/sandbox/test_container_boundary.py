@@ -183,12 +183,11 @@ def test_disk_fill_is_bounded(escaped_backend: Backend) -> None:
 
 
 def test_forged_frames_cannot_forge_what_the_host_reports(escaped_backend: Backend) -> None:
-    """An escaped program can write to the result channel (fd 3, the runner's dup of stdout) and so pick its
-    own result, as it could by returning it. It cannot change what the host reports about the sandbox: the
-    protections come from the engine's view of the container, and the frame cannot claim host-measured usage.
-    Containers stop reading at the first result frame (latency), so a frame written before the runner's own
-    wins; the subprocess backend reads to EOF and flags the second frame (test_os_boundary.py)."""
-    forged = {"type": "result", "status": "ok", "value": "forged", "context": {"admin": True}}
+    """An escaped program can write to the result channel (fd 3, the runner's dup of stdout), but the host
+    reads the channel to its end: a forged frame before the runner's own makes two results, a violation the
+    host records as its own security event. Nor can it change what the host reports about the sandbox: the
+    protections come from the engine's view of the container, and the frame cannot claim host-measured usage."""
+    forged = {"type": "result", "status": "ok", "value": "forged"}
     code = (
         "import os, json, struct\n"
         f"body = json.dumps({forged!r}).encode()\n"
@@ -203,10 +202,9 @@ def test_forged_frames_cannot_forge_what_the_host_reports(escaped_backend: Backe
         reference.destroy()
     assert out.protections == expected_protections and out.protections["network_none"]
     assert out.usage.source == "sandbox"  # container usage is always labelled as the runner's report
-    if out.ok:
-        assert out.value in ("forged", "real")
-    else:
-        assert out.error_type in (ErrorType.SANDBOX_VIOLATION, ErrorType.EXECUTION)
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION and out.value is None, (out.error_type, out.value)
+    assert out.security_event is not None and out.security_event.source == "host"
+    assert out.security_event.event == "second_result"
 
 
 def test_a_passed_context_value_cannot_be_changed(escaped_backend: Backend) -> None:
