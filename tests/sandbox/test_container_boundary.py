@@ -183,15 +183,17 @@ def test_disk_fill_is_bounded(escaped_backend: Backend) -> None:
 
 
 def test_forged_frames_cannot_forge_what_the_host_reports(escaped_backend: Backend) -> None:
-    """An escaped program can write to the result channel (fd 3, the runner's dup of stdout), but the host
+    """An escaped program can write to the result channel (the runner's dup of stdout), but the host
     reads the channel to its end: a forged frame before the runner's own makes two results, a violation the
     host records as its own security event. Nor can it change what the host reports about the sandbox: the
     protections come from the engine's view of the container, and the frame cannot claim host-measured usage."""
     forged = {"type": "result", "status": "ok", "value": "forged"}
     code = (
-        "import os, json, struct\n"
+        "import os, json, struct, sys\n"
+        "f = sys._getframe()\n"
+        "while 'bridge' not in f.f_locals:\n    f = f.f_back\n"
         f"body = json.dumps({forged!r}).encode()\n"
-        "os.write(3, struct.pack('>I', len(body)) + body)\n"
+        "os.write(f.f_locals['bridge'].out_fd, struct.pack('>I', len(body)) + body)\n"
         "return 'real'"
     )
     out = escaped(escaped_backend, code)
