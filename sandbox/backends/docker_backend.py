@@ -5,9 +5,11 @@ network, a read-only root, a size-limited noexec ``/tmp``, no capabilities, no-n
 non-root user and pids/memory (no swap)/CPU limits; its only mount is its own read-only hand-off directory
 for large context values (``sandbox/handoff.py``). Its stdin, stdout and stderr are attached *before*
 it starts; the runner (``--result-stdout``) keeps the container's stdout as the result channel and points
-its own stdout at stderr before any program runs, so printing cannot forge a result. After its single
-execution the container is killed if needed, inspected (exit code, OOM kill) and removed, on a background
-thread so removal stays off the hot path; leftovers are removed at pool close and at interpreter exit,
+its own stdout at stderr before any program runs, so printing cannot forge a result. The host reads the
+attach stream to its end and judges the result with the container's exit status, which the engine's wait,
+asked as soon as the container runs, gives (``ExitWatch``); after a failure the container is killed and
+inspected (exit code, OOM kill) instead. Then it is removed, on a background thread so removal stays off the
+hot path; leftovers are removed at pool close and at interpreter exit,
 and containers of dead processes (label ``sandforge.owner``) are reaped when a backend starts.
 """
 

@@ -14,8 +14,9 @@ After the ready frame, the host checks from ``/proc`` and the cgroup filesystem 
 (runc: the container process itself; runsc: the gVisor sandbox process, plus the runner's own report from
 inside the sentry). A worker that lacks a required protection is refused.
 
-The runtime exits when the container's process does, and then deletes the container and its cgroup itself;
-the host only reaps the runtime process and removes the bundle directory, off the hot path. Bundles of
+The runtime exits when the container's process does, with its exit status, once it has deleted the container
+and its cgroup itself; it holds the result channel until then, so the channel's end and the status the host
+judges the result with come together. The host removes the bundle directory off the hot path. Bundles of
 processes that died are removed (and their containers force-deleted) when a backend starts. Both need
 root: rootless containers are not supported by these backends.
 """
