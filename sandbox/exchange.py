@@ -280,14 +280,15 @@ def exchange_steps(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandle
         ex.failure = (ErrorType.SANDBOX_UNAVAILABLE, f"could not send the program to the sandbox: {exc}")
         return ex
     open_streams: set[Stream] = {"result", "stdout", "stderr"}
-    ending = deadline  # a complete result's channel may end up to END_GRACE_S later (a container's teardown)
+    ending: float | None = None  # once the result is complete: its channel may end up to END_GRACE_S later
     while open_streams and ex.failure is None:
-        if ex.complete and ending == deadline:
+        if ex.complete and ending is None:
             ending = max(deadline, time.monotonic() + END_GRACE_S)
-        if ending - time.monotonic() <= 0:
+        until = deadline if ending is None else ending
+        if until - time.monotonic() <= 0:
             ex.failure = (ErrorType.TIMEOUT, _timeout_message(limits.timeout_s, allowed))
             break
-        if (yield from _one_poll(io, reader, ex, handler, limits, ending, open_streams)):
+        if (yield from _one_poll(io, reader, ex, handler, limits, until, open_streams)):
             break
         if ex.stderr.truncated or ex.stray_stdout.truncated:
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")

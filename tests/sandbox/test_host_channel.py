@@ -131,6 +131,36 @@ def test_an_ok_result_needs_a_clean_exit() -> None:
     assert out.security_event is not None and out.security_event.source == "host"
 
 
+class LateEndIO(ScriptedIO):
+    """A worker whose channel ends ``late_s`` after its result (a container's teardown), or never."""
+
+    def __init__(self, late_s: float | None) -> None:
+        super().__init__(frame(OK))
+        self.late_s = late_s
+
+    def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
+        if len(self.pending) == 4:  # the result
+            return [self.pending.pop(0)]
+        if self.late_s is None:
+            time.sleep(min(timeout, 0.05))
+            return []
+        time.sleep(self.late_s)
+        self.late_s = 0.0
+        return super().poll(timeout)
+
+
+def test_the_channel_may_end_after_the_deadline_once_the_result_is_complete() -> None:
+    """The end of a complete result's channel is awaited up to END_GRACE_S past the deadline (a container's
+    teardown); a channel still open then is a timeout, never the ok it carried."""
+    limits = Limits(timeout_s=0.2)
+    request = ExecutionRequest(code="return 1", limits=limits)
+    late = run_exchange(LateEndIO(0.5), request, None)
+    assert late.failure is None and late.complete
+    never = run_exchange(LateEndIO(None), request, None)
+    assert never.failure is not None and never.failure[0] == ErrorType.TIMEOUT
+    assert build_outcome(never, ExitInfo(exit_code=0), backend="test", protections={}, limits=limits).value is None
+
+
 def test_an_ok_result_whose_exit_was_not_seen_does_not_stand() -> None:
     out = exchange_with(frame(OK), exit_info=ExitInfo())
     assert out.error_type == ErrorType.SANDBOX_UNAVAILABLE and out.value is None and out.context is None
