@@ -34,7 +34,7 @@ TRIPPING = (
     "context['leak'] = 'written before the trip'\n"
     "delegate('helper', purpose='staged with the attempt')\n"
     "import dataclasses, typing\n"
-    "T = typing.TypedDict('T', {'q\"\\n__import__(\"os\").system(\"id\")\\ndef k():\\n return \"': int})\n"
+    'T = typing.TypedDict(\'T\', {\'q"\\n__import__("os").system("id")\\ndef k():\\n return "\': int})\n'
     "dataclasses.dataclass(T, init=False, eq=False)\n"
     "return 'escaped'\n"
 )

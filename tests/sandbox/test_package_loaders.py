@@ -26,8 +26,7 @@ from sandforge.runtime.environments.manifest import normalise
 from sandforge.runtime.environments.policy import DependencyPolicy
 from sandforge.runtime.environments.target import TargetCache
 from sandforge.sandbox import EnvironmentMount, ExecutionRequest, Sandbox, SandboxConfig, seam
-from sandforge.sandbox.protocol import BootSeam
-from sandforge.sandbox.protocol import ErrorType
+from sandforge.sandbox.protocol import BootSeam, ErrorType
 from tests.conftest import _docker_env
 from tests.environments.helpers import require_index
 from tests.sandbox.envbuild import target_for
