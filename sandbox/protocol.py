@@ -361,7 +361,9 @@ class BootSeam(BaseModel):
 
     tripwire_off: bool = Field(False, description="start the runner without its audit hook (benchmark, tests)")
     unwrapped: tuple[str, ...] = Field(
-        (), description="``module.name`` whose real callable replaces the runner's wrapper on the proxy (tests)"
+        (),
+        description="``module.name`` whose real callable replaces the runner's wrapper on the proxy, or one of the "
+        "runner's own layers reverted (``generators.check_generated_names``, ``packages.*``: serving._REVERTIBLE)",
     )
 
 

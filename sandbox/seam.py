@@ -3,7 +3,9 @@
 ``ACTIVE`` is None in production. A test or ``bench/bench_compat.py`` sets it (``monkeypatch.setattr``) to
 start runners without the tripwire (``tripwire_off``: the benchmark's side-by-side run, and the tests that
 show which layer stopped an attack) or with the real standard-library callables in place of the runner's
-wrappers (``unwrapped``: a fix reverted, to show that the tripwire still ends the run). The boot frame
+wrappers or one of the runner's own layers reverted (``unwrapped``: a fix reverted, to show that the tripwire
+still ends the run: the name check before the class generators, the packages' withheld names, wrappers and
+unpickling floor). The boot frame
 carries it (``BootFrame.seam``): built by the host only, from this module, never from a program, a context
 value, a tool contract or a ``SandboxConfig``.
 """

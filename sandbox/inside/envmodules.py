@@ -15,6 +15,7 @@ the sandbox's walls, like any code the policy allowed; the program only ever hol
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import os
 import sys
 import types
@@ -58,6 +59,11 @@ def expose(boot: dict[str, Any], proxies: dict[str, Any]) -> None:
         return
     if ENV_MOUNT_PATH not in sys.path:
         sys.path.append(ENV_MOUNT_PATH)
+    # Fill the import system's directory caches now, before the tripwire is armed: in a private root the
+    # runner's own directory looks changed since it was cached, and the program's first ``import numpy`` would
+    # list it again, which the tripwire refuses (a listing outside the library directories). A name that no
+    # module can have: nothing is imported.
+    importlib.machinery.PathFinder.find_spec("sandforge-prime")
     packages.disarm_unpickling()  # before any package imports ``pickle.loads`` by name
     for name in SINGLE_THREADED:  # the sandbox may start no thread (RLIMIT_NPROC 0): tell native libraries
         os.environ[name] = "1"

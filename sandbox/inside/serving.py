@@ -16,7 +16,7 @@ import sys
 import types
 from typing import Any
 
-from . import envmodules, generators, standins, tripwire
+from . import envmodules, generators, packages, standins, tripwire
 from .bridge import _ITIMER_REAL, _SETITIMER, BACKSTOP_GRACE_S, Bridge, InvalidContract, ToolOutcome, pause_backstop
 from .channel import Channel, PassedTextError, handoff_ready, read_execute, write_frame, write_frames
 from .compilation import compile_program, shipped_code
@@ -233,12 +233,30 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
     return proxies
 
 
+def _no_check(*_args: Any, **_kwargs: Any) -> None:
+    return None
+
+
+#: The runner's own layers a test may revert through the seam (``module.function`` -> its stand-in): the name
+#: check before every class generator (items 1 and 5's fix), and the packages' layers (item 3's fix): withheld
+#: names and modules, the wrappers (``numpy.load`` without ``allow_pickle``), the unpickling floor.
+_REVERTIBLE: dict[str, tuple[Any, str, Any]] = {
+    "generators.check_generated_names": (generators, "check_generated_names", _no_check),
+    "packages.refuse_value": (packages, "refuse_value", _no_check),
+    "packages.check_import": (packages, "check_import", _no_check),
+    "packages.wrapped": (packages, "wrapped", lambda value: value),
+    "packages.disarm_unpickling": (packages, "disarm_unpickling", _no_check),
+}
+
+
 def _unwrap(proxies: dict[str, Any], names: list[Any]) -> None:
     """The tests' seam (``sandforge.sandbox.seam``, never configuration): put the real ``module.name`` back on
-    its proxy in place of the runner's wrapper, so a test shows what the tripwire stops without it."""
+    its proxy in place of the runner's wrapper, or revert one of the runner's own layers (`_REVERTIBLE`), so a
+    test shows what the tripwire stops without it."""
     for dotted in names:
-        if dotted == "generators.check_generated_names":  # the name check before every class generator
-            generators.check_generated_names = lambda *_args, **_kwargs: None
+        if dotted in _REVERTIBLE:
+            module_object, attribute, stand_in = _REVERTIBLE[dotted]
+            setattr(module_object, attribute, stand_in)
             continue
         module, _, name = str(dotted).rpartition(".")
         if module in proxies:

@@ -1,13 +1,29 @@
-"""Issue 36: an attempt that ends on a security event is recorded as one (call log, outcome metadata) and
-commits nothing, on every backend."""
+"""Issue 36: an attempt that ends on a security event (the inner wall's or the tripwire's) is recorded as one
+(call log, outcome metadata) and commits nothing, on every backend."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
+from sandforge.runtime.agent import Budgets, CallLog, Workspace
+from sandforge.runtime.providers import ScriptedProvider
+from sandforge.runtime.store.toolstore import LookupStatus, ToolStore
+from sandforge.sandbox import SandboxConfig, seam
 from tests.agent.conftest import MakeWorkspace, top
-from tests.security_programs import EVENT, SOURCE, VIOLATING, assert_policy_approves
+from tests.security_programs import (
+    EVENT,
+    SOURCE,
+    TRIP_EVENT,
+    TRIP_SOURCE,
+    TRIPPING,
+    TRIPWIRE_SEAM,
+    VIOLATING,
+    assert_policy_approves,
+    assert_policy_approves_tripping,
+)
 
 READ_BACK = "return context.get('leak', 'nothing committed')\n"
 
@@ -69,3 +85,35 @@ def test_a_discarded_nested_calls_security_event_stays_in_the_parents_record(mak
     assert [(e.role, e.source, e.event) for e in nested.security_events] == [("inner", SOURCE, EVENT)]
     assert [(e.role, e.method, e.event) for e in rec.security_events] == [("inner", "go", EVENT)]
     assert rec.security_events[0].attempt_id.startswith(nested.call_id)
+
+
+def test_an_attempt_the_tripwire_ends_commits_nothing(
+    sandbox_backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attempt wrote context and staged a tool contract before it tripped: no context, no registry entry
+    (workspace or store), no stored program; the call log holds the one call, its failed attempt carrying the
+    tripwire's event."""
+    assert_policy_approves_tripping()
+    monkeypatch.setattr(seam, "ACTIVE", TRIPWIRE_SEAM)  # item 1's fix reverted: only the tripwire is left
+    log_path = tmp_path / "calls.jsonl"
+    ws = Workspace(provider=ScriptedProvider([TRIPPING]), sandbox=SandboxConfig(backend=sandbox_backend, pool_size=0),
+                   store=ToolStore(tmp_path / "state"), log=CallLog(log_path),
+                   budgets=Budgets(execution_repair_budget=0))  # fmt: skip
+    try:
+        outcome = ws.call("vault", "peek")
+        assert not outcome.ok and outcome.error_type == "sandbox_violation", (outcome.error_type, outcome.error_message)
+        assert ws.context("vault") == {}
+        assert "helper" not in ws.tools
+        store = ws.tool_store
+        assert store is not None and store.get_tool("helper") is None
+        assert store.lookup("vault", "peek").status == LookupStatus.MISSING
+        [rec] = ws.log.records
+        assert rec.attempt_stage == "rolled_back"
+        [failure] = rec.attempt_failures
+        assert failure.security_event is not None
+        assert (failure.security_event.source, failure.security_event.event) == (TRIP_SOURCE, TRIP_EVENT)
+        assert [(e.source, e.event, e.attempt_number) for e in rec.security_events] == [(TRIP_SOURCE, TRIP_EVENT, 1)]
+        assert outcome.metadata["security_events"][0]["source"] == TRIP_SOURCE
+        assert [json.loads(line)["call_id"] for line in log_path.read_text().splitlines()] == [rec.call_id]
+    finally:
+        ws.close()

@@ -1,14 +1,26 @@
-"""Issue 36: ``sandforge exec`` shows a run's security event, in its JSON object and in its text."""
+"""Issue 36: ``sandforge exec`` shows a run's security event (the inner wall's, the tripwire's), in its JSON
+object and in its text: one typed line, exit code 1, no traceback."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from sandforge.runtime.cli import main
-from tests.security_programs import EVENT, SOURCE, VIOLATING, assert_policy_approves
+from sandforge.sandbox import seam
+from tests.security_programs import (
+    EVENT,
+    SOURCE,
+    TRIP_EVENT,
+    TRIP_SOURCE,
+    TRIPPING,
+    TRIPWIRE_SEAM,
+    VIOLATING,
+    assert_policy_approves,
+)
 
 
 def test_exec_json_and_text_show_the_security_event(tmp_path: Path) -> None:
@@ -37,3 +49,22 @@ def test_exec_json_without_a_security_event_says_null(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["exec", str(program), "--backend", "subprocess", "--json"])
     assert result.exit_code == 1
     assert json.loads(result.stdout)["security_event"] is None
+
+
+def test_exec_of_a_program_that_trips_is_one_typed_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seam, "ACTIVE", TRIPWIRE_SEAM)  # issue 36 item 1's fix reverted: the tripwire ends it
+    program = tmp_path / "tripping.py"
+    program.write_text(TRIPPING)
+    runner = CliRunner()
+    result = runner.invoke(main, ["exec", str(program), "--backend", "subprocess", "--json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert data["error_type"] == "sandbox_violation"
+    assert (data["security_event"]["source"], data["security_event"]["event"]) == (TRIP_SOURCE, TRIP_EVENT)
+    assert "Traceback" not in result.output and "__import__" not in result.stdout
+    text = runner.invoke(main, ["exec", str(program), "--backend", "subprocess"])
+    assert text.exit_code == 1
+    assert "Traceback" not in text.output
+    errors = [line for line in text.stderr.splitlines() if "sandbox_violation" in line]
+    assert len(errors) == 1 and "audit event 'compile'" in errors[0], text.stderr
+    assert f"security event: {TRIP_SOURCE} {TRIP_EVENT}" in text.stderr

@@ -25,8 +25,8 @@ from sandforge.runtime.environments.builder import EnvironmentStore
 from sandforge.runtime.environments.manifest import normalise
 from sandforge.runtime.environments.policy import DependencyPolicy
 from sandforge.runtime.environments.target import TargetCache
-from sandforge.sandbox import EnvironmentMount, ExecutionRequest, Sandbox, SandboxConfig
-from sandforge.sandbox.protocol import ErrorType
+from sandforge.sandbox import EnvironmentMount, ExecutionRequest, Sandbox, SandboxConfig, seam
+from sandforge.sandbox.protocol import BootSeam, ErrorType
 from tests.conftest import BACKEND_PARAMS, _docker_env, _require_backend
 from tests.environments.helpers import require_index
 from tests.sandbox.envbuild import target_for
@@ -148,6 +148,31 @@ def test_every_loader_attack_is_stopped_by_its_layer(
                                                                    outcome.error_message)  # fmt: skip
         assert layer in (outcome.error_message or ""), (name, outcome.error_message)
         assert "module 'os'" not in json.dumps(outcome.value)
+
+
+#: Issue 36 item 3's fix, every layer of it: withheld names and modules, the wrappers (``numpy.load`` without
+#: ``allow_pickle``) and the unpickling floor.
+PACKAGE_LAYERS = ("packages.refuse_value", "packages.check_import", "packages.wrapped", "packages.disarm_unpickling")
+
+
+@pytest.mark.parametrize("tripwire_on", [True, False], ids=["tripwire", "no-tripwire"])
+def test_numpy_load_of_a_pickle_with_the_package_layers_reverted(
+    index_envs: IndexEnvironments, backend: str, tripwire_on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``packages.py``'s layers reverted (the tests' seam), the real ``numpy.load(allow_pickle=True)``
+    unpickles; the tripwire stops it at ``pickle.find_class``, before the global is looked up. Without the
+    tripwire too, the attack hands the program the real ``os``: the seam really reverts the fix."""
+    monkeypatch.setattr(seam, "ACTIVE", BootSeam(unwrapped=PACKAGE_LAYERS, tripwire_off=not tripwire_on))
+    with Sandbox(SandboxConfig(backend=backend, pool_size=0)) as sb:  # type: ignore[arg-type]
+        mount = index_envs.mount(sb, backend)
+        outcome = sb.execute(ExecutionRequest(code=PRELUDE + ATTACKS[0][1], args=[OS_PICKLE], environment=mount))
+    if not tripwire_on:
+        assert outcome.ok and "module 'os'" in str(outcome.value), (outcome.error_type, outcome.error_message)
+        return
+    assert outcome.error_type == ErrorType.SANDBOX_VIOLATION, (outcome.error_type, outcome.value, outcome.stderr)
+    assert outcome.security_event is not None
+    assert (outcome.security_event.source, outcome.security_event.event) == ("tripwire", "pickle.find_class")
+    assert outcome.value is None and "module 'os'" not in (outcome.error_message or "")
 
 
 def _host_site(index_envs: IndexEnvironments) -> str:

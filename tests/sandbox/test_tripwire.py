@@ -23,17 +23,18 @@ from sandforge.sandbox.inside import tripwire, world
 from sandforge.sandbox.inside.wire import VIOLATION_EXIT_STATUS
 from sandforge.sandbox.protections import Protection, enforced
 from sandforge.sandbox.protocol import BootSeam, Limits, tripwire_canary
+from tests.conftest import BACKEND_PARAMS
 from tests.sandbox.test_container_boundary import ESCAPED_BOOTSTRAP_ARMED, container_backend
 
 ARMED = Path(__file__).with_name("escaped_runner_armed.py")
 LIMITS = Limits(timeout_s=10, memory_mb=256, disk_mb=4, max_processes=12)
 SECRET = "/etc/sandforge-tripwire-secret-path"
 
-BACKENDS = [
-    "subprocess",
-    pytest.param("docker", marks=pytest.mark.docker),
-    pytest.param("runc", marks=pytest.mark.oci("runc")),
-]
+#: Every backend (the runner's interpreter differs: the host's for subprocess, the image's for containers, on
+#: runc's or gVisor's kernel).
+BACKENDS = BACKEND_PARAMS
+#: Subprocess and one container backend: the tests that revert a fix through the seam.
+TWO_BACKENDS = ["subprocess", pytest.param("docker", marks=pytest.mark.docker)]
 
 
 def tripped(outcome: ExecutionOutcome, event: str) -> None:
@@ -146,6 +147,55 @@ def test_dataclass_exec_injection_trips_with_the_name_check_reverted(
     assert INJECTED not in (outcome.error_message or "")
 
 
+# --- issue 36, item 5, with the fix reverted: what stops an escape attempt through the special methods -------
+
+#: A functional Enum installs ``__reduce_ex__`` (and hides Enum's own ``__copy__``); ``copy.copy`` then hands
+#: the program's reduce value to ``copy._reconstruct``, which ``setattr``-s every name of its state on the
+#: new object, ``__class__`` included: an attribute the guards refuse to the program, set by library code.
+ENUM_SPECIAL_METHODS = """
+import copy, enum
+class Box:
+    pass
+class Other:
+    pass
+def reduce(self, protocol):
+    return (Box, (), (None, {'__class__': Other}))
+E = enum.Enum('E', {'__reduce_ex__': reduce, '__copy__': None, 'A': 1})
+return isinstance(copy.copy(E.A), Other)
+"""
+
+
+@pytest.mark.parametrize("backend", TWO_BACKENDS)
+@pytest.mark.parametrize(
+    ("reverted", "stopped_by"),
+    [
+        ((), "inner_wall"),  # the fix: the name check refuses '__reduce_ex__' before enum sees it
+        (("generators.check_generated_names",), "tripwire"),  # the fix reverted: the tripwire alone
+        (("generators.check_generated_names",), None),  # and no tripwire either: the attempt is real
+    ],
+    ids=["fix", "fix-reverted", "no-tripwire"],
+)
+def test_enum_special_methods_with_the_name_check_reverted(
+    backend: str, reverted: tuple[str, ...], stopped_by: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 5 with its fix reverted: the class is created with the program's ``__reduce_ex__`` (no event:
+    nothing reached the real world yet); the ``__class__`` assignment ``copy`` then makes on its behalf is
+    ``object.__setattr__`` from library code on an object, not a class the program defined: the tripwire
+    ends the run there."""
+    monkeypatch.setattr(seam, "ACTIVE", BootSeam(unwrapped=reverted, tripwire_off=stopped_by is None))
+    with Sandbox(SandboxConfig(backend=backend, pool_size=0)) as sb:
+        outcome = sb.execute(ExecutionRequest(code=ENUM_SPECIAL_METHODS))
+    if stopped_by is None:
+        assert outcome.ok and outcome.value is True, (outcome.error_type, outcome.error_message)
+    elif stopped_by == "tripwire":
+        tripped(outcome, "object.__setattr__")
+    else:
+        assert outcome.error_type == ErrorType.SANDBOX_VIOLATION, (outcome.error_type, outcome.error_message)
+        assert outcome.security_event is not None
+        assert (outcome.security_event.source, outcome.security_event.event) == ("inner_wall", "generated_name")
+        assert "'__reduce_ex__'" in (outcome.error_message or "")
+
+
 # --- an escaped program: every event class trips, with its name and none of its arguments ----------------
 
 #: (what the escaped program does, the audit event that must end it)
@@ -195,9 +245,7 @@ def test_an_escaped_program_trips_on_subprocess(armed_subprocess: Backend, code:
     assert SECRET not in (outcome.error_message or "") and SECRET not in str(outcome.security_event)
 
 
-@pytest.fixture(
-    params=[pytest.param("docker", marks=pytest.mark.docker), pytest.param("runc", marks=pytest.mark.oci("runc"))]
-)
+@pytest.fixture(params=[p for p in BACKEND_PARAMS if p != "subprocess"])
 def armed_container(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
     request.getfixturevalue("docker_env")
     backend = container_backend(request.param, ESCAPED_BOOTSTRAP_ARMED, monkeypatch)
