@@ -208,32 +208,14 @@ def _result_writer() -> Any:
     return write_result
 
 
-def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR0915 - one closure: see the module doc
-    """Install the hook (unarmed) and self-test it; True when it answered."""
-    write_result = _result_writer()
-    runner_dir = os.path.dirname(os.path.abspath(__file__))
-    library = library_roots() if roots is None else roots
-    stdlib = library[0]
-    env_root = library[1]
-    exit_now = os._exit
-    generate_tokens, name_token, token_error, string_io = (
-        tokenize.generate_tokens,
-        tokenize.NAME,
-        tokenize.TokenError,
-        io.StringIO,
-    )
-    getframe = sys._getframe
-    str_isidentifier = str.isidentifier
-    iskeyword = keyword.iskeyword
-    type_dict = type.__dict__["__dict__"].__get__
-    module_type = type(sys)
-    code_type = type(install.__code__)
-    # The hook's whole state: [armed, busy, out_fd, code, stdout, max_bytes]
-    state: list[Any] = [False, False, -1, None, None, 0]
+def _classifier(runner_dir: str, library: tuple[str, ...]) -> tuple[Any, Any]:
+    """``kind(code)`` (whose frame: program, generated, runner, library, import) and ``site(code)`` (a standard
+    library function as (file relative to the standard library, function name)), bound to these roots."""
+    relative, tool, stdlib = _relative, _TOOL, library[0]
 
     def kind(code: Any) -> str:
         filename = code.co_filename
-        if filename == _TOOL:
+        if filename == tool:
             return "program"
         if filename.startswith("<frozen importlib"):
             return "import"
@@ -241,23 +223,24 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
             return "library"
         if filename.startswith("<"):
             return "generated"
-        if _relative(filename, (runner_dir,)) is not None:
+        if relative(filename, (runner_dir,)) is not None:
             return "runner"
-        return "library" if _relative(filename, library) is not None else "generated"
+        return "library" if relative(filename, library) is not None else "generated"
 
     def site(code: Any) -> tuple[str, str] | None:
-        relative = _relative(code.co_filename, (stdlib,))
-        return (relative, code.co_name) if relative is not None else None
+        where = relative(code.co_filename, (stdlib,))
+        return (where, code.co_name) if where is not None else None
 
-    def trip(event: str, detail: str, source: str = "tripwire") -> None:
-        security_event = {"source": source, "event": event[:100], "detail": detail[:200]}
-        message = (
-            f"the sandbox stopped the program at audit event {event!r}: {detail}" if source == "tripwire" else detail
-        )
-        try:
-            write_result(state[2], message, security_event, state[4], state[5])
-        finally:
-            exit_now(VIOLATION_EXIT_STATUS)
+    return kind, site
+
+
+def _generator_check(site: Any) -> Any:  # noqa: C901 - closures bound once: see the module doc
+    """``generator_compile(frame, source)``: why a ``compile`` from an audited generator is refused, or None
+    when every name in the generated text checks out (the generator's own frames say which names it took)."""
+    generate_tokens, name_token, token_error, string_io = (
+        tokenize.generate_tokens, tokenize.NAME, tokenize.TokenError, io.StringIO,
+    )  # fmt: skip
+    str_isidentifier, iskeyword, vocabulary = str.isidentifier, keyword.iskeyword, _GENERATOR_VOCABULARY
 
     def generated_names_ok(source: Any, names: set[str]) -> bool:
         """Every NAME token of generated source is a keyword, the generator's vocabulary or ``names``."""
@@ -267,7 +250,7 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
             text = source.decode("utf-8") if type(source) is bytes else source
             for token in generate_tokens(string_io(text).readline):
                 if token.type == name_token and not (
-                    iskeyword(token.string) or token.string in _GENERATOR_VOCABULARY or token.string in names
+                    iskeyword(token.string) or token.string in vocabulary or token.string in names
                 ):
                     return False
         except (token_error, SyntaxError, UnicodeDecodeError):
@@ -283,23 +266,28 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
             out.add(value)
         return out
 
+    def dataclass_names(frame: Any) -> set[str] | None:
+        """The field names of the class ``dataclasses._process_class`` is making, with ``_create_fn``'s locals
+        and the method's name; None when one of them is not an identifier."""
+        outer = frame.f_back
+        while outer is not None and site(outer.f_code) != ("dataclasses.py", "_process_class"):
+            outer = outer.f_back
+        fields = outer.f_locals.get("fields") if outer is not None else None
+        names = identifiers(fields) if type(fields) is dict else None
+        local_names = frame.f_locals.get("locals")
+        extra = identifiers(local_names) if type(local_names) is dict else set()
+        if names is None or extra is None:
+            return None
+        method = frame.f_locals.get("name")
+        return names | extra | ({method} if type(method) is str else set())
+
     def generator_compile(frame: Any, source: Any) -> str | None:
-        """Why a compile from an audited generator is refused, or None when every name checks out."""
         where = site(frame.f_code)
         if where == ("dataclasses.py", "_create_fn"):
-            outer = frame.f_back
-            while outer is not None and site(outer.f_code) != ("dataclasses.py", "_process_class"):
-                outer = outer.f_back
-            fields = outer.f_locals.get("fields") if outer is not None else None
-            names = identifiers(fields) if type(fields) is dict else None
-            local_names = frame.f_locals.get("locals")
-            extra = identifiers(local_names) if type(local_names) is dict else set()
-            if names is None or extra is None:
+            names = dataclass_names(frame)
+            if names is None:
                 return "a dataclass field name that is not an identifier"
-            method = frame.f_locals.get("name")
-            if type(method) is str:
-                extra.add(method)
-            return None if generated_names_ok(source, names | extra) else "generated dataclass code with foreign names"
+            return None if generated_names_ok(source, names) else "generated dataclass code with foreign names"
         if where == ("collections/__init__.py", "namedtuple"):
             names = identifiers([frame.f_locals.get("typename"), *(frame.f_locals.get("field_names") or [None])])
             if names is None:
@@ -311,124 +299,181 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
             return None  # a tree, never code (numpy.load's literal_eval of its header); compiling one is another event
         return "compile() of text that no audited generator produced"
 
+    return generator_compile
+
+
+#: A rule: ``(event, caller frame, whose frame, the event's arguments) -> why it trips, or None``.
+_Rule = Any
+
+
+def _frame_rules(kind: Any, site: Any, env_root: str) -> dict[str, _Rule]:  # noqa: C901 - closures, as above
+    """The rules for events that hand out or change frames, code and special attributes."""
+    relative, frame_attributes, program_module = _relative, _FRAME_ATTRIBUTES, _PROGRAM_MODULE
+    setattr_sites, getframe_sites, runner_getframe_sites = _SETATTR_SITES, _GETFRAME_SITES, _RUNNER_GETFRAME_SITES
+    type_dict, module_type, guards_file = type.__dict__["__dict__"].__get__, type(sys), os.sep + "guards.py"
+
+    def frame_attribute(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
+        name = args[1] if len(args) > 1 else None
+        if type(name) is not str or name not in frame_attributes:
+            return None
+        reader: Any = caller
+        while who == "runner" and reader.f_code.co_filename.endswith(guards_file):
+            reader = reader.f_back  # the runner's attribute guard, reading on the program's behalf
+            who = kind(reader.f_code) if reader is not None else "program"
+        return f"read of a frame or code attribute ({name}) by the program" if who in ("program", "generated") else None
+
+    def special_attribute(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
+        target = args[0] if args else None
+        if issubclass(type(target), type):
+            module = type_dict(target).get("__module__")
+            if type(module) is str and module == program_module:
+                return None
+        if who == "library" and site(caller.f_code) in setattr_sites:
+            return None
+        if who == "runner" and args[1:2] == ("__class__",) and issubclass(type(target), module_type):
+            return None  # a lazy module proxy becoming a plain module once filled (world.LazyModuleProxy)
+        return "a special attribute set on a class or function the program did not define"
+
+    def getframe(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
+        code = caller.f_code
+        if who == "library" and (site(code) in getframe_sites or relative(code.co_filename, (env_root,))):
+            return None
+        if who == "runner" and (code.co_filename.rpartition(os.sep)[2], code.co_name) in runner_getframe_sites:
+            return None
+        return "sys._getframe() outside the audited standard-library callers"
+
+    return {
+        "object.__getattr__": frame_attribute,
+        "object.__setattr__": special_attribute,
+        "object.__delattr__": special_attribute,
+        "sys._getframe": getframe,
+    }
+
+
+def _code_rules(site: Any, library: tuple[str, ...], state: list[Any]) -> dict[str, _Rule]:  # noqa: C901
+    """The rules for events that load or run code, or touch files: exec, compile, import, open, marshal."""
+    relative, env_root, generator_compile = _relative, library[1], _generator_check(site)
+    audited, optional, system_info, write_flags = AUDITED_IMPORTS, _OPTIONAL_IMPORTS, _SYSTEM_INFO, _WRITE_FLAGS
+    code_type = type(_classifier.__code__)
+    generators = (("dataclasses.py", "_create_fn"), ("collections/__init__.py", "namedtuple"))
+
+    def exec_(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
+        code = args[0] if args else None
+        if code is not None and code is state[3]:
+            return None  # the program's own code object, executed once by the runner
+        filename = getattr(code, "co_filename", None) if type(code) is code_type else None
+        if (
+            who == "import"
+            and type(filename) is str
+            and (filename.startswith("<frozen ") or relative(filename, library))
+        ):
+            return None  # a library (or frozen standard) module's code, run by the import machinery
+        if who == "library" and site(caller.f_code) in generators:
+            return None  # its text passed the compile check just before
+        return "exec() or eval() of code that no audited generator produced"
+
+    def compile_(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
+        if who == "import" and len(args) > 1 and type(args[1]) is str and relative(args[1], library):
+            return None
+        if who == "library":
+            why: str | None = generator_compile(caller, args[0] if args else None)
+            return why
+        return "compile() of text that no audited generator produced"
+
+    def import_(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
+        name = args[0] if args else None
+        if who in ("program", "generated") or type(name) is not str:
+            return "an import the program made itself"
+        if name in audited or name in optional:
+            return None
+        frame: Any = caller
+        while frame is not None:  # an environment package importing what it needs
+            if relative(frame.f_code.co_filename, (env_root,)) is not None:
+                return None
+            frame = frame.f_back
+        return "import of a module outside the audited set"
+
+    def file(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
+        path = args[0] if args else None
+        if (
+            who not in ("import", "library")
+            or type(path) is not str
+            or (relative(path, library) is None and relative(path, system_info) is None)
+        ):
+            return "a file or directory outside the read-only library directories"
+        if event == "open":
+            mode = args[1] if len(args) > 1 else "r"
+            flags = args[2] if len(args) > 2 else 0
+            if (type(mode) is str and any(c in mode for c in "wax+")) or (type(flags) is int and flags & write_flags):
+                return "a file opened for writing"
+        return None
+
+    def marshal_loads(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
+        return None if who == "import" else "marshal.loads() outside the import machinery"
+
+    return {"exec": exec_, "compile": compile_, "import": import_, "open": file, "os.listdir": file,
+            "os.scandir": file, "marshal.loads": marshal_loads}  # fmt: skip
+
+
+def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR0915 - one closure: see the module doc
+    """Install the hook (unarmed) and self-test it; True when it answered.
+
+    Everything the hook decides with is bound here, in closures (the tables too): rebinding this module's
+    names afterwards changes nothing."""
+    write_result = _result_writer()
+    library = library_roots() if roots is None else roots
+    kind, site = _classifier(os.path.dirname(os.path.abspath(__file__)), library)
+    env_root, exit_now, getframe, tool = library[1], os._exit, sys._getframe, _TOOL
+    harmless, self_test, arm_event, violation = _HARMLESS, SELF_TEST, ARM, VIOLATION
+    # The hook's whole state: [armed, busy, out_fd, code, stdout, max_bytes]
+    state: list[Any] = [False, False, -1, None, None, 0]
+    rules = {**_frame_rules(kind, site, env_root), **_code_rules(site, library, state)}
+    relative = _relative
+
+    def trip(event: str, detail: str, source: str = "tripwire") -> None:
+        security_event = {"source": source, "event": event[:100], "detail": detail[:200]}
+        message = (
+            f"the sandbox stopped the program at audit event {event!r}: {detail}" if source == "tripwire" else detail
+        )
+        try:
+            write_result(state[2], message, security_event, state[4], state[5])
+        finally:
+            exit_now(VIOLATION_EXIT_STATUS)
+
     def importing_environment(frame: Any) -> bool:
         """Whether an environment package's module body runs between ``frame`` and the program's code: the
         package importing itself (numpy loads its extensions, reads its data files, sets its threading
         variables), code that the package chose and the program cannot reach into."""
         while frame is not None:
             code = frame.f_code
-            if code.co_filename == _TOOL:
+            if code.co_filename == tool:
                 return False
-            if code.co_name == "<module>" and _relative(code.co_filename, (env_root,)) is not None:
+            if code.co_name == "<module>" and relative(code.co_filename, (env_root,)) is not None:
                 return True
             frame = frame.f_back
         return False
 
-    def decide(event: str, args: tuple[Any, ...]) -> str | None:  # noqa: C901, PLR0912 - the table
+    def decide(event: str, args: tuple[Any, ...]) -> str | None:
         """Why ``event`` ends the execution, or None when it may proceed."""
         caller = getframe(2)  # 0: decide, 1: hook, 2: the code that caused the event
         who = kind(caller.f_code)
-        if env_root and who in ("library", "import") and importing_environment(caller):
+        if who in ("library", "import") and importing_environment(caller):
             return None
-        if event == "object.__getattr__":
-            name = args[1] if len(args) > 1 else None
-            if type(name) is not str or name not in _FRAME_ATTRIBUTES:
-                return None
-            reader: Any = caller
-            while who == "runner" and reader.f_code.co_filename.endswith(os.sep + "guards.py"):
-                reader = reader.f_back  # the runner's attribute guard, reading on the program's behalf
-                who = kind(reader.f_code) if reader is not None else "program"
-            return (
-                f"read of a frame or code attribute ({name}) by the program"
-                if who in ("program", "generated")
-                else None
-            )
-        if event in ("object.__setattr__", "object.__delattr__"):
-            target = args[0] if args else None
-            if issubclass(type(target), type):
-                module = type_dict(target).get("__module__")
-                if type(module) is str and module == _PROGRAM_MODULE:
-                    return None
-            if who == "library" and site(caller.f_code) in _SETATTR_SITES:
-                return None
-            if who == "runner" and args[1:2] == ("__class__",) and issubclass(type(target), module_type):
-                return None  # a lazy module proxy becoming a plain module once filled (world.LazyModuleProxy)
-            return "a special attribute set on a class or function the program did not define"
-        if event == "sys._getframe":
-            if who == "library" and (
-                site(caller.f_code) in _GETFRAME_SITES or _relative(caller.f_code.co_filename, (env_root,))
-            ):
-                return None
-            if who == "runner" and (caller.f_code.co_filename.rpartition(os.sep)[2], caller.f_code.co_name) in (
-                _RUNNER_GETFRAME_SITES
-            ):
-                return None
-            return "sys._getframe() outside the audited standard-library callers"
-        if event == "exec":
-            code = args[0] if args else None
-            if code is not None and code is state[3]:
-                return None  # the program's own code object, executed once by the runner
-            filename = getattr(code, "co_filename", None) if type(code) is code_type else None
-            if (
-                who == "import"
-                and type(filename) is str
-                and (filename.startswith("<frozen ") or _relative(filename, library))
-            ):
-                return None  # a library (or frozen standard) module's code, run by the import machinery
-            if who == "library" and site(caller.f_code) in (
-                ("dataclasses.py", "_create_fn"),
-                ("collections/__init__.py", "namedtuple"),
-            ):
-                return None  # its text passed the compile check just before
-            return "exec() or eval() of code that no audited generator produced"
-        if event == "compile":
-            if who == "import" and len(args) > 1 and type(args[1]) is str and _relative(args[1], library):
-                return None
-            if who == "library":
-                return generator_compile(caller, args[0] if args else None)
-            return "compile() of text that no audited generator produced"
-        if event == "import":
-            name = args[0] if args else None
-            if who in ("program", "generated") or type(name) is not str:
-                return "an import the program made itself"
-            if name in AUDITED_IMPORTS or name in _OPTIONAL_IMPORTS:
-                return None
-            frame: Any = caller
-            while frame is not None:  # an environment package importing what it needs
-                if _relative(frame.f_code.co_filename, (env_root,)) is not None:
-                    return None
-                frame = frame.f_back
-            return "import of a module outside the audited set"
-        if event in ("open", "os.listdir", "os.scandir"):
-            path = args[0] if args else None
-            if who not in ("import", "library") or type(path) is not str or (
-                _relative(path, library) is None and _relative(path, _SYSTEM_INFO) is None
-            ):
-                return "a file or directory outside the read-only library directories"
-            if event == "open":
-                mode = args[1] if len(args) > 1 else "r"
-                flags = args[2] if len(args) > 2 else 0
-                if (type(mode) is str and any(c in mode for c in "wax+")) or (
-                    type(flags) is int and flags & _WRITE_FLAGS
-                ):
-                    return "a file opened for writing"
-            return None
-        if event == "marshal.loads":
-            return None if who == "import" else "marshal.loads() outside the import machinery"
-        return "an event the program's proxies never cause"
+        rule = rules.get(event)
+        return rule(event, caller, who, args) if rule is not None else "an event the program's proxies never cause"
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if not state[0]:
-            if event == SELF_TEST:
+            if event == self_test:
                 raise SelfTestPassed
-            if event == ARM and len(args) == 4:
+            if event == arm_event and len(args) == 4:
                 state[2], state[3], state[4], state[5] = args
                 state[0] = True
             return
-        if event in _HARMLESS or state[1]:
+        if event in harmless or state[1]:
             return
         state[1] = True  # events the hook itself causes (its own sys._getframe) pass above
-        if event == VIOLATION:
+        if event == violation:
             message, name = (*args, "", "")[:2]
             text = message if type(message) is str else "the program violated the sandbox"
             trip(name if type(name) is str and name else "withheld_name", text, "inner_wall")
