@@ -36,6 +36,19 @@ SUPER_METHODS: frozenset[str] = SPECIAL_METHODS - {"__getattr__", "__setattr__",
 GUARDED_READS: frozenset[str] = frozenset({"format", "format_map", "get_field", "get_value", "vformat"})
 #: Names RestrictedPython's generated code uses (besides ``_x_`` names): never program-local.
 RESERVED_NAMES: frozenset[str] = frozenset({"_print", "_print_", "printed"})
+#: Double-underscore attributes a program may read, never set (issue 38): the names and documentation of
+#: classes and functions (``type(e).__name__``, ``f.__qualname__``). Read through the guard, which hands
+#: out only strings (or None), so no object is reached through them.
+READ_ONLY_NAMES: frozenset[str] = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})
+#: ``collections.namedtuple``'s documented ``_``-prefixed API: readable on every namedtuple (``urlparse``'s
+#: results too), whatever module made it.
+NAMEDTUPLE_API: frozenset[str] = frozenset({"_asdict", "_replace", "_fields", "_make", "_field_defaults"})
+
+
+def is_private(name: str) -> bool:
+    """A single-underscore attribute name (``_balance``, ``_helper``): never a dunder, a mangled ``__name``
+    or a RestrictedPython ``_x_`` name. Decided at run time by the object's class (``guards.private_allowed``)."""
+    return len(name) > 1 and name[0] == "_" and name[1] != "_" and name[-1] != "_"
 
 #: More modules that cannot reach the system (issue 15), each audited; merged into ALLOWED_MODULES.
 
