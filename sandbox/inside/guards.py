@@ -45,6 +45,8 @@ from .world import PROGRAM_MODULE, BoundedText, _guarded_import, _words
 SETTABLE_ATTRIBUTES: dict[tuple[str, str], frozenset[str]] = {
     ("xml.etree.ElementTree", "Element"): frozenset({"text", "tail", "tag", "attrib"}),
     ("decimal", "Context"): frozenset({"prec", "rounding", "Emin", "Emax", "capitals", "clamp", "traps", "flags"}),
+    ("configparser", "ConfigParser"): frozenset({"optionxform"}),  # ``config.optionxform = str`` keeps case
+    ("configparser", "RawConfigParser"): frozenset({"optionxform"}),
     ("textwrap", "TextWrapper"): frozenset(
         _words(
             "width initial_indent subsequent_indent expand_tabs replace_whitespace fix_sentence_endings "

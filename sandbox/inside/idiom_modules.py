@@ -1,0 +1,260 @@
+"""The standard-library modules agent tools use every day (issue 38): ``uuid``, ``zoneinfo``, ``logging``,
+``traceback``, ``configparser``, ``email.utils``, ``queue``, ``stat``. Each was audited like ``world``'s own
+(docs/security.md, "The audit"): what it exposes, what is withheld and why, what is replaced; ``world``
+merges these tables into its own. Standard library only; the runner's other modules are imported where
+used (``world`` imports this module).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+#: Modules added to the program's world (module -> names withheld with the generic reason; the reasons
+#: programs are told are in ``IDIOM_WITHHELD``).
+IDIOM_MODULES: dict[str, frozenset[str]] = {
+    name: frozenset()
+    for name in ("uuid", "zoneinfo", "logging", "traceback", "configparser", "email.utils", "queue", "stat")
+}
+
+_LOCATION = "the machine's network interfaces (MAC address): it runs ifconfig/ip/arp or asks the kernel"
+#: Public names the audit withholds, with the reason a program is told.
+IDIOM_WITHHELD: dict[str, dict[str, str]] = {
+    "uuid": {"uuid1": f"reads {_LOCATION}; use uuid4()", "getnode": f"reads {_LOCATION}"},
+    "zoneinfo": {
+        "available_timezones": "walks and opens every file of the time-zone database",
+        "reset_tzpath": "changes the process-wide time-zone search path",
+    },
+    "logging": {
+        "FileHandler": "opens files; log to the execution's stderr (StreamHandler) or a StringIO",
+        "currentframe": "returns the caller's interpreter frame",
+        "StrFormatStyle": "formats replacement fields that read attributes; use Formatter(fmt, style='{')",
+        "GenericAlias": "builds aliases of arbitrary objects that forward attribute reads",
+    },
+    "configparser": {"SafeConfigParser": "a deprecated alias of ConfigParser; use ConfigParser"},
+    "email.utils": {"make_msgid": "looks up the host's name (socket.getfqdn)"},
+}
+#: Modules exposed by allow-list: ``traceback`` formats exceptions, and hands out nothing that holds a frame
+#: (``extract_tb``, ``walk_stack``, ``TracebackException``, ``StackSummary`` do, or read locals).
+IDIOM_EXPOSED_ONLY: dict[str, frozenset[str]] = {
+    "traceback": frozenset(
+        {"format_exc", "format_exception", "format_exception_only", "print_exc", "print_exception"}
+    ),
+}
+
+
+#: What ``world`` binds here (``bind``): its sticky ``SandboxViolation`` and the program's file name. This
+#: module imports nothing of the runner's, so ``world`` can merge its tables without an import cycle.
+_RUNNER: dict[str, Any] = {"violation": PermissionError, "tool_file": "<tool>"}
+
+
+def bind(violation: type[Exception], tool_file: str) -> None:
+    _RUNNER.update(violation=violation, tool_file=tool_file)
+
+
+def _violation(message: str) -> Exception:
+    return _RUNNER["violation"](message)  # type: ignore[no-any-return]
+
+
+# --- traceback: formatting without frames ------------------------------------------------------------------
+
+
+def _program_only(exc: BaseException, limit: int | None, chain: bool) -> Any:
+    """``exc`` as a ``TracebackException`` whose stacks keep only the program's own frames (its file is
+    ``<tool>``; the runner's and the library's frames are left out, so no source line of theirs is read),
+    with no locals and no source lines looked up in advance."""
+    import traceback
+
+    program_file = _RUNNER["tool_file"]
+    summary = traceback.TracebackException(
+        type(exc), exc, exc.__traceback__, limit=limit, lookup_lines=False, capture_locals=False, compact=not chain
+    )
+    seen: set[int] = set()
+    pending = [summary]
+    while pending:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        item.stack = traceback.StackSummary.from_list([f for f in item.stack if f.filename == program_file])
+        pending.extend(e for e in (item.__cause__, item.__context__) if e is not None)
+        pending.extend(getattr(item, "exceptions", None) or ())
+    return summary
+
+
+def _exception(exc: Any, value: Any, tb: Any) -> BaseException | None:
+    """The exception of ``format_exception(exc)`` or of the old three-argument form (the type, the value,
+    a traceback that must be the value's own)."""
+    if isinstance(exc, BaseException):
+        return exc
+    if isinstance(value, BaseException):
+        if tb is not None and tb is not value.__traceback__:
+            raise TypeError("the sandbox formats an exception with its own traceback only")
+        return value
+    return None
+
+
+_NONE: Any = object()
+
+
+def format_exception(exc: Any, /, value: Any = _NONE, tb: Any = _NONE, limit: int | None = None,
+                     chain: bool = True) -> list[str]:  # fmt: skip
+    """``traceback.format_exception``: the program's own frames only."""
+    error = _exception(exc, None if value is _NONE else value, None if tb is _NONE else tb)
+    if error is None:
+        return [f"{exc.__name__ if isinstance(exc, type) else 'NoneType'}: None\n"]
+    return list(_program_only(error, limit, chain).format(chain=chain))
+
+
+def format_exception_only(exc: Any, /, value: Any = _NONE) -> list[str]:
+    """``traceback.format_exception_only``: reads no frame at all."""
+    import traceback
+
+    error = _exception(exc, None if value is _NONE else value, None)
+    if error is None:
+        return traceback.format_exception_only(exc if isinstance(exc, type) else type(None), None)
+    return traceback.format_exception_only(type(error), error)
+
+
+def format_exc(limit: int | None = None, chain: bool = True) -> str:
+    """``traceback.format_exc``: the exception being handled, the program's own frames only."""
+    import sys
+
+    error = sys.exc_info()[1]
+    if error is None:
+        return "NoneType: None\n"
+    return "".join(_program_only(error, limit, chain).format(chain=chain))
+
+
+def print_exception(exc: Any, /, value: Any = _NONE, tb: Any = _NONE, limit: int | None = None, file: Any = None,
+                    chain: bool = True) -> None:  # fmt: skip
+    """``traceback.print_exception`` to ``file`` or the execution's stderr."""
+    import sys
+
+    text = "".join(format_exception(exc, value, tb, limit=limit, chain=chain))
+    (sys.stderr if file is None else file).write(text)
+
+
+def print_exc(limit: int | None = None, file: Any = None, chain: bool = True) -> None:
+    """``traceback.print_exc`` to ``file`` or the execution's stderr."""
+    import sys
+
+    (sys.stderr if file is None else file).write(format_exc(limit, chain))
+
+
+# --- logging: no files, no frames, plain format fields --------------------------------------------------
+
+
+def _plain_format(fmt: Any, style: Any) -> None:
+    """The rule of the program's ``str.format`` (``guards``): plain fields only (``{}``, ``{0}``, ``{name}``,
+    with plain nested specs), never ``{x.attr}`` or ``{x[key]}``."""
+    if style != "{" or not isinstance(fmt, str):
+        return
+    import string
+
+    for _literal, field, spec, _conversion in string.Formatter().parse(fmt):
+        if field and not (field.isdigit() or field.isidentifier()):
+            raise NotImplementedError(
+                f"format field {{{field}}} reads an attribute or an item, which the sandbox does not allow "
+                "in logging formats; use plain fields such as {levelname} and {message}"
+            )
+        if spec:
+            _plain_format(spec, style)
+
+
+def _proxy_logging(module: Any) -> None:
+    """``Formatter`` and ``basicConfig`` whose ``{``-style formats have plain fields only (the real ones run
+    ``fmt.format(**record.__dict__)``: ``{exc_info[2].tb_frame.f_globals}`` printed the runner's globals),
+    and ``basicConfig`` without ``filename=`` (it opens the file)."""
+    real_formatter, real_basic_config = module.Formatter, module.basicConfig
+
+    class Formatter(real_formatter):  # type: ignore[misc, valid-type]
+        __module__ = "logging"
+
+        def __init__(self, fmt: Any = None, datefmt: Any = None, style: Any = "%", *args: Any, **kwargs: Any) -> None:
+            _plain_format(fmt, style)
+            super().__init__(fmt, datefmt, style, *args, **kwargs)
+
+    def basicConfig(**kwargs: Any) -> None:
+        if "filename" in kwargs or "filemode" in kwargs:
+            raise _violation("logging.basicConfig(filename=...) opens a file in the sandbox: log to the "
+                             "execution's stderr (the default) or a stream such as io.StringIO()")  # fmt: skip
+        _plain_format(kwargs.get("format"), kwargs.get("style", "%"))
+        real_basic_config(**kwargs)
+
+    module.Formatter = Formatter
+    module.basicConfig = basicConfig
+
+
+# --- zoneinfo: the image's / host's tz database, read only ----------------------------------------------
+
+
+def _proxy_zoneinfo(module: Any) -> None:
+    """``ZoneInfo(key)`` from the time-zone database of the image (containers) or the host (bound read-only
+    into the subprocess backend's private root: ``tz_binds``), never from the ``tzdata`` package (importing
+    it is not part of the audited set): an unknown key is ``ZoneInfoNotFoundError`` straight away."""
+    from zoneinfo import _tzpath
+
+    real, not_found = module.ZoneInfo, module.ZoneInfoNotFoundError
+
+    class ZoneInfo(real):  # type: ignore[misc, valid-type]
+        __module__ = "zoneinfo"
+
+        def __new__(cls, key: Any) -> Any:
+            if type(key) is not str or _tzpath.find_tzfile(key) is None:  # ValueError for a path outside TZPATH
+                raise not_found(f"No time zone found with key {key}")
+            return super().__new__(cls, key)
+
+        @classmethod
+        def no_cache(cls, key: Any) -> Any:
+            if type(key) is not str or _tzpath.find_tzfile(key) is None:
+                raise not_found(f"No time zone found with key {key}")
+            return super().no_cache(key)
+
+    module.ZoneInfo = ZoneInfo
+
+
+def tz_binds() -> list[tuple[str, str]]:
+    """The time-zone database to bind read-only into the subprocess backend's private root (at its own
+    path), so ``zoneinfo`` finds it there as in a container: the first existing ``zoneinfo.TZPATH`` entry."""
+    import zoneinfo
+
+    for path in zoneinfo.TZPATH:
+        real = os.path.realpath(path)
+        if os.path.isdir(real):  # noqa: PTH112 - the runner avoids pathlib (import cost)
+            return [(real, path)]
+    return []
+
+
+# --- configparser: no file names --------------------------------------------------------------------------
+
+
+def _proxy_configparser(module: Any) -> None:
+    """``ConfigParser``/``RawConfigParser`` whose ``read(filenames)`` is refused (it opens every path it is
+    given); ``read_string``, ``read_file`` (a StringIO), ``read_dict`` and ``write`` to a stream are the same."""
+
+    def refuse(self: Any, filenames: Any, encoding: Any = None) -> list[str]:
+        raise _violation("configparser's read(filenames) opens files in the sandbox: use read_string(text) "
+                         "or read_file(io.StringIO(text))")  # fmt: skip
+
+    for name in ("RawConfigParser", "ConfigParser"):
+        real = getattr(module, name)
+        setattr(module, name, type(name, (real,), {"read": refuse, "__module__": "configparser",
+                                                   "__doc__": real.__doc__}))  # fmt: skip
+
+
+IDIOM_ADJUSTMENTS: dict[str, Any] = {
+    "logging": _proxy_logging,
+    "zoneinfo": _proxy_zoneinfo,
+    "configparser": _proxy_configparser,
+}
+#: Replacements of the same contract, minus the unsafe part.
+IDIOM_WRAPPERS: dict[str, dict[str, Any]] = {
+    "traceback": {
+        "format_exc": format_exc,
+        "format_exception": format_exception,
+        "format_exception_only": format_exception_only,
+        "print_exc": print_exc,
+        "print_exception": print_exception,
+    },
+}
