@@ -211,8 +211,11 @@ class CallMatcher(Matcher):
         return text
 
     def find(self, analysis: Analysis) -> Iterator[Finding]:
-        for function, calls in self.functions.select(analysis.program.calls):
+        program = analysis.program
+        for function, calls in self.functions.select(program.calls):
             for call in calls:
+                if isinstance(call.func, ast.Name) and _program_defined(program, call.func):
+                    continue  # the program's own ``def fetch(...)``, not the builtin of that name
                 if self._accepts(call):
                     yield Finding(call, {"function": function})
 

@@ -353,7 +353,8 @@ def compat_builtins() -> dict[str, Any]:
     names = _words(
         "zip property classmethod staticmethod super object bytes bin ascii NotImplemented Ellipsis "
         "AssertionError NameError UnboundLocalError UnicodeDecodeError UnicodeEncodeError LookupError "
-        "StopIteration ArithmeticError"
+        "StopIteration ArithmeticError "
+        "StopAsyncIteration aiter anext"  # issue 38: async for over the program's own async iterators
     )
     table = {name: getattr(py_builtins, name) for name in names}
     table.update(type=SandboxType, getattr=guarded_getattr, setattr=guarded_setattr, delattr=guarded_delattr,

@@ -14,7 +14,7 @@ from typing import Any
 #: programs are told are in ``IDIOM_WITHHELD``).
 IDIOM_MODULES: dict[str, frozenset[str]] = {
     name: frozenset()
-    for name in ("uuid", "zoneinfo", "logging", "traceback", "configparser", "email.utils", "queue", "stat")
+    for name in ("uuid", "zoneinfo", "logging", "traceback", "configparser", "email.utils", "queue", "stat", "asyncio")
 }
 
 _LOCATION = "the machine's network interfaces (MAC address): it runs ifconfig/ip/arp or asks the kernel"
@@ -37,8 +37,15 @@ IDIOM_WITHHELD: dict[str, dict[str, str]] = {
 #: Modules exposed by allow-list: ``traceback`` formats exceptions, and hands out nothing that holds a frame
 #: (``extract_tb``, ``walk_stack``, ``TracebackException``, ``StackSummary`` do, or read locals).
 IDIOM_EXPOSED_ONLY: dict[str, frozenset[str]] = {
-    "traceback": frozenset(
-        {"format_exc", "format_exception", "format_exception_only", "print_exc", "print_exception"}
+    "traceback": frozenset({"format_exc", "format_exception", "format_exception_only", "print_exc", "print_exception"}),
+    # coroutines, tasks and their synchronisation, on a loop without sockets (``run``): not the streams,
+    # servers, subprocesses, threads, event-loop policies or loops of the real module
+    "asyncio": frozenset(
+        """run gather sleep wait wait_for as_completed create_task ensure_future shield timeout timeout_at
+        current_task all_tasks get_running_loop iscoroutine iscoroutinefunction Task Future TaskGroup Queue
+        PriorityQueue LifoQueue QueueEmpty QueueFull Lock Event Condition Semaphore BoundedSemaphore Barrier
+        BrokenBarrierError TimeoutError CancelledError InvalidStateError LimitOverrunError
+        IncompleteReadError FIRST_COMPLETED FIRST_EXCEPTION ALL_COMPLETED""".split()  # noqa: SIM905 - a word list
     ),
 }
 
@@ -243,7 +250,82 @@ def _proxy_configparser(module: Any) -> None:
                                                    "__doc__": real.__doc__}))  # fmt: skip
 
 
+# --- asyncio: a loop that needs no socket ----------------------------------------------------------------
+
+
+class _Timer:
+    """The sandbox loop's selector: there is no descriptor to wait for, only the next timer. Waiting with
+    nothing scheduled would wait forever (every task waits on something that can never happen)."""
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        import time
+
+        if timeout is None:
+            raise RuntimeError("the event loop has nothing left to run: every task waits for something that "
+                               "never happens (the sandbox has no sockets, threads or subprocesses)")  # fmt: skip
+        if timeout > 0:
+            time.sleep(timeout)
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+_LOOP: list[Any] = []
+
+
+def _loop_class() -> Any:
+    """``asyncio.BaseEventLoop`` with no self-pipe (the real loop makes a ``socketpair`` at creation, which
+    the sandbox need not have) and no I/O: timers and ready callbacks only. Threads (``run_in_executor``,
+    ``getaddrinfo``), sockets, pipes, subprocesses and signal handlers are refused."""
+    if _LOOP:
+        return _LOOP[0]
+    import asyncio
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("the sandbox's event loop runs coroutines and timers only: no sockets, "
+                                  "threads, pipes, subprocesses or signal handlers")  # fmt: skip
+
+    class SandboxEventLoop(asyncio.BaseEventLoop):
+        def __init__(self) -> None:
+            super().__init__()
+            self._selector = _Timer()
+
+        def _process_events(self, event_list: Any) -> None:
+            return None
+
+        def _write_to_self(self) -> None:
+            return None
+
+        async def shutdown_default_executor(self) -> None:
+            return None  # there is never an executor
+
+    for name in ("run_in_executor", "set_default_executor", "getaddrinfo", "getnameinfo", "create_connection",
+                 "create_server", "create_unix_connection", "create_unix_server", "create_datagram_endpoint",
+                 "connect_accepted_socket", "connect_read_pipe", "connect_write_pipe", "subprocess_shell",
+                 "subprocess_exec", "add_reader", "add_writer", "add_signal_handler", "sock_recv", "sock_sendall",
+                 "sock_connect", "sock_accept", "sendfile", "start_tls"):  # fmt: skip
+        setattr(SandboxEventLoop, name, refuse)
+    _LOOP.append(SandboxEventLoop)
+    return SandboxEventLoop
+
+
+def _proxy_asyncio(module: Any) -> None:
+    """``asyncio.run`` on the sandbox's loop (``_loop_class``)."""
+    import asyncio
+
+    loop_class = _loop_class()
+
+    def run(main: Any, *, debug: Any = None) -> Any:
+        """``asyncio.run``: run the coroutine ``main`` to completion on a fresh loop without sockets."""
+        with asyncio.Runner(debug=debug, loop_factory=loop_class) as runner:
+            return runner.run(main)
+
+    module.run = run
+
+
 IDIOM_ADJUSTMENTS: dict[str, Any] = {
+    "asyncio": _proxy_asyncio,
     "logging": _proxy_logging,
     "zoneinfo": _proxy_zoneinfo,
     "configparser": _proxy_configparser,

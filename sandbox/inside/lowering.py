@@ -20,7 +20,8 @@ SPECIAL_METHODS: frozenset[str] = frozenset(
         *_words(
             "init post_init new repr str format bytes hash bool len length_hint iter next reversed contains "
             "getitem setitem delitem missing eq ne lt le gt ge call enter exit getattr setattr delattr "
-            "neg pos abs invert round floor ceil trunc int float complex index copy deepcopy"
+            "neg pos abs invert round floor ceil trunc int float complex index copy deepcopy "
+            "aenter aexit aiter anext"
         ),
         *(
             f"{prefix}{op}"
@@ -56,7 +57,7 @@ def is_private(name: str) -> bool:
 _BINDING_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def _binds(function: ast.FunctionDef, name: str) -> bool:
+def _binds(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
     """Whether anything in ``function`` (nested scopes included, to be safe) could rebind or delete
     ``name``: an assignment, ``del``, a loop/with/except/import/match target, a nested definition or
     parameter of that name, or a ``global``/``nonlocal`` declaration of it."""
@@ -118,11 +119,11 @@ class LowerForRestriction(ast.NodeTransformer):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> Any:
         for child in node.body:
-            if isinstance(child, ast.FunctionDef):
-                child.sandforge_method = True  # type: ignore[attr-defined]
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                child.sandforge_method = True  # type: ignore[union-attr]
                 first = (child.args.posonlyargs + child.args.args)[:1]
                 if first and not _binds(child, first[0].arg):
-                    child.sandforge_self = first[0].arg  # type: ignore[attr-defined]
+                    child.sandforge_self = first[0].arg  # type: ignore[union-attr]
         self.in_class.append(True)
         try:
             self.generic_visit(node)

@@ -73,7 +73,7 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
                 self.error(node, f'"{name}" is an invalid variable name because it starts with "_"')
         return super().check_import_names(node)
 
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+    def visit_FunctionDef(self, node: Any) -> Any:
         outer = self.special_def
         method = getattr(node, "sandforge_method", False) and node.name in SPECIAL_METHODS
         self.special_def = node.name if method else None
@@ -93,6 +93,22 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
             docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
             node.body.insert(1 if docstring else 0, ast.fix_missing_locations(ast.copy_location(check, first)))
         return node
+
+    # ``async def``, ``await``, ``async for``, ``async with`` (issue 38): RestrictedPython refuses them all,
+    # but a coroutine is a function whose body the same rules check; awaiting, asynchronous iteration and
+    # context managers call only the special methods a program may define (``__aenter__``...) or the
+    # library's own. Coroutine and generator internals (``cr_frame``, ``ag_frame``...) stay refused.
+    def visit_AsyncFunctionDef(self, node: Any) -> Any:
+        return self.visit_FunctionDef(node)
+
+    def visit_Await(self, node: Any) -> Any:
+        return self.node_contents_visit(node)
+
+    def visit_AsyncFor(self, node: Any) -> Any:
+        return self.node_contents_visit(node)  # iteration: native, as for ``for``
+
+    def visit_AsyncWith(self, node: Any) -> Any:
+        return self.node_contents_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> Any:
         attr = node.attr = self._mangled(node.attr)

@@ -2,7 +2,8 @@
 the subprocess backend and on docker, and each is attacked for what its audit withheld or replaced. Every
 attack says what stops it: ``proxy`` (a withheld name or a wrapper: a sticky ``sandbox_violation``),
 ``guard`` (the run-time attribute guard, or a refused format field: the program's own error) or
-``library`` (the module's own check: ``zoneinfo`` refuses keys that leave its database)."""
+``library`` (the module's own check: ``zoneinfo`` refuses keys that leave its database) or ``loop`` (the
+sandbox's event loop, which has no sockets, threads, pipes or subprocesses)."""
 
 from __future__ import annotations
 
@@ -117,6 +118,46 @@ WORKS = [
         ["2024-10-01T10:00:00+02:00", "Mon, 01 Jan 2024 00:00:00 +0000", ["Bo", "bo@example.org"]],
     ),
     (
+        "asyncio.gather of three coroutines, async with, async for, queues and timeouts",
+        """
+        import asyncio
+
+        class Session:
+            async def __aenter__(self):
+                self.open = True
+                return self
+
+            async def __aexit__(self, *exc):
+                self.open = False
+
+        async def pages(n):
+            for i in range(n):
+                await asyncio.sleep(0)
+                yield i
+
+        async def fetch(name, delay):
+            await asyncio.sleep(delay)
+            return f"{name}:{delay}"
+
+        async def main():
+            results = await asyncio.gather(fetch("a", 0.02), fetch("b", 0.01), fetch("c", 0))
+            async with Session() as session:
+                was_open = session.open
+            seen = [i async for i in pages(3)]
+            queue = asyncio.Queue()
+            await queue.put("job")
+            try:
+                await asyncio.wait_for(asyncio.sleep(5), 0.01)
+                timed_out = False
+            except asyncio.TimeoutError:
+                timed_out = True
+            return [results, was_open, session.open, seen, await queue.get(), timed_out]
+
+        return asyncio.run(main())
+        """,
+        [["a:0.02", "b:0.01", "c:0"], True, False, [0, 1, 2], "job", True],
+    ),
+    (
         "queue and stat",
         """
         import queue, stat
@@ -215,6 +256,56 @@ ATTACKS = [
         "proxy",
         "import email.utils\nreturn email.utils.make_msgid()",
         "make_msgid is withheld",
+    ),
+    (
+        "asyncio threads",
+        "loop",
+        "import asyncio\nasync def main():\n"
+        "    return await asyncio.get_running_loop().run_in_executor(None, len, 'x')\nreturn asyncio.run(main())",
+        "no sockets, threads",
+    ),
+    (
+        "asyncio name lookup",
+        "loop",
+        "import asyncio\nasync def main():\n"
+        "    return await asyncio.get_running_loop().getaddrinfo('localhost', 80)\nreturn asyncio.run(main())",
+        "no sockets, threads",
+    ),
+    ("asyncio streams", "proxy", "import asyncio\nreturn asyncio.open_connection", "open_connection is withheld"),
+    (
+        "asyncio subprocess",
+        "proxy",
+        "import asyncio\nreturn asyncio.create_subprocess_exec",
+        "create_subprocess_exec is withheld",
+    ),
+    ("asyncio to_thread", "proxy", "import asyncio\nreturn asyncio.to_thread", "to_thread is withheld"),
+    ("asyncio real loop", "proxy", "import asyncio\nreturn asyncio.new_event_loop()", "new_event_loop is withheld"),
+    ("asyncio policy", "proxy", "import asyncio\nreturn asyncio.get_event_loop_policy()", "withheld"),
+    (
+        "a deadlocked loop ends instead of hanging",
+        "loop",
+        "import asyncio\nasync def main():\n    await asyncio.Event().wait()\nreturn asyncio.run(main())",
+        "nothing left to run",
+    ),
+    (
+        "the loop's private selector",
+        "guard",
+        "import asyncio\nasync def main():\n"
+        "    return asyncio.get_running_loop()._selector\nreturn asyncio.run(main())",
+        "starts with",
+    ),
+    (
+        "a coroutine's frame, computed",
+        "guard",
+        "async def f():\n    return 1\nc = f()\nreturn getattr(c, 'cr_' + 'frame')",
+        "restricted name",
+    ),
+    (
+        "a task's stack frames lead nowhere",
+        "guard",
+        "import asyncio\nasync def main():\n    frames = asyncio.current_task().get_stack()\n"
+        "    return getattr(frames[0], 'f_' + 'globals')\nreturn asyncio.run(main())",
+        "restricted name",
     ),
     ("email.utils' socket", "guard", "import email.utils\nreturn getattr(email.utils, 'socket')", "has no attribute"),
 ]
