@@ -14,7 +14,9 @@ from typing import Any
 #: programs are told are in ``IDIOM_WITHHELD``).
 IDIOM_MODULES: dict[str, frozenset[str]] = {
     name: frozenset()
-    for name in ("uuid", "zoneinfo", "logging", "traceback", "configparser", "email.utils", "queue", "stat", "asyncio")
+    for name in (
+        "uuid", "zoneinfo", "logging", "traceback", "configparser", "email.utils", "queue", "stat", "asyncio", "sys"
+    )
 }
 
 _LOCATION = "the machine's network interfaces (MAC address): it runs ifconfig/ip/arp or asks the kernel"
@@ -38,6 +40,11 @@ IDIOM_WITHHELD: dict[str, dict[str, str]] = {
 #: (``extract_tb``, ``walk_stack``, ``TracebackException``, ``StackSummary`` do, or read locals).
 IDIOM_EXPOSED_ONLY: dict[str, frozenset[str]] = {
     "traceback": frozenset({"format_exc", "format_exception", "format_exception_only", "print_exc", "print_exception"}),
+    # facts about the interpreter, and the execution's output streams: not modules, path, frames, hooks
+    "sys": frozenset(
+        """version_info version hexversion maxsize maxunicode byteorder platform float_info int_info
+        getsizeof getrecursionlimit stdout stderr""".split()  # noqa: SIM905 - a word list
+    ),
     # coroutines, tasks and their synchronisation, on a loop without sockets (``run``): not the streams,
     # servers, subprocesses, threads, event-loop policies or loops of the real module
     "asyncio": frozenset(
@@ -324,7 +331,31 @@ def _proxy_asyncio(module: Any) -> None:
     module.run = run
 
 
+# --- sys: facts, and the program's own streams ------------------------------------------------------------
+
+
+class _Stream:
+    """``sys.stdout``/``sys.stderr`` as the program sees them: write-only, to whatever the runner points that
+    stream at while the program runs (its capture, the execution's stderr), never the runner's own."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def write(self, text: str) -> int:
+        import sys
+
+        return int(getattr(sys, self.name).write(str(text)))
+
+    def flush(self) -> None:
+        return None
+
+
+def _proxy_sys(module: Any) -> None:
+    module.stdout, module.stderr = _Stream("stdout"), _Stream("stderr")
+
+
 IDIOM_ADJUSTMENTS: dict[str, Any] = {
+    "sys": _proxy_sys,
     "asyncio": _proxy_asyncio,
     "logging": _proxy_logging,
     "zoneinfo": _proxy_zoneinfo,

@@ -74,7 +74,7 @@ AUDITED_MODULES = frozenset({
     # audited by issue 15 (h-compat's COMPAT_MODULES, with their own withheld names)
     "abc", "dataclasses", "enum", "io", "typing",
     # audited by issue 38 (idiom_modules.IDIOM_MODULES, with their own withheld names and wrappers)
-    "uuid", "zoneinfo", "logging", "traceback", "configparser", "email.utils", "queue", "stat", "asyncio",
+    "uuid", "zoneinfo", "logging", "traceback", "configparser", "email.utils", "queue", "stat", "asyncio", "sys",
 })  # fmt: skip
 
 #: Public names the audit withholds, per module, with the reason a program is told when it uses one. These

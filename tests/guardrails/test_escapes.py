@@ -64,7 +64,8 @@ ESCAPES: dict[str, list[tuple[str, str, str]]] = {
     ],
     "dangerous imports": [
         ("import os", "forbidden_module", "recoverable"),
-        ("import sys", "forbidden_module", "recoverable"),
+        ("import sys\nmodules = sys.modules", "withheld_name", "recoverable"),
+        ("import sys\nframe = sys._getframe(0)", "private_attribute", "recoverable"),
         ("import subprocess", "forbidden_module", "recoverable"),
         ("import subprocess", "capability_not_granted", "terminal"),
         ("import ctypes", "forbidden_module", "recoverable"),

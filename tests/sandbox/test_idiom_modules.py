@@ -158,6 +158,16 @@ WORKS = [
         [["a:0.02", "b:0.01", "c:0"], True, False, [0, 1, 2], "job", True],
     ),
     (
+        "sys: facts and the program's own streams",
+        """
+        import sys
+        print("to stdout", file=sys.stdout)
+        sys.stderr.write("to stderr\\n")
+        return [sys.version_info >= (3, 8), sys.maxsize > 2**31, sys.version_info.major, sys.byteorder in ("little", "big")]
+        """,
+        [True, True, 3, True],
+    ),
+    (
         "queue and stat",
         """
         import queue, stat
@@ -307,6 +317,12 @@ ATTACKS = [
         "    return getattr(frames[0], 'f_' + 'globals')\nreturn asyncio.run(main())",
         "restricted name",
     ),
+    ("sys.modules", "proxy", "import sys\nreturn sys.modules['os']", "sys.modules is withheld"),
+    ("sys.path", "proxy", "from sys import path\nreturn path", "path"),
+    ("sys frames", "guard", "import sys\nreturn sys._getframe(0)", "starts with"),
+    ("sys exception state", "proxy", "import sys\nreturn sys.exc_info()", "exc_info is withheld"),
+    ("sys audit hooks", "proxy", "import sys\nsys.addaudithook(print)\nreturn 1", "addaudithook is withheld"),
+    ("sys stream's real file", "guard", "import sys\nreturn sys.stderr.buffer", "has no attribute"),
     ("email.utils' socket", "guard", "import email.utils\nreturn getattr(email.utils, 'socket')", "has no attribute"),
 ]
 
