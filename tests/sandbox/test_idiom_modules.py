@@ -163,7 +163,8 @@ WORKS = [
         import sys
         print("to stdout", file=sys.stdout)
         sys.stderr.write("to stderr\\n")
-        return [sys.version_info >= (3, 8), sys.maxsize > 2**31, sys.version_info.major, sys.byteorder in ("little", "big")]
+        info = sys.version_info
+        return [info >= (3, 8), sys.maxsize > 2**31, info.major, sys.byteorder in ("little", "big")]
         """,
         [True, True, 3, True],
     ),
