@@ -47,6 +47,8 @@ SETTABLE_ATTRIBUTES: dict[tuple[str, str], frozenset[str]] = {
     ("decimal", "Context"): frozenset({"prec", "rounding", "Emin", "Emax", "capitals", "clamp", "traps", "flags"}),
     ("configparser", "ConfigParser"): frozenset({"optionxform"}),  # ``config.optionxform = str`` keeps case
     ("configparser", "RawConfigParser"): frozenset({"optionxform"}),
+    ("logging", "Logger"): frozenset({"propagate", "disabled"}),  # ``log.propagate = False``
+    ("logging", "RootLogger"): frozenset({"propagate", "disabled"}),
     ("textwrap", "TextWrapper"): frozenset(
         _words(
             "width initial_indent subsequent_indent expand_tabs replace_whitespace fix_sentence_endings "

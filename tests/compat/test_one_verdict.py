@@ -37,7 +37,7 @@ def test_every_clean_policy_example_runs_in_the_sandbox(sb: Sandbox, example: ob
     assert out.error_type not in REFUSALS, (out.error_type, out.error_message)
 
 
-@pytest.mark.timeout(600)  # 115 executions in a row
+@pytest.mark.timeout(900)  # 159 executions in a row
 def test_the_policy_and_the_sandbox_agree_on_the_corpus(sb: Sandbox) -> None:
     disagreements = []
     for program in corpus.load():
