@@ -25,6 +25,10 @@ from .world import PROGRAM_MODULE
 def is_super_call(node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
 
+#: Per policy class, its visit method per node class (``SandforgePolicy.visit``).
+_DISPATCH: dict[type, dict[type, Any]] = {}
+
+
 def _mangles(name: str) -> bool:
     """A private name (``__x``, not ``__x__``) that Python's compiler mangles inside a class."""
     return name[:2] == "__" and name[-2:] != "__" and "." not in name
@@ -39,6 +43,45 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
         super().__init__(*args)
         #: The class statements around the current node, innermost last (for private-name mangling).
         self.classes: list[str] = []
+        self.dispatch = _DISPATCH.setdefault(type(self), {})
+
+    # The walk itself, at the cost of a method call per node: ``ast.NodeVisitor.visit`` builds the method's
+    # name for every node, and ``ast.NodeTransformer.generic_visit`` goes through a generator per node
+    # (``iter_fields``). Same visits, same order, same results; a new program's compile+run is mostly this walk.
+
+    def visit(self, node: Any) -> Any:
+        method = self.dispatch.get(type(node))
+        if method is None:
+            method = self.dispatch[type(node)] = getattr(type(self), "visit_" + type(node).__name__, None) or (
+                type(self).generic_visit
+            )
+        return method(self, node)
+
+    def node_contents_visit(self, node: Any) -> Any:
+        visit = self.visit
+        for field in node._fields:
+            old = getattr(node, field, None)
+            if type(old) is list:
+                if not old:
+                    continue
+                new: list[Any] = []
+                for value in old:
+                    if isinstance(value, ast.AST):
+                        value = visit(value)
+                        if value is None:
+                            continue
+                        if not isinstance(value, ast.AST):
+                            new.extend(value)
+                            continue
+                    new.append(value)
+                old[:] = new
+            elif isinstance(old, ast.AST):
+                replaced = visit(old)
+                if replaced is None:
+                    delattr(node, field)
+                else:
+                    setattr(node, field, replaced)
+        return node
 
     def visit_ClassDef(self, node: ast.ClassDef) -> Any:
         self.classes.append(node.name)
