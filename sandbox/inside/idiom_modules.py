@@ -210,19 +210,25 @@ def _proxy_zoneinfo(module: Any) -> None:
     from zoneinfo import _tzpath
 
     real, not_found = module.ZoneInfo, module.ZoneInfoNotFoundError
+    found: set[str] = set()  # keys already found in the database (a lookup is a stat per TZPATH entry)
+
+    def check(key: Any) -> None:
+        if type(key) is str and key in found:
+            return
+        if type(key) is not str or _tzpath.find_tzfile(key) is None:  # ValueError for a path outside TZPATH
+            raise not_found(f"No time zone found with key {key}")
+        found.add(key)
 
     class ZoneInfo(real):  # type: ignore[misc, valid-type]
         __module__ = "zoneinfo"
 
         def __new__(cls, key: Any) -> Any:
-            if type(key) is not str or _tzpath.find_tzfile(key) is None:  # ValueError for a path outside TZPATH
-                raise not_found(f"No time zone found with key {key}")
+            check(key)
             return super().__new__(cls, key)
 
         @classmethod
         def no_cache(cls, key: Any) -> Any:
-            if type(key) is not str or _tzpath.find_tzfile(key) is None:
-                raise not_found(f"No time zone found with key {key}")
+            check(key)
             return super().no_cache(key)
 
     module.ZoneInfo = ZoneInfo
