@@ -6,7 +6,10 @@
   program's ``def`` executed and called; no compilation), as ratios restricted / plain of the medians;
 - per-construct micro-benchmarks (append, ``+=`` on a name / attribute / item, swap, unpacking, method
   call, attribute read, dict counting, string building): execution only;
-- the model-style workload (``bench.workloads.MODEL_STYLE``): execution only, and compile plus run.
+- the model-style workload (``bench.workloads.MODEL_STYLE``): execution only, and compile plus run;
+- with ``--tripwire``, what the tripwire (issue 36) costs: the corpus through real subprocess sandboxes, the
+  runner started with its audit hook and without it, interleaved (an armed hook cannot be removed from a
+  process, so the side-by-side run needs a process per execution).
 
 "Restricted" is exactly what the runner does (``compile_program``, ``build_globals``, ``LazyContext``),
 without the process and its lock-down (that cost is measured by ``python -m bench``). The load average
@@ -212,6 +215,49 @@ def measure_model_style(rounds: int) -> dict[str, Any]:
     }
 
 
+def measure_tripwire(rounds: int) -> dict[str, Any]:
+    """Each corpus program executed in real subprocess sandboxes, the runner started with its audit hook (no
+    seam: production) and without it (``BootSeam(tripwire_off=True)``, the benchmark's seam), interleaved
+    A B A B; the time of one execution is the exchange's (``duration_s``: the execute frame sent to the result
+    read; the runner's start is not in it). The noise floor is the same comparison between the odd and the
+    even runs without the hook. A program whose status differs between the forms is listed (a wrong trip)."""
+    from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig, seam
+    from sandforge.sandbox.protocol import BootSeam
+
+    forms = (("on", None), ("off", BootSeam(tripwire_off=True)))
+    rows, differing = [], []
+    try:
+        with Sandbox(SandboxConfig(backend="subprocess", pool_size=0)) as sandbox:
+            for program in corpus.load():
+                request = ExecutionRequest(code=program.code, args=program.args, kwargs=program.kwargs,
+                                           context=program.context)  # fmt: skip
+                samples: dict[str, list[float]] = {"on": [], "off": []}
+                statuses: dict[str, set[str]] = {"on": set(), "off": set()}
+                for _ in range(rounds):
+                    for form, active in forms:
+                        seam.ACTIVE = active
+                        outcome = sandbox.execute(request)
+                        samples[form].append(outcome.duration_s)
+                        statuses[form].add(f"{outcome.status}:{outcome.error_type}")
+                if statuses["on"] != statuses["off"]:
+                    differing.append(program.name)
+                on, off = statistics.median(samples["on"]), statistics.median(samples["off"])
+                noise = statistics.median(samples["off"][0::2]) / statistics.median(samples["off"][1::2])
+                rows.append({"program": program.name, "on_ms": on * 1e3, "off_ms": off * 1e3, "ratio": on / off,
+                             "noise_ratio": noise})  # fmt: skip
+    finally:
+        seam.ACTIVE = None
+    return {
+        "rounds": rounds,
+        "on_ms": summary(rows, "on_ms"),
+        "off_ms": summary(rows, "off_ms"),
+        "ratio": summary(rows, "ratio"),
+        "noise_ratio": summary(rows, "noise_ratio"),
+        "differing_status": differing,
+        "programs": rows,
+    }
+
+
 def summary(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
     values = sorted(r[key] for r in rows)
     return {"median": statistics.median(values), "worst": values[-1], "p90": values[int(0.9 * (len(values) - 1))]}
@@ -221,7 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few rounds (a smoke test, not a measurement)")
     parser.add_argument("--out", type=Path, help="write the JSON report here")
+    parser.add_argument("--tripwire", action="store_true", help="only the tripwire's cost, through real sandboxes")
     args = parser.parse_args(argv)
+    if args.tripwire:
+        return _report_tripwire(2 if args.quick else 8, args.out)
     rounds = 3 if args.quick else 21
     load_before = os.getloadavg()
     corpus_rows = measure_corpus(rounds)
@@ -253,6 +302,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {row['construct']:16} {plain:7.1f} ns plain  {ours:7.1f} ns  {row['ratio']:.2f}x  {same}")
     worst = sorted(corpus_rows, key=lambda r: -r["warm_ratio"])[:5]
     print("slowest compile+run:", ", ".join(f"{r['program']} {r['warm_ratio']:.1f}x" for r in worst))
+    return 0
+
+
+def _report_tripwire(rounds: int, out: Path | None) -> int:
+    load_before = os.getloadavg()
+    report = {"python": sys.version.split()[0], "loadavg_before": load_before, **measure_tripwire(rounds),
+              "loadavg_after": os.getloadavg()}  # fmt: skip
+    if out:
+        out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    after = report["loadavg_after"]
+    print(f"load average {load_before[0]:.2f} -> {after[0]:.2f}, {len(report['programs'])} programs, "
+          f"{rounds} runs of each form, interleaved")  # fmt: skip
+    for key, unit in (("on_ms", "ms"), ("off_ms", "ms"), ("ratio", "x"), ("noise_ratio", "x")):
+        s = report[key]
+        print(f"{key:12} median {s['median']:.3f}{unit}  p90 {s['p90']:.3f}{unit}  worst {s['worst']:.3f}{unit}")
+    print("status differs with the hook:", ", ".join(report["differing_status"]) or "none")
     return 0
 
 

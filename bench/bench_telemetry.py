@@ -131,6 +131,7 @@ def noop_hooks_us(n: int = 20000) -> float:
     null = telemetry.NULL
     spec = CallSpec(role="calc", method="inc", args=[1], kwargs={})
     outcome = Outcome(status="ok", value=1, tool_role="calc", method_name="inc", metadata={})
+    executed = ExecutionOutcome(status="ok", value=1, backend="memory")
     started = time.perf_counter()
     for _ in range(n):
         tel = telemetry.current()
@@ -140,8 +141,7 @@ def noop_hooks_us(n: int = 20000) -> float:
             with observe.stage(null, "validate"):
                 pass
             with observe.stage(null, "execute") as ex:
-                observe.executed(null, ex, started_ns=0, backend="memory", ok=True, error_type=None, duration_s=0.0,
-                                 metadata={})  # fmt: skip
+                observe.executed(null, ex, executed, started_ns=0)
             with observe.stage(null, "commit"):
                 pass
             observe.call_ended(tel, span, spec, outcome)

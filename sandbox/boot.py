@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING
 
-from sandforge.sandbox import image, seccomp
+from sandforge.sandbox import image, seam, seccomp
 from sandforge.sandbox.containers import SCRATCH
 from sandforge.sandbox.handoff import MOUNT_POINT as HANDOFF_MOUNT_POINT
 from sandforge.sandbox.protocol import BootFrame, Limits
@@ -39,6 +39,7 @@ def process_boot(limits: Limits, *, sys_path: list[str], workdir: str | None, ui
         workdir=workdir,
         drop_to_uid=uid,
         drop_to_gid=gid,
+        seam=seam.ACTIVE,
     )
 
 
@@ -60,6 +61,7 @@ def container_boot(
         handoff_dir=HANDOFF_MOUNT_POINT if handed else None,
         handoff_token=handed.token if handed else None,
         environment=environment.boot(bind=False) if environment is not None else None,
+        seam=seam.ACTIVE,
     )
 
 

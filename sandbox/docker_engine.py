@@ -23,14 +23,16 @@ def engine_errors() -> tuple[type[BaseException], ...]:
     return (docker.errors.DockerException, requests.exceptions.RequestException)
 
 
-def connect(base_url: str | None = None, timeout: float = API_TIMEOUT_S) -> Any:
+def connect(base_url: str | None = None, timeout: float = API_TIMEOUT_S, max_pool_size: int = 10) -> Any:
     """A low-level Docker API client with the engine's API version negotiated; SandboxUnavailable if down."""
     import docker
 
     try:
         if base_url:
-            return docker.APIClient(base_url=base_url, version="auto", timeout=int(timeout))
-        return docker.from_env(version="auto", timeout=int(timeout)).api
+            return docker.APIClient(
+                base_url=base_url, version="auto", timeout=int(timeout), max_pool_size=max_pool_size
+            )
+        return docker.from_env(version="auto", timeout=int(timeout), max_pool_size=max_pool_size).api
     except engine_errors() as exc:
         where = base_url or os.environ.get("DOCKER_HOST") or "the default socket"
         raise SandboxUnavailable(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import binascii
 import contextlib
 import functools
+import json
 import logging
 import secrets
 import threading
@@ -99,6 +100,9 @@ class EgressPartsHandler(Protocol):
 
 
 TRUNCATION_MARK = "\n[... truncated by sandforge]"
+#: How long after a complete result the host waits for the channel's end and the worker's exit, even past
+#: the deadline: a container's runtime tears it down before the stream ends (tens of ms; more under load).
+END_GRACE_S = 2.0
 log = logging.getLogger(__name__)
 
 _SERVING = threading.local()
@@ -197,6 +201,8 @@ class Exchange:
     fetch_s: float = 0.0
     #: The receipt the last ``fetch_result`` carried: the next fetch frame must echo it (``_check_nested``).
     receipt: str | None = None
+    #: What the host saw that a confined program could never cause (anything after the result).
+    security_event: SecurityEvent | None = None
 
     @property
     def nested_calls(self) -> int:
@@ -236,21 +242,17 @@ def await_ready(io: WorkerIO, limits: Limits, timeout: float) -> ReadyFrame:
     raise ProtocolError(f"worker did not report ready within {timeout:.1f}s")
 
 
-def run_exchange(
-    io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandler | None, *, stop_at_result: bool = False
-) -> Exchange:
+def run_exchange(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandler | None) -> Exchange:
     """Send the program, serve nested calls, collect the single result frame, enforce the limits.
 
-    By default it then waits for the result channel to close (the worker exiting); ``stop_at_result``
-    returns as soon as the result frame is complete, for workers whose exit is slow to observe and that are
-    destroyed afterwards anyway (containers). The exchange's steps, driven on this thread (``sandbox/steps.py``).
+    It then reads the result channel to its end (the worker exiting): a program that escaped can write a
+    result frame before the runner's, so only the whole channel shows whether that one was the only one.
+    The exchange's steps, driven on this thread (``sandbox/steps.py``).
     """
-    return run_steps(exchange_steps(io, request, bridge, stop_at_result=stop_at_result))
+    return run_steps(exchange_steps(io, request, bridge))
 
 
-def exchange_steps(
-    io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandler | None, *, stop_at_result: bool = False
-) -> Steps[Exchange]:
+def exchange_steps(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandler | None) -> Steps[Exchange]:
     """:func:`run_exchange` as steps: it yields where it waits (for output, for a nested call's answer), so
     the sync and async APIs drive one implementation. A :class:`~sandbox.steps.Cancelled` thrown in where it
     waits ends the exchange as a timeout does (the worker is then killed by its backend)."""
@@ -278,18 +280,23 @@ def exchange_steps(
         ex.failure = (ErrorType.SANDBOX_UNAVAILABLE, f"could not send the program to the sandbox: {exc}")
         return ex
     open_streams: set[Stream] = {"result", "stdout", "stderr"}
+    ending: float | None = None  # once the result is complete: its channel may end up to END_GRACE_S later
     while open_streams and ex.failure is None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if ex.complete and ending is None:
+            ending = max(deadline, time.monotonic() + END_GRACE_S)
+        until = deadline if ending is None else ending
+        if until - time.monotonic() <= 0:
             ex.failure = (ErrorType.TIMEOUT, _timeout_message(limits.timeout_s, allowed))
             break
-        if (yield from _one_poll(io, reader, ex, handler, limits, deadline, open_streams)):
+        if (yield from _one_poll(io, reader, ex, handler, limits, until, open_streams)):
             break
         if ex.stderr.truncated or ex.stray_stdout.truncated:
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
-        if ex.complete and ("result" not in open_streams or stop_at_result):
+        if ex.complete and "result" not in open_streams:
             break
-    if ex.failure is None and not ex.complete and (ex.result is not None or reader.pending):
+    if ex.failure is None and ex.complete and reader.pending:
+        _after_result(ex, "data_after_result", f"{reader.pending} bytes of an unfinished frame after the result")
+    elif ex.failure is None and not ex.complete and (ex.result is not None or reader.pending):
         ex.failure = (ErrorType.SANDBOX_VIOLATION, "the sandbox sent an incomplete result")
     ex.wall_s = time.monotonic() - started - ex.bridge_s
     return ex
@@ -406,6 +413,8 @@ def send_execute(
         frame["compiled"] = compiled
     if request.environment is not None:
         frame["env_id"] = request.environment.env_id
+    if request._tripwire_canary:
+        frame["canary"] = True
     header = encode_frame(frame, max_bytes)
     total = len(header) + context.nbytes + HEADER.size * (len(context) - len(passed))
     if total > max_bytes:
@@ -464,7 +473,10 @@ def _accept_context_text(ex: Exchange, body: bytes) -> None:
     """One changed key's new text: exactly the announced length, and JSON (checked in Rust, not Python)."""
     assert ex.result is not None
     if ex.complete:
-        raise ProtocolError("data after the result frame")
+        event, detail = ("second_result", "a second result frame") if _is_result(body) else (
+            "data_after_result", "data after the result frame")  # fmt: skip
+        _after_result(ex, event, detail)
+        raise ProtocolError(detail)
     key, nbytes = ex.result.context_changed[len(ex.changed)]
     if len(body) != nbytes:
         raise ProtocolError(f"context key {key!r} is {len(body)} bytes, announced {nbytes}")
@@ -474,6 +486,21 @@ def _accept_context_text(ex: Exchange, body: bytes) -> None:
         raise ProtocolError(str(exc)) from None
     ex.changed[key] = body
     _finish_context(ex)
+
+
+def _is_result(body: bytes) -> bool:
+    try:
+        return isinstance(frame := json.loads(body), dict) and frame.get("type") == "result"
+    except (ValueError, RecursionError):
+        return False
+
+
+def _after_result(ex: Exchange, event: str, detail: str) -> None:
+    """Anything on the result channel after a complete result: the runner writes one result and exits, so
+    something else wrote this (a program that forged a result before the runner's own, or after it)."""
+    ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {detail}")
+    ex.context = None
+    ex.security_event = SecurityEvent(source="host", event=event, detail=detail)
 
 
 def _finish_context(ex: Exchange) -> None:
@@ -686,19 +713,23 @@ class ExitInfo:
     oom_killed: bool = False
     usage: ResourceUsage | None = None
 
+    @property
+    def observed(self) -> bool:
+        """Whether the host saw the worker end (an exit status or a signal)."""
+        return self.exit_code is not None or self.signal is not None
+
 
 SIGKILL, SIGALRM, SIGXCPU, SIGSYS = 9, 14, 24, 31
 
 
 def build_outcome(
-    ex: Exchange, exit_info: ExitInfo, *, backend: str, protections: dict[str, bool], limits: Limits,
-    exit_observed: bool = False,
-) -> ExecutionOutcome:  # fmt: skip
+    ex: Exchange, exit_info: ExitInfo, *, backend: str, protections: dict[str, bool], limits: Limits
+) -> ExecutionOutcome:
     """Combine the exchange and the exit into one outcome; host observations beat runner claims.
 
-    ``exit_observed``: the backend waited for the worker's exit (subprocess), so an ok result also needs
-    a clean exit; a runner exits 0 right after writing its result, anything else means it was not the
-    runner that wrote it (or it did not finish)."""
+    An ok result also needs the clean exit the runner makes right after writing it: anything else means
+    that it was not the runner that wrote it (a program that escaped forged it, then raised or was stopped),
+    or that the runner did not finish. Every backend observes the exit (``ExitInfo.observed``)."""
     usage = exit_info.usage or ResourceUsage(
         cpu_time_s=ex.result.cpu_time_s if ex.result else 0.0,
         peak_memory_mb=ex.result.peak_memory_mb if ex.result else 0.0,
@@ -728,13 +759,12 @@ def build_outcome(
     common["stdout"] = stdout + (TRUNCATION_MARK if stdout_truncated and ex.result else "")
     common["stdout_truncated"] = stdout_truncated
 
-    failure = ex.failure or _exit_failure(ex, exit_info, limits, usage)
-    clean = exit_info.exit_code == 0 and exit_info.signal is None
-    if failure is None and exit_observed and not clean and ex.result is not None and ex.result.status == "ok":
-        how = f"signal {exit_info.signal}" if exit_info.signal else f"exit status {exit_info.exit_code}"
-        failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox reported success but ended with {how}")
-        common["security_event"] = SecurityEvent(source="host", event="unclean_exit_after_ok",
-                                                 detail=f"an ok result followed by {how}")  # fmt: skip
+    failure = ex.failure
+    if failure is not None and ex.security_event is not None:
+        common["security_event"] = ex.security_event
+    elif failure is None and ex.result is not None and ex.result.status == "ok":
+        failure = _ok_exit_failure(exit_info, common)
+    failure = failure or _exit_failure(ex, exit_info, limits, usage)
     if failure is not None:
         return ExecutionOutcome.failure(failure[0], failure[1], **common)
     result = ex.result
@@ -761,6 +791,19 @@ def build_outcome(
     # Each changed key was checked as JSON when its frame arrived; the outcome decodes the context only if
     # someone reads ``outcome.context``.
     return ExecutionOutcome.succeeded(result.value, ex.context, **common)
+
+
+def _ok_exit_failure(exit_info: ExitInfo, common: dict[str, Any]) -> tuple[ErrorType, str] | None:
+    """Why an ok result does not stand given the exit that followed it (None: it stands). Checked before
+    the exit's other meanings: a memory or CPU kill after an ok is not the runner's, which exits at once."""
+    if not exit_info.observed:
+        return ErrorType.SANDBOX_UNAVAILABLE, "the host could not observe the sandbox's exit after its result"
+    if exit_info.exit_code == 0 and exit_info.signal is None:
+        return None
+    how = f"signal {exit_info.signal}" if exit_info.signal else f"exit status {exit_info.exit_code}"
+    common["security_event"] = SecurityEvent(source="host", event="unclean_exit_after_ok",
+                                             detail=f"an ok result followed by {how}")  # fmt: skip
+    return ErrorType.SANDBOX_VIOLATION, f"the sandbox reported success but ended with {how}"
 
 
 def _exit_failure(

@@ -92,6 +92,29 @@ def restrictedpython_version() -> str:
         ).hexdigest()
 
 
+#: The oldest RestrictedPython without a published escape: 8.3 closed guard names shadowed by positional-only
+#: parameters, 8.4 string.Formatter's field traversal (CVE-2026-76825), 8.5 the async generators' frame
+#: attributes missing from INSPECT_ATTRIBUTES; 9.0 is the release the sandbox is tested with. The subprocess
+#: backend runs the installed copy and the image is built from it, so this one check covers both.
+RESTRICTEDPYTHON_MINIMUM = "9.0"
+
+
+def restrictedpython_advisory(installed: str | None = None) -> str | None:
+    """Why the installed RestrictedPython (or ``installed``) must not be used, or None when it may."""
+    from packaging.version import InvalidVersion, Version
+
+    found = restrictedpython_version() if installed is None else installed
+    try:
+        if Version(found) >= Version(RESTRICTEDPYTHON_MINIMUM):
+            return None
+    except InvalidVersion:
+        found = "a copy without version metadata"
+    return (
+        f"RestrictedPython {found} has published sandbox escapes; install RestrictedPython>="
+        f"{RESTRICTEDPYTHON_MINIMUM} (pip install -U 'RestrictedPython>={RESTRICTEDPYTHON_MINIMUM}')"
+    )
+
+
 def inside_files() -> dict[str, bytes]:
     """Every source file of the inside package, by its path relative to the package (no caches)."""
     return {
@@ -263,9 +286,11 @@ def ensure_base(client: Any, progress: Progress, *, refresh: bool = False) -> st
 
 def build_context(inside: dict[str, bytes]) -> bytes:
     """The build context: Dockerfile, the inside package and the installed RestrictedPython package (no
-    caches)."""
+    caches), refused for a RestrictedPython with published escapes."""
     if not DOCKERFILE.exists():
         raise ImageBuildError(f"image recipe {DOCKERFILE} not found (sandforge must run from its source tree)")
+    if advisory := restrictedpython_advisory():  # the image carries the installed copy
+        raise ImageBuildError(f"the sandbox image is not built: {advisory}")
     import tarfile
 
     buf = io.BytesIO()

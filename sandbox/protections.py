@@ -42,9 +42,15 @@ class Protection(StrEnum):
     PIDS_LIMIT = "pids_limit"
     CPU_LIMIT = "cpu_limit"
     GVISOR = "gvisor"
+    # every backend: the runner's PEP 578 audit hook, self-tested at start (docs/security.md, "The tripwire")
+    AUDIT_TRIPWIRE = "audit_tripwire"
 
 
 P = Protection
+
+#: Required on every backend whatever the configuration says: it cannot be waived (only the tests' and the
+#: benchmark's seam, ``sandbox/seam.py``, starts runners without it).
+ALWAYS_REQUIRED: tuple[Protection, ...] = (P.AUDIT_TRIPWIRE,)
 
 PROTECTIONS: tuple[Protection, ...] = tuple(Protection)
 
@@ -57,13 +63,14 @@ DEFAULT_REQUIRED: tuple[Protection, ...] = (
 # --- what each backend provides: every one is reported (verified or not) in each worker's protections ---
 
 #: The subprocess backend (rootless, it also reports ``USER_NAMESPACE``: see ``ROOTLESS_PROTECTIONS``).
-SUBPROCESS_PROTECTIONS: tuple[Protection, ...] = DEFAULT_REQUIRED
+SUBPROCESS_PROTECTIONS: tuple[Protection, ...] = (*DEFAULT_REQUIRED, P.AUDIT_TRIPWIRE)
 ROOTLESS_PROTECTIONS: tuple[Protection, ...] = (P.USER_NAMESPACE,)
 #: Every container backend (docker, gvisor, runc, runsc), in the order outcomes list them.
 CONTAINER_PROTECTIONS: tuple[Protection, ...] = (
     P.NETWORK_NONE, P.READ_ONLY_ROOTFS, P.TMPFS_LIMITED, P.CAPABILITIES_DROPPED, P.NO_NEW_PRIVS,
     P.UNPRIVILEGED_USER, P.MEMORY_LIMIT, P.NO_SWAP, P.PIDS_LIMIT, P.CPU_LIMIT, P.SECCOMP, P.RLIMITS,
     P.PRIVATE_ROOT, P.NET_NAMESPACE, P.MOUNT_NAMESPACE, P.IPC_NAMESPACE, P.UTS_NAMESPACE, P.PID_NAMESPACE,
+    P.AUDIT_TRIPWIRE,
 )  # fmt: skip
 #: Containers on gVisor's kernel (gvisor through dockerd, runsc directly).
 GVISOR_PROTECTIONS: tuple[Protection, ...] = (*CONTAINER_PROTECTIONS, P.GVISOR)
@@ -104,9 +111,13 @@ def parse_list(text: str, source: str) -> tuple[Protection, ...]:
 
 
 def enforced(required: Iterable[Protection], allow_missing: Iterable[Protection]) -> tuple[Protection, ...]:
-    """The protections a sandbox must show: the required ones minus the explicitly waived ones."""
+    """The protections a sandbox must show: the required ones minus the explicitly waived ones, plus
+    ``ALWAYS_REQUIRED``, which no waiver removes."""
+    from sandforge.sandbox import seam
+
     waived = set(allow_missing)
-    return tuple(p for p in dict.fromkeys(required) if p not in waived)
+    always = () if seam.tripwire_off() else ALWAYS_REQUIRED
+    return tuple(p for p in dict.fromkeys((*required, *always)) if p not in waived or p in always)
 
 
 def waived(required: Iterable[Protection], allow_missing: Iterable[Protection]) -> tuple[Protection, ...]:

@@ -37,6 +37,7 @@ from pydantic import (
     JsonValue,
     PlainSerializer,
     PlainValidator,
+    PrivateAttr,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -141,6 +142,11 @@ Context = Annotated[
 ENV_MOUNT_PATH: str = wire.ENV_MOUNT_PATH
 
 
+#: A top-level module a program may be given: public (``_yaml``, a package's private extension, is importable
+#: by the package itself but never exposed to the program) and short.
+EXPOSABLE_MODULE = r"^[A-Za-z][A-Za-z0-9_]{0,99}$"
+
+
 class EnvironmentMount(BaseModel):
     """A ready environment (built by ``runtime/environments``) for the sandbox to mount read-only at
     ``ENV_MOUNT_PATH``: its id, the host path of its ``site`` directory and the top-level modules the program
@@ -151,7 +157,7 @@ class EnvironmentMount(BaseModel):
 
     env_id: str = Field(pattern=r"^[0-9a-f]{32}$", description="the environment's id (its directory's name)")
     site: str = Field(min_length=1, max_length=4096, description="absolute host path of the environment's site/")
-    modules: tuple[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,99}$")], ...] = Field(
+    modules: tuple[Annotated[str, Field(pattern=EXPOSABLE_MODULE)], ...] = Field(
         default=(), max_length=512, description="top-level modules exposed to the program (a subset of what the "
         "environment provides)",
     )  # fmt: skip
@@ -181,6 +187,10 @@ class ExecutionRequest(BaseModel):
     environment: EnvironmentMount | None = Field(
         default=None, description="a ready environment mounted read-only into the sandbox (None: standard library only)"
     )
+    #: ``sandforge doctor``'s canary: the runner makes a forbidden event from a program-like frame after arming
+    #: its tripwire and must be stopped. A private attribute: no JSON, program, context value or tool contract
+    #: sets it (``tripwire_canary()`` does, on the host).
+    _tripwire_canary: bool = PrivateAttr(default=False)
 
     if TYPE_CHECKING:  # what a caller may pass, for type checkers without pydantic's plugin (it is validated)
 
@@ -189,6 +199,14 @@ class ExecutionRequest(BaseModel):
             kwargs: Mapping[str, Any] = ..., limits: Limits = ..., wall_budget_s: float | None = ...,
             environment: EnvironmentMount | None = ...,
         ) -> None: ...  # fmt: skip
+
+
+def tripwire_canary() -> ExecutionRequest:
+    """The canary request of ``sandforge doctor``: it must end as ``sandbox_violation`` with the tripwire's
+    security event ``sys._getframe`` (the runner's tripwire stopped a forbidden event from a program frame)."""
+    request = ExecutionRequest(code="return 'the canary was not stopped'")
+    request._tripwire_canary = True
+    return request
 
 
 class SecurityEvent(BaseModel):
@@ -336,6 +354,19 @@ class BootEnvironment(BaseModel):
     bind_source: str | None = None
 
 
+class BootSeam(BaseModel):
+    """The tests' and the benchmark's seam (``sandbox/seam.py``): never set in production."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tripwire_off: bool = Field(False, description="start the runner without its audit hook (benchmark, tests)")
+    unwrapped: tuple[str, ...] = Field(
+        (),
+        description="``module.name`` whose real callable replaces the runner's wrapper on the proxy, or one of the "
+        "runner's own layers reverted (``generators.check_generated_names``, ``packages.*``: serving._REVERTIBLE)",
+    )
+
+
 class BootFrame(BaseModel):
     """Sent once at spawn: how the runner locks itself down before it may receive code."""
 
@@ -352,6 +383,7 @@ class BootFrame(BaseModel):
     handoff_dir: str | None = Field(default=None, description="a read-only directory of handed-off context values")
     handoff_token: str | None = Field(default=None, description="what the runner must find in handoff_dir/token")
     environment: BootEnvironment | None = Field(default=None, description="the environment this sandbox serves")
+    seam: BootSeam | None = Field(default=None, description="tests and benchmark only (sandbox/seam.py)")
 
 
 # The execute frame is ``wire.ExecuteFrame`` (a TypedDict the host builds and the inside reads): the request

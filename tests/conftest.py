@@ -116,15 +116,17 @@ def _container_requirements(request: pytest.FixtureRequest) -> None:
         _require_backend("docker")
 
 
-@pytest.fixture(
-    params=[
-        "subprocess",
-        pytest.param("docker", marks=pytest.mark.docker),
-        pytest.param("gvisor", marks=[pytest.mark.docker, pytest.mark.gvisor]),
-        pytest.param("runc", marks=pytest.mark.oci("runc")),
-        pytest.param("runsc", marks=pytest.mark.oci("runsc")),
-    ]
-)
+#: Every backend as a fixture parameter, marked with what it needs (for fixtures of other scopes too).
+BACKEND_PARAMS = [
+    "subprocess",
+    pytest.param("docker", marks=pytest.mark.docker),
+    pytest.param("gvisor", marks=[pytest.mark.docker, pytest.mark.gvisor]),
+    pytest.param("runc", marks=pytest.mark.oci("runc")),
+    pytest.param("runsc", marks=pytest.mark.oci("runsc")),
+]
+
+
+@pytest.fixture(params=BACKEND_PARAMS)
 def sandbox_backend(request: pytest.FixtureRequest) -> str:
     """Each backend name in turn; container backends skip (or fail, when required) without an engine."""
     backend: str = request.param

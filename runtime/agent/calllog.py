@@ -30,6 +30,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, Val
 from sandforge.runtime.agent.trace_budget import TraceUsage
 from sandforge.runtime.state_dir import resolve_state_dir
 from sandforge.runtime.store.logfields import STORE_LOG_FIELDS, ProgramSourceField, StoreLogFields
+from sandforge.sandbox.protocol import SecurityEvent
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,23 @@ def bounded_json(value: Any, limit: int = MAX_JSON_CHARS) -> JsonValue:
     return {"truncated": True, "chars": len(text), "preview": text[:limit]}
 
 
+class CallSecurityEvent(SecurityEvent):
+    """A security event as the call log keeps it: the sandbox's :class:`SecurityEvent` (source, event, detail)
+    and where it happened (the attempt, the tool), so a query of the log finds every one and its call."""
+
+    attempt_id: str = Field(description="'<call_id>.<attempt number>' of the attempt whose execution ended on it")
+    attempt_number: int = Field(ge=1)
+    role: str
+    method: str
+    timestamp: AwareDatetime
+
+    @classmethod
+    def of(cls, event: SecurityEvent, *, attempt_id: str, attempt_number: int, role: str, method: str,
+           timestamp: datetime) -> CallSecurityEvent:  # fmt: skip
+        return cls(source=event.source, event=event.event, detail=bounded(event.detail) or "", attempt_id=attempt_id,
+                   attempt_number=attempt_number, role=role, method=method, timestamp=timestamp)  # fmt: skip
+
+
 class NestedCallSummary(BaseModel):
     """A nested call made by an attempt that was rolled back (its own record was discarded with it)."""
 
@@ -72,6 +90,9 @@ class NestedCallSummary(BaseModel):
     method: str
     status: Literal["ok", "error"]
     error_type: str | None = None
+    security_events: list[CallSecurityEvent] = Field(
+        default_factory=list, description="its security events (the parent's record lists them too)"
+    )
 
 
 class EgressCall(BaseModel):
@@ -132,6 +153,9 @@ class AttemptFailure(BaseModel):
     discarded_nested_calls: list[NestedCallSummary] = Field(default_factory=list)
     egress: list[EgressCall] = Field(
         default_factory=list, description="the requests this attempt's program had the host make (issue 18)"
+    )
+    security_event: SecurityEvent | None = Field(
+        None, description="what ended this attempt's execution, when it was a security event (docs/security.md)"
     )
 
 
@@ -218,6 +242,13 @@ class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugi
     latest_failure_message: str | None = None
     # ADR 0016 section 7
     attempt_failures: list[AttemptFailure] = Field(default_factory=list)
+    # issue 36: every security event of the call, its attempts' and its discarded nested calls'
+    security_events: list[CallSecurityEvent] = Field(
+        default_factory=list,
+        description="each execution of this call (or of a nested call its rolled-back attempts discarded) that "
+        "ended on a security event: source (tripwire, inner_wall, host), event, detail, attempt and tool; "
+        "nothing such an attempt did was committed",
+    )
     # validation of the last attempt
     verdict: str | None = None
     capabilities: list[Capability] = Field(default_factory=list)

@@ -10,15 +10,18 @@ or a build past the wait is the world's (extrinsic, retriable).
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import weakref
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from sandforge.runtime.environments.builder import EnvironmentStore
 from sandforge.runtime.environments.bytecode import compile_in_container, compile_on_host
-from sandforge.runtime.environments.errors import EnvironmentFailure
+from sandforge.runtime.environments.errors import DependencyInstallFailed, EnvironmentFailure
 from sandforge.runtime.environments.identity import EnvironmentSpec
 from sandforge.runtime.environments.manifest import Manifest, manifest_of
 from sandforge.runtime.environments.policy import DependencyPolicy
@@ -27,6 +30,7 @@ from sandforge.runtime.environments.target import SandboxTarget, TargetCache, in
 from sandforge.runtime.guardrails import Policy, ValidationResult, Violation
 from sandforge.runtime.state_dir import resolve_state_dir
 from sandforge.sandbox import EnvironmentMount
+from sandforge.sandbox.protocol import EXPOSABLE_MODULE
 
 __all__ = ["Environments", "default_environments", "failure_result", "manifest_for", "mount_of"]
 
@@ -155,13 +159,26 @@ def failure_result(exc: EnvironmentFailure, policy: Policy) -> ValidationResult:
                             policy_fingerprint=policy.fingerprint)  # fmt: skip
 
 
+_EXPOSABLE = re.compile(EXPOSABLE_MODULE)
+
+
 def declared_modules(prepared: PreparedEnvironment, manifest: Manifest) -> tuple[str, ...]:
-    """Top-level modules the *declared* distributions provide (not what they pull in transitively)."""
+    """Public top-level modules the *declared* distributions provide (not what they pull in transitively).
+    A private one (pyyaml's ``_yaml`` extension) stays importable by its package, never by the program."""
     provides = prepared.record.provides
-    return tuple(sorted({module for name in manifest.names for module in provides.get(name, ())}))
+    found = {module for name in manifest.names for module in provides.get(name, ())}
+    return tuple(sorted(module for module in found if _EXPOSABLE.match(module)))
 
 
 def mount_of(prepared: PreparedEnvironment, manifest: Manifest) -> EnvironmentMount:
-    """The sandbox request's field: the ready site, exposing the declared distributions' modules."""
+    """The sandbox request's field: the ready site, exposing the declared distributions' public modules. An
+    environment the request cannot name (a damaged record) is ``dependency_install_failed``, in one line."""
     modules = declared_modules(prepared, manifest)
-    return EnvironmentMount(env_id=prepared.env_id, site=str(prepared.site), modules=modules)
+    try:
+        return EnvironmentMount(env_id=prepared.env_id, site=str(prepared.site), modules=modules)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise DependencyInstallFailed(
+            f"environment {prepared.env_id[:12]} cannot be mounted: {where}: {first['msg']}"[:500]
+        ) from None

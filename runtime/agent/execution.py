@@ -91,9 +91,7 @@ class Executor:
         with observe.stage(tel, "execute", {"sandforge.backend": self.env.backend}) as span:
             started_ns = time.time_ns()
             outcome = self._run(request, approval, bridge)
-            observe.executed(tel, span, started_ns=started_ns, backend=outcome.backend, ok=outcome.ok,
-                             error_type=outcome.error_type.value if outcome.error_type else None,
-                             duration_s=outcome.duration_s, metadata=outcome.metadata)  # fmt: skip
+            observe.executed(tel, span, outcome, started_ns=started_ns)
         self.sandbox_seconds += outcome.duration_s
         waited = outcome.metadata.get("bridge_s")
         self.bridge_seconds += waited if isinstance(waited, (int, float)) else 0.0

@@ -204,6 +204,7 @@ class Lanes:
                 failure_class=failure_class, violation_location=bounded(where),
                 program_source=at.candidate.source if at.candidate else None, timestamp=now_utc(),
                 discarded_nested_calls=self.discarded, egress=self.fetched,
+                security_event=at.execution.security_event if at.execution is not None else None,
             )
         )  # fmt: skip
         self.discarded, self.fetched = [], []

@@ -211,7 +211,11 @@ class CallRun:
             violation = undeclared_violation(missing, self.env.policy.dependencies)
             result = approval.result.model_copy(update={"verdict": "recoverable", "violations": [violation]})
             return self._refused(result, approval.code, txn)
-        return (mount_of(prepared, manifest),)
+        try:
+            return (mount_of(prepared, manifest),)
+        except EnvironmentFailure as exc:
+            self._rollback(txn)
+            return self._environment_failure(exc, approval.code)
 
     def _environment_failure(self, exc: EnvironmentFailure, code: str) -> Step:
         """The lanes of ``runtime/environments/errors.py``: recoverable kinds are feedback to the model, a

@@ -21,7 +21,7 @@ from sandforge.runtime.guardrails import ValidationResult
 from sandforge.runtime.telemetry import NULL_SPAN, SpanHandle, Telemetry, current
 from sandforge.sandbox import BridgeHandler, ExecutionOutcome
 from sandforge.sandbox.exchange import Reply
-from sandforge.sandbox.protocol import CallFrame
+from sandforge.sandbox.protocol import CallFrame, SecurityEvent
 
 T = TypeVar("T")
 
@@ -80,6 +80,8 @@ def call_ended(tel: Telemetry, span: SpanHandle, spec: CallSpec, outcome: Outcom
     })  # fmt: skip
     if tel.record_io and status == "ok":
         span.set({"gen_ai.tool.call.result": _text(outcome.value)})
+    if events := metadata.get("security_events"):  # each is also an event on its execution's span
+        span.set({"sandforge.security_events": len(events)})
     for failure in metadata.get("attempt_failures") or []:
         attempt_failed(tel, span, failure)
     if status != "ok":
@@ -102,6 +104,9 @@ def attempt_failed(tel: Telemetry, span: SpanHandle, failure: Mapping[str, Any])
         "sandforge.program_source": failure.get("program_source"),
         "sandforge.failure.message": _text(failure.get("error_message")),
     }
+    if isinstance(event := failure.get("security_event"), Mapping):
+        attributes["sandforge.security_event.source"] = event.get("source")
+        attributes["sandforge.security_event.event"] = event.get("event")
     span.event("sandforge.attempt.failed", attributes)
     tel.add("sandforge.attempt.failures", 1, {k: attributes[k] for k in (
         "sandforge.failure.stage", "sandforge.failure.error_class", "sandforge.failure_class")})  # fmt: skip
@@ -158,11 +163,15 @@ def validated(span: SpanHandle, result: ValidationResult) -> None:
               "sandforge.policy_fingerprint": result.policy_fingerprint})  # fmt: skip
 
 
-def executed(tel: Telemetry, span: SpanHandle, *, started_ns: int, backend: str, ok: bool, error_type: str | None,
-             duration_s: float, metadata: Mapping[str, Any]) -> None:  # fmt: skip
-    """An execution's result on its span, its sandbox acquisition as a child span, and the execution metrics."""
+def executed(tel: Telemetry, span: SpanHandle, outcome: ExecutionOutcome, *, started_ns: int) -> None:
+    """An execution's result on its span (and its security event, if it ended on one), its sandbox
+    acquisition as a child span, and the execution metrics."""
     if not tel.enabled:
         return
+    backend, ok, duration_s, metadata = outcome.backend, outcome.ok, outcome.duration_s, outcome.metadata
+    error_type = outcome.error_type.value if outcome.error_type else None
+    if outcome.security_event is not None:
+        security_event_seen(tel, span, outcome.security_event, backend)
     start = metadata.get("sandbox_start")
     acquire_s = metadata.get("sandbox_acquire_s")
     if isinstance(acquire_s, (int, float)):
@@ -179,6 +188,21 @@ def executed(tel: Telemetry, span: SpanHandle, *, started_ns: int, backend: str,
         duration_s,
         {"sandforge.backend": backend, "sandforge.status": "ok" if ok else "error", "error.type": error_type},
     )
+
+
+def security_attributes(event: SecurityEvent) -> dict[str, str]:
+    """What telemetry says of a security event: its source and name, never its detail (which may quote a name
+    the program chose; the call log and the dashboard keep it)."""
+    return {"sandforge.security_event.source": event.source, "sandforge.security_event.event": event.event}
+
+
+def security_event_seen(tel: Telemetry, span: SpanHandle, event: SecurityEvent, backend: str) -> None:
+    """An execution that ended on a security event (docs/security.md, "The tripwire"): a span event and
+    attributes on the execution's span, and a count."""
+    attributes = security_attributes(event)
+    span.event("sandforge.security_event", attributes)
+    span.set(attributes)
+    tel.add("sandforge.security_events", 1, {**attributes, "sandforge.backend": backend})
 
 
 def egress_span(tel: Telemetry) -> SpanHandle:
@@ -234,6 +258,8 @@ def exec_ended(tel: Telemetry, span: SpanHandle, outcome: ExecutionOutcome, resu
               "sandforge.environment.id": outcome.metadata.get("env_id")})  # fmt: skip
     if tel.record_io and outcome.ok:
         span.set({"sandforge.exec.result": _text(outcome.value)})
+    if outcome.security_event is not None:
+        span.set(security_attributes(outcome.security_event))
     if not outcome.ok:
         span.fail(error or "error", None)
     tel.add("sandforge.execs", 1, {"sandforge.status": "ok" if outcome.ok else "error", "error.type": error})

@@ -55,7 +55,7 @@ from sandforge.runtime.guardrails import Policy, ValidationResult, cached_verdic
 from sandforge.runtime.guardrails.dependencies import judge_imports, undeclared_violation
 from sandforge.runtime.telemetry import Telemetry
 from sandforge.runtime.telemetry import current as telemetry
-from sandforge.sandbox import BridgeHandler, ExecutionOutcome, ExecutionRequest
+from sandforge.sandbox import BridgeHandler, EnvironmentMount, ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.config import BackendName
 
 __all__ = [
@@ -128,13 +128,10 @@ def plan_program(
                 found.metadata.setdefault(key, value)
             return found, result
         prepared = found
-        provided = declared_modules(prepared, manifest)
-        missing = [module for module in pending if module not in provided]
-        if missing:
-            violation = undeclared_violation(missing, policy.dependencies)
-            refused = result.model_copy(update={"verdict": "recoverable", "violations": [violation]})
-            return rejection_outcome(refused), refused
-        request = request.model_copy(update={"environment": mount_of(prepared, manifest)})
+        mount = _mount(prepared, manifest, pending, policy, result)
+        if not isinstance(mount, EnvironmentMount):
+            return mount
+        request = request.model_copy(update={"environment": mount})
     return Planned(request, approval, result, prepared)
 
 
@@ -249,9 +246,7 @@ def _execute_span(
         started_ns = time.time_ns()
 
         def executed(outcome: ExecutionOutcome) -> ExecutionOutcome:
-            observe.executed(tel, span, started_ns=started_ns, backend=outcome.backend, ok=outcome.ok,
-                             error_type=outcome.error_type.value if outcome.error_type else None,
-                             duration_s=outcome.duration_s, metadata=outcome.metadata)  # fmt: skip
+            observe.executed(tel, span, outcome, started_ns=started_ns)
             return outcome
 
         yield executed
@@ -289,6 +284,23 @@ def _prepare(
         log.exception("preparing the environment failed")
         failure = DependencyInstallFailed(f"the environment could not be prepared: {exc}"[:500])
         return environment_failure_outcome(failure, policy)
+
+
+def _mount(
+    prepared: PreparedEnvironment, manifest: Manifest, pending: list[str], policy: Policy, result: ValidationResult
+) -> EnvironmentMount | Refused:
+    """The request's environment field; refused when the program imports a module no declared distribution
+    provides, or when the environment is one a request cannot name (a typed outcome: nothing runs)."""
+    provided = declared_modules(prepared, manifest)
+    missing = [module for module in pending if module not in provided]
+    if missing:
+        violation = undeclared_violation(missing, policy.dependencies)
+        refused = result.model_copy(update={"verdict": "recoverable", "violations": [violation]})
+        return rejection_outcome(refused), refused
+    try:
+        return mount_of(prepared, manifest)
+    except EnvironmentFailure as exc:
+        return environment_failure_outcome(exc, policy), result
 
 
 def environment_failure_outcome(exc: EnvironmentFailure, policy: Policy) -> ExecutionOutcome:

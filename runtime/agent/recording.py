@@ -18,6 +18,7 @@ from sandforge.runtime.agent.calllog import (
     MAX_STDOUT_CHARS,
     STORE_FIELDS,
     CallRecord,
+    CallSecurityEvent,
     Capability,
     EgressCall,
     Usage,
@@ -74,6 +75,8 @@ class Recorder:
             "outcome_repair_attempts": lanes.outcome,
             "generation_retry_attempts": lanes.generation,
         }
+        if events := self.security_events():
+            meta["security_events"] = [e.model_dump(mode="json") for e in events]
         if lanes.failures:
             last = lanes.failures[-1]
             meta["attempt_failures"] = [f.model_dump(mode="json") for f in lanes.failures]
@@ -92,6 +95,21 @@ class Recorder:
             meta["capabilities"] = sorted({c.tag for c in vr.capabilities})
             meta["policy_fingerprint"] = vr.policy_fingerprint
         return meta
+
+    def security_events(self) -> list[CallSecurityEvent]:
+        """Every security event of the call, in order: each attempt whose execution ended on one (the lanes
+        record every failed attempt, so its failure entry holds it) and the nested calls its rolled-back
+        attempts discarded (their own records were discarded with them)."""
+        found: list[CallSecurityEvent] = []
+        for failure in self.lanes.failures:
+            for nested in failure.discarded_nested_calls:
+                found.extend(nested.security_events)
+            if failure.security_event is not None:
+                found.append(CallSecurityEvent.of(
+                    failure.security_event, attempt_id=failure.attempt_id, attempt_number=failure.attempt_number,
+                    role=self.spec.role, method=self.spec.method, timestamp=failure.timestamp,
+                ))  # fmt: skip
+        return found
 
     def ok(self, ex: ExecutionOutcome) -> Outcome:
         return Outcome(status="ok", value=ex.value, tool_role=self.spec.role, method_name=self.spec.method,
@@ -183,6 +201,7 @@ class Recorder:
             latest_failure_class=last.error_class if last else None,
             latest_failure_message=last.error_message if last else None,
             attempt_failures=list(lanes.failures),
+            security_events=self.security_events(),
         )
 
     def _execution(self) -> dict[str, Any]:

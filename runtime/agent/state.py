@@ -184,7 +184,7 @@ class Transaction:
         discarded = [
             NestedCallSummary(
                 call_id=s.record.call_id, role=s.record.role, method=s.record.method,
-                status=s.record.status, error_type=s.record.error_type,
+                status=s.record.status, error_type=s.record.error_type, security_events=s.record.security_events,
             )
             for s in self.records
         ]  # fmt: skip

@@ -13,6 +13,8 @@ import click
 from sandforge.runtime.cli.exits import Exit
 from sandforge.sandbox import BACKENDS, ExecutionRequest, Sandbox, SandboxConfig
 from sandforge.sandbox.backends.subprocess_backend import rootless
+from sandforge.sandbox.protections import Protection
+from sandforge.sandbox.protocol import ExecutionOutcome, tripwire_canary
 
 PROBE = "context['probe'] = sum(range(10))\nreturn 'ok'"
 
@@ -29,10 +31,14 @@ def probe_backend(name: str, config: SandboxConfig) -> dict[str, Any]:
     with Sandbox(cfg) as sb:
         outcome = sb.execute(ExecutionRequest(code=PROBE))
         cold_s = time.monotonic() - started
+        canary = sb.execute(tripwire_canary()) if outcome.ok else None
+    protections = dict(outcome.protections)
+    if Protection.AUDIT_TRIPWIRE in protections:  # self-tested by the runner: active only if the canary was stopped
+        protections[Protection.AUDIT_TRIPWIRE] = protections[Protection.AUDIT_TRIPWIRE] and canary_stopped(canary)
     report: dict[str, Any] = {
         "backend": name,
-        "works": outcome.ok and outcome.value == "ok",
-        "protections": outcome.protections,
+        "works": outcome.ok and outcome.value == "ok" and protections.get(Protection.AUDIT_TRIPWIRE, False),
+        "protections": protections,
         "required": list(cfg.enforced_protections),
         "waived": list(cfg.waived_protections),
         "cold_ms": round(cold_s * 1000, 2),
@@ -40,15 +46,33 @@ def probe_backend(name: str, config: SandboxConfig) -> dict[str, Any]:
     }
     if not outcome.ok:
         report["error"] = f"{outcome.error_type}: {outcome.error_message}"
+    elif not protections.get(Protection.AUDIT_TRIPWIRE, False):
+        got = canary.security_event if canary is not None else None
+        report["error"] = f"the tripwire did not stop the canary execution (security event: {got})"
     if missing := outcome.metadata.get("protections_missing"):
         report["missing"] = list(missing)
     return report
+
+
+def canary_stopped(outcome: ExecutionOutcome | None) -> bool:
+    """The tripwire ended the canary execution at the event it was meant to (``sys._getframe``)."""
+    event = outcome.security_event if outcome is not None else None
+    return event is not None and event.source == "tripwire" and event.event == "sys._getframe"
 
 
 def _mode(config: SandboxConfig) -> str:
     if not rootless(config):
         return "root"
     return f"rootless (uid {os.geteuid()}: subprocess walls from unprivileged user namespaces)"
+
+
+def _restrictedpython() -> dict[str, Any]:
+    """The inner wall's RestrictedPython (the subprocess backend runs it; the image is built from it): its
+    version, the oldest without a published escape, and why it must not be used (None when it may)."""
+    from sandforge.sandbox import image
+
+    return {"version": image.restrictedpython_version(), "minimum": image.RESTRICTEDPYTHON_MINIMUM,
+            "advisory": image.restrictedpython_advisory()}  # fmt: skip
 
 
 @click.command("doctor")
@@ -58,18 +82,22 @@ def command(backends: tuple[str, ...], as_json: bool) -> None:
     """Probe backends with a real execution and show which protections are active.
 
     Exit status: with --backend, 0 only when every requested backend works; without, 0 when the
-    configured default backend works; 6 (sandbox unavailable) otherwise; 2 for a malformed SANDFORGE_*
+    configured default backend works; 6 (sandbox unavailable) otherwise, or when the installed
+    RestrictedPython has published escapes; 2 for a malformed SANDFORGE_*
     setting. A backend works only with every required protection verified (see
     SANDFORGE_ALLOW_MISSING_PROTECTIONS). The cold figure includes the sandbox's start.
     """
     config = SandboxConfig.from_env()  # a malformed setting: SandboxConfigError, exit 2 (JSON under --json)
     reports = [probe_backend(name, config) for name in (backends or BACKENDS)]
     waived = list(config.waived_protections)
+    inner_wall = _restrictedpython()
     if as_json:
-        summary = {"default_backend": config.backend, "mode": _mode(config), "waived": waived, "backends": reports}
+        summary = {"default_backend": config.backend, "mode": _mode(config), "waived": waived,
+                   "restrictedpython": inner_wall, "backends": reports}  # fmt: skip
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(f"mode: {_mode(config)}")
+        click.echo(inner_wall["advisory"] or f"RestrictedPython {inner_wall['version']} (no published escapes)")
         if waived:
             click.echo(f"WARNING: protections waived by configuration (not required): {', '.join(waived)}")
         for r in reports:
@@ -87,4 +115,4 @@ def command(backends: tuple[str, ...], as_json: bool) -> None:
         failed = [r for r in reports if not r["works"]]
     else:
         failed = [r for r in reports if r["backend"] == config.backend and not r["works"]]
-    sys.exit(Exit.UNAVAILABLE if failed else Exit.OK)
+    sys.exit(Exit.UNAVAILABLE if failed or inner_wall["advisory"] else Exit.OK)

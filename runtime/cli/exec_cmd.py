@@ -63,6 +63,8 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -
     else:
         retriable = " (retriable)" if outcome.retriable else ""
         click.echo(f"error [{outcome.error_type}]{retriable}: {outcome.error_message}", err=True)
+        if (event := outcome.security_event) is not None:
+            click.echo(f"  security event: {event.source} {event.event}", err=True)
         for v in outcome.metadata.get("violations", []):
             loc = v.get("location") or {}
             click.echo(

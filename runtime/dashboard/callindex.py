@@ -1,15 +1,16 @@
 """A SQLite index over a tenant's call log (JSONL), so the dashboard pages stay fast at a million records.
 
 The log stays the record: the index holds, per line, its byte offset and length plus the fields the pages
-filter and count on (time, role, method, status, failure stage, error type, trace, call ids), and per hour
-the number of calls and failures by error type (the overview's chart and counts). Only bytes appended since
-the last commit are ever indexed; a log that shrank or was replaced (another inode) is indexed again from the
-start. A short tail is indexed by the read that finds it; a long one (a large existing log, met for the first
-time) by a background thread while the pages answer with what is indexed so far (:class:`Progress`). Every
-batch commits its rows with the offset it reached, so a build that dies resumes where it stopped, and one
-process's batch never repeats another's. Pages read a record by seeking to its offset, so a page
-costs one indexed query and a few short reads whatever the log's size. The index file lives beside the log,
-in the tenant's own state directory, created 0600.
+filter and count on (time, role, method, status, failure stage, error type, trace, call ids, how many security
+events), one row per security event (issue 36: time, source, event, attempt; the security page and its
+filters), and per hour the number of calls and failures by error type (the overview's chart and counts). Only
+bytes appended since the last commit are ever indexed; a log that shrank or was replaced (another inode) is
+indexed again from the start. A short tail is indexed by the read that finds it; a long one (a large existing
+log, met for the first time) by a background thread while the pages answer with what is indexed so far
+(:class:`Progress`). Every batch commits its rows with the offset it reached, so a build that dies resumes
+where it stopped, and one process's batch never repeats another's. Pages read a record by seeking to its
+offset, so a page costs one indexed query and a few short reads whatever the log's size. The index file lives
+beside the log, in the tenant's own state directory, created 0600.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 4 * 1024 * 1024
 #: lines indexed per transaction while catching up
 BATCH = 5000
-INDEX_VERSION = 1
+#: 2: security events (a version change rebuilds the index from the log, tables and all)
+INDEX_VERSION = 2
 #: a tail at most this long is indexed by the read that finds it (a page shows every call that returned);
 #: a longer one in the background
 INLINE_BYTES = 4 * 1024 * 1024
@@ -50,7 +52,7 @@ CREATE TABLE IF NOT EXISTS calls (
     id INTEGER PRIMARY KEY, off INTEGER NOT NULL, len INTEGER NOT NULL, t REAL NOT NULL,
     role TEXT NOT NULL, method TEXT NOT NULL, status TEXT NOT NULL, error_type TEXT, stage TEXT,
     failure_class TEXT, trace TEXT NOT NULL, call_id TEXT NOT NULL, parent TEXT, depth INTEGER NOT NULL,
-    duration REAL NOT NULL, attempts INTEGER NOT NULL
+    duration REAL NOT NULL, attempts INTEGER NOT NULL, security INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS calls_t ON calls (t);
 CREATE INDEX IF NOT EXISTS calls_role ON calls (role, method, id);
@@ -60,10 +62,18 @@ CREATE INDEX IF NOT EXISTS calls_stage ON calls (stage, id);
 CREATE INDEX IF NOT EXISTS calls_call_id ON calls (call_id);
 CREATE INDEX IF NOT EXISTS calls_parent ON calls (parent);
 CREATE INDEX IF NOT EXISTS calls_trace ON calls (trace);
+CREATE INDEX IF NOT EXISTS calls_security ON calls (id) WHERE security > 0;
+CREATE TABLE IF NOT EXISTS security (
+    id INTEGER PRIMARY KEY, call INTEGER NOT NULL, n INTEGER NOT NULL, t REAL NOT NULL, source TEXT NOT NULL,
+    event TEXT NOT NULL, attempt INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS security_source ON security (source, event, id);
 CREATE TABLE IF NOT EXISTS hours (
     hour INTEGER NOT NULL, error_type TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (hour, error_type)
 ) WITHOUT ROWID;
 """
+#: what an index of another version holds is dropped before the current schema is made (then rebuilt)
+_DROP = "DROP TABLE IF EXISTS calls; DROP TABLE IF EXISTS hours; DROP TABLE IF EXISTS security; DELETE FROM meta;"
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,8 @@ class CallFilter:
     until: float | None = None
     trace: str | None = None
     before: int | None = None
+    #: only calls that had a security event (issue 36)
+    security: bool = False
 
     def index(self) -> str:
         """The index to walk, most selective filter first (the planner, without statistics, may pick the
@@ -86,6 +98,8 @@ class CallFilter:
             return "INDEXED BY calls_trace"
         if self.role is not None:
             return "INDEXED BY calls_role_status" if self.method is None and self.status else "INDEXED BY calls_role"
+        if self.security:
+            return "INDEXED BY calls_security"  # few calls have one: the partial index holds only those
         if self.stage is not None and self.stage != "none":
             return "INDEXED BY calls_stage"
         if self.status is not None:
@@ -114,6 +128,8 @@ class CallFilter:
         if self.trace is not None:
             clauses.append("trace = ?")
             params.append(self.trace)
+        if self.security:
+            clauses.append("security > 0")
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
@@ -137,15 +153,60 @@ class IndexedCall:
     depth: int
     duration: float
     attempts: int
+    security: int = 0
 
 
 _COLUMNS = "id, off, len, t, role, method, status, error_type, stage, failure_class, trace, call_id, parent, depth, " \
-    "duration, attempts"
+    "duration, attempts, security"
 
 
-def _row(line: bytes, off: int) -> tuple[Any, ...] | None:
-    """The indexed fields of one log line, or None when it is not a current call record (skipped, as the
-    readers of the log skip it). Full validation is left to the page that shows the record."""
+@dataclass(frozen=True)
+class SecurityFilter:
+    """The security page's filters; every one given must hold. ``before``: keyset paging (event ids below it)."""
+
+    source: str | None = None
+    event: str | None = None
+    since: float | None = None
+    before: int | None = None
+
+    def where(self) -> tuple[str, list[Any]]:
+        given = [(clause, value) for clause, value in (("s.source = ?", self.source), ("s.event = ?", self.event),
+                 ("s.t >= ?", self.since), ("s.id < ?", self.before)) if value is not None]  # fmt: skip
+        return (" WHERE " + " AND ".join(c for c, _ in given)) if given else "", [v for _, v in given]
+
+
+@dataclass(frozen=True)
+class IndexedSecurityEvent:
+    """One security event's row: which entry of which call's ``security_events`` it is, and its indexed fields."""
+
+    id: int
+    n: int
+    t: float
+    source: str
+    event: str
+    attempt: int
+    call: IndexedCall
+
+
+#: one security event as indexed: (time, source, event, attempt number)
+EventRow = tuple[float, str, str, int]
+
+
+def _events(data: dict[str, Any], started: float) -> list[EventRow]:
+    """The indexed fields of a record's ``security_events`` (an entry without a readable time takes the call's)."""
+    found: list[EventRow] = []
+    for entry in data.get("security_events") or []:
+        try:
+            t = datetime.fromisoformat(str(entry["timestamp"])).timestamp()
+        except (ValueError, KeyError, TypeError):
+            t = started
+        found.append((t, str(entry["source"]), str(entry["event"]), int(entry.get("attempt_number", 0))))
+    return found
+
+
+def _row(line: bytes, off: int) -> tuple[tuple[Any, ...], list[EventRow]] | None:
+    """The indexed fields of one log line and of its security events, or None when it is not a current call
+    record (skipped, as the readers of the log skip it). Full validation is left to the page that shows it."""
     try:
         data = json.loads(line)
         if not isinstance(data, dict) or data.get("schema_version") != 1:
@@ -157,9 +218,10 @@ def _row(line: bytes, off: int) -> tuple[Any, ...] | None:
             data.get("failure_class"), str(data["trace_id"]), str(data["call_id"]), data.get("parent_call_id"),
             int(data.get("depth", 0)), float(data.get("duration_s", 0.0)), int(data.get("attempts", 0)),
         )  # fmt: skip
+        events = _events(data, started)
     except (ValueError, KeyError, TypeError):
         return None
-    return row
+    return (*row, len(events)), events
 
 
 @dataclass(frozen=True)
@@ -220,9 +282,19 @@ class CallIndex:
         if self._writer is None:
             db = self._open()
             db.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")  # the indexes' pages stay in memory while building
+            if self._other_version(db):
+                db.executescript(_DROP)
             db.executescript(_SCHEMA)
             self._writer = db
         return self._writer
+
+    @staticmethod
+    def _other_version(db: sqlite3.Connection) -> bool:
+        """Whether the file holds an index of another version (its tables may lack columns this one has)."""
+        if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is None:
+            return False
+        row = db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
+        return row is not None and row[0] != str(INDEX_VERSION)
 
     def _read_db(self) -> sqlite3.Connection:
         """The readers' connection (call with the readers' lock held); the schema exists once it is open."""
@@ -338,6 +410,7 @@ class CallIndex:
         db.execute("BEGIN IMMEDIATE")
         db.execute("DELETE FROM calls")
         db.execute("DELETE FROM hours")
+        db.execute("DELETE FROM security")
         db.execute("DELETE FROM meta")
         db.executemany("INSERT INTO meta VALUES (?, ?)",
                        [("version", str(INDEX_VERSION)), ("identity", identity), ("offset", "0")])  # fmt: skip
@@ -369,7 +442,7 @@ class CallIndex:
 
     def _index_from(self, db: sqlite3.Connection, fh: Any, offset: int, stop: int, max_rows: int | None) -> bool:
         start = offset
-        rows: list[tuple[Any, ...]] = []
+        rows: list[tuple[tuple[Any, ...], list[EventRow]]] = []
         lines, next_pause = 0, 0
         while offset < stop:
             line = fh.readline(MAX_LINE_BYTES + 1)
@@ -410,13 +483,14 @@ class CallIndex:
                 return seen
 
     @staticmethod
-    def _commit(db: sqlite3.Connection, rows: list[tuple[Any, ...]], start: int, offset: int) -> bool:
+    def _commit(db: sqlite3.Connection, rows: list[tuple[tuple[Any, ...], list[EventRow]]], start: int, offset: int,
+                ) -> bool:  # fmt: skip
         """Add ``rows`` (the log's bytes ``start`` to ``offset``) and the new offset in one transaction: a crash
         keeps both or neither. False (nothing written) when another process moved the offset meanwhile."""
         if offset == start:
             return True
         hours: dict[tuple[int, str], int] = {}
-        for r in rows:
+        for r, _ in rows:
             key = (int(r[2] // 3600), "" if r[5] == "ok" else (r[6] or "error"))
             hours[key] = hours.get(key, 0) + 1
         db.execute("BEGIN IMMEDIATE")
@@ -425,10 +499,17 @@ class CallIndex:
             if current is None or int(current[0]) != start:
                 db.execute("ROLLBACK")
                 return False
+            # ids are given by the index, not left to SQLite: a call's security events name the call's id
+            first = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM calls").fetchone()[0]) + 1
             db.executemany(
-                "INSERT INTO calls (off, len, t, role, method, status, error_type, stage, failure_class, trace, "
-                "call_id, parent, depth, duration, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
+                "INSERT INTO calls (id, off, len, t, role, method, status, error_type, stage, failure_class, trace, "
+                "call_id, parent, depth, duration, attempts, security) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(first + i, *r) for i, (r, _) in enumerate(rows)],
+            )
+            db.executemany(
+                "INSERT INTO security (call, n, t, source, event, attempt) VALUES (?, ?, ?, ?, ?, ?)",
+                [(first + i, n, *e) for i, (_, events) in enumerate(rows) for n, e in enumerate(events)],
             )
             db.executemany(
                 "INSERT INTO hours VALUES (?, ?, ?) ON CONFLICT (hour, error_type) DO UPDATE SET n = n + excluded.n",
@@ -459,6 +540,22 @@ class CallIndex:
             rows = db.execute(f"SELECT {_COLUMNS} FROM calls {flt.index()}{where} ORDER BY id DESC LIMIT ?",  # noqa: S608
                               [*params, limit]).fetchall()  # fmt: skip
         return [IndexedCall(*r) for r in rows]
+
+    def security_events(self, flt: SecurityFilter, limit: int) -> list[IndexedSecurityEvent]:
+        """The newest ``limit`` security events matching ``flt`` (below ``flt.before``), newest first, each
+        with its call's row."""
+        where, params = flt.where()
+        columns = ", ".join(f"c.{c.strip()}" for c in _COLUMNS.split(","))
+        index = "INDEXED BY security_source " if flt.source is not None else ""
+        with self._session() as db:
+            rows = db.execute(f"SELECT s.id, s.n, s.t, s.source, s.event, s.attempt, {columns} FROM security s "  # noqa: S608
+                              f"{index}JOIN calls c ON c.id = s.call{where} ORDER BY s.id DESC LIMIT ?",
+                              [*params, limit]).fetchall()  # fmt: skip
+        return [IndexedSecurityEvent(r[0], r[1], r[2], r[3], r[4], r[5], IndexedCall(*r[6:])) for r in rows]
+
+    def security_total(self) -> int:
+        with self._session() as db:
+            return int(db.execute("SELECT COUNT(*) FROM security").fetchone()[0])
 
     def find(self, call_id: str) -> IndexedCall | None:
         with self._session() as db:

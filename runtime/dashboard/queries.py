@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from sandforge.runtime.dashboard.callindex import CallFilter
+from sandforge.runtime.dashboard.callindex import CallFilter, SecurityFilter
 from sandforge.runtime.dashboard.toolhealth import Badge
-from sandforge.runtime.dashboard.views import SortKey
+from sandforge.runtime.dashboard.views import SECURITY_SOURCES, SortKey
 
 STAGES = ("generation", "validation", "execution", "outcome_policy", "none")
 MAX_TEXT = 200
@@ -83,5 +83,10 @@ def calls_query(q: Mapping[str, str]) -> CallFilter:
     return CallFilter(
         role=_text(q, "role"), method=_text(q, "method"), status=_choice(q, "status", ("ok", "error")),
         stage=_choice(q, "stage", STAGES), since=_time(q, "since"), until=_time(q, "until"), trace=_text(q, "trace"),
-        before=_int(q, "before", None),
+        before=_int(q, "before", None), security=_choice(q, "security", ("1",)) == "1",
     )  # fmt: skip
+
+
+def security_query(q: Mapping[str, str]) -> SecurityFilter:
+    return SecurityFilter(source=_choice(q, "source", SECURITY_SOURCES), event=_text(q, "event"),
+                          since=_time(q, "since"), before=_int(q, "before", None))  # fmt: skip

@@ -20,7 +20,14 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from sandforge.runtime.dashboard import render
 from sandforge.runtime.dashboard.common import HEADERS, Dashboard, TenantLike, error_page, html, json_error
-from sandforge.runtime.dashboard.queries import PageError, artifact_query, calls_query, page_query, tools_query
+from sandforge.runtime.dashboard.queries import (
+    PageError,
+    artifact_query,
+    calls_query,
+    page_query,
+    security_query,
+    tools_query,
+)
 from sandforge.runtime.dashboard.views import (
     Board,
     artifact_page,
@@ -28,6 +35,7 @@ from sandforge.runtime.dashboard.views import (
     calls_page,
     overview_page,
     patterns_page,
+    security_page,
     tools_page,
 )
 from sandforge.runtime.store.errors import InvalidNameError, ToolNotFoundError
@@ -67,6 +75,10 @@ def _call(board: Board, request: Request) -> BaseModel | None:
     return call_page(board, request.path_params["call_id"])
 
 
+def _security(board: Board, request: Request) -> BaseModel:
+    return security_page(board, security_query(request.query_params))
+
+
 def _patterns(board: Board, request: Request) -> BaseModel:
     return patterns_page(board, **page_query(request.query_params))
 
@@ -80,6 +92,7 @@ PAGES = (
     PageSpec("/dashboard/calls", "/v1/dashboard/calls", "calls.html", _calls, "calls"),
     PageSpec("/dashboard/calls/{call_id}", "/v1/dashboard/calls/{call_id}", "call.html", _call, "calls"),
     PageSpec("/dashboard/patterns", "/v1/dashboard/patterns", "patterns.html", _patterns, "patterns"),
+    PageSpec("/dashboard/security", "/v1/dashboard/security", "security.html", _security, "security"),
 )
 
 

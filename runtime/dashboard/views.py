@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
-from sandforge.runtime.agent.calllog import CallRecord
+from sandforge.runtime.agent.calllog import CallRecord, CallSecurityEvent
 from sandforge.runtime.dashboard.boardsnap import (
     BoardSnapshot,
     Mark,
@@ -29,7 +29,13 @@ from sandforge.runtime.dashboard.boardsnap import (
     tool_snap,
     with_entry,
 )
-from sandforge.runtime.dashboard.callindex import CallFilter, CallIndex, IndexedCall
+from sandforge.runtime.dashboard.callindex import (
+    CallFilter,
+    CallIndex,
+    IndexedCall,
+    IndexedSecurityEvent,
+    SecurityFilter,
+)
 from sandforge.runtime.dashboard.healthsnap import HealthSnapshot, policy_text
 from sandforge.runtime.dashboard.toolhealth import (
     BADGE_ORDER,
@@ -52,6 +58,7 @@ from sandforge.runtime.store.patterns import (
     summarize,
 )
 from sandforge.sandbox import SandboxConfig
+from sandforge.sandbox.protocol import SecurityEvent
 
 log = logging.getLogger(__name__)
 
@@ -683,6 +690,7 @@ class CallRow(BaseModel):
     failure_class: str | None
     duration_s: float
     attempts: int
+    security_events: int = Field(0, description="executions of this call that ended on a security event (issue 36)")
 
 
 class CallsPage(BaseModel):
@@ -698,7 +706,7 @@ def _call_row(c: IndexedCall) -> CallRow:
     return CallRow(
         id=c.id, call_id=c.call_id, trace_id=c.trace, parent_call_id=c.parent, depth=c.depth, started_at=_utc(c.t),
         role=c.role, method=c.method, status=c.status, error_type=c.error_type, failure_stage=c.stage,
-        failure_class=c.failure_class, duration_s=c.duration, attempts=c.attempts,
+        failure_class=c.failure_class, duration_s=c.duration, attempts=c.attempts, security_events=c.security,
     )  # fmt: skip
 
 
@@ -710,6 +718,7 @@ def calls_page(board: Board, flt: CallFilter, *, limit: int = PAGE_SIZE) -> Call
         "role": flt.role, "method": flt.method, "status": flt.status, "stage": flt.stage, "trace": flt.trace,
         "since": _utc(flt.since).isoformat() if flt.since is not None else None,
         "until": _utc(flt.until).isoformat() if flt.until is not None else None,
+        "security": "1" if flt.security else None,
     }  # fmt: skip
     return CallsPage(
         tenant=board.tenant, filters=filters, calls=[_call_row(r) for r in rows],
@@ -776,6 +785,71 @@ def call_page(board: Board, call_id: str) -> CallPage | None:
         tree=_tree(board.calls.trace(rec.trace_id)),
         protections=[str(p) for p in board.sandbox.enforced_protections],
         protections_waived=[str(p) for p in board.sandbox.waived_protections], indexing=indexing(board),
+    )  # fmt: skip
+
+
+# --- security events (issue 36) ------------------------------------------------------------------------
+
+
+#: where a security event comes from: tripwire, inner_wall, host (the security page's source filter)
+SECURITY_SOURCES: tuple[str, ...] = get_args(SecurityEvent.model_fields["source"].annotation)
+
+
+class SecurityEventRow(BaseModel):
+    """One execution that ended on a security event, with where it happened and the call that holds it."""
+
+    id: int
+    at: datetime
+    tenant: str
+    role: str = Field(description="the tool whose program caused it")
+    method: str
+    attempt: int
+    attempt_id: str | None
+    source: str = Field(description="tripwire, inner_wall or host")
+    event: str
+    detail: str
+    call_id: str = Field(description="the call whose record holds it (a discarded nested call's parent)")
+    trace_id: str
+    status: str = Field(description="how that call ended")
+
+
+class SecurityPage(BaseModel):
+    tenant: str
+    filters: dict[str, str | None]
+    sources: list[str] = Field(
+        default_factory=lambda: list(SECURITY_SOURCES), description="the source filter's choices"
+    )
+    events: list[SecurityEventRow]
+    next_before: int | None = Field(description="pass as `before` for the next (older) page")
+    indexed: int = Field(description="security events in the index")
+    indexing: Indexing | None = Field(default=None, description="set while the index is being built")
+
+
+def _security_row(board: Board, row: IndexedSecurityEvent) -> SecurityEventRow:
+    """The indexed event with what only its record holds (detail, the tool for a discarded nested call's)."""
+    record = board.calls.record(row.call)
+    entries = record.security_events if record is not None else []
+    entry: CallSecurityEvent | None = entries[row.n] if row.n < len(entries) else None
+    return SecurityEventRow(
+        id=row.id, at=_utc(row.t), tenant=board.tenant, role=entry.role if entry else row.call.role,
+        method=entry.method if entry else row.call.method, attempt=row.attempt,
+        attempt_id=entry.attempt_id if entry else None, source=row.source, event=row.event,
+        detail=entry.detail if entry else "", call_id=row.call.call_id, trace_id=row.call.trace,
+        status=row.call.status,
+    )  # fmt: skip
+
+
+def security_page(board: Board, flt: SecurityFilter, *, limit: int = PAGE_SIZE) -> SecurityPage:
+    """Every security event of the tenant's calls, newest first (each a link to its call)."""
+    rows = board.calls.security_events(flt, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    filters = {"source": flt.source, "event": flt.event,
+               "since": _utc(flt.since).isoformat() if flt.since is not None else None}  # fmt: skip
+    return SecurityPage(
+        tenant=board.tenant, filters=filters, events=[_security_row(board, r) for r in rows],
+        next_before=rows[-1].id if more and rows else None, indexed=board.calls.security_total(),
+        indexing=indexing(board),
     )  # fmt: skip
 
 

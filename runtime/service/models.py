@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from sandforge.sandbox import BACKENDS, ExecutionOutcome
 from sandforge.sandbox.config import BackendName
+from sandforge.sandbox.protocol import SecurityEvent
 
 __all__ = [
     "BACKENDS", "AgentCallRequest", "ErrorBody", "ErrorDetail", "ExecRequest", "ExecResult", "Health",
@@ -47,6 +48,9 @@ class ExecResult(BaseModel):
     stdout: str = ""
     stderr: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)
+    security_event: SecurityEvent | None = Field(
+        None, description="set when the run ended on a security event (a sandbox_violation; docs/security.md)"
+    )
 
 
 def exec_result(outcome: ExecutionOutcome) -> dict[str, Any]:
@@ -71,6 +75,7 @@ def exec_result(outcome: ExecutionOutcome) -> dict[str, Any]:
         "stdout": outcome.stdout,
         "stderr": outcome.stderr,
         "metadata": metadata,
+        "security_event": outcome.security_event.model_dump(mode="json") if outcome.security_event else None,
     }
 
 

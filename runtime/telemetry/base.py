@@ -22,6 +22,7 @@ METRICS: dict[str, tuple[Literal["counter", "histogram"], str, str]] = {
     "sandforge.attempt.failures": ("counter", "{attempt}", "Failed attempts by stage, error class, failure class"),
     "sandforge.execution.duration": ("histogram", "s", "Sandbox execution time of one attempt"),
     "sandforge.sandbox.acquisitions": ("counter", "{sandbox}", "Sandboxes handed out: warm pool hits and cold starts"),
+    "sandforge.security_events": ("counter", "{event}", "Executions ended by a security event, by source and event"),
     "sandforge.egress.requests": ("counter", "{request}", "Requests programs asked the host to make"),
     "sandforge.egress.denials": ("counter", "{request}", "Requests refused by the egress policy"),
     "gen_ai.client.operation.duration": ("histogram", "s", "Program generation by the model provider"),

@@ -5,9 +5,11 @@ network, a read-only root, a size-limited noexec ``/tmp``, no capabilities, no-n
 non-root user and pids/memory (no swap)/CPU limits; its only mount is its own read-only hand-off directory
 for large context values (``sandbox/handoff.py``). Its stdin, stdout and stderr are attached *before*
 it starts; the runner (``--result-stdout``) keeps the container's stdout as the result channel and points
-its own stdout at stderr before any program runs, so printing cannot forge a result. After its single
-execution the container is killed if needed, inspected (exit code, OOM kill) and removed, on a background
-thread so removal stays off the hot path; leftovers are removed at pool close and at interpreter exit,
+its own stdout at stderr before any program runs, so printing cannot forge a result. The host reads the
+attach stream to its end and judges the result with the container's exit status, which the engine's wait,
+asked as soon as the container runs, gives (``ExitWatch``); after a failure the container is killed and
+inspected (exit code, OOM kill) instead. Then it is removed, on a background thread so removal stays off the
+hot path; leftovers are removed at pool close and at interpreter exit,
 and containers of dead processes (label ``sandforge.owner``) are reaped when a backend starts.
 """
 
@@ -42,7 +44,14 @@ from sandforge.sandbox.containers import (
 from sandforge.sandbox.docker_engine import connect, engine_errors, remove_container
 from sandforge.sandbox.environment import ENV_MOUNT_PATH, MountedEnvironment, require_mounted
 from sandforge.sandbox.errors import SandboxUnavailable
-from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.exchange import (
+    END_GRACE_S,
+    BridgeHandler,
+    ExitInfo,
+    await_ready,
+    build_outcome,
+    run_exchange,
+)
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
 from sandforge.sandbox.ownership import host_owner, host_owner_alive
 from sandforge.sandbox.protections import Protection as P
@@ -60,6 +69,8 @@ log = logging.getLogger(__name__)
 
 #: Killing a container and waiting for it to stop: dockerd answers in milliseconds once nothing blocks it.
 KILL_TIMEOUT_S = 5.0
+#: Connections kept for exit watches (one per live container; beyond it a connection is made and dropped).
+WAIT_CONNECTIONS = 64
 _STREAMS: dict[int, Stream] = {1: "result", 2: "stderr"}
 _MUX_HEADER = struct.Struct(">BxxxI")
 
@@ -229,6 +240,7 @@ def verify_protections(
         P.IPC_NAMESPACE: hc.get("IpcMode") != "host",
         P.UTS_NAMESPACE: hc.get("UTSMode") != "host",
         P.PID_NAMESPACE: hc.get("PidMode") != "host",
+        P.AUDIT_TRIPWIRE: claimed.get(P.AUDIT_TRIPWIRE, False),  # the runner's self-test; doctor's canary
     }
     if host_pid_checked is not None:
         for name, ok in host_pid_checked.items():
@@ -272,6 +284,40 @@ def _host_view(pid: int, container_id: str) -> dict[str, bool] | None:
     return verify.process_walls(pid) if verify.in_cgroup_of(pid, container_id) else None
 
 
+# --- the container's exit -----------------------------------------------------------------------------
+
+
+class ExitWatch:
+    """The engine's wait for one container to stop, asked as soon as it runs, on a thread of its own (the
+    answer comes only when the container stops). An ok result is judged with this exit status; dockerd
+    gives it just after it closes the attach stream, so asked ahead it is in within milliseconds of the
+    channel's end, where asking then would add a round trip to the engine (~20 ms under load)."""
+
+    def __init__(self, api: Any, cid: str) -> None:
+        self._done = threading.Event()
+        self._status: int | None = None
+        threading.Thread(target=self._wait, args=(api, cid), name="sandforge-exit-watch", daemon=True).start()
+
+    def _wait(self, api: Any, cid: str) -> None:
+        try:
+            self._status = int(api.wait(cid, timeout=None)["StatusCode"])
+        except Exception as exc:  # the engine, or the container removed meanwhile: the caller inspects instead
+            log.debug("waiting for container %s failed: %s", cid[:12], exc)
+        finally:
+            self._done.set()
+
+    def status(self, timeout: float) -> int | None:
+        """The container's exit status, waiting up to ``timeout``; None when the engine did not say."""
+        self._done.wait(timeout)
+        return self._status
+
+
+def _exit_of(code: int, oom_killed: bool = False) -> ExitInfo:
+    """An engine's exit code (128 + the signal for a process killed by one) as an ``ExitInfo``."""
+    sig = code - 128 if 128 < code < 160 else None
+    return ExitInfo(exit_code=code, signal=sig, oom_killed=oom_killed)
+
+
 # --- the worker -----------------------------------------------------------------------------------
 
 
@@ -289,6 +335,7 @@ class ContainerWorker:
         self._api = backend.api()
         self._destroyed = False
         self._io: AttachIO | None = None
+        self._exit: ExitWatch | None = None
         self._handoff: handoff.HandoffDir | None = None
         self.verified_from_host = False
         self._host_pid = 0
@@ -389,6 +436,7 @@ class ContainerWorker:
             raw = self._api.attach_socket(self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             self._io = AttachIO(raw)
             self._api.start(self.id)
+            self._exit = ExitWatch(owner.wait_api(), self.id)
         except docker.errors.APIError as exc:
             raise owner.translate(exc) from exc
         except engine_errors() as exc:
@@ -436,15 +484,16 @@ class ContainerWorker:
                 return ExecutionOutcome.failure(
                     ErrorType.SANDBOX_UNAVAILABLE, "sandbox container died before use", backend=self.backend
                 )
-            ex = run_exchange(self._io, request, bridge, stop_at_result=True)
-            if ex.result is not None and ex.failure is None:
-                # Finished: the outcome is settled, so the container's exit is not waited for (tens of ms,
-                # more under gVisor); the forced removal kills it if it lingers.
-                exit_info = ExitInfo()
+            ex = run_exchange(self._io, request, bridge)
+            status = None
+            if ex.result is not None and ex.failure is None and self._exit is not None:
+                status = self._exit.status(END_GRACE_S)  # the attach stream ended: it is in, or nearly
+            if status is not None:
+                exit_info = _exit_of(status)
             else:
                 if ex.failure is not None:
                     self._kill()
-                exit_info, engine_error = self._exit_info(grace_s=2.0)
+                exit_info, engine_error = self._exit_info(grace_s=END_GRACE_S)
                 if ex.result is None and ex.failure is None and exit_info.signal == 9 and not exit_info.oom_killed:
                     exit_info.oom_killed = self._oom_event_seen()
                 if engine_error and ex.failure is None:
@@ -499,9 +548,7 @@ class ContainerWorker:
                 state = self._api.inspect_container(self.id)["State"]
         except engine_errors() as exc:
             return ExitInfo(), str(exc)
-        code = int(state.get("ExitCode") or 0)
-        sig = code - 128 if 128 < code < 160 else None
-        return ExitInfo(exit_code=code, signal=sig, oom_killed=bool(state.get("OOMKilled"))), None
+        return _exit_of(int(state.get("ExitCode") or 0), bool(state.get("OOMKilled"))), None
 
     def _oom_event_seen(self, wait_s: float = 1.5) -> bool:
         """Killed without a result and not by us: was it the cgroup's OOM killer?
@@ -561,6 +608,7 @@ class DockerBackend:
         self.owner = host_owner()
         self._api: Any = None
         self._quick_api: Any = None
+        self._wait_api: Any = None
         self._lock = threading.Lock()
         self._live: dict[str, handoff.HandoffDir | None] = {}  # container id -> its hand-off directory
         self._checked_runtime = False
@@ -581,6 +629,14 @@ class DockerBackend:
             if self._quick_api is None:
                 self._quick_api = connect(self.config.docker_base_url, timeout=KILL_TIMEOUT_S)
             return self._quick_api
+
+    def wait_api(self) -> Any:
+        """A client for the containers' exit watches (``ExitWatch``): each holds a connection until its
+        container stops, so they get a pool of their own, as large as a busy pool of containers."""
+        with self._lock:
+            if self._wait_api is None:
+                self._wait_api = connect(self.config.docker_base_url, max_pool_size=WAIT_CONNECTIONS)
+            return self._wait_api
 
     def api(self) -> Any:
         with self._lock:
@@ -688,9 +744,10 @@ class DockerBackend:
             self._remove_now(api, cid)
         with contextlib.suppress(Exception):
             api.close()
-        with contextlib.suppress(Exception):
-            if self._quick_api is not None:
-                self._quick_api.close()
+        for client in (self._quick_api, self._wait_api):
+            with contextlib.suppress(Exception):
+                if client is not None:
+                    client.close()
 
 
 __all__ = [

@@ -14,8 +14,9 @@ After the ready frame, the host checks from ``/proc`` and the cgroup filesystem 
 (runc: the container process itself; runsc: the gVisor sandbox process, plus the runner's own report from
 inside the sentry). A worker that lacks a required protection is refused.
 
-The runtime exits when the container's process does, and then deletes the container and its cgroup itself;
-the host only reaps the runtime process and removes the bundle directory, off the hot path. Bundles of
+The runtime exits when the container's process does, with its exit status, once it has deleted the container
+and its cgroup itself; it holds the result channel until then, so the channel's end and the status the host
+judges the result with come together. The host removes the bundle directory off the hot path. Bundles of
 processes that died are removed (and their containers force-deleted) when a backend starts. Both need
 root: rootless containers are not supported by these backends.
 """
@@ -50,7 +51,14 @@ from sandforge.sandbox.containers import COMMAND as CONTAINER_COMMAND
 from sandforge.sandbox.containers import GVISOR_MEMORY_HEADROOM_MB, GVISOR_PIDS_HEADROOM, ID_PREFIX, PYTHON, SCRATCH
 from sandforge.sandbox.environment import MountedEnvironment, require_mounted
 from sandforge.sandbox.errors import SandboxUnavailable
-from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, exchange_steps
+from sandforge.sandbox.exchange import (
+    END_GRACE_S,
+    BridgeHandler,
+    ExitInfo,
+    await_ready,
+    build_outcome,
+    exchange_steps,
+)
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
 from sandforge.sandbox.oci_runtime import RUNTIME_ENV, STATE_DIR, command_with, force_delete
 from sandforge.sandbox.ownership import named_owner_alive, process_tag
@@ -265,6 +273,7 @@ class OciWorker:
         else:
             for name in RUNNER_WALLS:
                 seen[name] = seen.get(name, False) and ready.protections.get(name, False)
+        seen[P.AUDIT_TRIPWIRE] = ready.protections.get(P.AUDIT_TRIPWIRE, False)  # self-tested; doctor's canary
         self.protections = {**protections.unverified(self.backend), **seen}
         protections.require(self.backend, self.protections, config.enforced_protections, ready.errors)
         runc = self._owner.runtime == "runc" and pid is not None  # runsc: the host sees the sentry only
@@ -306,13 +315,14 @@ class OciWorker:
                     ErrorType.SANDBOX_UNAVAILABLE, "sandbox container died before use", backend=self.backend
                 )
             self._used = True
-            ex = yield from exchange_steps(self.io, request, bridge, stop_at_result=True)
-            if ex.result is not None and ex.failure is None:
-                exit_info = ExitInfo()  # settled: the container's exit is not waited for on the hot path
-            else:
-                if ex.failure is not None:
-                    self._kill()
-                exit_info = yield Blocking(functools.partial(self._exit_info, grace_s=2.0))
+            ex = yield from exchange_steps(self.io, request, bridge)
+            if ex.failure is not None:
+                self._kill()
+            # The channel ended with the runtime's exit (it holds the stream until it has deleted the
+            # container), so its status is usually in already; it is the container process's.
+            exit_info = self._exited()
+            if exit_info is None:
+                exit_info = yield Blocking(functools.partial(self._exit_info, grace_s=END_GRACE_S))
             outcome = build_outcome(
                 ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits
             )
@@ -323,6 +333,11 @@ class OciWorker:
         finally:
             self.destroy()
 
+    def _exited(self) -> ExitInfo | None:
+        """The exit, if the runtime has ended already (never waits)."""
+        code = self.proc.poll()
+        return None if code is None else self._exit_of(code)
+
     def _exit_info(self, grace_s: float) -> ExitInfo:
         try:
             code = self.proc.wait(timeout=grace_s)
@@ -332,6 +347,11 @@ class OciWorker:
                 code = self.proc.wait(timeout=10.0)
             except subprocess.TimeoutExpired:
                 return ExitInfo()
+        return self._exit_of(code)
+
+    def _exit_of(self, code: int) -> ExitInfo:
+        """The runtime's exit status as the container process's: it exits with that status (128 + the signal
+        for a process killed by one)."""
         sig = -code if code < 0 else (code - 128 if 128 < code < 160 else None)
         # Inside the container nothing but the kernel's OOM killer sends SIGKILL (the runtime forwards ours
         # only when we kill): a SIGKILL we did not send is the memory cgroup's.

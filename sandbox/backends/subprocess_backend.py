@@ -137,10 +137,7 @@ class SubprocessWorker:
         if exit_info is None:  # on a loop, the zygote's reader wakes it: no thread waits for the report
             on_loop = functools.partial(self._reap_on_loop, grace_s=1.0) if self._zygote is not None else None
             exit_info = yield Blocking(functools.partial(self._reap, grace_s=1.0), on_loop=on_loop)
-        return build_outcome(
-            ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits,
-            exit_observed=True,
-        )  # fmt: skip
+        return build_outcome(ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits)
 
     def _kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -310,6 +307,7 @@ def verify_protections(pid: int, claimed: dict[str, bool]) -> dict[str, bool]:
         verified[name] = claimed.get(name, False) and namespaces[kind]
     verified[P.PRIVATE_ROOT] = claimed.get(P.PRIVATE_ROOT, False) and namespaces["mnt"] and verify.tmpfs_root(wpid)
     verified[P.RLIMITS] = claimed.get(P.RLIMITS, False) and verify.rlimits_set(wpid)
+    verified[P.AUDIT_TRIPWIRE] = claimed.get(P.AUDIT_TRIPWIRE, False)  # the runner's self-test; doctor's canary
     if P.USER_NAMESPACE in claimed or namespaces["user"]:
         verified[P.USER_NAMESPACE] = claimed.get(P.USER_NAMESPACE, False) and namespaces["user"]
     return verified

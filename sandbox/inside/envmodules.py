@@ -15,11 +15,13 @@ the sandbox's walls, like any code the policy allowed; the program only ever hol
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import os
 import sys
 import types
 from typing import Any
 
+from . import packages
 from .wire import ENV_MOUNT_PATH
 
 #: Read by native libraries (OpenBLAS, OpenMP, MKL, numexpr) when they load: a sandbox may start no thread,
@@ -57,6 +59,12 @@ def expose(boot: dict[str, Any], proxies: dict[str, Any]) -> None:
         return
     if ENV_MOUNT_PATH not in sys.path:
         sys.path.append(ENV_MOUNT_PATH)
+    # Fill the import system's directory caches now, before the tripwire is armed: in a private root the
+    # runner's own directory looks changed since it was cached, and the program's first ``import numpy`` would
+    # list it again, which the tripwire refuses (a listing outside the library directories). A name that no
+    # module can have: nothing is imported.
+    importlib.machinery.PathFinder.find_spec("sandforge-prime")
+    packages.disarm_unpickling()  # before any package imports ``pickle.loads`` by name
     for name in SINGLE_THREADED:  # the sandbox may start no thread (RLIMIT_NPROC 0): tell native libraries
         os.environ[name] = "1"
     for name in environment.get("modules") or []:
@@ -74,7 +82,9 @@ def import_for_program(name: str) -> Any:
     """The proxy of ``name`` after importing the real module (its errors are the program's to see)."""
     if any(part.startswith("_") or not part.isidentifier() for part in name.split(".")):
         raise ImportError(f"import of {name!r} is not allowed in the sandbox")
+    packages.check_import(name)
     importlib.import_module(name)
+    packages.disarm()  # the package's classes, before the program holds one of its objects
     return _proxy_of(name)
 
 
@@ -92,6 +102,10 @@ def _attribute(proxy: Any, attr: str) -> Any:
             if exc.name != full:
                 raise
         value = sys.modules.get(full, _MISSING)
+    if value is not _MISSING:
+        packages.refuse_value(name, attr, value)  # loaders, evaluators, raw memory: never the program's
+        packages.disarm()  # a sub-module just imported may define a class to disarm
+        value = packages.wrapped(value)
     if isinstance(value, types.ModuleType):
         value = _proxy_of(value.__name__) if exposed(value.__name__) else _MISSING
     if value is _MISSING:

@@ -18,17 +18,18 @@ native here).
 
 from __future__ import annotations
 
+import abc
 import builtins as py_builtins
 import collections
 import string
 import types
 from typing import Any
 
-from . import fetching
+from . import fetching, packages
 from .bridge import Bridge, OutcomeFactory, ToolHandle, delegate
 from .lazycontext import LazyContext
 from .lowering import GUARDED_READS, NAMEDTUPLE_API, READ_ONLY_NAMES, is_private
-from .world import PROGRAM_MODULE, BoundedText, _guarded_import, _words
+from .world import PROGRAM_MODULE, BoundedText, SandboxViolation, _guarded_import, _words
 
 # --- the restricted language (issue 15): what programs may write, and the guards, at close to C speed ---
 #
@@ -212,6 +213,7 @@ def _check_attribute_name(name: Any) -> None:
         raise AttributeError(f'"{name}" is an invalid attribute name because it starts with "_"')
     if name in _INSPECT_ATTRIBUTES or name.endswith("__roles__"):
         raise AttributeError(f'"{name}" is a restricted name, that is forbidden to access in RestrictedPython.')
+    packages.check_attribute_name(name)
 
 
 def _plain_fields(template: str) -> None:
@@ -265,6 +267,16 @@ def _format_checked(value: Any) -> Any:
     return value
 
 
+def _abc_register_refused(value: Any) -> Any:
+    """``value``, unless it is ``ABCMeta.register`` bound to a class (``abc.ABC.register(str)``,
+    ``typing.Mapping.register(C)``): registering a virtual subclass changes ``isinstance`` for every caller
+    in the process, the runner included, and ``ABCMeta`` is withheld."""
+    if type(value) is types.MethodType and value.__func__ is abc.ABCMeta.register:
+        raise SandboxViolation("ABCMeta.register is withheld in the sandbox: it registers a virtual subclass "
+                               "for every caller in the process; subclass the ABC instead")  # fmt: skip
+    return value
+
+
 def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
     """``getattr`` (and the compiler's ``_getattr_`` for ``format``-like names) with the static rules
     checked at run time, Python's semantics for a missing attribute (AttributeError unless a default is
@@ -277,7 +289,7 @@ def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
     if name in GUARDED_READS:
         if isinstance(obj, string.Formatter) or (isinstance(obj, type) and issubclass(obj, string.Formatter)):
             raise NotImplementedError("Using string.Formatter methods is not safe")
-        return _format_checked(getattr(obj, name, *default))
+        return _abc_register_refused(_format_checked(getattr(obj, name, *default)))
     if default:
         return getattr(obj, name, default[0])
     return getattr(obj, name)

@@ -33,8 +33,9 @@ SPECIAL_METHODS: frozenset[str] = frozenset(
 #: Special methods ``super().__x__(...)`` (or ``super(C, self).__x__``) may call: a program's own special
 #: method extending its base's. Not the attribute protocol (``super().__setattr__`` writes any name).
 SUPER_METHODS: frozenset[str] = SPECIAL_METHODS - {"__getattr__", "__setattr__", "__delattr__", "__new__"}
-#: Attribute reads that stay a guard call: ``str.format`` and ``string.Formatter``'s field access.
-GUARDED_READS: frozenset[str] = frozenset({"format", "format_map", "get_field", "get_value", "vformat"})
+#: Attribute reads that stay a guard call: ``str.format`` and ``string.Formatter``'s field access, and
+#: ``register`` (``abc.ABC.register``, ``typing.Mapping.register`` reach ``ABCMeta.register``).
+GUARDED_READS: frozenset[str] = frozenset({"format", "format_map", "get_field", "get_value", "vformat", "register"})
 #: Names RestrictedPython's generated code uses (besides ``_x_`` names): never program-local.
 RESERVED_NAMES: frozenset[str] = frozenset({"_print", "_print_", "printed"})
 #: Double-underscore attributes a program may read, never set (issue 38): the names and documentation of

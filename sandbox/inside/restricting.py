@@ -19,6 +19,7 @@ from .lowering import (
     _OwnWrites,
     is_private,
 )
+from .packages import REFUSED_ATTRIBUTES
 from .world import PROGRAM_MODULE
 
 
@@ -163,6 +164,8 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
             self.error(node, f'"{attr}" is an invalid attribute name because it ends with "__roles__".')
         if attr in rp.INSPECT_ATTRIBUTES:
             self.error(node, f'"{attr}" is a restricted name, that is forbidden to access in RestrictedPython.')
+        if attr in REFUSED_ATTRIBUTES:
+            self.error(node, f'"{attr}" is withheld in the sandbox: {REFUSED_ATTRIBUTES[attr]}.')
         node = self.node_contents_visit(node)
         if isinstance(node.ctx, ast.Load):
             if attr not in GUARDED_READS:

@@ -16,7 +16,7 @@ import sys
 import types
 from typing import Any
 
-from . import envmodules, standins
+from . import envmodules, generators, packages, standins, tripwire
 from .bridge import _ITIMER_REAL, _SETITIMER, BACKSTOP_GRACE_S, Bridge, InvalidContract, ToolOutcome, pause_backstop
 from .channel import Channel, PassedTextError, handoff_ready, read_execute, write_frame, write_frames
 from .compilation import compile_program, shipped_code
@@ -103,10 +103,36 @@ class Result:
         self.value, self.changed = b"null", []
 
 
+#: The canary (``sandforge doctor``): code from a program-like frame (``<tool>``) that causes an event the
+#: armed tripwire must stop (``sys._getframe``). Compiled before arming; run only when the host's execute
+#: frame asks for it (``canary``), which no program, context value or tool contract can set.
+_CANARY_SOURCE = "def canary(getframe):\n    return getframe()\n"
+
+
+def _canary() -> dict[str, Any]:
+    namespace: dict[str, Any] = {}
+    exec(compile(_CANARY_SOURCE, TOOL_FILENAME, "exec"), namespace)  # noqa: S102 - the runner's own text
+    return namespace
+
+
+def _arm(frame: dict[str, Any], armed: bool, out_fd: int, compiled: Any, stdout: Any, limits: Any) -> dict[str, Any]:
+    """Arm the tripwire (when installed); the canary's namespace, compiled before arming, if asked for."""
+    canary = _canary() if frame.get("canary") is True else {}
+    if armed:
+        tripwire.arm(out_fd, compiled, stdout, int(limits["max_message_bytes"]))
+    return canary
+
+
+def _run_canary(canary: Any) -> None:
+    canary(sys._getframe)  # the tripwire ends the process here
+    raise SandboxViolation("the tripwire did not stop the canary", "canary_not_stopped")
+
+
 def execute(
     frame: dict[str, Any], raw_context: dict[str, ContextText], boot: dict[str, Any], bridge: Bridge,
-    proxies: dict[str, Any],
+    proxies: dict[str, Any], *, out_fd: int = -1, armed: bool = False,
 ) -> Result:  # fmt: skip
+    """Run the program; with ``armed``, the installed tripwire is armed first (on ``out_fd``)."""
     limits = boot["limits"]
     stdout = BoundedText(int(limits["max_output_bytes"]))
     result = Result()
@@ -121,7 +147,10 @@ def execute(
         assert compiled is not None
         namespace = build_globals(proxies, stdout, bridge)
         context = LazyContext(raw_context)
+        canary = _arm(frame, armed, out_fd, compiled, stdout, limits)
         try:
+            if canary:
+                _run_canary(canary["canary"])
             exec(compiled, namespace)  # noqa: S102 - RestrictedPython-compiled, inside the sandbox
             ACTIVE_SEAL[:] = [GlobalsSeal(namespace)]
             with program_streams(stdout):
@@ -144,7 +173,7 @@ def execute(
                            exception=name, line=_tool_line(exc.__traceback__))  # fmt: skip
     if stdout.overflowed:
         error = _error("output_limit", f"the program printed more than {limits['max_output_bytes']} bytes")
-    if VIOLATIONS:  # sticky: whatever the program did after it, caught or not
+    if VIOLATIONS:  # without a tripwire (the tests' seam): still reported, caught or not
         event = {"source": "inner_wall", "event": VIOLATION_EVENTS[0], "detail": VIOLATIONS[0][:200]}
         error = _error("sandbox_violation", VIOLATIONS[0], security_event=event)
     if error is not None:
@@ -193,6 +222,7 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
 
     # With a chroot (subprocess backend) nothing is importable after lock-down: import every allowed module
     # now. In a container the root stays the image, so modules are imported on first use.
+    generators.install()  # before any proxy is filled: the collections proxy copies the checked namedtuple
     proxies = build_module_proxies(lazy=not boot.get("chroot", False))
     for name, module in standins.build().items():  # the broker-backed urllib.request / requests
         proxies[name] = module
@@ -201,6 +231,37 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
             setattr(proxies[parent], child, module)
     compile_program("return 1")  # warm RestrictedPython's lazily imported parts
     return proxies
+
+
+def _no_check(*_args: Any, **_kwargs: Any) -> None:
+    return None
+
+
+#: The runner's own layers a test may revert through the seam (``module.function`` -> its stand-in): the name
+#: check before every class generator (items 1 and 5's fix), and the packages' layers (item 3's fix): withheld
+#: names and modules, the wrappers (``numpy.load`` without ``allow_pickle``), the unpickling floor.
+_REVERTIBLE: dict[str, tuple[Any, str, Any]] = {
+    "generators.check_generated_names": (generators, "check_generated_names", _no_check),
+    "packages.refuse_value": (packages, "refuse_value", _no_check),
+    "packages.check_import": (packages, "check_import", _no_check),
+    "packages.wrapped": (packages, "wrapped", lambda value: value),
+    "packages.disarm_unpickling": (packages, "disarm_unpickling", _no_check),
+}
+
+
+def _unwrap(proxies: dict[str, Any], names: list[Any]) -> None:
+    """The tests' seam (``sandforge.sandbox.seam``, never configuration): put the real ``module.name`` back on
+    its proxy in place of the runner's wrapper, or revert one of the runner's own layers (`_REVERTIBLE`), so a
+    test shows what the tripwire stops without it."""
+    for dotted in names:
+        if dotted in _REVERTIBLE:
+            module_object, attribute, stand_in = _REVERTIBLE[dotted]
+            setattr(module_object, attribute, stand_in)
+            continue
+        module, _, name = str(dotted).rpartition(".")
+        if module in proxies:
+            getattr(proxies[module], name, None)  # a lazy proxy imports its module first
+            setattr(proxies[module], name, getattr(sys.modules[module], name))
 
 
 def _env_id(boot: dict[str, Any]) -> str | None:
@@ -212,7 +273,11 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
     """Lock down, report ready, run the one program, write the one result."""
     max_bytes = int(boot["limits"]["max_message_bytes"])
     channel = Channel(in_fd)  # before lock-down; it lives until the process exits
+    seam: dict[str, Any] = boot["seam"] if isinstance(boot.get("seam"), dict) else {}
+    armed = not seam.get("tripwire_off") and tripwire.install()
+    _unwrap(proxies, seam.get("unwrapped") or [])
     protections, errors = lock_down(boot, host_channel_fd=in_fd)
+    protections["audit_tripwire"] = armed
     handoff = handoff_ready(boot)
     ready = {"type": "ready", "version": PROTOCOL_VERSION, "pid": os.getpid(), "protections": protections,
              "errors": errors, "handoff": handoff is not None}  # fmt: skip
@@ -234,7 +299,8 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
         result.fail(_error("invalid_request", str(frame.get("error") or wrong_env or "expected an execute frame")))
     else:
         _SETITIMER(_ITIMER_REAL, float(boot["limits"]["timeout_s"]) + BACKSTOP_GRACE_S)
-        result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies)
+        result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies,
+                         out_fd=out_fd, armed=armed)  # fmt: skip
         pause_backstop()
     write_frames(out_fd, _encode_result(result, max_bytes))
     return 0

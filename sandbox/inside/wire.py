@@ -23,6 +23,9 @@ HEADER: Final = struct.Struct(">I")
 ENV_MOUNT_PATH: Final = "/sandforge/env"
 #: The largest boot frame: the host sends no larger one, the inside reads no more.
 MAX_BOOT_BYTES: Final = 1 << 20
+#: The exit status of a runner that ended on a security event (the tripwire, or an inner-wall violation):
+#: it wrote its one ``sandbox_violation`` result first, then exited at once with this status.
+VIOLATION_EXIT_STATUS: Final = 86
 #: The file of a container's hand-off directory that holds the boot frame's token: finding it there proves
 #: that the directory mounted is the one the host prepared.
 HANDOFF_PROOF_FILE: Final = "token"
@@ -123,7 +126,8 @@ class ExecuteFrame(TypedDict):
         (SCM_RIGHTS), a sealed, read-only memfd of exactly ``length`` bytes; where the inside confirmed a
         hand-off directory at boot, file ``i`` in that directory instead. ``compiled``: the program compiled on
         the host, used when its magic is the inside's own (else the inside compiles ``code`` itself). ``env_id``:
-    the environment the program was prepared for, which must be the runner's own (absent: none)."""
+    the environment the program was prepared for, which must be the runner's own (absent: none). ``canary``:
+    ``sandforge doctor``'s tripwire check (``protocol.tripwire_canary``)."""
 
     type: str
     code: str
@@ -132,6 +136,7 @@ class ExecuteFrame(TypedDict):
     context_keys: list[list[Any]]
     compiled: NotRequired[CompiledProgram]
     env_id: NotRequired[str]
+    canary: NotRequired[bool]
 
 
 def error(kind: str, message: str, **extra: Any) -> dict[str, Any]:

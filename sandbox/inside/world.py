@@ -14,7 +14,7 @@ import sys
 import types
 from typing import Any
 
-from . import envmodules
+from . import envmodules, tripwire
 from .lazycontext import LazyContext
 
 #: The file name of the program's code (its tracebacks' lines are the program's own).
@@ -116,11 +116,14 @@ _MISSING_ARG: Any = object()
 
 
 class SandboxViolation(Exception):
-    """The program used something the inner wall refuses. Sticky: recorded in ``VIOLATIONS`` when raised,
-    so catching it does not help; the execution ends as ``sandbox_violation`` whatever it returns."""
+    """The program used something the inner wall refuses. Final: while a program runs, creating one hands
+    it to the armed tripwire (``tripwire.VIOLATION``), which writes the ``sandbox_violation`` result and ends
+    the process at once, so nothing the program does afterwards (catching it, clearing ``VIOLATIONS``)
+    can change the verdict. Outside an execution it is only recorded in ``VIOLATIONS``."""
 
     def __init__(self, message: str, event: str = "withheld_name") -> None:
         super().__init__(message)
+        sys.audit(tripwire.VIOLATION, message[:1000], event)
         if len(VIOLATIONS) < 16:
             VIOLATIONS.append(message[:1000])
             VIOLATION_EVENTS.append(event)

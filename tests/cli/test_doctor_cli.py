@@ -105,3 +105,26 @@ def test_exec_refuses_a_sandbox_missing_its_walls(monkeypatch: pytest.MonkeyPatc
     assert outcome["status"] == "error" and outcome["error_type"] == "sandbox_unavailable"
     assert "net_namespace" in outcome["metadata"]["protections_missing"]
     assert "required protections missing" in outcome["error_message"]
+
+
+def test_doctor_shows_the_restrictedpython_release() -> None:
+    from sandforge.sandbox import image
+
+    code, out, err = doctor("--backend", "subprocess", "--json")
+    assert code == 0, err
+    assert json.loads(out)["restrictedpython"] == {
+        "version": image.restrictedpython_version(),
+        "minimum": image.RESTRICTEDPYTHON_MINIMUM,
+        "advisory": None,
+    }
+    code, out, _ = doctor("--backend", "subprocess")
+    assert f"RestrictedPython {image.restrictedpython_version()} (no published escapes)" in out
+
+
+def test_a_restrictedpython_with_escapes_fails_doctor(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandforge.sandbox import image
+
+    monkeypatch.setattr(image, "restrictedpython_version", lambda: "8.2")
+    code, out, _ = doctor("--backend", "subprocess")
+    assert code == 6, out
+    assert "RestrictedPython 8.2 has published sandbox escapes" in out

@@ -8,6 +8,8 @@ from typing import Any
 
 import httpx
 
+from tests.security_programs import VIOLATING
+
 #: what the scripted provider answers, request after request (see CALLS for who asks)
 PROGRAMS = [
     "return 10 // args[0]\n",  # calc.div(2): generation 1
@@ -29,22 +31,35 @@ CALLS: list[tuple[str, str, list[Any]]] = [
 ]
 
 
-def tenant_config(root: Path) -> dict[str, Any]:
-    (root / "alpha_programs.json").write_text(json.dumps(PROGRAMS))
+def tenant_config(root: Path, tenant: str = "alpha", programs: list[str] = PROGRAMS) -> dict[str, Any]:
+    """``tenant``, whose scripted model answers ``programs`` in order, and ``beta``, with no model."""
+    (root / f"{tenant}_programs.json").write_text(json.dumps(programs))
     return {
         "state_dir": "state",
         "tenants": [
-            {"name": "alpha", "provider": {"kind": "scripted", "programs": "alpha_programs.json"}},
+            {"name": tenant, "provider": {"kind": "scripted", "programs": f"{tenant}_programs.json"}},
             {"name": "beta"},
         ],
     }
 
 
-def fill(client: httpx.Client) -> list[dict[str, Any]]:
-    """Make every call of CALLS through the HTTP API; the outcomes, in order."""
+def fill(client: httpx.Client, calls: list[tuple[str, str, list[Any]]] = CALLS) -> list[dict[str, Any]]:
+    """Make every call of ``calls`` through the HTTP API; the outcomes, in order."""
     outcomes = []
-    for role, method, args in CALLS:
+    for role, method, args in calls:
         response = client.post(f"/v1/agents/{role}/{method}", json={"args": args})
         assert response.status_code == 200, response.text
         outcomes.append(response.json())
     return outcomes
+
+
+#: a tenant whose tools' programs end on security events (issue 36): what the security page shows
+SECURITY_PROGRAMS = [
+    VIOLATING,  # vault.peek(): ends on a security event, rolled back ...
+    "return context.get('leak', 'nothing committed')\n",  # ... and repaired: ok, and it proves nothing was committed
+    "return 10 // args[0]\n",  # calc.div(2): no event
+    VIOLATING,  # vault.open(): ends on one ...
+    VIOLATING,  # ... and on one again: the call fails (sandbox_violation) with two events
+]
+SECURITY_CALLS: list[tuple[str, str, list[Any]]] = [("vault", "peek", []), ("calc", "div", [2]), ("vault", "open", [])]
+

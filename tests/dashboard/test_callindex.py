@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sandforge.runtime.agent.calllog import CallRecord
-from sandforge.runtime.dashboard.callindex import CallFilter, CallIndex
+from sandforge.runtime.dashboard.callindex import CallFilter, CallIndex, SecurityFilter
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
@@ -97,3 +97,54 @@ def test_an_over_long_line_is_skipped_and_what_follows_is_indexed(tmp_path: Path
     assert index.total() == 1  # the long line has no end yet
     _append(log, "\n" + _line(2))
     assert [c.call_id for c in index.page(CallFilter(), 10)] == [f"{2:016x}", f"{0:016x}"]
+
+
+def _security_event(i: int, attempt: int, source: str = "tripwire", event: str = "open") -> dict[str, Any]:
+    return {"source": source, "event": event, "detail": f"event {i}.{attempt}", "attempt_id": f"{i:016x}.{attempt}",
+            "attempt_number": attempt, "role": "calc", "method": "add",
+            "timestamp": (T0 + timedelta(seconds=attempt)).isoformat()}  # fmt: skip
+
+
+def test_security_events_are_indexed_one_row_each_and_filtered(tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    two = [_security_event(1, 1), _security_event(1, 2, "inner_wall", "withheld_name")]
+    log.write_text(_line(0) + _line(1, status="error", security_events=two) + _line(2, security_events=[
+        _security_event(2, 1, "host", "unclean_exit_after_ok")]))  # fmt: skip
+    index = CallIndex(log)
+    events = index.security_events(SecurityFilter(), 10)
+    assert [(e.call.call_id, e.n, e.source, e.event, e.attempt) for e in events] == [
+        (f"{2:016x}", 0, "host", "unclean_exit_after_ok", 1),
+        (f"{1:016x}", 1, "inner_wall", "withheld_name", 2),
+        (f"{1:016x}", 0, "tripwire", "open", 1),
+    ]
+    assert events[1].t == (T0 + timedelta(seconds=2)).timestamp()
+    assert [e.event for e in index.security_events(SecurityFilter(source="tripwire"), 10)] == ["open"]
+    assert [e.n for e in index.security_events(SecurityFilter(before=events[0].id), 10)] == [1, 0]
+    assert [(c.call_id, c.security) for c in index.page(CallFilter(security=True), 10)] == [
+        (f"{2:016x}", 1), (f"{1:016x}", 2)
+    ]  # fmt: skip
+    assert index.security_total() == 3
+
+
+def test_an_index_of_the_previous_version_is_rebuilt_with_the_security_events(tmp_path: Path) -> None:
+    """An index written before issue 36 (no security column or table) is dropped and built again from the log."""
+    import sqlite3
+
+    log = tmp_path / "calls.jsonl"
+    log.write_text(_line(0) + _line(1, security_events=[_security_event(1, 1)]))
+    old = sqlite3.connect(log.with_suffix(".index.sqlite"))
+    old.executescript(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "CREATE TABLE calls (id INTEGER PRIMARY KEY, off INTEGER NOT NULL, len INTEGER NOT NULL, t REAL NOT NULL,"
+        " role TEXT NOT NULL, method TEXT NOT NULL, status TEXT NOT NULL, error_type TEXT, stage TEXT,"
+        " failure_class TEXT, trace TEXT NOT NULL, call_id TEXT NOT NULL, parent TEXT, depth INTEGER NOT NULL,"
+        " duration REAL NOT NULL, attempts INTEGER NOT NULL);"
+        "CREATE TABLE hours (hour INTEGER NOT NULL, error_type TEXT NOT NULL, n INTEGER NOT NULL,"
+        " PRIMARY KEY (hour, error_type)) WITHOUT ROWID;"
+        f"INSERT INTO meta VALUES ('version', '1'), ('offset', '{log.stat().st_size}'),"
+        f" ('identity', '{log.stat().st_dev}:{log.stat().st_ino}');"
+    )
+    old.close()
+    index = CallIndex(log)
+    assert index.total() == 2
+    assert [e.call.call_id for e in index.security_events(SecurityFilter(), 10)] == [f"{1:016x}"]

@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.dashboard.fill import fill, tenant_config
+from tests.dashboard.fill import CALLS, PROGRAMS, fill, tenant_config
 from tests.service.serverproc import Server, start_server
 
 pytestmark = pytest.mark.slow
@@ -35,17 +36,24 @@ def _browser_or_skip() -> None:
         pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@contextmanager
+def filled_server(root: Path, tenant: str = "alpha", programs: list[str] = PROGRAMS,
+                  calls: list[tuple[str, str, list[Any]]] = CALLS) -> Iterator[Server]:  # fmt: skip
+    """A real server whose ``tenant`` made ``calls`` (its scripted model answering ``programs``), then stopped."""
     _browser_or_skip()
-    root = tmp_path_factory.mktemp("dash-browser")
-    srv = start_server(root, tenant_config(root))
+    srv = start_server(root, tenant_config(root, tenant, programs))
     try:
-        with srv.client("alpha") as client:
-            fill(client)
+        with srv.client(tenant) as client:
+            fill(client, calls)
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with filled_server(tmp_path_factory.mktemp("dash-browser")) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")

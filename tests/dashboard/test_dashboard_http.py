@@ -15,6 +15,7 @@ PAGES = [
     ("/dashboard/tools/calc/div", "/v1/dashboard/tools/calc/div"),
     ("/dashboard/calls", "/v1/dashboard/calls"),
     ("/dashboard/patterns", "/v1/dashboard/patterns"),
+    ("/dashboard/security", "/v1/dashboard/security"),
 ]
 
 

@@ -45,6 +45,18 @@ def require_wheelhouse() -> Path:
     return found
 
 
+def require_index() -> None:
+    """The package index (pypi.org) is reachable, or the test skips (fails under SANDFORGE_REQUIRE_WHEELHOUSE=1)."""
+    import socket
+
+    try:
+        socket.create_connection(("pypi.org", 443), timeout=5).close()
+    except OSError:
+        if REQUIRE:
+            pytest.fail("the package index is unreachable")
+        pytest.skip("the package index is unreachable")
+
+
 def offline_policy(house: Path, *, allow: tuple[str, ...] = WHEELHOUSE_ALLOW, **more: object) -> DependencyPolicy:
     return DependencyPolicy.model_validate({"allow": allow, "source": "offline", "wheelhouse": str(house), **more})
 

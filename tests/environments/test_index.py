@@ -3,7 +3,6 @@ index; skipped when it cannot be reached, failed instead under SANDFORGE_REQUIRE
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,24 +13,13 @@ from sandforge.runtime.environments.builder import EnvironmentStore
 from sandforge.runtime.environments.manifest import normalise
 from sandforge.runtime.environments.policy import DependencyPolicy
 from sandforge.runtime.environments.target import SandboxTarget
-from tests.environments.helpers import REQUIRE
+from tests.environments.helpers import require_index
 
 pytestmark = pytest.mark.slow
 
 
-def _index_reachable() -> bool:
-    try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
-    except OSError:
-        return False
-    return True
-
-
 def test_build_from_the_index(tmp_path: Path, target: SandboxTarget) -> None:
-    if not _index_reachable():
-        if REQUIRE:
-            pytest.fail("the package index is unreachable")
-        pytest.skip("the package index is unreachable")
+    require_index()
     policy = DependencyPolicy(allow=("six",), source="index")
     store = EnvironmentStore(tmp_path / "environments")
     prepared = store.prepare(normalise(["six>=1.16"]), policy, target)

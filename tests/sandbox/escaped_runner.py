@@ -53,6 +53,9 @@ serving.build_globals = unrestricted_globals
 # The runner drops ctypes, mmap, socket... from sys.modules after lock-down; the attacker modelled here is
 # assumed to have got them back (defence in depth), so the OS boundary is tested against all of them.
 serving.forget_lockdown_modules = lambda: []
+# The attacker modelled here has beaten the tripwire too (the OS boundary alone is under test): the runner
+# reports the protection without installing the hook. ``escaped_runner_armed.py`` keeps the real tripwire.
+serving.tripwire = types.SimpleNamespace(install=lambda: True, arm=lambda *args: None)
 
 if __name__ == "__main__":
     os._exit(start.main(sys.argv[1:]))

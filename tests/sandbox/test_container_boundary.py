@@ -23,7 +23,7 @@ from sandforge.sandbox.backends.docker_backend import DockerBackend
 from sandforge.sandbox.backends.oci_backend import OciBackend
 from sandforge.sandbox.image import IMAGE_INSIDE
 
-ESCAPED_BOOTSTRAP = f"""
+ESCAPED_BOOTSTRAP_TEMPLATE = f"""
 import ast, os, signal, socket, sys, types
 sys.path.insert(0, {str(Path(IMAGE_INSIDE).parent)!r})
 from inside import serving, start, world
@@ -45,8 +45,16 @@ def unrestricted_globals(proxies, stdout, bridge):
 serving.compile_program = compile_unrestricted
 serving.build_globals = unrestricted_globals
 serving.forget_lockdown_modules = lambda: []  # the attacker is assumed to have them back
+{{TRIPWIRE}}
 os._exit(start.main(["--result-stdout", *sys.argv[1:]]))
 """
+#: The attacker has beaten the tripwire too (the OS boundary alone is under test): the runner reports the
+#: protection without installing the hook.
+ESCAPED_BOOTSTRAP = ESCAPED_BOOTSTRAP_TEMPLATE.replace(
+    "{TRIPWIRE}", "serving.tripwire = types.SimpleNamespace(install=lambda: True, arm=lambda *args: None)"
+)
+#: The same escape with the real tripwire armed (tests/sandbox/test_tripwire.py).
+ESCAPED_BOOTSTRAP_ARMED = ESCAPED_BOOTSTRAP_TEMPLATE.replace("{TRIPWIRE}", "serving.shipped_code = lambda frame: None")
 
 LIMITS = Limits(timeout_s=10, memory_mb=128, disk_mb=4, max_processes=12)
 
@@ -65,19 +73,22 @@ def escaped_backend(
     request: pytest.FixtureRequest, docker_env: object, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Backend]:
     """Each container backend with the escaped runner: through dockerd (runc, runsc) and driven directly."""
-    command = ["-I", "-S", "-B", "-c", ESCAPED_BOOTSTRAP]
-    monkeypatch.setattr(docker_backend, "COMMAND", ["python3", *command])
-    monkeypatch.setattr(oci_backend, "COMMAND", ["/usr/bin/python3", *command])
-    config = SandboxConfig(pool_size=0)
-    backend: Backend
-    if request.param in ("runc", "runsc"):
-        backend = OciBackend(config, runtime=request.param)
-    else:
-        backend = DockerBackend(config, runtime="runsc" if request.param == "gvisor" else None)
+    backend = container_backend(request.param, ESCAPED_BOOTSTRAP, monkeypatch)
     try:
         yield backend
     finally:
         backend.close()
+
+
+def container_backend(name: str, bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Backend:
+    """Container backend ``name`` whose containers start ``bootstrap`` instead of the runner."""
+    command = ["-I", "-S", "-B", "-c", bootstrap]
+    monkeypatch.setattr(docker_backend, "COMMAND", ["python3", *command])
+    monkeypatch.setattr(oci_backend, "COMMAND", ["/usr/bin/python3", *command])
+    config = SandboxConfig(pool_size=0)
+    if name in ("runc", "runsc"):
+        return OciBackend(config, runtime=name)  # type: ignore[arg-type]
+    return DockerBackend(config, runtime="runsc" if name == "gvisor" else None)
 
 
 def escaped(backend: Backend, code: str) -> ExecutionOutcome:
@@ -172,16 +183,17 @@ def test_disk_fill_is_bounded(escaped_backend: Backend) -> None:
 
 
 def test_forged_frames_cannot_forge_what_the_host_reports(escaped_backend: Backend) -> None:
-    """An escaped program can write to the result channel (fd 3, the runner's dup of stdout) and so pick its
-    own result, as it could by returning it. It cannot change what the host reports about the sandbox: the
-    protections come from the engine's view of the container, and the frame cannot claim host-measured usage.
-    Containers stop reading at the first result frame (latency), so a frame written before the runner's own
-    wins; the subprocess backend reads to EOF and flags the second frame (test_os_boundary.py)."""
-    forged = {"type": "result", "status": "ok", "value": "forged", "context": {"admin": True}}
+    """An escaped program can write to the result channel (the runner's dup of stdout), but the host
+    reads the channel to its end: a forged frame before the runner's own makes two results, a violation the
+    host records as its own security event. Nor can it change what the host reports about the sandbox: the
+    protections come from the engine's view of the container, and the frame cannot claim host-measured usage."""
+    forged = {"type": "result", "status": "ok", "value": "forged"}
     code = (
-        "import os, json, struct\n"
+        "import os, json, struct, sys\n"
+        "f = sys._getframe()\n"
+        "while 'bridge' not in f.f_locals:\n    f = f.f_back\n"
         f"body = json.dumps({forged!r}).encode()\n"
-        "os.write(3, struct.pack('>I', len(body)) + body)\n"
+        "os.write(f.f_locals['bridge'].out_fd, struct.pack('>I', len(body)) + body)\n"
         "return 'real'"
     )
     out = escaped(escaped_backend, code)
@@ -192,10 +204,9 @@ def test_forged_frames_cannot_forge_what_the_host_reports(escaped_backend: Backe
         reference.destroy()
     assert out.protections == expected_protections and out.protections["network_none"]
     assert out.usage.source == "sandbox"  # container usage is always labelled as the runner's report
-    if out.ok:
-        assert out.value in ("forged", "real")
-    else:
-        assert out.error_type in (ErrorType.SANDBOX_VIOLATION, ErrorType.EXECUTION)
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION and out.value is None, (out.error_type, out.value)
+    assert out.security_event is not None and out.security_event.source == "host"
+    assert out.security_event.event == "second_result"
 
 
 def test_a_passed_context_value_cannot_be_changed(escaped_backend: Backend) -> None:

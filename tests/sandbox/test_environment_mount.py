@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
-from sandforge.sandbox.protocol import ENV_MOUNT_PATH, ErrorType
+from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig, seam
+from sandforge.sandbox.protocol import ENV_MOUNT_PATH, BootSeam, ErrorType
 from tests.conftest import _docker_env
 from tests.environments.helpers import require_wheelhouse
 from tests.sandbox.envbuild import EnvFactory, target_for
@@ -60,8 +60,16 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.fixture
+def tripwire_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' seam: runners without the tripwire, so the package's write attempts reach the OS wall (the
+    read-only mount) and this test shows that wall alone. Listed before ``env_sandbox``: the boot frame
+    carries the seam when the pool's worker starts."""
+    monkeypatch.setattr(seam, "ACTIVE", BootSeam(tripwire_off=True))
+
+
 def test_every_backend_imports_declared_packages_and_cannot_write(
-    env_factory: EnvFactory, env_sandbox: Sandbox, sandbox_backend: str
+    tripwire_off: None, env_factory: EnvFactory, env_sandbox: Sandbox, sandbox_backend: str
 ) -> None:
     target = target_for(env_sandbox, sandbox_backend, env_factory.targets, _api(sandbox_backend))
     mount = env_factory.mount(target, REQUIREMENTS)
@@ -87,6 +95,23 @@ def test_every_backend_imports_declared_packages_and_cannot_write(
     assert (site / "envprobe.py").stat().st_mode == mode
     assert not (site / "planted.py").exists() and not (site / "newdir").exists()
     assert env_sandbox.env_pools() == [mount.env_id]
+
+
+def test_a_package_writing_at_run_time_trips_the_tripwire(
+    env_factory: EnvFactory, env_sandbox: Sandbox, sandbox_backend: str
+) -> None:
+    """With the tripwire on (always, outside the tests' seam), a package that tries to write at run time
+    ends the execution at its first attempt, before the OS wall is even asked; importing it did not trip."""
+    target = target_for(env_sandbox, sandbox_backend, env_factory.targets, _api(sandbox_backend))
+    mount = env_factory.mount(target, REQUIREMENTS)
+    imports = env_sandbox.execute(ExecutionRequest(code="import envprobe\nimport bs4\nreturn 1", environment=mount))
+    assert imports.ok, (imports.error_type, imports.error_message)
+    writes = env_sandbox.execute(
+        ExecutionRequest(code="import envprobe\nreturn envprobe.attempt_writes()", environment=mount)
+    )
+    assert writes.error_type == ErrorType.SANDBOX_VIOLATION, (writes.error_type, writes.error_message)
+    assert writes.security_event is not None and writes.security_event.source == "tripwire"
+    assert writes.security_event.event in {"open", "os.mkdir", "os.chmod", "os.remove"}
 
 
 def test_only_the_declared_modules_are_exposed(

@@ -27,7 +27,7 @@ class ChunkedIO(ScriptedIO):
 
 def outcome(io: ChunkedIO, handler: Any) -> Any:
     ex = run_exchange(io, ExecutionRequest(code="return 1", limits=LIMITS), handler)
-    return build_outcome(ex, ExitInfo(exit_code=0), backend="test", protections={}, limits=LIMITS, exit_observed=True)
+    return build_outcome(ex, ExitInfo(exit_code=0), backend="test", protections={}, limits=LIMITS)
 
 
 def test_a_flood_cut_into_one_chunk_per_frame_is_a_violation() -> None:

@@ -92,7 +92,7 @@ def run(
 ) -> tuple[ExecutionOutcome, ScriptedIO]:
     io = ReceiptIO(*chunks, unread=unread)
     ex = run_exchange(io, ExecutionRequest(code="return 1", limits=limits), handler)
-    out = build_outcome(ex, ExitInfo(exit_code=0), backend="test", protections={}, limits=limits, exit_observed=True)
+    out = build_outcome(ex, ExitInfo(exit_code=0), backend="test", protections={}, limits=limits)
     return out, io
 
 

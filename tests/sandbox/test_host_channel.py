@@ -105,11 +105,13 @@ class ScriptedIO(WorkerIO):
         return self._unread
 
 
-def exchange_with(*chunks: bytes, limits: Limits = LIMITS, unread: int = 0, exit_code: int = 0) -> ExecutionOutcome:
+def exchange_with(
+    *chunks: bytes, limits: Limits = LIMITS, unread: int = 0, exit_code: int = 0, exit_info: ExitInfo | None = None
+) -> ExecutionOutcome:
     io = ScriptedIO(*chunks, unread=unread)
     ex = run_exchange(io, ExecutionRequest(code="return 1", limits=limits), lambda call: {"status": "ok"})
-    info = ExitInfo(exit_code=exit_code)
-    return build_outcome(ex, info, backend="test", protections={}, limits=limits, exit_observed=True)
+    info = exit_info or ExitInfo(exit_code=exit_code)
+    return build_outcome(ex, info, backend="test", protections={}, limits=limits)
 
 
 def test_stdout_beyond_the_output_limit_is_refused() -> None:
@@ -122,6 +124,64 @@ def test_an_ok_result_needs_a_clean_exit() -> None:
     assert exchange_with(frame(OK)).ok
     out = exchange_with(frame(OK), exit_code=70)
     assert out.error_type == ErrorType.SANDBOX_VIOLATION and "exit status 70" in (out.error_message or "")
+    assert out.security_event is not None and out.security_event.event == "unclean_exit_after_ok"
+    # A memory kill after an ok is no more the runner's than any other signal: it exits right after its result.
+    out = exchange_with(frame(OK), exit_info=ExitInfo(exit_code=137, signal=9, oom_killed=True))
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION and "signal 9" in (out.error_message or "")
+    assert out.security_event is not None and out.security_event.source == "host"
+
+
+class LateEndIO(ScriptedIO):
+    """A worker whose channel ends ``late_s`` after its result (a container's teardown), or never."""
+
+    def __init__(self, late_s: float | None) -> None:
+        super().__init__(frame(OK))
+        self.late_s = late_s
+
+    def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
+        if len(self.pending) == 4:  # the result
+            return [self.pending.pop(0)]
+        if self.late_s is None:
+            time.sleep(min(timeout, 0.05))
+            return []
+        time.sleep(self.late_s)
+        self.late_s = 0.0
+        return super().poll(timeout)
+
+
+def test_the_channel_may_end_after_the_deadline_once_the_result_is_complete() -> None:
+    """The end of a complete result's channel is awaited up to END_GRACE_S past the deadline (a container's
+    teardown); a channel still open then is a timeout, never the ok it carried."""
+    limits = Limits(timeout_s=0.2)
+    request = ExecutionRequest(code="return 1", limits=limits)
+    late = run_exchange(LateEndIO(0.5), request, None)
+    assert late.failure is None and late.complete
+    never = run_exchange(LateEndIO(None), request, None)
+    assert never.failure is not None and never.failure[0] == ErrorType.TIMEOUT
+    assert build_outcome(never, ExitInfo(exit_code=0), backend="test", protections={}, limits=limits).value is None
+
+
+def test_an_ok_result_whose_exit_was_not_seen_does_not_stand() -> None:
+    out = exchange_with(frame(OK), exit_info=ExitInfo())
+    assert out.error_type == ErrorType.SANDBOX_UNAVAILABLE and out.value is None and out.context is None
+
+
+@pytest.mark.parametrize(
+    ("after", "event"),
+    [
+        (frame({"type": "result", "status": "error", "error": {"type": "execution", "message": "x"}}), "second_result"),
+        (frame(OK), "second_result"),
+        (frame(b"[1]"), "data_after_result"),
+        (b"\0\0", "data_after_result"),  # an unfinished frame, then the channel's end
+    ],
+    ids=["second error result", "second ok result", "a frame", "partial frame"],
+)
+def test_anything_after_the_result_is_a_host_security_event(after: bytes, event: str) -> None:
+    for chunks in ((frame(OK) + after,), (frame(OK), after)):  # in the result's read, or in a later one
+        out = exchange_with(*chunks)
+        assert out.error_type == ErrorType.SANDBOX_VIOLATION and out.value is None and out.context is None
+        assert out.security_event is not None
+        assert (out.security_event.source, out.security_event.event) == ("host", event)
 
 
 def test_runner_errors_are_never_retriable_unless_the_program_said_so() -> None:
@@ -257,12 +317,27 @@ def test_forged_result_frames_are_violations_on_every_backend(escaped: Backend, 
     assert out.value is None and out.context is None
 
 
-@pytest.mark.timeout(60)
-def test_a_forged_ok_from_a_runner_that_then_fails_is_refused() -> None:
-    """Subprocess: the host sees the exit status, and the runner exits 0 right after its result."""
-    backend = SubprocessBackend(SandboxConfig(pool_size=0), runner=ESCAPED)
-    try:
-        out, _ = attack(backend, f"send({OK!r})\nos._exit(70)")
-    finally:
-        backend.close()
-    assert out.error_type == ErrorType.SANDBOX_VIOLATION and "exit status 70" in (out.error_message or "")
+#: What an escaped program does after writing a forged ok result: raise (the runner then writes its own error
+#: result and exits 0), exit non-zero, or die of a signal (a fault: the runner is pid 1 of its namespace in a
+#: container, where a signal it sends itself is ignored).
+AFTER_A_FORGED_OK = {
+    "raises": ("raise RuntimeError('after the forged result')", "second_result"),
+    "exits non-zero": ("os._exit(70)", "unclean_exit_after_ok"),
+    "killed by a signal": ("import ctypes\nctypes.string_at(0)", "unclean_exit_after_ok"),
+}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("then", list(AFTER_A_FORGED_OK), ids=list(AFTER_A_FORGED_OK))
+def test_a_forged_ok_is_refused_on_every_backend(escaped: Backend, then: str) -> None:
+    """The host reads the result channel to its end and judges an ok result with the exit status, on every
+    backend (containers used to stop at the first result frame and never see the exit)."""
+    code, event = AFTER_A_FORGED_OK[then]
+    forged = {**OK, "value": "forged", "context_changed": [["admin", 4]]}
+    send_forged = f"send({forged!r})\nsend(b'true')\n"
+    request = ExecutionRequest(code=FIND_CHANNELS + send_forged + code, context={"admin": False}, limits=LIMITS)
+    out = escaped.spawn(LIMITS).execute(request, None)
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION, (out.error_type, out.error_message, out.stderr[-500:])
+    assert out.security_event is not None, out.error_message
+    assert (out.security_event.source, out.security_event.event) == ("host", event)
+    assert out.value is None and out.context is None

@@ -56,8 +56,16 @@ class ToolListWatch:
         self._known: Signature | None = None
         self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = anyio.Lock()
+        self._in_use: anyio.Event | None = None
+        self._used = False
         #: notifications sent (for tests and logs)
         self.sent = 0
+
+    def used(self) -> None:
+        """A client sent more than the handshake: from now on the watch reads the store (see :meth:`watch`)."""
+        self._used = True
+        if self._in_use is not None:
+            self._in_use.set()
 
     def remember(self, session: Any) -> None:
         """The connection of a session that listed the tools gets the handshake-era notification when they
@@ -92,7 +100,13 @@ class ToolListWatch:
                 self._sessions.discard(session)
 
     async def watch(self) -> None:
-        """Poll until cancelled (changes made outside this server)."""
+        """Poll until cancelled (changes made outside this server). It starts reading the store only once a
+        client sent more than the handshake (:meth:`used`), so nothing competes with the ``initialize`` answer
+        (a host waits for it before it shows the server) and a server nobody uses never opens its store."""
+        self._in_use = anyio.Event()
+        if self._used:
+            self._in_use.set()
+        await self._in_use.wait()
         await self.baseline()
         while True:
             await anyio.sleep(self.poll_s)

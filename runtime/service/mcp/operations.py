@@ -1,7 +1,7 @@
 """The MCP tools' work, as plain functions of one tenant's runtime (no MCP types here).
 
 Each returns its result model or raises :class:`Failed` carrying a :class:`ToolFailure`: the server turns
-that into an ``isError`` result whose structured content names the error type.
+that into an ``isError`` result (``failure_result.error_result``).
 """
 
 from __future__ import annotations
@@ -97,6 +97,8 @@ def _execution_failure(outcome: ExecutionOutcome) -> Failed:
     for key in ("tool_error_type", "exception", "line"):  # the program's own error type, what it raised, where
         if outcome.metadata.get(key) is not None:
             details[key] = outcome.metadata[key]
+    if outcome.security_event is not None:
+        details["security_event"] = outcome.security_event.model_dump(mode="json")
     if outcome.stderr:
         details["stderr"] = outcome.stderr
     error_type = outcome.error_type.value if outcome.error_type else "execution"
@@ -196,6 +198,11 @@ def _outcome_failure(outcome: Outcome) -> Failed:
     violations = outcome.metadata.get("violations")
     if violations:
         details["violations"] = violations
+    if events := outcome.metadata.get("security_events"):
+        details["security_events"] = events
+    for key in ("failure_class", "tool_error"):  # the lifecycle's lane of this answer (ADR 0016)
+        if outcome.metadata.get(key) is not None:
+            details[key] = outcome.metadata[key]
     error_type = outcome.error_type or "execution"
     return fail(error_type, outcome.error_message or error_type, retriable=outcome.retriable, **details)
 

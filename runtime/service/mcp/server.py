@@ -3,23 +3,25 @@
 Built on the official SDK's :class:`MCPServer`. The fixed tools are registered once with their input and
 output schemas and annotations; the persisted methods change while the server runs (a call may forge or
 retire one), so :meth:`TenantMCP.list_tools` and :meth:`TenantMCP.call_tool` read them from the tenant's
-store each time. A typed failure is an ``isError`` result whose structured content is a ToolFailure
-(``error_type``, ``error_message``, ``retriable``, ``details``); nothing else (no traceback, no host path)
-leaves the server.
+store each time. A typed failure is an ``isError`` result with the failure in its text and no structured
+content (``failure_result``: valid for every client); nothing else (no traceback, no host path) leaves the
+server.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
 from mcp.server.caching import CacheHint
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import (
@@ -27,6 +29,7 @@ from mcp_types import (
     InputRequiredResult,
     ListToolsResult,
     PaginatedRequestParams,
+    ServerCapabilities,
     TextContent,
     ToolAnnotations,
 )
@@ -37,6 +40,7 @@ from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.service.audit import note
 from sandforge.runtime.service.mcp import operations as ops
 from sandforge.runtime.service.mcp.changes import POLL_S, ToolListWatch, declare_list_changed
+from sandforge.runtime.service.mcp.failure_result import error_result
 from sandforge.runtime.service.mcp.models import (
     CallOutcome,
     PolicyPage,
@@ -58,7 +62,16 @@ INSTRUCTIONS = (
     "through the full lifecycle; explain_policy explains a rule. Every healthy stored tool method is also a "
     "tool of its own, named role.method."
 )
+#: What a client sends before it uses the server (the store is not read for these).
+HANDSHAKE = frozenset({"initialize", "notifications/initialized", "ping"})
 _PATHS = re.compile(r"(?:/[\w.@+-]+){2,}")
+
+
+def _version() -> str:
+    try:
+        return version("sandforge")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
 
 
 def _text(value: Any) -> str:
@@ -68,12 +81,6 @@ def _text(value: Any) -> str:
 def ok_result(model: BaseModel) -> CallToolResult:
     data = model.model_dump(mode="json")
     return CallToolResult(content=[TextContent(type="text", text=_text(data))], structured_content=data)
-
-
-def error_result(failure: ToolFailure) -> CallToolResult:
-    data = failure.model_dump(mode="json")
-    text = f"{failure.error_type}: {failure.error_message}"
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data, is_error=True)
 
 
 def _scrub(message: str) -> str:
@@ -167,6 +174,7 @@ class TenantMCP(MCPServer[Any]):
     ) -> None:
         super().__init__(
             name=name,
+            version=_version(),
             instructions=INSTRUCTIONS,
             cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
             log_level="WARNING",
@@ -176,7 +184,31 @@ class TenantMCP(MCPServer[Any]):
         #: tells clients when the persisted tools change (notifications/tools/list_changed)
         self.changes = ToolListWatch(self._signature, self._subscriptions, poll_s=poll_s)
         declare_list_changed(self._lowlevel_server)
+        self._declare_only_served()
+        self.middleware.append(self._after_handshake)
         self._register_fixed()
+
+    def _declare_only_served(self) -> None:
+        """Declare ``resources`` and ``prompts`` only when there are some: the SDK declares both whenever it
+        routes their methods, which it always does, and a client that sees them declared asks for lists that
+        are always empty."""
+        lowlevel = self._lowlevel_server
+        derive = lowlevel.get_capabilities
+
+        def capabilities(*args: Any, **kwargs: Any) -> ServerCapabilities:
+            declared = derive(*args, **kwargs)
+            resources = self._resource_manager.list_resources() or self._resource_manager.list_templates()
+            update = {"resources": declared.resources if resources else None,
+                      "prompts": declared.prompts if self._prompt_manager.list_prompts() else None}  # fmt: skip
+            return declared.model_copy(update=update)
+
+        lowlevel.get_capabilities = capabilities  # type: ignore[method-assign]
+
+    async def _after_handshake(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        """Any message but the handshake's lets the tool-list watch read the store (ToolListWatch.watch)."""
+        if ctx.method not in HANDSHAKE:
+            self.changes.used()
+        return await call_next(ctx)
 
     def _signature(self) -> frozenset[tuple[str, ...]]:
         return frozenset(
@@ -263,14 +295,17 @@ class TenantMCP(MCPServer[Any]):
             return guarded(lambda: ops.explain_policy(rt, name))
 
         read = {"read_only": True, "open_world": False}
-        self.add_tool(run_tool_code, annotations=_annotations("Run a tool program", read_only=False, open_world=egress))
-        self.add_tool(validate_code, annotations=_annotations("Validate a tool program", **read))
-        self.add_tool(list_tools, annotations=_annotations("List stored tools", **read))
-        self.add_tool(get_tool, annotations=_annotations("Show a stored tool", **read))
-        self.add_tool(
-            call_stored_tool, annotations=_annotations("Call a stored tool", read_only=False, open_world=egress)
-        )
-        self.add_tool(explain_policy, annotations=_annotations("Explain a policy rule", **read))
+        write = {"read_only": False, "open_world": egress}
+        for fn, title, hints in (
+            (run_tool_code, "Run a tool program", write),
+            (validate_code, "Validate a tool program", read),
+            (list_tools, "List stored tools", read),
+            (get_tool, "Show a stored tool", read),
+            (call_stored_tool, "Call a stored tool", write),
+            (explain_policy, "Explain a policy rule", read),
+        ):
+            # the docstring without its indentation: clients show descriptions as they are
+            self.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=_annotations(title, **hints))
 
     # --- the persisted tools ---
 

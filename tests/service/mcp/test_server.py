@@ -7,9 +7,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import anyio
 from mcp import Client
+from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from sandforge.runtime.service.mcp import TenantMCP
+from sandforge.runtime.service.mcp.changes import ToolListWatch
 from sandforge.runtime.service.mcp.persisted import MCP_NAME
 from sandforge.runtime.service.tenants import TenantRuntime, standalone_tenant
 from tests.service.mcp.conftest import ADD, seed
@@ -70,3 +73,27 @@ def test_a_name_mcp_would_refuse_is_mapped_to_one_it_accepts(tmp_path: Path) -> 
         assert ok(await client.call_tool(mapped[0].name, {"args": [2, 3]}))["value"] == 5
 
     run(standalone_tenant("a", tmp_path, backend="subprocess"), body)
+
+
+def test_the_tool_list_watch_reads_the_store_only_once_a_client_uses_the_server() -> None:
+    """Nothing reads the store while a host waits for the ``initialize`` answer (issue 37)."""
+    reads: list[int] = []
+
+    def signature() -> frozenset[tuple[str, ...]]:
+        reads.append(1)
+        return frozenset()
+
+    async def main() -> None:
+        watch = ToolListWatch(signature, InMemorySubscriptionBus(), poll_s=3600)
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch.watch)
+            for _ in range(100):
+                await anyio.sleep(0)
+            assert reads == []
+            watch.used()  # what the server's middleware calls for any message past the handshake
+            with anyio.fail_after(60):
+                while not reads:
+                    await anyio.sleep(0.01)
+            group.cancel_scope.cancel()
+
+    anyio.run(main)

@@ -35,12 +35,15 @@ def session(params: StdioServerParameters, body: Callable[[Client], Awaitable[No
 
 
 def failure(result: CallToolResult) -> dict[str, Any]:
-    """The typed failure of an isError result (and its text says the same type)."""
+    """The typed failure of an isError result: no structured content (it would not match the tool's output
+    schema), a text a model reads (the error, its lane) and the failure as JSON."""
     assert result.is_error, result
-    data = result.structured_content
+    assert result.structured_content is None, result
+    text, envelope = (block.text for block in result.content)  # type: ignore[union-attr]
+    data = json.loads(envelope)
     assert isinstance(data, dict), result
-    assert result.content[0].text.startswith(data["error_type"] + ": ")  # type: ignore[union-attr]
-    assert "Traceback" not in json.dumps(data)
+    assert text.startswith(data["error_type"] + ": ") and "\nlane: " in text, text
+    assert "Traceback" not in text + envelope
     return data
 
 

@@ -1,0 +1,118 @@
+"""How fast `sandforge mcp` answers ``initialize`` over stdio, beside the MCP Python SDK's own minimal server.
+
+    .venv/bin/python bench/bench_mcp_start.py [--runs 15] [--out FILE]
+
+Each run starts the server process, writes one ``initialize`` request (protocol 2025-06-18) to its stdin and
+stops the clock when the answer's line arrives: what an MCP host waits for before it can list tools. The two
+servers are interleaved run by run, so both see the same load; the machine's load average is reported before
+and after (on a shared machine it moves the absolute figures, less so their ratio). The baseline is an
+``MCPServer`` with one tool, the smallest server of the same SDK `sandforge mcp` is built on: most of its time
+is importing that SDK, a floor sandforge cannot go under. Bytecode caches are allowed (an installed package
+has them), and one unmeasured run of each warms them. The goal (issue 37): under 1 s on the project's machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+INITIALIZE = {
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}},
+}  # fmt: skip
+MINIMAL = '''
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("minimal")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+server.run("stdio")
+'''
+GOAL_S = 1.0
+
+
+def answer_time(command: list[str], env: dict[str, str]) -> float:
+    """Seconds from starting ``command`` to the first line it answers to ``initialize``."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write((json.dumps(INITIALIZE) + "\n").encode())
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    elapsed = time.perf_counter() - start
+    proc.stdin.close()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    reply = json.loads(line)
+    if "result" not in reply:
+        raise RuntimeError(f"{command[0]} did not initialize: {line[:300]!r}")
+    return elapsed
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "n": len(values),
+        "median_s": round(statistics.median(values), 3),
+        "min_s": round(ordered[0], 3),
+        "p90_s": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3),
+    }
+
+
+def run(runs: int) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "ANTHROPIC_API_KEY")}
+    with tempfile.TemporaryDirectory(prefix="bench-mcp-start-") as tmp:
+        minimal = Path(tmp) / "minimal_server.py"
+        minimal.write_text(MINIMAL)
+        sandforge = [str(Path(sys.executable).parent / "sandforge"), "mcp", "--state-dir", str(Path(tmp) / "state"),
+                     "--provider", "none", "--backend", "subprocess"]  # fmt: skip
+        commands = {"sandforge_mcp": sandforge, "sdk_minimal": [sys.executable, str(minimal)]}
+        for command in commands.values():  # warm the bytecode caches and the page cache
+            answer_time(command, env)
+        load_before = os.getloadavg()
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(runs):
+            for name, command in commands.items():
+                times[name].append(answer_time(command, env))
+        load_after = os.getloadavg()
+    result: dict[str, Any] = {name: summary(values) for name, values in times.items()}
+    result["ratio_median"] = round(result["sandforge_mcp"]["median_s"] / result["sdk_minimal"]["median_s"], 2)
+    result["load_average"] = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]}
+    result["cores"] = os.cpu_count()
+    result["goal_s"] = GOAL_S
+    result["goal_met"] = result["sandforge_mcp"]["median_s"] < GOAL_S
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    result = run(args.runs)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
