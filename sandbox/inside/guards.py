@@ -130,7 +130,6 @@ def write_guard(ob: Any) -> Any:
 #: Single-underscore names that library metaclasses put into the program's own classes' dicts and that
 #: stay the library's (``ABCMeta``'s cache of a program's ``abc.ABC`` subclass).
 LIBRARY_PRIVATE: frozenset[str] = frozenset({"_abc_impl"})
-_NAMEDTUPLE_ASDICT = vars(collections.namedtuple("_Probe", "a"))["_asdict"].__code__
 
 
 def _namedtuple(obj: Any) -> bool:
@@ -142,7 +141,11 @@ def _namedtuple(obj: Any) -> bool:
     for klass in cls.__mro__:
         found = klass.__dict__.get("_asdict")
         if found is not None:
-            return type(found) is _FUNCTION and found.__code__ is _NAMEDTUPLE_ASDICT
+            # namedtuple's own function (its name and module; never its code object, which the tripwire
+            # guards): a program copying those names onto its own function (functools.wraps) gains nothing,
+            # its classes are its own anyway and it cannot write a library class
+            return (type(found) is _FUNCTION and found.__qualname__ == "namedtuple.<locals>._asdict"
+                    and found.__module__ == "collections")  # fmt: skip
     return False
 
 

@@ -234,12 +234,16 @@ def _proxy_zoneinfo(module: Any) -> None:
     module.ZoneInfo = ZoneInfo
 
 
+#: Where ``zoneinfo`` looks for the time-zone database (CPython's default ``TZPATH`` on Linux; the runner
+#: runs isolated from ``PYTHONTZPATH``): bound read-only into the subprocess backend's private root, and the
+#: only files besides the libraries that the tripwire lets the runner's ``ZoneInfo`` open (read-only).
+TZ_ROOTS = ("/usr/share/zoneinfo", "/usr/lib/zoneinfo", "/usr/share/lib/zoneinfo", "/etc/zoneinfo")
+
+
 def tz_binds() -> list[tuple[str, str]]:
     """The time-zone database to bind read-only into the subprocess backend's private root (at its own
-    path), so ``zoneinfo`` finds it there as in a container: the first existing ``zoneinfo.TZPATH`` entry."""
-    import zoneinfo
-
-    for path in zoneinfo.TZPATH:
+    path), so ``zoneinfo`` finds it there as in a container: the first existing ``TZ_ROOTS`` entry."""
+    for path in TZ_ROOTS:
         real = os.path.realpath(path)
         if os.path.isdir(real):  # noqa: PTH112 - the runner avoids pathlib (import cost)
             return [(real, path)]

@@ -38,6 +38,7 @@ import sys
 import tokenize
 from typing import Any
 
+from .idiom_modules import TZ_ROOTS
 from .wire import VIOLATION_EXIT_STATUS
 
 #: Audit events only the runner raises (``sys.audit``): the self-test before arming, the arming itself (with
@@ -82,8 +83,23 @@ AUDITED_IMPORTS = frozenset(
     os.path platform posix posixpath pyexpat pyexpat.errors pyexpat.model random re re._casefix re._compiler
     re._constants re._parser reprlib selectors stat statistics string struct sys textwrap threading time token
     tokenize types typing typing.io typing.re unicodedata urllib urllib.parse warnings weakref xml xml.etree
-    xml.etree.ElementPath xml.etree.ElementTree zipimport""".split()
+    xml.etree.ElementPath xml.etree.ElementTree zipimport
+    _asyncio _contextvars _posixsubprocess _queue _ssl _sysconfigdata__linux_x86_64-linux-gnu _uuid _zoneinfo
+    asyncio asyncio.base_events asyncio.base_futures asyncio.base_subprocess asyncio.base_tasks asyncio.constants
+    asyncio.coroutines asyncio.events asyncio.exceptions asyncio.format_helpers asyncio.futures asyncio.locks
+    asyncio.log asyncio.mixins asyncio.protocols asyncio.queues asyncio.runners asyncio.selector_events
+    asyncio.sslproto asyncio.staggered asyncio.streams asyncio.subprocess asyncio.taskgroups asyncio.tasks
+    asyncio.threads asyncio.timeouts asyncio.transports asyncio.trsock asyncio.unix_events atexit concurrent
+    concurrent.futures concurrent.futures._base configparser contextvars email email._parseaddr
+    email.base64mime email.charset email.encoders email.errors email.quoprimime email.utils logging queue quopri
+    ssl subprocess sysconfig traceback uuid zoneinfo zoneinfo._common zoneinfo._tzpath""".split()
 )
+#: (The second block: issue 38's modules, ``idiom_modules``.) Lock-down-only modules that ``asyncio`` and
+#: ``email.utils`` import at module level: imported again (a container imports allowed modules on first use)
+#: only while one of those packages' own module bodies is importing. Importing is not using: every use of a
+#: socket, a signal handler or a descriptor operation is an event of its own that trips.
+REIMPORTED_BY_LIBRARIES = frozenset({"socket", "_socket", "select", "fcntl", "signal"})
+_REIMPORTING_PACKAGES = ("asyncio" + os.sep, "email" + os.sep)
 
 #: Modules the audited ones try to import and do without where they do not exist (``copy`` looks for
 #: Jython's ``org.python.core``).
@@ -93,7 +109,10 @@ _OPTIONAL_IMPORTS = frozenset({"org", "org.python", "org.python.core"})
 #: create); the frame never leaves them. (file name, function name).
 _GETFRAME_SITES = frozenset({
     ("collections/__init__.py", "namedtuple"), ("enum.py", "_create_"), ("typing.py", "_caller"),
+    ("logging/__init__.py", "<lambda>"),  # currentframe(), for Logger.findCaller: it returns file and line only
 })  # fmt: skip
+#: ``asyncio``'s event loop installs (and restores) the interpreter's async-generator hooks while it runs.
+_ASYNCGEN_HOOK_SITES = frozenset({("asyncio/base_events.py", "run_forever")})
 
 #: The runner's wrappers of those generators (``generators.py``), which name the caller's module the same way
 #: before checking the names and handing them on.
@@ -324,6 +343,25 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
             frame = frame.f_back
         return False
 
+    def decide_import(name: Any, who: str, caller: Any) -> str | None:
+        """Why an import ends the execution, or None."""
+        if who in ("program", "generated") or type(name) is not str:
+            return "an import the program made itself"
+        if name in AUDITED_IMPORTS or name in _OPTIONAL_IMPORTS:
+            return None
+        frame: Any = caller
+        while name in REIMPORTED_BY_LIBRARIES and frame is not None:  # asyncio's or email's module body
+            where = _relative(frame.f_code.co_filename, (stdlib,))
+            if where is not None and where.startswith(_REIMPORTING_PACKAGES) and frame.f_code.co_name == "<module>":
+                return None
+            frame = frame.f_back
+        frame = caller
+        while frame is not None:  # an environment package importing what it needs
+            if _relative(frame.f_code.co_filename, (env_root,)) is not None:
+                return None
+            frame = frame.f_back
+        return "import of a module outside the audited set"
+
     def decide(event: str, args: tuple[Any, ...]) -> str | None:  # noqa: C901, PLR0912 - the table
         """Why ``event`` ends the execution, or None when it may proceed."""
         caller = getframe(2)  # 0: decide, 1: hook, 2: the code that caused the event
@@ -354,6 +392,10 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
             if who == "runner" and args[1:2] == ("__class__",) and issubclass(type(target), module_type):
                 return None  # a lazy module proxy becoming a plain module once filled (world.LazyModuleProxy)
             return "a special attribute set on a class or function the program did not define"
+        if event.startswith("sys.set_asyncgen_hook"):
+            if who == "library" and site(caller.f_code) in _ASYNCGEN_HOOK_SITES:
+                return None
+            return "async-generator hooks set outside asyncio's event loop"
         if event == "sys._getframe":
             if who == "library" and (
                 site(caller.f_code) in _GETFRAME_SITES or _relative(caller.f_code.co_filename, (env_root,))
@@ -388,20 +430,12 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
                 return generator_compile(caller, args[0] if args else None)
             return "compile() of text that no audited generator produced"
         if event == "import":
-            name = args[0] if args else None
-            if who in ("program", "generated") or type(name) is not str:
-                return "an import the program made itself"
-            if name in AUDITED_IMPORTS or name in _OPTIONAL_IMPORTS:
-                return None
-            frame: Any = caller
-            while frame is not None:  # an environment package importing what it needs
-                if _relative(frame.f_code.co_filename, (env_root,)) is not None:
-                    return None
-                frame = frame.f_back
-            return "import of a module outside the audited set"
+            return decide_import(args[0] if args else None, who, caller)
         if event in ("open", "os.listdir", "os.scandir"):
             path = args[0] if args else None
-            if who not in ("import", "library") or type(path) is not str or (
+            if event == "open" and who in ("library", "runner") and type(path) is str and _relative(path, TZ_ROOTS):
+                pass  # the time-zone database, read by zoneinfo (the runner's ZoneInfo calls the C constructor)
+            elif who not in ("import", "library") or type(path) is not str or (
                 _relative(path, library) is None and _relative(path, _SYSTEM_INFO) is None
             ):
                 return "a file or directory outside the read-only library directories"

@@ -5,7 +5,8 @@ objects or real modules, and each names what stops it:
 
 - ``compiler``: the restricted compiler refuses the program (``sandbox_violation`` before it runs);
 - ``guard``: the run-time guard (``sandbox/inside/guards.py``) refuses the read or write as it happens;
-- ``proxy``: the module proxy withholds the name (a sticky ``sandbox_violation``).
+- ``proxy``: the module proxy withholds the name (a sticky ``sandbox_violation``);
+- ``generator``: the class generators' name check (``generators.check_generated_names``).
 
 Run on the subprocess backend and on docker (the container's interpreter and the image's runner).
 """
@@ -118,6 +119,18 @@ ATTACKS: list[tuple[str, str, str, str]] = [
         "import html.parser\nreturn getattr(html.parser.HTMLParser, '_HTMLParser__starttag_text')",
         _UNDERSCORE,
     ),
+    (
+        "a dataclass field named after the generated code's own helper",
+        "generator",
+        "from dataclasses import dataclass, field\n@dataclass\nclass D:\n    _HAS_DEFAULT_FACTORY: int = 1\nreturn 1",
+        "_HAS_DEFAULT_FACTORY",
+    ),
+    (
+        "a dataclass field named like a generated type local",
+        "generator",
+        "from dataclasses import dataclass\n@dataclass\nclass D:\n    _type_x: int = 1\nreturn 1",
+        "_type_x",
+    ),
     # --- read-only names: strings only, never written, never the class ---
     ("write __name__", "compiler", "def f():\n    pass\nf.__name__ = 'g'\nreturn 1", "can be read but not set"),
     (
@@ -210,7 +223,7 @@ def test_attack_is_stopped(sb: Sandbox, stopper: str, code: str, needle: str) ->
     assert not out.ok, f"the attack returned {out.value!r}"
     message = out.error_message or ""
     assert needle in message, message
-    if stopper in ("compiler", "proxy"):
+    if stopper in ("compiler", "proxy", "generator"):
         assert out.error_type == ErrorType.SANDBOX_VIOLATION, (out.error_type, message)
     else:  # the guard raises as Python would for a missing attribute or a read-only object
         assert out.error_type == ErrorType.EXECUTION, (out.error_type, message)

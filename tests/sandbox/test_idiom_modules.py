@@ -308,7 +308,7 @@ ATTACKS = [
     (
         "a coroutine's frame, computed",
         "guard",
-        "async def f():\n    return 1\nc = f()\nreturn getattr(c, 'cr_' + 'frame')",
+        "async def f():\n    return 1\nc = f()\ntry:\n    return getattr(c, 'cr_' + 'frame')\nfinally:\n    c.close()",
         "restricted name",
     ),
     (
