@@ -84,7 +84,8 @@ AUDITED_IMPORTS = frozenset(
     re._constants re._parser reprlib selectors stat statistics string struct sys textwrap threading time token
     tokenize types typing typing.io typing.re unicodedata urllib urllib.parse warnings weakref xml xml.etree
     xml.etree.ElementPath xml.etree.ElementTree zipimport
-    _asyncio _contextvars _posixsubprocess _queue _ssl _sysconfigdata__linux_x86_64-linux-gnu _uuid _zoneinfo
+    _asyncio _contextvars _posixsubprocess _queue _ssl _sysconfigdata__linux_x86_64-linux-gnu
+    _sysconfigdata__x86_64-linux-gnu _uuid _zoneinfo
     asyncio asyncio.base_events asyncio.base_futures asyncio.base_subprocess asyncio.base_tasks asyncio.constants
     asyncio.coroutines asyncio.events asyncio.exceptions asyncio.format_helpers asyncio.futures asyncio.locks
     asyncio.log asyncio.mixins asyncio.protocols asyncio.queues asyncio.runners asyncio.selector_events
@@ -103,7 +104,7 @@ _REIMPORTING_PACKAGES = ("asyncio" + os.sep, "email" + os.sep)
 
 #: Modules the audited ones try to import and do without where they do not exist (``copy`` looks for
 #: Jython's ``org.python.core``).
-_OPTIONAL_IMPORTS = frozenset({"org", "org.python", "org.python.core"})
+_OPTIONAL_IMPORTS = frozenset({"org", "org.python", "org.python.core", "msvcrt", "_winapi"})  # subprocess: Windows
 
 #: Standard-library functions that may call ``sys._getframe`` (to name the caller's module for a class they
 #: create); the frame never leaves them. (file name, function name).

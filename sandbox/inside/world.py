@@ -374,6 +374,11 @@ def _populate(proxy: Any, name: str) -> None:
     seal_proxy(proxy, name)
 
 
+#: Allowed modules imported before lock-down even where the others are imported on first use (containers):
+#: importing ``asyncio`` runs code the tripwire would stop once armed (lock-down-only modules, code objects
+#: made by its dependencies), none of which it does again once imported (issue 38; ~20-40 ms of a start).
+IMPORTED_BEFORE_LOCKDOWN = frozenset({"asyncio"})
+
 #: Proxies whose module is still to be imported (lazy mode), by ``id`` of the proxy.
 _PENDING: dict[int, str] = {}
 
@@ -410,7 +415,7 @@ def build_module_proxies(*, lazy: bool = False) -> dict[str, Any]:
     """
     proxies: dict[str, Any] = {}
     for name in sorted(ALLOWED_MODULES):
-        if lazy:
+        if lazy and name not in IMPORTED_BEFORE_LOCKDOWN:
             proxy: Any = LazyModuleProxy(name)
             _PENDING[id(proxy)] = name
         else:
