@@ -81,7 +81,7 @@ ENGINE_RULES: dict[str, tuple[Classification, str, str]] = {
         "sandbox runs, checked at validation so the policy's verdict is the sandbox's verdict.",
         "Rewrite the refused construct: use public names for attributes (no leading `_` or `__`, except "
         "special methods such as `__init__` defined in a class and called through `super()`), no "
-        "`exec`/`eval`, `async`, `except*`, metaclasses, or string annotations.",
+        "`exec`/`eval`, `except*` or metaclasses.",
     ),
     EGRESS_DENIED: (
         "terminal",

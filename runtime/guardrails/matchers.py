@@ -145,17 +145,33 @@ class AttributeMatcher(Matcher):
         self.names = GlobSet(spec.names)
         self.exempt = GlobSet(spec.except_)
         self.exempt_super = GlobSet(spec.except_super)
+        self.exempt_then = GlobSet(spec.except_then)
 
     def describe(self) -> str:
         return f"attributes named {_listing(self.names)}{_except(self.exempt)}"
 
     def find(self, analysis: Analysis) -> Iterator[Finding]:
-        for name, facts in self.names.select(analysis.program.attributes):
+        program = analysis.program
+        for name, facts in self.names.select(program.attributes):
             if not self.exempt.matches(name):
                 super_exempt = self.exempt_super.matches(name)
                 for fact in facts:
-                    if not (super_exempt and _reads_super(fact.node)):
-                        yield Finding(fact.node, {"attribute": name})
+                    if super_exempt and _reads_super(fact.node):
+                        continue
+                    if self.exempt_then and self._read_only_for_exempt(program, fact.node):
+                        continue
+                    yield Finding(fact.node, {"attribute": name})
+
+    def _read_only_for_exempt(self, program: Program, node: ast.AST) -> bool:
+        """``x.__class__.__name__``: an attribute node whose value is only read for an ``except_then`` name."""
+        parent = program.parent(node)
+        return (
+            isinstance(node, ast.Attribute)
+            and isinstance(parent, ast.Attribute)
+            and parent.value is node
+            and isinstance(parent.ctx, ast.Load)
+            and self.exempt_then.matches(parent.attr)
+        )
 
 
 def _reads_super(node: ast.AST) -> bool:
@@ -195,8 +211,11 @@ class CallMatcher(Matcher):
         return text
 
     def find(self, analysis: Analysis) -> Iterator[Finding]:
-        for function, calls in self.functions.select(analysis.program.calls):
+        program = analysis.program
+        for function, calls in self.functions.select(program.calls):
             for call in calls:
+                if isinstance(call.func, ast.Name) and _program_defined(program, call.func):
+                    continue  # the program's own ``def fetch(...)``, not the builtin of that name
                 if self._accepts(call):
                     yield Finding(call, {"function": function})
 
@@ -258,21 +277,43 @@ class DecoratorMatcher(Matcher):
     def __init__(self, spec: pm.DecoratorMatch) -> None:
         self.names = GlobSet(spec.names)
         self.exempt = GlobSet(spec.except_)
+        self.exempt_defined = spec.except_defined
 
     def describe(self) -> str:
-        return f"decorators {_listing(self.names)}{_except(self.exempt)}"
+        defined = " and those the program defines" if self.exempt_defined else ""
+        return f"decorators {_listing(self.names)}{_except(self.exempt)}{defined}"
 
     def find(self, analysis: Analysis) -> Iterator[Finding]:
         program = analysis.program
         for definition in program.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
             for decorator in definition.decorator_list:
                 target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if self.exempt_defined and _program_defined(program, target):
+                    continue
                 names = program.qualnames(target)
                 if any(self.exempt.matches(n) for n in names):
                     continue
                 matched = self.names.first_match(names)
                 if matched is not None:
                     yield Finding(decorator, {"decorator": matched})
+
+
+def _program_defined(program: Program, target: ast.expr) -> bool:
+    """A decorator the program defines itself: a name bound only by its own ``def``/``class`` statements
+    (``@memoize``), or an attribute of such a class (``@Registry.register``). Calling one runs the program's
+    own restricted code, nothing a library does implicitly. A method must be defined in the class's own
+    body (``@R.register`` of an ``abc.ABC`` subclass is ``ABCMeta.register``, the library's)."""
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+        bindings = program.bindings(target.value)
+        return bool(bindings) and all(
+            isinstance(b.value, ast.ClassDef)
+            and any(isinstance(s, ast.FunctionDef) and s.name == target.attr for s in b.value.body)
+            for b in bindings
+        )
+    if isinstance(target, ast.Name):
+        bindings = program.bindings(target)
+        return bool(bindings) and all(b.kind == "def" for b in bindings)
+    return False
 
 
 class DefinitionMatcher(Matcher):

@@ -97,6 +97,11 @@ class AttributeMatch(_Model):
         default_factory=list,
         description="names exempt when read from a super() call (super().__init__(...) in a subclass)",
     )
+    except_then: Globs = Field(
+        default_factory=list,
+        description="names exempt when what they read is only read for one of these attributes "
+        "(__class__ in x.__class__.__name__, which hands out the class's name, not the class)",
+    )
 
 
 class ArgumentCondition(_Model):
@@ -151,6 +156,11 @@ class DecoratorMatch(_Model):
     kind: Literal["decorator"]
     names: Globs = Field(default_factory=lambda: ["*"])
     except_: Globs = Field(default_factory=list, alias="except")
+    except_defined: bool = Field(
+        False,
+        description="exempt decorators the program defines itself: a name bound only by the program's own "
+        "def or class statements (@memoize, @retry(3)), or a method of such a class (@Registry.register)",
+    )
 
 
 DefinitionKind = Literal["function", "class", "assignment"]

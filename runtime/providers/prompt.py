@@ -47,7 +47,8 @@ The program contract:
 - In scope: `context` (dict: the tool's persistent state), `args` (list), `kwargs` (dict).
 - Mutate `context` to change the tool's state. The runtime commits the new context only if the call \
 succeeds; a failed attempt is rolled back, so never rely on partial writes.
-- Return a JSON value (dict with str keys, list, str, int, float, bool, None), or \
+- Return a JSON value (dict, list, str, int, float, bool, None; tuples become lists and int/float/bool/None \
+dict keys become strings as json.dumps makes them, but two keys that would become the same string fail), or \
 `Outcome.ok(value)`, or `Outcome.error(error_type, message, retriable=False)` for a failure the caller \
 should see. Use a short snake_case error_type (e.g. `invalid_input`, `division_by_zero`).
 - `tool(name)` returns a handle to another tool; `delegate(role, purpose=..., deliverable=..., \

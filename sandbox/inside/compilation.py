@@ -31,10 +31,6 @@ NEVER_DEFINED = frozenset({
 })  # fmt: skip
 
 
-_STRING_ANNOTATION = (
-    "String annotations are not allowed: type-hint helpers evaluate them as code, outside the sandbox's "
-    'compiler; write the annotation as an expression (x: Node, not x: "Node") or drop it'
-)
 #: Fields of a statement that hold statements (annotations and definitions live only in statements).
 _BODY_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
 _BODIES: dict[type, tuple[str, ...]] = {}
@@ -43,7 +39,9 @@ _BODIES: dict[type, tuple[str, ...]] = {}
 def string_in_annotation(annotation: ast.expr | None) -> ast.AST | None:
     """The first string (or f-string) in an annotation that type-hint helpers would evaluate: not the values
     of ``Literal[...]`` nor the metadata of ``Annotated[type, ...]``, which they keep as data. Names,
-    attributes, subscripts, unions and tuples (nearly every annotation) take the fast paths."""
+    attributes, subscripts, unions and tuples (nearly every annotation) take the fast paths. The runner
+    keeps string annotations as strings (issue 38); the policy plugin ``string_annotation`` uses this for
+    a deployment that still wants them refused."""
     stack: list[ast.AST] = [] if annotation is None else [annotation]
     while stack:
         part = stack.pop()
@@ -78,41 +76,27 @@ def string_in_annotation(annotation: ast.expr | None) -> ast.AST | None:
 
 
 def inner_wall_refusal(tree: ast.Module) -> tuple[str, int | None] | None:
-    """Why the parsed program may not run (message, line), or None. Two refusals the compiler does not make:
+    """Why the parsed program may not run (message, line), or None: a definition of a ``NEVER_DEFINED``
+    special method, which the compiler does not refuse.
 
-    - a string anywhere in an annotation: annotations are never evaluated in the sandbox, but a string one is
-      code that the standard library's type-hint helpers evaluate with ``eval()`` outside the restricted
-      compiler (how ``functools.singledispatch`` reached ``os``); write the annotation as an expression;
-    - a definition of a ``NEVER_DEFINED`` special method.
-
-    Annotations and definitions only occur in statements, so only statements are walked (iteratively): a
-    few percent of a program's nodes.
+    String annotations are not refused (issue 38): function annotations are removed before compilation and
+    class-body ones stay strings that nothing the program can reach evaluates (``typing.get_type_hints``,
+    ``ForwardRef``, ``functools.singledispatch`` are withheld). Definitions only occur in statements, so
+    only statements are walked (iteratively): a few percent of a program's nodes.
     """
     stack: list[Any] = list(tree.body)
     while stack:
         node = stack.pop()
-        annotations: list[ast.expr | None] = []
         name = None
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            args = node.args
-            every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
-            annotations.extend(a.annotation for a in every if a is not None)
-            annotations.append(node.returns)
-            name = node.name
-        elif isinstance(node, ast.ClassDef):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             name = node.name
         elif isinstance(node, ast.AnnAssign):
-            annotations.append(node.annotation)
             if isinstance(node.target, ast.Name):
                 name = node.target.id
         elif isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name) and target.id in NEVER_DEFINED:
                     name = target.id
-        for annotation in annotations:
-            part = string_in_annotation(annotation)
-            if part is not None:
-                return _STRING_ANNOTATION, getattr(part, "lineno", None)
         if name in NEVER_DEFINED:
             message = f"defining {name} is not allowed in the sandbox: the standard library calls it implicitly"
             return message, getattr(node, "lineno", None)
@@ -229,7 +213,7 @@ def _compile_checked(code: str, tree: ast.Module | None) -> tuple[types.CodeType
             return None, [("invalid_code", getattr(exc, "lineno", None), message)]
         except (RecursionError, MemoryError):
             return None, [("invalid_code", None, "program is nested too deeply to compile")]
-    refusal = inner_wall_refusal(tree)  # before lowering: it looks at annotations the lowering removes
+    refusal = inner_wall_refusal(tree)
     if refusal is not None:
         return None, [("sandbox_violation", refusal[1], refusal[0])]
     arguments = ast.arguments(

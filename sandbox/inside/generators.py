@@ -26,6 +26,7 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
+from .lowering import is_private
 from .world import PROGRAM_MODULE, SandboxViolation
 
 #: The security event of a refused name (``SecurityEvent.event``).
@@ -33,11 +34,24 @@ GENERATED_NAME_EVENT = "generated_name"
 _INSTALLED: list[bool] = []
 
 
-def check_generated_names(generator: str, names: Iterable[object], *, underscore: bool = False) -> None:
+#: The generated code's own ``_`` names (dataclasses' ``__init__`` locals): never a program's field name.
+_GENERATOR_HELPERS = frozenset({"_HAS_DEFAULT_FACTORY", "_return_type", "_cls", "_tuple_new"})
+
+
+def _own_private(name: str) -> bool:
+    """A single-underscore field name of the program's own dataclass (``_items``; issue 38): an identifier,
+    so it cannot carry code into the generated source, and not one of the generator's own names."""
+    return is_private(name) and name not in _GENERATOR_HELPERS and not name.startswith("_type_")
+
+
+def check_generated_names(
+    generator: str, names: Iterable[object], *, underscore: bool = False, private: bool = False
+) -> None:
     """Refuse (``SandboxViolation``) any name a class generator would use that a class statement could not
     have written: not exactly a ``str``, not an identifier, a keyword, changed by NFKC normalisation (the
     parser normalises identifiers: fullwidth ``self`` is ``self``) or, unless ``underscore``, starting with ``_``
-    (special methods, ``_sunder_`` enum hooks, the generators' own helper names). The one check every
+    (special methods, ``_sunder_`` enum hooks, the generators' own helper names); ``private`` lets a program's
+    dataclass have single-underscore fields (``_own_private``). The one check every
     generator entry point calls (a seam of the tripwire's tests replaces it)."""
     for name in names:
         if type(name) is not str:
@@ -46,7 +60,7 @@ def check_generated_names(generator: str, names: Iterable[object], *, underscore
             problem = "not an identifier"
         elif keyword.iskeyword(name) or keyword.issoftkeyword(name):
             problem = "a keyword"
-        elif name.startswith("_") and not underscore:
+        elif name.startswith("_") and not underscore and not (private and _own_private(name)):
             problem = "starts with '_'"
         else:
             continue
@@ -79,7 +93,7 @@ def _checked_process_class(real: Any) -> Any:
         # A library's dataclass (defined after install, in a package the program imports) may have _private
         # fields; a program's class (the proxy's dataclass() takes no other) may not.
         library = isinstance(cls, type) and vars(cls).get("__module__") != PROGRAM_MODULE
-        check_generated_names("dataclasses.dataclass", _dataclass_field_names(cls), underscore=library)
+        check_generated_names("dataclasses.dataclass", _dataclass_field_names(cls), underscore=library, private=True)
         return real(cls, *args, **kwargs)
 
     return _process_class

@@ -28,7 +28,7 @@ from typing import Any
 from . import fetching, packages
 from .bridge import Bridge, OutcomeFactory, ToolHandle, delegate
 from .lazycontext import LazyContext
-from .lowering import GUARDED_READS
+from .lowering import GUARDED_READS, NAMEDTUPLE_API, READ_ONLY_NAMES, is_private
 from .world import PROGRAM_MODULE, BoundedText, SandboxViolation, _guarded_import, _words
 
 # --- the restricted language (issue 15): what programs may write, and the guards, at close to C speed ---
@@ -46,6 +46,10 @@ from .world import PROGRAM_MODULE, BoundedText, SandboxViolation, _guarded_impor
 SETTABLE_ATTRIBUTES: dict[tuple[str, str], frozenset[str]] = {
     ("xml.etree.ElementTree", "Element"): frozenset({"text", "tail", "tag", "attrib"}),
     ("decimal", "Context"): frozenset({"prec", "rounding", "Emin", "Emax", "capitals", "clamp", "traps", "flags"}),
+    ("configparser", "ConfigParser"): frozenset({"optionxform"}),  # ``config.optionxform = str`` keeps case
+    ("configparser", "RawConfigParser"): frozenset({"optionxform"}),
+    ("logging", "Logger"): frozenset({"propagate", "disabled"}),  # ``log.propagate = False``
+    ("logging", "RootLogger"): frozenset({"propagate", "disabled"}),
     ("textwrap", "TextWrapper"): frozenset(
         _words(
             "width initial_indent subsequent_indent expand_tabs replace_whitespace fix_sentence_endings "
@@ -123,6 +127,71 @@ def write_guard(ob: Any) -> Any:
     return _ReadOnly(ob)
 
 
+#: Single-underscore names that library metaclasses put into the program's own classes' dicts and that
+#: stay the library's (``ABCMeta``'s cache of a program's ``abc.ABC`` subclass).
+LIBRARY_PRIVATE: frozenset[str] = frozenset({"_abc_impl"})
+
+
+def _namedtuple(obj: Any) -> bool:
+    """Whether ``obj`` is a namedtuple or a namedtuple class (``collections.namedtuple``'s, ``typing.NamedTuple``'s,
+    a library's such as ``urllib.parse``'s results): its ``_asdict`` is namedtuple's own function."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    if not issubclass(cls, tuple):
+        return False
+    for klass in cls.__mro__:
+        found = klass.__dict__.get("_asdict")
+        if found is not None:
+            # namedtuple's own function (its name and module; never its code object, which the tripwire
+            # guards): a program copying those names onto its own function (functools.wraps) gains nothing,
+            # its classes are its own anyway and it cannot write a library class
+            return (type(found) is _FUNCTION and found.__qualname__ == "namedtuple.<locals>._asdict"
+                    and found.__module__ == "collections")  # fmt: skip
+    return False
+
+
+def _program_mro(obj: Any) -> tuple[type, ...] | None:
+    """The classes an attribute of ``obj`` is looked up in, when ``obj`` is the program's own: an instance of
+    a class the program defined, such a class, or ``super()`` bound to one; None for anything else."""
+    kind = type(obj)
+    if kind is super:
+        owner = obj.__self_class__
+        mro = owner.__mro__ if isinstance(owner, type) else ()
+        start = obj.__thisclass__
+        return mro[mro.index(start) + 1 :] if start in mro and start.__module__ == PROGRAM_MODULE else None
+    cls = obj if isinstance(obj, type) else kind
+    return cls.__mro__ if cls.__module__ == PROGRAM_MODULE else None
+
+
+def private_allowed(obj: Any, name: str, *, reading: bool = True) -> bool:
+    """Whether the program may use ``obj._name`` (issue 38): the object is the program's own (see
+    ``_program_mro``) and the first class that has the name is one the program defined, or no class has it
+    (an instance's own attribute, set by the program's methods); or, for reads, ``name`` is namedtuple's
+    documented API on a namedtuple. A library base class's private attributes stay unreachable, and so do
+    every library object's and module's (``random._os``)."""
+    if reading and name in NAMEDTUPLE_API and _namedtuple(obj):
+        return True
+    if not is_private(name) or name in LIBRARY_PRIVATE:
+        return False
+    mro = _program_mro(obj)
+    if mro is None:
+        return False
+    for klass in mro:
+        if name in klass.__dict__:
+            return bool(klass.__module__ == PROGRAM_MODULE)
+    return not isinstance(obj, type)  # a class's missing name would come from its metaclass (the library's)
+
+
+def write_private(ob: Any, name: str) -> Any:
+    """``_write_private_``: ``ob`` when the program may set or delete ``ob._name``, else a refusing proxy."""
+    return ob if private_allowed(ob, name, reading=False) else _ReadOnly(ob)
+
+
+def class_of(obj: Any) -> type:
+    """``_class_of_``: the class whose name ``x.__class__.__name__`` reads (``dict`` for ``context``)."""
+    kind = type(obj)
+    return dict if kind is LazyContext else kind
+
+
 _INSPECT_ATTRIBUTES: frozenset[str] = frozenset()
 _FORMATTER_PARSE: Any = None
 
@@ -139,6 +208,8 @@ def _prime() -> None:
 
 
 def _check_attribute_name(name: Any) -> None:
+    """Refuse a name that is never read or written by name at run time (``_`` names are decided per
+    object by the callers)."""
     if type(name) is not str:
         raise TypeError("attribute name must be a string")
     if name[:1] == "_":
@@ -215,6 +286,8 @@ def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
     given), and ``str.format``/``format_map`` limited to plain fields."""
     if len(default) > 1:
         raise TypeError(f"getattr expected at most 3 arguments, got {2 + len(default)}")
+    if type(name) is str and name[:1] == "_":
+        return _underscore_read(obj, name, default)
     _check_attribute_name(name)
     if name in GUARDED_READS:
         if isinstance(obj, string.Formatter) or (isinstance(obj, type) and issubclass(obj, string.Formatter)):
@@ -225,14 +298,37 @@ def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
     return getattr(obj, name)
 
 
-def guarded_setattr(obj: Any, name: str, value: Any) -> None:
+def _underscore_read(obj: Any, name: str, default: tuple[Any, ...]) -> Any:
+    """``obj._name`` or ``obj.__name__``-like reads (issue 38): a read-only name yields only a string (None
+    for a missing ``__doc__``, or the caller's default), a ``_name`` only what ``private_allowed`` allows."""
+    if name in READ_ONLY_NAMES:
+        value = getattr(obj, name, *default)
+        if type(value) is str or value is None or (default and value is default[0]):
+            return value
+        raise AttributeError(f"{name} of a {type(obj).__name__} object is not a string in the sandbox")
+    if not (is_private(name) or name in NAMEDTUPLE_API):
+        _check_attribute_name(name)  # a dunder or a RestrictedPython name: never
+    if not private_allowed(obj, name):
+        raise AttributeError(
+            f'"{name}" starts with "_": the sandbox allows such attributes only on the program\'s own objects '
+            "and classes (and namedtuple's documented _asdict, _replace, _fields, _make)"
+        )
+    return getattr(obj, name, *default)
+
+
+def _write_target(obj: Any, name: Any) -> Any:
+    if type(name) is str and is_private(name):
+        return write_private(obj, name)
     _check_attribute_name(name)
-    setattr(write_guard(obj), name, value)
+    return write_guard(obj)
+
+
+def guarded_setattr(obj: Any, name: str, value: Any) -> None:
+    setattr(_write_target(obj, name), name, value)
 
 
 def guarded_delattr(obj: Any, name: str) -> None:
-    _check_attribute_name(name)
-    delattr(write_guard(obj), name)
+    delattr(_write_target(obj, name), name)
 
 
 def _safe_hasattr(obj: Any, name: str) -> bool:
@@ -274,7 +370,8 @@ def compat_builtins() -> dict[str, Any]:
     names = _words(
         "zip property classmethod staticmethod super object bytes bin ascii NotImplemented Ellipsis "
         "AssertionError NameError UnboundLocalError UnicodeDecodeError UnicodeEncodeError LookupError "
-        "StopIteration ArithmeticError"
+        "StopIteration ArithmeticError "
+        "StopAsyncIteration aiter anext"  # issue 38: async for over the program's own async iterators
     )
     table = {name: getattr(py_builtins, name) for name in names}
     table.update(type=SandboxType, getattr=guarded_getattr, setattr=guarded_setattr, delattr=guarded_delattr,
@@ -349,6 +446,8 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
         "__metaclass__": type,
         "_getattr_": guarded_getattr,
         "_write_": write_guard,
+        "_write_private_": write_private,
+        "_class_of_": class_of,
         "_type_": type,
         "_print_": make_printer,
         "_apply_": lambda f, *a, **kw: f(*a, **kw),

@@ -63,8 +63,39 @@ class NotJson(TypeError):
 MAX_VALUE_DEPTH = wire.MAX_VALUE_DEPTH
 
 
+def json_key(key: Any, what: str) -> str:
+    """The string ``json.dumps`` makes of a dict key (issue 38: ``{year: total}`` is a JSON object, as every
+    JSON encoder sends it): a str as it is, ``True``/``False``/``None`` as ``"true"``/``"false"``/``"null"``,
+    an int or a finite float as its ``repr``. NotJson for any other key."""
+    if isinstance(key, str):
+        return key
+    if key is True or key is False or key is None:
+        return "true" if key is True else "false" if key is False else "null"
+    if isinstance(key, int):
+        return int.__repr__(key)
+    if isinstance(key, float):
+        if key != key or key in (float("inf"), float("-inf")):
+            raise NotJson(f"{what} has a non-finite float dict key")
+        return float.__repr__(key)
+    raise NotJson(f"{what} has a dict key of type {type(key).__name__}; JSON keys are strings, numbers, "
+                  "booleans or None")  # fmt: skip
+
+
+def json_keys(mapping: Any, what: str) -> dict[str, Any]:
+    """``mapping`` with its keys as ``json.dumps`` writes them; NotJson when two keys become the same string
+    (``{1: "a", "1": "b"}``): JSON would keep one of them silently, so neither is sent."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        text = json_key(key, what)
+        if text in out:
+            raise NotJson(f"{what} has dict keys that both become {text!r} in JSON; rename one of them")
+        out[text] = value
+    return out
+
+
 def check_json(value: Any, what: str, _depth: int = 0) -> None:
-    """Only what JSON round-trips exactly: dicts with str keys, lists, str, int, finite float, bool, None."""
+    """Only what JSON round-trips exactly: dicts with str keys (or int, float, bool, None keys, which become
+    strings, none two alike), lists (tuples become lists), str, int, finite float, bool, None."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -80,10 +111,9 @@ def check_json(value: Any, what: str, _depth: int = 0) -> None:
             stack.extend((child, depth + 1) for child in item)
             continue
         if isinstance(item, dict):
-            for key, child in item.items():
-                if not isinstance(key, str):
-                    raise NotJson(f"{what} has a dict key of type {type(key).__name__}; JSON keys are strings")
-                stack.append((child, depth + 1))
+            if not all(type(key) is str for key in item):
+                json_keys(item, what)
+            stack.extend((child, depth + 1) for child in item.values())
             continue
         raise NotJson(f"{what} contains a value of type {type(item).__name__}, which is not JSON")
 
@@ -96,33 +126,36 @@ MAX_DEPTH_BRACKETS = 200
 def dump_json(value: Any, what: str) -> bytes:
     """The canonical JSON text of ``value`` (as the host encodes it); NotJson unless it is exactly JSON.
 
-    ``json.dumps`` in C refuses NaN/Infinity and non-JSON types. What it would silently convert (non-str
-    dict keys, tuples) is caught by decoding the text again and comparing, also in C. Only on a failure,
-    or when the value may be deeper than 200 levels, does the slow ``check_json`` walk run, to say exactly
-    what is wrong, with the messages programs have always seen.
+    ``json.dumps`` in C refuses NaN/Infinity and non-JSON types. What it converts (tuples to lists, int,
+    float, bool and None dict keys to strings) is checked by decoding the text again and comparing, also in
+    C; only when that differs is the value rebuilt as JSON would see it (``_as_json``), which refuses two
+    keys that become one string, and compared again. Only on a failure, or when the value may be deeper
+    than 200 levels, does the slow ``check_json`` walk run, to say exactly what is wrong.
     """
     try:
         text = wire.dumps(value, _json_default)
         body = text.encode()
         decoded = json.loads(text)
-        exact = decoded == value or decoded == _tuples_as_lists(value)
+        exact = decoded == value or decoded == _as_json(value, what)
     except (TypeError, ValueError, RecursionError) as exc:
         check_json(value, what)
         raise NotJson(f"{what} is not JSON: {exc}") from None
     if not exact or body.count(b"[") + body.count(b"{") > MAX_DEPTH_BRACKETS:
         check_json(value, what)
         if not exact:
-            raise NotJson(f"{what} is not JSON (a non-string dict key)")
+            raise NotJson(f"{what} is not JSON")
     return body
 
 
-def _tuples_as_lists(value: Any) -> Any:
-    """``value`` with every tuple (nested in lists, tuples and dicts) as a list: what its JSON text decodes
-    to when nothing else was converted. Only called when the plain comparison fails."""
+def _as_json(value: Any, what: str) -> Any:
+    """``value`` as its JSON text decodes: every tuple a list, every dict key a string (``json_keys``:
+    NotJson, a TypeError, when two keys collide). Only called when the plain comparison fails."""
     if isinstance(value, list | tuple):
-        return [_tuples_as_lists(item) for item in value]
+        return [_as_json(item, what) for item in value]
     if isinstance(value, dict):
-        return {key: _tuples_as_lists(item) for key, item in value.items()}
+        return {key: _as_json(item, what) for key, item in json_keys(value, what).items()}
+    if type(value) is LazyContext:
+        return _as_json(value._resolved(), what)
     return value
 
 
@@ -308,17 +341,18 @@ class LazyContext:
     def delta(self) -> tuple[list[tuple[str, bytes]], list[str]]:
         """The keys to send back (changed or new, with their texts) and the keys the program deleted."""
         changed: list[tuple[str, bytes]] = []
-        for key, value in self._items.items():
+        items = self._items
+        if not all(type(key) is str for key in items):  # ``context[2024] = total``: the key "2024"
+            items = json_keys(items, "the new context")
+        for key, value in items.items():
             if type(value) is _Encoded:
                 continue  # never read: the original text, unchanged by construction
-            if not isinstance(key, str):
-                raise NotJson(f"the new context has a dict key of type {type(key).__name__}; JSON keys are strings")
             original = self._original.get(key)
             text = _fast_dump(value)
             if original is not None and text is not None and len(original) == len(text) and _text(original) == text:
                 continue  # read (perhaps mutated and restored), but the same JSON as before
             changed.append((key, dump_json(value, "the new context")))
-        deleted = [key for key in self._original if key not in self._items]
+        deleted = [key for key in self._original if key not in items]
         return changed, deleted
 
 

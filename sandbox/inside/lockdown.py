@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from .envmodules import private_root_binds
+from .idiom_modules import tz_binds
 
 # Linux constants (x86_64 and aarch64 agree on these).
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
@@ -297,7 +298,7 @@ def _enter_workdir(
     workdir = boot.get("workdir")
     if boot.get("chroot") and workdir and pid_ns:
         try:
-            _private_root(libc, workdir, int(limits["disk_mb"]), owner, private_root_binds(boot))
+            _private_root(libc, workdir, int(limits["disk_mb"]), owner, private_root_binds(boot) + tz_binds())
             active["private_root"] = True
         except OSError as exc:
             errors.append(f"private root: {exc}")

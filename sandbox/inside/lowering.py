@@ -20,7 +20,8 @@ SPECIAL_METHODS: frozenset[str] = frozenset(
         *_words(
             "init post_init new repr str format bytes hash bool len length_hint iter next reversed contains "
             "getitem setitem delitem missing eq ne lt le gt ge call enter exit getattr setattr delattr "
-            "neg pos abs invert round floor ceil trunc int float complex index copy deepcopy"
+            "neg pos abs invert round floor ceil trunc int float complex index copy deepcopy "
+            "aenter aexit aiter anext"
         ),
         *(
             f"{prefix}{op}"
@@ -37,6 +38,19 @@ SUPER_METHODS: frozenset[str] = SPECIAL_METHODS - {"__getattr__", "__setattr__",
 GUARDED_READS: frozenset[str] = frozenset({"format", "format_map", "get_field", "get_value", "vformat", "register"})
 #: Names RestrictedPython's generated code uses (besides ``_x_`` names): never program-local.
 RESERVED_NAMES: frozenset[str] = frozenset({"_print", "_print_", "printed"})
+#: Double-underscore attributes a program may read, never set (issue 38): the names and documentation of
+#: classes and functions (``type(e).__name__``, ``f.__qualname__``). Read through the guard, which hands
+#: out only strings (or None), so no object is reached through them.
+READ_ONLY_NAMES: frozenset[str] = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})
+#: ``collections.namedtuple``'s documented ``_``-prefixed API: readable on every namedtuple (``urlparse``'s
+#: results too), whatever module made it.
+NAMEDTUPLE_API: frozenset[str] = frozenset({"_asdict", "_replace", "_fields", "_make", "_field_defaults"})
+
+
+def is_private(name: str) -> bool:
+    """A single-underscore attribute name (``_balance``, ``_helper``): never a dunder, a mangled ``__name``
+    or a RestrictedPython ``_x_`` name. Decided at run time by the object's class (``guards.private_allowed``)."""
+    return len(name) > 1 and name[0] == "_" and name[1] != "_" and name[-1] != "_"
 
 #: More modules that cannot reach the system (issue 15), each audited; merged into ALLOWED_MODULES.
 
@@ -44,7 +58,7 @@ RESERVED_NAMES: frozenset[str] = frozenset({"_print", "_print_", "printed"})
 _BINDING_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def _binds(function: ast.FunctionDef, name: str) -> bool:
+def _binds(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
     """Whether anything in ``function`` (nested scopes included, to be safe) could rebind or delete
     ``name``: an assignment, ``del``, a loop/with/except/import/match target, a nested definition or
     parameter of that name, or a ``global``/``nonlocal`` declaration of it."""
@@ -106,11 +120,11 @@ class LowerForRestriction(ast.NodeTransformer):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> Any:
         for child in node.body:
-            if isinstance(child, ast.FunctionDef):
-                child.sandforge_method = True  # type: ignore[attr-defined]
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                child.sandforge_method = True  # type: ignore[union-attr]
                 first = (child.args.posonlyargs + child.args.args)[:1]
                 if first and not _binds(child, first[0].arg):
-                    child.sandforge_self = first[0].arg  # type: ignore[attr-defined]
+                    child.sandforge_self = first[0].arg  # type: ignore[union-attr]
         self.in_class.append(True)
         try:
             self.generic_visit(node)

@@ -9,7 +9,16 @@ from typing import Any
 
 from RestrictedPython import transformer as rp
 
-from .lowering import GUARDED_READS, OWN_FLAG, RESERVED_NAMES, SPECIAL_METHODS, SUPER_METHODS, _OwnWrites
+from .lowering import (
+    GUARDED_READS,
+    OWN_FLAG,
+    READ_ONLY_NAMES,
+    RESERVED_NAMES,
+    SPECIAL_METHODS,
+    SUPER_METHODS,
+    _OwnWrites,
+    is_private,
+)
 from .packages import REFUSED_ATTRIBUTES
 from .world import PROGRAM_MODULE
 
@@ -17,14 +26,84 @@ from .world import PROGRAM_MODULE
 def is_super_call(node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
 
+#: Per policy class, its visit method per node class (``SandforgePolicy.visit``).
+_DISPATCH: dict[type, dict[type, Any]] = {}
+
+
+def _mangles(name: str) -> bool:
+    """A private name (``__x``, not ``__x__``) that Python's compiler mangles inside a class."""
+    return name[:2] == "__" and name[-2:] != "__" and "." not in name
+
+
 class SandforgePolicy(rp.RestrictingNodeTransformer):
     """RestrictedPython's static rules, native operations where its guards would check nothing."""
 
     special_def: str | None = None
 
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        #: The class statements around the current node, innermost last (for private-name mangling).
+        self.classes: list[str] = []
+        self.dispatch = _DISPATCH.setdefault(type(self), {})
+
+    # The walk itself, at the cost of a method call per node: ``ast.NodeVisitor.visit`` builds the method's
+    # name for every node, and ``ast.NodeTransformer.generic_visit`` goes through a generator per node
+    # (``iter_fields``). Same visits, same order, same results; a new program's compile+run is mostly this walk.
+
+    def visit(self, node: Any) -> Any:
+        method = self.dispatch.get(type(node))
+        if method is None:
+            method = self.dispatch[type(node)] = getattr(type(self), "visit_" + type(node).__name__, None) or (
+                type(self).generic_visit
+            )
+        return method(self, node)
+
+    def node_contents_visit(self, node: Any) -> Any:
+        visit = self.visit
+        for field in node._fields:
+            old = getattr(node, field, None)
+            if type(old) is list:
+                if not old:
+                    continue
+                new: list[Any] = []
+                for value in old:
+                    if isinstance(value, ast.AST):
+                        value = visit(value)
+                        if value is None:
+                            continue
+                        if not isinstance(value, ast.AST):
+                            new.extend(value)
+                            continue
+                    new.append(value)
+                old[:] = new
+            elif isinstance(old, ast.AST):
+                replaced = visit(old)
+                if replaced is None:
+                    delattr(node, field)
+                else:
+                    setattr(node, field, replaced)
+        return node
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> Any:
+        self.classes.append(node.name)
+        try:
+            return super().visit_ClassDef(node)
+        finally:
+            self.classes.pop()
+
+    def _mangled(self, attr: str) -> str:
+        """``self.__balance`` in a class body is ``self._Account__balance``, as Python's compiler mangles it;
+        done here because the guard call that reads it names the attribute with a string."""
+        owner = self.classes[-1].lstrip("_") if self.classes else ""
+        if owner and _mangles(attr):
+            return f"_{owner}{attr}"
+        return attr
+
     def check_name(self, node: Any, name: str | None, allow_magic_methods: bool = False) -> None:
         if name and name[0] == "_" and name != "_" and name == self.special_def:
             return
+        if name and self.classes and self.classes[-1].lstrip("_") and _mangles(name):
+            return  # ``__count`` in a class: Python's compiler makes it ``_Class__count``, the program's own
         if (name and name[0] == "_" and len(name) > 1 and name[1] != "_" and name[-1] != "_"
                 and name not in RESERVED_NAMES and not (name[:4] == "_tmp" and name[4:].isdigit())):  # fmt: skip
             return  # a program-local helper name (``_parse``, ``_CACHE``): never one the runtime uses
@@ -38,7 +117,7 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
                 self.error(node, f'"{name}" is an invalid variable name because it starts with "_"')
         return super().check_import_names(node)
 
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+    def visit_FunctionDef(self, node: Any) -> Any:
         outer = self.special_def
         method = getattr(node, "sandforge_method", False) and node.name in SPECIAL_METHODS
         self.special_def = node.name if method else None
@@ -59,8 +138,26 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
             node.body.insert(1 if docstring else 0, ast.fix_missing_locations(ast.copy_location(check, first)))
         return node
 
+    # ``async def``, ``await``, ``async for``, ``async with`` (issue 38): RestrictedPython refuses them all,
+    # but a coroutine is a function whose body the same rules check; awaiting, asynchronous iteration and
+    # context managers call only the special methods a program may define (``__aenter__``...) or the
+    # library's own. Coroutine and generator internals (``cr_frame``, ``ag_frame``...) stay refused.
+    def visit_AsyncFunctionDef(self, node: Any) -> Any:
+        return self.visit_FunctionDef(node)
+
+    def visit_Await(self, node: Any) -> Any:
+        return self.node_contents_visit(node)
+
+    def visit_AsyncFor(self, node: Any) -> Any:
+        return self.node_contents_visit(node)  # iteration: native, as for ``for``
+
+    def visit_AsyncWith(self, node: Any) -> Any:
+        return self.node_contents_visit(node)
+
     def visit_Attribute(self, node: ast.Attribute) -> Any:
-        attr = node.attr
+        attr = node.attr = self._mangled(node.attr)
+        if attr in READ_ONLY_NAMES or is_private(attr):
+            return self._decided_at_run_time(node)
         if attr.startswith("_") and not (attr in SUPER_METHODS and is_super_call(node.value)):
             self.error(node, f'"{attr}" is an invalid attribute name because it starts with "_".')
         if attr.endswith("__roles__"):
@@ -80,6 +177,27 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
         node.value = ast.fix_missing_locations(ast.copy_location(guard, node.value))
         return node
 
+    def _decided_at_run_time(self, node: ast.Attribute) -> Any:
+        """``x._name`` and ``x.__name__`` (issue 38): a read is a guard call (``_getattr_``: the object's class
+        decides a ``_name``, and a read-only name yields only a string); a ``_name`` write or delete goes
+        through ``_write_private_`` (the program's own objects only); a read-only name is never written.
+        ``x.__class__.__name__`` reads the name of ``x``'s class without handing the class out."""
+        attr, value = node.attr, node.value
+        if not isinstance(node.ctx, ast.Load):
+            if attr in READ_ONLY_NAMES:
+                self.error(node, f'"{attr}" can be read but not set or deleted in the sandbox.')
+                return node
+            guard = ast.Call(ast.Name("_write_private_", ast.Load()), [self.visit(value), ast.Constant(attr)], [])
+            node.value = ast.fix_missing_locations(ast.copy_location(guard, value))
+            return node
+        if attr in READ_ONLY_NAMES and isinstance(value, ast.Attribute) and value.attr == "__class__":
+            owner = ast.Call(ast.Name("_class_of_", ast.Load()), [self.visit(value.value)], [])
+            value = ast.copy_location(owner, value)
+        else:
+            value = self.visit(value)
+        call = ast.Call(func=ast.Name("_getattr_", ast.Load()), args=[value, ast.Constant(attr)], keywords=[])
+        return ast.fix_missing_locations(ast.copy_location(call, node))
+
     # Shortcuts: RestrictedPython visits every node's fields generically; these nodes need no check.
     def visit_Constant(self, node: ast.Constant) -> Any:
         return node
@@ -90,6 +208,9 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
     visit_Store = visit_Del = visit_Load
 
     def visit_Name(self, node: ast.Name) -> Any:
+        if node.id == "__name__" and isinstance(node.ctx, ast.Load):
+            # the program's name, never "__main__": ``if __name__ == "__main__":`` is skipped, as on import
+            return ast.copy_location(ast.Constant(PROGRAM_MODULE), node)
         if node.id in ("print", "printed"):
             return super().visit_Name(node)  # the print collector's rewriting
         if isinstance(node.ctx, ast.Load):
@@ -127,10 +248,8 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
         return self.node_contents_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> Any:
-        for sub in ast.walk(node.annotation):
-            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
-                self.error(node, "String annotations are not allowed: name the type itself.")
-                break
+        # only in class bodies (lowered elsewhere); a string in it stays a string: nothing the program
+        # can reach evaluates annotations (typing.get_type_hints, ForwardRef, singledispatch are withheld)
         return self.node_contents_visit(node)
 
     def visit_Nonlocal(self, node: ast.Nonlocal) -> Any:

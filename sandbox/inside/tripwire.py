@@ -38,6 +38,7 @@ import sys
 import tokenize
 from typing import Any
 
+from .idiom_modules import TZ_ROOTS
 from .wire import VIOLATION_EXIT_STATUS
 
 #: Audit events only the runner raises (``sys.audit``): the self-test before arming, the arming itself (with
@@ -82,18 +83,37 @@ AUDITED_IMPORTS = frozenset(
     os.path platform posix posixpath pyexpat pyexpat.errors pyexpat.model random re re._casefix re._compiler
     re._constants re._parser reprlib selectors stat statistics string struct sys textwrap threading time token
     tokenize types typing typing.io typing.re unicodedata urllib urllib.parse warnings weakref xml xml.etree
-    xml.etree.ElementPath xml.etree.ElementTree zipimport""".split()
+    xml.etree.ElementPath xml.etree.ElementTree zipimport
+    _asyncio _contextvars _posixsubprocess _queue _ssl _sysconfigdata__linux_x86_64-linux-gnu
+    _sysconfigdata__x86_64-linux-gnu _uuid _zoneinfo
+    asyncio asyncio.base_events asyncio.base_futures asyncio.base_subprocess asyncio.base_tasks asyncio.constants
+    asyncio.coroutines asyncio.events asyncio.exceptions asyncio.format_helpers asyncio.futures asyncio.locks
+    asyncio.log asyncio.mixins asyncio.protocols asyncio.queues asyncio.runners asyncio.selector_events
+    asyncio.sslproto asyncio.staggered asyncio.streams asyncio.subprocess asyncio.taskgroups asyncio.tasks
+    asyncio.threads asyncio.timeouts asyncio.transports asyncio.trsock asyncio.unix_events atexit concurrent
+    concurrent.futures concurrent.futures._base configparser contextvars email email._parseaddr
+    email.base64mime email.charset email.encoders email.errors email.quoprimime email.utils logging queue quopri
+    ssl subprocess sysconfig traceback uuid zoneinfo zoneinfo._common zoneinfo._tzpath""".split()
 )
+#: (The second block: issue 38's modules, ``idiom_modules``.) Lock-down-only modules that ``asyncio`` and
+#: ``email.utils`` import at module level: imported again (a container imports allowed modules on first use)
+#: only while one of those packages' own module bodies is importing. Importing is not using: every use of a
+#: socket, a signal handler or a descriptor operation is an event of its own that trips.
+REIMPORTED_BY_LIBRARIES = frozenset({"socket", "_socket", "select", "fcntl", "signal"})
+_REIMPORTING_PACKAGES = ("asyncio" + os.sep, "email" + os.sep)
 
 #: Modules the audited ones try to import and do without where they do not exist (``copy`` looks for
 #: Jython's ``org.python.core``).
-_OPTIONAL_IMPORTS = frozenset({"org", "org.python", "org.python.core"})
+_OPTIONAL_IMPORTS = frozenset({"org", "org.python", "org.python.core", "msvcrt", "_winapi"})  # subprocess: Windows
 
 #: Standard-library functions that may call ``sys._getframe`` (to name the caller's module for a class they
 #: create); the frame never leaves them. (file name, function name).
 _GETFRAME_SITES = frozenset({
     ("collections/__init__.py", "namedtuple"), ("enum.py", "_create_"), ("typing.py", "_caller"),
+    ("logging/__init__.py", "<lambda>"),  # currentframe(), for Logger.findCaller: it returns file and line only
 })  # fmt: skip
+#: ``asyncio``'s event loop installs (and restores) the interpreter's async-generator hooks while it runs.
+_ASYNCGEN_HOOK_SITES = frozenset({("asyncio/base_events.py", "run_forever")})
 
 #: The runner's wrappers of those generators (``generators.py``), which name the caller's module the same way
 #: before checking the names and handing them on.
@@ -310,6 +330,7 @@ def _frame_rules(kind: Any, site: Any, env_root: str) -> dict[str, _Rule]:  # no
     """The rules for events that hand out or change frames, code and special attributes."""
     relative, frame_attributes, program_module = _relative, _FRAME_ATTRIBUTES, _PROGRAM_MODULE
     setattr_sites, getframe_sites, runner_getframe_sites = _SETATTR_SITES, _GETFRAME_SITES, _RUNNER_GETFRAME_SITES
+    asyncgen_hook_sites = _ASYNCGEN_HOOK_SITES
     type_dict, module_type, guards_file = type.__dict__["__dict__"].__get__, type(sys), os.sep + "guards.py"
 
     def frame_attribute(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
@@ -334,6 +355,11 @@ def _frame_rules(kind: Any, site: Any, env_root: str) -> dict[str, _Rule]:  # no
             return None  # a lazy module proxy becoming a plain module once filled (world.LazyModuleProxy)
         return "a special attribute set on a class or function the program did not define"
 
+    def asyncgen_hooks(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
+        if who == "library" and site(caller.f_code) in asyncgen_hook_sites:
+            return None
+        return "async-generator hooks set outside asyncio's event loop"
+
     def getframe(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
         code = caller.f_code
         if who == "library" and (site(code) in getframe_sites or relative(code.co_filename, (env_root,))):
@@ -347,6 +373,8 @@ def _frame_rules(kind: Any, site: Any, env_root: str) -> dict[str, _Rule]:  # no
         "object.__setattr__": special_attribute,
         "object.__delattr__": special_attribute,
         "sys._getframe": getframe,
+        "sys.set_asyncgen_hook_firstiter": asyncgen_hooks,
+        "sys.set_asyncgen_hook_finalizer": asyncgen_hooks,
     }
 
 
@@ -354,6 +382,7 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any]) -> dict[s
     """The rules for events that load or run code, or touch files: exec, compile, import, open, marshal."""
     relative, env_root, generator_compile = _relative, library[1], _generator_check(site)
     audited, optional, system_info, write_flags = AUDITED_IMPORTS, _OPTIONAL_IMPORTS, _SYSTEM_INFO, _WRITE_FLAGS
+    reimported, reimporting, stdlib, tz_roots = REIMPORTED_BY_LIBRARIES, _REIMPORTING_PACKAGES, library[0], TZ_ROOTS
     code_type = type(_classifier.__code__)
     generators = (("dataclasses.py", "_create_fn"), ("collections/__init__.py", "namedtuple"))
 
@@ -387,6 +416,12 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any]) -> dict[s
         if name in audited or name in optional:
             return None
         frame: Any = caller
+        while name in reimported and frame is not None:  # asyncio's or email's module body
+            where = relative(frame.f_code.co_filename, (stdlib,))
+            if where is not None and where.startswith(reimporting) and frame.f_code.co_name == "<module>":
+                return None
+            frame = frame.f_back
+        frame = caller
         while frame is not None:  # an environment package importing what it needs
             if relative(frame.f_code.co_filename, (env_root,)) is not None:
                 return None
@@ -395,6 +430,8 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any]) -> dict[s
 
     def file(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
         path = args[0] if args else None
+        if event == "open" and who in ("library", "runner") and type(path) is str and relative(path, tz_roots):
+            return None  # the time-zone database, read by zoneinfo (the runner's ZoneInfo calls the C constructor)
         if (
             who not in ("import", "library")
             or type(path) is not str

@@ -73,6 +73,8 @@ AUDITED_MODULES = frozenset({
     "re", "statistics", "string", "textwrap", "time", "unicodedata", "urllib.parse", "xml.etree.ElementTree",
     # audited by issue 15 (h-compat's COMPAT_MODULES, with their own withheld names)
     "abc", "dataclasses", "enum", "io", "typing",
+    # audited by issue 38 (idiom_modules.IDIOM_MODULES, with their own withheld names and wrappers)
+    "uuid", "zoneinfo", "logging", "traceback", "configparser", "email.utils", "queue", "stat", "asyncio", "sys",
 })  # fmt: skip
 
 #: Public names the audit withholds, per module, with the reason a program is told when it uses one. These
@@ -336,16 +338,27 @@ class _ProgramStdout:
         return None
 
 
+class _ProgramStderr(_ProgramStdout):
+    """``sys.stderr`` while the program runs: write-only, each write flushed (the runner may end with
+    ``os._exit``, which flushes nothing)."""
+
+    def write(self, text: str) -> int:
+        written = int(self.target.write(str(text)))
+        self.target.flush()
+        return written
+
+
 @contextlib.contextmanager
 def program_streams(stdout: Any) -> Any:
-    """Point ``sys.stdout`` at the program's capture and take ``sys.stdin`` (the runner's protocol channel
-    on a container) away while the program runs."""
-    saved = sys.stdout, sys.stdin
-    sys.stdout, sys.stdin = _ProgramStdout(stdout), None
+    """Point ``sys.stdout`` at the program's capture, ``sys.stderr`` at a write-only view of the execution's
+    stderr (``logging``'s default handler, ``traceback.print_exc``: the host captures it, bounded), and take
+    ``sys.stdin`` (the runner's protocol channel on a container) away while the program runs."""
+    saved = sys.stdout, sys.stdin, sys.stderr
+    sys.stdout, sys.stdin, sys.stderr = _ProgramStdout(stdout), None, _ProgramStderr(sys.stderr)
     try:
         yield
     finally:
-        sys.stdout, sys.stdin = saved
+        sys.stdout, sys.stdin, sys.stderr = saved
 
 
 def _populate(proxy: Any, name: str) -> None:
@@ -360,6 +373,11 @@ def _populate(proxy: Any, name: str) -> None:
         adjust(proxy)
     seal_proxy(proxy, name)
 
+
+#: Allowed modules imported before lock-down even where the others are imported on first use (containers):
+#: importing ``asyncio`` runs code the tripwire would stop once armed (lock-down-only modules, code objects
+#: made by its dependencies), none of which it does again once imported (issue 38; ~20-40 ms of a start).
+IMPORTED_BEFORE_LOCKDOWN = frozenset({"asyncio"})
 
 #: Proxies whose module is still to be imported (lazy mode), by ``id`` of the proxy.
 _PENDING: dict[int, str] = {}
@@ -397,7 +415,7 @@ def build_module_proxies(*, lazy: bool = False) -> dict[str, Any]:
     """
     proxies: dict[str, Any] = {}
     for name in sorted(ALLOWED_MODULES):
-        if lazy:
+        if lazy and name not in IMPORTED_BEFORE_LOCKDOWN:
             proxy: Any = LazyModuleProxy(name)
             _PENDING[id(proxy)] = name
         else:
@@ -565,3 +583,23 @@ def _proxy_dataclasses(module: types.SimpleNamespace) -> None:
 ALLOWED_MODULES.update(COMPAT_MODULES)
 _PROXY_ADJUSTMENTS.update({name: _only(names) for name, names in EXPOSED_ONLY.items()})
 _PROXY_ADJUSTMENTS["dataclasses"] = _proxy_dataclasses
+
+
+# issue 38: the modules agent tools use every day, audited in their own module
+from .idiom_modules import (  # noqa: E402 - merged into the tables above
+    IDIOM_ADJUSTMENTS,
+    IDIOM_EXPOSED_ONLY,
+    IDIOM_MODULES,
+    IDIOM_WITHHELD,
+    IDIOM_WRAPPERS,
+)
+from .idiom_modules import bind as _bind_idiom_modules  # noqa: E402
+
+_bind_idiom_modules(SandboxViolation, TOOL_FILENAME)
+
+ALLOWED_MODULES.update(IDIOM_MODULES)
+WITHHELD_NAMES.update(IDIOM_WITHHELD)
+MODULE_WRAPPERS.update(IDIOM_WRAPPERS)
+EXPOSED_ONLY.update(IDIOM_EXPOSED_ONLY)
+_PROXY_ADJUSTMENTS.update({name: _only(names) for name, names in IDIOM_EXPOSED_ONLY.items()})
+_PROXY_ADJUSTMENTS.update(IDIOM_ADJUSTMENTS)

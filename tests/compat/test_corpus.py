@@ -1,5 +1,7 @@
-"""At least 95% of the compatibility corpus runs unchanged in the sandbox with CPython's answer, and none
-gives a wrong answer (issue 15), and none trips the tripwire (issue 36: containers import allowed modules
+"""At least 99% of the compatibility corpus runs unchanged in the sandbox with CPython's answer, and none
+gives a wrong answer (issue 15; issue 38 added 44 agent tools written with the idioms models use: private
+state, namedtuples, type names, their own decorators, forward references, logging, uuid, zoneinfo, asyncio,
+configparser, RFC 2822 dates), and none trips the tripwire (issue 36: containers import allowed modules
 lazily, after the hook is armed). Runs on every backend."""
 
 from __future__ import annotations
@@ -10,11 +12,11 @@ from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
 from tests.compat import corpus
 from tests.conftest import BACKEND_PARAMS
 
-REQUIRED_SHARE = 0.95
+REQUIRED_SHARE = 0.99
 
 
 def test_the_corpus_is_large_enough() -> None:
-    assert len(corpus.load()) >= 100
+    assert len(corpus.load()) >= 155
 
 
 def run_corpus(backend: str) -> list[corpus.Verdict]:
@@ -34,7 +36,7 @@ def run_corpus(backend: str) -> list[corpus.Verdict]:
     return verdicts
 
 
-@pytest.mark.timeout(900)  # 115 fresh sandboxes in a row (containers: ~1 s each on a loaded machine)
+@pytest.mark.timeout(1200)  # 159 fresh sandboxes in a row (containers: ~1 s each on a loaded machine)
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
 def test_the_corpus_runs_unchanged(backend: str) -> None:
     verdicts = run_corpus(backend)

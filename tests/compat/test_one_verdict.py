@@ -37,7 +37,7 @@ def test_every_clean_policy_example_runs_in_the_sandbox(sb: Sandbox, example: ob
     assert out.error_type not in REFUSALS, (out.error_type, out.error_message)
 
 
-@pytest.mark.timeout(600)  # 115 executions in a row
+@pytest.mark.timeout(900)  # 159 executions in a row
 def test_the_policy_and_the_sandbox_agree_on_the_corpus(sb: Sandbox) -> None:
     disagreements = []
     for program in corpus.load():
@@ -54,7 +54,7 @@ def test_the_policy_and_the_sandbox_agree_on_the_corpus(sb: Sandbox) -> None:
     [
         ("class A:\n    def __del__(self):\n        pass\nreturn 1", "__del__"),
         ("try:\n    pass\nexcept* ValueError:\n    pass\nreturn 1", "TryStar"),
-        ("class A:\n    x: 'int' = 1\nreturn 1", "String annotations"),
+        ("def f():\n    pass\nf.__name__ = 'g'\nreturn 1", "can be read but not set"),
         ("match 'x':\n    case str(format=f):\n        pass\nreturn 1", "format"),
         ("class A:\n    return 1", "outside function"),
     ],
@@ -68,7 +68,7 @@ def test_what_the_sandbox_refuses_is_a_recoverable_violation_with_a_location(sou
 
 
 def test_a_sandbox_refusal_says_how_to_fix_it() -> None:
-    result = validate("class A:\n    pass\nsetattr(A, 'x', 1)\nreturn A()._secret", default_policy())
+    result = validate("import random\nreturn random.Random()._secret", default_policy())
     restriction = [v for v in result.violations if v.violation_type in ("sandbox_restriction", "private_attribute")]
     assert restriction and "underscore" in restriction[0].required_correction.lower()
 

@@ -132,7 +132,7 @@ def test_explain_rule_page() -> None:
                     "## Use instead"):  # fmt: skip
         assert heading in page
     assert "().__class__.__base__.__subclasses__()" in page
-    assert "Matches attributes named __*__." in page
+    assert "Matches attributes named __*__ (except __name__, __qualname__, __doc__, __module__)." in page
 
 
 def test_explain_plugin_rule_includes_its_docstring() -> None:

@@ -46,14 +46,11 @@ ESCAPES: dict[str, list[tuple[str, str, str]]] = {
         ('fmt = "{0.gi_frame}"\nreturn fmt.format(args)', "introspection_attribute", "recoverable"),
         ('return string.Formatter().vformat("{0.__class__}", [args], {})', "str_format", "recoverable"),
     ],
-    "getattr with computed names": [
-        ("getattr(args, '__cla' + 'ss__')", "dynamic_evaluation", "recoverable"),
-        ("name = args[0]\nvalue = getattr(context, name)", "dynamic_evaluation", "recoverable"),
-        ("g = getattr\nvalue = g(args, kwargs['n'])", "dynamic_evaluation", "recoverable"),
-        ("value = getattr(*args)", "dynamic_evaluation", "recoverable"),
-        ("setattr(args, kwargs['n'], 1)", "dynamic_evaluation", "recoverable"),
+    # getattr/setattr/hasattr/delattr with computed names are checked by the runner's guard as they run
+    # (issue 38): tests/sandbox/test_idiom_attacks.py attacks them
+    "attribute readers by computed name": [
         ("import operator\nget = operator.attrgetter(args[0])", "dynamic_evaluation", "recoverable"),
-        ("readers = list(map(getattr, args, kwargs))", "dynamic_evaluation", "recoverable"),
+        ("import operator\ncall = operator.methodcaller(args[0])", "dynamic_evaluation", "recoverable"),
     ],
     "__import__, importlib and loader tricks": [
         ("os = __import__('os')", "dunder_name", "recoverable"),
@@ -67,7 +64,8 @@ ESCAPES: dict[str, list[tuple[str, str, str]]] = {
     ],
     "dangerous imports": [
         ("import os", "forbidden_module", "recoverable"),
-        ("import sys", "forbidden_module", "recoverable"),
+        ("import sys\nmodules = sys.modules", "withheld_name", "recoverable"),
+        ("import sys\nframe = sys._getframe(0)", "private_attribute", "recoverable"),
         ("import subprocess", "forbidden_module", "recoverable"),
         ("import subprocess", "capability_not_granted", "terminal"),
         ("import ctypes", "forbidden_module", "recoverable"),

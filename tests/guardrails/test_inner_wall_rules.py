@@ -38,7 +38,7 @@ FLAGGED = [
         def h(x: "print.__self__"):
             return 1
         """,
-        {"withheld_name", "string_annotation", "decorator_call"},
+        {"withheld_name", "decorator_call"},
     ),
     # variations: aliases, from-imports, the decorator form, keyword tuples, nested containers
     ("from functools import update_wrapper as uw\nuw(args, kwargs)", {"withheld_name"}),
@@ -57,13 +57,6 @@ FLAGGED = [
     ("import xml.etree.ElementTree as ET\nET.dump(ET.fromstring(args[0]))", {"withheld_name"}),
     ("import io\nf = io.open", {"withheld_name"}),  # io is allow-listed: StringIO and BytesIO only
     ("from io import FileIO", {"withheld_name"}),
-    # string annotations everywhere an annotation can be
-    ("def f(x: 'os') -> int:\n    return 1", {"string_annotation"}),
-    ("def f(x) -> list['Item']:\n    return []", {"string_annotation"}),
-    ("def f(*, x: f'{args}'):\n    return 1", {"string_annotation"}),
-    ("def f(*xs: 'x', **kw: 'y'):\n    return 1", {"string_annotation"}),
-    ("class A:\n    n: 'int' = 1", {"string_annotation"}),
-    ("def f(x: Annotated['int', 'meta']):\n    return x", {"string_annotation"}),
     # canonicalize opening files and descriptors
     ("import xml.etree.ElementTree as ET\nreturn ET.canonicalize(from_file='/proc/self/status')", {"file_argument"}),
     ("import xml.etree.ElementTree as ET\nreturn ET.canonicalize(from_file=3)", {"file_argument"}),
@@ -95,7 +88,7 @@ HONEST = [
 
 @pytest.mark.parametrize("source", HONEST)
 def test_honest(source: str) -> None:
-    inner = {"dunder_string_argument", "string_annotation", "file_argument", "withheld_name"}
+    inner = {"dunder_string_argument", "file_argument", "withheld_name"}
     assert not fired(source) & inner
 
 
@@ -114,12 +107,22 @@ def test_the_policy_withholds_exactly_what_the_runner_withholds() -> None:
         assert reason in hits[0].message
 
 
-def test_the_runner_and_the_policy_agree_on_string_annotations() -> None:
+#: String annotations everywhere an annotation can be (issue 38): kept as strings, never evaluated.
+STRING_ANNOTATIONS = [
+    "def f(x: 'os') -> int:\n    return 1",
+    "def f(x) -> list['Item']:\n    return []",
+    "def f(*, x: f'{args}'):\n    return 1",
+    "def f(*xs: 'x', **kw: 'y'):\n    return 1",
+    "class A:\n    n: 'int' = 1",
+    "def f(x: Annotated['int', 'meta']):\n    return x",
+]
+
+
+@pytest.mark.parametrize("source", STRING_ANNOTATIONS)
+def test_the_runner_and_the_policy_accept_string_annotations(source: str) -> None:
     import ast
 
-    for source, rules in FLAGGED:
-        if "string_annotation" in rules:
-            refusal = compilation.inner_wall_refusal(ast.parse(textwrap.dedent(source)))
-            assert refusal is not None and "string annotation" in refusal[0].lower(), source
-    for source in HONEST:
-        assert compilation.inner_wall_refusal(ast.parse(source)) is None, source
+    assert compilation.inner_wall_refusal(ast.parse(source)) is None, source
+    code, refusals = compilation.compile_checked(source)
+    assert code is not None and not refusals, refusals
+    assert "string_annotation" not in fired(source)

@@ -80,7 +80,8 @@ ATTACKS = [
         "cannot set or delete",
     ),
     ("setattr of a dunder", "class A:\n    pass\nsetattr(A(), '__class__', int)\nreturn 1", "invalid attribute name"),
-    ("setattr of an underscore name", "class A:\n    pass\nsetattr(A, '_x', 1)\nreturn 1", "invalid attribute name"),
+    ("setattr of an underscore name of a library object", "import random\nsetattr(random.Random(), '_x', 1)\nreturn 1",
+     "cannot set or delete"),
     ("delattr of a dunder", "class A:\n    pass\ndelattr(A, '__init__')\nreturn 1", "invalid attribute name"),
     ("attribute write of a dunder", "class A:\n    pass\nA.__eq__ = None\nreturn 1", "__eq__"),
     ("augmented dunder write", "class A:\n    pass\nA.__doc__ += 'x'\nreturn 1", "__doc__"),
@@ -158,12 +159,6 @@ ATTACKS = [
     ("match rest of a runtime name", "match {}:\n    case {**_write_}:\n        return 1\nreturn 0", "_write_"),
     # --- nonlocal, annotations, except* ---
     ("nonlocal of a runtime name", "def f():\n    nonlocal _print\nreturn 1", "_print"),
-    ("string annotation in a class body", "class A:\n    x: 'os.system' = 1\nreturn 1", "String annotations"),
-    (
-        "nested string annotation",
-        "from typing import List\nclass A:\n    x: List['os'] = []\nreturn 1",
-        "String annotations",
-    ),
     ("except star", "try:\n    pass\nexcept* ValueError:\n    pass\nreturn 1", "TryStar"),
     # --- typing, dataclasses, enum, abc, io: withheld names ---
     ("typing.get_type_hints", "import typing\nreturn typing.get_type_hints", "has no attribute"),
@@ -216,8 +211,8 @@ def test_super_cannot_reinitialise_what_it_does_not_own(sb: Sandbox) -> None:
 
 
 def test_dataclass_generated_code_sees_field_names_only(sb: Sandbox) -> None:
-    """dataclass exec()s generated methods from field names: names are identifiers, so no code injection,
-    and a program's own underscore field stays unreadable as an attribute."""
+    """dataclass exec()s generated methods from field names: names are identifiers, so no code injection;
+    a program's own underscore field is its own attribute (issue 38)."""
     code = "from dataclasses import dataclass\n@dataclass\nclass D:\n    _x: int = 1\nd = D(_x=2)\nreturn d._x"
     out = sb.execute(ExecutionRequest(code=code))
-    assert out.error_type == ErrorType.SANDBOX_VIOLATION and "_x" in (out.error_message or "")
+    assert out.ok and out.value == 2, out.error_message

@@ -189,8 +189,11 @@ def test_deleting_every_key(sb: Sandbox) -> None:
     ("code", "needle"),
     [
         ("context['s'] = {1, 2}\nreturn 1", "the new context contains a value of type set, which is not JSON"),
-        ("context[1] = 'int key'\nreturn 1", "dict key of type int"),
-        ("context['d'] = {1: 'int key'}\nreturn 1", "dict key of type int"),
+        ("context[1] = 'x'\ncontext['1'] = 'y'\nreturn 1", "both become '1'"),
+        ("context['d'] = {1: 'a', '1': 'b'}\nreturn 1", "both become '1'"),
+        ("context['d'] = {True: 'a', 'true': 'b'}\nreturn 1", "both become 'true'"),
+        ("context['d'] = {(1, 2): 'a'}\nreturn 1", "dict key of type tuple"),
+        ("return [{None: 1, 'null': 2}]", "both become 'null'"),
         ("context['f'] = float('inf')\nreturn 1", "non-finite float"),
         ("return {1, 2}", "the return value contains a value of type set, which is not JSON"),
         ("x = []\nfor i in range(300):\n    x = [x]\ncontext['deep'] = x\nreturn 1", "nested more than 200 levels"),
@@ -201,6 +204,21 @@ def test_non_json_from_the_program_is_non_serializable(sb: Sandbox, code: str, n
     assert out.error_type == ErrorType.NON_SERIALIZABLE_RESULT, (code, out.error_type, out.error_message)
     assert needle in (out.error_message or ""), out.error_message
     assert out.context is None and out.context_snapshot is None
+
+
+def test_number_bool_and_none_keys_become_strings_as_json_dumps_makes_them(sb: Sandbox) -> None:
+    """Issue 38: ``{year: total}`` is a JSON object with the keys as strings, in results and committed
+    contexts alike, as every JSON tool boundary sends it."""
+    code = (
+        "totals = {2024: 10, 2025: 12}\n"
+        "context['by_year'] = totals\n"
+        "context[7] = 'seven'\n"
+        "return [totals, {1.5: 'a', True: 'b', None: 'c'}, (1, {2: (3,)})]"
+    )
+    out = execute(sb, code, {"a": 1})
+    assert out.ok, out.error_message
+    assert out.value == [{"2024": 10, "2025": 12}, {"1.5": "a", "true": "b", "null": "c"}, [1, {"2": [3]}]]
+    assert out.context == {"a": 1, "by_year": {"2024": 10, "2025": 12}, "7": "seven"}
 
 
 def test_a_changed_key_over_the_message_limit_is_an_output_limit(sb: Sandbox) -> None:

@@ -52,7 +52,7 @@ def test_syntax_error_is_invalid_code(sandbox: Sandbox) -> None:
 
 
 def test_non_serializable_result(sandbox: Sandbox) -> None:
-    for code in ("return {1, 2}", "context['f'] = float('nan')\nreturn 1", "return {1: 'int key'}"):
+    for code in ("return {1, 2}", "context['f'] = float('nan')\nreturn 1", "return {1: 'a', '1': 'b'}"):
         out = run(sandbox, code)
         assert out.error_type == ErrorType.NON_SERIALIZABLE_RESULT, (code, out.error_message)
 

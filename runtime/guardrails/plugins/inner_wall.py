@@ -12,14 +12,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandforge.runtime.guardrails.globs import GlobSet
 from sandforge.runtime.guardrails.plugins import register
 from sandforge.runtime.guardrails.program import Finding, Program, normalize
-from sandforge.sandbox.inside import compilation, world
+from sandforge.sandbox.inside import compilation, lowering, world
 
 
 class DunderOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     names: list[str] = Field(default_factory=lambda: ["__*__"], description="string values to flag (globs)")
-    allowed: list[str] = Field(default_factory=list, description="string values never flagged")
+    allowed: list[str] = Field(
+        default_factory=lambda: sorted(lowering.READ_ONLY_NAMES),
+        description="string values never flagged (by default the names the runner lets programs read and "
+        "never set: getattr(f, '__name__', '?'))",
+    )
 
 
 @register("dunder_string_argument", options=DunderOptions, fields=("value",))
@@ -53,15 +57,45 @@ def dunder_string_argument(program: Program, options: DunderOptions) -> Iterator
             child, parent = parent, program.parent(parent)
 
 
+@register("private_attribute", fields=("attribute",))
+def private_attribute(program: Program, options: BaseModel) -> Iterator[Finding]:
+    """A single-underscore attribute (``_name``) of an imported module or of an object a library made:
+    ``random._os``, ``getattr(random, "_os")``, ``random.Random()._randbelow``, and any in a format
+    string's replacement field. Not the program's own objects and classes (``self._balance``,
+    ``cls._registry``) nor namedtuple's documented API (``p._asdict()``, ``urlparse(u)._replace(...)``).
+
+    The runner decides each ``_name`` read and write at run time by the object's class
+    (``sandbox.inside.guards.private_allowed``): allowed on the program's own objects and classes, refused
+    on everything else (modules keep dangerous objects under such names: ``random._os`` is ``os``). This
+    check flags ahead of time the reads whose object the program imported or got from a library call.
+    """
+    imported = {fact.module.lstrip(".").split(".")[0] for fact in program.imports}
+    for name, facts in program.attributes.items():
+        if not lowering.is_private(name):
+            continue
+        for fact in facts:
+            if fact.via == "format string":
+                yield Finding(fact.node, {"attribute": name})
+                continue
+            node = fact.node
+            receiver = node.value if isinstance(node, ast.Attribute) else node.args[0] if (
+                isinstance(node, ast.Call) and node.args) else None  # fmt: skip
+            if receiver is None or name in lowering.NAMEDTUPLE_API:
+                continue
+            roots = {qualname.split(".")[0].split("(")[0] for qualname in program.qualnames(receiver)}
+            if roots & imported:
+                yield Finding(node, {"attribute": name})
+
+
 @register("string_annotation")
 def string_annotation(program: Program, options: BaseModel) -> Iterator[Finding]:
     """A string (or f-string) in an annotation: ``def f(x: "Node")``, ``items: list["Item"]``, a return
     annotation. ``Literal[...]`` values and ``Annotated[type, ...]`` metadata are data and not flagged.
 
-    Annotations are never evaluated in the sandbox, but a string annotation is source code that type-hint
-    helpers (``typing.get_type_hints``, ``functools.singledispatch``) evaluate with ``eval()``, outside
-    RestrictedPython; one reached ``os`` that way. The runner refuses string annotations at compile time
-    (the same check, ``sandbox.inside.compilation.string_in_annotation``).
+    Not in the default policy (issue 38): the runner keeps string annotations as strings, and the helpers
+    that evaluate them with ``eval()`` (``typing.get_type_hints``, ``ForwardRef``, ``functools.singledispatch``;
+    one reached ``os`` that way) are withheld. A deployment that wants forward references refused anyway
+    adds a rule with this plugin (the check is ``sandbox.inside.compilation.string_in_annotation``).
     """
     for node in program.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.AnnAssign):
         if isinstance(node, ast.AnnAssign):
