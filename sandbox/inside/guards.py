@@ -144,8 +144,9 @@ def _namedtuple(obj: Any) -> bool:
             # namedtuple's own function (its name and module; never its code object, which the tripwire
             # guards): a program copying those names onto its own function (functools.wraps) gains nothing,
             # its classes are its own anyway and it cannot write a library class
-            return (type(found) is _FUNCTION and found.__qualname__ == "namedtuple.<locals>._asdict"
-                    and found.__module__ == "collections")  # fmt: skip
+            # (namedtuple names its methods after the class: ``ParseResult._asdict``)
+            return (type(found) is _FUNCTION and found.__name__ == "_asdict"
+                    and found.__qualname__.endswith("._asdict") and found.__module__ == "collections")  # fmt: skip
     return False
 
 
