@@ -378,8 +378,13 @@ def _frame_rules(kind: Any, site: Any, env_root: str) -> dict[str, _Rule]:  # no
     }
 
 
-def _code_rules(site: Any, library: tuple[str, ...], state: list[Any]) -> dict[str, _Rule]:  # noqa: C901
-    """The rules for events that load or run code, or touch files: exec, compile, import, open, marshal."""
+def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_dir: str) -> dict[str, _Rule]:  # noqa: C901
+    """The rules for events that load or run code, or touch files: exec, compile, import, open, marshal.
+
+    Files: read-only, from library or import-machinery frames, under the library roots, the system-information
+    paths, or the runner's own directory (``linecache`` reads its source when ``logging``'s ``stack_info`` or a
+    library's warning formats a stack that passes through the runner: source that is no secret)."""
+    readable = (*library, runner_dir)
     relative, env_root, generator_compile = _relative, library[1], _generator_check(site)
     audited, optional, system_info, write_flags = AUDITED_IMPORTS, _OPTIONAL_IMPORTS, _SYSTEM_INFO, _WRITE_FLAGS
     reimported, reimporting, stdlib, tz_roots = REIMPORTED_BY_LIBRARIES, _REIMPORTING_PACKAGES, library[0], TZ_ROOTS
@@ -435,7 +440,7 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any]) -> dict[s
         if (
             who not in ("import", "library")
             or type(path) is not str
-            or (relative(path, library) is None and relative(path, system_info) is None)
+            or (relative(path, readable) is None and relative(path, system_info) is None)
         ):
             return "a file or directory outside the read-only library directories"
         if event == "open":
@@ -459,12 +464,13 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
     names afterwards changes nothing."""
     write_result = _result_writer()
     library = library_roots() if roots is None else roots
-    kind, site = _classifier(os.path.dirname(os.path.abspath(__file__)), library)
+    runner_dir = os.path.dirname(os.path.abspath(__file__))
+    kind, site = _classifier(runner_dir, library)
     env_root, exit_now, getframe, tool = library[1], os._exit, sys._getframe, _TOOL
     harmless, self_test, arm_event, violation = _HARMLESS, SELF_TEST, ARM, VIOLATION
     # The hook's whole state: [armed, busy, out_fd, code, stdout, max_bytes]
     state: list[Any] = [False, False, -1, None, None, 0]
-    rules = {**_frame_rules(kind, site, env_root), **_code_rules(site, library, state)}
+    rules = {**_frame_rules(kind, site, env_root), **_code_rules(site, library, state, runner_dir)}
     relative = _relative
 
     def trip(event: str, detail: str, source: str = "tripwire") -> None:

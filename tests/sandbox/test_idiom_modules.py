@@ -196,6 +196,18 @@ def test_logging_writes_to_the_executions_stderr(sb: Sandbox) -> None:
     assert "disk at 91%" in out.stderr and "disk at 91%" not in out.stdout  # type: ignore[attr-defined]
 
 
+def test_logging_a_stack_or_an_exception_does_not_trip(sb: Sandbox) -> None:
+    """``logging.exception`` and ``stack_info=True`` format a stack through the runner's own frames, whose
+    source ``linecache`` reads: the tripwire lets library code read the runner's directory, read-only."""
+    code = (
+        "import logging\nlog = logging.getLogger('tool')\ntry:\n    1 / 0\nexcept ZeroDivisionError:\n"
+        "    log.exception('failed')\nlog.warning('here', stack_info=True)\nreturn 1"
+    )
+    out = run(sb, code)
+    assert out.ok, (out.error_type, out.error_message)  # type: ignore[attr-defined]
+    assert "ZeroDivisionError" in out.stderr and "Stack (most recent call last)" in out.stderr  # type: ignore[attr-defined]
+
+
 #: (name, stopped by, program, a text the refusal's message contains)
 ATTACKS = [
     ("uuid1 reads the network interfaces", "proxy", "import uuid\nreturn str(uuid.uuid1())", "uuid.uuid1 is withheld"),
