@@ -400,6 +400,7 @@ class ToolStore:
                         "deliverable": contract.deliverable,
                         "acceptance": contract.acceptance,
                         "failure_policy": contract.failure_policy,
+                        "inputs": contract.inputs,
                         "contract_fingerprint": contract.fingerprint(),
                         "updated_at": now,
                     }
