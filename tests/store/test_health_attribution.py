@@ -9,10 +9,8 @@ validation under the caller's policy -> sandbox -> store record.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from mcp import Client
 
 from sandforge.runtime.agent import Agent, CallLog, CallRecord, TraceBudget, Workspace
@@ -72,14 +70,6 @@ def select(state_dir: Path, role: str, method: str, contract: ToolContract | Non
         )
         .decision
     )
-
-
-@pytest.fixture
-def workspaces(tmp_path: Path) -> Iterator[list[Workspace]]:
-    made: list[Workspace] = []
-    yield made
-    for ws in made:
-        ws.close()
 
 
 def workspace(made: list[Workspace], state_dir: Path, programs: list[str] | None = None, **kwargs: object) -> Workspace:

@@ -3,17 +3,15 @@ tools its policy would approve. In-process through the Python SDK's client; sche
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from mcp import Client
 
-from sandforge.runtime.service.mcp import TenantMCP
-from sandforge.runtime.service.tenants import TenantRuntime, standalone_tenant
+from sandforge.runtime.service.tenants import standalone_tenant
 from sandforge.runtime.store import ToolContract
+from tests.service.mcp.test_server import run
 from tests.service.mcp.test_stdio import failure, ok
 from tests.store.test_health_attribution import FETCH, store_program
 
@@ -40,17 +38,6 @@ def grant_fetch(tmp_path: Path) -> Path:
     layer.mkdir(exist_ok=True)
     (layer / "egress.yaml").write_text("grant: [http_fetch]\negress:\n  allow:\n    - url: 'https://example.com/**'\n")
     return layer
-
-
-def run(runtime: TenantRuntime, body: Callable[[Client], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with Client(TenantMCP(runtime)) as client:
-            await body(client)
-
-    try:
-        asyncio.run(main())
-    finally:
-        runtime.close()
 
 
 def test_a_stored_fetcher_is_typed_by_its_contract(tmp_path: Path) -> None:
