@@ -171,3 +171,17 @@ def test_one_callers_refusals_cannot_push_the_tool_out_of_another_callers_tool_l
         for runtime in (strict, fetching, elsewhere):
             runtime.close()
     assert "web_fetcher.fetch" in listed["fetching"] and "web_fetcher.fetch" in listed["elsewhere"]
+
+
+def test_the_callers_trace_budget_running_out_never_degrades_a_stored_tool(
+    tmp_path: Path, workspaces: list[Workspace]
+) -> None:
+    """The wall-clock budget is the caller's (``TraceBudget.max_wall_s``), not the program's own time limit."""
+    state = tmp_path / "state"
+    store_program(state, "worker", "crunch", "if args[0] > 1000:\n    while True:\n        pass\nreturn args[0]\n")
+    ws = workspace(workspaces, state, trace_budget=TraceBudget(max_wall_s=0.5))
+    for _ in range(4):
+        out = Agent.for_role("worker", workspace=ws).crunch(5000)
+        assert out.error_type == "budget_exhausted" and out.metadata["failure_class"] == "extrinsic", out
+        assert top(ws).store_actions == ["record_failure:extrinsic@1"]
+    assert select(state, "worker", "crunch") is Decision.EXECUTE_PERSISTED
