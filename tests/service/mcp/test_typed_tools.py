@@ -92,3 +92,16 @@ def test_a_tenant_does_not_list_what_its_policy_would_refuse(tmp_path: Path) -> 
 
     run(standalone_tenant("strict", state, backend="subprocess"), body)  # the default policy: no http_fetch
     assert "web_fetcher.fetch" not in names and {"calculator.add", "echo.say"} <= names
+
+
+def test_typed_inputs_survive_a_registry_rebuild(tmp_path: Path) -> None:
+    """The registry is rebuilt from the role directories' manifests: the contract's inputs come back with it."""
+    from sandforge.runtime.store import ToolStore
+
+    state = seeded(tmp_path / "state")
+    before = ToolStore(state).get_tool("web_fetcher")
+    for path in (state / "tools").glob("registry.sqlite*"):
+        path.unlink()
+    after = ToolStore(state).get_tool("web_fetcher")
+    assert before is not None and after is not None
+    assert after.inputs == WEB_FETCHER.inputs and after.contract_fingerprint == before.contract_fingerprint
