@@ -14,11 +14,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from sandforge.sandbox import Sandbox, SandboxConfig
+
+if TYPE_CHECKING:
+    from sandforge.runtime.agent import Workspace
 
 REQUIRE_DOCKER = os.environ.get("SANDFORGE_REQUIRE_DOCKER") == "1"
 
@@ -142,3 +145,12 @@ def sandbox(sandbox_backend: str) -> Iterator[Sandbox]:
         yield sb
     finally:
         sb.close()
+
+
+@pytest.fixture
+def workspaces() -> Iterator[list[Workspace]]:
+    """Workspaces a test makes (append them): closed after the test."""
+    made: list[Workspace] = []
+    yield made
+    for ws in made:
+        ws.close()

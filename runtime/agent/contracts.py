@@ -143,8 +143,51 @@ def deliverable_validator(deliverable: JsonValue) -> Draft202012Validator | None
 
 
 def check_contract(contract: ToolContract) -> None:
-    """Raise :class:`InvalidContract` if ``contract`` cannot be accepted (its deliverable is a bad schema)."""
+    """Raise :class:`InvalidContract` if ``contract`` cannot be accepted (its deliverable or inputs are bad
+    schemas)."""
     deliverable_validator(contract.deliverable)
+    if contract.inputs is not None:
+        if not isinstance(contract.inputs, dict):
+            raise InvalidContract("inputs must map each method name to its list of parameters")
+        for method in contract.inputs:
+            method_parameters(contract.inputs, method)
+
+
+class Parameter(BaseModel):
+    """One positional parameter of a typed method: its name, JSON Schema and whether a caller must give it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    schema_: dict[str, Any]
+    required: bool
+
+
+def method_parameters(inputs: JsonValue, method: str) -> list[Parameter] | None:
+    """The typed positional parameters of ``method`` in order, None when the contract does not type it.
+
+    Each entry is a JSON Schema (shorthand type names such as ``"str"`` mapped, as for deliverables) with a
+    ``name``; one with a ``default`` is optional. Raises :class:`InvalidContract` for anything else."""
+    if not isinstance(inputs, dict) or method not in inputs:
+        return None
+    entries = inputs[method]
+    if not isinstance(entries, list):
+        raise InvalidContract(f"inputs of {method!r} must be a list of parameters")
+    found: list[Parameter] = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise InvalidContract(f"parameter {i} of {method!r} must be an object with a string 'name'")
+        name = str(entry["name"])
+        if not name.isidentifier() or name in {p.name for p in found}:
+            raise InvalidContract(f"parameter {i} of {method!r}: {name!r} is not a unique identifier")
+        schema = to_json_schema({k: v for k, v in entry.items() if k != "name"})
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            raise InvalidContract(f"parameter {name!r} of {method!r} is not a valid JSON Schema: "
+                                  f"{_bounded(exc.message)}") from None  # fmt: skip
+        found.append(Parameter(name=name, schema_=schema, required="default" not in schema))
+    return found
 
 
 def _path(parts: Iterable[object]) -> str:

@@ -70,6 +70,10 @@ class Executor:
     trace_stop: Stop | None = None
     #: the current execution's fetches (its own, and what its nested calls fetched)
     fetches: ExecutionEgress | None = None
+    #: error types of the current execution's nested calls that failed EXTRINSICALLY, as the host saw them
+    #: (the child's own class, or the trace budget refusing the call): a program returning one is not
+    #: making a claim (ADR 0012: extrinsic only when the host saw the cause in that execution)
+    nested_extrinsic: set[str] = field(default_factory=set)
     #: the call log's environment fields of the last attempt that prepared one (issue 19)
     env_fields: dict[str, Any] = field(default_factory=dict)
 
@@ -86,6 +90,7 @@ class Executor:
         )  # fmt: skip
         # the exchange hands each fetch the execution's deadline (the trace's budget and a parent's included)
         self.fetches = ExecutionEgress(self.egress_broker())
+        self.nested_extrinsic = set()
         bridge = AttemptBridge(self, txn, self.fetches)
         tel = telemetry()
         with observe.stage(tel, "execute", {"sandforge.backend": self.env.backend}) as span:
@@ -164,6 +169,7 @@ class Executor:
         deadline = serving_deadline() or self.exec_deadline  # the deadline the exchange enforces
         stop = self.meter.charge("nested_call", deadline)
         if stop is not None:
+            self.nested_extrinsic.add(stop.error_type)  # the trace budget is the caller's, never the program's
             return wire_error(stop.error_type, stop.message)
         return self._run_child(spec, frame, txn, deadline)
 
@@ -185,6 +191,8 @@ class Executor:
             call = {"call_id": child.call_id, "role": child.role, "method": child.method, "depth": child.depth}
             self.fetches.nested(call, outcome.metadata)
         if not outcome.ok:
+            if outcome.metadata.get("failure_class") == "extrinsic" and outcome.error_type:
+                self.nested_extrinsic.add(outcome.error_type)
             scope.tools.clear()  # its record stays (the caller may still succeed); its contract does not
             if spec.kind == "delegate":
                 txn.tools.pop(spec.role, None)  # nor the one its ``declare`` frame staged in this attempt

@@ -93,6 +93,16 @@ EGRESS_TERMINAL = {
 }
 
 
+#: Violations that only the caller's policy makes: the same program passes under a policy that grants what it
+#: uses, so a refusal made of nothing else is EXTRINSIC (ADR 0012: it never degrades a stored artifact).
+POLICY_DEPENDENT_VIOLATIONS = frozenset({"capability_not_granted"})
+
+
+def policy_dependent(result: ValidationResult) -> bool:
+    """Whether every violation of ``result`` is one only the caller's grants decide (see above)."""
+    return bool(result.violations) and all(v.violation_type in POLICY_DEPENDENT_VIOLATIONS for v in result.violations)
+
+
 #: Fetch failures that are the world's or the deployment's, never the program's (no lane regenerates them).
 EGRESS_HOST_FAILURES = frozenset({"egress_denied", "missing_credentials", "network_error"})
 
@@ -260,7 +270,10 @@ class Lanes:
         message = f"{first.violation_type}: {first.message}"
         if result.verdict == "terminal" or terminal:
             self._record_terminal(at, first, first.message)
-            found = {"violations": violations_json(result), "policy_fingerprint": result.policy_fingerprint}
+            found: dict[str, Any] = {"violations": violations_json(result),
+                                     "policy_fingerprint": result.policy_fingerprint}  # fmt: skip
+            if policy_dependent(result):  # the caller's grants refused it, not a defect of the program
+                found |= {"failure_class": FailureClass.EXTRINSIC.value, "terminal": True}
             return Failure("guardrail_violation", message, False, found)
         if self.retry(at, "guardrail", first.violation_type, "guardrail_violation", first.message, code=code,
                       failure_class="recoverable", violation=first):  # fmt: skip
@@ -283,12 +296,16 @@ class Lanes:
             extra["normalization_policy"] = NORMALIZATION_POLICY
         return Failure("guardrail_retry_exhausted", GUARDRAIL_EXHAUSTED_MESSAGE if top else raw, False, extra)
 
-    def execution_failure(self, at: Attempt, ex: ExecutionOutcome, code: str) -> Failure | None:
-        """The program ran and failed: its own ``Outcome.error``, a misbehaviour, or the world's fault."""
+    def execution_failure(self, at: Attempt, ex: ExecutionOutcome, code: str, *,
+                          nested_extrinsic: frozenset[str] | set[str] = frozenset()) -> Failure | None:  # fmt: skip
+        """The program ran and failed: its own ``Outcome.error``, a misbehaviour, or the world's fault.
+
+        ``nested_extrinsic``: error types of this execution's nested calls that failed extrinsically (the
+        host's own observation, :class:`~runtime.agent.execution.Executor`)."""
         error_type = ex.error_type.value if ex.error_type else "execution"
         message = ex.error_message or error_type
         if ex.error_type is ErrorType.TOOL_ERROR:
-            return self._tool_error(at, ex, message, code)
+            return self._tool_error(at, ex, message, code, nested_extrinsic)
         if error_type in EGRESS_HOST_FAILURES:
             return egress_failure(error_type, message)
         if ex.error_type in EXECUTION_FAILURES:
@@ -306,11 +323,17 @@ class Lanes:
         cls = classify_failure(error_type)
         return Failure(error_type, message, ex.retriable, {"failure_class": cls.value})
 
-    def _tool_error(self, at: Attempt, ex: ExecutionOutcome, message: str, code: str) -> Failure | None:
+    def _tool_error(self, at: Attempt, ex: ExecutionOutcome, message: str, code: str,
+                    nested_extrinsic: frozenset[str] | set[str]) -> Failure | None:  # fmt: skip
         tool_type = str(ex.metadata.get("tool_error_type") or "tool_error")
         if tool_type in EGRESS_HOST_FAILURES and host_observed(tool_type, ex):
             # the program caught a fetch failure the host did answer it with, and says so: not a claim
             return egress_failure(tool_type, message, tool_error=True)
+        if tool_type in nested_extrinsic:
+            # a nested call of this execution failed extrinsically with this very type, as the host saw it:
+            # returned unchanged, never repaired (ADR 0016), and never held against the program (ADR 0012)
+            extra = {"failure_class": FailureClass.EXTRINSIC.value, "tool_error": True, "host_observed": "nested_call"}
+            return Failure(tool_type, message, ex.retriable, extra)
         cls = classify_outcome(tool_type, tool_error=True, retriable=ex.retriable)  # never extrinsic
         if not ex.retriable or cls is FailureClass.EXTRINSIC:
             return Failure(tool_type, message, ex.retriable, {"failure_class": cls.value, "tool_error": True})

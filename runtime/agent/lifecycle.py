@@ -276,7 +276,8 @@ class CallRun:
         self._rollback(txn)
         if self.executor.trace_stop is not None:
             return self._answer(Failure.stopped(self.executor.trace_stop))
-        return self._answer(self.lanes.execution_failure(self.at, execution, approval.code))
+        return self._answer(self.lanes.execution_failure(self.at, execution, approval.code,
+                                                         nested_extrinsic=self.executor.nested_extrinsic))
 
     def _deliverable_violation(self, ex: ExecutionOutcome, txn: Transaction) -> ContractViolation | None:
         """Check the value of a successful execution against the role's declared deliverable (if any)."""

@@ -75,7 +75,9 @@ _CLASSES = frozenset(c.value for c in FailureClass)
 def artifact_failure_class(record: CallRecord) -> FailureClass:
     """How a failed call of a persisted program counts against its artifact (only INTRINSIC demotes it)."""
     if record.error_type in GUARDRAIL_ERRORS:
-        return FailureClass.INTRINSIC  # the current policy rejects the stored code: it cannot be used
+        if record.failure_class == FailureClass.EXTRINSIC.value:
+            return FailureClass.EXTRINSIC  # only the caller's grants refused it (capability_not_granted)
+        return FailureClass.INTRINSIC  # the current policy rejects the stored code itself: it cannot be used
     deliberate = record.tool_error and not record.retriable
     if record.failure_class in _CLASSES:
         cls = FailureClass(record.failure_class)

@@ -14,6 +14,7 @@ from sandforge.runtime.agent.bounds import check_arguments
 from sandforge.runtime.agent.budgets import Budgets
 from sandforge.runtime.agent.callgate import CallGate
 from sandforge.runtime.agent.calllog import STORE_FIELDS, CallLog, CallRecord, default_log_path
+from sandforge.runtime.agent.contracts import check_contract
 from sandforge.runtime.agent.env import CallEnv, CallSpec
 from sandforge.runtime.agent.environment import Environments
 from sandforge.runtime.agent.lifecycle import CallRun
@@ -214,9 +215,13 @@ class Workspace:
             return dict(self._state.tools)
 
     def register_tool(self, role: str, *, purpose: str | None = None, deliverable: JsonValue = None,
-                      acceptance: JsonValue = None, failure_policy: JsonValue = None) -> ToolContract:  # fmt: skip
+                      acceptance: JsonValue = None, failure_policy: JsonValue = None,
+                      inputs: JsonValue = None) -> ToolContract:  # fmt: skip
+        """``inputs``: typed parameters per method (``{"fetch": [{"name": "url", "type": "string"}]}``), which
+        MCP clients see as the stored tool's input schema. InvalidContract when they are not usable."""
         contract = ToolContract(role=role, purpose=purpose, deliverable=deliverable, acceptance=acceptance,
-                                failure_policy=failure_policy)  # fmt: skip
+                                failure_policy=failure_policy, inputs=inputs)  # fmt: skip
+        check_contract(contract)
         with self._state.lock:
             self._state.tools[role] = contract
         self._commit_tools({role: contract})

@@ -36,8 +36,8 @@ log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 4 * 1024 * 1024
 #: lines indexed per transaction while catching up
 BATCH = 5000
-#: 2: security events (a version change rebuilds the index from the log, tables and all)
-INDEX_VERSION = 2
+#: 2: security events (a version change rebuilds the index from the log, tables and all); 3: answered errors
+INDEX_VERSION = 3
 #: a tail at most this long is indexed by the read that finds it (a page shows every call that returned);
 #: a longer one in the background
 INLINE_BYTES = 4 * 1024 * 1024
@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS calls (
     id INTEGER PRIMARY KEY, off INTEGER NOT NULL, len INTEGER NOT NULL, t REAL NOT NULL,
     role TEXT NOT NULL, method TEXT NOT NULL, status TEXT NOT NULL, error_type TEXT, stage TEXT,
     failure_class TEXT, trace TEXT NOT NULL, call_id TEXT NOT NULL, parent TEXT, depth INTEGER NOT NULL,
-    duration REAL NOT NULL, attempts INTEGER NOT NULL, security INTEGER NOT NULL DEFAULT 0
+    duration REAL NOT NULL, attempts INTEGER NOT NULL, security INTEGER NOT NULL DEFAULT 0,
+    answered INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS calls_t ON calls (t);
 CREATE INDEX IF NOT EXISTS calls_role ON calls (role, method, id);
@@ -69,7 +70,8 @@ CREATE TABLE IF NOT EXISTS security (
 );
 CREATE INDEX IF NOT EXISTS security_source ON security (source, event, id);
 CREATE TABLE IF NOT EXISTS hours (
-    hour INTEGER NOT NULL, error_type TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (hour, error_type)
+    hour INTEGER NOT NULL, error_type TEXT NOT NULL, answered INTEGER NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY (hour, error_type, answered)
 ) WITHOUT ROWID;
 """
 #: what an index of another version holds is dropped before the current schema is made (then rebuilt)
@@ -154,10 +156,18 @@ class IndexedCall:
     duration: float
     attempts: int
     security: int = 0
+    #: 1: the error is the program's own ``Outcome.error``, its answer (not a failure: see :func:`answered`)
+    answered: int = 0
 
 
 _COLUMNS = "id, off, len, t, role, method, status, error_type, stage, failure_class, trace, call_id, parent, depth, " \
-    "duration, attempts, security"
+    "duration, attempts, security, answered"
+
+
+def answered(data: dict[str, Any]) -> bool:
+    """Whether a failed call's record is an answer, not a failure (ADR 0012, issue 37): the program's own
+    ``Outcome.error`` (``tool_error``), unless the host saw its cause (then ``failure_class`` is extrinsic)."""
+    return data.get("status") == "error" and bool(data.get("tool_error")) and data.get("failure_class") != "extrinsic"
 
 
 @dataclass(frozen=True)
@@ -221,7 +231,7 @@ def _row(line: bytes, off: int) -> tuple[tuple[Any, ...], list[EventRow]] | None
         events = _events(data, started)
     except (ValueError, KeyError, TypeError):
         return None
-    return (*row, len(events)), events
+    return (*row, len(events), int(answered(data))), events
 
 
 @dataclass(frozen=True)
@@ -489,9 +499,9 @@ class CallIndex:
         keeps both or neither. False (nothing written) when another process moved the offset meanwhile."""
         if offset == start:
             return True
-        hours: dict[tuple[int, str], int] = {}
+        hours: dict[tuple[int, str, int], int] = {}
         for r, _ in rows:
-            key = (int(r[2] // 3600), "" if r[5] == "ok" else (r[6] or "error"))
+            key = (int(r[2] // 3600), "" if r[5] == "ok" else (r[6] or "error"), r[16])
             hours[key] = hours.get(key, 0) + 1
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -503,8 +513,8 @@ class CallIndex:
             first = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM calls").fetchone()[0]) + 1
             db.executemany(
                 "INSERT INTO calls (id, off, len, t, role, method, status, error_type, stage, failure_class, trace, "
-                "call_id, parent, depth, duration, attempts, security) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "call_id, parent, depth, duration, attempts, security, answered) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(first + i, *r) for i, (r, _) in enumerate(rows)],
             )
             db.executemany(
@@ -512,8 +522,9 @@ class CallIndex:
                 [(first + i, n, *e) for i, (_, events) in enumerate(rows) for n, e in enumerate(events)],
             )
             db.executemany(
-                "INSERT INTO hours VALUES (?, ?, ?) ON CONFLICT (hour, error_type) DO UPDATE SET n = n + excluded.n",
-                [(h, e, n) for (h, e), n in hours.items()],
+                "INSERT INTO hours VALUES (?, ?, ?, ?) ON CONFLICT (hour, error_type, answered) "
+                "DO UPDATE SET n = n + excluded.n",
+                [(h, e, a, n) for (h, e, a), n in hours.items()],
             )
             db.execute("UPDATE meta SET value = ? WHERE key = 'offset'", (str(offset),))
         except BaseException:
@@ -570,19 +581,19 @@ class CallIndex:
                               (trace_id, limit)).fetchall()  # fmt: skip
         return [IndexedCall(*r) for r in rows]
 
-    def count_since(self, since: float) -> tuple[int, int]:
-        """(calls, failures) started at or after ``since``."""
+    def count_since(self, since: float) -> tuple[int, int, int]:
+        """(calls, failures, answered with error) started at or after ``since``; answers are not failures."""
         with self._session() as db:
-            row = db.execute("SELECT COUNT(*), COALESCE(SUM(status = 'error'), 0) FROM calls WHERE t >= ?",
-                             (since,)).fetchone()  # fmt: skip
-        return int(row[0]), int(row[1])
+            row = db.execute("SELECT COUNT(*), COALESCE(SUM(status = 'error' AND answered = 0), 0), "
+                             "COALESCE(SUM(answered), 0) FROM calls WHERE t >= ?", (since,)).fetchone()  # fmt: skip
+        return int(row[0]), int(row[1]), int(row[2])
 
-    def hourly(self, first_hour: int) -> list[tuple[int, str, int]]:
-        """(hour, error_type or '' for successes, count) for every hour from ``first_hour`` on."""
+    def hourly(self, first_hour: int) -> list[tuple[int, str, bool, int]]:
+        """(hour, error_type or '' for successes, answered with error, count) for every hour from ``first_hour``."""
         with self._session() as db:
-            rows = db.execute("SELECT hour, error_type, n FROM hours WHERE hour >= ? ORDER BY hour",
+            rows = db.execute("SELECT hour, error_type, answered, n FROM hours WHERE hour >= ? ORDER BY hour",
                               (first_hour,)).fetchall()  # fmt: skip
-        return [(int(h), str(e), int(n)) for h, e, n in rows]
+        return [(int(h), str(e), bool(a), int(n)) for h, e, a, n in rows]
 
     def values(self, column: str, limit: int = 200) -> list[str]:
         """Distinct values of ``role`` or ``method`` (the filter choices), at most ``limit``."""

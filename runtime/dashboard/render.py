@@ -36,16 +36,18 @@ def when(value: Any) -> str:
 
 
 def chart(points: list[dict[str, Any]], width: int = 720, height: int = 160) -> dict[str, Any]:
-    """Bar geometry for calls (and failures within them) per hour."""
+    """Bar geometry for calls per hour, with their failures and, stacked on those, their answers with an error."""
     top = max((p["calls"] for p in points), default=0) or 1
     slot = width / max(1, len(points))
     bars = []
     for i, p in enumerate(points):
         h = round(p["calls"] / top * (height - 20), 1)
         fh = round(p["failures"] / top * (height - 20), 1)
-        bars.append({"x": round(i * slot + 1, 1), "w": round(slot - 2, 1), "h": h, "fh": fh,
-                     "y": round(height - h, 1), "fy": round(height - fh, 1), "label": when(p["hour"])[11:16],
-                     "calls": p["calls"], "failures": p["failures"]})  # fmt: skip
+        ah = round(p.get("answered", 0) / top * (height - 20), 1)
+        bars.append({"x": round(i * slot + 1, 1), "w": round(slot - 2, 1), "h": h, "fh": fh, "ah": ah,
+                     "y": round(height - h, 1), "fy": round(height - fh, 1), "ay": round(height - fh - ah, 1),
+                     "label": when(p["hour"])[11:16], "calls": p["calls"], "failures": p["failures"],
+                     "answered": p.get("answered", 0)})  # fmt: skip
     return {"width": width, "height": height, "top": top, "bars": bars}
 
 

@@ -860,6 +860,7 @@ class HourPoint(BaseModel):
     hour: datetime
     calls: int
     failures: int
+    answered: int = Field(0, description="calls the program answered with its own Outcome.error (not failures)")
 
 
 class Flagged(BaseModel):
@@ -877,12 +878,15 @@ class OverviewPage(BaseModel):
     failures_last_hour: int
     calls_last_day: int
     failures_last_day: int
-    error_rate_last_day: float
+    answered_last_hour: int = Field(description="calls answered with the program's own Outcome.error, last hour")
+    answered_last_day: int = Field(description="calls answered with the program's own Outcome.error, last 24 h")
+    error_rate_last_day: float = Field(description="failures / calls: answers with an error are not failures")
     badge_counts: dict[str, int] = Field(description="methods per badge")
     flagged: list[Flagged] = Field(description="degraded or stale methods (the first 20)")
     flagged_total: int | None = Field(description="None while the tools' health is computed")
     top_failure_types: list[tuple[str, int]] = Field(description="last 24 hours")
-    chart: list[HourPoint] = Field(description="calls and failures per hour, the last 24 hours")
+    top_answer_types: list[tuple[str, int]] = Field(description="error types programs answered with, last 24 h")
+    chart: list[HourPoint] = Field(description="calls, failures and answers with an error per hour, the last 24 h")
     indexed_calls: int
     indexing: Indexing | None = Field(default=None, description="set while the index is being built")
     health_building: HealthBuilding | None = Field(
@@ -906,24 +910,29 @@ def _health_part(summary: Summary | HealthBuilding) -> dict[str, Any]:
 def overview_page(board: Board, *, now: float | None = None) -> OverviewPage:
     now = time.time() if now is None else now
     summary = board.summary_ready()
-    hour_calls, hour_failures = board.calls.count_since(now - 3600)
+    hour_calls, hour_failures, hour_answered = board.calls.count_since(now - 3600)
     first = int(now // 3600) - 23
-    per_hour: dict[int, list[int]] = {h: [0, 0] for h in range(first, first + 24)}
+    per_hour: dict[int, list[int]] = {h: [0, 0, 0] for h in range(first, first + 24)}
     failure_types: dict[str, int] = {}
-    for hour, error_type, n in board.calls.hourly(first):
-        slot = per_hour.setdefault(hour, [0, 0])
+    answer_types: dict[str, int] = {}
+    for hour, error_type, answer, n in board.calls.hourly(first):
+        slot = per_hour.setdefault(hour, [0, 0, 0])
         slot[0] += n
-        if error_type:
-            slot[1] += n
-            failure_types[error_type] = failure_types.get(error_type, 0) + n
+        if error_type:  # an answer with an error is counted apart from failures (ADR 0012, issue 37)
+            slot[2 if answer else 1] += n
+            kinds = answer_types if answer else failure_types
+            kinds[error_type] = kinds.get(error_type, 0) + n
     day_calls = sum(v[0] for v in per_hour.values())
     day_failures = sum(v[1] for v in per_hour.values())
     return OverviewPage(
         tenant=board.tenant, calls_last_hour=hour_calls,
         failures_last_hour=hour_failures, calls_last_day=day_calls, failures_last_day=day_failures,
+        answered_last_hour=hour_answered, answered_last_day=sum(v[2] for v in per_hour.values()),
         error_rate_last_day=round(day_failures / day_calls, 4) if day_calls else 0.0, **_health_part(summary),
         top_failure_types=sorted(failure_types.items(), key=lambda kv: (-kv[1], kv[0]))[:8],
-        chart=[HourPoint(hour=_utc(h * 3600), calls=c, failures=f) for h, (c, f) in sorted(per_hour.items())],
+        top_answer_types=sorted(answer_types.items(), key=lambda kv: (-kv[1], kv[0]))[:8],
+        chart=[HourPoint(hour=_utc(h * 3600), calls=c, failures=f, answered=a)
+               for h, (c, f, a) in sorted(per_hour.items())],
         indexed_calls=board.calls.total(), indexing=indexing(board),
     )  # fmt: skip
 

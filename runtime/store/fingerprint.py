@@ -37,12 +37,13 @@ def contract_fingerprint(
     deliverable: JsonValue = None,
     acceptance: JsonValue = None,
     failure_policy: JsonValue = None,
+    inputs: JsonValue = None,
 ) -> str:
     """Stable hash of a delegation contract (ADR 0012 section 3): the staleness signal of artifacts.
 
     Key order of dicts and whitespace inside strings do not matter; the role is part of the contract.
     """
-    payload: JsonValue = {
+    payload: dict[str, JsonValue] = {
         "v": FINGERPRINT_VERSION,
         "role": role,
         "purpose": _normalize(purpose),
@@ -50,4 +51,6 @@ def contract_fingerprint(
         "acceptance": _normalize(acceptance),
         "failure_policy": _normalize(failure_policy),
     }
+    if inputs is not None:  # typed inputs (issue 37); absent, every fingerprint stays what it was
+        payload["inputs"] = _normalize(inputs)
     return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()

@@ -101,6 +101,10 @@ class ToolContract(_Record):
     deliverable: JsonValue = None
     acceptance: JsonValue = None
     failure_policy: JsonValue = None
+    #: typed inputs (issue 37): method name -> its positional parameters in order, each a JSON Schema with a
+    #: ``name`` (``[{"name": "url", "type": "string", "description": "..."}]``); checked by
+    #: ``runtime.agent.contracts.check_contract``. None: untyped (MCP clients get ``{args, kwargs}``)
+    inputs: JsonValue = None
 
     def bounded(self) -> ToolContract:
         """The contract as the store keeps it: an over-long purpose or field cut (``self`` when none is)."""
@@ -113,12 +117,12 @@ class ToolContract(_Record):
         ):  # fmt: skip
             return self
         return ToolContract(role=self.role, purpose=purpose, deliverable=deliverable, acceptance=acceptance,
-                            failure_policy=failure_policy)  # fmt: skip
+                            failure_policy=failure_policy, inputs=self.inputs)  # fmt: skip
 
     def fingerprint(self) -> str:
         """The fingerprint of the contract as the store keeps it (:meth:`bounded`)."""
         c = self.bounded()
-        return contract_fingerprint(c.role, c.purpose, c.deliverable, c.acceptance, c.failure_policy)
+        return contract_fingerprint(c.role, c.purpose, c.deliverable, c.acceptance, c.failure_policy, c.inputs)
 
 
 def _bounded_contract(value: ToolContract | None) -> ToolContract | None:
@@ -134,6 +138,8 @@ class RegistryEntry(_Record):
     deliverable: ContractField = None
     acceptance: ContractField = None
     failure_policy: ContractField = None
+    #: the contract's typed inputs (see :class:`ToolContract`); None when untyped
+    inputs: JsonValue = None
     contract_fingerprint: str | None = None
     created_at: AwareDatetime
     updated_at: AwareDatetime
@@ -158,6 +164,7 @@ class RegistryEntry(_Record):
             deliverable=self.deliverable,
             acceptance=self.acceptance,
             failure_policy=self.failure_policy,
+            inputs=self.inputs,
         )
 
 

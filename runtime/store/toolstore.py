@@ -400,6 +400,7 @@ class ToolStore:
                         "deliverable": contract.deliverable,
                         "acceptance": contract.acceptance,
                         "failure_policy": contract.failure_policy,
+                        "inputs": contract.inputs,
                         "contract_fingerprint": contract.fingerprint(),
                         "updated_at": now,
                     }
@@ -473,6 +474,7 @@ class ToolStore:
             deliverable=contract.deliverable if contract else None,
             acceptance=contract.acceptance if contract else None,
             failure_policy=contract.failure_policy if contract else None,
+            inputs=contract.inputs if contract else None,
             contract_fingerprint=contract.fingerprint() if contract else None,
             created_at=min(created) if created else now,
             updated_at=now,

@@ -82,8 +82,8 @@ def test_filters_time_keyset_and_hours(tmp_path: Path) -> None:
     assert [c.id for c in index.page(CallFilter(before=4), 50)] == [3, 2, 1]
     assert [c.id for c in index.page(CallFilter(stage="none"), 50)] == [c for c in range(12, 0, -1) if (c - 1) % 4]
     hours = index.hourly(int(T0.timestamp() // 3600))
-    assert sum(n for _, _, n in hours) == 12 and sum(n for _, e, n in hours if e) == 3
-    assert index.count_since(T0.timestamp()) == (12, 3)
+    assert sum(n for _, _, _, n in hours) == 12 and sum(n for _, e, _, n in hours if e) == 3
+    assert index.count_since(T0.timestamp()) == (12, 3, 0)
     assert (tmp_path / "calls.index.sqlite").stat().st_mode & 0o777 == 0o600
 
 

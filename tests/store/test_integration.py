@@ -540,7 +540,9 @@ def test_a_planted_forbidden_program_is_rejected_by_the_same_policy(env_any: Env
     assert spy.codes == [] and provider.calls == 0  # never reached the sandbox
     rec = last(ws2)
     assert rec.program_source == "persisted" and rec.verdict == "terminal"
-    assert rec.store_actions == ["record_failure:intrinsic@1"]
+    # refused only for a capability this policy does not grant (file_write): the caller's policy, not a defect
+    # the store can see (ADR 0012, issue 37), so it stays selected and is refused again, never run
+    assert rec.store_actions == ["record_failure:extrinsic@1"]
     assert not marker.exists()
 
 

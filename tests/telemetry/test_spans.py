@@ -5,7 +5,6 @@ failed attempts, metrics that mirror the call log, and nothing secret in any att
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,6 @@ SECRET = "s3cr3t-otel-token-0123456789"
 RECOVERABLE = "import os\ncontext['cwd'] = os.getcwd()\nreturn 1\n"
 PARENT = "r = tool('helper').double(args[0])\nreturn {'inner': r.value}\n"
 CHILD = "return args[0] * 2\n"
-
-
-@pytest.fixture
-def workspaces(tmp_path: Path) -> Iterator[list[Workspace]]:
-    made: list[Workspace] = []
-    yield made
-    for ws in made:
-        ws.close()
 
 
 def make(workspaces: list[Workspace], tmp_path: Path, programs: list[str], policy: Policy | None = None,

@@ -5,6 +5,11 @@ its checksum holds: the tools earlier sessions forged and proved, callable direc
 ``role.method`` when MCP accepts it (SEP-986: ``[A-Za-z0-9._-]{1,128}``) and no other method maps to it;
 otherwise a readable slug with a digest. The mapping is rebuilt from the store on every listing and call,
 so a tool that turns unhealthy stops being callable this way at once.
+
+A method whose stored code the calling tenant's policy would reject (a ``web_fetcher.fetch`` for a tenant
+without ``http_fetch``) is not listed: calling it could only be refused (docs/serve.md). A method whose
+contract types its inputs (``ToolContract.inputs``) gets them as its input schema, positional parameters as
+named properties; the others keep the generic ``{args, kwargs}``.
 """
 
 from __future__ import annotations
@@ -15,7 +20,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sandforge.runtime.agent.contracts import InvalidContract, deliverable_validator, to_json_schema
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from sandforge.runtime.agent.contracts import (
+    InvalidContract,
+    Parameter,
+    deliverable_validator,
+    method_parameters,
+    to_json_schema,
+)
+from sandforge.runtime.guardrails import Policy, validate
 from sandforge.runtime.service.mcp.models import CallOutcome
 from sandforge.runtime.store import ToolStore
 from sandforge.runtime.store.models import RegistryEntry
@@ -47,6 +62,39 @@ class Exposed:
     entry: RegistryEntry
 
     @property
+    def parameters(self) -> list[Parameter] | None:
+        """The method's typed positional parameters, None when its contract does not type them (or badly)."""
+        try:
+            return method_parameters(self.entry.inputs, self.method)
+        except InvalidContract:
+            return None
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        params = self.parameters
+        if params is None:
+            return INPUT_SCHEMA
+        return {
+            "type": "object",
+            "properties": {p.name: p.schema_ for p in params},
+            "required": [p.name for p in params if p.required],
+            "additionalProperties": False,
+        }
+
+    def positional(self, arguments: dict[str, Any]) -> list[Any] | None:
+        """Named arguments of a typed method as its positional ones (a missing optional one ends them, so
+        the program's own default applies); None when the method is untyped."""
+        params = self.parameters
+        if params is None:
+            return None
+        args: list[Any] = []
+        for p in params:
+            if p.name not in arguments:
+                break
+            args.append(arguments[p.name])
+        return args
+
+    @property
     def description(self) -> str:
         e = self.entry
         lines = [f"{self.role}.{self.method}: a stored sandforge tool method (runs sandboxed, no model call)."]
@@ -54,7 +102,8 @@ class Exposed:
         for label, value in (("Deliverable", e.deliverable), ("Acceptance", e.acceptance)):
             if value is not None:
                 lines.append(f"{label}: {json.dumps(value, ensure_ascii=False)[:2000]}")
-        lines.append("Call with {\"args\": [...], \"kwargs\": {...}}.")
+        if self.parameters is None:
+            lines.append("Call with {\"args\": [...], \"kwargs\": {...}}.")
         return "\n".join(lines)
 
     @property
@@ -82,7 +131,22 @@ def _slug(role: str, method: str) -> str:
     return f"{base}-{digest}"
 
 
-def _eligible(store: ToolStore) -> list[tuple[RegistryEntry, str]]:
+#: (code checksum, policy fingerprint) -> approved: a listing validates each stored program once per policy
+_VERDICTS: dict[tuple[str, str], bool] = {}
+_MAX_VERDICTS = 4096
+
+
+def _approved(code: str, checksum: str, policy: Policy) -> bool:
+    key = (checksum, policy.fingerprint)
+    verdict = _VERDICTS.get(key)
+    if verdict is None:
+        if len(_VERDICTS) >= _MAX_VERDICTS:
+            _VERDICTS.clear()
+        verdict = _VERDICTS[key] = validate(code, policy).verdict == "approved"
+    return verdict
+
+
+def _eligible(store: ToolStore, policy: Policy | None) -> list[tuple[RegistryEntry, str]]:
     registry = store.registry()
     found: list[tuple[RegistryEntry, str]] = []
     for row in store.health_report():
@@ -92,14 +156,17 @@ def _eligible(store: ToolStore) -> list[tuple[RegistryEntry, str]]:
             and row.reusable
             and row.checksum_ok
             and row.role in registry
-        ):
+            and (policy is None or (row.artifact is not None
+                                    and _approved(row.artifact.code, row.artifact.code_checksum, policy)))
+        ):  # fmt: skip
             found.append((registry[row.role], row.method_name))
     return found
 
 
-def exposed(store: ToolStore) -> dict[str, Exposed]:
-    """MCP name -> exposed method, for every healthy reusable method of ``store``."""
-    eligible = _eligible(store)
+def exposed(store: ToolStore, policy: Policy | None = None) -> dict[str, Exposed]:
+    """MCP name -> exposed method, for every healthy reusable method of ``store`` (that ``policy``, the calling
+    tenant's, would approve, when given)."""
+    eligible = _eligible(store, policy)
     plain: dict[str, list[tuple[RegistryEntry, str]]] = {}
     for entry, method in eligible:
         plain.setdefault(f"{entry.role}.{method}", []).append((entry, method))
@@ -110,3 +177,12 @@ def exposed(store: ToolStore) -> dict[str, Exposed]:
             chosen = name if unique else _slug(entry.role, method)
             tools[chosen] = Exposed(chosen, entry.role, method, entry)
     return tools
+
+
+def typed_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` do not fit a typed method's input schema (one line), None when they do."""
+    error = best_match(Draft202012Validator(schema).iter_errors(arguments))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+    return f"{where}: {error.message}"[:500]

@@ -50,7 +50,7 @@ from sandforge.runtime.service.mcp.models import (
     ToolList,
     ValidationReport,
 )
-from sandforge.runtime.service.mcp.persisted import INPUT_SCHEMA, Exposed, exposed
+from sandforge.runtime.service.mcp.persisted import Exposed, exposed, typed_problem
 from sandforge.runtime.service.mcp.tenant import TenantPort
 
 log = logging.getLogger(__name__)
@@ -311,7 +311,7 @@ class TenantMCP(MCPServer[Any]):
 
     def _exposed(self) -> dict[str, Exposed]:
         try:
-            return exposed(self.runtime.store)
+            return exposed(self.runtime.store, self.runtime.policy)
         except (OSError, SandforgeError) as exc:
             log.warning("the tool store could not be listed: %s", exc)
             return {}
@@ -324,7 +324,7 @@ class TenantMCP(MCPServer[Any]):
             name=item.name,
             title=f"{item.role}.{item.method}",
             description=item.description,
-            input_schema=INPUT_SCHEMA,
+            input_schema=item.input_schema,
             output_schema=item.output_schema,
             annotations=ToolAnnotations(
                 title=f"{item.role}.{item.method}",
@@ -354,6 +354,13 @@ class TenantMCP(MCPServer[Any]):
         if item is None:  # never stored, not healthy, or another tenant's: the same answer
             return error_result(ToolFailure(error_type="unknown_tool", error_message=f"no tool named {name!r}"))
         note(_http_state(context), tool_role=item.role, tool_method=item.method)
+        typed = item.parameters
+        if typed is not None:  # named arguments checked against the contract's schema, then positional again
+            problem = typed_problem(item.input_schema, arguments)
+            if problem is not None:
+                return error_result(ToolFailure(error_type="invalid_request", error_message=problem))
+            args = item.positional(arguments) or []
+            return await self.executing(lambda: ops.call_stored_tool(self.runtime, item.role, item.method, args, {}))
         try:
             parsed = PersistedArguments.model_validate(arguments)
         except ValidationError as exc:
