@@ -8,6 +8,7 @@ import time
 
 import click
 
+from sandforge import __version__
 from sandforge.runtime.cli.registry import LazyGroup
 from sandforge.runtime.cli.settings import CONFIG_ENV, apply_config, load_config
 
@@ -25,7 +26,7 @@ def configure_logging(verbose: int) -> None:
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
-@click.version_option(package_name="sandforge", message="sandforge %(version)s")
+@click.version_option(version=__version__, message="sandforge %(version)s")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 @click.option("--config", "config_path", envvar=CONFIG_ENV, default=None, metavar="FILE", show_default=False,
               help="Settings file (default: sandforge.toml, or [tool.sandforge] in pyproject.toml, from the "

@@ -39,3 +39,13 @@ def test_help_lists_every_command_with_its_summary() -> None:
 def test_an_unknown_command_is_a_usage_error() -> None:
     result = CliRunner().invoke(main, ["no-such-command"])
     assert result.exit_code == 2 and "No such command 'no-such-command'" in result.output
+
+
+def test_the_version_is_pyproject_s() -> None:
+    import tomllib
+
+    import sandforge
+
+    pyproject = tomllib.loads((CLI_DIR.parents[1] / "pyproject.toml").read_text())
+    assert sandforge.__version__ == pyproject["project"]["version"]
+    assert CliRunner().invoke(main, ["--version"]).output == f"sandforge {sandforge.__version__}\n"
