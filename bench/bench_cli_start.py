@@ -34,10 +34,12 @@ ENTRY = "import sys; from sandforge.runtime.cli import main; sys.exit(main())"
 GOAL_RATIO = 2.0
 
 
-def wall(command: list[str], env: dict[str, str]) -> float:
-    """Seconds from starting ``command`` to its exit (it must succeed)."""
+def wall(command: list[str], env: dict[str, str], cwd: str) -> float:
+    """Seconds from starting ``command`` in ``cwd`` to its exit (it must succeed). ``cwd`` is an empty folder:
+    ``python -c`` puts the working directory first on sys.path, and a checkout's own ``sandforge/`` there would
+    be measured instead of the one PYTHONPATH or the install names."""
     start = time.perf_counter()
-    done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    done = subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"{command} failed ({done.returncode}): {done.stderr.decode()[-500:]}")
@@ -68,13 +70,13 @@ def run(runs: int) -> dict[str, Any]:
             "exec": [py, "-c", ENTRY, "exec", "--backend", "subprocess", str(program)],
         }
         for command in commands.values():  # write and warm the bytecode caches and the page cache
-            wall(command, env)
+            wall(command, env, tmp)
         doctor_cold_s()
         load_before = os.getloadavg()
         times: dict[str, list[float]] = {name: [] for name in [*commands, "doctor_cold"]}
         for _ in range(runs):
             for name, command in commands.items():
-                times[name].append(wall(command, env))
+                times[name].append(wall(command, env, tmp))
             times["doctor_cold"].append(doctor_cold_s())
         load_after = os.getloadavg()
     med = {name: statistics.median(values) for name, values in times.items()}
