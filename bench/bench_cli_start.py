@@ -19,8 +19,6 @@ information. Exit status 1 when a goal is missed.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -29,6 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.startup import parse_args, report
 
 ENTRY = "import sys; from sandforge.runtime.cli import main; sys.exit(main())"
 GOAL_RATIO = 2.0
@@ -107,10 +109,7 @@ def run(runs: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    args = parse_args(__doc__ or "")
     result = run(args.runs)
     load = result["load_average"]
     print(f"load average {load['before']} -> {load['after']} on {result['cores']} cores, {args.runs} runs, medians")
@@ -121,10 +120,7 @@ def main() -> None:
     print(f"(floors: click {result['median_s']['click_floor'] * 1000:.1f} ms; pydantic "
           f"{result['median_s']['pydantic_floor'] * 1000:.1f} ms + doctor cold start "
           f"{result['median_s']['doctor_cold'] * 1000:.1f} ms; config {result['median_s']['config'] * 1000:.1f} ms)")
-    print(json.dumps(result, indent=2))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.out)
     sys.exit(0 if all(goal["met"] for goal in result["goals"].values()) else 1)
 
 
