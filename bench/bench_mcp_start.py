@@ -13,7 +13,6 @@ has them), and one unmeasured run of each warms them. The goal (issue 37): under
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -23,6 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.startup import parse_args, report
 
 INITIALIZE = {
     "jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -102,16 +105,8 @@ def run(runs: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
-    result = run(args.runs)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    args = parse_args(__doc__ or "")
+    report(run(args.runs), args.out)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from sandforge.runtime.store import ToolStore
     from sandforge.sandbox import AsyncSandbox, Sandbox, SandboxConfig
 
+#: The release (pyproject.toml's ``project.version``, which a test keeps equal): read from here, not from the
+#: installed metadata, whose import (``importlib.metadata``: email, zipfile) costs ``sandforge --version`` and the
+#: MCP handshake more than everything else they load.
+__version__ = "0.1.0"
+
 __all__ = ["Agent", "AsyncAgent", "AsyncSandbox", "Sandbox", "SandboxConfig", "ToolStore"]
 
 _EXPORTS = {

@@ -1,4 +1,5 @@
-"""`sandforge` command line. Each command group lives in its own module and is registered here."""
+"""`sandforge` command line. Each command lives in its own module (``<name>_cmd.py``), imported only when that
+command runs (`registry.LazyGroup`), so ``--version`` and ``--help`` load click and little else."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import time
 
 import click
 
-from sandforge.runtime.cli.common import SandforgeGroup
+from sandforge import __version__
+from sandforge.runtime.cli.registry import LazyGroup
 from sandforge.runtime.cli.settings import CONFIG_ENV, apply_config, load_config
 
 #: Log lines carry RFC 3339 UTC timestamps, like every JSON output.
@@ -23,8 +25,8 @@ def configure_logging(verbose: int) -> None:
     logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2), handlers=[handler])
 
 
-@click.group(cls=SandforgeGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
-@click.version_option(package_name="sandforge", message="sandforge %(version)s")
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.version_option(version=__version__, message="sandforge %(version)s")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 @click.option("--config", "config_path", envvar=CONFIG_ENV, default=None, metavar="FILE", show_default=False,
               help="Settings file (default: sandforge.toml, or [tool.sandforge] in pyproject.toml, from the "
@@ -40,44 +42,3 @@ def main(ctx: click.Context, verbose: int, config_path: str | None) -> None:
     from sandforge.runtime import telemetry
 
     ctx.call_on_close(telemetry.flush)  # spans of a short command are exported before it exits
-
-
-def _register() -> None:
-    from sandforge.runtime.cli import (
-        bench_cmd,
-        chat_cmd,
-        cleanup_cmd,
-        config_cmd,
-        dashboard_cmd,
-        demo_cmd,
-        doctor_cmd,
-        envs_cmd,
-        exec_cmd,
-        image_cmd,
-        logs_cmd,
-        mcp_cmd,
-        policy_cmd,
-        serve_cmd,
-        sessions_cmd,
-        tokens_cmd,
-        tools_cmd,
-    )
-
-    for module in (exec_cmd, doctor_cmd, image_cmd, tools_cmd, chat_cmd, sessions_cmd, logs_cmd, demo_cmd, policy_cmd):
-        main.add_command(module.command)
-    main.add_command(cleanup_cmd.command)
-    main.add_command(envs_cmd.command)
-    main.add_command(serve_cmd.command)
-    main.add_command(tokens_cmd.command)
-    main.add_command(mcp_cmd.command)
-    main.add_command(config_cmd.command)
-    if bench_cmd.available():  # a source checkout (an installed wheel has no harness to run)
-        main.add_command(bench_cmd.command)
-    main.add_command(dashboard_cmd.command)
-    from sandforge.runtime.cli import cluster_cmd, deploy_cmd  # issue 22
-
-    main.add_command(cluster_cmd.command)
-    main.add_command(deploy_cmd.command)
-
-
-_register()

@@ -4,8 +4,6 @@ user cache unless ``--write-docs``."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import click
@@ -41,6 +39,9 @@ def command(quick: bool, backends: str | None, write_docs: bool, full: bool, as_
     if not available():
         raise UsageError("sandforge bench needs a source checkout (its bench/ folder is not installed)",
                          hint="git clone the repository and run it there")  # fmt: skip
+    import subprocess  # here, not at the top: `sandforge --help` imports this module to ask `available()`
+    import sys
+
     argv = [sys.executable, "-m", "bench"]
     argv += ["--quick"] if quick else []
     argv += ["--backends", backends] if backends else []

@@ -13,7 +13,6 @@ import click
 
 from sandforge.runtime.cli.exits import JSON_ERRORS, Exit, json_requested, report, report_click, report_sandforge
 from sandforge.runtime.errors import SandforgeError, UsageError
-from sandforge.sandbox.config import SandboxConfigError
 
 if TYPE_CHECKING:
     from sandforge.runtime.guardrails.policy import Policy
@@ -46,7 +45,9 @@ class SandforgeGroup(click.Group):
             return super().invoke(ctx)
         except SandforgeError as exc:
             ctx.exit(report_sandforge(exc))
-        except SandboxConfigError as exc:  # a malformed SANDFORGE_* setting: a usage error
+        except ValueError as exc:  # a malformed SANDFORGE_* setting (SandboxConfigError): a usage error
+            if not _is_sandbox_config_error(exc):
+                raise
             report("config_error", str(exc) + _set_by(ctx, str(exc)), Exit.USAGE)
             ctx.exit(Exit.USAGE)
         except (click.exceptions.Exit, click.Abort):
@@ -60,6 +61,13 @@ class SandforgeGroup(click.Group):
             report("interrupted", "interrupted", Exit.INTERRUPTED)
             ctx.exit(Exit.INTERRUPTED)
         return None
+
+
+def _is_sandbox_config_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the sandbox layer's SandboxConfigError, without importing that layer (its import costs
+    a light command its start-up): the class can only have been raised if its module was loaded."""
+    module = sys.modules.get("sandforge.sandbox.config")
+    return module is not None and isinstance(exc, module.SandboxConfigError)
 
 
 def _set_by(ctx: click.Context, message: str) -> str:

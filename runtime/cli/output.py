@@ -8,8 +8,6 @@ from typing import Any
 
 import click
 
-from sandforge.runtime.files import encode_compact
-
 #: The most any ``--json`` listing prints (the registry's and sessions' own caps are below this).
 MAX_JSON_OUTPUT_BYTES = 256 * 1024 * 1024
 
@@ -40,4 +38,6 @@ def json_default(fallback: Callable[[Any], Any] | None = None) -> Callable[[Any]
 def emit_json(payload: Any, *, limit: int = MAX_JSON_OUTPUT_BYTES, default: Callable[[Any], Any] | None = None) -> None:
     """Print ``payload`` as one line of compact JSON (indenting grows with depth); bounded by ``limit``.
     Datetimes are RFC 3339 UTC strings."""
+    from sandforge.runtime.files import encode_compact  # pydantic_core: only a command that prints JSON pays it
+
     click.echo(encode_compact(payload, limit=limit, what="the JSON output", default=json_default(default)))

@@ -15,7 +15,6 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 import anyio
@@ -36,6 +35,7 @@ from mcp_types import (
 from mcp_types import Tool as MCPTool
 from pydantic import BaseModel, Field, JsonValue, ValidationError
 
+from sandforge import __version__
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.service.audit import note
 from sandforge.runtime.service.mcp import operations as ops
@@ -65,13 +65,6 @@ INSTRUCTIONS = (
 #: What a client sends before it uses the server (the store is not read for these).
 HANDSHAKE = frozenset({"initialize", "notifications/initialized", "ping"})
 _PATHS = re.compile(r"(?:/[\w.@+-]+){2,}")
-
-
-def _version() -> str:
-    try:
-        return version("sandforge")
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "0+unknown"
 
 
 def _text(value: Any) -> str:
@@ -174,7 +167,7 @@ class TenantMCP(MCPServer[Any]):
     ) -> None:
         super().__init__(
             name=name,
-            version=_version(),
+            version=__version__,
             instructions=INSTRUCTIONS,
             cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
             log_level="WARNING",
