@@ -21,7 +21,7 @@ from sandforge import sandbox as sandbox_pkg
 from sandforge.sandbox import DEFAULT_REQUIRED, ExecutionRequest, Limits, MissingProtections, Sandbox, SandboxConfig
 from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend, verify_protections
 from sandforge.sandbox.config import SandboxConfigError
-from sandforge.sandbox.protections import PROTECTIONS, parse_list
+from sandforge.sandbox.protections import ALWAYS_REQUIRED, PROTECTIONS, parse_list
 
 HERE = Path(__file__).parent
 NO_NAMESPACES = HERE / "no_namespaces_runner.py"
@@ -37,8 +37,8 @@ needs_rootless = pytest.mark.skipif(not ROOTLESS, reason="rootless mode; CI runs
 
 def test_default_required_set_is_the_documented_wall() -> None:
     config = SandboxConfig()
-    assert set(config.enforced_protections) == set(DEFAULT_REQUIRED)
-    for name in ("rlimits", "seccomp", "no_new_privs", "unprivileged_user", *WALLS):
+    assert set(config.enforced_protections) == set(DEFAULT_REQUIRED) | set(ALWAYS_REQUIRED)
+    for name in ("rlimits", "seccomp", "no_new_privs", "unprivileged_user", "audit_tripwire", *WALLS):
         assert name in config.enforced_protections, name
     assert config.waived_protections == ()
 
@@ -62,7 +62,7 @@ def test_environment_waivers_are_explicit_and_listed(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("SANDFORGE_ALLOW_MISSING_PROTECTIONS")
     monkeypatch.setenv("SANDFORGE_REQUIRE_PROTECTIONS", "seccomp,rlimits")
     config = SandboxConfig.from_env()
-    assert config.enforced_protections == ("seccomp", "rlimits")
+    assert config.enforced_protections == ("seccomp", "rlimits", "audit_tripwire")  # the tripwire: never waived
     assert set(config.waived_protections) == set(DEFAULT_REQUIRED) - {"seccomp", "rlimits"}
 
 
