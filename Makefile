@@ -3,10 +3,12 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
+# uv (a dependency anyway) installs the project in seconds where pip takes minutes; pip stays in the venv. uv
+# reads the system's certificate store (UV_NATIVE_TLS), the one pip.conf points pip at.
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	test -x $(VENV)/bin/uv || $(VENV)/bin/pip install -q uv
+	UV_NATIVE_TLS=1 $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python -e '.[dev]'
 	touch $(STAMP)
 
 .PHONY: venv demo test lint bench bench-peers
@@ -15,8 +17,11 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/sandforge demo
 
+# Tests wait on containers, servers and subprocesses: TEST_WORKERS may exceed the cores. loadgroup keeps a
+# file's module-scoped set-up on one worker and --no-loadscope-reorder the slowest files first (tests/durations.py).
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n 2 $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sandforge runtime sandbox policies images bench tests

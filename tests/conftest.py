@@ -7,6 +7,7 @@
 - Any test marked ``@pytest.mark.docker`` / ``@pytest.mark.gvisor`` / ``@pytest.mark.oci`` gets the same
   requirement check. The OCI backends (runc/runsc driven directly) need root, the runtime binary and the
   image unpacked by ``image.build`` (the probe builds and unpacks it once).
+- The slowest test files run first (``tests/durations.py``), so under xdist no worker is left alone at the end.
 """
 
 from __future__ import annotations
@@ -19,11 +20,25 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from sandforge.sandbox import Sandbox, SandboxConfig
+from tests import durations
 
 if TYPE_CHECKING:
     from sandforge.runtime.agent import Workspace
 
 REQUIRE_DOCKER = os.environ.get("SANDFORGE_REQUIRE_DOCKER") == "1"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest files first, each file's tests together and in their order (a stable sort by file); under
+    ``--dist loadgroup`` the tests of a file with a module-scoped set-up (a Ray cluster, a server) stay on one
+    worker, which sets it up once."""
+    seconds = durations.load()
+    if seconds:
+        items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], 0.0))
+    for item in items:
+        if durations.shares_a_setup(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 @dataclass

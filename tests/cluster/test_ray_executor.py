@@ -222,16 +222,24 @@ def test_a_caller_without_the_token_is_refused(cluster: LocalCluster, tmp_path: 
         "    print('REFUSED', type(exc).__name__)\n"
     )
     cases = [(address, token) for address in (state.gcs_address, state.client_address) for token in (str(wrong), None)]
-    for address, token in cases:  # a driver on the GCS and a Ray Client alike
+    probes = []
+    for address, token in cases:  # a driver on the GCS and a Ray Client alike; the four side by side
         env = {**os.environ, **cluster.env(), "PROBE_ADDRESS": address}
         if token is None:
             env.pop("RAY_AUTH_TOKEN_PATH")
             env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token either
         else:
             env["RAY_AUTH_TOKEN_PATH"] = token
-        done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=180,
-                              check=False)  # fmt: skip
-        assert "NODES" not in done.stdout, (address, token, done.stdout, done.stderr[-2000:])
+        probes.append(subprocess.Popen([sys.executable, "-c", probe], env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True))  # fmt: skip
+    try:
+        for (address, token), proc in zip(cases, probes, strict=True):
+            stdout, stderr = proc.communicate(timeout=180)
+            assert "NODES" not in stdout, (address, token, stdout, stderr[-2000:])
+    finally:
+        for proc in probes:
+            proc.kill()  # a no-op for one that ended
+            proc.wait()
     assert oct(Path(state.token_file).stat().st_mode & 0o777) == "0o600"
 
 
