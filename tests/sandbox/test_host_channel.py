@@ -28,6 +28,7 @@ from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
 from sandforge.sandbox.channel import Stream, WorkerIO
 from sandforge.sandbox.exchange import ExitInfo, build_outcome, run_exchange
 from sandforge.sandbox.protocol import HEADER, CallFrame, ProtocolError, decode_runner_frame
+from tests.conftest import BACKEND_PARAMS
 from tests.sandbox.test_container_boundary import ESCAPED_BOOTSTRAP
 
 ESCAPED = Path(__file__).with_name("escaped_runner.py")
@@ -230,15 +231,7 @@ def send(obj):
 """
 
 
-@pytest.fixture(
-    params=[
-        "subprocess",
-        pytest.param("docker", marks=pytest.mark.docker),
-        pytest.param("gvisor", marks=[pytest.mark.docker, pytest.mark.gvisor]),
-        pytest.param("runc", marks=pytest.mark.oci("runc")),
-        pytest.param("runsc", marks=pytest.mark.oci("runsc")),
-    ]
-)
+@pytest.fixture(params=BACKEND_PARAMS)
 def escaped(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
     """Each backend with a runner whose program runs as unrestricted Python (a full escape)."""
     config = SandboxConfig(pool_size=0)
