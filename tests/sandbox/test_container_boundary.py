@@ -44,6 +44,7 @@ def unrestricted_globals(proxies, stdout, bridge):
 
 serving.compile_program = compile_unrestricted
 serving.build_globals = unrestricted_globals
+serving.shipped_code = lambda frame: None  # the text, compiled unrestricted; never what the host precompiled
 serving.forget_lockdown_modules = lambda: []  # the attacker is assumed to have them back
 {{TRIPWIRE}}
 os._exit(start.main(["--result-stdout", *sys.argv[1:]]))
@@ -54,7 +55,7 @@ ESCAPED_BOOTSTRAP = ESCAPED_BOOTSTRAP_TEMPLATE.replace(
     "{TRIPWIRE}", "serving.tripwire = types.SimpleNamespace(install=lambda: True, arm=lambda *args: None)"
 )
 #: The same escape with the real tripwire armed (tests/sandbox/test_tripwire.py).
-ESCAPED_BOOTSTRAP_ARMED = ESCAPED_BOOTSTRAP_TEMPLATE.replace("{TRIPWIRE}", "serving.shipped_code = lambda frame: None")
+ESCAPED_BOOTSTRAP_ARMED = ESCAPED_BOOTSTRAP_TEMPLATE.replace("{TRIPWIRE}", "")
 
 LIMITS = Limits(timeout_s=10, memory_mb=128, disk_mb=4, max_processes=12)
 
