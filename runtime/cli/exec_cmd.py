@@ -66,10 +66,9 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -
         if (event := outcome.security_event) is not None:
             click.echo(f"  security event: {event.source} {event.event}", err=True)
         for v in outcome.metadata.get("violations", []):
-            loc = v.get("location") or {}
-            click.echo(
-                f"  line {loc.get('line')}: {v['violation_type']} ({v['classification']}): {v['message']}", err=True
-            )
+            line = (v.get("location") or {}).get("line")  # none for a refused manifest: not one line's fault
+            where = f"line {line}: " if line is not None else ""
+            click.echo(f"  {where}{v['violation_type']} ({v['classification']}): {v['message']}", err=True)
             if v.get("required_correction"):
                 click.echo(f"    fix: {v['required_correction']}", err=True)
     for entry in outcome.metadata.get("egress", []):
