@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 HEAVY = ("sandforge.runtime.store", "sandforge.sandbox", "sandforge.runtime.agent", "yaml", "anthropic")
 
@@ -102,3 +103,61 @@ def test_running_a_command_loads_its_module_only() -> None:
     loaded = _cli_modules(["policy", "--help"])
     assert "sandforge.runtime.cli.policy_cmd" in loaded
     assert [m for m in loaded if m.endswith("_cmd") and m.rsplit(".", 1)[1] not in ("policy_cmd", "bench_cmd")] == []
+
+
+# ------------------------------------------------------------------------- `sandforge mcp` before its handshake
+
+#: What ``sandforge mcp`` must not have imported when it answers ``initialize``: the tools' work, the agent,
+#: the store itself and the sandbox backends load after the handshake (issue 39, item 2).
+MCP_AFTER_HANDSHAKE = (
+    "sandforge.runtime.service.mcp.operations",
+    "sandforge.runtime.service.mcp.persisted",
+    "sandforge.runtime.service.mcp.failure_result",
+    "sandforge.runtime.agent.workspace",
+    "sandforge.runtime.agent.program_exec",
+    "sandforge.runtime.store.toolstore",
+    "sandforge.runtime.environments.builder",
+    "sandforge.sandbox.backends.subprocess_backend",
+    "jsonschema",
+    "docker",
+)
+INITIALIZE = json.dumps({
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pin", "version": "0"}},
+})  # fmt: skip
+
+
+def test_mcp_answers_initialize_before_importing_the_tools(tmp_path: Path) -> None:
+    """stdin holds ``initialize`` and ends: the server answers and exits, having loaded only what the answer
+    needed (no ``notifications/initialized`` came, so the warm-up never started)."""
+    probe = (
+        "import json, sys\n"
+        "from sandforge.runtime.cli import main\n"
+        "try:\n    main(sys.argv[1:], prog_name='sandforge')\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write('\\n' + json.dumps(sorted(sys.modules)))\n"
+    )
+    args = ["mcp", "--state-dir", str(tmp_path / "state"), "--provider", "none", "--backend", "subprocess"]
+    done = subprocess.run([sys.executable, "-c", probe, *args], input=INITIALIZE + "\n", capture_output=True,
+                          text=True, check=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    assert json.loads(done.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "sandforge"
+    loaded = set(json.loads(done.stderr.rsplit("\n", 1)[1]))
+    assert [m for m in MCP_AFTER_HANDSHAKE if m in loaded] == []
+
+
+def test_mcp_warm_up_imports_the_tools_and_builds_the_workspace(tmp_path: Path) -> None:
+    probe = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from sandforge.runtime.service.mcp import TenantMCP\n"
+        "from sandforge.runtime.service.tenants import standalone_tenant\n"
+        "rt = standalone_tenant('local', Path(sys.argv[1]), backend='subprocess')\n"
+        "before = 'sandforge.runtime.service.mcp.operations' in sys.modules\n"
+        "TenantMCP(rt).warm_up()\n"
+        "print(json.dumps([before, 'sandforge.runtime.service.mcp.operations' in sys.modules, sorted(rt._parts)]))\n"
+        "rt.close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "state")], capture_output=True, text=True,
+                          check=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    before, after, parts = json.loads(done.stdout.splitlines()[-1])
+    assert (before, after) == (False, True)
+    assert {"tool_store", "sandbox", "workspace"} <= set(parts)
