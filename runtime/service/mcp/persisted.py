@@ -103,7 +103,7 @@ class Exposed:
             if value is not None:
                 lines.append(f"{label}: {json.dumps(value, ensure_ascii=False)[:2000]}")
         if self.parameters is None:
-            lines.append('Call with {"args": [...], "kwargs": {...}}.')
+            lines.append("Call with {\"args\": [...], \"kwargs\": {...}}.")
         return "\n".join(lines)
 
     @property
