@@ -14,7 +14,6 @@ from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.cli.common import load_policy_option, policy_options
 from sandforge.runtime.cli.exits import for_outcome
-from sandforge.runtime.cli.logs_cmd import egress_line
 from sandforge.runtime.errors import InputFileMissing, UsageError
 from sandforge.runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
 from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
@@ -71,8 +70,7 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -
             click.echo(f"  {where}{v['violation_type']} ({v['classification']}): {v['message']}", err=True)
             if v.get("required_correction"):
                 click.echo(f"    fix: {v['required_correction']}", err=True)
-    for entry in outcome.metadata.get("egress", []):
-        click.echo(egress_line(entry), err=True)
+    _print_fetches(outcome.metadata.get("egress", []))
     if outcome.stderr:
         click.echo(outcome.stderr, err=True, nl=not outcome.stderr.endswith("\n"))
     if not outcome.backend:
@@ -84,6 +82,14 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -
         f"peak {usage.peak_memory_mb:.1f} MB]",
         err=True,
     )
+
+
+def _print_fetches(fetched: list[dict[str, Any]]) -> None:
+    if fetched:  # the call log's reader (logs_cmd) loads only for a run that fetched
+        from sandforge.runtime.cli.logs_cmd import egress_line
+
+        for entry in fetched:
+            click.echo(egress_line(entry), err=True)
 
 
 def read_program(file: Path, limit: int) -> bytes:

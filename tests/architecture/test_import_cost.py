@@ -5,6 +5,7 @@ sandbox layer, PyYAML nor the anthropic SDK; they load when a tool runs or a YAM
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,44 @@ def test_mcp_warm_up_imports_the_tools_and_builds_the_workspace(tmp_path: Path) 
     before, after, parts = json.loads(done.stdout.splitlines()[-1])
     assert (before, after) == (False, True)
     assert {"tool_store", "sandbox", "workspace"} <= set(parts)
+
+
+# ------------------------------------------------------------------------------------ `sandforge exec`, end to end
+
+#: What `sandforge exec` of a program that declares nothing and fetches nothing must not load: the container
+#: engines' clients, the egress broker and its wire models, the environment builder, the agent's workspace,
+#: providers and MCP (issue 39, item 1). The policy, the guardrails and the subprocess sandbox it does load.
+EXEC_NEVER = (
+    "docker",
+    "requests",
+    "httpx",
+    "anthropic",
+    "openai",
+    "mcp",
+    "jsonschema",
+    "sandforge.runtime.egress.broker",
+    "sandforge.runtime.egress.wire",
+    "sandforge.runtime.environments.builder",
+    "sandforge.runtime.agent.workspace",
+    "sandforge.runtime.service.mcp",
+)
+
+
+def test_exec_of_a_plain_program_loads_no_engine_broker_or_builder(tmp_path: Path) -> None:
+    """The subprocess backend looks at the container engines for leftovers a few seconds after it starts
+    (``sandbox/leftovers.py``); the probe puts that look out of its reach so the pin is about exec's own path."""
+    (tmp_path / "two.py").write_text("return 1 + 1\n")
+    probe = (
+        "import json, sys\n"
+        "from sandforge.sandbox import leftovers\n"
+        "leftovers.CONTAINER_DELAY_S = 3600.0\n"
+        "from sandforge.runtime.cli import main\n"
+        "try:\n    main(sys.argv[1:], prog_name='sandforge')\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write('\\n' + json.dumps(sorted(sys.modules)))\n"
+    )
+    env = {**os.environ, "SANDFORGE_STATE_DIR": str(tmp_path / "state")}
+    done = subprocess.run([sys.executable, "-c", probe, "exec", "--backend", "subprocess", str(tmp_path / "two.py")],
+                          capture_output=True, text=True, check=True, cwd=tmp_path, env=env, timeout=120)  # fmt: skip
+    assert done.stdout.startswith("ok: 2"), done.stderr[-2000:]
+    loaded = set(json.loads(done.stderr.rsplit("\n", 1)[1]))
+    assert [m for m in EXEC_NEVER if m in loaded] == []

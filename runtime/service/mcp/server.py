@@ -318,10 +318,7 @@ class TenantMCP(MCPServer[Any]):
             return guarded(lambda: ops.get_tool(rt, role, method, self._names()))
 
         async def call_stored_tool(
-            role: Role,
-            method: Method,
-            args: Args = [],
-            kwargs: Kwargs = {},  # noqa: B006
+            role: Role, method: Method, args: Args = [], kwargs: Kwargs = {}  # noqa: B006
         ) -> Annotated[CallToolResult, CallOutcome]:
             """Call role.method(*args, **kwargs) through the full lifecycle with the tenant's provider, store and
             policy: a healthy stored artifact runs without the model; otherwise one is generated, validated,
