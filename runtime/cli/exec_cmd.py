@@ -18,7 +18,6 @@ from sandforge.runtime.errors import InputFileMissing, UsageError
 from sandforge.runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
 from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
 from sandforge.runtime.guardrails.engine import source_text
-from sandforge.runtime.service.models import exec_result
 from sandforge.sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
 
 
@@ -180,6 +179,8 @@ def command(
             write_user_file(context_path, data)
             committed = context_path
     if as_json:
+        from sandforge.runtime.service.models import exec_result  # the HTTP API's models: only for --json
+
         click.echo(encode_compact(exec_result(outcome), limit=output_limit(limits), what="the outcome"))
     else:
         _print_text(outcome, committed, bound)
