@@ -15,7 +15,7 @@ from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.cli.common import load_policy_option, policy_options
 from sandforge.runtime.cli.exits import for_outcome
 from sandforge.runtime.errors import InputFileMissing, UsageError
-from sandforge.runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
+from sandforge.runtime.files import decode_json, encode_compact, read_user_file, write_user_file
 from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
 from sandforge.runtime.guardrails.engine import source_text
 from sandforge.sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
@@ -164,7 +164,7 @@ def command(
     config = config.model_copy(update={"limits": limits})
     committed = None
     # --commit: read, run and write under the context file's lock, so concurrent commits serialise
-    with exclusive(context_path) if commit and context_path is not None else contextlib.nullcontext():
+    with _locked(context_path) if commit and context_path is not None else contextlib.nullcontext():
         context = _read_context(context_path, bound)
         try:
             request = ExecutionRequest(code=source_text(code), context=context, args=args, kwargs=kwargs, limits=limits)
@@ -186,6 +186,12 @@ def command(
         _print_text(outcome, committed, bound)
     error_type = outcome.error_type.value if outcome.error_type else None
     sys.exit(for_outcome(outcome.ok, error_type, outcome.metadata.get("verdict")))
+
+
+def _locked(path: Path) -> contextlib.AbstractContextManager[object]:
+    from sandforge.runtime.files import exclusive  # filelock: only for --commit
+
+    return exclusive(path)
 
 
 def _invalid(exc: ValidationError) -> UsageError:

@@ -177,6 +177,7 @@ EXEC_NEVER = (
     "openai",
     "mcp",
     "jsonschema",
+    "filelock",
     "sandforge.runtime.egress.broker",
     "sandforge.runtime.egress.wire",
     "sandforge.runtime.environments.builder",
