@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.startup import parse_args, report, tree_env
+from bench.startup import parse_args, print_goals, report, tree_env
 
 ENTRY = "import sys; from sandforge.runtime.cli import main; sys.exit(main())"
 GOAL_RATIO = 2.0
@@ -115,12 +115,7 @@ def run(runs: int, base: Path | None = None) -> dict[str, Any]:
 def main() -> None:
     args = parse_args(__doc__ or "")
     result = run(args.runs, args.base)
-    load = result["load_average"]
-    print(f"load average {load['before']} -> {load['after']} on {result['cores']} cores, {args.runs} runs, medians")
-    print(f"{'goal':<10} {'measured':>10} {'floor':>10} {'ratio':>7} {'goal':>6}  met")
-    for name, goal in result["goals"].items():
-        print(f"{name:<10} {goal['measured_s'] * 1000:>8.1f}ms {goal['floor_s'] * 1000:>8.1f}ms "
-              f"{goal['ratio']:>6.2f}x {goal['goal_ratio']:>5.1f}x  {'yes' if goal['met'] else 'NO'}")  # fmt: skip
+    print_goals(result, args.runs)
     print(f"(floors: click {result['median_s']['click_floor'] * 1000:.1f} ms; pydantic "
           f"{result['median_s']['pydantic_floor'] * 1000:.1f} ms + doctor cold start "
           f"{result['median_s']['doctor_cold'] * 1000:.1f} ms; config {result['median_s']['config'] * 1000:.1f} ms)")

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.startup import parse_args, report, tree_env
+from bench.startup import parse_args, print_goals, report, tree_env
 
 INITIALIZE = {
     "jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -125,12 +125,7 @@ def run(runs: int, base: Path | None = None) -> dict[str, Any]:
 def main() -> None:
     args = parse_args(__doc__ or "")
     result = run(args.runs, args.base)
-    load = result["load_average"]
-    print(f"load average {load['before']} -> {load['after']} on {result['cores']} cores, {args.runs} runs, medians")
-    print(f"{'subject':<14} {'measured':>9} {'floor':>9} {'ratio':>6} {'goal':>13}  met")
-    for name, goal in result["goals"].items():
-        print(f"{name:<14} {goal['measured_s'] * 1000:>7.0f}ms {goal['floor_s'] * 1000:>7.0f}ms {goal['ratio']:>5.2f}x "
-              f"{goal['goal_ratio']:>4.1f}x, <{goal['goal_s']:.0f} s  {'yes' if goal['met'] else 'NO'}")  # fmt: skip
+    print_goals(result, args.runs)
     report(result, args.out)
 
 

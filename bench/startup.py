@@ -32,3 +32,14 @@ def report(result: dict[str, Any], out: Path | None) -> None:
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
+
+
+def print_goals(result: dict[str, Any], runs: int) -> None:
+    """The load average, then one line per goal: measured / floor / ratio / goal (and the absolute bound)."""
+    load = result["load_average"]
+    print(f"load average {load['before']} -> {load['after']} on {result['cores']} cores, {runs} runs, medians")
+    print(f"{'goal':<14} {'measured':>10} {'floor':>10} {'ratio':>7} {'goal':>13}  met")
+    for name, goal in result["goals"].items():
+        aim = f"{goal['goal_ratio']}x" + (f", <{goal['goal_s']:.0f} s" if "goal_s" in goal else "")
+        print(f"{name:<14} {goal['measured_s'] * 1000:>8.1f}ms {goal['floor_s'] * 1000:>8.1f}ms "
+              f"{goal['ratio']:>6.2f}x {aim:>13}  {'yes' if goal['met'] else 'NO'}")  # fmt: skip
