@@ -24,14 +24,16 @@ def _use_mcp(server: Server, mode: str, *, stop_while_connected: bool) -> None:
 
     async def main() -> None:
         headers = {"Authorization": f"Bearer {server.tokens['t']}"}
-        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http:
-            async with Client(streamable_http_client(f"{server.url}/mcp", http_client=http), mode=mode) as client:
-                assert "run_tool_code" in {t.name for t in (await client.list_tools()).tools}
-                if stop_while_connected:
-                    server.proc.send_signal(signal.SIGTERM)
-                    deadline = time.monotonic() + 60
-                    while server.proc.poll() is None and time.monotonic() < deadline:
-                        await asyncio.sleep(0.1)
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http,
+            Client(streamable_http_client(f"{server.url}/mcp", http_client=http), mode=mode) as client,
+        ):
+            assert "run_tool_code" in {t.name for t in (await client.list_tools()).tools}
+            if stop_while_connected:
+                server.proc.send_signal(signal.SIGTERM)
+                deadline = time.monotonic() + 60
+                while server.proc.poll() is None and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
 
     try:
         asyncio.run(main())
