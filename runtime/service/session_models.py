@@ -8,15 +8,14 @@ time as an RFC 3339 UTC string, like the ToolStore's and the call log's, so a cl
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
 
-if TYPE_CHECKING:
-    from sandforge.runtime.sessions import Message, SessionInfo, TurnResult
+from sandforge.runtime.sessions.db import TITLE_MAX
+from sandforge.runtime.sessions.models import Message, SessionInfo
+from sandforge.runtime.sessions.session import TurnResult
 
-#: the store keeps at most this many characters of a title (``sessions.db.TITLE_MAX``)
-TITLE_MAX = 60
 #: ``GET /v1/sessions``: the default and the largest page
 PAGE_DEFAULT = 50
 PAGE_MAX = 500
@@ -80,27 +79,13 @@ class SessionPage(BaseModel):
     next_cursor: str | None = Field(None, description="pass as `cursor` for the next page; none on the last one")
 
 
-class ToolCall(BaseModel):
-    call_id: str
-    name: str
-    input: dict[str, JsonValue]
-    status: str
-    content: str
+class TurnAnswer(TurnResult):
+    """``POST /v1/sessions/{id}/messages``: what the turn did (:class:`TurnResult`), its stored messages with
+    RFC 3339 times."""
 
-
-class TurnAnswer(BaseModel):
-    """``POST /v1/sessions/{id}/messages``: what the turn did, the messages it stored included."""
-
-    session_id: str
-    text: str = ""
-    tool_calls: list[ToolCall] = Field(default_factory=list)
-    restored_groups: list[str] = Field(default_factory=list)
-    active_groups: list[str] = Field(default_factory=list)
-    model_calls: int = 0
-    stop_reason: str | None = None
-    messages: list[SessionMessage] = Field(default_factory=list)
+    messages: list[SessionMessage] = Field(default_factory=list)  # type: ignore[assignment]
 
     @classmethod
     def of(cls, turn: TurnResult) -> TurnAnswer:
-        fields: dict[str, Any] = turn.model_dump(mode="json", exclude={"messages"})
+        fields = {name: value for name, value in turn if name != "messages"}
         return cls(**fields, messages=[SessionMessage.of(m) for m in turn.messages])

@@ -183,7 +183,3 @@ def test_the_paths_oauth_clients_probe_say_to_send_a_bearer_token(site: Site) ->
             assert response.status_code == 404, (path, response.text)
             body = response.json()  # RFC 6749 section 5.2's shape: what OAuth clients show their user
             assert body["error"] == "access_denied" and "sandforge tokens create" in body["error_description"]
-
-
-def test_the_api_title_limit_is_the_stores() -> None:
-    assert session_models.TITLE_MAX == TITLE_MAX
