@@ -20,6 +20,7 @@ program, the fix the policy asks for (each violation's ``required_correction``).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -78,7 +79,8 @@ RUN_CODE_SCHEMA: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """One tool as every framework declares it: a name, what the model reads, a JSON Schema of its arguments."""
+    """One tool as every framework declares it: a name, what the model reads, a JSON Schema of its arguments
+    (the adapter's own copy: a framework may rewrite it, as the OpenAI Agents SDK's strict mode does)."""
 
     name: str
     description: str
@@ -236,8 +238,8 @@ class SandforgeTools:
 
     def specs(self) -> list[ToolSpec]:
         """The code-execution tool, then one per role method (listed afresh: a newly stored tool appears)."""
-        code = ToolSpec(RUN_CODE, self.run_code_description, RUN_CODE_SCHEMA)
-        return [code, *(ToolSpec(m.name, m.description, m.schema) for m in self.methods())]
+        code = ToolSpec(RUN_CODE, self.run_code_description, copy.deepcopy(RUN_CODE_SCHEMA))
+        return [code, *(ToolSpec(m.name, m.description, copy.deepcopy(m.schema)) for m in self.methods())]
 
     def use(self, name: str, arguments: Mapping[str, Any]) -> ToolAnswer:
         """Run the tool ``name`` (one of :meth:`specs`) with the model's arguments; never raises for them."""

@@ -106,7 +106,8 @@ def test_running_a_command_loads_its_module_only() -> None:
 
 # ------------------------------------------------------------------------------ the framework integrations
 
-FRAMEWORKS = {"smolagents": "smolagents", "langchain": "langchain_core"}
+FRAMEWORKS = {"smolagents": "smolagents", "langchain": "langchain_core", "openai_agents": "agents",
+              "pydantic_ai": "pydantic_ai"}  # fmt: skip
 
 
 def test_integrations_import_only_the_framework_used() -> None:

@@ -17,6 +17,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PROMISES = {
     "smolagents_agent.py": "final answer: 10",
     "langchain_agent.py": "ai: 10, then 42",
+    "openai_agents_agent.py": "final output: 10, then 42",
+    "pydantic_ai_agent.py": "output: 10, then 42",
 }
 
 
