@@ -35,6 +35,7 @@ from sandforge.runtime.agent.contracts import (
     Parameter,
     arguments_problem,
     input_schema,
+    method_description,
     method_parameters,
     positional_arguments,
 )
@@ -182,16 +183,8 @@ class RoleMethod:
 
     @property
     def description(self) -> str:
-        c = self.contract
-        lines = [f"{self.role}.{self.method}: a sandforge tool (its program runs sandboxed; a stored one is reused)."]
-        if c.purpose:
-            lines.append(f"Purpose: {c.purpose}")
-        for label, value in (("Deliverable", c.deliverable), ("Acceptance", c.acceptance)):
-            if value is not None:
-                lines.append(f"{label}: {json.dumps(value, ensure_ascii=False)[:1000]}")
-        if self.parameters is None:
-            lines.append('Call with {"args": [...], "kwargs": {...}}.')
-        return "\n".join(lines)
+        headline = f"{self.role}.{self.method}: a sandforge tool (its program runs sandboxed; a stored one is reused)."
+        return method_description(headline, self.contract, typed=self.parameters is not None)
 
     def arguments(self, given: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]] | str:
         """The call's positional and keyword arguments, or why ``given`` does not fit :attr:`schema`."""

@@ -225,6 +225,19 @@ def positional_arguments(parameters: list[Parameter], arguments: dict[str, Any])
     return args
 
 
+def method_description(headline: str, contract: ToolContract, *, typed: bool) -> str:
+    """What a model or an MCP client reads about one tool method: ``headline``, then the contract's purpose,
+    deliverable and acceptance, and how to pass arguments when the contract does not type them."""
+    purpose = f"Purpose: {contract.purpose}" if contract.purpose else "No contract was recorded for this tool."
+    lines = [headline, purpose]
+    for label, value in (("Deliverable", contract.deliverable), ("Acceptance", contract.acceptance)):
+        if value is not None:
+            lines.append(f"{label}: {json.dumps(value, ensure_ascii=False)[:2000]}")
+    if not typed:
+        lines.append('Call with {"args": [...], "kwargs": {...}}.')
+    return "\n".join(lines)
+
+
 def arguments_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
     """Why ``arguments`` do not fit a method's input schema (one line), None when they do."""
     error = best_match(Draft202012Validator(schema).iter_errors(arguments))

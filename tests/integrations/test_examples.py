@@ -37,3 +37,18 @@ def test_example_runs_and_its_second_run_reuses_the_stored_tool(name: str, tmp_p
         assert promise in done.stdout.splitlines(), done.stdout[-2000:]
     (row,) = ToolStore(tmp_path).health_report(["calculator"])
     assert row.generation == 1  # written once, by the first run; the second run reused it
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def test_the_snippets_of_docs_frameworks_are_in_the_examples() -> None:
+    """docs/frameworks.md shows code the examples run (each snippet: consecutive lines of one example)."""
+    doc = (EXAMPLES.parent / "docs" / "frameworks.md").read_text()
+    snippets = [block.split("```", 1)[0] for block in doc.split("```python\n")[1:]]
+    examples = {p.name: _lines(p.read_text()) for p in EXAMPLES.glob("*.py")}
+    assert len(snippets) >= 5
+    for snippet in snippets:
+        want = _lines(snippet)
+        assert any(lines[i : i + len(want)] == want for lines in examples.values() for i in range(len(lines))), snippet

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
-from smolagents import ChatMessage, Model, tool
+from smolagents import ChatMessage
 
 from sandforge.integrations.smolagents import code_agent
 from tests.integrations.sessions import FIX, REFUSED, Sessions, calls
+
+
+def _example() -> Any:
+    """examples/smolagents_agent.py as a module: its scripted model and its host tool, ``double``."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "smolagents_agent.py"
+    spec = importlib.util.spec_from_file_location("smolagents_agent_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+EXAMPLE = _example()
+double = EXAMPLE.double
 
 
 def _text(content: Any) -> str:
@@ -16,27 +32,16 @@ def _text(content: Any) -> str:
     return str(content or "")
 
 
-class ScriptedModel(Model):  # type: ignore[misc]
-    """A smolagents model answering scripted code steps, keeping every prompt it was sent."""
+class ScriptedModel(EXAMPLE.ScriptedModel):  # type: ignore[misc,name-defined]
+    """The example's scripted model, keeping every prompt it was sent."""
 
     def __init__(self, steps: list[str]) -> None:
-        super().__init__(model_id="scripted")
-        self.steps = list(steps)
+        super().__init__(list(steps))
         self.prompts: list[str] = []
 
     def generate(self, messages: list[Any], stop_sequences: list[str] | None = None, **kwargs: Any) -> ChatMessage:
         self.prompts.append("\n".join(_text(m.content) for m in messages))
-        return ChatMessage(role="assistant", content=f"Thought: next step.\n<code>\n{self.steps.pop(0)}\n</code>")
-
-
-@tool
-def double(x: int) -> int:
-    """Doubles a number on the host.
-
-    Args:
-        x: the number
-    """
-    return 2 * x
+        return super().generate(messages, stop_sequences, **kwargs)
 
 
 def test_code_agent_runs_steps_in_sandforge_sees_the_fix_and_reuses_the_stored_tool(sessions: Sessions) -> None:
@@ -61,3 +66,9 @@ def test_program_state_lives_in_context_and_last_expression_is_the_output(sessio
     agent = code_agent(forge, model, max_steps=3)
     assert agent.run("keep a list, then sum it") == 3
     assert "Last output from code snippet:\n2" in model.prompts[1]
+
+
+def test_the_runs_variables_are_bound_in_every_step(sessions: Sessions) -> None:
+    forge, _ = sessions.first()
+    model = ScriptedModel(["n + 1", "final_answer(n * 2)"])
+    assert code_agent(forge, model, max_steps=3).run("double n", additional_args={"n": 4}) == 8

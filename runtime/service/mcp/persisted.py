@@ -15,7 +15,6 @@ named properties; the others keep the generic ``{args, kwargs}``.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from sandforge.runtime.agent.contracts import (
     Parameter,
     deliverable_validator,
     input_schema,
+    method_description,
     method_parameters,
     positional_arguments,
     to_json_schema,
@@ -70,15 +70,8 @@ class Exposed:
 
     @property
     def description(self) -> str:
-        e = self.entry
-        lines = [f"{self.role}.{self.method}: a stored sandforge tool method (runs sandboxed, no model call)."]
-        lines.append(f"Purpose: {e.purpose}" if e.purpose else "No contract was recorded for this tool.")
-        for label, value in (("Deliverable", e.deliverable), ("Acceptance", e.acceptance)):
-            if value is not None:
-                lines.append(f"{label}: {json.dumps(value, ensure_ascii=False)[:2000]}")
-        if self.parameters is None:
-            lines.append("Call with {\"args\": [...], \"kwargs\": {...}}.")
-        return "\n".join(lines)
+        headline = f"{self.role}.{self.method}: a stored sandforge tool method (runs sandboxed, no model call)."
+        return method_description(headline, self.entry.contract(), typed=self.parameters is not None)
 
     @property
     def output_schema(self) -> dict[str, Any]:
