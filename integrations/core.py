@@ -24,6 +24,7 @@ import copy
 import hashlib
 import json
 import re
+import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -226,6 +227,7 @@ class SandforgeTools:
         self.roles = frozenset(roles) if roles is not None else None
         self.host_tools: dict[str, HostTool] = dict(host_tools or {})
         self.context: dict[str, JsonValue] = dict(context or {})
+        self._runs = threading.Lock()  # runs commit ``context`` in turn (frameworks run tool calls at once)
 
     # --- what an adapter needs: the tools, and one entry point ---
 
@@ -260,24 +262,27 @@ class SandforgeTools:
                  kwargs: dict[str, JsonValue] | None = None) -> ToolAnswer:  # fmt: skip
         """Validate ``code`` (a program body) and run it; never raises for what the program or its input did."""
         ws = self.workspace
-        try:
-            request = ExecutionRequest(code=code, context=self.context, args=args or [], kwargs=kwargs or {},
-                                       limits=ws.limits)  # fmt: skip
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "the program"
-            return ToolAnswer(ok=False, error_type="invalid_arguments", message=f"{where}: {err['msg']}")
         bridge = _Bridge(StandaloneBridge.of(ws.policy).fetches, self._nested)
-        outcome, _ = execute_program(ws.sandbox, request, policy=ws.policy, backend=ws.backend, bridge=bridge,
-                                     environments=ws.environments)  # fmt: skip
-        outcome = bridge.fetches.attach(outcome)
-        if outcome.ok and outcome.context is not None:
-            self.context = dict(outcome.context)
-        return execution_answer(outcome)
+        with self._runs:
+            try:
+                request = ExecutionRequest(code=code, context=self.context, args=args or [], kwargs=kwargs or {},
+                                           limits=ws.limits)  # fmt: skip
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err["loc"]) or "the program"
+                return ToolAnswer(ok=False, error_type="invalid_arguments", message=f"{where}: {err['msg']}")
+            outcome, _ = execute_program(ws.sandbox, request, policy=ws.policy, backend=ws.backend, bridge=bridge,
+                                         environments=ws.environments)  # fmt: skip
+            if outcome.ok and outcome.context is not None:
+                self.context = dict(outcome.context)
+        return execution_answer(bridge.fetches.attach(outcome))
 
     def _nested(self, frame: CallFrame) -> BridgeReply:
         """A program's ``tool(name).method(...)``: a host tool of that name, else the workspace's role."""
         name = frame.target.name
+        if frame.target.kind == "delegate":  # a contract of the program's own would need the agent's transaction
+            return BridgeReply.error("delegate_unavailable", f"delegate({name!r}) is not available to a run_code "
+                                     "program: call tool(ROLE) for a role this workspace offers")  # fmt: skip
         host = self.host_tools.get(name)
         if host is not None:
             try:
