@@ -26,6 +26,7 @@ def test_every_example_is_checked() -> None:
     assert {p.name for p in EXAMPLES.glob("*.py")} == set(PROMISES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PROMISES))
 def test_example_runs_and_its_second_run_reuses_the_stored_tool(name: str, tmp_path: Path) -> None:
     promise = PROMISES[name]
