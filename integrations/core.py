@@ -51,8 +51,8 @@ from sandforge.sandbox.protocol import BridgeReply, CallFrame
 
 __all__ = ["RUN_CODE", "HostTool", "RoleMethod", "SandforgeTools", "ToolAnswer", "ToolSpec", "tool_name"]
 
-#: A function of the framework's own a program may call by name (``tool(name)(...)`` or ``tool(name).x(...)``):
-#: it gets the call's method, positional and keyword arguments (JSON values) and answers a JSON value, or
+#: A function of the framework's own a program may call by name (``tool(name).METHOD(...)``): it gets the
+#: call's method, positional and keyword arguments (JSON values) and answers a JSON value, or
 #: raises to answer an error the program sees.
 HostTool = Callable[[str, list[JsonValue], dict[str, JsonValue]], JsonValue]
 
@@ -101,7 +101,7 @@ class ToolAnswer(BaseModel):
     message: str | None = None
     #: what the policy asks to change (a refused program's violations' ``required_correction``)
     fixes: list[str] = Field(default_factory=list)
-    #: where a role method's program came from (``store``: a stored tool reused, no model asked)
+    #: where a role method's program came from (``persisted``: a stored tool reused, no model asked)
     program_source: str | None = None
 
     @property
