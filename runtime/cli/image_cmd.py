@@ -34,8 +34,7 @@ def command() -> None:
 @click.option("--refresh-base", is_flag=True, help="Also re-run debootstrap for the base rootfs (slow).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the tag.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (progress stays on stderr).")
-@click.option("--service", is_flag=True,
-              help="Build the service image (`sandforge serve` in a container: deploy/compose.yaml) instead.")  # fmt: skip
+@click.option("--service", is_flag=True, help="Build the service image (`sandforge serve`: deploy/compose.yaml).")
 def build_cmd(force: bool, refresh_base: bool, quiet: bool, as_json: bool, service: bool) -> None:
     """Build the image for this runner version (idempotent: does nothing when it is present).
 

@@ -191,7 +191,9 @@ def test_a_stack_without_what_its_backend_needs_is_not_ready_and_turns_unhealthy
     profile["syscalls"].append({"names": ["unshare", "setns"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1})
     (tmp_path / "seccomp.json").write_text(json.dumps(profile))  # like Docker's default: no namespaces
     project = f"sfbroken{uuid.uuid4().hex[:8]}"
-    broken = Stack(compose_command(), project, stack_env(service_image, SANDFORGE_SECCOMP=str(tmp_path / "seccomp.json")))
+    broken = Stack(
+        compose_command(), project, stack_env(service_image, SANDFORGE_SECCOMP=str(tmp_path / "seccomp.json"))
+    )
     try:
         broken.run("up", "-d")
         deadline = time.monotonic() + 120
