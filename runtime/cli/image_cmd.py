@@ -35,7 +35,10 @@ def command() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Print only the tag.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (progress stays on stderr).")
 @click.option("--service", is_flag=True, help="Build the service image (`sandforge serve`: deploy/compose.yaml).")
-def build_cmd(force: bool, refresh_base: bool, quiet: bool, as_json: bool, service: bool) -> None:
+@click.option("--extra", "extras", multiple=True, help="With --service: also install this extra (e.g. cluster).")
+def build_cmd(
+    force: bool, refresh_base: bool, quiet: bool, as_json: bool, service: bool, extras: tuple[str, ...]
+) -> None:
     """Build the image for this runner version (idempotent: does nothing when it is present).
 
     debootstrap (Debian bookworm, minbase + python3) from the mirror apt uses, cached under
@@ -52,8 +55,10 @@ def build_cmd(force: bool, refresh_base: bool, quiet: bool, as_json: bool, servi
             if service:
                 from sandforge.runtime.deploy.service_image import build_service
 
-                result = build_service(client, force=force, progress=shown.step)
+                result = build_service(client, extras=extras, force=force, progress=shown.step)
             else:
+                if extras:
+                    raise SandforgeError("--extra applies to the service image (--service)")
                 result = image.build(client, config.image, force=force, refresh_base=refresh_base, progress=shown.step)
         except image.ImageBuildError as exc:
             raise SandforgeError(f"image build failed: {exc}") from exc

@@ -34,6 +34,8 @@ REPOSITORY = "sandforge-service"
 BASE_PYTHON = "3.11"
 #: Extras the service image carries beyond the core dependencies (traces for an operator's collector).
 EXTRAS = ("otel",)
+#: Extras an operator may add (``--extra``): the Ray executor's, and the provider and framework ones.
+KNOWN_EXTRAS = frozenset({"otel", "cluster", "deploy", "openai"})
 UV_PLATFORMS = {"x86_64": "x86_64-manylinux_2_28", "aarch64": "aarch64-manylinux_2_28"}
 
 
@@ -51,8 +53,8 @@ def _uv() -> str:
     return found
 
 
-def stage_site(ctx: Path, progress: image.Progress) -> None:
-    """``ctx/site``: the wheel of this source tree and its dependencies, for the base's Python."""
+def stage_site(ctx: Path, progress: image.Progress, extras: tuple[str, ...] = ()) -> None:
+    """``ctx/site``: the wheel of this source tree and its dependencies (and ``extras``'), for the base's Python."""
     if not (SOURCE_ROOT / "pyproject.toml").exists() or not (RECIPE_DIR / "Dockerfile").exists():
         raise image.ImageBuildError(f"the service image is built from a source checkout ({SOURCE_ROOT} is not one)")
     arch = platform.machine()
@@ -66,7 +68,7 @@ def stage_site(ctx: Path, progress: image.Progress) -> None:
     _run(
         [uv, "pip", "install", "--quiet", "--no-compile", "--target", str(ctx / "site"),
          "--python-version", BASE_PYTHON, "--python-platform", UV_PLATFORMS[arch],
-         f"{wheel}[{','.join(EXTRAS)}]"],
+         f"{wheel}[{','.join(sorted({*EXTRAS, *extras}))}]"],
         "uv pip install",
         1200,
     )  # fmt: skip
@@ -98,8 +100,16 @@ def context_tar(ctx: Path) -> bytes:
     return buf.getvalue()
 
 
-def build_service(client: Any, *, force: bool = False, progress: image.Progress | None = None) -> image.BuildResult:
-    """Build (or find) the service image of this source tree; tag it ``:latest`` as well."""
+def build_service(
+    client: Any, *, extras: tuple[str, ...] = (), force: bool = False, progress: image.Progress | None = None
+) -> image.BuildResult:
+    """Build (or find) the service image of this source tree; tag it ``:latest`` as well. ``extras``: more of
+    sandforge's extras (``cluster`` makes the image the KubeRay render's node image: docs/deploy.md)."""
+    unknown = set(extras) - KNOWN_EXTRAS
+    if unknown:
+        raise image.ImageBuildError(
+            f"unknown extra(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(KNOWN_EXTRAS))})"
+        )
     import docker.errors
 
     say: image.Progress = progress or (lambda msg: None)
@@ -109,7 +119,7 @@ def build_service(client: Any, *, force: bool = False, progress: image.Progress 
     with tempfile.TemporaryDirectory(prefix="sandforge-service-") as tmp:
         ctx = Path(tmp)
         mark = time.monotonic()
-        stage_site(ctx, say)
+        stage_site(ctx, say, extras)
         for name in ("Dockerfile", "server.yaml"):
             shutil.copyfile(RECIPE_DIR / name, ctx / name)
         steps["stage"] = round(time.monotonic() - mark, 2)
