@@ -73,6 +73,27 @@ def stage_site(ctx: Path, progress: image.Progress, extras: tuple[str, ...] = ()
         1200,
     )  # fmt: skip
     shutil.rmtree(ctx / "dist")
+    drop_install_records(ctx / "site")
+
+
+#: What an installer writes about *this* install (the wheel's temporary path, a cache key): never the same
+#: twice, so it would give every build a new digest; nothing at run time reads them.
+INSTALL_RECORDS = ("direct_url.json", "uv_cache.json")
+
+
+def drop_install_records(site: Path) -> None:
+    for dist_info in site.glob("*.dist-info"):
+        dropped = [name for name in INSTALL_RECORDS if (dist_info / name).exists()]
+        for name in dropped:
+            (dist_info / name).unlink()
+        record = dist_info / "RECORD"
+        if dropped and record.exists():
+            keep = [
+                line
+                for line in record.read_text().splitlines()
+                if line.split(",", 1)[0].rsplit("/", 1)[-1] not in dropped
+            ]
+            record.write_text("\n".join(keep) + "\n")
 
 
 def context_digest(ctx: Path) -> str:
