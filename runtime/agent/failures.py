@@ -68,9 +68,9 @@ def location(violation: Violation) -> str | None:
 __all__ = [
     "ADAPTIVE_ERROR_TYPES",
     "EGRESS_HOST_FAILURES",
-    "POLICY_DEPENDENT_VIOLATIONS",
     "EXECUTION_FAILURES",
     "EXTRINSIC_ERROR_TYPES",
+    "POLICY_DEPENDENT_VIOLATIONS",
     "FailureClass",
     "classify_failure",
     "classify_outcome",

@@ -132,8 +132,10 @@ def run_record(
         violation_location=bounded(location(first)) if stage == "validation" and first else None,
         timestamp=at, egress=egress, security_event=event,
     )  # fmt: skip
-    events = [] if event is None else [CallSecurityEvent.of(event, attempt_id=attempt_id, attempt_number=1,
-                                                            role=RUN_ROLE, method=RUN_METHOD, timestamp=at)]  # fmt: skip
+    events = [] if event is None else [
+        CallSecurityEvent.of(event, attempt_id=attempt_id, attempt_number=1, role=RUN_ROLE, method=RUN_METHOD,
+                             timestamp=at)
+    ]  # fmt: skip
     return CallRecord(
         **fields, **failure, error_message=message,
         attempt_stage="generated" if stage == "validation" else "rolled_back",

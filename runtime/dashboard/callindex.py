@@ -1,15 +1,15 @@
 """A SQLite index over a tenant's call log (JSONL), so the dashboard pages stay fast at a million records.
 
-The log stays the record: the index holds, per line, its byte offset and length plus the fields the pages
-filter and count on (time, role, method, status, failure stage, error type, trace, call ids, how many security
-events, the call's source: agent or a cli/http/mcp run), one row per security event (issue 36: time, source, event, attempt; the security page and its
-filters), and per hour the number of calls and failures by error type (the overview's chart and counts). Only
-bytes appended since the last commit are ever indexed; a log that shrank or was replaced (another inode) is
-indexed again from the start. A short tail is indexed by the read that finds it; a long one (a large existing
-log, met for the first time) by a background thread while the pages answer with what is indexed so far
-(:class:`Progress`). Every batch commits its rows with the offset it reached, so a build that dies resumes
-where it stopped, and one process's batch never repeats another's. Pages read a record by seeking to its
-offset, so a page costs one indexed query and a few short reads whatever the log's size. The index file lives
+The log stays the record: the index holds, per line, its byte offset and length plus the fields the pages filter
+and count on (time, role, method, status, failure stage, error type, trace, call ids, how many security events,
+the call's source: agent or a cli/http/mcp run), one row per security event (issue 36: time, source, event,
+attempt; the security page and its filters), and per hour the number of calls and failures by error type (the
+overview's chart and counts). Only bytes appended since the last commit are ever indexed; a log that shrank or
+was replaced (another inode) is indexed again from the start. A short tail is indexed by the read that finds it;
+a long one (a large existing log, met for the first time) by a background thread while the pages answer with what
+is indexed so far (:class:`Progress`). Every batch commits its rows with the offset it reached, so a build that
+dies resumes where it stopped, and one process's batch never repeats another's. Pages read a record by seeking to
+its offset, so a page costs one indexed query and a few short reads whatever the log's size. The index file lives
 beside the log, in the tenant's own state directory, created 0600.
 """
 
