@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sandforge.runtime.agent import failures as sort
 from sandforge.runtime.agent.calllog import (
     MAX_STDOUT_CHARS,
     AttemptFailure,
@@ -31,15 +32,7 @@ from sandforge.runtime.agent.calllog import (
 )
 from sandforge.runtime.agent.egress import egress_of
 from sandforge.runtime.agent.env import new_id
-from sandforge.runtime.agent.failures import (
-    EGRESS_HOST_FAILURES,
-    FailureClass,
-    classify_failure,
-    classify_outcome,
-    host_observed,
-    location,
-    policy_dependent,
-)
+from sandforge.runtime.agent.failures import FailureClass, classify_failure, classify_outcome
 from sandforge.runtime.guardrails import ValidationResult
 from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
 
@@ -66,12 +59,12 @@ def _failure_fields(outcome: ExecutionOutcome, result: ValidationResult | None) 
     """The error's type, class and whether it is the program's own answer, and the stage that failed."""
     error_type = outcome.error_type.value if outcome.error_type else "execution"
     if not outcome.backend:  # refused before anything ran: the manifest or the policy
-        extrinsic = result is not None and policy_dependent(result)  # only the caller's grants refused it
+        extrinsic = result is not None and sort.policy_dependent(result)  # only the caller's grants refused it
         cls = FailureClass.EXTRINSIC if extrinsic else classify_failure(error_type)
         return {"error_type": error_type, "failure_class": cls.value, "tool_error": False}, "validation"
     if outcome.error_type is ErrorType.TOOL_ERROR:  # the program's own Outcome.error: its answer
         tool_type = str(outcome.metadata.get("tool_error_type") or "tool_error")
-        seen = tool_type in EGRESS_HOST_FAILURES and host_observed(tool_type, outcome)  # the host saw the cause
+        seen = tool_type in sort.EGRESS_HOST_FAILURES and sort.host_observed(tool_type, outcome)  # the host saw it
         cls = FailureClass.EXTRINSIC if seen else classify_outcome(tool_type, tool_error=True,
                                                                    retriable=outcome.retriable)  # fmt: skip
         return {"error_type": tool_type, "failure_class": cls.value, "tool_error": True}, "execution"
@@ -129,7 +122,7 @@ def run_record(
         error_class=str(first.violation_type if stage == "validation" and first else
                         outcome.metadata.get("exception") or failure["error_type"])[:200],
         error_type=failure["error_type"], error_message=message, failure_class=attempt_class,
-        violation_location=bounded(location(first)) if stage == "validation" and first else None,
+        violation_location=bounded(sort.location(first)) if stage == "validation" and first else None,
         timestamp=at, egress=egress, security_event=event,
     )  # fmt: skip
     events = [] if event is None else [

@@ -161,3 +161,23 @@ def test_mcp_run_tool_code_records_every_run(tmp_path: Path) -> None:
         runtime.close()
     assert [a.get("value", a.get("error_type")) for a in answers] == [2, "guardrail_violation", "execution"]
     _assert_lanes(_records(tmp_path / "state" / "logs" / "calls.jsonl"), "mcp")
+
+
+def test_runs_that_fail_for_the_caller_are_extrinsic(site: tuple[TestClient, dict[str, str], Path]) -> None:
+    """A refusal only the caller's grants make, and a timeout the host enforced: the world's or the caller's,
+    never the program's (the agent's rules, ADR 0012), each in its lane."""
+    client, tokens, state = site
+    bearer = {"Authorization": f"Bearer {tokens['alpha']}"}
+    ungranted = "return fetch('http://127.0.0.1:9/').status"  # the default policy grants no http_fetch
+    for body in ({"code": ungranted}, {"code": "while True:\n    pass", "timeout_s": 0.5}):
+        assert client.post("/v1/exec", json=body, headers=bearer).json()["status"] == "error"
+    refused, timed_out = _records(state / "tenants" / "alpha" / "logs" / "calls.jsonl")
+    assert (refused.error_type, refused.failure_class, refused.latest_failure_stage) == (
+        "guardrail_violation", "extrinsic", "validation"
+    )  # fmt: skip
+    assert refused.validation_failure_type == "capability_not_granted" and refused.attempt_stage == "generated"
+    assert [c.tag for c in refused.capabilities] == ["http_fetch"] and refused.capabilities[0].granted is False
+    assert (timed_out.error_type, timed_out.failure_class, timed_out.latest_failure_stage) == (
+        "timeout", "extrinsic", "execution"
+    )  # fmt: skip
+    assert timed_out.retriable and timed_out.attempt_failures[0].failure_class == "extrinsic"
