@@ -134,7 +134,8 @@ def command(
     as_json: bool,
 ) -> None:
     """Validate FILE (a tool program body; - reads standard input) with the policy, run it in a fresh
-    sandbox, print the outcome.
+    sandbox, print the outcome. Every run is recorded in the call log ($SANDFORGE_CALL_LOG, else
+    <state dir>/logs/calls.jsonl) with source cli.
 
     Exit status: 0 ok; 1 the program failed (or a result over the message limit); 2 usage error or a refused
     input file; 3 rejected by the policy, recoverable; 4 rejected by the policy, terminal; 5 a timeout or
@@ -189,8 +190,8 @@ def command(
 
 def record_run(outcome: ExecutionOutcome, verdict: ValidationResult | None, request: ExecutionRequest,
                clock: RunClock) -> None:  # fmt: skip
-    """The run into the call log of the local state directory (``$SANDFORGE_CALL_LOG``, else
-    ``<state dir>/logs/calls.jsonl``): where ``sandforge logs`` and ``sandforge dashboard`` read it. A log that
+    """The run into the call log (``$SANDFORGE_CALL_LOG``, else the local state directory's
+    ``<state dir>/logs/calls.jsonl``, which ``sandforge logs`` reads and ``sandforge dashboard`` shows). A log that
     cannot be written (a read-only or missing state directory) costs the run nothing: one line says so."""
     path = default_log_path()
     problem = CallLog(path, keep=1).write(run_record(outcome, verdict, request, source="cli", clock=clock))
