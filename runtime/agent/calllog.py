@@ -49,7 +49,7 @@ MAX_URL_CHARS = 2_000
 
 AttemptStage = Literal["generated", "validated", "executed", "rolled_back"]
 FailureStage = Literal["generation", "validation", "execution", "outcome_policy"]
-#: Who asked for the call: ``agent`` (a tool call through the lifecycle: the library, ``POST /v1/calls``,
+#: Who asked for the call: ``agent`` (a tool call through the lifecycle: the library, ``POST /v1/agents``,
 #: sessions, MCP stored tools) or a run of a program the caller handed in (``runtime.agent.runs``):
 #: ``cli`` (``sandforge exec``), ``http`` (``POST /v1/exec``), ``mcp`` (``run_tool_code``).
 CallSource = Literal["agent", "cli", "http", "mcp"]

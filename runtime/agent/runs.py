@@ -58,7 +58,10 @@ class RunClock:
 def _failure_fields(outcome: ExecutionOutcome, result: ValidationResult | None) -> tuple[dict[str, Any], FailureStage]:
     """The error's type, class and whether it is the program's own answer, and the stage that failed."""
     error_type = outcome.error_type.value if outcome.error_type else "execution"
-    if not outcome.backend:  # refused before anything ran: the manifest or the policy
+    # refused: by the policy (its verdict), or before it by the manifest (no verdict, nothing ran); a sandbox
+    # that never started after an approval failed in the execution stage, as the agent's lanes say
+    refused = result.verdict != "approved" if result is not None else not outcome.backend
+    if refused:
         extrinsic = result is not None and sort.policy_dependent(result)  # only the caller's grants refused it
         cls = FailureClass.EXTRINSIC if extrinsic else classify_failure(error_type)
         return {"error_type": error_type, "failure_class": cls.value, "tool_error": False}, "validation"
