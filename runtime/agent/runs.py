@@ -10,10 +10,14 @@ tool state, so its record is written whether it succeeded or not: the log says w
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from pydantic_core import PydanticSerializationError
 
 from sandforge.runtime.agent import failures as sort
 from sandforge.runtime.agent.calllog import (
@@ -40,6 +44,8 @@ from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
 RUN_ROLE = "exec"
 RUN_METHOD = "run"
 #: What a run's environment adds to its outcome's metadata that the record keeps (issue 19).
+#: A lone surrogate: what UTF-8 cannot encode.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _ENV_FIELDS = ("env_id", "environment_cache_hit", "env_prepare_ms", "env_resolve_ms", "env_install_ms")
 
 
@@ -75,6 +81,18 @@ def _failure_fields(outcome: ExecutionOutcome, result: ValidationResult | None) 
             "tool_error": False}, "execution"  # fmt: skip
 
 
+def _encodable(record: CallRecord) -> CallRecord:
+    """``record``, or a copy whose lone surrogates are U+FFFD: a run's code is the caller's bytes (``sandforge
+    exec`` reads undecodable ones as surrogate escapes) and JSON may escape a lone surrogate, and the log is
+    UTF-8. Its ``program_sha256`` stays that of the code as given."""
+    try:
+        record.model_dump_json()
+        return record
+    except PydanticSerializationError:  # a character UTF-8 cannot encode
+        text = json.dumps(record.model_dump(mode="json"), ensure_ascii=False)
+        return CallRecord.model_validate(json.loads(_SURROGATE.sub("\ufffd", text)))
+
+
 def run_record(
     outcome: ExecutionOutcome,
     result: ValidationResult | None,
@@ -108,7 +126,7 @@ def run_record(
         **{k: outcome.metadata[k] for k in _ENV_FIELDS if outcome.metadata.get(k) is not None},
     }  # fmt: skip
     if outcome.ok:
-        return CallRecord(**fields, value=bounded_json(outcome.value), attempt_stage="executed")
+        return _encodable(CallRecord(**fields, value=bounded_json(outcome.value), attempt_stage="executed"))
     failure, stage = _failure_fields(outcome, result)
     message = bounded(outcome.error_message or failure["error_type"]) or ""
     violations = list(result.violations) if result is not None else []
@@ -132,9 +150,9 @@ def run_record(
         CallSecurityEvent.of(event, attempt_id=attempt_id, attempt_number=1, role=RUN_ROLE, method=RUN_METHOD,
                              timestamp=at)
     ]  # fmt: skip
-    return CallRecord(
+    return _encodable(CallRecord(
         **fields, **failure, error_message=message,
         attempt_stage="generated" if stage == "validation" else "rolled_back",
         latest_failure_stage=stage, latest_failure_class=attempt.error_class, latest_failure_message=message,
         attempt_failures=[attempt], security_events=events,
-    )  # fmt: skip
+    ))  # fmt: skip

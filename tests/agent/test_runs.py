@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sandforge.runtime.agent import CallLog, Workspace
+from sandforge.runtime.agent import CallLog, Workspace, read_records
 from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.guardrails import default_policy, validate
 from sandforge.runtime.providers import ScriptedProvider
@@ -49,3 +49,14 @@ def test_an_agent_calls_record_says_agent(tmp_path: Path) -> None:
     with Workspace(provider=ScriptedProvider(["return 1\n"]), sandbox=SandboxConfig(pool_size=0), log=log) as ws:
         assert ws.call("calc", "one").ok
     assert [r.source for r in log.records] == ["agent"]
+
+
+def test_a_run_of_undecodable_bytes_is_recorded_readable(tmp_path: Path) -> None:
+    """``sandforge exec`` reads a program's undecodable bytes as surrogate escapes, and JSON may carry a lone
+    surrogate: the record replaces them (U+FFFD) instead of failing to be written."""
+    request = ExecutionRequest(code="return 1  # \udc80", args=["\ud800"])
+    log = CallLog(tmp_path / "calls.jsonl")
+    assert log.write(run_record(_error(ErrorType.EXECUTION, "subprocess"), None, request, source="cli",
+                                clock=RunClock())) is None  # fmt: skip
+    [record] = read_records(tmp_path / "calls.jsonl")
+    assert record.program_code == "return 1  # \ufffd" and record.args == ["\ufffd"]
