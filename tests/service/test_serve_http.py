@@ -24,6 +24,7 @@ ENDPOINTS: list[tuple[str, str, dict[str, object] | None]] = [
     ("GET", "/v1/tools/x/get", None),
     ("GET", "/v1/calls", None),
     ("POST", "/v1/sessions", None),
+    ("GET", "/v1/sessions", None),
     ("GET", "/v1/sessions/abc", None),
     ("POST", "/v1/sessions/abc/messages", {"text": "hi"}),
     ("POST", "/v1/policy/check", {"code": "return 1"}),
@@ -76,7 +77,7 @@ def test_every_endpoint_refuses_a_missing_or_wrong_token(
         with client:
             response = _call(client, method, path, body)
         _assert_error(response, 401, "unauthorized")
-        assert response.headers["www-authenticate"] == "Bearer"
+        assert response.headers["www-authenticate"].startswith('Bearer realm="sandforge"')
 
 
 def test_a_revoked_token_is_refused_by_the_running_server(server: Server) -> None:
@@ -199,6 +200,8 @@ def test_tenants_cannot_see_each_others_tools_sessions_or_logs(server: Server) -
         assert [t["role"] for t in a.get("/v1/tools").json()] == ["x"]
         session = a.post("/v1/sessions").json()["id"]
         assert a.get(f"/v1/sessions/{session}").status_code == 200
+        assert session in [s["id"] for s in a.get("/v1/sessions").json()["sessions"]]
+        assert session not in [s["id"] for s in b.get("/v1/sessions").json()["sessions"]]
         # beta: the same names are simply not there (the same answer as for names nobody has)
         for path in ("/v1/tools/x", "/v1/tools/x/get", f"/v1/sessions/{session}", f"/v1/sessions/{session[:8]}"):
             _assert_error(b.get(path), 404, "not_found")
