@@ -72,6 +72,10 @@ def test_sandforge_exec_records_every_run_in_the_local_state_dir(tmp_path: Path)
     codes = [_exec(tmp_path, code, state).returncode for code in (OK, REFUSED, RAISES)]
     assert codes == [0, 3, 1]
     _assert_lanes(_records(state / "logs" / "calls.jsonl"), "cli")
+    env = {**os.environ, "SANDFORGE_CALL_LOG": str(state / "logs" / "calls.jsonl")}
+    shown = subprocess.run([sys.executable, "-m", "sandforge", "logs"], capture_output=True, text=True, env=env,
+                           timeout=60, check=True).stdout  # fmt: skip
+    assert "exec.run(1) [cli] -> ok 2" in shown and "exec.run(1) [cli] -> error [guardrail_violation]" in shown
 
 
 def test_sandforge_exec_without_a_writable_state_dir_says_so_in_one_line(tmp_path: Path) -> None:
