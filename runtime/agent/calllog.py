@@ -52,7 +52,7 @@ FailureStage = Literal["generation", "validation", "execution", "outcome_policy"
 #: Who asked for the call: ``agent`` (a tool call through the lifecycle: the library, ``POST /v1/agents``,
 #: sessions, MCP stored tools) or a run of a program the caller handed in (``runtime.agent.runs``):
 #: ``cli`` (``sandforge exec``), ``http`` (``POST /v1/exec``), ``mcp`` (``run_tool_code``).
-CallSource = Literal["agent", "cli", "http", "mcp"]
+CallSource = Literal["agent", "cli", "http", "mcp", "framework"]
 
 
 def bounded(text: str | None, limit: int = MAX_MESSAGE_CHARS) -> str | None:
@@ -213,7 +213,8 @@ class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugi
     method: str
     source: CallSource = Field(
         "agent", description="who asked: agent (a tool call through the lifecycle), or a run of a program the "
-        "caller handed in: cli (sandforge exec), http (POST /v1/exec), mcp (run_tool_code)",
+        "caller handed in: cli (sandforge exec), http (POST /v1/exec), mcp (run_tool_code), framework (an agent "
+        "framework's code-execution tool: sandforge.integrations)",
     )  # fmt: skip
     args: JsonValue = None
     kwargs: JsonValue = None
