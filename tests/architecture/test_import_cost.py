@@ -204,3 +204,22 @@ def test_exec_of_a_plain_program_loads_no_engine_broker_or_builder(tmp_path: Pat
     assert done.stdout.startswith("ok: 2"), done.stderr[-2000:]
     loaded = set(json.loads(done.stderr.rsplit("\n", 1)[1]))
     assert [m for m in EXEC_NEVER if m in loaded] == []
+
+
+# ------------------------------------------------------------------------------ the framework integrations
+
+FRAMEWORKS = {"smolagents": "smolagents", "langchain": "langchain_core", "openai_agents": "agents",
+              "pydantic_ai": "pydantic_ai"}  # fmt: skip
+
+
+def test_integrations_import_only_the_framework_used() -> None:
+    """The shared core loads no framework; each adapter loads its own and no other (issue 40)."""
+    loaded = _loaded_after("import sandforge.integrations.core")
+    assert [f for f in FRAMEWORKS.values() if f in loaded] == []
+    for adapter, framework in FRAMEWORKS.items():
+        try:
+            __import__(framework)
+        except ImportError:
+            continue  # its extra is not installed here
+        loaded = _loaded_after(f"import sandforge.integrations.{adapter}")
+        assert [f for f in FRAMEWORKS.values() if f in loaded] == [framework], adapter

@@ -386,8 +386,8 @@ class TenantMCP(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        from sandforge.runtime.agent.contracts import arguments_problem  # jsonschema: after the handshake
         from sandforge.runtime.service.mcp import operations as ops
-        from sandforge.runtime.service.mcp.persisted import typed_problem
 
         if self._tool_manager.get_tool(name) is not None:
             try:
@@ -402,7 +402,7 @@ class TenantMCP(MCPServer[Any]):
         note(_http_state(context), tool_role=item.role, tool_method=item.method)
         typed = item.parameters
         if typed is not None:  # named arguments checked against the contract's schema, then positional again
-            problem = typed_problem(item.input_schema, arguments)
+            problem = arguments_problem(item.input_schema, arguments)
             if problem is not None:
                 return error_result(ToolFailure(error_type="invalid_request", error_message=problem))
             args = item.positional(arguments) or []
