@@ -1,0 +1,141 @@
+"""The openai provider wherever a provider is named, against an OpenAI-compatible server on loopback:
+``sandforge chat --provider openai --base-url``, ``sandforge mcp --provider openai`` and a ``serve`` tenant.
+
+Each runs as its own process, with the key only in its environment; the test then greps everything those
+processes wrote (standard output and error with OpenTelemetry's console spans and the SDK's debug log, the state
+directory: call log, sessions database, tool store, audit log, the recording) for the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.providers.wire import Reply, Seen, WireServer, completion, function_call, program_completion, wire_server
+
+KEY = "sk-proj-" + secrets.token_hex(24)
+PROGRAM = "return kwargs.get('x', 0) + 1\n"
+GROUPS = [{"name": "calc", "description": "Adds one.", "role": "calc",
+           "tools": [{"name": "calc_add", "description": "Add one to x.", "method": "add",
+                      "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}}}}]}]  # fmt: skip
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "SANDFORGE_OPENAI_"))}
+    env.pop("SANDFORGE_MCP_PROVIDER", None)
+    return {**env, "OPENAI_API_KEY": KEY, "OPENAI_LOG": "debug", **extra}
+
+
+def model_server(server: WireServer) -> WireServer:
+    """Program requests (they offer ``submit_program``) get PROGRAM; chat requests, in order: load the group,
+    call its tool, answer."""
+    chat_turns = [
+        completion(tool_calls=[function_call("load_tool_group", {"group_name": "calc"}, "call_load")]),
+        completion(tool_calls=[function_call("calc_add", {"x": 2}, "call_add")]),
+        completion(content="The answer is 3."),
+    ]
+
+    def handler(seen: Seen) -> Reply:
+        if "submit_program" in seen.tool_names:
+            return Reply(body=program_completion(PROGRAM))
+        chats = sum(1 for r in server.requests if "submit_program" not in r.tool_names)
+        return Reply(body=chat_turns[min(chats, len(chat_turns)) - 1])
+
+    server.handler = handler
+    return server
+
+
+@pytest.fixture
+def server() -> Iterator[WireServer]:
+    with wire_server() as s:
+        yield model_server(s)
+
+
+def everything_written(*roots: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for root in roots for p in root.rglob("*") if p.is_file()}
+
+
+def assert_no_key(texts: dict[str, bytes]) -> None:
+    leaked = [name for name, data in texts.items() if KEY.encode() in data or KEY[-16:].encode() in data]
+    assert leaked == [], f"the key is in {leaked}"
+
+
+def assert_key_was_sent(server: WireServer) -> None:
+    assert server.requests and {r.headers["authorization"] for r in server.requests} == {f"Bearer {KEY}"}
+
+
+def test_chat_with_provider_openai(tmp_path: Path, server: WireServer) -> None:
+    (tmp_path / "groups.json").write_text(json.dumps(GROUPS))
+    state = tmp_path / "state"
+    args = [sys.executable, "-m", "sandforge", "chat", "--provider", "openai", "--base-url", f"{server.url}/v1",
+            "--model", "local-model", "--state-dir", str(state), "--groups", str(tmp_path / "groups.json"),
+            "--backend", "subprocess", "--record", str(state / "session.jsonl")]  # fmt: skip
+    env = _env(SANDFORGE_OTEL="1", OTEL_TRACES_EXPORTER="console", OTEL_METRICS_EXPORTER="none",
+               SANDFORGE_OTEL_RECORD_IO="1")  # fmt: skip
+    done = subprocess.run(args, input="add one to 2\n/exit\n", capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "assistant> The answer is 3." in done.stdout
+    assert "[calc_add(" in done.stderr and "-> success]" in done.stderr
+    assert '"name": "sandforge.' in done.stdout  # the console exporter printed spans
+    assert_key_was_sent(server)
+    programs = [r for r in server.requests if "submit_program" in r.tool_names]
+    assert len(programs) == 1 and programs[0].body["model"] == "local-model"
+    calls = [json.loads(line) for line in (state / "logs" / "calls.jsonl").read_text().splitlines()]
+    assert [(c["role"], c["method"], c["value"], c["provider"]) for c in calls] == [("calc", "add", 3, "openai")]
+    recorded = [json.loads(line) for line in (state / "session.jsonl").read_text().splitlines()]
+    assert sorted(r["kind"] for r in recorded) == ["chat", "chat", "chat", "program"]
+    assert_no_key({"stdout": done.stdout.encode(), "stderr": done.stderr.encode(), **everything_written(state)})
+
+
+def test_mcp_with_provider_openai(tmp_path: Path, server: WireServer) -> None:
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    state, errors = tmp_path / "state", tmp_path / "mcp.stderr"
+    params = StdioServerParameters(  # the server's standard error (its log) kept in a file, to be grepped
+        command="sh", env=_env(),
+        args=["-c", f'exec "$0" "$@" 2>"{errors}"', sys.executable, "-m", "sandforge", "mcp", "--state-dir",
+              str(state), "--backend", "subprocess", "--provider", "openai", "--base-url", f"{server.url}/v1",
+              "--model", "local-model"],
+    )  # fmt: skip
+    result: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with Client(params) as client:
+            answer = await client.call_tool("call_stored_tool", {"role": "calc", "method": "add",
+                                                                 "kwargs": {"x": 41}})  # fmt: skip
+            result.update(answer.structured_content or {})
+
+    asyncio.run(main())
+    assert (result.get("status"), result.get("value")) == ("ok", 42), result
+    assert_key_was_sent(server)
+    assert_no_key({"stderr": errors.read_bytes(), **everything_written(state)})
+
+
+def test_serve_tenant_with_provider_openai(tmp_path: Path, server: WireServer) -> None:
+    from tests.service.serverproc import start_server
+
+    config = {"state_dir": "state", "tenants": [
+        {"name": "alpha", "provider": {"kind": "openai", "base_url": f"{server.url}/v1", "model": "local-model",
+                                       "api_key_env": "ALPHA_MODEL_KEY", "max_retries": 0}}]}  # fmt: skip
+    srv = start_server(tmp_path / "serve", config, env={"ALPHA_MODEL_KEY": KEY, "OPENAI_LOG": "debug"})
+    try:
+        with srv.client("alpha") as client:
+            outcome = client.post("/v1/agents/calc/add", json={"kwargs": {"x": 9}}).json()
+            calls = client.get("/v1/calls").text
+    finally:
+        srv.stop()
+    assert (outcome["status"], outcome["value"]) == ("ok", 10), outcome
+    assert_key_was_sent(server)
+    written = everything_written(tmp_path / "serve")
+    assert any(name.endswith("audit.jsonl") for name in written)
+    assert_no_key({"outcome": json.dumps(outcome).encode(), "calls": calls.encode(), **written})
