@@ -306,3 +306,45 @@ class ReplayChatProvider:
         if exchange.error is not None:
             raise ChatProviderError(exchange.error.message, retriable=exchange.error.retriable)
         return ChatResponse.model_validate(exchange.response)
+
+
+# --- comparing what a replay produced ---------------------------------------------------------------------
+
+#: Call-log fields that carry an identity minted per run (uuid4): replaced by their order of first appearance,
+#: so the shape (which call is whose parent, which attempt belongs to which call) is still compared.
+RUN_IDS = frozenset({"trace_id", "call_id", "parent_call_id", "attempt_id"})
+#: Call-log fields that are measurements of this run (clock times, durations, CPU and memory): replaced by a
+#: placeholder. A replay decides what the model said, not how long the machine took to run it.
+MEASUREMENTS = frozenset({
+    "started_at", "timestamp", "duration_s", "duration_ms", "wall_s", "cpu_time_s", "peak_memory_mb",
+    "sandbox_duration_s", "total_sandbox_duration_s", "bridge_duration_s", "fetch_duration_s", "env_prepare_ms",
+    "env_resolve_ms", "env_install_ms",
+})  # fmt: skip
+
+
+def normalised(value: Any, ids: dict[str, str]) -> Any:
+    """A call-log record (or any part of one) with :data:`RUN_IDS` numbered and :data:`MEASUREMENTS` blanked;
+    ``ids`` carries the numbering across the records of one log. Two runs of one recording give equal
+    results byte for byte (``tests/providers/test_replay.py``)."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in MEASUREMENTS and item is not None:
+                out[key] = "(measured)"
+            elif key in RUN_IDS and isinstance(item, str):
+                call, _, attempt = item.partition(".")  # an attempt id is '<call id>.<attempt number>'
+                number = ids.setdefault(call, f"id{len(ids) + 1}")
+                out[key] = f"{number}.{attempt}" if attempt else number
+            else:
+                out[key] = normalised(item, ids)
+        return out
+    if isinstance(value, list):
+        return [normalised(item, ids) for item in value]
+    return value
+
+
+def normalised_log(text: str) -> str:
+    """A call log's JSON lines, each normalised (:func:`normalised`), as canonical JSON lines."""
+    ids: dict[str, str] = {}
+    lines = (json.loads(line) for line in text.splitlines() if line.strip())
+    return "".join(json.dumps(normalised(record, ids), sort_keys=True) + "\n" for record in lines)
