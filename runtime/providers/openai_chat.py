@@ -129,9 +129,11 @@ def from_completion(resp: Any) -> ChatResponse:
             arguments = json.loads(function.arguments or "{}")
         except ValueError:
             arguments = {}
-        blocks.append(ToolUseBlock(id=call.id, name=function.name, input=arguments if isinstance(arguments, dict) else {}))
+        tool_input = arguments if isinstance(arguments, dict) else {}
+        blocks.append(ToolUseBlock(id=call.id, name=function.name, input=tool_input))
     usage = getattr(resp, "usage", None)
-    tokens = {"input_tokens": getattr(usage, "prompt_tokens", None), "output_tokens": getattr(usage, "completion_tokens", None)}
+    tokens = {"input_tokens": getattr(usage, "prompt_tokens", None),
+              "output_tokens": getattr(usage, "completion_tokens", None)}  # fmt: skip
     return ChatResponse(
         content=blocks,
         stop_reason=STOP_REASONS.get(choice.finish_reason or "", choice.finish_reason),

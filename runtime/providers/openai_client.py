@@ -42,7 +42,9 @@ class Endpoint:
     api_key: str = field(repr=False)
 
 
-def resolve(*, model: str | None, base_url: str | None, api_key: str | None, api_key_env: str | None = None) -> Endpoint:
+def resolve(
+    *, model: str | None, base_url: str | None, api_key: str | None, api_key_env: str | None = None
+) -> Endpoint:
     """Each of model, base URL and key from the argument, else the environment (``api_key_env`` first when
     named). Raises :class:`MissingKey` when no key is found."""
     names = (api_key_env, *KEY_ENVS) if api_key_env else KEY_ENVS

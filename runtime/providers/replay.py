@@ -64,7 +64,7 @@ class Exchange(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    format: Literal[1] = FORMAT
+    format: Literal[1] = 1
     kind: ExchangeKind
     seq: int = Field(ge=1, description="its place among the recording's exchanges of this kind")
     provider: str
@@ -117,21 +117,26 @@ def _show(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def _object_difference(recorded: dict[str, Any], asked: dict[str, Any], path: str) -> str | None:
+    for key in [*recorded, *(k for k in asked if k not in recorded)]:
+        if not path and key in UNCOMPARED:
+            continue
+        where = f"{path}.{key}" if path else key
+        if key not in asked:
+            return f"{where}: recorded {_show(recorded[key])}, asked nothing"
+        if key not in recorded:
+            return f"{where}: recorded nothing, asked {_show(asked[key])}"
+        found = first_difference(recorded[key], asked[key], where)
+        if found:
+            return found
+    return None
+
+
 def first_difference(recorded: Any, asked: Any, path: str = "") -> str | None:
     """Where two JSON values first differ (``args[0]: recorded 3, asked 4``), or None when they are equal."""
     here = path or "(the whole request)"
     if isinstance(recorded, dict) and isinstance(asked, dict):
-        for key in [*recorded, *(k for k in asked if k not in recorded)]:
-            if not path and key in UNCOMPARED:
-                continue
-            if key not in asked:
-                return f"{path}{'.' if path else ''}{key}: recorded {_show(recorded[key])}, asked nothing"
-            if key not in recorded:
-                return f"{path}{'.' if path else ''}{key}: recorded nothing, asked {_show(asked[key])}"
-            found = first_difference(recorded[key], asked[key], f"{path}{'.' if path else ''}{key}")
-            if found:
-                return found
-        return None
+        return _object_difference(recorded, asked, path)
     if isinstance(recorded, list) and isinstance(asked, list):
         for i, (a, b) in enumerate(zip(recorded, asked, strict=False)):
             found = first_difference(a, b, f"{path}[{i}]")
@@ -210,7 +215,8 @@ class RecordingProvider:
         try:
             program = self.inner.generate(request)
         except ProviderError as exc:
-            error = RecordedError(error_type=exc.error_type, kind=exc.kind, message=exc.message, retriable=exc.retriable)
+            error = RecordedError(error_type=exc.error_type, kind=exc.kind, message=exc.message,
+                                  retriable=exc.retriable)  # fmt: skip
             self.recorder.write("program", **fields, duration_s=time.monotonic() - t0, error=error)
             raise
         self.recorder.write("program", **fields, duration_s=time.monotonic() - t0,
@@ -238,12 +244,14 @@ class ReplayProvider:
         asked = request.model_dump(mode="json")
         with self._lock:
             if self._next >= len(self.exchanges):
-                raise ReplayMismatch(f"replay {self.path.name}: the runtime asked for {request.role}.{request.method} "
-                                     f"after the last of the {len(self.exchanges)} recorded program exchanges")  # fmt: skip
+                asked_for = f"{request.role}.{request.method}"
+                raise ReplayMismatch(f"replay {self.path.name}: the runtime asked for {asked_for} after the last "
+                                     f"of the {len(self.exchanges)} recorded program exchanges")  # fmt: skip
             exchange = self.exchanges[self._next]
             difference = first_difference(exchange.request, asked)
             if difference:
-                raise ReplayMismatch(f"replay {self.path.name}: program exchange {exchange.seq} differs at {difference}")
+                where = f"replay {self.path.name}: program exchange {exchange.seq}"
+                raise ReplayMismatch(f"{where} differs at {difference}")
             self._next += 1
         if exchange.error is not None:
             e = exchange.error
@@ -301,7 +309,8 @@ class ReplayChatProvider:
             exchange = self.exchanges[self._next]
             difference = first_difference(exchange.request, asked)
             if difference:
-                raise ReplayChatMismatch(f"replay {self.path.name}: chat exchange {exchange.seq} differs at {difference}")
+                where = f"replay {self.path.name}: chat exchange {exchange.seq}"
+                raise ReplayChatMismatch(f"{where} differs at {difference}")
             self._next += 1
         if exchange.error is not None:
             raise ChatProviderError(exchange.error.message, retriable=exchange.error.retriable)

@@ -29,7 +29,8 @@ from sandforge.runtime.files import write_user_file
 from sandforge.runtime.files.structured import read_data_file
 from sandforge.runtime.guardrails import Policy, layered_policy
 from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, Provider, ProviderError
-from sandforge.runtime.providers.factory import ModelSettings, ProviderUnavailable
+from sandforge.runtime.providers.factory import ModelSettings
+from sandforge.runtime.providers.factory import ProviderUnavailable as ProviderUnavailable  # sessions_api reads it here
 from sandforge.sandbox import AsyncSandbox, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.aio import DEFAULT_THREADS, Threads
 from sandforge.sandbox.config import BackendName

@@ -166,7 +166,8 @@ def test_status_errors_are_typed(server: WireServer, wire: Any, status: int, kin
 
 def test_server_errors_are_retried_then_answered(server: WireServer, wire: Any) -> None:
     make, answer, error = wire
-    server.queue(error(500, "boom", "api_error"), error(503, "busy", "overloaded_error"), Reply(body=answer("return 2")))
+    server.queue(error(500, "boom", "api_error"), error(503, "busy", "overloaded_error"),
+                 Reply(body=answer("return 2")))  # fmt: skip
     assert make(server, max_retries=2).generate(REQUEST).code == "return 2"
     assert len(server.requests) == 3
 

@@ -60,7 +60,7 @@ class WireServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_POST(self) -> None:
                 import time
 
                 length = int(self.headers.get("content-length") or 0)
@@ -84,7 +84,7 @@ class WireServer:
                 except OSError:  # the client gave up (a timeout test)
                     pass
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -136,17 +136,20 @@ def completion(
     message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None, "annotations": []}
     if tool_calls:
         message["tool_calls"] = tool_calls
+    choice = {"index": 0, "message": message, "logprobs": None,
+              "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}  # fmt: skip
+    details = {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0,
+               "rejected_prediction_tokens": 0}  # fmt: skip
     return {
         "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT",
         "object": "chat.completion",
         "created": 1741569952,
         "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}],  # fmt: skip
-        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage),
-                  "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-                  "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
-                                                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}},
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage),
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0}, "completion_tokens_details": details,
+        },
         "service_tier": "default",
         "system_fingerprint": None,
     }  # fmt: skip
@@ -179,7 +182,8 @@ def message(content: list[dict[str, Any]], stop_reason: str = "tool_use", model:
 
 
 def program_message(code: str, **kwargs: Any) -> dict[str, Any]:
-    block = {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": PROGRAM_TOOL_NAME, "input": {"code": code}}
+    block = {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": PROGRAM_TOOL_NAME,
+             "input": {"code": code}}  # fmt: skip
     return message([block], **kwargs)
 
 
