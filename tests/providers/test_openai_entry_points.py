@@ -94,6 +94,39 @@ def test_chat_with_provider_openai(tmp_path: Path, server: WireServer) -> None:
     recorded = [json.loads(line) for line in (state / "session.jsonl").read_text().splitlines()]
     assert sorted(r["kind"] for r in recorded) == ["chat", "chat", "chat", "program"]
     assert_no_key({"stdout": done.stdout.encode(), "stderr": done.stderr.encode(), **everything_written(state)})
+    # the transcript went out as chat-completions messages: the assistant's tool_calls, then each result as a
+    # `tool` message answering its call id
+    last = [r for r in server.requests if "submit_program" not in r.tool_names][-1].body
+    assert [m["role"] for m in last["messages"]] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert last["messages"][4]["tool_calls"][0]["function"] == {"name": "calc_add", "arguments": '{"x": 2}'}
+    assert last["messages"][5]["tool_call_id"] == "call_add" and last["messages"][5]["content"] == "3"
+    assert {t["function"]["name"] for t in last["tools"]} >= {"load_tool_group", "calc_add"}
+
+    # the recording replays the whole chat, tool program included, with no model server and no key
+    replayed = tmp_path / "replayed"
+    args = [sys.executable, "-m", "sandforge", "chat", "--provider", "replay", "--replay", str(state / "session.jsonl"),
+            "--state-dir", str(replayed), "--groups", str(tmp_path / "groups.json"), "--backend", "subprocess"]  # fmt: skip
+    seen = len(server.requests)
+    again = subprocess.run(args, input="add one to 2\n/exit\n", capture_output=True, text=True,
+                           env={k: v for k, v in _env().items() if k != "OPENAI_API_KEY"}, timeout=300)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "assistant> The answer is 3." in again.stdout and len(server.requests) == seen
+    diverged = subprocess.run(args, input="add one to 5\n/exit\n", capture_output=True, text=True, env=_env(),
+                              timeout=300)  # fmt: skip
+    assert "error: replay session.jsonl: chat exchange 1 differs at messages[0].content[0].text" in diverged.stderr
+
+
+def test_config_shows_the_openai_settings_but_never_the_key(tmp_path: Path) -> None:
+    (tmp_path / "sandforge.toml").write_text(f'openai_base_url = "http://127.0.0.1:8080/v1"\nopenai_api_key = "{KEY}"\n')
+    env = {k: v for k, v in _env().items() if not k.startswith("SANDFORGE_OPENAI")}
+    done = subprocess.run([sys.executable, "-m", "sandforge", "config"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "openai_base_url" in done.stdout and "http://127.0.0.1:8080/v1  [file]" in done.stdout
+    assert "openai_api_key" in done.stdout and "(set)  [file]" in done.stdout
+    as_json = subprocess.run([sys.executable, "-m", "sandforge", "config", "--json"], capture_output=True, text=True,
+                             env=env, cwd=tmp_path, timeout=120)  # fmt: skip
+    assert_no_key({"text": done.stdout.encode() + done.stderr.encode(), "json": as_json.stdout.encode()})
 
 
 def test_mcp_with_provider_openai(tmp_path: Path, server: WireServer) -> None:
