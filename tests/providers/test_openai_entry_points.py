@@ -103,8 +103,8 @@ def test_chat_with_provider_openai(tmp_path: Path, server: WireServer) -> None:
     assert {t["function"]["name"] for t in last["tools"]} >= {"load_tool_group", "calc_add"}
 
     # the recording replays the whole chat, tool program included, with no model server and no key
-    replayed = tmp_path / "replayed"
-    args = [sys.executable, "-m", "sandforge", "chat", "--provider", "replay", "--replay", str(state / "session.jsonl"),
+    replayed, recording = tmp_path / "replayed", state / "session.jsonl"
+    args = [sys.executable, "-m", "sandforge", "chat", "--provider", "replay", "--replay", str(recording),
             "--state-dir", str(replayed), "--groups", str(tmp_path / "groups.json"), "--backend", "subprocess"]  # fmt: skip
     seen = len(server.requests)
     again = subprocess.run(args, input="add one to 2\n/exit\n", capture_output=True, text=True,
@@ -117,7 +117,8 @@ def test_chat_with_provider_openai(tmp_path: Path, server: WireServer) -> None:
 
 
 def test_config_shows_the_openai_settings_but_never_the_key(tmp_path: Path) -> None:
-    (tmp_path / "sandforge.toml").write_text(f'openai_base_url = "http://127.0.0.1:8080/v1"\nopenai_api_key = "{KEY}"\n')
+    settings = f'openai_base_url = "http://127.0.0.1:8080/v1"\nopenai_api_key = "{KEY}"\n'
+    (tmp_path / "sandforge.toml").write_text(settings)
     env = {k: v for k, v in _env().items() if not k.startswith("SANDFORGE_OPENAI")}
     done = subprocess.run([sys.executable, "-m", "sandforge", "config"], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=120)  # fmt: skip
