@@ -105,7 +105,8 @@ def test_chat_with_provider_openai(tmp_path: Path, server: WireServer) -> None:
     # the recording replays the whole chat, tool program included, with no model server and no key
     replayed, recording = tmp_path / "replayed", state / "session.jsonl"
     args = [sys.executable, "-m", "sandforge", "chat", "--provider", "replay", "--replay", str(recording),
-            "--state-dir", str(replayed), "--groups", str(tmp_path / "groups.json"), "--backend", "subprocess"]  # fmt: skip
+            "--state-dir", str(replayed), "--groups", str(tmp_path / "groups.json"),
+            "--backend", "subprocess"]  # fmt: skip
     seen = len(server.requests)
     again = subprocess.run(args, input="add one to 2\n/exit\n", capture_output=True, text=True,
                            env={k: v for k, v in _env().items() if k != "OPENAI_API_KEY"}, timeout=300)  # fmt: skip
