@@ -31,7 +31,6 @@ class OpenAIChatProvider:
         model: str | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
-        api_key_env: str | None = None,
         max_tokens: int = 4096,
         temperature: float | None = None,
         timeout_s: float = 120.0,
@@ -39,7 +38,7 @@ class OpenAIChatProvider:
         http_client: Any = None,
     ) -> None:
         try:
-            endpoint = resolve(model=model, base_url=base_url, api_key=api_key, api_key_env=api_key_env)
+            endpoint = resolve(model=model, base_url=base_url, api_key=api_key)
         except MissingKey as exc:
             raise ChatProviderError(str(exc), hint=NO_KEY_HINT) from None
         self.model, self.base_url = endpoint.model, endpoint.base_url

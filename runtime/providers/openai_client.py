@@ -42,15 +42,12 @@ class Endpoint:
     api_key: str = field(repr=False)
 
 
-def resolve(
-    *, model: str | None, base_url: str | None, api_key: str | None, api_key_env: str | None = None
-) -> Endpoint:
-    """Each of model, base URL and key from the argument, else the environment (``api_key_env`` first when
-    named). Raises :class:`MissingKey` when no key is found."""
-    names = (api_key_env, *KEY_ENVS) if api_key_env else KEY_ENVS
-    key = api_key or next((v for name in names if (v := os.environ.get(name))), None)
+def resolve(*, model: str | None, base_url: str | None, api_key: str | None) -> Endpoint:
+    """Each of model, base URL and key from the argument, else the environment. Raises :class:`MissingKey`
+    when no key is found."""
+    key = api_key or next((v for name in KEY_ENVS if (v := os.environ.get(name))), None)
     if not key:
-        raise MissingKey(f"no OpenAI-compatible API key (looked in {', '.join(names)})")
+        raise MissingKey(f"no OpenAI-compatible API key (looked in {', '.join(KEY_ENVS)})")
     url = base_url or next((v for name in BASE_URL_ENVS if (v := os.environ.get(name))), None)
     return Endpoint(base_url=url, model=model or os.environ.get(MODEL_ENV) or DEFAULT_MODEL, api_key=key)
 

@@ -40,8 +40,8 @@ PROGRAM_TOOL = {
 class OpenAIProvider:
     """Generates programs with the chat-completions API of ``base_url`` (default: OpenAI's).
 
-    ``api_key``: the argument, else ``$api_key_env`` when named, else ``SANDFORGE_OPENAI_API_KEY``, else
-    ``OPENAI_API_KEY``. ``http_client`` is for tests and proxies (an ``httpx`` client the SDK accepts)."""
+    ``api_key``: the argument, else ``SANDFORGE_OPENAI_API_KEY``, else ``OPENAI_API_KEY``. ``http_client`` is
+    for tests and proxies (an ``httpx`` client the SDK accepts)."""
 
     name = "openai"
 
@@ -51,7 +51,6 @@ class OpenAIProvider:
         model: str | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
-        api_key_env: str | None = None,
         max_tokens: int = 4096,
         temperature: float | None = None,
         timeout_s: float = 60.0,
@@ -70,7 +69,7 @@ class OpenAIProvider:
         self._client: openai.OpenAI | None = None
         self._client_error: str | None = None
         try:
-            endpoint = resolve(model=model, base_url=base_url, api_key=api_key, api_key_env=api_key_env)
+            endpoint = resolve(model=model, base_url=base_url, api_key=api_key)
         except MissingKey as exc:
             self.model = model or ""
             self.base_url = base_url
