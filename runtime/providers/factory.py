@@ -63,15 +63,19 @@ def key_for(kind: str, settings: ModelSettings) -> str:
     return key
 
 
+def _recording(replay: Path | None) -> Path:
+    if replay is None:
+        raise ProviderUnavailable("a replay provider needs a recording file")
+    return replay
+
+
 def program_provider(kind: str, settings: ModelSettings, *, replay: Path | None = None) -> Provider:
     """The program writer of a live kind (recording when ``settings.record``), or ``replay``'s."""
     provider: Any
     if kind == "replay":
-        if replay is None:
-            raise ProviderUnavailable("a replay provider needs a recording file")
         from sandforge.runtime.providers.replay import ReplayProvider
 
-        return ReplayProvider(replay)
+        return ReplayProvider(_recording(replay))
     common: dict[str, Any] = {"max_tokens": settings.max_tokens, "timeout_s": settings.timeout_s,
                               "max_retries": settings.max_retries, "temperature": settings.temperature,
                               "api_key": key_for(kind, settings)}  # fmt: skip
@@ -98,11 +102,9 @@ def chat_provider(kind: str, settings: ModelSettings, *, replay: Path | None = N
     """The chat model of a live kind (recording when ``settings.record``), or ``replay``'s."""
     provider: Any
     if kind == "replay":
-        if replay is None:
-            raise ProviderUnavailable("a replay provider needs a recording file")
         from sandforge.runtime.providers.replay import ReplayChatProvider
 
-        return ReplayChatProvider(replay)
+        return ReplayChatProvider(_recording(replay))
     key = key_for(kind, settings)
     if kind == "anthropic":
         from sandforge.runtime.providers.chat import AnthropicChatProvider

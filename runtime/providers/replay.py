@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
@@ -187,51 +187,49 @@ def read_recording(path: Path | str, kind: ExchangeKind) -> list[Exchange]:
     return out
 
 
-def _now() -> tuple[datetime, float]:
-    return datetime.now(UTC), time.monotonic()
-
-
 def _usage(program: GeneratedProgram) -> dict[str, int]:
     pairs = (("input_tokens", program.input_tokens), ("output_tokens", program.output_tokens))
     return {k: v for k, v in pairs if v is not None}
 
 
-# --- program providers ------------------------------------------------------------------------------------
+class _Recorded:
+    """What both recording wrappers share: the inner provider's name and model, and one exchange written per
+    call, its answer or its typed error."""
 
+    kind: ExchangeKind
 
-class RecordingProvider:
-    """A live provider whose every generation is also written to ``path``."""
-
-    def __init__(self, inner: Provider, path: Path | str, *, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, inner: Any, path: Path | str, secrets: Iterable[str]) -> None:
         self.inner = inner
-        self.name = inner.name
-        self.model = getattr(inner, "model", None)
+        self.name: str = inner.name
+        self.model: str | None = getattr(inner, "model", None)
         self.recorder = Recorder(path, secrets=secrets)
 
-    def generate(self, request: GenerationRequest) -> GeneratedProgram:
-        started, t0 = _now()
-        fields: dict[str, Any] = {"provider": self.name, "model": self.model, "started_at": started,
-                                  "request": request.model_dump(mode="json")}  # fmt: skip
+    def _exchange(self, request: BaseModel, call: Any, answer: Any, failure: Any) -> Any:
+        """``call()``'s result, written with ``answer(result)`` (response, usage); an exception ``failure`` maps
+        to a RecordedError is written too, and raised again."""
+        started, t0 = datetime.now(UTC), time.monotonic()
+        fields = {"provider": self.name, "model": self.model, "started_at": started,
+                  "request": request.model_dump(mode="json")}  # fmt: skip
         try:
-            program = self.inner.generate(request)
-        except ProviderError as exc:
-            error = RecordedError(error_type=exc.error_type, kind=exc.kind, message=exc.message,
-                                  retriable=exc.retriable)  # fmt: skip
-            self.recorder.write("program", **fields, duration_s=time.monotonic() - t0, error=error)
+            result = call()
+        except (ProviderError, ChatProviderError) as exc:
+            self.recorder.write(self.kind, **fields, duration_s=time.monotonic() - t0, error=failure(exc))
             raise
-        self.recorder.write("program", **fields, duration_s=time.monotonic() - t0,
-                            response=program.model_dump(mode="json"), usage=_usage(program))  # fmt: skip
-        return program
+        response, usage = answer(result)
+        self.recorder.write(self.kind, **fields, duration_s=time.monotonic() - t0, response=response, usage=usage)
+        return result
 
 
-class ReplayProvider:
-    """Serves a recording's program exchanges in order; :class:`ReplayMismatch` on the first divergence."""
+class _Replayed:
+    """What both replay providers share: the recording's exchanges of one kind, served in order, each only to
+    the question it was recorded with."""
 
     name = "replay"
+    kind: ExchangeKind
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.exchanges = read_recording(self.path, "program")
+        self.exchanges = read_recording(self.path, self.kind)
         self.model = self.exchanges[0].model if self.exchanges else None
         self._next = 0
         self._lock = threading.Lock()
@@ -240,19 +238,53 @@ class ReplayProvider:
     def remaining(self) -> int:
         return len(self.exchanges) - self._next
 
-    def generate(self, request: GenerationRequest) -> GeneratedProgram:
+    def _take(self, request: BaseModel, asking: str) -> Exchange:
+        """The next exchange, when it was recorded for ``request``; else the mismatch, naming what differs."""
         asked = request.model_dump(mode="json")
         with self._lock:
             if self._next >= len(self.exchanges):
-                asked_for = f"{request.role}.{request.method}"
-                raise ReplayMismatch(f"replay {self.path.name}: the runtime asked for {asked_for} after the last "
-                                     f"of the {len(self.exchanges)} recorded program exchanges")  # fmt: skip
+                self._mismatch(f"replay {self.path.name}: {asking} after the last of the {len(self.exchanges)} "
+                               f"recorded {self.kind} exchanges")  # fmt: skip
             exchange = self.exchanges[self._next]
             difference = first_difference(exchange.request, asked)
             if difference:
-                where = f"replay {self.path.name}: program exchange {exchange.seq}"
-                raise ReplayMismatch(f"{where} differs at {difference}")
+                self._mismatch(f"replay {self.path.name}: {self.kind} exchange {exchange.seq} differs at {difference}")
             self._next += 1
+        return exchange
+
+    def _mismatch(self, message: str) -> NoReturn:
+        raise NotImplementedError
+
+
+# --- program providers ------------------------------------------------------------------------------------
+
+
+class RecordingProvider(_Recorded):
+    """A live provider whose every generation is also written to ``path``."""
+
+    kind: ExchangeKind = "program"
+
+    def __init__(self, inner: Provider, path: Path | str, *, secrets: Iterable[str] = ()) -> None:
+        super().__init__(inner, path, secrets)
+
+    def generate(self, request: GenerationRequest) -> GeneratedProgram:
+        program: GeneratedProgram = self._exchange(
+            request, lambda: self.inner.generate(request), lambda p: (p.model_dump(mode="json"), _usage(p)),
+            lambda e: RecordedError(error_type=e.error_type, kind=e.kind, message=e.message, retriable=e.retriable),
+        )  # fmt: skip
+        return program
+
+
+class ReplayProvider(_Replayed):
+    """Serves a recording's program exchanges in order; :class:`ReplayMismatch` on the first divergence."""
+
+    kind: ExchangeKind = "program"
+
+    def _mismatch(self, message: str) -> NoReturn:
+        raise ReplayMismatch(message)
+
+    def generate(self, request: GenerationRequest) -> GeneratedProgram:
+        exchange = self._take(request, f"the runtime asked for {request.role}.{request.method}")
         if exchange.error is not None:
             e = exchange.error
             if e.error_type == InvalidProviderOutput.error_type:
@@ -264,54 +296,33 @@ class ReplayProvider:
 # --- chat providers ---------------------------------------------------------------------------------------
 
 
-class RecordingChatProvider:
+class RecordingChatProvider(_Recorded):
     """A live chat provider whose every answer is also written to ``path``."""
 
+    kind: ExchangeKind = "chat"
+
     def __init__(self, inner: ChatProvider, path: Path | str, *, secrets: Iterable[str] = ()) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.model = getattr(inner, "model", None)
-        self.recorder = Recorder(path, secrets=secrets)
+        super().__init__(inner, path, secrets)
 
     def complete(self, request: ChatRequest) -> ChatResponse:
-        started, t0 = _now()
-        fields: dict[str, Any] = {"provider": self.name, "model": self.model, "started_at": started,
-                                  "request": request.model_dump(mode="json")}  # fmt: skip
-        try:
-            response = self.inner.complete(request)
-        except ChatProviderError as exc:
-            error = RecordedError(error_type="chat_provider", kind="api_error", message=exc.message,
-                                  retriable=exc.retriable)  # fmt: skip
-            self.recorder.write("chat", **fields, duration_s=time.monotonic() - t0, error=error)
-            raise
-        self.recorder.write("chat", **fields, duration_s=time.monotonic() - t0,
-                            response=response.model_dump(mode="json"), usage=dict(response.usage))  # fmt: skip
+        response: ChatResponse = self._exchange(
+            request, lambda: self.inner.complete(request), lambda r: (r.model_dump(mode="json"), dict(r.usage)),
+            lambda e: RecordedError(error_type="chat_provider", kind="api_error", message=e.message,
+                                    retriable=e.retriable),
+        )  # fmt: skip
         return response
 
 
-class ReplayChatProvider:
+class ReplayChatProvider(_Replayed):
     """Serves a recording's chat exchanges in order; :class:`ReplayChatMismatch` on the first divergence."""
 
-    name = "replay"
+    kind: ExchangeKind = "chat"
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self.exchanges = read_recording(self.path, "chat")
-        self._next = 0
-        self._lock = threading.Lock()
+    def _mismatch(self, message: str) -> NoReturn:
+        raise ReplayChatMismatch(message)
 
     def complete(self, request: ChatRequest) -> ChatResponse:
-        asked = request.model_dump(mode="json")
-        with self._lock:
-            if self._next >= len(self.exchanges):
-                raise ReplayChatMismatch(f"replay {self.path.name}: the session asked for a model answer after the "
-                                         f"last of the {len(self.exchanges)} recorded chat exchanges")  # fmt: skip
-            exchange = self.exchanges[self._next]
-            difference = first_difference(exchange.request, asked)
-            if difference:
-                where = f"replay {self.path.name}: chat exchange {exchange.seq}"
-                raise ReplayChatMismatch(f"{where} differs at {difference}")
-            self._next += 1
+        exchange = self._take(request, "the session asked for a model answer")
         if exchange.error is not None:
             raise ChatProviderError(exchange.error.message, retriable=exchange.error.retriable)
         return ChatResponse.model_validate(exchange.response)
