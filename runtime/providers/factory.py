@@ -109,8 +109,9 @@ def chat_provider(kind: str, settings: ModelSettings, *, replay: Path | None = N
     if kind == "anthropic":
         from sandforge.runtime.providers.chat import AnthropicChatProvider
 
-        provider = AnthropicChatProvider(model=settings.model, api_key=key, max_tokens=settings.max_tokens,
-                                         timeout_s=settings.timeout_s, max_retries=settings.max_retries)  # fmt: skip
+        provider = AnthropicChatProvider(model=settings.model, api_key=key, base_url=settings.base_url,
+                                         max_tokens=settings.max_tokens, timeout_s=settings.timeout_s,
+                                         max_retries=settings.max_retries)  # fmt: skip
     elif kind == "openai":
         from sandforge.runtime.providers.openai_chat import OpenAIChatProvider
 

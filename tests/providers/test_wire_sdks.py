@@ -273,3 +273,46 @@ def test_unusable_answers_reach_the_generation_lane_then_a_program_runs(
     assert [f.stage for f in record.attempt_failures] == ["generation", "generation"]
     feedback = server.requests[1].body["messages"][1]["content"]
     assert "did not produce a usable program" in feedback  # the repair feedback of the one prompt builder
+
+
+# --- the chat providers, through the same SDKs ------------------------------------------------------------
+
+
+def chat_providers(server: WireServer) -> dict[str, Any]:
+    from sandforge.runtime.providers.chat import AnthropicChatProvider
+    from sandforge.runtime.providers.openai_chat import OpenAIChatProvider
+
+    return {
+        "anthropic": AnthropicChatProvider(api_key=KEY, base_url=server.url, max_retries=0, model="claude-test"),
+        "openai": OpenAIChatProvider(api_key=KEY, base_url=f"{server.url}/v1", max_retries=0, model="gpt-test"),
+    }
+
+
+@pytest.mark.parametrize("name", ["anthropic", "openai"])
+def test_chat_providers_read_text_and_tool_calls(server: WireServer, name: str) -> None:
+    from sandforge.runtime.providers.chat import ChatRequest
+
+    if name == "openai":
+        server.queue(Reply(body=completion(content="Loading.", tool_calls=[function_call("load", {"g": "calc"})])))
+    else:
+        server.queue(Reply(body=message([{"type": "text", "text": "Loading."},
+                                         {"type": "tool_use", "id": "call_abc123", "name": "load",
+                                          "input": {"g": "calc"}}])))  # fmt: skip
+    tools = [{"name": "load", "description": "Load a group.", "input_schema": {"type": "object"}}]
+    answer = chat_providers(server)[name].complete(
+        ChatRequest(system="be brief", messages=[{"role": "user", "content": "hi"}], tools=tools)
+    )
+    assert (answer.text, answer.stop_reason) == ("Loading.", "tool_use")
+    assert [(u.id, u.name, u.input) for u in answer.tool_uses] == [("call_abc123", "load", {"g": "calc"})]
+    assert answer.usage["input_tokens"] > 0 and answer.usage["output_tokens"] > 0
+
+
+@pytest.mark.parametrize("name", ["anthropic", "openai"])
+def test_chat_provider_errors_are_session_errors(server: WireServer, name: str) -> None:
+    from sandforge.runtime.providers.chat import ChatProviderError, ChatRequest
+
+    server.queue(openai_error(429, "slow down", "requests") if name == "openai"
+                 else anthropic_error(429, "slow down", "rate_limit_error"))  # fmt: skip
+    with pytest.raises(ChatProviderError) as info:
+        chat_providers(server)[name].complete(ChatRequest(messages=[{"role": "user", "content": "hi"}]))
+    assert info.value.retriable and "429: slow down" in info.value.message and KEY not in info.value.message
