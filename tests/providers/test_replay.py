@@ -29,7 +29,7 @@ from sandforge.runtime.providers.replay import (
     read_recording,
 )
 from sandforge.runtime.store import ToolStore
-from sandforge.sandbox import SandboxConfig
+from sandforge.sandbox import Limits, SandboxConfig
 from tests.conftest import _require_backend
 from tests.providers.wire import Reply, program_completion, wire_server
 
@@ -44,8 +44,11 @@ MODEL_ANSWERS = [
 
 def session(provider: Any, state: Path, backend: str) -> tuple[list[Any], str]:
     """The session: adder.add(2), doubler.double(5) (nested adder.add(10), from the store), adder.add(1)."""
-    ws = Workspace(provider=provider, sandbox=SandboxConfig(backend=backend, pool_size=0),  # type: ignore[arg-type]
-                   log=CallLog(state / "calls.jsonl"), store=ToolStore(state))  # fmt: skip
+    # a generous time limit: a loaded machine must not turn a replay's execution into a timeout the recording
+    # did not have (the replay would then rightly diverge)
+    config = SandboxConfig(backend=backend, pool_size=0)  # type: ignore[arg-type]
+    ws = Workspace(provider=provider, sandbox=config, log=CallLog(state / "calls.jsonl"), store=ToolStore(state),
+                   limits=Limits(timeout_s=120))  # fmt: skip
     try:
         adder, doubler = Agent.for_role("adder", workspace=ws), Agent.for_role("doubler", workspace=ws)
         outcomes = [adder.add(2), doubler.double(5), adder.add(1)]
