@@ -32,6 +32,7 @@ GROUPS = [{"name": "calc", "description": "Adds one.", "role": "calc",
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "SANDFORGE_OPENAI_"))}
     env.pop("SANDFORGE_MCP_PROVIDER", None)
+    env.pop("SANDFORGE_CALL_LOG", None)  # tests/conftest.py's run-wide log: here each command's own is read
     return {**env, "OPENAI_API_KEY": KEY, "OPENAI_LOG": "debug", **extra}
 
 
