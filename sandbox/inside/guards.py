@@ -28,7 +28,7 @@ from typing import Any
 from . import fetching, packages
 from .bridge import Bridge, OutcomeFactory, ToolHandle, delegate
 from .lazycontext import LazyContext
-from .lowering import GUARDED_READS, NAMEDTUPLE_API, READ_ONLY_NAMES, is_private
+from .lowering import GUARDED_READS, LIBRARY_PRIVATE, NAMEDTUPLE_API, OWNED_TABLE, READ_ONLY_NAMES, is_private
 from .world import PROGRAM_MODULE, BoundedText, SandboxViolation, _guarded_import, _words
 
 # --- the restricted language (issue 15): what programs may write, and the guards, at close to C speed ---
@@ -127,11 +127,6 @@ def write_guard(ob: Any) -> Any:
     return _ReadOnly(ob)
 
 
-#: Single-underscore names that library metaclasses put into the program's own classes' dicts and that
-#: stay the library's (``ABCMeta``'s cache of a program's ``abc.ABC`` subclass).
-LIBRARY_PRIVATE: frozenset[str] = frozenset({"_abc_impl"})
-
-
 def _namedtuple(obj: Any) -> bool:
     """Whether ``obj`` is a namedtuple or a namedtuple class (``collections.namedtuple``'s, ``typing.NamedTuple``'s,
     a library's such as ``urllib.parse``'s results): its ``_asdict`` is namedtuple's own function."""
@@ -185,6 +180,54 @@ def private_allowed(obj: Any, name: str, *, reading: bool = True) -> bool:
 def write_private(ob: Any, name: str) -> Any:
     """``_write_private_``: ``ob`` when the program may set or delete ``ob._name``, else a refusing proxy."""
     return ob if private_allowed(ob, name, reading=False) else _ReadOnly(ob)
+
+
+#: ``type.__flags__``' bit of a type whose dict nothing can change (the built-in types: ``object``,
+#: ``Exception``, ``dict``...).
+_IMMUTABLE_TYPE = 1 << 8
+
+
+class OwnedClasses(dict[type, int]):
+    """``_owned_``: per class, how much its instances are the program's own, decided once per class and run
+    (a method's first parameter's class is looked up at each call, ``lowering._OwnWrites``):
+
+    - 2: the class is the program's, not a metaclass, and every class in its lineage is the program's or a
+      built-in type without a single-underscore name: ``private_allowed`` allows every ``_x`` on its
+      instances (the first class holding it is the program's, or none does): writes and ``_x`` reads are native;
+    - 1: the class is the program's (``write_guard`` returns its instances as they are): public writes are
+      native, private names stay the guard's (a library base's ``_randbelow``);
+    - 0: anything else: the guards decide.
+
+    The level cannot go stale: a class's ``__module__``, ``__bases__`` and ``__mro__`` are never written by
+    a program (dunder writes are refused by the compiler and by ``setattr``'s guard), an instance's
+    ``__class__`` neither, and a built-in type's dict cannot be changed by anyone.
+    """
+
+    def __missing__(self, cls: type) -> int:
+        level = 0
+        if cls.__module__ == PROGRAM_MODULE:
+            # not a metaclass: an instance that is a class looks its missing names up in its metaclass
+            pure = not issubclass(cls, type) and all(_own_lineage(klass) for klass in cls.__mro__)
+            level = 2 if pure else 1
+        self[cls] = level
+        return level
+
+
+#: Built-in types with no single-underscore name in their dicts (``object``, ``Exception``...), once per process.
+_CLEAN_BUILTINS: dict[type, bool] = {}
+
+
+def _own_lineage(klass: type) -> bool:
+    """A class of an own lineage: the program's, or a built-in type that cannot hold a ``_x`` (its dict
+    is immutable and has none)."""
+    if klass.__module__ == PROGRAM_MODULE:
+        return True
+    clean = _CLEAN_BUILTINS.get(klass)
+    if clean is None:
+        clean = bool(klass.__flags__ & _IMMUTABLE_TYPE) and not any(is_private(name) for name in vars(klass))
+        if klass.__flags__ & _IMMUTABLE_TYPE:
+            _CLEAN_BUILTINS[klass] = clean
+    return clean
 
 
 def class_of(obj: Any) -> type:
@@ -400,6 +443,11 @@ def _base_builtins() -> dict[str, Any]:
         ):  # fmt: skip
             table[extra] = getattr(py_builtins, extra)
         table.update(compat_builtins())
+        # the same for every execution: fetch() reaches the host through ``fetching.bind``'s sender
+        table["Outcome"] = OutcomeFactory
+        table["fetch"] = fetching.fetch
+        for error in (fetching.FetchError, *fetching.ERRORS.values()):
+            table[error.__name__] = error
         _BASE_BUILTINS.update(table)
     return _BASE_BUILTINS
 
@@ -433,14 +481,9 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
 
     builtins = dict(_base_builtins())
     builtins["__import__"] = _guarded_import(proxies)
-    builtins["Outcome"] = OutcomeFactory
     builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
     builtins["delegate"] = lambda role, *contract, **fields: delegate(bridge, role, *contract, **fields)
     fetching.bind(bridge.fetch if bridge is not None else None)  # None: compiled outside an execution
-    builtins["fetch"] = fetching.fetch
-    errors: list[type[fetching.FetchError]] = [fetching.FetchError, *fetching.ERRORS.values()]
-    for error in errors:
-        builtins[error.__name__] = error
     return {
         "__builtins__": builtins,
         "__name__": "sandforge_tool",
@@ -450,6 +493,7 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
         "_write_private_": write_private,
         "_class_of_": class_of,
         "_type_": type,
+        OWNED_TABLE: OwnedClasses(),
         "_print_": make_printer,
         "_apply_": lambda f, *a, **kw: f(*a, **kw),
     }

@@ -12,6 +12,7 @@ from RestrictedPython import transformer as rp
 from .lowering import (
     GUARDED_READS,
     OWN_FLAG,
+    OWNED_TABLE,
     READ_ONLY_NAMES,
     RESERVED_NAMES,
     SPECIAL_METHODS,
@@ -131,8 +132,9 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
             self.inject_print_collector(node)
         owner = getattr(node, "sandforge_self", None)
         if owner is not None and _OwnWrites(owner).rewrite(node):
-            # once per call: is ``self`` the program's own object? Then its writes are native stores.
-            check = ast.parse(f"{OWN_FLAG} = _type_({owner}).__module__ == {PROGRAM_MODULE!r}").body[0]
+            # once per call: how much is ``self`` the program's own object (its class's level, decided once
+            # per class and run by ``guards.OwnedClasses``)? Its writes and private reads then are native.
+            check = ast.parse(f"{OWN_FLAG} = {OWNED_TABLE}[_type_({owner})]").body[0]
             first = node.body[0]
             docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
             node.body.insert(1 if docstring else 0, ast.fix_missing_locations(ast.copy_location(check, first)))

@@ -225,8 +225,13 @@ def seal_proxy(proxy: Any, module: str) -> None:
     """Apply the inner wall to a freshly filled proxy of ``module``, whatever kind of object the proxy is:
     remove every withheld name, put ``MODULE_WRAPPERS``' replacements in place, and make reading a withheld
     name a ``SandboxViolation`` (a namespace proxy changes class; a module-object proxy gets a module-level
-    ``__getattr__``, so reading present names keeps the interpreter's fast path)."""
-    for name in withheld(module):
+    ``__getattr__``).
+
+    A module that withholds nothing gets no ``__getattr__``: CPython's own miss (``module 'math' has no
+    attribute 'x'``) is the same AttributeError, and only a module without one has its reads specialised
+    (``LOAD_ATTR_MODULE``; with a ``__getattr__`` in its dict ``math.pi`` costs twice as much)."""
+    names = withheld(module)
+    for name in names:
         if name in vars(proxy):
             delattr(proxy, name)
     for name, wrapper in MODULE_WRAPPERS.get(module, {}).items():
@@ -234,7 +239,8 @@ def seal_proxy(proxy: Any, module: str) -> None:
             setattr(proxy, name, wrapper)
     _PROXY_MODULES[id(proxy)] = module
     if isinstance(proxy, types.ModuleType):
-        vars(proxy)["__getattr__"] = _withheld_getattr(module)
+        if names or module in EXPOSED_ONLY:
+            vars(proxy)["__getattr__"] = _withheld_getattr(module)
     elif isinstance(proxy, types.SimpleNamespace) and not isinstance(proxy, ModuleProxy):
         proxy.__class__ = ModuleProxy
 
