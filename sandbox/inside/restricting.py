@@ -45,6 +45,9 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
         super().__init__(*args)
         #: The class statements around the current node, innermost last (for private-name mangling).
         self.classes: list[str] = []
+        #: The functions around the current node, innermost last: each one's own ``self`` (``_OwnWrites``
+        #: makes its writes native) or None.
+        self.owners: list[str | None] = [None]
         self.dispatch = _DISPATCH.setdefault(type(self), {})
 
     # The walk itself, at the cost of a method call per node: ``ast.NodeVisitor.visit`` builds the method's
@@ -127,10 +130,14 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
         finally:
             self.special_def = outer
         self.check_function_argument_names(node)
-        with self.print_info.new_print_scope():
-            node = self.node_contents_visit(node)
-            self.inject_print_collector(node)
         owner = getattr(node, "sandforge_self", None)
+        self.owners.append(owner)
+        try:
+            with self.print_info.new_print_scope():
+                node = self.node_contents_visit(node)
+                self.inject_print_collector(node)
+        finally:
+            self.owners.pop()
         if owner is not None and _OwnWrites(owner).rewrite(node):
             # once per call: how much is ``self`` the program's own object (its class's level, decided once
             # per class and run by ``guards.OwnedClasses``)? Its writes and private reads then are native.
@@ -176,7 +183,19 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
                             keywords=[])  # fmt: skip
             return ast.fix_missing_locations(ast.copy_location(call, node))
         guard = ast.Call(func=ast.Name("_write_", ast.Load()), args=[node.value], keywords=[])
-        node.value = ast.fix_missing_locations(ast.copy_location(guard, node.value))
+        target = node.value
+        if isinstance(target, ast.Name) and target.id != self.owners[-1]:
+            # ``(x if _owned_[_type_(x)] else _write_(x)).a = v``: native for an instance of the program's
+            # class (level 1 or 2: what ``write_guard`` returns as it is), the guard for anything else
+            level = ast.Subscript(
+                ast.Name(OWNED_TABLE, ast.Load()),
+                ast.Call(ast.Name("_type_", ast.Load()), [ast.Name(target.id, ast.Load())], []),
+                ast.Load(),
+            )
+            inline = ast.IfExp(test=level, body=ast.Name(target.id, ast.Load()), orelse=guard)
+            node.value = ast.fix_missing_locations(ast.copy_location(inline, target))
+            return node
+        node.value = ast.fix_missing_locations(ast.copy_location(guard, target))
         return node
 
     def _decided_at_run_time(self, node: ast.Attribute) -> Any:

@@ -192,6 +192,18 @@ ATTACKS: list[tuple[str, str, str, str]] = [
         "invalid attribute name",
     ),
     (
+        "a library class held in a name, written at the top level",
+        "guard",
+        "import random\nR = random.Random\nR.seed = print\nreturn 1",
+        _NOT_SET,
+    ),
+    (
+        "a library object held in a name, written with +=",
+        "guard",
+        "import random\nr = random.Random(1)\nr.VERSION += 1\nreturn 1",
+        _NOT_SET,
+    ),
+    (
         "a class's module rewritten after its level was decided",
         "guard",
         "class A:\n    def f(self):\n        return self._x\na = A()\na._x = 1\na.f()\n"
