@@ -470,7 +470,24 @@ def _printer_class() -> Any:
     return _PRINTER
 
 
+def _apply(f: Any, *args: Any, **kwargs: Any) -> Any:
+    """``_apply_``: RestrictedPython's call of ``f(*args, **kwargs)``; nothing to check here."""
+    return f(*args, **kwargs)
+
+
+#: The import function of the last proxies built (one set per runner process): made once, not per run.
+_IMPORTS: list[tuple[dict[str, Any], Any]] = []
+
+
+def _import_for(proxies: dict[str, types.SimpleNamespace]) -> Any:
+    if not _IMPORTS or _IMPORTS[0][0] is not proxies:  # held here, so ``is`` cannot match a new dict
+        _IMPORTS[:] = [(proxies, _guarded_import(proxies))]
+    return _IMPORTS[0][1]
+
+
 def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText, bridge: Bridge) -> dict[str, Any]:
+    """The program's globals, once per execution: a copy of the builtins with this run's import, ``tool``
+    and ``delegate``, the guards, and a fresh table of class levels (``OwnedClasses``)."""
     _prime()
     printer = _printer_class()
 
@@ -480,20 +497,28 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
         return collector
 
     builtins = dict(_base_builtins())
-    builtins["__import__"] = _guarded_import(proxies)
+    builtins["__import__"] = _import_for(proxies)
     builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
     builtins["delegate"] = lambda role, *contract, **fields: delegate(bridge, role, *contract, **fields)
     fetching.bind(bridge.fetch if bridge is not None else None)  # None: compiled outside an execution
-    return {
-        "__builtins__": builtins,
-        "__name__": "sandforge_tool",
-        "__metaclass__": type,
-        "_getattr_": guarded_getattr,
-        "_write_": write_guard,
-        "_write_private_": write_private,
-        "_class_of_": class_of,
-        "_type_": type,
-        OWNED_TABLE: OwnedClasses(),
-        "_print_": make_printer,
-        "_apply_": lambda f, *a, **kw: f(*a, **kw),
-    }
+    namespace = _GLOBALS.copy()
+    namespace["__builtins__"] = builtins
+    namespace[OWNED_TABLE] = OwnedClasses()
+    namespace["_print_"] = make_printer
+    return namespace
+
+
+#: The globals every execution starts from (``build_globals`` adds its builtins, class levels and printer).
+_GLOBALS: dict[str, Any] = {
+    "__builtins__": None,
+    "__name__": "sandforge_tool",
+    "__metaclass__": type,
+    "_getattr_": guarded_getattr,
+    "_write_": write_guard,
+    "_write_private_": write_private,
+    "_class_of_": class_of,
+    "_type_": type,
+    OWNED_TABLE: None,
+    "_print_": None,
+    "_apply_": _apply,
+}
