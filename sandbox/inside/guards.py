@@ -277,11 +277,21 @@ def _plain_fields(template: str) -> None:
             _plain_fields(spec)
 
 
+#: Templates (exact ``str``, whose equality no program can override) ``_plain_fields`` accepted: a loop
+#: formatting with the same template parses it once. Bounded: emptied when full.
+_PLAIN_TEMPLATES: dict[str, None] = {}
+
+
 def _checked_format(text: str, method: str) -> Any:
     unbound = getattr(str, method)
 
     def format(*args: Any, **kwargs: Any) -> Any:
-        _plain_fields(text)
+        if type(text) is not str or text not in _PLAIN_TEMPLATES:
+            _plain_fields(text)
+            if type(text) is str:
+                if len(_PLAIN_TEMPLATES) >= 1024:
+                    _PLAIN_TEMPLATES.clear()
+                _PLAIN_TEMPLATES[text] = None
         return unbound(text, *args, **kwargs)
 
     return format
@@ -330,6 +340,10 @@ def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
     given), and ``str.format``/``format_map`` limited to plain fields."""
     if len(default) > 1:
         raise TypeError(f"getattr expected at most 3 arguments, got {2 + len(default)}")
+    if type(obj) is str and type(name) is str and (name == "format" or name == "format_map"):
+        # what the general path below returns for a string's own method (both exact ``str``: no program
+        # ``__eq__`` can make another name compare equal)
+        return _checked_format(obj, name)
     if type(name) is str and name[:1] == "_":
         return _underscore_read(obj, name, default)
     _check_attribute_name(name)

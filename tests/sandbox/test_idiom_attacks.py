@@ -204,6 +204,13 @@ ATTACKS: list[tuple[str, str, str, str]] = [
         _NOT_SET,
     ),
     (
+        "a str subclass name equal to 'format' asking a string for its class",
+        "guard",
+        "class N(str):\n    def __eq__(self, other):\n        return True\n    def __hash__(self):\n        return 0\n"
+        "return getattr('x', N('__class__'))",
+        "must be a string",
+    ),
+    (
         "a class's module rewritten after its level was decided",
         "guard",
         "class A:\n    def f(self):\n        return self._x\na = A()\na._x = 1\na.f()\n"

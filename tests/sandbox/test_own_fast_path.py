@@ -147,3 +147,15 @@ def test_own_objects_answer_as_cpython(sb: Sandbox) -> None:
     out = sb.execute(ExecutionRequest(code=OWN_PROGRAM))
     assert out.ok, out.error_message
     assert out.value == [5, 12, 7, 1, "'Account' object has no attribute '_nothing'", 3, {"x": 2, "y": 2}]
+
+
+def test_a_template_checked_once_is_not_trusted_for_a_look_alike(sb: Sandbox) -> None:
+    """Accepted templates are remembered by value only for exact strings: a ``str`` subclass equal to every
+    string (its own ``__eq__`` and ``__hash__``) is parsed again, and its attribute field refused."""
+    code = (
+        "class T(str):\n    def __eq__(self, other):\n        return True\n    def __hash__(self):\n"
+        "        return hash('{0}')\nok = '{0}'.format(1)\nreturn T('{0.__class__}').format(1)"
+    )
+    out = sb.execute(ExecutionRequest(code=code))
+    assert not out.ok, out.value
+    assert "format field {0.__class__} reads an attribute" in (out.error_message or "")
