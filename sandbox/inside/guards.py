@@ -164,6 +164,8 @@ def private_allowed(obj: Any, name: str, *, reading: bool = True) -> bool:
     (an instance's own attribute, set by the program's methods); or, for reads, ``name`` is namedtuple's
     documented API on a namedtuple. A library base class's private attributes stay unreachable, and so do
     every library object's and module's (``random._os``)."""
+    if _LEVELS and _LEVELS[0][type(obj)] == 2 and is_private(name) and name not in LIBRARY_PRIVATE:
+        return True  # an instance of a level-2 class (``OwnedClasses``): what the walk below decides
     if reading and name in NAMEDTUPLE_API and _namedtuple(obj):
         return True
     if not is_private(name) or name in LIBRARY_PRIVATE:
@@ -211,6 +213,11 @@ class OwnedClasses(dict[type, int]):
             level = 2 if pure else 1
         self[cls] = level
         return level
+
+
+#: The running execution's class levels (``build_globals`` puts each run's table here too): the
+#: guards' shortcut for the program's own instances. One table at a time, so a run's classes go with it.
+_LEVELS: list[OwnedClasses] = []
 
 
 #: Built-in types with no single-underscore name in their dicts (``object``, ``Exception``...), once per process.
@@ -517,7 +524,8 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
     fetching.bind(bridge.fetch if bridge is not None else None)  # None: compiled outside an execution
     namespace = _GLOBALS.copy()
     namespace["__builtins__"] = builtins
-    namespace[OWNED_TABLE] = OwnedClasses()
+    namespace[OWNED_TABLE] = levels = OwnedClasses()
+    _LEVELS[:] = [levels]
     namespace["_print_"] = make_printer
     return namespace
 

@@ -11,6 +11,7 @@ from RestrictedPython import transformer as rp
 
 from .lowering import (
     GUARDED_READS,
+    LIBRARY_PRIVATE,
     OWN_FLAG,
     OWNED_TABLE,
     READ_ONLY_NAMES,
@@ -208,8 +209,10 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
             if attr in READ_ONLY_NAMES:
                 self.error(node, f'"{attr}" can be read but not set or deleted in the sandbox.')
                 return node
-            guard = ast.Call(ast.Name("_write_private_", ast.Load()), [self.visit(value), ast.Constant(attr)], [])
-            node.value = ast.fix_missing_locations(ast.copy_location(guard, value))
+            value = self.visit(value)
+            guard = ast.Call(ast.Name("_write_private_", ast.Load()), [value, ast.Constant(attr)], [])
+            fast = self._own_level_test(value, attr, ast.Name(value.id, ast.Load()) if self._named(value) else None)
+            node.value = ast.fix_missing_locations(ast.copy_location(fast(guard), value))
             return node
         if attr in READ_ONLY_NAMES and isinstance(value, ast.Attribute) and value.attr == "__class__":
             owner = ast.Call(ast.Name("_class_of_", ast.Load()), [self.visit(value.value)], [])
@@ -217,7 +220,26 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
         else:
             value = self.visit(value)
         call = ast.Call(func=ast.Name("_getattr_", ast.Load()), args=[value, ast.Constant(attr)], keywords=[])
-        return ast.fix_missing_locations(ast.copy_location(call, node))
+        read = ast.Attribute(ast.Name(value.id, ast.Load()), attr, ast.Load()) if self._named(value) else None
+        return ast.fix_missing_locations(ast.copy_location(self._own_level_test(value, attr, read)(call), node))
+
+    def _named(self, value: ast.expr) -> bool:
+        """A plain name other than the current method's own ``self`` (``_OwnWrites`` tests that one once)."""
+        return isinstance(value, ast.Name) and value.id != self.owners[-1]
+
+    def _own_level_test(self, value: ast.expr, attr: str, fast: ast.expr | None) -> Any:
+        """``x._name`` through a name: ``(fast if _owned_[_type_(x)] > 1 else guard)``, the guard's own answer
+        for an instance of a level-2 class (``guards.OwnedClasses``: ``private_allowed`` allows every ``_x``
+        on it), the guard call for anything else; read-only names and ``LIBRARY_PRIVATE`` stay the guard's."""
+        if fast is None or not is_private(attr) or attr in LIBRARY_PRIVATE or not isinstance(value, ast.Name):
+            return lambda guard: guard
+        level = ast.Subscript(
+            ast.Name(OWNED_TABLE, ast.Load()),
+            ast.Call(ast.Name("_type_", ast.Load()), [ast.Name(value.id, ast.Load())], []),
+            ast.Load(),
+        )
+        test = ast.Compare(level, [ast.Gt()], [ast.Constant(1)])
+        return lambda guard: ast.IfExp(test=test, body=fast, orelse=guard)
 
     # Shortcuts: RestrictedPython visits every node's fields generically; these nodes need no check.
     def visit_Constant(self, node: ast.Constant) -> Any:

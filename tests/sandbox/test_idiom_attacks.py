@@ -192,6 +192,24 @@ ATTACKS: list[tuple[str, str, str, str]] = [
         "invalid attribute name",
     ),
     (
+        "a library base's private read through a name of a program subclass's instance",
+        "guard",
+        "import random\nclass R(random.Random):\n    pass\nr = R(1)\nreturn r._randbelow",
+        _UNDERSCORE,
+    ),
+    (
+        "a library base's private written through a name of a program subclass's instance",
+        "guard",
+        "import random\nclass R(random.Random):\n    pass\nr = R(1)\nr._randbelow = len\nreturn 1",
+        _NOT_SET,
+    ),
+    (
+        "a program class's private read through a name bound to a library object",
+        "guard",
+        "import random\nclass A:\n    pass\nx = A()\nx._ok = 1\nx = random.Random(1)\nreturn x._randbelow",
+        _UNDERSCORE,
+    ),
+    (
         "a library class held in a name, written at the top level",
         "guard",
         "import random\nR = random.Random\nR.seed = print\nreturn 1",
