@@ -467,7 +467,8 @@ def _base_builtins() -> dict[str, Any]:
         # the same for every execution: fetch() reaches the host through ``fetching.bind``'s sender
         table["Outcome"] = OutcomeFactory
         table["fetch"] = fetching.fetch
-        for error in (fetching.FetchError, *fetching.ERRORS.values()):
+        errors: list[type[fetching.FetchError]] = [fetching.FetchError, *fetching.ERRORS.values()]
+        for error in errors:
             table[error.__name__] = error
         _BASE_BUILTINS.update(table)
     return _BASE_BUILTINS

@@ -211,7 +211,8 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
                 return node
             value = self.visit(value)
             guard = ast.Call(ast.Name("_write_private_", ast.Load()), [value, ast.Constant(attr)], [])
-            fast = self._own_level_test(value, attr, ast.Name(value.id, ast.Load()) if self._named(value) else None)
+            name = self._other_name(value)
+            fast = self._own_level_test(value, attr, ast.Name(name, ast.Load()) if name else None)
             node.value = ast.fix_missing_locations(ast.copy_location(fast(guard), value))
             return node
         if attr in READ_ONLY_NAMES and isinstance(value, ast.Attribute) and value.attr == "__class__":
@@ -220,12 +221,13 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
         else:
             value = self.visit(value)
         call = ast.Call(func=ast.Name("_getattr_", ast.Load()), args=[value, ast.Constant(attr)], keywords=[])
-        read = ast.Attribute(ast.Name(value.id, ast.Load()), attr, ast.Load()) if self._named(value) else None
+        name = self._other_name(value)
+        read = ast.Attribute(ast.Name(name, ast.Load()), attr, ast.Load()) if name else None
         return ast.fix_missing_locations(ast.copy_location(self._own_level_test(value, attr, read)(call), node))
 
-    def _named(self, value: ast.expr) -> bool:
+    def _other_name(self, value: ast.expr) -> str | None:
         """A plain name other than the current method's own ``self`` (``_OwnWrites`` tests that one once)."""
-        return isinstance(value, ast.Name) and value.id != self.owners[-1]
+        return value.id if isinstance(value, ast.Name) and value.id != self.owners[-1] else None
 
     def _own_level_test(self, value: ast.expr, attr: str, fast: ast.expr | None) -> Any:
         """``x._name`` through a name: ``(fast if _owned_[_type_(x)] > 1 else guard)``, the guard's own answer
