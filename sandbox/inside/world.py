@@ -496,6 +496,12 @@ _INTERNAL_IMPORT_DONE = types.SimpleNamespace()
 
 def _guarded_import(proxies: dict[str, types.SimpleNamespace]) -> Any:
     def guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        if not fromlist and level == 0 and type(name) is str and "." not in name:
+            # ``import math``: what the general path below returns for an undotted allowed name that is
+            # neither the interpreter's internal import nor an environment package (imported on first use)
+            proxy = proxies.get(name)
+            if proxy is not None and name not in INTERNAL_IMPORTS and not envmodules.exposed(name):
+                return proxy
         if level == 0 and name in INTERNAL_IMPORTS and name in sys.modules:
             # The interpreter's own lazy import from C (PyImport_Import), which ignores what this returns and
             # takes the module from sys.modules: the program never gets the real module from here.
