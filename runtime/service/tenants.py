@@ -517,7 +517,7 @@ class TenantRuntime:
         def build() -> Workspace:
             return Workspace(
                 provider=self.provider, sandbox=self.sandbox, policy=self.policy, log=self.call_log,
-                store=self.tool_store, environments=self.environments,
+                store=self.tool_store, environments=self.environments, state_dir=self.state_dir,
             )  # fmt: skip
 
         workspace: Workspace = self._part("workspace", build)
