@@ -25,14 +25,14 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from sandforge.runtime.errors import SandforgeError
-from sandforge.runtime.files.sqlite import enable_wal, is_busy, private_db_file
+from sandforge.runtime.files.sqlite import enable_wal, immediate, is_busy, private_db_file
 from sandforge.sandbox.context import ContextError, ContextSnapshot
 
 DB_FILE_NAME = "state.db"
@@ -134,24 +134,13 @@ class StateDB:
 
     # --- plumbing ---
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction with the write lock taken up front; sqlite errors become StateDBError."""
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self._conn
-                except BaseException:
-                    if self._conn.in_transaction:
-                        self._conn.execute("ROLLBACK")
-                    raise
-                self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                why = "busy (another process holds its write lock)" if is_busy(exc) else str(exc)
-                raise StateDBError(f"state database {self.path}: {why}") from None
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One write transaction (``runtime.files.sqlite.immediate``); sqlite errors become StateDBError."""
+        return immediate(self._conn, self._lock, self._error)
+
+    def _error(self, exc: sqlite3.Error) -> StateDBError:
+        why = "busy (another process holds its write lock)" if is_busy(exc) else str(exc)
+        return StateDBError(f"state database {self.path}: {why}")
 
     def changed(self) -> bool:
         """Whether another connection (another process) committed since this one last looked."""

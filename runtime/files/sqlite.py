@@ -11,8 +11,10 @@ import errno
 import os
 import sqlite3
 import stat
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sandforge.runtime.files.dirs import make_dirs
@@ -69,3 +71,37 @@ def enable_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> str:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
+
+
+@contextmanager
+def immediate(
+    conn: sqlite3.Connection, lock: threading.RLock, typed: Callable[[sqlite3.Error], Exception]
+) -> Iterator[sqlite3.Connection]:
+    """One write transaction, taken with the write lock up front (no deadlock-prone lock upgrades). A failed
+    statement rolls it back and raises ``typed(exc)`` (one line); any other exception rolls it back as is."""
+    with lock:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise typed(exc) from exc
+        try:
+            yield conn
+        except sqlite3.Error as exc:  # a statement failed (disk full, read-only): typed, one line
+            rollback(conn)
+            raise typed(exc) from exc
+        except BaseException:
+            rollback(conn)
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            rollback(conn)
+            raise typed(exc) from exc
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back what is still open: on SQLITE_FULL and some I/O errors SQLite has already rolled the
+    transaction back itself, and a second ROLLBACK would raise over the real error."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")

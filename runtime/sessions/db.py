@@ -16,21 +16,20 @@ migrate it once.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter
 
-from sandforge.runtime.files.sqlite import enable_wal, is_busy, private_db_file
+from sandforge.runtime.files.sqlite import enable_wal, immediate, is_busy, private_db_file
 from sandforge.runtime.gc_pause import gc_paused
 from sandforge.runtime.sessions.errors import (
     CorruptDatabaseError,
@@ -220,34 +219,9 @@ class SessionStore:
 
     # --- plumbing ---------------------------------------------------------------------------------------
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken with the write lock up front (no deadlock-prone lock upgrades)."""
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise _map_error(exc, self.path) from exc
-            try:
-                yield self._conn
-            except sqlite3.Error as exc:  # a statement failed (disk full, read-only): typed, one line
-                self._rollback()
-                raise _map_error(exc, self.path) from exc
-            except BaseException:
-                self._rollback()
-                raise
-            try:
-                self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback()
-                raise _map_error(exc, self.path) from exc
-
-    def _rollback(self) -> None:
-        """Roll back what is still open: on SQLITE_FULL and some I/O errors SQLite has already rolled the
-        transaction back itself, and a second ROLLBACK would raise over the real error."""
-        if self._conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.execute("ROLLBACK")
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One write transaction (``runtime.files.sqlite.immediate``), its errors typed."""
+        return immediate(self._conn, self._lock, lambda exc: _map_error(exc, self.path))
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
