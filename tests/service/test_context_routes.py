@@ -9,7 +9,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from mcp import Client
 
+from tests.service.mcp.test_context_resource import read_json
+from tests.service.mcp.test_http import session as mcp_session
 from tests.service.serverproc import Server, start_server
 
 pytestmark = pytest.mark.slow
@@ -98,6 +101,20 @@ def test_another_tenant_can_neither_read_nor_write_a_context(server: Server) -> 
         assert b.put("/v1/roles/secret/context", json={"k": "beta"}, headers={"If-Match": "*"}).status_code == 200
         assert a.get("/v1/roles/secret/context").json() == {"k": "alpha"}
         assert b.get("/v1/roles/secret/context").json() == {"k": "beta"}
+
+
+def test_the_mcp_resource_over_http_reads_the_tenants_own_context(server: Server) -> None:
+    with server.client("alpha") as a:
+        assert a.put("/v1/roles/seen/context", json={"who": "alpha"}, headers={"If-Match": "*"}).status_code == 200
+
+    async def alpha(client: Client) -> None:
+        assert await read_json(client, "sandforge://roles/seen/context") == {"who": "alpha"}
+
+    async def beta(client: Client) -> None:
+        assert await read_json(client, "sandforge://roles/seen/context") == {}
+
+    mcp_session(server, server.tokens["alpha"], alpha)
+    mcp_session(server, server.tokens["beta"], beta)
 
 
 def test_the_context_outlives_a_restart(root: Path, server: Server) -> None:

@@ -18,7 +18,7 @@ from tests.service.mcp.test_stdio import ok, server, session
 INCR = "context['n'] = context.get('n', 0) + 1\nreturn context['n']\n"
 
 
-async def _read(client: Client, uri: str) -> object:
+async def read_json(client: Client, uri: str) -> object:
     result = await client.read_resource(uri)
     (content,) = result.contents
     assert content.mime_type == "application/json"
@@ -36,12 +36,12 @@ def test_the_context_resource_reads_what_calls_and_other_processes_committed(tmp
         assert client.server_capabilities.resources is not None  # declared: there is a template to read
         templates = (await client.list_resource_templates()).resource_templates
         assert [t.uri_template for t in templates] == ["sandforge://roles/{role}/context"]
-        assert await _read(client, "sandforge://roles/notes/context") == {"a": [1, "x"]}
-        assert await _read(client, "sandforge://roles/counter/context") == {}
+        assert await read_json(client, "sandforge://roles/notes/context") == {"a": [1, "x"]}
+        assert await read_json(client, "sandforge://roles/counter/context") == {}
         for expected in (1, 2):
             called = ok(await client.call_tool("call_stored_tool", {"role": "counter", "method": "incr"}))
             assert called["value"] == expected, called
-        assert await _read(client, "sandforge://roles/counter/context") == {"n": 2}
+        assert await read_json(client, "sandforge://roles/counter/context") == {"n": 2}
         with pytest.raises(MCPError):
             await client.read_resource("sandforge://roles/-bad/context")
 
