@@ -4,7 +4,8 @@ The representation is the context itself (a JSON object). Its ``ETag`` is strong
 role's context and a hash of its content (``runtime.agent.statedb.Committed.etag``). ``PUT`` replaces the
 context only when ``If-Match`` names the current tag (or is ``*``): a stale tag is 412 and changes nothing, no
 ``If-Match`` at all is 428 (RFC 6585: a client that did not read first cannot have meant to overwrite). Both run
-in the tenant's state database, so ``serve`` and ``sandforge mcp`` on one tenant read and write one context.
+in the tenant's state database (``TenantRuntime.state``: no provider or sandbox is built for them), so
+``serve`` and ``sandforge mcp`` on one tenant read and write one context.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic import JsonValue
 from sandforge.runtime.names import valid_role
 from sandforge.runtime.service.audit import note
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, mark
+from sandforge.sandbox.context import ContextError, ContextSnapshot
 
 CONTEXT_ERRORS: dict[int | str, dict[str, object]] = {
     **ERRORS,
@@ -37,8 +39,7 @@ def install(app: FastAPI, service: Service) -> None:
     async def get_context(role: str, rt: Tenant, request: Request) -> JSONResponse:
         """The role's committed context (``{}`` before any commit) with its ``ETag``."""
         note(request.scope.get("state"), tool_role=role)
-        workspace = rt.workspace
-        committed = await service.blocking(lambda: workspace.committed(_role(role)))
+        committed = await service.blocking(lambda: rt.state.read(_role(role)))
         mark(request, "ok")
         return JSONResponse(service.scrub(committed.snapshot.to_dict()), headers={"ETag": committed.etag})
 
@@ -54,11 +55,11 @@ def install(app: FastAPI, service: Service) -> None:
         note(request.scope.get("state"), tool_role=role)
         if if_match is None:
             raise ApiError(428, "precondition_required", "PUT of a context needs If-Match (its ETag, or *)")
-        workspace = rt.workspace
         try:
-            now, written = await service.blocking(lambda: workspace.replace_context(_role(role), context, if_match))
-        except TypeError as exc:  # a value JSON cannot carry (NaN)
+            snapshot = ContextSnapshot.from_dict(context)
+        except ContextError as exc:  # a value JSON cannot carry (NaN)
             raise ApiError(422, "invalid_request", str(exc)) from None
+        now, written = await service.blocking(lambda: rt.state.replace(_role(role), snapshot, if_match))
         if not written:
             raise ApiError(412, "precondition_failed", "the context changed since that ETag", {"ETag": now.etag})
         mark(request, "ok")

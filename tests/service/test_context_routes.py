@@ -23,6 +23,8 @@ CONFIG = {
     "tenants": [
         {"name": "alpha", "provider": {"kind": "scripted", "programs": "programs.json"}},
         {"name": "beta", "provider": {"kind": "scripted", "programs": "programs.json"}},
+        # a model that cannot be reached (its key is not set): its tools' state is still readable and settable
+        {"name": "keyless", "provider": {"kind": "anthropic", "api_key_env": "SANDFORGE_TEST_UNSET_KEY"}},
     ],
 }
 
@@ -101,6 +103,13 @@ def test_another_tenant_can_neither_read_nor_write_a_context(server: Server) -> 
         assert b.put("/v1/roles/secret/context", json={"k": "beta"}, headers={"If-Match": "*"}).status_code == 200
         assert a.get("/v1/roles/secret/context").json() == {"k": "alpha"}
         assert b.get("/v1/roles/secret/context").json() == {"k": "beta"}
+
+
+def test_state_needs_no_provider(server: Server) -> None:
+    with server.client("keyless") as client:
+        assert client.get("/v1/roles/r/context").json() == {}
+        assert client.put("/v1/roles/r/context", json={"a": 1}, headers={"If-Match": "*"}).json() == {"a": 1}
+        assert client.post("/v1/agents/r/m", json={}).status_code == 503  # the call itself needs the model
 
 
 def test_the_mcp_resource_over_http_reads_the_tenants_own_context(server: Server) -> None:

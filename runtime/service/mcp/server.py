@@ -314,7 +314,7 @@ class TenantMCP(MCPServer[Any]):
         async def role_context(role: str) -> str:
             if not valid_role(role):
                 raise ResourceNotFoundError(f"no such role: {_scrub(role)[:64]!r}")
-            committed = await anyio.to_thread.run_sync(lambda: rt.workspace.committed(role))
+            committed = await anyio.to_thread.run_sync(lambda: rt.state.read(role))
             return _text(committed.snapshot.to_dict())
 
         description = (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from sandforge.runtime.agent.statedb import StateDB
 from sandforge.runtime.agent.workspace import Workspace
 from sandforge.runtime.guardrails import Policy
 from sandforge.runtime.store import ToolStore
@@ -35,6 +36,11 @@ class TenantPort(Protocol):
 
     @property
     def workspace(self) -> Workspace: ...
+
+    @property
+    def state(self) -> StateDB:
+        """The committed contexts (``sandforge://roles/{role}/context``)."""
+        ...
 
     @property
     def default_limits(self) -> Limits:
