@@ -7,7 +7,6 @@ with the busy race of two first openers retried."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import sqlite3
 import stat
@@ -30,22 +29,23 @@ def is_busy(exc: sqlite3.Error) -> bool:
 def private_db_file(path: Path, refuse: Callable[[str], Exception]) -> None:
     """Create the database file 0600 (its directory 0700) before SQLite does (SQLite gives its -wal and
     -shm files the database file's mode); refuse anything but a regular file (``refuse(kind)`` is raised);
-    make an existing file of ours that others could read private, with its -wal and -shm. OSError as is."""
+    make an existing file of ours that others could read private, with its -wal and -shm. OSError as is.
+
+    A file that exists is never opened here, only looked at: closing any descriptor of a file drops every
+    POSIX lock this process holds on it, SQLite's included, so another connection of this process would lose
+    its lock and a process closing its own last connection could then checkpoint and delete the WAL under it
+    (commits lost). ``stat`` opens nothing, so a FIFO in the file's place cannot hang it either."""
     make_dirs(path.parent)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        if exc.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
-            raise
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # SQLite may still read it
-    try:
-        st = os.fstat(fd)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        st = path.stat()
         if not stat.S_ISREG(st.st_mode):
-            raise refuse(file_kind(st.st_mode))
+            raise refuse(file_kind(st.st_mode)) from None
         if st.st_uid == os.geteuid() and st.st_mode & 0o077:
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~0o077)
-    finally:
-        os.close(fd)
+            path.chmod(stat.S_IMODE(st.st_mode) & ~0o077)
+    else:
+        os.close(fd)  # a new file: no connection of this process has it open yet
     for suffix in ("-wal", "-shm"):
         side = path.with_name(path.name + suffix)
         with contextlib.suppress(FileNotFoundError):

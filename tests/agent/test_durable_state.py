@@ -127,3 +127,41 @@ def test_a_state_database_from_a_newer_sandforge_is_refused_in_one_line(tmp_path
     with pytest.raises(StateDBError) as info:
         StateDB(tmp_path / DB_FILE_NAME)
     assert "schema version 99" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_two_connections_of_one_process_keep_their_locks(tmp_path: Path) -> None:
+    # opening the database a second time must not drop the first connection's POSIX locks (closing any
+    # descriptor of the file would): another process closing its last connection would then take the file for
+    # its own, checkpoint and delete the WAL under this process, whose later commits (answered, on disk in a
+    # deleted file) a kill -9 then loses
+    path = tmp_path / DB_FILE_NAME
+    holder = (
+        "import sys\nfrom pathlib import Path\nfrom sandforge.runtime.agent.statedb import StateDB\n"
+        "from sandforge.sandbox.context import ContextSnapshot\n"
+        "first = StateDB(Path(sys.argv[1]))\nsecond = StateDB(Path(sys.argv[1]))\n"
+        "for line in sys.stdin:\n"
+        "    first.replace('a', ContextSnapshot.from_dict({'n': int(line)}), None)\n"
+        "    print('committed', flush=True)\n"
+    )
+    other = (
+        "import sys\nfrom pathlib import Path\nfrom sandforge.runtime.agent.statedb import StateDB\n"
+        "from sandforge.sandbox.context import ContextSnapshot\n"
+        "db = StateDB(Path(sys.argv[1]))\ndb.replace('b', ContextSnapshot.from_dict({'n': 1}), None)\ndb.close()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", holder, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write("1\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "committed\n"
+        subprocess.run([sys.executable, "-c", other, str(path)], check=True, timeout=60)
+        proc.stdin.write("2\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "committed\n"  # answered: it must survive the kill
+    finally:
+        proc.kill()
+        proc.wait()
+    with sqlite3.connect(path) as conn:
+        rows = dict(conn.execute("SELECT role, body FROM contexts").fetchall())
+    assert {role: json.loads(body) for role, body in rows.items()} == {"a": {"n": 2}, "b": {"n": 1}}

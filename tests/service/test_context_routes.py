@@ -4,15 +4,20 @@ commit, read and replaced under a strong ETag and If-Match, per tenant, kept acr
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
+from tests.service.mcp.conftest import sandforge_command
 from tests.service.mcp.test_context_resource import read_json
 from tests.service.mcp.test_http import session as mcp_session
+from tests.service.mcp.test_stdio import ok
+from tests.service.mcp.test_stdio import session as stdio_session
 from tests.service.serverproc import Server, start_server
 
 pytestmark = pytest.mark.slow
@@ -126,10 +131,30 @@ def test_the_mcp_resource_over_http_reads_the_tenants_own_context(server: Server
     mcp_session(server, server.tokens["beta"], beta)
 
 
+def test_serve_and_mcp_on_one_tenant_see_one_state(server: Server) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    args = ["mcp", "--config", str(server.config), "--tenant", "alpha"]
+    params = StdioServerParameters(command=sandforge_command(), args=args, env=env)
+    with server.client("alpha") as http:
+        tag = http.get("/v1/roles/counter/context").headers["etag"]
+        assert http.put("/v1/roles/counter/context", json={"n": 100}, headers={"If-Match": tag}).status_code == 200
+
+    async def body(client: Client) -> None:
+        assert await read_json(client, "sandforge://roles/counter/context") == {"n": 100}
+        called = ok(await client.call_tool("call_stored_tool", {"role": "counter", "method": "incr"}))
+        assert called["value"] == 101  # mcp's workspace counts on from what serve's PUT committed
+
+    stdio_session(params, body)
+    with server.client("alpha") as http:
+        assert http.get("/v1/roles/counter/context").json() == {"n": 101}  # and serve sees what mcp committed
+        assert http.post("/v1/agents/counter/incr", json={}).json()["value"] == 102
+
+
 def test_the_context_outlives_a_restart(root: Path, server: Server) -> None:
     with server.client("alpha") as client:
         before = client.get("/v1/roles/keep/context")
-        client.put("/v1/roles/keep/context", json={"n": 41}, headers={"If-Match": before.headers["etag"]})
+        put = client.put("/v1/roles/keep/context", json={"n": 41}, headers={"If-Match": before.headers["etag"]})
+        assert put.status_code == 200, put.text
         tag = client.get("/v1/roles/keep/context").headers["etag"]
     server.stop()
     again = start_server(root, CONFIG)
