@@ -128,6 +128,9 @@ class StateDB:
                 if version == 0:
                     _migrate_v0(conn)
             self._data_version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise self._error(exc) from None
         except BaseException:
             self._conn.close()
             raise
@@ -139,7 +142,11 @@ class StateDB:
         return immediate(self._conn, self._lock, self._error)
 
     def _error(self, exc: sqlite3.Error) -> StateDBError:
-        why = "busy (another process holds its write lock)" if is_busy(exc) else str(exc)
+        text = str(exc)
+        if "not a database" in text or "malformed" in text:
+            hint = "restore it from a backup, or move it aside (its contexts are then gone)"
+            return StateDBError(f"state database {self.path} is corrupt: {text}", hint=hint)
+        why = "busy (another process holds its write lock)" if is_busy(exc) else text
         return StateDBError(f"state database {self.path}: {why}")
 
     def changed(self) -> bool:

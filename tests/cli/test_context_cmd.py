@@ -55,3 +55,15 @@ def test_bad_input_is_a_one_line_usage_error(tmp_path: Path) -> None:
         assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1, (args, err)
         assert "Traceback" not in err
     assert json.loads(invoke("context", "show", "r", "--state-dir", state)[1]) == {}  # nothing was written
+
+
+def test_a_state_database_that_is_not_one_is_a_one_line_error(tmp_path: Path) -> None:
+    import os
+
+    for name, make in (("garbage", lambda p: p.write_bytes(b"not sqlite" * 100)), ("fifo", os.mkfifo),
+                       ("dir", Path.mkdir)):  # fmt: skip
+        state = tmp_path / name
+        state.mkdir()
+        make(state / "state.db")
+        code, out, err = invoke("context", "show", "r", "--state-dir", str(state))
+        assert code == 1 and out == "" and err.startswith("error: state database ") and err.count("\n") == 1, err
