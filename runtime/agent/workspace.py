@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LogSpec = CallLog | Path | str | None | Literal[False]
+#: how much of the call log's end is searched for the lines of records a stopped process may have written
+UNLOGGED_TAIL_BYTES = 8 << 20
 #: checked re-runs of a call whose commit another process keeps changing underneath (then one unchecked)
 RERUNS = 3
 
@@ -59,6 +63,25 @@ def as_snapshot(context: dict[str, Any], what: str) -> ContextSnapshot:
         return ContextSnapshot.from_dict(context)
     except ContextError:
         return ContextSnapshot.from_dict(as_json(context, what))
+
+
+def _log_tail(path: Path | None, size: int = UNLOGGED_TAIL_BYTES) -> bytes:
+    """The last ``size`` bytes of the call log (empty when there is none or it cannot be read)."""
+    if path is None:
+        return b""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO in its place cannot hang this
+    except OSError:
+        return b""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return b""
+        return os.pread(fd, size, max(0, st.st_size - size))
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 class Workspace:
@@ -279,13 +302,18 @@ class Workspace:
                 log.warning("%s", exc)
 
     def _log_unlogged(self, db: StateDB) -> None:
-        """Records committed by a process that died before it appended them to the call log."""
+        """Records committed by a process that died before it appended them to the call log. One that died after
+        appending but before marking it logged left its line at the log's end: the tail is looked at first, so
+        no record is written twice."""
         pending = db.unlogged()
-        for _, text in pending:
-            self.log.append(CallRecord.model_validate_json(text))
-        if pending:
-            log.info("call log: %d committed record(s) a stopped process had not written", len(pending))
-            db.logged([cid for cid, _ in pending])
+        if not pending:
+            return
+        tail = _log_tail(self.log.path)
+        for call_id, text in pending:
+            if f'"call_id":{json.dumps(call_id)}'.encode() not in tail:
+                self.log.append(CallRecord.model_validate_json(text))
+        log.info("call log: %d committed record(s) of a stopped process checked and written", len(pending))
+        db.logged([cid for cid, _ in pending])
 
     def _commit_tools(self, tools: dict[str, ToolContract]) -> None:
         """Committed contracts go to the store's registry when it keeps one (``register_tool``)."""

@@ -94,28 +94,30 @@ def test_a_stale_replace_changes_nothing(tmp_path: Path, sandbox: Sandbox) -> No
         assert written and ws.context("r") == {"a": 3}
 
 
-def test_a_record_a_stopped_process_committed_reaches_the_call_log(tmp_path: Path, sandbox: Sandbox) -> None:
+def test_a_record_a_stopped_process_committed_reaches_the_call_log_once(tmp_path: Path, sandbox: Sandbox) -> None:
     with _ws(tmp_path / "model", sandbox) as ws:
         ws.call("counter", "incr")
-        record = ws.log.records[0].model_copy(update={"call_id": "c-from-the-dead"})
-    # a process that committed and was gone before it appended the line (it never calls ``logged``)
+        model = ws.log.records[0]
+    lost, appended = (model.model_copy(update={"call_id": cid}) for cid in ("c-lost", "c-appended"))
+    # a process that committed both and was gone before it marked them logged: it had appended one of them
     child = (
         "import sys\nfrom pathlib import Path\nfrom sandforge.runtime.agent.statedb import StateDB\n"
         "from sandforge.sandbox.context import ContextSnapshot\n"
-        "db = StateDB(Path(sys.argv[1]))\n"
+        "db = StateDB(Path(sys.argv[1]))\nlost, appended = sys.stdin.read().split('\\n')\n"
         "db.commit({'counter': ContextSnapshot.from_dict({'n': 41})}, {}, "
-        "[('c-from-the-dead', 't', 'counter', 'incr', 'ok', sys.stdin.read())])\n"
+        "[('c-lost', 't', 'counter', 'incr', 'ok', lost), ('c-appended', 't', 'counter', 'incr', 'ok', appended)])\n"
     )
-    subprocess.run([sys.executable, "-c", child, str(tmp_path / DB_FILE_NAME)], input=record.model_dump_json(),
-                   text=True, check=True, timeout=60)  # fmt: skip
+    subprocess.run([sys.executable, "-c", child, str(tmp_path / DB_FILE_NAME)], text=True, check=True, timeout=60,
+                   input=lost.model_dump_json() + "\n" + appended.model_dump_json())  # fmt: skip
     log_path = tmp_path / "calls.jsonl"
+    CallLog(log_path).append(appended)
     with _ws(tmp_path, sandbox, CallLog(log_path)) as ws:
         assert ws.context("counter") == {"n": 41}
-    assert [r.call_id for r in read_records(log_path)] == ["c-from-the-dead"]
+    assert [r.call_id for r in read_records(log_path)] == ["c-appended", "c-lost"]  # each once
     with _ws(tmp_path, sandbox, CallLog(log_path)):
         pass
-    assert len(list(read_records(log_path))) == 1  # written once: it is marked logged now
-    assert json.loads(StateDB(tmp_path / DB_FILE_NAME).record("c-from-the-dead") or "{}")["role"] == "counter"
+    assert len(list(read_records(log_path))) == 2  # marked logged now: never written again
+    assert json.loads(StateDB(tmp_path / DB_FILE_NAME).record("c-lost") or "{}")["role"] == "counter"
 
 
 def test_a_state_database_from_a_newer_sandforge_is_refused_in_one_line(tmp_path: Path) -> None:

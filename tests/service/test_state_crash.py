@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sandforge.runtime.agent.calllog import read_records
 from tests.service.mcp.conftest import sandforge_command
 from tests.service.serverproc import SANDFORGE, Server, start_server
 
@@ -141,6 +142,14 @@ def test_kill_9_of_serve_during_agent_calls_loses_no_answered_commit(serve: list
         serve.append(restart(server))
         with serve[-1].client("alpha") as http:
             assert http.get("/v1/roles/counter/context").json() == {"n": n}  # what the restarted server serves
+    # the call log: every committed record once (a line a kill lost is written by the next process, once)
+    with serve[-1].client("alpha") as http:
+        assert http.post("/v1/agents/counter/incr", json={}).json()["value"] == seen + 1  # opens the workspace
+    log_path = tmp_path / "state" / "tenants" / "alpha" / "logs" / "calls.jsonl"
+    logged = [r.call_id for r in read_records(log_path) if r.role == "counter" and r.status == "ok"]
+    with sqlite3.connect(db) as conn:
+        committed = {str(r[0]) for r in conn.execute("SELECT call_id FROM call_records WHERE status = 'ok'")}
+    assert len(logged) == len(set(logged)) and set(logged) == committed, (len(logged), len(committed))
 
 
 def test_kill_9_of_serve_during_put_context_leaves_the_last_answered_write(serve: list[Server], tmp_path: Path) -> None:
