@@ -15,7 +15,8 @@ SQLite's lock, and each process notices the others' commits by ``PRAGMA data_ver
 
 ``calls.jsonl`` (the call log readers use) is appended after the commit; a record whose line a crash lost is
 still here (``logged = 0``) and is appended by the next process that opens the database
-(:meth:`StateDB.unlogged`), unless the process that committed it is still running.
+(:meth:`StateDB.unlogged`), unless the process that committed it is still running; ``Workspace`` looks for
+its line at the log's end first, so a record whose line was written is not written twice.
 """
 
 from __future__ import annotations
