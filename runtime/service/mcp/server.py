@@ -28,7 +28,7 @@ import anyio.to_thread
 from mcp.server.caching import CacheHint
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp_types import (
     CallToolResult,
     InputRequiredResult,
@@ -43,6 +43,7 @@ from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from sandforge import __version__
 from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.names import valid_role
 from sandforge.runtime.service.audit import note
 from sandforge.runtime.service.mcp.changes import POLL_S, ToolListWatch, declare_list_changed
 from sandforge.runtime.service.mcp.models import (
@@ -69,6 +70,8 @@ INSTRUCTIONS = (
     "through the full lifecycle; explain_policy explains a rule. Every healthy stored tool method is also a "
     "tool of its own, named role.method."
 )
+#: The resource template of a role's committed context.
+CONTEXT_URI = "sandforge://roles/{role}/context"
 #: What a client sends before it uses the server (the store is not read for these).
 HANDSHAKE = frozenset({"initialize", "notifications/initialized", "ping"})
 _PATHS = re.compile(r"(?:/[\w.@+-]+){2,}")
@@ -195,6 +198,7 @@ class TenantMCP(MCPServer[Any]):
         self._declare_only_served()
         self.middleware.append(self._after_handshake)
         self._register_fixed()
+        self._register_context()
         #: stdio: warm the tools up once the handshake is done (``run_stdio_async``); HTTP: the service does
         self._warm_after_handshake = False
         self._warming: threading.Thread | None = None
@@ -347,6 +351,29 @@ class TenantMCP(MCPServer[Any]):
         ):
             # the docstring without its indentation: clients show descriptions as they are
             self.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=_annotations(title, **hints))
+
+    # --- the committed contexts (issue 37) ---
+
+    def _register_context(self) -> None:
+        """``sandforge://roles/{role}/context``: a role's committed context, as ``GET /v1/roles/{role}/context``
+        returns it (a resource, not a tool: reading it runs nothing and changes nothing)."""
+        rt = self.runtime
+
+        async def role_context(role: str) -> str:
+            if not valid_role(role):
+                raise ResourceNotFoundError(f"no such role: {_scrub(role)[:64]!r}")
+            committed = await anyio.to_thread.run_sync(lambda: rt.state.read(role))
+            return _text(committed.snapshot.to_dict())
+
+        description = (
+            "The committed context (tool state) of a role of this tenant: a JSON object, {} before its first "
+            "commit. Written by the role's calls and by PUT /v1/roles/{role}/context."
+        )
+        title = "A role's committed context"
+        register = self.resource(
+            CONTEXT_URI, name="role_context", title=title, description=description, mime_type="application/json"
+        )
+        register(role_context)
 
     # --- the persisted tools ---
 
