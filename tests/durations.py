@@ -44,6 +44,13 @@ def from_report(text: str) -> dict[str, float]:
     return {name: round(seconds, 1) for name, seconds in sorted(per_file.items(), key=lambda kv: -kv[1])}
 
 
+def one_worker(item: pytest.Item) -> bool:
+    """Whether the tests of the item's file must all go to one xdist worker: a module-scoped set-up is made
+    once there, and a file that runs whole in a network namespace (``tests/egress/netns.py``) runs it once
+    there, where split across workers every other worker given one of its tests waits on that run's lock."""
+    return shares_a_setup(item) or item.get_closest_marker("netns") is not None
+
+
 def shares_a_setup(item: pytest.Item) -> bool:
     """Whether the test uses a fixture of module, class or package scope that its own file or a conftest of
     the suite defines (the plugins' own, such as anyio's backend, are cheap)."""
