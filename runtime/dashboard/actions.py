@@ -8,7 +8,6 @@ store only, so another tenant's tool is simply not found.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from urllib.parse import quote
 
 import anyio.to_thread
 from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
@@ -184,6 +184,20 @@ def _rollback_handler(dash: Dashboard) -> Handler:
     return rollback
 
 
+class RollbackRequest(BaseModel):
+    """The rollback API's body: ``{"to": N}``, or none at all (the generation before the current one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    to: int | None = Field(None, ge=0, description="the generation to roll back to")
+
+
+def _first_problem(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(["body", *(str(p) for p in err.get("loc", ()))])
+    return f"{where}: {err.get('msg', 'invalid')}"
+
+
 def _rollback_api_handler(dash: Dashboard) -> Handler:
     """The rollback's JSON twin: bearer token (no cookie, so no CSRF), body ``{"to": N}`` or empty; the
     gatekeeper authenticates and audits it like every /v1 request."""
@@ -194,10 +208,13 @@ def _rollback_api_handler(dash: Dashboard) -> Handler:
         if rt is None:
             return json_error(401, "unauthorized", "a valid bearer token is required")
         state = request.scope.setdefault("state", {})
+        raw = await request.body()
         try:
-            raw = await request.body()
-            body = json.loads(raw) if raw.strip() else {}
-            to = _parse_to(body.get("to") if isinstance(body, dict) else None)
+            to = (RollbackRequest.model_validate_json(raw) if raw.strip() else RollbackRequest()).to
+        except ValidationError as exc:  # the API's one answer to a bad body (docs/serve.md, "Errors")
+            state["outcome"] = "invalid_request"
+            return json_error(422, "invalid_request", _first_problem(exc))
+        try:
             before, after = await anyio.to_thread.run_sync(lambda: _rollback(rt, role, method, to))
         except (ValueError, RollbackError) as exc:
             state["outcome"] = "rollback_refused"

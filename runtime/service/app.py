@@ -27,8 +27,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.guardrails.checking import check_program
+from sandforge.runtime.service import auth_challenge, exec_route, sessions_api
 from sandforge.runtime.service import calls as call_log_reader
-from sandforge.runtime.service import exec_route, sessions_api
 from sandforge.runtime.service.audit import AuditLog, AuditRecord, note
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, first_error, mark
 from sandforge.runtime.service.gate import Gatekeeper
@@ -44,6 +44,7 @@ from sandforge.runtime.service.models import (
     exec_result,
 )
 from sandforge.runtime.service.quotas import seconds_to_utc_midnight
+from sandforge.runtime.service.route_table import UNDECODABLE, allowed_methods, undecodable_body
 from sandforge.runtime.service.tenants import ServerConfig, TenantRuntimes
 from sandforge.sandbox.prestart import prestart
 
@@ -67,10 +68,16 @@ def _install_handlers(app: FastAPI, service: Service) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if undecodable_body(exc):  # one kind of bad body, one answer: as invalid JSON or a wrong shape
+            mark(request, "invalid_request")
+            return service.error(422, "invalid_request", UNDECODABLE)
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         mark(request, kind)
         message = "no such resource" if exc.status_code == 404 else str(exc.detail)
-        return service.error(exc.status_code, kind, message)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of every route at this path, not only the first route's
+            headers["Allow"] = allowed_methods(request.app.router.routes, request.scope)
+        return service.error(exc.status_code, kind, message, headers)
 
     @app.exception_handler(SandforgeError)
     async def sandforge_error(request: Request, exc: SandforgeError) -> JSONResponse:
@@ -250,6 +257,7 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
     _call_routes(app, service)
     _health_routes(app, service, gate)
     sessions_api.install(app, service)
+    auth_challenge.install(app)  # OAuth clients' probes: told to send a bearer token (no OAuth here)
     app.add_route("/mcp", mcp_endpoint, include_in_schema=False)  # type: ignore[arg-type]  # an ASGI app
     _install_dashboard(app, service)  # /dashboard pages, /v1/dashboard twins (h-dash)
     return app

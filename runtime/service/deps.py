@@ -18,6 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
 from sandforge.runtime.service.audit import AuditLog
+from sandforge.runtime.service.auth_challenge import challenge
 from sandforge.runtime.service.models import ErrorBody
 from sandforge.runtime.service.quotas import QuotaExceeded, TenantAdmission
 from sandforge.runtime.service.readiness import ReadinessProbe
@@ -157,7 +158,7 @@ async def tenant_of(
     plain function would cost every request a hop through the thread pool."""
     rt: TenantRuntime | None = request.scope.get("state", {}).get("tenant")
     if rt is None:  # unreachable behind the gatekeeper; fail closed anyway
-        raise ApiError(401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+        raise ApiError(401, "unauthorized", "a valid bearer token is required", {"WWW-Authenticate": challenge(False)})
     return rt
 
 
@@ -173,6 +174,8 @@ def first_error(exc: ValidationError | RequestValidationError) -> str:
     if not errors:
         return "invalid request"
     err = errors[0]
+    if err.get("type") == "json_invalid":  # FastAPI's: where it stopped, and why
+        return f"body: invalid JSON ({err.get('ctx', {}).get('error', 'JSON decode error')})"
     where = ".".join(str(p) for p in err.get("loc", ())) or "body"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{where}: {err.get('msg', 'invalid')}{more}"

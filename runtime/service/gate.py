@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from sandforge.runtime.service.audit import AuditLog, AuditRecord, mcp_fields, note
+from sandforge.runtime.service.auth_challenge import challenge
 from sandforge.runtime.service.tenants import TenantRuntime, TenantRuntimes
 
 Scope = MutableMapping[str, Any]
@@ -145,12 +146,12 @@ class Gatekeeper:
             state["outcome"] = "shutting_down"
             await send_error(send, 503, "shutting_down", "the server is shutting down", [(b"connection", b"close")])
             return
-        runtime = self.runtimes.for_token(bearer(scope))
+        token = bearer(scope)
+        runtime = self.runtimes.for_token(token)
         if runtime is None:
             state["outcome"] = "unauthorized"
-            await send_error(
-                send, 401, "unauthorized", "a valid bearer token is required", [(b"www-authenticate", b"Bearer")]
-            )
+            header = (b"www-authenticate", challenge(token is not None).encode())
+            await send_error(send, 401, "unauthorized", "a valid bearer token is required", [header])
             return
         state["tenant"] = runtime
         limit = runtime.config.quotas.max_body_bytes

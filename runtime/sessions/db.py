@@ -409,6 +409,20 @@ class SessionStore:
             params = (limit,)
         return [self._info(r) for r in self._query(sql, params)]
 
+    def page_sessions(self, *, limit: int, after: str | None = None) -> list[SessionInfo]:
+        """At most ``limit`` sessions, newest created first, starting after the session ``after`` (an exact
+        id; SessionNotFoundError otherwise). Pages by creation, not by update: sessions created or used while a
+        client pages through them never shift a later page (``GET /v1/sessions``)."""
+        sql, params = self._SESSION_SELECT, []
+        if after is not None:
+            rows = self._query("SELECT created_at, id FROM sessions WHERE id = ?", (after,))
+            if not rows:
+                raise SessionNotFoundError(f"no session {after!r} in {self.path}")
+            sql += " WHERE (s.created_at, s.id) < (?, ?)"
+            params = list(rows[0])
+        sql += " ORDER BY s.created_at DESC, s.id DESC LIMIT ?"
+        return [self._info(r) for r in self._query(sql, (*params, limit))]
+
     # --- messages ---------------------------------------------------------------------------------------
 
     def append(self, messages: Sequence[Message]) -> list[Message]:

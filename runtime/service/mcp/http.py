@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from sandforge.runtime.service.deps import ApiError, Service
 from sandforge.runtime.service.gate import Receive, Scope, Send, send_error
-from sandforge.runtime.service.mcp import operations as ops
+from sandforge.runtime.service.mcp.models import fail
 from sandforge.runtime.service.mcp.server import Executor, TenantMCP
 from sandforge.runtime.service.tenants import TenantRuntime
 
@@ -42,7 +42,7 @@ def _executor(service: Service | None, runtime: TenantRuntime) -> Executor:
             details: dict[str, Any] = {}
             if "Retry-After" in exc.headers:
                 details["retry_after_s"] = int(exc.headers["Retry-After"])
-            raise ops.fail(exc.error_type, exc.message, retriable=exc.status == 429, **details) from None
+            raise fail(exc.error_type, exc.message, retriable=exc.status == 429, **details) from None
 
     return execute
 
@@ -55,16 +55,16 @@ class McpEndpoint:
         self.json_response = json_response
         self._managers: dict[str, StreamableHTTPSessionManager] = {}
         self._servers: dict[str, TenantMCP] = {}
-        self._stack: AsyncExitStack | None = None
-        self._watches: anyio.abc.TaskGroup | None = None
+        #: the tasks that run each tenant's session manager and tool-list watch (see :meth:`_serve`)
+        self._tasks: anyio.abc.TaskGroup | None = None
         self._lock = anyio.Lock()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """While entered, tenants' session managers and their tool-list watches run; leaving closes every
         session."""
-        async with anyio.create_task_group() as watches, AsyncExitStack() as stack:
-            self._stack, self._watches = stack, watches
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
             if self.service is not None:
                 self.service.on_store_change.append(self.store_changed)
             try:
@@ -72,10 +72,20 @@ class McpEndpoint:
             finally:
                 if self.service is not None:
                     self.service.on_store_change.remove(self.store_changed)
-                watches.cancel_scope.cancel()
-                self._stack = self._watches = None
+                tasks.cancel_scope.cancel()
+                self._tasks = None
                 self._managers.clear()
                 self._servers.clear()
+
+    @staticmethod
+    async def _serve(manager: StreamableHTTPSessionManager, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Run ``manager`` until :meth:`running` ends, in a task of its own: the manager's cancel scope must be
+        left by the task that entered it. (Entered by the first /mcp request's task and left by the lifespan's,
+        every shutdown after a first /mcp request logged an ExceptionGroup traceback and skipped closing the
+        tenants.)"""
+        async with manager.run():
+            task_status.started()
+            await anyio.sleep_forever()
 
     async def store_changed(self, tenant: str) -> None:
         """The service ran something that may have changed ``tenant``'s store (an agent call over HTTP):
@@ -87,13 +97,12 @@ class McpEndpoint:
     async def _manager(self, runtime: TenantRuntime) -> StreamableHTTPSessionManager | None:
         async with self._lock:
             manager = self._managers.get(runtime.name)
-            if manager is None and self._stack is not None:
+            if manager is None and self._tasks is not None:
                 server = TenantMCP(runtime, executor=_executor(self.service, runtime))
                 server.streamable_http_app(json_response=self.json_response)  # makes its session manager
                 manager = server.session_manager
-                await self._stack.enter_async_context(manager.run())
-                if self._watches is not None:
-                    self._watches.start_soon(server.changes.watch)
+                await self._tasks.start(self._serve, manager)
+                self._tasks.start_soon(server.changes.watch)
                 self._servers[runtime.name] = server
                 self._managers[runtime.name] = manager
             return manager

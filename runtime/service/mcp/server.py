@@ -6,6 +6,11 @@ retire one), so :meth:`TenantMCP.list_tools` and :meth:`TenantMCP.call_tool` rea
 store each time. A typed failure is an ``isError`` result with the failure in its text and no structured
 content (``failure_result``: valid for every client); nothing else (no traceback, no host path) leaves the
 server.
+
+Nothing of the tools' work (the agent, the store, the sandbox: ``operations``, ``persisted``) is imported
+before ``initialize`` is answered: an MCP host waits for that answer, and some give up on a slow one. Over
+stdio the work is imported and the tenant's store and sandbox warmed up on a thread right after the handshake
+(:meth:`TenantMCP.warm_up`); whatever comes first, a call or the warm-up, builds each part once.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ import inspect
 import json
 import logging
 import re
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import anyio.to_thread
@@ -38,11 +44,10 @@ from pydantic import BaseModel, Field, JsonValue, ValidationError
 from sandforge import __version__
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.service.audit import note
-from sandforge.runtime.service.mcp import operations as ops
 from sandforge.runtime.service.mcp.changes import POLL_S, ToolListWatch, declare_list_changed
-from sandforge.runtime.service.mcp.failure_result import error_result
 from sandforge.runtime.service.mcp.models import (
     CallOutcome,
+    Failed,
     PolicyPage,
     RunResult,
     ToolDetail,
@@ -50,8 +55,10 @@ from sandforge.runtime.service.mcp.models import (
     ToolList,
     ValidationReport,
 )
-from sandforge.runtime.service.mcp.persisted import Exposed, exposed, typed_problem
 from sandforge.runtime.service.mcp.tenant import TenantPort
+
+if TYPE_CHECKING:
+    from sandforge.runtime.service.mcp.persisted import Exposed
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +72,14 @@ INSTRUCTIONS = (
 #: What a client sends before it uses the server (the store is not read for these).
 HANDSHAKE = frozenset({"initialize", "notifications/initialized", "ping"})
 _PATHS = re.compile(r"(?:/[\w.@+-]+){2,}")
+
+
+def error_result(failure: ToolFailure) -> CallToolResult:
+    """``failure_result.error_result``, imported with the first failure (it classifies with the store's
+    failure classes, which load the store)."""
+    from sandforge.runtime.service.mcp.failure_result import error_result as result
+
+    return result(failure)
 
 
 def _text(value: Any) -> str:
@@ -100,7 +115,7 @@ def _http_state(context: Context[Any, Any] | None) -> dict[str, Any] | None:
 
 
 #: Runs one execution's blocking work (a sandbox run, a lifecycle call) and returns its result: a worker
-#: thread for stdio; the service's admission (quotas, execution slots) over HTTP. It may raise ops.Failed.
+#: thread for stdio; the service's admission (quotas, execution slots) over HTTP. It may raise Failed.
 Executor = Callable[[Callable[[], BaseModel]], Awaitable[BaseModel]]
 
 
@@ -116,7 +131,7 @@ def guarded(work: Callable[[], BaseModel]) -> CallToolResult:
 def catching(work: Callable[[], BaseModel]) -> CallToolResult:
     try:
         return ok_result(work())
-    except ops.Failed as exc:
+    except Failed as exc:
         return error_result(exc.failure)
     except SandforgeError as exc:
         return error_result(ToolFailure(error_type="refused", error_message=_scrub(str(exc))))
@@ -180,6 +195,9 @@ class TenantMCP(MCPServer[Any]):
         self._declare_only_served()
         self.middleware.append(self._after_handshake)
         self._register_fixed()
+        #: stdio: warm the tools up once the handshake is done (``run_stdio_async``); HTTP: the service does
+        self._warm_after_handshake = False
+        self._warming: threading.Thread | None = None
 
     def _declare_only_served(self) -> None:
         """Declare ``resources`` and ``prompts`` only when there are some: the SDK declares both whenever it
@@ -198,10 +216,26 @@ class TenantMCP(MCPServer[Any]):
         lowlevel.get_capabilities = capabilities  # type: ignore[method-assign]
 
     async def _after_handshake(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
-        """Any message but the handshake's lets the tool-list watch read the store (ToolListWatch.watch)."""
+        """Any message but the handshake's lets the tool-list watch read the store (ToolListWatch.watch); the
+        client's ``notifications/initialized`` (or any later message) starts the warm-up."""
         if ctx.method not in HANDSHAKE:
             self.changes.used()
+        if self._warm_after_handshake and ctx.method != "initialize" and self._warming is None:
+            self._warming = threading.Thread(target=self.warm_up, name="sandforge-mcp-warm-up", daemon=True)
+            self._warming.start()
         return await call_next(ctx)
+
+    def warm_up(self) -> None:
+        """Import the tools' work and build the tenant's parts a call uses (its store, its workspace with the
+        sandbox and warm pools), so the first call does not pay for them. A part that fails to build is left
+        for the call to build again and report as its typed error."""
+        from sandforge.runtime.service.mcp import operations, persisted  # noqa: F401
+
+        try:
+            self._exposed()
+            _ = self.runtime.workspace
+        except Exception as exc:  # the call that needs the part reports it; nothing is cached
+            log.info("warm-up left for the first call: %s", _scrub(str(exc)))
 
     def _signature(self) -> frozenset[tuple[str, ...]]:
         return frozenset(
@@ -209,7 +243,9 @@ class TenantMCP(MCPServer[Any]):
         )
 
     async def run_stdio_async(self) -> None:
-        """stdio, with the watch for changes made by other processes beside it."""
+        """stdio, with the watch for changes made by other processes beside it, and the warm-up after the
+        handshake."""
+        self._warm_after_handshake = True
         async with anyio.create_task_group() as group:
             group.start_soon(self.changes.watch)
             await super().run_stdio_async()
@@ -230,7 +266,7 @@ class TenantMCP(MCPServer[Any]):
 
         try:
             held = await self.executor(run)
-        except ops.Failed as exc:
+        except Failed as exc:
             return error_result(exc.failure)
         assert isinstance(held, _Held)
         if store_calls:
@@ -255,22 +291,30 @@ class TenantMCP(MCPServer[Any]):
 
             Returns the value, the new context (not kept anywhere) and the output; a refused or failed program
             is an error result whose error_type says why (guardrail_violation, timeout, execution, ...)."""
+            from sandforge.runtime.service.mcp import operations as ops
+
             return await self.executing(
                 lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb), store_calls=False
             )
 
         def validate_code(code: Code) -> Annotated[CallToolResult, ValidationReport]:
             """The guardrail report of a tool program under the tenant's policy; nothing runs."""
+            from sandforge.runtime.service.mcp import operations as ops
+
             return guarded(lambda: ops.validate_code(rt, code))
 
         def list_tools() -> Annotated[CallToolResult, ToolList]:
             """The tools in the tenant's tool store (roles, purposes, methods, usage)."""
+            from sandforge.runtime.service.mcp import operations as ops
+
             return guarded(lambda: ops.list_tools(rt))
 
         def get_tool(
             role: Role, method: Annotated[str | None, Field(description="one method (adds its code)")] = None
         ) -> Annotated[CallToolResult, ToolDetail]:
             """A stored tool's contract and the health of its methods, or one method with its code."""
+            from sandforge.runtime.service.mcp import operations as ops
+
             return guarded(lambda: ops.get_tool(rt, role, method, self._names()))
 
         async def call_stored_tool(
@@ -279,12 +323,16 @@ class TenantMCP(MCPServer[Any]):
             """Call role.method(*args, **kwargs) through the full lifecycle with the tenant's provider, store and
             policy: a healthy stored artifact runs without the model; otherwise one is generated, validated,
             run and kept when it works."""
+            from sandforge.runtime.service.mcp import operations as ops
+
             return await self.executing(lambda: ops.call_stored_tool(rt, role, method, args, kwargs))
 
         def explain_policy(
             name: Annotated[str, Field(description="a rule id, capability tag or violation type")],
         ) -> Annotated[CallToolResult, PolicyPage]:
             """What a policy rule (or capability, or violation type) catches, why, and what to do instead."""
+            from sandforge.runtime.service.mcp import operations as ops
+
             return guarded(lambda: ops.explain_policy(rt, name))
 
         read = {"read_only": True, "open_world": False}
@@ -303,6 +351,8 @@ class TenantMCP(MCPServer[Any]):
     # --- the persisted tools ---
 
     def _exposed(self) -> dict[str, Exposed]:
+        from sandforge.runtime.service.mcp.persisted import exposed
+
         try:
             return exposed(self.runtime.store, self.runtime.policy)
         except (OSError, SandforgeError) as exc:
@@ -336,6 +386,9 @@ class TenantMCP(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        from sandforge.runtime.agent.contracts import arguments_problem  # jsonschema: after the handshake
+        from sandforge.runtime.service.mcp import operations as ops
+
         if self._tool_manager.get_tool(name) is not None:
             try:
                 return await super().call_tool(name, arguments, context)
@@ -349,7 +402,7 @@ class TenantMCP(MCPServer[Any]):
         note(_http_state(context), tool_role=item.role, tool_method=item.method)
         typed = item.parameters
         if typed is not None:  # named arguments checked against the contract's schema, then positional again
-            problem = typed_problem(item.input_schema, arguments)
+            problem = arguments_problem(item.input_schema, arguments)
             if problem is not None:
                 return error_result(ToolFailure(error_type="invalid_request", error_message=problem))
             args = item.positional(arguments) or []

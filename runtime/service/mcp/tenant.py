@@ -9,13 +9,14 @@ share nothing but the process. The protocol only says which of its parts the too
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from sandforge.runtime.agent.workspace import Workspace
-from sandforge.runtime.guardrails import Policy
-from sandforge.runtime.store import ToolStore
-from sandforge.sandbox import Limits
-from sandforge.sandbox.config import BackendName
+if TYPE_CHECKING:  # types only: the MCP server imports this before its handshake, the agent and store after it
+    from sandforge.runtime.agent.workspace import Workspace
+    from sandforge.runtime.guardrails import Policy
+    from sandforge.runtime.store import ToolStore
+    from sandforge.sandbox import Limits
+    from sandforge.sandbox.config import BackendName
 
 
 class TenantPort(Protocol):
