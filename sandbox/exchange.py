@@ -720,6 +720,24 @@ class ExitInfo:
 
 
 SIGKILL, SIGALRM, SIGXCPU, SIGSYS = 9, 14, 24, 31
+#: Signals a sandbox cannot have sent itself: a program has no way to signal a process and the runner sends
+#: only SIGALRM (its backstop), so these came from outside (the OOM killer, the runtime, an operator). A
+#: sandbox they end without a result is not the program's ``execution`` error: it is ``sandbox_unavailable``.
+FROM_OUTSIDE = frozenset({1, 2, 3, SIGKILL, 15})  # SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGTERM
+#: Host-measured CPU time at this share of the limit: the kernel's RLIMIT_CPU kill (soft = hard: SIGKILL)
+CPU_LIMIT_SHARE = 0.8
+
+
+#: An outcome's metadata key: the worker handed out had died before the request reached it, so nothing of the
+#: program ran, and ``Sandbox`` runs it once more on a fresh worker before the caller sees this.
+DIED_BEFORE_USE = "died_before_use"
+
+
+def died_before_use(backend: str, what: str = "sandbox worker") -> ExecutionOutcome:
+    """The outcome of a worker found dead when its execution began (under load, a start-up that failed late)."""
+    return ExecutionOutcome.failure(
+        ErrorType.SANDBOX_UNAVAILABLE, f"{what} died before use", backend=backend, metadata={DIED_BEFORE_USE: True}
+    )
 
 
 def build_outcome(
@@ -821,5 +839,15 @@ def _exit_failure(
         return ErrorType.MEMORY_LIMIT, f"memory limit of {limits.memory_mb} MB exceeded"
     if exit_info.signal == SIGSYS:
         return ErrorType.SANDBOX_VIOLATION, "the sandbox was killed for a forbidden system call"
+    if not exit_info.observed:
+        return ErrorType.SANDBOX_UNAVAILABLE, "the sandbox ended without a result, and the host could not see how"
+    cpu_spent = usage.source == "host" and usage.cpu_time_s >= CPU_LIMIT_SHARE * limits.effective_cpu_s
+    if exit_info.signal == SIGKILL and cpu_spent:
+        return ErrorType.TIMEOUT, f"CPU time limit of {limits.effective_cpu_s}s exceeded"
+    if exit_info.signal in FROM_OUTSIDE:
+        return ErrorType.SANDBOX_UNAVAILABLE, (
+            f"the sandbox was killed by signal {exit_info.signal}, which it cannot send itself (the OOM killer, the "
+            "runtime or an operator): not the program's error, and retriable"
+        )
     how = f"signal {exit_info.signal}" if exit_info.signal else f"exit code {exit_info.exit_code}"
     return ErrorType.EXECUTION, f"the sandbox ended without a result ({how})"
