@@ -102,8 +102,7 @@ class State:
             return
         rows = [(s.record.call_id, s.record.trace_id, s.record.role, s.record.method, s.record.status,
                  s.record.model_dump_json()) for s in records]  # fmt: skip
-        conflicts, versions = self.db.commit(contexts, None if getattr(self.unchecked, "forced", False) else bases,
-                                             rows)  # fmt: skip
+        conflicts, versions = self.db.commit(contexts, bases, rows)
         if conflicts:
             self._loaded.difference_update(conflicts)  # the re-run reads what the other writer committed
             raise CommitConflict(conflicts)

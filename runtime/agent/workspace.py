@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import stat
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,8 +45,8 @@ log = logging.getLogger(__name__)
 LogSpec = CallLog | Path | str | None | Literal[False]
 #: how much of the call log's end is searched for the lines of records a stopped process may have written
 UNLOGGED_TAIL_BYTES = 8 << 20
-#: checked re-runs of a call whose commit another process keeps changing underneath (then one unchecked)
-RERUNS = 3
+#: re-runs of a call whose commit another process keeps changing underneath (then a retriable state_conflict)
+RERUNS = 10
 
 
 def as_json(value: Any, what: str) -> Any:
@@ -198,22 +200,26 @@ class Workspace:
             return self._run_unchecked(spec)
 
     def _run_unchecked(self, spec: CallSpec) -> Outcome:
-        """Run ``spec`` again, its commit unchecked: the gate is exclusive (or this thread already holds it).
+        """Run ``spec`` again, unchecked against this process's calls: the gate is exclusive (or this thread
+        already holds it).
 
-        With a state database another process may still commit underneath: that commit is refused too and
-        the call runs again, up to ``RERUNS`` times, the last one unchecked (the other process's write loses)."""
+        With a state database another process may still commit underneath: that commit is refused too and the
+        call runs again after a short random wait, up to ``RERUNS`` times. A call that never gets a clean commit
+        answers a retriable ``state_conflict`` error: the other process's update is never overwritten."""
         self._state.unchecked.on = True
         try:
-            for _ in range(RERUNS):
+            for attempt in range(RERUNS):
                 try:
                     return CallRun.top(self.call_env(), spec).run()
                 except CommitConflict as exc:
                     log.info("call %s.%s runs again: %s", spec.role, spec.method, exc)
-            self._state.unchecked.forced = True
-            return CallRun.top(self.call_env(), spec).run()
+                    time.sleep(random.uniform(0, min(0.5, 0.02 * 2**attempt)))  # noqa: S311 (jitter, not a secret)
+                    conflict = exc
+            return Outcome(status="error", error_type="state_conflict", retriable=True, tool_role=spec.role,
+                           method_name=spec.method, error_message=f"{conflict}, {RERUNS} times: nothing was "
+                           "committed; call again")  # fmt: skip
         finally:
             self._state.unchecked.on = False
-            self._state.unchecked.forced = False
 
     # --- committed state ---
 

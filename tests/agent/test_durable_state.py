@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,3 +168,29 @@ def test_two_connections_of_one_process_keep_their_locks(tmp_path: Path) -> None
     with sqlite3.connect(path) as conn:
         rows = dict(conn.execute("SELECT role, body FROM contexts").fetchall())
     assert {role: json.loads(body) for role, body in rows.items()} == {"a": {"n": 2}, "b": {"n": 1}}
+
+
+def test_a_call_that_never_commits_cleanly_is_a_retriable_conflict_never_an_overwrite(
+    tmp_path: Path, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandforge.runtime.agent import workspace as workspace_module
+
+    monkeypatch.setattr(workspace_module, "RERUNS", 2)
+    first, second = _ws(tmp_path, sandbox), _ws(tmp_path, sandbox)
+    try:
+        first.call("counter", "incr")
+        real = first._state.db.commit  # type: ignore[union-attr]
+
+        def another_process_commits_first(contexts: Any, bases: Any, rows: Any) -> Any:
+            second.call("counter", "incr")  # always one step ahead of first's commit
+            return real(contexts, bases, rows)
+
+        monkeypatch.setattr(first._state.db, "commit", another_process_commits_first)
+        outcome = first.call("counter", "incr")
+        assert (outcome.status, outcome.error_type, outcome.retriable) == ("error", "state_conflict", True)
+        monkeypatch.undo()
+        # first's three attempts each lost to one of second's commits: all three kept, none of first's
+        assert second.context("counter") == first.context("counter") == {"n": 1 + 3}
+    finally:
+        first.close()
+        second.close()
