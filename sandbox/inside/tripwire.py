@@ -389,6 +389,7 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
     audited, optional, system_info, write_flags = AUDITED_IMPORTS, _OPTIONAL_IMPORTS, _SYSTEM_INFO, _WRITE_FLAGS
     reimported, reimporting, stdlib, tz_roots = REIMPORTED_BY_LIBRARIES, _REIMPORTING_PACKAGES, library[0], TZ_ROOTS
     code_type = type(_classifier.__code__)
+    dirname, basename = os.path.dirname, os.path.basename
     generators = (("dataclasses.py", "_create_fn"), ("collections/__init__.py", "namedtuple"))
 
     def exec_(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
@@ -435,6 +436,8 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
 
     def file(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
         path = args[0] if args else None
+        if who == "runner" and state[6] and type(path) is str and (why := files_rule(event, path, args)) != "":
+            return why
         if event == "open" and who in ("library", "runner") and type(path) is str and relative(path, tz_roots):
             return None  # the time-zone database, read by zoneinfo (the runner's ZoneInfo calls the C constructor)
         if (
@@ -449,6 +452,21 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
             if (type(mode) is str and any(c in mode for c in "wax+")) or (type(flags) is int and flags & write_flags):
                 return "a file opened for writing"
         return None
+
+    def files_rule(event: str, path: str, args: tuple[Any, ...]) -> str | None:
+        """The files surface (``files.py``), for the runner's frames: an ``open`` of ``inputs/NAME`` without
+        write flags, of ``outputs/NAME`` in any mode, a listing of ``outputs/``; "" for anything else (the
+        other rules decide). The runner's ``open`` checked the name already; this holds without it."""
+        inputs, outputs = state[6]
+        folder, name = dirname(path), basename(path)
+        if event == "os.scandir" and path == outputs:
+            return None
+        if event != "open" or folder not in (inputs, outputs) or name[:1] in ("", "."):
+            return ""
+        flags = args[2] if len(args) > 2 else 0
+        mode = args[1] if len(args) > 1 else None
+        writing = (type(mode) is str and any(c in mode for c in "wax+")) or (type(flags) is int and flags & write_flags)
+        return "an input file opened for writing" if folder == inputs and writing else None
 
     def marshal_loads(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
         return None if who == "import" else "marshal.loads() outside the import machinery"
@@ -468,8 +486,8 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
     kind, site = _classifier(runner_dir, library)
     env_root, exit_now, getframe, tool = library[1], os._exit, sys._getframe, _TOOL
     harmless, self_test, arm_event, violation = _HARMLESS, SELF_TEST, ARM, VIOLATION
-    # The hook's whole state: [armed, busy, out_fd, code, stdout, max_bytes]
-    state: list[Any] = [False, False, -1, None, None, 0]
+    # The hook's whole state: [armed, busy, out_fd, code, stdout, max_bytes, (inputs dir, outputs dir) or None]
+    state: list[Any] = [False, False, -1, None, None, 0, None]
     rules = {**_frame_rules(kind, site, env_root), **_code_rules(site, library, state, runner_dir)}
     relative = _relative
 
@@ -509,8 +527,10 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
         if not state[0]:
             if event == self_test:
                 raise SelfTestPassed
-            if event == arm_event and len(args) == 4:
-                state[2], state[3], state[4], state[5] = args
+            if event == arm_event and len(args) == 5:
+                state[2], state[3], state[4], state[5], files = args
+                if type(files) is tuple and len(files) == 2 and all(type(d) is str and d for d in files):
+                    state[6] = files
                 state[0] = True
             return
         if event in harmless or state[1]:
@@ -536,6 +556,7 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
     return False
 
 
-def arm(out_fd: int, code: Any, stdout: Any, max_bytes: int) -> None:
-    """Arm the installed hook: from now on it decides every event (once only: a second arming trips)."""
-    sys.audit(ARM, out_fd, code, stdout, max_bytes)
+def arm(out_fd: int, code: Any, stdout: Any, max_bytes: int, files: tuple[str, str] | None = None) -> None:
+    """Arm the installed hook: from now on it decides every event (once only: a second arming trips).
+    ``files``: the absolute ``inputs/`` and ``outputs/`` directories the runner's ``open`` may reach."""
+    sys.audit(ARM, out_fd, code, stdout, max_bytes, files)
