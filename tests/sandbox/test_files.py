@@ -129,7 +129,9 @@ def test_bad_input_files_are_refused_before_any_sandbox(files: dict[str, bytes],
         ),
     ],
 )
-def test_outputs_past_a_bound_fail_the_run_with_output_limit(sandbox: Sandbox, code: str, limits: Limits, says: str) -> None:
+def test_outputs_past_a_bound_fail_the_run_with_output_limit(
+    sandbox: Sandbox, code: str, limits: Limits, says: str
+) -> None:
     out = sandbox.execute(ExecutionRequest(code=code + "\nreturn 1", limits=limits))
     assert out.error_type is ErrorType.OUTPUT_LIMIT, (out.error_type, out.error_message)
     assert says in (out.error_message or "")
