@@ -27,6 +27,7 @@ import base64
 import binascii
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -48,6 +49,7 @@ from pydantic import (
 )
 
 from sandforge.sandbox.context import ContextSnapshot, may_hold_non_finite
+from sandforge.sandbox.files import read_input
 from sandforge.sandbox.inside import wire
 from sandforge.sandbox.inside.wire import HEADER as HEADER
 from sandforge.sandbox.inside.wire import MAX_CONTRACT_FIELD_CHARS as MAX_CONTRACT_FIELD_CHARS
@@ -103,6 +105,10 @@ RETRIABLE: frozenset[ErrorType] = frozenset({
 })  # fmt: skip
 
 
+#: The most one file may hold (``Limits.max_file_bytes``' ceiling): how much of a path is read at most.
+MAX_FILE_BYTES = 512 << 20
+
+
 class Limits(BaseModel):
     """Resource limits of one execution; every backend enforces all of them."""
 
@@ -118,9 +124,9 @@ class Limits(BaseModel):
     max_open_files: int = Field(default=64, ge=16, le=65536)
     cpus: float = Field(default=1.0, gt=0, le=64, allow_inf_nan=False, description="container CPU quota")
     max_files: int = Field(default=64, ge=0, le=4096, description="input files, and output files, each at most")
-    max_file_bytes: int = Field(default=8 << 20, ge=0, le=512 << 20, description="one input or output file")
+    max_file_bytes: int = Field(default=8 << 20, ge=0, le=MAX_FILE_BYTES, description="one input or output file")
     max_files_bytes: int = Field(
-        default=16 << 20, ge=0, le=512 << 20, description="the input files in all, and the output files in all"
+        default=16 << 20, ge=0, le=MAX_FILE_BYTES, description="the input files in all, and the output files in all"
     )
 
     @property
@@ -177,7 +183,10 @@ class EnvironmentMount(BaseModel):
 
 
 def _file_bytes(value: Any) -> Any:
-    """A file's bytes: as given in Python, base64 text in JSON (strict: what a dump produced)."""
+    """A file's bytes: as given in Python, or read from a ``pathlib.Path`` (``sandbox/files.py``'s rules),
+    base64 text in JSON (strict: what a dump produced)."""
+    if isinstance(value, os.PathLike):
+        return read_input(value, MAX_FILE_BYTES)
     if isinstance(value, str):
         try:
             return base64.b64decode(value, validate=True)
@@ -218,8 +227,9 @@ class ExecutionRequest(BaseModel):
     )
     files: Files = Field(
         default_factory=dict,
-        description="input files, read-only to the program as inputs/NAME (bounded by limits' max_files, "
-        "max_file_bytes and max_files_bytes, and by the sandbox's disk_mb)",
+        description="input files, read-only to the program as inputs/NAME: bytes, or a pathlib.Path read now "
+        "(a regular file, not a symlink); bounded by limits' max_files, max_file_bytes and max_files_bytes, "
+        "and by the sandbox's disk_mb",
     )
     #: ``sandforge doctor``'s canary: the runner makes a forbidden event from a program-like frame after arming
     #: its tripwire and must be stopped. A private attribute: no JSON, program, context value or tool contract
@@ -231,7 +241,7 @@ class ExecutionRequest(BaseModel):
         def __init__(
             self, *, code: str, context: ContextSnapshot | Mapping[str, Any] = ..., args: Sequence[Any] = ...,
             kwargs: Mapping[str, Any] = ..., limits: Limits = ..., wall_budget_s: float | None = ...,
-            environment: EnvironmentMount | None = ..., files: Mapping[str, bytes] = ...,
+            environment: EnvironmentMount | None = ..., files: Mapping[str, bytes | os.PathLike[str]] = ...,
         ) -> None: ...  # fmt: skip
 
     @model_validator(mode="after")

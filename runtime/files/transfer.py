@@ -16,7 +16,6 @@ failure before that removes every staged file. Names were checked on both sides 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import secrets
@@ -26,8 +25,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sandforge.runtime.errors import FileIOError, InputFileError
-from sandforge.runtime.files.read import file_kind, read_fd
+from sandforge.runtime.files.read import file_kind
 from sandforge.runtime.files.write import io_error
+from sandforge.sandbox.files import InputRefused, read_input
 from sandforge.sandbox.inside.wire import FILE_NAME_PATTERN
 from sandforge.sandbox.protocol import Limits
 
@@ -47,19 +47,10 @@ def check_name(name: str, where: str) -> str:
 
 def read_input_file(path: Path, *, limit: int) -> bytes:
     """One input file: a regular file (not a symlink, FIFO, device or directory), at most ``limit`` bytes."""
-    label = f"input file {path}"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise InputFileError(f"{label} is a symlink; refused (name its target)") from None
-        raise InputFileError(f"cannot read {label}: {exc.strerror or exc}") from None
-    try:
-        return read_fd(fd, limit=limit, what=label)
-    except OSError as exc:
-        raise InputFileError(f"cannot read {label}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+        return read_input(path, limit)
+    except InputRefused as exc:
+        raise InputFileError(str(exc)) from None
 
 
 def input_files(sources: Mapping[str, FileSource], limits: Limits) -> dict[str, bytes]:

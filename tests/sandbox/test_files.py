@@ -6,6 +6,8 @@ bounds on both sides. The attacks on the file area by a program that escaped the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -163,3 +165,17 @@ def test_files_round_trip_through_json() -> None:
     assert again.files == request.files
     with pytest.raises(ValidationError, match="base64"):
         ExecutionRequest.model_validate_json('{"code": "return 1", "files": {"a": "not base64!"}}')
+
+
+def test_the_python_api_takes_paths_and_gives_bytes(tmp_path: Path) -> None:
+    """A request's files may be paths, read when it is built (a regular file, not a symlink); the outcome's
+    are bytes by name."""
+    (tmp_path / "data.csv").write_bytes(CSV)
+    (tmp_path / "link.csv").symlink_to(tmp_path / "data.csv")
+    with Sandbox() as sb:
+        out = sb.execute(ExecutionRequest(code=TRANSFORM, files={"data.csv": tmp_path / "data.csv"}))
+    assert out.ok and out.files["hot.csv"].startswith(b"city,temp_f"), (out.error_type, out.error_message)
+    with pytest.raises(ValidationError, match="is a symlink; refused"):
+        ExecutionRequest(code="return 1", files={"data.csv": tmp_path / "link.csv"})
+    with pytest.raises(ValidationError, match="is a directory"):
+        ExecutionRequest(code="return 1", files={"data.csv": tmp_path})
