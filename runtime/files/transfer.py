@@ -15,7 +15,9 @@ failure before that removes every staged file. Names were checked on both sides 
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import os
 import re
 import secrets
@@ -23,6 +25,7 @@ import shutil
 import stat
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from sandforge.runtime.errors import FileIOError, InputFileError
 from sandforge.runtime.files.read import file_kind
@@ -164,3 +167,20 @@ def _stage(dfd: int, name: str, body: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def media_type(name: str) -> str:
+    """A file's media type by its name's extension (``application/octet-stream`` when unknown)."""
+    import mimetypes  # its tables would cost every importer of the service models at start-up
+
+    return mimetypes.guess_type(name, strict=False)[0] or "application/octet-stream"
+
+
+def manifest(files: Mapping[str, bytes], *, content: bool = False) -> list[dict[str, Any]]:
+    """What is said of committed files: name, size, sha256, media type (what a call log records: never the
+    contents), and with ``content`` their bytes as base64 (an HTTP answer inlines them)."""
+    return [
+        {"name": name, "size": len(body), "sha256": hashlib.sha256(body).hexdigest(), "media_type": media_type(name),
+         **({"content_b64": base64.b64encode(body).decode()} if content else {})}
+        for name, body in files.items()
+    ]  # fmt: skip
