@@ -24,7 +24,7 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sandforge runtime sandbox policies images bench tests
+	$(VENV)/bin/ruff check sandforge runtime sandbox policies images bench tests integrations examples
 	$(VENV)/bin/mypy sandforge  # follows sandforge/'s links: every module under its installed name
 	$(VENV)/bin/lint-imports --no-cache --no-logo  # the import contracts in pyproject.toml ([tool.importlinter])
 

@@ -222,11 +222,14 @@ def _one_line_mirror(text: str, suite: str) -> str | None:
     return None
 
 
-def cache_dir() -> Path:
+def cache_dir(*, create: bool = True) -> Path:
+    """Where the rootfs tarball, the build lock and the OCI rootfs live. ``create=False`` only names it: a
+    backend that merely asks where its rootfs would be must work on a read-only home (a service container)."""
     import platformdirs  # here and below: every backend imports this module, few build an image
 
     path = Path(os.environ.get("SANDFORGE_CACHE_DIR") or platformdirs.user_cache_dir("sandforge"))
-    path.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -392,7 +395,7 @@ def build(
 
 def oci_rootfs(tag: str) -> Path:
     """Where the image's filesystem is unpacked for runc/runsc (one directory per image tag)."""
-    return cache_dir() / "oci" / tag.replace(":", "-") / "rootfs"
+    return cache_dir(create=False) / "oci" / tag.replace(":", "-") / "rootfs"
 
 
 def export_rootfs(api: Any, tag: str, progress: Progress) -> bool:

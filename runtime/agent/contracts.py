@@ -190,6 +190,63 @@ def method_parameters(inputs: JsonValue, method: str) -> list[Parameter] | None:
     return found
 
 
+#: The arguments of a method whose contract does not type them: positional and keyword JSON values.
+UNTYPED_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "args": {"type": "array", "description": "positional arguments (JSON values)", "default": []},
+        "kwargs": {"type": "object", "description": "keyword arguments (JSON values)", "default": {}},
+    },
+    "additionalProperties": False,
+}
+
+
+def input_schema(parameters: list[Parameter] | None) -> dict[str, Any]:
+    """One JSON Schema object for a method's arguments: its typed parameters as named properties, or
+    :data:`UNTYPED_INPUT_SCHEMA` (what MCP clients and agent frameworks are shown)."""
+    if parameters is None:
+        return UNTYPED_INPUT_SCHEMA
+    return {
+        "type": "object",
+        "properties": {p.name: p.schema_ for p in parameters},
+        "required": [p.name for p in parameters if p.required],
+        "additionalProperties": False,
+    }
+
+
+def positional_arguments(parameters: list[Parameter], arguments: dict[str, Any]) -> list[Any]:
+    """Named arguments of a typed method as its positional ones; a missing optional one ends them, so the
+    program's own default applies."""
+    args: list[Any] = []
+    for p in parameters:
+        if p.name not in arguments:
+            break
+        args.append(arguments[p.name])
+    return args
+
+
+def method_description(headline: str, contract: ToolContract, *, typed: bool) -> str:
+    """What a model or an MCP client reads about one tool method: ``headline``, then the contract's purpose,
+    deliverable and acceptance, and how to pass arguments when the contract does not type them."""
+    purpose = f"Purpose: {contract.purpose}" if contract.purpose else "No contract was recorded for this tool."
+    lines = [headline, purpose]
+    for label, value in (("Deliverable", contract.deliverable), ("Acceptance", contract.acceptance)):
+        if value is not None:
+            lines.append(f"{label}: {json.dumps(value, ensure_ascii=False)[:2000]}")
+    if not typed:
+        lines.append('Call with {"args": [...], "kwargs": {...}}.')
+    return "\n".join(lines)
+
+
+def arguments_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` do not fit a method's input schema (one line), None when they do."""
+    error = best_match(Draft202012Validator(schema).iter_errors(arguments))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+    return f"{where}: {error.message}"[:500]
+
+
 def _path(parts: Iterable[object]) -> str:
     text = "$"
     for part in parts:

@@ -10,8 +10,10 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from sandforge.runtime.agent.calllog import CallLog, default_log_path
 from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.agent.program_exec import execute_program
+from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.cli.common import load_policy_option, policy_options
 from sandforge.runtime.cli.exits import for_outcome
 from sandforge.runtime.cli.logs_cmd import egress_line
@@ -19,6 +21,7 @@ from sandforge.runtime.errors import InputFileMissing, UsageError
 from sandforge.runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
 from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
 from sandforge.runtime.files.transfer import commit_output_files, read_files_options
+from sandforge.runtime.guardrails import ValidationResult
 from sandforge.runtime.guardrails.engine import source_text
 from sandforge.runtime.service.models import exec_result
 from sandforge.sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
@@ -141,7 +144,8 @@ def command(
     as_json: bool,
 ) -> None:
     """Validate FILE (a tool program body; - reads standard input) with the policy, run it in a fresh
-    sandbox, print the outcome.
+    sandbox, print the outcome. Every run is recorded in the call log ($SANDFORGE_CALL_LOG, else
+    <state dir>/logs/calls.jsonl) with source cli.
 
     Exit status: 0 ok; 1 the program failed (or a result over the message limit); 2 usage error or a refused
     input file; 3 rejected by the policy, recoverable; 4 rejected by the policy, terminal; 5 a timeout or
@@ -180,9 +184,11 @@ def command(
         except ValidationError as exc:
             raise _invalid(exc) from None
         bridge = StandaloneBridge.of(policy)  # its fetches are brokered under the policy's egress section
+        clock = RunClock()
         with Sandbox(config) as sb:
-            outcome, _ = execute_program(sb, request, policy=policy, bridge=bridge)  # + its declared environment
+            outcome, verdict = execute_program(sb, request, policy=policy, bridge=bridge)  # + its environment
         outcome = bridge.fetches.attach(outcome)
+        record_run(outcome, verdict, request, clock)  # before the commit: a run that ran is in the log
         if commit and outcome.ok and context_path is not None:
             data = encode_compact(outcome.context, limit=bound, what="the new context") + b"\n"
             write_user_file(context_path, data)
@@ -197,6 +203,18 @@ def command(
         _print_text(outcome, committed, bound)
     error_type = outcome.error_type.value if outcome.error_type else None
     sys.exit(for_outcome(outcome.ok, error_type, outcome.metadata.get("verdict")))
+
+
+def record_run(outcome: ExecutionOutcome, verdict: ValidationResult | None, request: ExecutionRequest,
+               clock: RunClock) -> None:  # fmt: skip
+    """The run into the call log (``$SANDFORGE_CALL_LOG``, else the local state directory's
+    ``<state dir>/logs/calls.jsonl``, which ``sandforge logs`` reads and ``sandforge dashboard`` shows). A log that
+    cannot be written (a read-only or missing state directory) costs the run nothing: one line says so."""
+    path = default_log_path()
+    problem = CallLog(path, keep=1).write(run_record(outcome, verdict, request, source="cli", clock=clock))
+    if problem is not None:
+        why = problem.strerror or type(problem).__name__
+        click.echo(f"sandforge exec: this run is not in the call log: cannot write {path}: {why}", err=True)
 
 
 def _invalid(exc: ValidationError) -> UsageError:

@@ -34,19 +34,32 @@ def command() -> None:
 @click.option("--refresh-base", is_flag=True, help="Also re-run debootstrap for the base rootfs (slow).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the tag.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (progress stays on stderr).")
-def build_cmd(force: bool, refresh_base: bool, quiet: bool, as_json: bool) -> None:
+@click.option("--service", is_flag=True, help="Build the service image (`sandforge serve`: deploy/compose.yaml).")
+@click.option("--extra", "extras", multiple=True, help="With --service: also install this extra (e.g. cluster).")
+def build_cmd(
+    force: bool, refresh_base: bool, quiet: bool, as_json: bool, service: bool, extras: tuple[str, ...]
+) -> None:
     """Build the image for this runner version (idempotent: does nothing when it is present).
 
     debootstrap (Debian bookworm, minbase + python3) from the mirror apt uses, cached under
     ~/.cache/sandforge; `docker import` as a local base; then images/Dockerfile adds the runner.
+    With --service: the same base, the sandforge wheel of this source tree and its dependencies
+    (images/service/Dockerfile), tagged sandforge-service:DIGEST and :latest.
     """
     from sandforge.sandbox import image
 
     config = SandboxConfig.from_env()
     client = _client(config)
-    with Steps("image build", quiet=quiet) as shown:
+    with Steps("service image build" if service else "image build", quiet=quiet) as shown:
         try:
-            result = image.build(client, config.image, force=force, refresh_base=refresh_base, progress=shown.step)
+            if service:
+                from sandforge.runtime.deploy.service_image import build_service
+
+                result = build_service(client, extras=extras, force=force, progress=shown.step)
+            else:
+                if extras:
+                    raise SandforgeError("--extra applies to the service image (--service)")
+                result = image.build(client, config.image, force=force, refresh_base=refresh_base, progress=shown.step)
         except image.ImageBuildError as exc:
             raise SandforgeError(f"image build failed: {exc}") from exc
     if as_json:

@@ -96,6 +96,8 @@ VIOLATIONS = {
     "product-not-bench": [(f"sandforge.runtime.cli.{SYNTHETIC}", "bench")],
     "no-old-top-level-names": [(f"tests.{SYNTHETIC}", "sandbox")],
     "layers": [(f"sandforge.runtime.store.{SYNTHETIC}", "sandforge.runtime.providers")],
+    "core-not-integrations": [(f"sandforge.runtime.agent.{SYNTHETIC}", "sandforge.integrations.core")],
+    "frameworks-in-adapters": [(f"sandforge.integrations.core.{SYNTHETIC}", "smolagents")],
     "no-cycles": [
         (f"sandforge.runtime.names.{SYNTHETIC}", "sandforge.runtime.store"),
         ("sandforge.runtime.store", f"sandforge.runtime.names.{SYNTHETIC}"),

@@ -102,3 +102,22 @@ def test_running_a_command_loads_its_module_only() -> None:
     loaded = _cli_modules(["policy", "--help"])
     assert "sandforge.runtime.cli.policy_cmd" in loaded
     assert [m for m in loaded if m.endswith("_cmd") and m.rsplit(".", 1)[1] not in ("policy_cmd", "bench_cmd")] == []
+
+
+# ------------------------------------------------------------------------------ the framework integrations
+
+FRAMEWORKS = {"smolagents": "smolagents", "langchain": "langchain_core", "openai_agents": "agents",
+              "pydantic_ai": "pydantic_ai"}  # fmt: skip
+
+
+def test_integrations_import_only_the_framework_used() -> None:
+    """The shared core loads no framework; each adapter loads its own and no other (issue 40)."""
+    loaded = _loaded_after("import sandforge.integrations.core")
+    assert [f for f in FRAMEWORKS.values() if f in loaded] == []
+    for adapter, framework in FRAMEWORKS.items():
+        try:
+            __import__(framework)
+        except ImportError:
+            continue  # its extra is not installed here
+        loaded = _loaded_after(f"import sandforge.integrations.{adapter}")
+        assert [f for f in FRAMEWORKS.values() if f in loaded] == [framework], adapter

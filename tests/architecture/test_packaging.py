@@ -121,6 +121,15 @@ def test_dashboard_templates_and_stylesheet_ship(installed: Installed) -> None:
     assert isinstance(found, list) and found[0] == "<!doctype html>" and found[1] > 1000
 
 
+def test_the_framework_integrations_ship(installed: Installed) -> None:
+    found = installed.python_json(
+        "import json; from sandforge.integrations import SandforgeTools; import sandforge.integrations.langchain as m;"
+        "print(json.dumps([SandforgeTools.__module__, m.__file__]))"
+    )
+    assert isinstance(found, list) and found[0] == "sandforge.integrations.core"
+    assert Path(found[1]).is_relative_to(installed.site)
+
+
 def test_py_typed_ships(installed: Installed) -> None:
     assert (installed.site / "sandforge" / "py.typed").is_file()
 

@@ -10,8 +10,10 @@ from typing import Any
 
 from pydantic import JsonValue, ValidationError
 
+from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.program_exec import execute_program
+from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.guardrails import ValidationResult, validate
 from sandforge.runtime.guardrails.report import explain, suggestions
@@ -121,8 +123,13 @@ def run_tool_code(
         err = exc.errors()[0]
         raise fail("invalid_request", f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
     workspace = rt.workspace  # the program's declared environment too, as sandforge exec
-    outcome, _ = execute_program(workspace.sandbox, request, policy=rt.policy, backend=rt.backend,
-                                 environments=workspace.environments)  # fmt: skip
+    bridge = StandaloneBridge.of(rt.policy)  # its fetches brokered under the tenant's egress rules, as exec does
+    clock = RunClock()
+    outcome, verdict = execute_program(workspace.sandbox, request, policy=rt.policy, backend=rt.backend,
+                                       bridge=bridge, environments=workspace.environments)  # fmt: skip
+    outcome = bridge.fetches.attach(outcome)
+    # into the tenant's call log (the workspace's), failed or not (issue 37)
+    workspace.log.append(run_record(outcome, verdict, request, source="mcp", clock=clock))
     if not outcome.ok:
         raise _execution_failure(outcome)
     return RunResult(

@@ -15,19 +15,18 @@ named properties; the others keep the generic ``{args, kwargs}``.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 
 from sandforge.runtime.agent.contracts import (
     InvalidContract,
     Parameter,
     deliverable_validator,
+    input_schema,
+    method_description,
     method_parameters,
+    positional_arguments,
     to_json_schema,
 )
 from sandforge.runtime.guardrails import Policy, validate
@@ -41,16 +40,6 @@ MCP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 #: The fixed tools; a persisted name never takes one (theirs have no dot, ``role.method`` always does).
 RESERVED = frozenset({"run_tool_code", "validate_code", "list_tools", "get_tool", "call_stored_tool", "explain_policy"})
-
-INPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "args": {"type": "array", "description": "positional arguments (JSON values)", "default": []},
-        "kwargs": {"type": "object", "description": "keyword arguments (JSON values)", "default": {}},
-    },
-    "additionalProperties": False,
-}
-
 
 @dataclass(frozen=True)
 class Exposed:
@@ -71,40 +60,18 @@ class Exposed:
 
     @property
     def input_schema(self) -> dict[str, Any]:
-        params = self.parameters
-        if params is None:
-            return INPUT_SCHEMA
-        return {
-            "type": "object",
-            "properties": {p.name: p.schema_ for p in params},
-            "required": [p.name for p in params if p.required],
-            "additionalProperties": False,
-        }
+        return input_schema(self.parameters)
 
     def positional(self, arguments: dict[str, Any]) -> list[Any] | None:
         """Named arguments of a typed method as its positional ones (a missing optional one ends them, so
         the program's own default applies); None when the method is untyped."""
         params = self.parameters
-        if params is None:
-            return None
-        args: list[Any] = []
-        for p in params:
-            if p.name not in arguments:
-                break
-            args.append(arguments[p.name])
-        return args
+        return None if params is None else positional_arguments(params, arguments)
 
     @property
     def description(self) -> str:
-        e = self.entry
-        lines = [f"{self.role}.{self.method}: a stored sandforge tool method (runs sandboxed, no model call)."]
-        lines.append(f"Purpose: {e.purpose}" if e.purpose else "No contract was recorded for this tool.")
-        for label, value in (("Deliverable", e.deliverable), ("Acceptance", e.acceptance)):
-            if value is not None:
-                lines.append(f"{label}: {json.dumps(value, ensure_ascii=False)[:2000]}")
-        if self.parameters is None:
-            lines.append("Call with {\"args\": [...], \"kwargs\": {...}}.")
-        return "\n".join(lines)
+        headline = f"{self.role}.{self.method}: a stored sandforge tool method (runs sandboxed, no model call)."
+        return method_description(headline, self.entry.contract(), typed=self.parameters is not None)
 
     @property
     def output_schema(self) -> dict[str, Any]:
@@ -178,11 +145,3 @@ def exposed(store: ToolStore, policy: Policy | None = None) -> dict[str, Exposed
             tools[chosen] = Exposed(chosen, entry.role, method, entry)
     return tools
 
-
-def typed_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
-    """Why ``arguments`` do not fit a typed method's input schema (one line), None when they do."""
-    error = best_match(Draft202012Validator(schema).iter_errors(arguments))
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path) or "arguments"
-    return f"{where}: {error.message}"[:500]

@@ -36,6 +36,7 @@ from mcp_types import Tool as MCPTool
 from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from sandforge import __version__
+from sandforge.runtime.agent.contracts import arguments_problem
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.service.audit import note
 from sandforge.runtime.service.mcp import operations as ops
@@ -50,7 +51,7 @@ from sandforge.runtime.service.mcp.models import (
     ToolList,
     ValidationReport,
 )
-from sandforge.runtime.service.mcp.persisted import Exposed, exposed, typed_problem
+from sandforge.runtime.service.mcp.persisted import Exposed, exposed
 from sandforge.runtime.service.mcp.tenant import TenantPort
 
 log = logging.getLogger(__name__)
@@ -349,7 +350,7 @@ class TenantMCP(MCPServer[Any]):
         note(_http_state(context), tool_role=item.role, tool_method=item.method)
         typed = item.parameters
         if typed is not None:  # named arguments checked against the contract's schema, then positional again
-            problem = typed_problem(item.input_schema, arguments)
+            problem = arguments_problem(item.input_schema, arguments)
             if problem is not None:
                 return error_result(ToolFailure(error_type="invalid_request", error_message=problem))
             args = item.positional(arguments) or []
