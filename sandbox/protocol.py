@@ -241,7 +241,7 @@ class ExecutionRequest(BaseModel):
         def __init__(
             self, *, code: str, context: ContextSnapshot | Mapping[str, Any] = ..., args: Sequence[Any] = ...,
             kwargs: Mapping[str, Any] = ..., limits: Limits = ..., wall_budget_s: float | None = ...,
-            environment: EnvironmentMount | None = ..., files: Mapping[str, bytes | os.PathLike[str]] = ...,
+            environment: EnvironmentMount | None = ..., files: Mapping[str, bytes | str | os.PathLike[str]] = ...,
         ) -> None: ...  # fmt: skip
 
     @model_validator(mode="after")
