@@ -127,3 +127,29 @@ def test_commit_into_an_existing_directory_is_all_or_nothing(tmp_path: Path) -> 
     commit_output_files(out_dir, {"a.txt": b"1", "keep.txt": b"2"})
     assert sorted(p.name for p in out_dir.iterdir()) == ["a.txt", "keep.txt"]
     assert (out_dir / "keep.txt").read_text() == "2"
+
+
+def test_the_call_log_records_names_sizes_and_digests_never_contents(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hashlib
+    import json
+
+    log = workdir / "calls.jsonl"
+    monkeypatch.setenv("SANDFORGE_CALL_LOG", str(log))
+    data = workdir / "data.csv"
+    code, _, err = invoke("exec", str(workdir / "prog.py"), "--file", f"data.csv={data}", "--out", str(workdir / "o"))
+    assert code == 0, err
+    bad = workdir / "bad.py"
+    bad.write_text("open('outputs/half.csv', 'w').write('SECRET' * 2)\nraise ValueError('no')")
+    invoke("exec", str(bad), "--file", f"data.csv={data}")
+    ok_record, failed_record = (json.loads(line) for line in log.read_text().splitlines())
+    digest = hashlib.sha256(data.read_bytes()).hexdigest()
+    assert ok_record["input_files"] == [{"name": "data.csv", "size": data.stat().st_size, "sha256": digest}]
+    assert [f["name"] for f in ok_record["output_files"]] == ["count.txt", "upper.csv"]
+    assert (
+        ok_record["output_files"][1]["sha256"] == hashlib.sha256((workdir / "o" / "upper.csv").read_bytes()).hexdigest()
+    )
+    assert failed_record["output_files"] is None  # nothing was committed
+    text = log.read_text()  # the programs' source is logged; what they wrote never is
+    assert "A,B" not in text and "SECRETSECRET" not in text
