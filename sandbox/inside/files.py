@@ -7,8 +7,9 @@ Only bytes cross the boundary, as frames (the execute frame's ``files``, the res
 never reads a directory the program could write, so there is no host-side collector to race and no link to
 follow. The collector here reads each file through a descriptor opened with ``O_NOFOLLOW | O_NONBLOCK`` and
 checks that descriptor (a regular file with one link), not the name, so swapping the name afterwards gains
-nothing. The tripwire enforces the same surface independently (``tripwire._code_rules``): any other ``open``,
-and every ``os.*`` that would make a link, a FIFO or a device, still ends the execution.
+nothing. The tripwire enforces the same surface independently (``tripwire._code_rules``), for the runner's
+frames and a library's (``pandas.read_csv("inputs/x.csv")``, ``savefig("outputs/c.png")``): any other
+``open``, and every ``os.*`` that would make a link, still ends the execution.
 """
 
 # ruff: noqa: PTH102, PTH109, PTH119 - the runner avoids pathlib (import cost)

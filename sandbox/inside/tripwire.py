@@ -378,6 +378,33 @@ def _frame_rules(kind: Any, site: Any, env_root: str) -> dict[str, _Rule]:  # no
     }
 
 
+def _files_rule(state: list[Any]) -> Any:
+    """``rule(event, path, args, who)`` for the program's file area, bound to the hook's state (its directories
+    arrive with the arming)."""
+    dirname, basename, write_flags = os.path.dirname, os.path.basename, _WRITE_FLAGS
+
+    def rule(event: str, path: str, args: tuple[Any, ...], who: str) -> str | None:
+        """The files surface (``files.py``): an ``open`` of ``inputs/NAME`` without write flags, of
+        ``outputs/NAME`` in any mode, by the runner's frames or a library's (``pandas.read_csv``,
+        ``savefig`` given the program's path, relative to the working directory); a listing of ``outputs/``
+        by the runner; "" for anything else (the other rules decide). The runner's ``open`` checked the name
+        already; this holds without it."""
+        inputs, outputs = state[6]
+        if path[:1] != "/":
+            path = dirname(inputs) + "/" + path.removeprefix("./")
+        folder, name = dirname(path), basename(path)
+        if event == "os.scandir" and path == outputs and who == "runner":
+            return None
+        if event != "open" or folder not in (inputs, outputs) or name[:1] in ("", "."):
+            return ""
+        flags = args[2] if len(args) > 2 else 0
+        mode = args[1] if len(args) > 1 else None
+        writing = (type(mode) is str and any(c in mode for c in "wax+")) or (type(flags) is int and flags & write_flags)
+        return "an input file opened for writing" if folder == inputs and writing else None
+
+    return rule
+
+
 def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_dir: str) -> dict[str, _Rule]:  # noqa: C901
     """The rules for events that load or run code, or touch files: exec, compile, import, open, marshal.
 
@@ -389,7 +416,7 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
     audited, optional, system_info, write_flags = AUDITED_IMPORTS, _OPTIONAL_IMPORTS, _SYSTEM_INFO, _WRITE_FLAGS
     reimported, reimporting, stdlib, tz_roots = REIMPORTED_BY_LIBRARIES, _REIMPORTING_PACKAGES, library[0], TZ_ROOTS
     code_type = type(_classifier.__code__)
-    dirname, basename = os.path.dirname, os.path.basename
+    files_rule = _files_rule(state)
     generators = (("dataclasses.py", "_create_fn"), ("collections/__init__.py", "namedtuple"))
 
     def exec_(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
@@ -436,8 +463,10 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
 
     def file(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
         path = args[0] if args else None
-        if who == "runner" and state[6] and type(path) is str and (why := files_rule(event, path, args)) != "":
-            return why
+        if who in ("runner", "library") and state[6] and type(path) is str:
+            why: str | None = files_rule(event, path, args, who)
+            if why != "":
+                return why
         if event == "open" and who in ("library", "runner") and type(path) is str and relative(path, tz_roots):
             return None  # the time-zone database, read by zoneinfo (the runner's ZoneInfo calls the C constructor)
         if (
@@ -452,21 +481,6 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
             if (type(mode) is str and any(c in mode for c in "wax+")) or (type(flags) is int and flags & write_flags):
                 return "a file opened for writing"
         return None
-
-    def files_rule(event: str, path: str, args: tuple[Any, ...]) -> str | None:
-        """The files surface (``files.py``), for the runner's frames: an ``open`` of ``inputs/NAME`` without
-        write flags, of ``outputs/NAME`` in any mode, a listing of ``outputs/``; "" for anything else (the
-        other rules decide). The runner's ``open`` checked the name already; this holds without it."""
-        inputs, outputs = state[6]
-        folder, name = dirname(path), basename(path)
-        if event == "os.scandir" and path == outputs:
-            return None
-        if event != "open" or folder not in (inputs, outputs) or name[:1] in ("", "."):
-            return ""
-        flags = args[2] if len(args) > 2 else 0
-        mode = args[1] if len(args) > 1 else None
-        writing = (type(mode) is str and any(c in mode for c in "wax+")) or (type(flags) is int and flags & write_flags)
-        return "an input file opened for writing" if folder == inputs and writing else None
 
     def marshal_loads(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
         return None if who == "import" else "marshal.loads() outside the import machinery"

@@ -260,3 +260,75 @@ def test_a_thread_racing_the_collector_never_gets_it_to_follow_a_link(
         stop.set()
         racer.join()
     assert {"violation", "file"} <= outcomes  # the race was real: the collector saw the link at times
+
+
+LIBRARY_OPENER = """
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def write(path):
+    with open(path, "w") as f:
+        f.write("x")
+"""
+
+
+@pytest.mark.parametrize(
+    ("attack", "stopped"),
+    [
+        ("print(opener.read('inputs/data.csv'), flush=True)", False),  # what pandas.read_csv(path) does
+        ("opener.write('outputs/chart.svg')", False),  # what savefig(path) does
+        ("opener.write(os.path.abspath('outputs/abs.txt'))", False),
+        ("opener.read('secret.txt')", True),
+        ("opener.read('inputs/../secret.txt')", True),
+        ("opener.read('outputs/../secret.txt')", True),
+        ("opener.write('inputs/data.csv')", True),
+        ("opener.write('inputs/new.csv')", True),
+        ("opener.write('elsewhere.txt')", True),
+    ],
+)
+def test_a_librarys_open_reaches_the_file_area_and_nothing_else(tmp_path: Path, attack: str, stopped: bool) -> None:
+    """The armed tripwire lets library code (an environment's package, given the program's path) open exactly
+    what the runner's ``open`` may: ``inputs/NAME`` to read, ``outputs/NAME`` in any mode; anything else ends
+    the process with the violation status."""
+    import subprocess
+    import sys
+    import sysconfig
+
+    from sandforge.sandbox.inside import wire
+
+    library = tmp_path / "lib"
+    library.mkdir()
+    (library / "opener.py").write_text(LIBRARY_OPENER)
+    work = tmp_path / "work"
+    for folder in ("inputs", "outputs"):
+        (work / folder).mkdir(parents=True)
+    (work / "inputs" / "data.csv").write_text("a,b")
+    (work / "secret.txt").write_text("SECRET")
+    inside = Path(files_module_path()).parent.parent
+    script = f"""
+import os, sys, sysconfig
+sys.path[:0] = [{str(inside)!r}, {str(library)!r}]
+from inside import tripwire
+import opener
+assert tripwire.install(roots=(sysconfig.get_paths()["stdlib"], {str(library)!r}))
+read_end, write_end = os.pipe()
+tripwire.arm(write_end, None, None, 1 << 20, ({str(work / "inputs")!r}, {str(work / "outputs")!r}))
+{attack}
+print("done", flush=True)
+"""
+    run = subprocess.run([sys.executable, "-I", "-c", script], cwd=work, capture_output=True, text=True, timeout=60,
+                         check=False)  # fmt: skip
+    assert sysconfig.get_paths()["stdlib"]
+    if stopped:
+        assert run.returncode == wire.VIOLATION_EXIT_STATUS, (run.returncode, run.stdout, run.stderr)
+        assert "done" not in run.stdout and "SECRET" not in run.stdout
+    else:
+        assert run.returncode == 0 and "done" in run.stdout, (run.returncode, run.stdout, run.stderr)
+
+
+def files_module_path() -> str:
+    from sandforge.sandbox.inside import files
+
+    return files.__file__
