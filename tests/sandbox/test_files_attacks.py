@@ -12,6 +12,7 @@ attacked on its own, in this process, by a racing thread.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,13 +23,16 @@ from sandforge.sandbox.backends.base import Backend
 from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
 from sandforge.sandbox.ownership import process_tag
 from sandforge.sandbox.protocol import ProtocolError, ResultFrame
+from tests.sandbox import test_tripwire
 from tests.sandbox.test_container_boundary import ESCAPED_BOOTSTRAP, container_backend
-from tests.sandbox.test_tripwire import ARMED, tripped
+from tests.sandbox.test_tripwire import tripped
 
 ESCAPED = Path(__file__).with_name("escaped_runner.py")
 LIMITS = Limits(timeout_s=10, memory_mb=256, disk_mb=4, max_processes=12)
 CSV = b"a,b\n1,2\n"
 #: Made by each attack outside ``outputs/``: what a link would leak if the collector followed it.
+#: The real tripwire in the escaped runner, shared with the tripwire's own tests.
+armed_subprocess = test_tripwire.armed_subprocess
 PLANT_SECRET = "import os, stat, threading, time\nwith open('secret', 'w') as f:\n    f.write('SECRET')\n"
 
 
@@ -39,10 +43,8 @@ def escaped_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     else:
         request.getfixturevalue("docker_env")
         backend = container_backend("docker", ESCAPED_BOOTSTRAP, monkeypatch)
-    try:
+    with contextlib.closing(backend):
         yield backend
-    finally:
-        backend.close()
 
 
 def escaped(backend: Backend, code: str) -> ExecutionOutcome:
@@ -127,15 +129,6 @@ def test_no_work_directory_is_left_on_the_host(escaped_backend: Backend) -> None
     assert mine == []
 
 
-@pytest.fixture
-def armed() -> Iterator[Backend]:
-    backend = SubprocessBackend(SandboxConfig(pool_size=0), runner=ARMED)
-    try:
-        yield backend
-    finally:
-        backend.close()
-
-
 @pytest.mark.parametrize(
     ("code", "event"),
     [
@@ -145,8 +138,8 @@ def armed() -> Iterator[Backend]:
         ("open('outputs/x.txt', 'w')", "open"),  # only the runner's open may reach outputs/
     ],
 )
-def test_the_armed_tripwire_ends_each_move_at_its_first_event(armed: Backend, code: str, event: str) -> None:
-    worker = armed.spawn(LIMITS)
+def test_the_armed_tripwire_ends_each_move_at_its_first_event(armed_subprocess: Backend, code: str, event: str) -> None:
+    worker = armed_subprocess.spawn(LIMITS)
     out = worker.execute(ExecutionRequest(code=code, limits=LIMITS, files={"data.csv": CSV}), None)
     tripped(out, event)
     assert out.files == {}
