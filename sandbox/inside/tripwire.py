@@ -379,8 +379,8 @@ def _frame_rules(kind: Any, site: Any, env_root: str) -> dict[str, _Rule]:  # no
 
 
 def _files_rule(state: list[Any]) -> Any:
-    """``rule(event, path, args, who)`` for the program's file area, bound to the hook's state (its directories
-    arrive with the arming)."""
+    """``area(rule)``: ``rule`` (the file rule) preceded by the program's file area's, bound to the hook's state
+    (its directories arrive with the arming)."""
     dirname, basename, write_flags = os.path.dirname, os.path.basename, _WRITE_FLAGS
 
     def rule(event: str, path: str, args: tuple[Any, ...], who: str) -> str | None:
@@ -402,7 +402,19 @@ def _files_rule(state: list[Any]) -> Any:
         writing = (type(mode) is str and any(c in mode for c in "wax+")) or (type(flags) is int and flags & write_flags)
         return "an input file opened for writing" if folder == inputs and writing else None
 
-    return rule
+    def area(other: _Rule) -> _Rule:
+        def checked(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
+            path = args[0] if args else None
+            if who in ("runner", "library") and state[6] and type(path) is str:
+                why = rule(event, path, args, who)
+                if why != "":
+                    return why
+            decided: str | None = other(event, caller, who, args)
+            return decided
+
+        return checked
+
+    return area
 
 
 def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_dir: str) -> dict[str, _Rule]:  # noqa: C901
@@ -416,7 +428,7 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
     audited, optional, system_info, write_flags = AUDITED_IMPORTS, _OPTIONAL_IMPORTS, _SYSTEM_INFO, _WRITE_FLAGS
     reimported, reimporting, stdlib, tz_roots = REIMPORTED_BY_LIBRARIES, _REIMPORTING_PACKAGES, library[0], TZ_ROOTS
     code_type = type(_classifier.__code__)
-    files_rule = _files_rule(state)
+    area = _files_rule(state)
     generators = (("dataclasses.py", "_create_fn"), ("collections/__init__.py", "namedtuple"))
 
     def exec_(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
@@ -463,10 +475,6 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
 
     def file(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
         path = args[0] if args else None
-        if who in ("runner", "library") and state[6] and type(path) is str:
-            why: str | None = files_rule(event, path, args, who)
-            if why != "":
-                return why
         if event == "open" and who in ("library", "runner") and type(path) is str and relative(path, tz_roots):
             return None  # the time-zone database, read by zoneinfo (the runner's ZoneInfo calls the C constructor)
         if (
@@ -485,8 +493,8 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
     def marshal_loads(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
         return None if who == "import" else "marshal.loads() outside the import machinery"
 
-    return {"exec": exec_, "compile": compile_, "import": import_, "open": file, "os.listdir": file,
-            "os.scandir": file, "marshal.loads": marshal_loads}  # fmt: skip
+    return {"exec": exec_, "compile": compile_, "import": import_, "open": area(file), "os.listdir": file,
+            "os.scandir": area(file), "marshal.loads": marshal_loads}  # fmt: skip
 
 
 def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR0915 - one closure: see the module doc
