@@ -324,8 +324,11 @@ class SubprocessBackend:
         self.runner = runner
         self._zygotes: dict[Limits, Zygote] = {}
         self._lock = threading.Lock()
-        # What killed hosts left behind, of every backend (the container engines at most once a minute).
-        leftovers.reap_in_background(containers=leftovers.containers_due())
+        # What killed hosts left behind, of every backend: files now, the container engines at most once a
+        # minute and a few seconds later (a one-shot `sandforge exec` is gone by then: sandbox/leftovers.py)
+        leftovers.reap_in_background(containers=False)
+        if leftovers.containers_due():
+            leftovers.reap_containers_later()
 
     def spawn(self, limits: Limits, environment: MountedEnvironment | None = None) -> SubprocessWorker:
         zygote = self._zygote(limits) if self.config.zygote else None

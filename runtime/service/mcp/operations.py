@@ -21,31 +21,20 @@ from sandforge.runtime.guardrails import ValidationResult, validate
 from sandforge.runtime.guardrails.report import explain, suggestions
 from sandforge.runtime.service.mcp.models import (
     CallOutcome,
+    Failed,
     MethodSummary,
     PolicyPage,
     RunResult,
     ToolDetail,
-    ToolFailure,
     ToolList,
     ToolSummary,
     ValidationReport,
     Violation,
+    fail,
 )
 from sandforge.runtime.service.mcp.tenant import TenantPort
 from sandforge.runtime.store.toolstore import ArtifactHealth, LookupStatus
 from sandforge.sandbox import ExecutionOutcome, ExecutionRequest, Limits
-
-
-class Failed(Exception):
-    """A typed failure of a tool: becomes an ``isError`` result."""
-
-    def __init__(self, failure: ToolFailure) -> None:
-        super().__init__(f"{failure.error_type}: {failure.error_message}")
-        self.failure = failure
-
-
-def fail(error_type: str, message: str, *, retriable: bool = False, **details: Any) -> Failed:
-    return Failed(ToolFailure(error_type=error_type, error_message=message, retriable=retriable, details=details))
 
 
 def _violations(result: ValidationResult) -> list[Violation]:
