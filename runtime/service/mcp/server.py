@@ -15,6 +15,7 @@ stdio the work is imported and the tenant's store and sandbox warmed up on a thr
 
 from __future__ import annotations
 
+import base64
 import inspect
 import json
 import logging
@@ -30,7 +31,10 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp_types import (
+    BlobResourceContents,
     CallToolResult,
+    EmbeddedResource,
+    ImageContent,
     InputRequiredResult,
     ListToolsResult,
     PaginatedRequestParams,
@@ -89,9 +93,26 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+#: Output files a client shows as images (issue 41); every other file is an embedded resource.
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/svg+xml"})
+
+
 def ok_result(model: BaseModel) -> CallToolResult:
     data = model.model_dump(mode="json")
-    return CallToolResult(content=[TextContent(type="text", text=_text(data))], structured_content=data)
+    content: list[Any] = [TextContent(type="text", text=_text(data))]
+    if isinstance(model, RunResult):
+        content += [_file_content(info.name, info.media_type, model._bytes[info.name]) for info in model.files]
+    return CallToolResult(content=content, structured_content=data)
+
+
+def _file_content(name: str, media_type: str, body: bytes) -> ImageContent | EmbeddedResource:
+    """One output file as a content item: an image a client renders, or a resource (``sandforge://outputs/NAME``,
+    a name only: nothing is fetched from it later)."""
+    data = base64.b64encode(body).decode()
+    if media_type in IMAGE_TYPES:
+        return ImageContent(type="image", data=data, mime_type=media_type)
+    contents = BlobResourceContents(uri=f"sandforge://outputs/{name}", mime_type=media_type, blob=data)
+    return EmbeddedResource(type="resource", resource=contents)
 
 
 def _scrub(message: str) -> str:
@@ -290,15 +311,20 @@ class TenantMCP(MCPServer[Any]):
             kwargs: Kwargs = {},  # noqa: B006
             timeout_s: Annotated[float | None, Field(gt=0, description="wall-clock limit, seconds")] = None,
             memory_mb: Annotated[int | None, Field(ge=32, description="memory limit, MB")] = None,
+            files: Annotated[
+                dict[str, str], Field(description="input files by name, each base64: read-only as inputs/NAME")
+            ] = {},  # noqa: B006
         ) -> Annotated[CallToolResult, RunResult]:
             """Validate a tool program against the tenant's policy and run it once in a fresh sandbox.
 
-            Returns the value, the new context (not kept anywhere) and the output; a refused or failed program
-            is an error result whose error_type says why (guardrail_violation, timeout, execution, ...)."""
+            Returns the value, the new context (not kept anywhere) and the output; the files it wrote to outputs/
+            follow as content items (PNG, JPEG and SVG as images, the rest as resources). A refused or failed
+            program is an error result whose error_type says why (guardrail_violation, timeout, execution, ...)."""
             from sandforge.runtime.service.mcp import operations as ops
 
             return await self.executing(
-                lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb), store_calls=False
+                lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb, files),
+                store_calls=False,
             )
 
         def validate_code(code: Code) -> Annotated[CallToolResult, ValidationReport]:
