@@ -25,7 +25,7 @@ from sandforge.runtime.agent.budgets import Budgets
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.source import ProgramStore
 from sandforge.runtime.agent.trace_budget import TraceBudget
-from sandforge.runtime.agent.workspace import LogSpec, Workspace
+from sandforge.runtime.agent.workspace import FileInputs, LogSpec, Workspace
 from sandforge.runtime.guardrails import Policy
 from sandforge.runtime.providers.base import Provider
 from sandforge.runtime.store import ToolStore
@@ -140,6 +140,11 @@ class Agent(ContextAttributes):
     def call(self, method: str, *args: Any, **kwargs: Any) -> Outcome:
         """The dynamic call ``method(*args, **kwargs)``, for any method name."""
         return self._workspace.call(self._role, method, *args, **kwargs)
+
+    def call_with_files(self, method: str, files: FileInputs, /, *args: Any, **kwargs: Any) -> Outcome:
+        """:meth:`call` with input files; the outputs of the attempt that succeeded are ``Outcome.files``
+        (:meth:`Workspace.call_with_files`)."""
+        return self._workspace.call_with_files(self._role, method, files, *args, **kwargs)
 
     def _method(self, name: str) -> MethodProxy:
         return _DynamicMethod(self, name)

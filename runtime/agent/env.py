@@ -73,3 +73,6 @@ class CallSpec:
     call_id: str = field(default_factory=new_id)
     #: when the execution that made this nested call runs out of time (None at the top level)
     call_deadline: float | None = None
+    #: the call's input files (``inputs/NAME`` to each attempt's program, checked against the limits before
+    #: the call starts); a nested call gets none: its caller's files are not passed down (docs/files.md)
+    files: dict[str, bytes] = field(default_factory=dict)

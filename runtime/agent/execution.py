@@ -87,6 +87,7 @@ class Executor:
         request = ExecutionRequest(
             code=approval.code, context=txn.snapshot(spec.role), args=spec.args, kwargs=spec.kwargs, limits=limits,
             wall_budget_s=max(seconds, 0.001) if seconds < limits.timeout_s else None, environment=environment,
+            files=spec.files,  # every attempt starts from the same inputs
         )  # fmt: skip
         # the exchange hands each fetch the execution's deadline (the trace's budget and a parent's included)
         self.fetches = ExecutionEgress(self.egress_broker())

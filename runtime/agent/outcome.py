@@ -27,6 +27,10 @@ class Outcome(BaseModel):
     tool_role: str
     method_name: str
     metadata: dict[str, Any] = Field(default_factory=dict)
+    #: the ``outputs/`` files of the attempt that succeeded (committed with its context); ``{}`` for an error
+    #: and for a nested call's outcome. Never in a dump (``model_dump``/JSON): the call log lists their
+    #: names, sizes and sha256 (``output_files``), and each edge says how it hands files on (docs/files.md)
+    files: dict[str, bytes] = Field(default_factory=dict, exclude=True, repr=False)
 
     @property
     def ok(self) -> bool:

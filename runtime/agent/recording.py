@@ -33,6 +33,7 @@ from sandforge.runtime.agent.lanes import Failure, Lanes
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.seam import ProgramSeam
 from sandforge.runtime.agent.trace_budget import TraceMeter
+from sandforge.runtime.files.transfer import manifest
 from sandforge.sandbox import ExecutionOutcome
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class Recorder:
 
     def ok(self, ex: ExecutionOutcome) -> Outcome:
         return Outcome(status="ok", value=ex.value, tool_role=self.spec.role, method_name=self.spec.method,
-                       metadata=self.metadata())  # fmt: skip
+                       metadata=self.metadata(), files=ex.files if self.spec.depth == 0 else {})  # fmt: skip
 
     def error(self, failure: Failure) -> Outcome:
         meta = self.metadata()
@@ -129,6 +130,7 @@ class Recorder:
             **self._outcome(outcome),
             **self._lanes(),
             **self._execution(),
+            **self._files(outcome),
         }
         try:
             return CallRecord(**fields, **self._store_fields(outcome))
@@ -220,6 +222,11 @@ class Recorder:
             trace_usage=self.meter.usage(),
             **tally.env_fields,
         )
+
+    def _files(self, outcome: Outcome) -> dict[str, Any]:
+        """Names, sizes and sha256 of the call's input files and of the outputs it committed (never contents)."""
+        return dict(input_files=manifest(self.spec.files) if self.spec.files else None,
+                    output_files=manifest(outcome.files) if outcome.files else None)  # fmt: skip
 
     def _store_fields(self, outcome: Outcome) -> dict[str, Any]:
         proposed: dict[str, Any] = {}

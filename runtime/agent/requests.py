@@ -73,4 +73,5 @@ def generation_request(
         allowed_modules=sorted(ALLOWED_MODULES),
         allowed_packages=list(packages),
         feedback=list(feedback),
+        input_files={name: len(body) for name, body in spec.files.items()},
     )

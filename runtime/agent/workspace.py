@@ -8,6 +8,7 @@ import os
 import random
 import stat
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,9 +34,12 @@ from sandforge.runtime.guardrails import Policy, default_policy
 from sandforge.runtime.providers.base import Provider
 from sandforge.runtime.store import ToolStore
 from sandforge.runtime.store.errors import StoreError
-from sandforge.sandbox import Limits, Sandbox, SandboxConfig
+from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.config import BackendName
 from sandforge.sandbox.context import ContextError, ContextSnapshot
+
+#: Input files as a caller gives them: name -> bytes, or a path read when the call starts (``sandbox/files.py``).
+FileInputs = Mapping[str, bytes | os.PathLike[str]]
 
 if TYPE_CHECKING:
     from sandforge.runtime.egress.broker import EgressBroker
@@ -185,10 +189,28 @@ class Workspace:
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Outcome:
         """One top-level dynamic call: ``role.method(*args, **kwargs)``. Never raises for tool failures."""
+        return self._call(self._spec(role, method, args, kwargs))
+
+    def call_with_files(self, role: str, method: str, files: FileInputs, /, *args: Any, **kwargs: Any) -> Outcome:
+        """:meth:`call` with input files (name -> bytes or a ``pathlib.Path``, read now): each attempt's program
+        reads them as ``inputs/NAME``; the ``outputs/`` files of the attempt that succeeds come back as
+        ``Outcome.files``, committed with its context (a failed attempt's never). A separate method, so no
+        tool keyword argument is ever taken for the files. Files past ``limits`` (``max_files``,
+        ``max_file_bytes``, ``max_files_bytes``, ``disk_mb``), a bad name or an unreadable path raise
+        ``pydantic.ValidationError`` before anything runs."""
+        checked = ExecutionRequest(code="", files=files, limits=self.limits).files  # the sandbox's own checks
+        return self._call(self._spec(role, method, args, kwargs, checked))
+
+    @staticmethod
+    def _spec(role: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+              files: dict[str, bytes] | None = None) -> CallSpec:  # fmt: skip
         check_arguments(list(args), dict(kwargs))  # before json: a lone surrogate passes json.dumps
         call_args = as_json(list(args), "call arguments")
         call_kwargs = as_json(dict(kwargs), "call keyword arguments")
-        spec = CallSpec(role=role, method=method, args=call_args, kwargs=call_kwargs)
+        return CallSpec(role=role, method=method, args=call_args, kwargs=call_kwargs, files=files or {})
+
+    def _call(self, spec: CallSpec) -> Outcome:
+        role, method = spec.role, spec.method
         with self._gate.shared(role):
             try:
                 return CallRun.top(self.call_env(), spec).run()

@@ -83,6 +83,9 @@ class GenerationRequest(BaseModel):
         default_factory=list, description="third-party distributions the policy allows programs to declare"
     )
     feedback: list[AttemptFeedback] = Field(default_factory=list)
+    input_files: dict[str, int] = Field(
+        default_factory=dict, description="the call's input files (issue 41): name -> size, read as inputs/NAME"
+    )
     repair: RepairContext | None = Field(None, description="set only when the store asks for a repair")
     known_tools_block: str | None = Field(
         None, description="bounded <known_tools> block of the ToolStore (top-N by recency and utility)"

@@ -237,6 +237,11 @@ def render_prompt(request: GenerationRequest) -> RenderedPrompt:
         lines.extend(untrusted("context", {_text(k, 200): _text(v, 500) for k, v in summary.items()}))
     else:
         lines.append("Current context: empty.")
+    if request.input_files:
+        lines.append("Input files of this call (read-only: open('inputs/NAME'); name: bytes). Files the program "
+                     "writes to outputs/NAME are returned to the caller if it succeeds:")  # fmt: skip
+        shown = dict(list(request.input_files.items())[:MAX_CONTEXT_KEYS])
+        lines.extend(untrusted("input_files", {_text(k, 200): int(v) for k, v in shown.items()}))
     others = [t for t in request.known_tools if t.role != request.role and valid_role(t.role)]
     if others:
         lines.append("Tools you can call with tool(name) (name: stated purpose):")
