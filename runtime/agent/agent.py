@@ -32,7 +32,7 @@ from sandforge.runtime.store import ToolStore
 from sandforge.sandbox import Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.config import BackendName
 
-RESERVED = frozenset({"role", "context", "workspace", "call"})
+RESERVED = frozenset({"role", "context", "workspace", "call", "call_with_files"})
 
 
 class ContextAttributes:

@@ -31,7 +31,7 @@ from sandforge.runtime.agent.budgets import Budgets
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.source import ProgramStore
 from sandforge.runtime.agent.trace_budget import TraceBudget
-from sandforge.runtime.agent.workspace import LogSpec, Workspace
+from sandforge.runtime.agent.workspace import FileInputs, LogSpec, Workspace
 from sandforge.runtime.guardrails import Policy
 from sandforge.runtime.providers.base import Provider
 from sandforge.runtime.store import ToolStore
@@ -91,6 +91,13 @@ class AsyncWorkspace:
     async def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Outcome:
         """``Workspace.call``, awaited (see the module's docstring for cancellation)."""
         call = functools.partial(self.workspace.call, role, method, *args, **kwargs)
+        async with self._turn:
+            return await run_awaited(call, thread=self._thread, threads=self.sandbox.threads, calls=self._calls)
+
+    async def call_with_files(self, role: str, method: str, files: FileInputs, /, *args: Any,
+                              **kwargs: Any) -> Outcome:  # fmt: skip
+        """``Workspace.call_with_files``, awaited."""
+        call = functools.partial(self.workspace.call_with_files, role, method, files, *args, **kwargs)
         async with self._turn:
             return await run_awaited(call, thread=self._thread, threads=self.sandbox.threads, calls=self._calls)
 
@@ -162,6 +169,10 @@ class AsyncAgent(ContextAttributes):
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Outcome:
         """The dynamic call ``method(*args, **kwargs)``, awaited, for any method name."""
         return await self._async.call(self._role, method, *args, **kwargs)
+
+    async def call_with_files(self, method: str, files: FileInputs, /, *args: Any, **kwargs: Any) -> Outcome:
+        """``Agent.call_with_files``, awaited."""
+        return await self._async.call_with_files(self._role, method, files, *args, **kwargs)
 
     def _method(self, name: str) -> MethodProxy:
         return _AsyncMethod(self, name)

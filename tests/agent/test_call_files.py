@@ -3,13 +3,17 @@ Outcome, nothing of a failed attempt, nothing passed down to nested calls (docs/
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from sandforge.runtime.agent import Agent
+from sandforge import AsyncAgent
+from sandforge.runtime.agent import Agent, Outcome
+from sandforge.runtime.providers import ScriptedProvider
 from sandforge.runtime.providers.prompt import render_prompt
+from sandforge.sandbox import SandboxConfig
 from tests.agent.conftest import MakeWorkspace, records, top
 
 CSV = b"city,temp\nOslo,3\nLima,19\n"
@@ -81,3 +85,15 @@ def test_bad_input_files_are_refused_before_anything_runs(
     with pytest.raises(ValidationError, match=says):
         ws.call_with_files("weather", "hot", files)
     assert provider.requests == [] and records(ws) == []
+
+
+def test_an_async_agent_call_with_files_returns_the_outputs(sandbox_backend: str) -> None:
+    async def main() -> Outcome:
+        config = SandboxConfig(backend=sandbox_backend, pool_size=0)
+        async with AsyncAgent.for_role(
+            "weather", provider=ScriptedProvider([TRANSFORM]), log=False, sandbox=config
+        ) as agent:
+            return await agent.call_with_files("hot", {"data.csv": CSV})
+
+    out = asyncio.run(main())
+    assert out.value == 2 and list(out.files) == ["hot.csv"]
