@@ -16,16 +16,17 @@ refused as an invalid contract, and ``format`` is not asserted.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from sandforge.runtime.store.models import ToolContract
+from sandforge.runtime.store.models import ToolContract, ToolFiles
 
 SHORTHAND_TYPES: dict[str, str] = {
     "list": "array",
@@ -69,11 +70,32 @@ class ContractViolation(BaseModel):
     expected: str
     actual: str
     message: str
+    #: what was missed: the value's ``deliverable``, or a declared output file (``outputs``, issue 41)
+    kind: Literal["deliverable", "outputs"] = "deliverable"
 
     @property
     def text(self) -> str:
+        if self.kind == "outputs":
+            return f"the run does not write the contract's output {self.path}: expected {self.expected}, " \
+                   f"actual {self.actual}"  # fmt: skip
         return f"the result does not match the contract's deliverable at {self.path}: expected {self.expected}, " \
                f"actual {self.actual} ({self.message})"  # fmt: skip
+
+
+def check_outputs(files: ToolFiles | None, written: Iterable[str]) -> ContractViolation | None:
+    """The first required output of ``files`` that no written name matches (a glob needs one match), or None.
+
+    A missing output is the program's defect, whatever the input (a program that cannot make it answers an
+    error instead), so the lifecycle treats it as an intrinsic contract violation (docs/files.md)."""
+    if files is None:
+        return None
+    names = sorted(written)
+    for spec in files.produces:
+        if spec.required and not any(fnmatch.fnmatchcase(name, spec.name) for name in names):
+            actual = _bounded(", ".join(names)) if names else "no output file"
+            return ContractViolation(path=f"outputs/{spec.name}", expected="a file matching it", actual=actual,
+                                     message="a declared output is missing", kind="outputs")  # fmt: skip
+    return None
 
 
 def _bounded(text: str, limit: int = MAX_PREVIEW_CHARS) -> str:

@@ -328,11 +328,13 @@ class Lanes:
         )
 
     def contract_violation(self, at: Attempt, violation: ContractViolation, code: str) -> Failure | None:
-        """A result that does not match the deliverable: adaptive, outcome-repair lane, never committed."""
-        adaptive = FailureClass.ADAPTIVE.value
+        """A result that does not match the contract: outcome-repair lane, never committed. A value missing the
+        deliverable is adaptive (it may be the input's fault); a declared output not written is intrinsic (the
+        program's, whatever the input: it degrades a stored artifact like any defect)."""
+        cls = (FailureClass.INTRINSIC if violation.kind == "outputs" else FailureClass.ADAPTIVE).value
         if self.retry(at, "outcome", "contract_violation", "contract_violation", violation.text, code=code,
-                      failure_class=adaptive):  # fmt: skip
+                      failure_class=cls):  # fmt: skip
             return None
         self.outcome_exhausted = True
         return Failure("contract_violation", violation.text, True,
-                       {"failure_class": adaptive, "contract_violation": violation.model_dump()})  # fmt: skip
+                       {"failure_class": cls, "contract_violation": violation.model_dump()})  # fmt: skip

@@ -22,7 +22,7 @@ from datetime import datetime
 from sandforge.runtime.agent import observe
 from sandforge.runtime.agent.attempt import Attempt
 from sandforge.runtime.agent.calllog import CallRecord, now_utc
-from sandforge.runtime.agent.contracts import ContractViolation, check_deliverable
+from sandforge.runtime.agent.contracts import ContractViolation, check_deliverable, check_outputs
 from sandforge.runtime.agent.egress import egress_of
 from sandforge.runtime.agent.env import CallEnv, CallSpec
 from sandforge.runtime.agent.environment import (
@@ -289,14 +289,17 @@ class CallRun:
                                                          nested_extrinsic=self.executor.nested_extrinsic))
 
     def _deliverable_violation(self, ex: ExecutionOutcome, txn: Transaction) -> ContractViolation | None:
-        """Check the value of a successful execution against the role's declared deliverable (if any)."""
+        """Check a successful execution against the role's contract (if any): its declared outputs, then its
+        value against the deliverable."""
         contract = txn.contract(self.spec.role)
         if contract is None and self.seam.plan is not None:
             contract = self.seam.plan.contract
-        if contract is None or contract.deliverable is None:
+        if contract is None:
             return None
         try:
-            return check_deliverable(ex.value, contract.deliverable)
+            return check_outputs(contract.files, ex.files) or (
+                check_deliverable(ex.value, contract.deliverable) if contract.deliverable is not None else None
+            )
         except Exception:  # a validator bug must not fail the call as if the tool were wrong
             log.exception("deliverable check of %s.%s failed", self.spec.role, self.spec.method)
             return None

@@ -34,6 +34,7 @@ from sandforge.runtime.guardrails import Policy, default_policy
 from sandforge.runtime.providers.base import Provider
 from sandforge.runtime.store import ToolStore
 from sandforge.runtime.store.errors import StoreError
+from sandforge.runtime.store.models import ToolFiles
 from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.config import BackendName
 from sandforge.sandbox.context import ContextError, ContextSnapshot
@@ -291,11 +292,16 @@ class Workspace:
 
     def register_tool(self, role: str, *, purpose: str | None = None, deliverable: JsonValue = None,
                       acceptance: JsonValue = None, failure_policy: JsonValue = None,
-                      inputs: JsonValue = None) -> ToolContract:  # fmt: skip
+                      inputs: JsonValue = None, files: ToolFiles | Mapping[str, Any] | None = None,
+                      ) -> ToolContract:  # fmt: skip
         """``inputs``: typed parameters per method (``{"fetch": [{"name": "url", "type": "string"}]}``), which
-        MCP clients see as the stored tool's input schema. InvalidContract when they are not usable."""
+        MCP clients see as the stored tool's input schema. InvalidContract when they are not usable.
+        ``files``: what its calls take and produce (``{"takes": [{"name": "data.csv"}], "produces": [{"name":
+        "chart.png", "media_type": "image/png"}]}``, :class:`ToolFiles`); an ok run missing a required output
+        is a contract violation. pydantic's ValidationError when they are not valid."""
+        declared = ToolFiles.model_validate(files) if files is not None else None
         contract = ToolContract(role=role, purpose=purpose, deliverable=deliverable, acceptance=acceptance,
-                                failure_policy=failure_policy, inputs=inputs)  # fmt: skip
+                                failure_policy=failure_policy, inputs=inputs, files=declared)  # fmt: skip
         check_contract(contract)
         with self._state.lock:
             self._state.tools[role] = contract

@@ -227,8 +227,10 @@ def render_prompt(request: GenerationRequest) -> RenderedPrompt:
         lines.append(f"This is a nested call (depth {int(request.depth)}) made by another tool's program.")
     if request.contract is not None:
         c = request.contract
+        files = c.files.model_dump(mode="json", exclude_none=True) if c.files else None  # inputs/, outputs/
         fields = {"purpose": _text(c.purpose, MAX_PURPOSE_CHARS), "deliverable": _clip(c.deliverable, 2000),
-                  "acceptance": _clip(c.acceptance, 2000), "failure_policy": _clip(c.failure_policy, 2000)}  # fmt: skip
+                  "acceptance": _clip(c.acceptance, 2000), "failure_policy": _clip(c.failure_policy, 2000),
+                  "files": _clip(files, 2000)}  # fmt: skip
         lines.append("The tool's contract, as its delegating program declared it:")
         lines.extend(untrusted("contract", {k: v for k, v in fields.items() if v is not None}))
     if request.context_summary:

@@ -38,6 +38,7 @@ def contract_fingerprint(
     acceptance: JsonValue = None,
     failure_policy: JsonValue = None,
     inputs: JsonValue = None,
+    files: JsonValue = None,
 ) -> str:
     """Stable hash of a delegation contract (ADR 0012 section 3): the staleness signal of artifacts.
 
@@ -53,4 +54,6 @@ def contract_fingerprint(
     }
     if inputs is not None:  # typed inputs (issue 37); absent, every fingerprint stays what it was
         payload["inputs"] = _normalize(inputs)
+    if files is not None:  # declared files (issue 41); absent, likewise
+        payload["files"] = _normalize(files)
     return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()

@@ -87,6 +87,36 @@ class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
 
+#: A declared file: a name in ``inputs/`` or ``outputs/`` (the sandbox's ``FILE_NAME_PATTERN``) or a glob over
+#: such names (``*``, ``?``, ``[...]``; matched with ``fnmatch.fnmatchcase``, so never a path).
+FILE_GLOB_PATTERN = r"^[A-Za-z0-9_*?\[][A-Za-z0-9._*?\[\]!-]{0,127}$"
+#: At most this many files declared in each direction (a contract feeds prompts and MCP schemas).
+MAX_DECLARED_FILES = 32
+
+
+class FileSpec(BaseModel):
+    """One file a tool takes or produces: a name or a glob, what it holds (a media type), whether it must be
+    there. A required output the program does not write is a contract violation (``runtime.agent.contracts``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=FILE_GLOB_PATTERN, description="a file name or a glob over names (chart-*.png)")
+    media_type: str | None = Field(
+        None, pattern=r"^[a-z0-9][a-z0-9.+-]{0,63}/[a-z0-9*][a-z0-9.+*-]{0,63}$", description="image/png, text/csv, ..."
+    )
+    description: str | None = Field(None, max_length=300)
+    required: bool = Field(True, description="an input the caller must give; an output each ok run must write")
+
+
+class ToolFiles(BaseModel):
+    """The files of a tool's contract (issue 41): what its calls take as ``inputs/`` and write to ``outputs/``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    takes: list[FileSpec] = Field(default_factory=list, max_length=MAX_DECLARED_FILES)
+    produces: list[FileSpec] = Field(default_factory=list, max_length=MAX_DECLARED_FILES)
+
+
 class ToolContract(_Record):
     """What a tool is supposed to do: the arguments of ``delegate(role, purpose=..., ...)``.
 
@@ -105,6 +135,8 @@ class ToolContract(_Record):
     #: ``name`` (``[{"name": "url", "type": "string", "description": "..."}]``); checked by
     #: ``runtime.agent.contracts.check_contract``. None: untyped (MCP clients get ``{args, kwargs}``)
     inputs: JsonValue = None
+    #: the files its calls take and produce (issue 41); None: none declared
+    files: ToolFiles | None = None
 
     def bounded(self) -> ToolContract:
         """The contract as the store keeps it: an over-long purpose or field cut (``self`` when none is)."""
@@ -117,12 +149,13 @@ class ToolContract(_Record):
         ):  # fmt: skip
             return self
         return ToolContract(role=self.role, purpose=purpose, deliverable=deliverable, acceptance=acceptance,
-                            failure_policy=failure_policy, inputs=self.inputs)  # fmt: skip
+                            failure_policy=failure_policy, inputs=self.inputs, files=self.files)  # fmt: skip
 
     def fingerprint(self) -> str:
         """The fingerprint of the contract as the store keeps it (:meth:`bounded`)."""
         c = self.bounded()
-        return contract_fingerprint(c.role, c.purpose, c.deliverable, c.acceptance, c.failure_policy, c.inputs)
+        files = c.files.model_dump(mode="json") if c.files is not None else None
+        return contract_fingerprint(c.role, c.purpose, c.deliverable, c.acceptance, c.failure_policy, c.inputs, files)
 
 
 def _bounded_contract(value: ToolContract | None) -> ToolContract | None:
@@ -140,6 +173,8 @@ class RegistryEntry(_Record):
     failure_policy: ContractField = None
     #: the contract's typed inputs (see :class:`ToolContract`); None when untyped
     inputs: JsonValue = None
+    #: the contract's files (see :class:`ToolContract`); None when it declares none
+    files: ToolFiles | None = None
     contract_fingerprint: str | None = None
     created_at: AwareDatetime
     updated_at: AwareDatetime
@@ -165,6 +200,7 @@ class RegistryEntry(_Record):
             acceptance=self.acceptance,
             failure_policy=self.failure_policy,
             inputs=self.inputs,
+            files=self.files,
         )
 
 

@@ -401,6 +401,7 @@ class ToolStore:
                         "acceptance": contract.acceptance,
                         "failure_policy": contract.failure_policy,
                         "inputs": contract.inputs,
+                        "files": contract.files,
                         "contract_fingerprint": contract.fingerprint(),
                         "updated_at": now,
                     }
@@ -475,6 +476,7 @@ class ToolStore:
             acceptance=contract.acceptance if contract else None,
             failure_policy=contract.failure_policy if contract else None,
             inputs=contract.inputs if contract else None,
+            files=contract.files if contract else None,
             contract_fingerprint=contract.fingerprint() if contract else None,
             created_at=min(created) if created else now,
             updated_at=now,

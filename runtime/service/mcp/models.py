@@ -122,6 +122,11 @@ class CallOutcome(_Out):
     tool_role: str
     method_name: str
     program_source: str | None = Field(description="persisted (a stored artifact ran) or generated")
+    files: list[OutputFileInfo] = Field(
+        default_factory=list, description="the outputs/ files, each also a content item (image or resource)"
+    )
+    #: The output files' bytes: content items beside the structured content, never inside it.
+    _bytes: dict[str, bytes] = PrivateAttr(default_factory=dict)
 
 
 class PolicyPage(_Out):

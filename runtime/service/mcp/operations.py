@@ -211,23 +211,34 @@ def _outcome_failure(outcome: Outcome) -> Failed:
 
 
 def call_stored_tool(
-    rt: TenantPort, role: str, method: str, args: list[JsonValue], kwargs: dict[str, JsonValue]
-) -> CallOutcome:
-    """``role.method(*args, **kwargs)`` through the tenant's lifecycle: a healthy stored artifact is reused."""
+    rt: TenantPort, role: str, method: str, args: list[JsonValue], kwargs: dict[str, JsonValue],
+    files: Mapping[str, bytes] | None = None,
+) -> CallOutcome:  # fmt: skip
+    """``role.method(*args, **kwargs)`` through the tenant's lifecycle: a healthy stored artifact is reused.
+    ``files``: its input files (the contract's declared ones); an ok call's outputs come back with it."""
     try:
-        outcome = rt.workspace.call(role, method, *args, **kwargs)
+        if files:
+            outcome = rt.workspace.call_with_files(role, method, files, *args, **kwargs)
+        else:
+            outcome = rt.workspace.call(role, method, *args, **kwargs)
+    except ValidationError as exc:  # input files past the tenant's limits, or badly named
+        err = exc.errors()[0]
+        raise fail("invalid_request", f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
     except (TypeError, ValueError, SandforgeError) as exc:  # arguments the call refuses before it starts
         raise fail("invalid_request", str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     if not outcome.ok:
         raise _outcome_failure(outcome)
     source = outcome.metadata.get("program_source")
-    return CallOutcome(
+    result = CallOutcome(
         status="ok",
         value=outcome.value,
         tool_role=outcome.tool_role,
         method_name=outcome.method_name,
         program_source=str(source) if source is not None else None,
+        files=manifest(outcome.files),
     )
+    result._bytes = dict(outcome.files)
+    return result
 
 
 def explain_policy(rt: TenantPort, name: str) -> PolicyPage:

@@ -10,10 +10,18 @@ A method whose stored code the calling tenant's policy would reject (a ``web_fet
 without ``http_fetch``) is not listed: calling it could only be refused (docs/serve.md). A method whose
 contract types its inputs (``ToolContract.inputs``) gets them as its input schema, positional parameters as
 named properties; the others keep the generic ``{args, kwargs}``.
+
+A contract that declares the files its calls take (``ToolContract.files``, issue 41) adds a ``files``
+property (name -> base64; declared names as properties, required ones required, a glob admitting other
+names); the files it produces are named in the output schema's ``files``, whose bytes follow as content
+items, as ``run_tool_code``'s do.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import fnmatch
 import hashlib
 import re
 from dataclasses import dataclass
@@ -22,6 +30,7 @@ from typing import Any
 from sandforge.runtime.agent.contracts import (
     InvalidContract,
     Parameter,
+    arguments_problem,
     deliverable_validator,
     input_schema,
     method_description,
@@ -32,7 +41,7 @@ from sandforge.runtime.agent.contracts import (
 from sandforge.runtime.guardrails import Policy, validate
 from sandforge.runtime.service.mcp.models import CallOutcome
 from sandforge.runtime.store import ToolStore
-from sandforge.runtime.store.models import RegistryEntry
+from sandforge.runtime.store.models import FileSpec, RegistryEntry, ToolFiles
 from sandforge.runtime.store.selection import HealthStatus
 from sandforge.runtime.store.toolstore import LookupStatus
 
@@ -59,8 +68,42 @@ class Exposed:
             return None
 
     @property
-    def input_schema(self) -> dict[str, Any]:
+    def arguments_schema(self) -> dict[str, Any]:
+        """The schema of the method's own arguments: :attr:`input_schema` without the declared files."""
         return input_schema(self.parameters)
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        schema = self.arguments_schema
+        files = files_schema(self.entry.files)
+        if files is None or FILES in schema["properties"]:  # a typed parameter named ``files`` keeps its name
+            return schema
+        schema = {**schema, "properties": {**schema["properties"], FILES: files}}
+        if files.get("required"):
+            schema["required"] = [*schema.get("required", []), FILES]
+        return schema
+
+    def take_files(self, arguments: dict[str, Any]) -> tuple[dict[str, Any], dict[str, bytes]] | str:
+        """``arguments`` without the declared ``files`` property, and those files decoded; or why they do not
+        fit the input schema (one line). Every name must be declared (a name, or matching a glob)."""
+        schema = self.input_schema
+        if FILES not in schema["properties"] or schema["properties"][FILES].get("type") != "object":
+            return arguments, {}
+        problem = arguments_problem(schema, arguments)
+        if problem is not None:
+            return problem
+        rest = {k: v for k, v in arguments.items() if k != FILES}
+        given: dict[str, Any] = arguments.get(FILES) or {}
+        declared = self.entry.files.takes if self.entry.files is not None else []
+        files: dict[str, bytes] = {}
+        for name, text in given.items():
+            if not any(fnmatch.fnmatchcase(name, spec.name) for spec in declared):
+                return f"files/{name}: not a file this tool takes"[:500]
+            try:
+                files[name] = base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError):
+                return f"files/{name}: not base64"[:500]
+        return rest, files
 
     def positional(self, arguments: dict[str, Any]) -> list[Any] | None:
         """Named arguments of a typed method as its positional ones (a missing optional one ends them, so
@@ -79,7 +122,50 @@ class Exposed:
         value_schema = _deliverable_schema(self.entry.deliverable)
         if value_schema is not None:
             schema["properties"]["value"] = value_schema
+        produced = self.entry.files.produces if self.entry.files is not None else []
+        if produced:
+            listing = ", ".join(_described(spec) for spec in produced)
+            files = schema["properties"]["files"]
+            files["description"] = f"{files.get('description', '')}; this tool declares: {listing}"[:2000]
         return schema
+
+
+#: The input property of a stored tool's declared files (issue 41).
+FILES = "files"
+
+
+def _is_glob(name: str) -> bool:
+    return any(c in name for c in "*?[")
+
+
+def _described(spec: FileSpec) -> str:
+    kind = f" ({spec.media_type})" if spec.media_type else ""
+    return f"{spec.name}{kind}{'' if spec.required else ', optional'}"
+
+
+def files_schema(files: ToolFiles | None) -> dict[str, Any] | None:
+    """The ``files`` input property of a contract's declared inputs (None: it declares none)."""
+    if files is None or not files.takes:
+        return None
+    base64_text: dict[str, Any] = {"type": "string", "contentEncoding": "base64"}
+    exact = [spec for spec in files.takes if not _is_glob(spec.name)]
+    globs = [spec.name for spec in files.takes if _is_glob(spec.name)]
+    properties = {
+        spec.name: {**base64_text, **({"contentMediaType": spec.media_type} if spec.media_type else {}),
+                    "description": spec.description or f"read-only to the program as inputs/{spec.name}"}
+        for spec in exact
+    }  # fmt: skip
+    described = "input files by name, each base64: read-only to the program as inputs/NAME"
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": described + (f"; other names matching {', '.join(globs)}" if globs else ""),
+        "properties": properties,
+        "additionalProperties": base64_text if globs else False,
+    }
+    required = [spec.name for spec in exact if spec.required]
+    if required:
+        schema["required"] = required
+    return schema
 
 
 def _deliverable_schema(deliverable: Any) -> dict[str, Any] | None:

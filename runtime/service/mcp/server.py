@@ -100,7 +100,7 @@ IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/svg+xml"})
 def ok_result(model: BaseModel) -> CallToolResult:
     data = model.model_dump(mode="json")
     content: list[Any] = [TextContent(type="text", text=_text(data))]
-    if isinstance(model, RunResult):
+    if isinstance(model, (RunResult, CallOutcome)):
         content += [_file_content(info.name, info.media_type, model._bytes[info.name]) for info in model.files]
     return CallToolResult(content=content, structured_content=data)
 
@@ -453,17 +453,23 @@ class TenantMCP(MCPServer[Any]):
         if item is None:  # never stored, not healthy, or another tenant's: the same answer
             return error_result(ToolFailure(error_type="unknown_tool", error_message=f"no tool named {name!r}"))
         note(_http_state(context), tool_role=item.role, tool_method=item.method)
+        taken = item.take_files(arguments)  # the contract's declared input files (issue 41), when it has any
+        if isinstance(taken, str):
+            return error_result(ToolFailure(error_type="invalid_request", error_message=taken))
+        arguments, files = taken
         typed = item.parameters
         if typed is not None:  # named arguments checked against the contract's schema, then positional again
-            problem = arguments_problem(item.input_schema, arguments)
+            problem = arguments_problem(item.arguments_schema, arguments)
             if problem is not None:
                 return error_result(ToolFailure(error_type="invalid_request", error_message=problem))
             args = item.positional(arguments) or []
-            return await self.executing(lambda: ops.call_stored_tool(self.runtime, item.role, item.method, args, {}))
+            return await self.executing(
+                lambda: ops.call_stored_tool(self.runtime, item.role, item.method, args, {}, files)
+            )
         try:
             parsed = PersistedArguments.model_validate(arguments)
         except ValidationError as exc:
             return error_result(_invalid(exc))
         return await self.executing(
-            lambda: ops.call_stored_tool(self.runtime, item.role, item.method, parsed.args, parsed.kwargs)
+            lambda: ops.call_stored_tool(self.runtime, item.role, item.method, parsed.args, parsed.kwargs, files)
         )
