@@ -9,7 +9,7 @@ names (``_parser``), and hands out sub-modules of the same exposed packages as p
 (``os`` as ``somepackage.os``) is not reachable through it. A package's own code runs unrestricted, inside
 the sandbox's walls, like any code the policy allowed; the program only ever holds proxies.
 """
-# ruff: noqa: PTH112, PTH116, PTH120
+# ruff: noqa: PTH109, PTH112, PTH116, PTH118, PTH120
 # (the runner avoids pathlib (import cost))
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ from .wire import ENV_MOUNT_PATH
 #: Read by native libraries (OpenBLAS, OpenMP, MKL, numexpr) when they load: a sandbox may start no thread,
 #: and OpenBLAS failing to start its pool ends the process.
 SINGLE_THREADED = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+#: matplotlib (issue 41): no display in a sandbox, so the Agg backend (files only; no GUI toolkit is tried),
+#: and its config and font cache in the sandbox's own scratch space (the work directory, removed with the
+#: sandbox), written while its module body runs, never in a home directory the sandbox does not have.
+MATPLOTLIB_BACKEND = "Agg"
+MATPLOTLIB_DIR = ".matplotlib"
 #: The exposed top-level names of this runner's environment.
 _TOPS: set[str] = set()
 #: Proxy by real module name, and real module name by ``id`` of the proxy (kept off the proxy).
@@ -67,6 +72,8 @@ def expose(boot: dict[str, Any], proxies: dict[str, Any]) -> None:
     packages.disarm_unpickling()  # before any package imports ``pickle.loads`` by name
     for name in SINGLE_THREADED:  # the sandbox may start no thread (RLIMIT_NPROC 0): tell native libraries
         os.environ[name] = "1"
+    os.environ["MPLBACKEND"] = MATPLOTLIB_BACKEND
+    os.environ["MPLCONFIGDIR"] = os.path.join(os.getcwd(), MATPLOTLIB_DIR)
     for name in environment.get("modules") or []:
         if isinstance(name, str) and name.isidentifier() and not name.startswith("_") and name not in proxies:
             _TOPS.add(name)

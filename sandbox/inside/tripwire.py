@@ -381,7 +381,7 @@ def _frame_rules(kind: Any, site: Any, env_root: str) -> dict[str, _Rule]:  # no
 def _files_rule(state: list[Any]) -> Any:
     """``area(rule)``: ``rule`` (the file rule) preceded by the program's file area's, bound to the hook's state
     (its directories arrive with the arming)."""
-    dirname, basename, write_flags = os.path.dirname, os.path.basename, _WRITE_FLAGS
+    dirname, basename, join, write_flags = os.path.dirname, os.path.basename, os.path.join, _WRITE_FLAGS
 
     def rule(event: str, path: str, args: tuple[Any, ...], who: str) -> str | None:
         """The files surface (``files.py``): an ``open`` of ``inputs/NAME`` without write flags, of
@@ -391,7 +391,7 @@ def _files_rule(state: list[Any]) -> Any:
         already; this holds without it."""
         inputs, outputs = state[6]
         if path[:1] != "/":
-            path = dirname(inputs) + "/" + path.removeprefix("./")
+            path = join(dirname(inputs), path.removeprefix("./"))  # the work directory may be "/" (subprocess)
         folder, name = dirname(path), basename(path)
         if event == "os.scandir" and path == outputs and who == "runner":
             return None
