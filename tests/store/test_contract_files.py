@@ -4,9 +4,6 @@ records against the artifact (docs/files.md, "Stored tools")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from pydantic import ValidationError
 
@@ -14,7 +11,9 @@ from sandforge.runtime.agent import Agent
 from sandforge.runtime.agent.contracts import check_outputs
 from sandforge.runtime.providers.prompt import render_prompt
 from sandforge.runtime.store.models import ToolContract, ToolFiles
-from tests.store.test_reuse_and_health import Env, top
+from tests.store.test_reuse_and_health import Env, env, top
+
+__all__ = ["env"]  # the fixture, shared
 
 CHART = {"produces": [{"name": "chart.png", "media_type": "image/png"}], "takes": [{"name": "*.csv"}]}
 #: writes its chart only for a non-zero argument: the second call makes a stored program miss its output
@@ -24,20 +23,13 @@ SOMETIMES = (
 ALWAYS = "with open('outputs/chart.png', 'wb') as f:\n    f.write(b'x')\nreturn args[0]\n"
 
 
-@pytest.fixture
-def store_env(tmp_path: Path, sandbox_backend: str) -> Iterator[Env]:
-    e = Env(tmp_path, sandbox_backend)
-    yield e
-    e.close()
-
-
-def test_a_stored_program_missing_a_declared_output_is_an_intrinsic_contract_violation(store_env: Env) -> None:
-    ws, provider = store_env.session([SOMETIMES, ALWAYS])
+def test_a_stored_program_missing_a_declared_output_is_an_intrinsic_contract_violation(env: Env) -> None:
+    ws, provider = env.session([SOMETIMES, ALWAYS])
     ws.register_tool("charter", purpose="Draw a chart", files=CHART)
     charter = Agent.for_role("charter", workspace=ws)
     first = charter.draw(3)
     assert first.ok and first.files == {"chart.png": b"\0\0\0"}
-    assert store_env.store().lookup("charter", "draw").artifact is not None
+    assert env.store().lookup("charter", "draw").artifact is not None
     assert "chart.png" in render_prompt(provider.requests[0]).user  # the model is told what to write
 
     out = charter.draw(0)  # the stored program runs, answers ok, writes no chart: repaired
@@ -49,19 +41,19 @@ def test_a_stored_program_missing_a_declared_output_is_an_intrinsic_contract_vio
     assert "record_failure:intrinsic@1" in rec.store_actions and rec.program_source == "repaired"
 
 
-def test_a_call_that_never_writes_its_declared_output_fails_and_returns_nothing(store_env: Env) -> None:
-    ws, _ = store_env.session(["with open('outputs/other.txt', 'w') as f:\n    f.write('x')\nreturn 1\n"] * 3)
+def test_a_call_that_never_writes_its_declared_output_fails_and_returns_nothing(env: Env) -> None:
+    ws, _ = env.session(["with open('outputs/other.txt', 'w') as f:\n    f.write('x')\nreturn 1\n"] * 3)
     ws.register_tool("charter", purpose="Draw a chart", files=CHART)
     out = Agent.for_role("charter", workspace=ws).draw(1)
     assert not out.ok and out.error_type == "contract_violation" and out.files == {}
     assert out.metadata["failure_class"] == "intrinsic"
-    assert store_env.store().lookup("charter", "draw").artifact is None  # nothing stored from a failed call
+    assert env.store().lookup("charter", "draw").artifact is None  # nothing stored from a failed call
 
 
-def test_the_store_keeps_declared_files_and_they_are_part_of_the_fingerprint(store_env: Env) -> None:
-    ws, _ = store_env.session([])
+def test_the_store_keeps_declared_files_and_they_are_part_of_the_fingerprint(env: Env) -> None:
+    ws, _ = env.session([])
     ws.register_tool("charter", purpose="Draw a chart", files=CHART)
-    entry = store_env.store().get_tool("charter")
+    entry = env.store().get_tool("charter")
     assert entry is not None and entry.files == ToolFiles.model_validate(CHART)
     assert entry.contract().files == entry.files
     plain = ToolContract(role="charter", purpose="Draw a chart")
@@ -80,8 +72,8 @@ def test_outputs_are_checked_by_name_or_glob_and_only_when_required() -> None:
 
 
 @pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a/b", ".hidden", "", "x" * 129])
-def test_a_declared_file_is_a_name_or_a_glob_never_a_path(store_env: Env, name: str) -> None:
-    ws, _ = store_env.session([])
+def test_a_declared_file_is_a_name_or_a_glob_never_a_path(env: Env, name: str) -> None:
+    ws, _ = env.session([])
     with pytest.raises(ValidationError):
         ws.register_tool("charter", purpose="Draw a chart", files={"produces": [{"name": name}]})
-    assert store_env.store().get_tool("charter") is None
+    assert env.store().get_tool("charter") is None
