@@ -579,10 +579,8 @@ def _quick_ack(sock: socket.socket | None) -> None:
     http.server does) then holds the body back until that delayed ACK: 40 ms per request. Leaving that mode
     after each request costs one setsockopt."""
     if sock is not None and _QUICKACK is not None:
-        try:
+        with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
-        except OSError:
-            pass
 
 
 def _clean(response: http.client.HTTPResponse) -> bool:
