@@ -307,25 +307,30 @@ def through_sandbox(broker: EgressBroker, port: int, rounds: int, backend: str, 
         for size, nbytes in SIZES.items():
             url = f"http://bench.test:{port}/{size}"
             count = _count(size)(rounds)
-            chunk = max(10, count // 5)
+            chunk = 10  # short executions, many rounds: a burst of other load hits few chunks, and all alike
             timings: dict[str, list[float]] = {
                 "direct": [], "new": [], "sandbox": [], "copied": [], "base64": [], "free": []
             }  # fmt: skip
+            paired: list[float] = []  # per round: the broker's chunk p50 over the free broker's chunk p50
             for _ in range(max(1, count // chunk)):  # interleaved chunks: drift in load hits all alike
                 kept = KeptAlive(port)
                 kept(size)  # its warm-up, as the program's first fetch is
                 timings["direct"] += _host_loop(lambda size=size, kept=kept: kept(size), chunk)  # type: ignore[misc]
                 kept.close()
                 timings["new"] += _host_loop(lambda size=size: direct_new(port, size), chunk)  # type: ignore[misc]
-                timings["sandbox"] += _run(sandbox, Bridge(broker), url, nbytes, chunk)
+                spent = _run(sandbox, Bridge(broker), url, nbytes, chunk)
+                timings["sandbox"] += spent
                 timings["copied"] += _run(sandbox, Bridge(broker, piped=False), url, nbytes, chunk)
                 timings["base64"] += _run(sandbox, Base64Bridge(broker), url, nbytes, chunk)
-                timings["free"] += _run(sandbox, _Free(port, size), url, nbytes, chunk)
+                free = _run(sandbox, _Free(port, size), url, nbytes, chunk)
+                timings["free"] += free
+                paired.append(statistics.median(spent) / statistics.median(free))
             p50 = {name: p50_ms(values) for name, values in timings.items()}
             results[size] = p50["sandbox"] / p50["direct"]
             results[f"{size} direct ms"] = p50["direct"]
             results[f"{size} new"] = p50["sandbox"] / p50["new"]
             results[f"{size} sandbox ms"], results[f"{size} free ms"] = p50["sandbox"], p50["free"]
+            results[f"{size} paired"] = statistics.median(paired)
             print(
                 f"{size:>5} {p50['direct']:>7.3f}ms {p50['new']:>7.3f}ms {p50['sandbox']:>7.3f}ms "
                 f"{results[size]:>5.2f}x {p50['copied']:>7.3f}ms {p50['copied'] / p50['direct']:>5.2f}x "
@@ -333,7 +338,8 @@ def through_sandbox(broker: EgressBroker, port: int, rounds: int, backend: str, 
             )
             print(
                 f"{size:>5} a broker that costs nothing (canned reply + the host's own kept-alive request, same "
-                f"chunks): p50 {p50['free']:.3f}ms; the broker {p50['sandbox'] / p50['free']:.2f}x that"
+                f"chunks): p50 {p50['free']:.3f}ms; the broker {p50['sandbox'] / p50['free']:.2f}x that "
+                f"(median of the {len(paired)} rounds' paired ratios {results[f'{size} paired']:.2f}x)"
             )
         _channel_only(sandbox, rounds, results)
         _concurrent(sandbox, broker, port, max(20, rounds // 2), results)
@@ -552,10 +558,11 @@ def goals(results: dict[str, float], backend: str) -> None:
     print(f"issue 39's goals through a sandbox ({backend}): measured / floor (a broker that costs nothing) / goal")
     for size in SIZES:
         measured, free = results[f"{size} sandbox ms"], results[f"{size} free ms"]
-        ratio = measured / free
-        verdict = "met" if ratio <= FLOOR_GOAL else "NOT met"
+        ratio, paired = measured / free, results[f"{size} paired"]
+        verdict = "met" if max(ratio, paired) <= FLOOR_GOAL else "NOT met"
         print(
-            f"  {size} p50: {measured:.3f}ms / {free:.3f}ms = {ratio:.2f}x (goal <= {FLOOR_GOAL}x) {verdict}; "
+            f"  {size} p50: {measured:.3f}ms / {free:.3f}ms = {ratio:.2f}x, paired by round {paired:.2f}x "
+            f"(goal <= {FLOOR_GOAL}x, both) {verdict}; "
             f"against the sum of the two measured apart (direct + channel only) "
             f"{measured / (results[f'{size} direct ms'] + results[f'{size} channel ms']):.2f}x"
         )
