@@ -20,9 +20,12 @@ TCP_NODELAY, as real servers set.
 3. 8 sandboxes fetching at once against 8 host threads (requests per second between the first request's
    start and the last one's end), a canned reply (the channel alone, no HTTP), and this process's CPU time
    per fetch (through a sandbox vs the host's own request: what bounds throughput under one GIL).
-4. The goals, as ratios against "direct", and their floors in this run: a broker that cost nothing still pays
-   the channel (latency: direct + the channel alone; 8 at once: one GIL for the host's CPU of the request and
-   the channel, two cores for that plus the sandbox's and the server's CPU per fetch).
+4. Issue 39's goals as measured / floor / goal, the floor measured in the same rounds: a broker that costs
+   nothing (``_Free``: the canned reply around the host's own kept-alive request, made where a broker makes
+   it), p50 at 1 KB and 1 MB (pooled and paired round by round) and the host's CPU per 1 KB fetch against the
+   direct request. Then issue 18's ratios against "direct" (replaced) and their floors (latency: direct + the
+   channel alone, measured apart; 8 at once: one GIL for the host's CPU of the request and the channel, two
+   cores for that plus the sandbox's and the server's CPU per fetch).
 
     python bench/bench_egress.py [--rounds N] [--backend subprocess|docker|gvisor|runc|runsc|none]
 """
