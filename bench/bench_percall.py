@@ -10,7 +10,8 @@ design pays at least; everything above it is the sandbox's own work (lock-down, 
 
 Per call, two figures: the wall time of ``execute`` (the pool full before it, untimed, so each call is a warm
 hit), and the host process's CPU from the call's start until the pool is full again (every thread of this
-process: the call and the refill it causes; the sandbox's own CPU is not in it, nor the zygote's). The floor's
+process: the call and the refill it causes, less the bench's own polling for the refill; the sandbox's own
+CPU is not in it, nor the zygote's). The floor's
 CPU is the parent's, the same way. Rounds interleave the floor and the sandbox (and, with ``--base``, an old
 tree run in a process of its own beside this one: ``A`` is the old tree, ``B`` this one), so load swings
 hit all alike. Goals (subprocess): warm p50 at most 3x the floor's p50, host CPU at most 1.5 ms per
@@ -38,7 +39,7 @@ PROGRAM = "return 1 + 1"
 #: One tree's measuring process: only the public API (an old tree has it too). It first reports the request
 #: and result sizes (counted on the channel of one untimed call), then answers each "n" line with samples.
 WORKER = r"""
-import json, resource, sys, threading, time
+import json, sys, threading, time
 from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
 from sandforge.sandbox import channel
 
@@ -67,22 +68,19 @@ out = sb.execute(ExecutionRequest(code=PROGRAM))
 channel.SocketIO.send, channel.SocketIO.poll = send, poll
 print(json.dumps(sizes), flush=True)
 
-def cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
 for line in sys.stdin:
     n = int(line)
     wall, host = [], []
     for _ in range(n):
         if not pool.wait_ready(2, timeout=60.0):
             raise SystemExit(f"the {backend} pool did not refill")
-        c0 = cpu()
+        c0 = time.process_time()
         began = time.perf_counter()
         out = sb.execute(ExecutionRequest(code=PROGRAM))
         took = time.perf_counter() - began
-        pool.wait_ready(2, timeout=60.0)
-        host.append(cpu() - c0)
+        m1 = time.thread_time()
+        pool.wait_ready(2, timeout=60.0)  # the refill's CPU counts; this thread's polling for it does not
+        host.append(time.process_time() - c0 - (time.thread_time() - m1))
         if not out.ok or out.value != 2:
             raise SystemExit(f"{backend}: {out.error_type}: {out.error_message}")
         wall.append(took * 1000)
