@@ -45,7 +45,7 @@ from sandforge.sandbox import channel
 
 backend = sys.argv[1]
 sizes = {"request": 0, "result": 0}
-send, poll = channel.SocketIO.send, channel.SocketIO.poll
+send, poll = channel.PipeIO.send, channel.PipeIO.poll  # SocketIO inherits both
 
 def counted_send(self, data, *a, **k):  # the call's thread only: the refill's boot is not the request
     if threading.current_thread() is threading.main_thread():
@@ -63,9 +63,9 @@ pool = sb.pool()
 for _ in range(3):  # warm-up, untimed
     sb.execute(ExecutionRequest(code=PROGRAM))
 pool.wait_ready(2, timeout=60.0)
-channel.SocketIO.send, channel.SocketIO.poll = counted_send, counted_poll
+channel.PipeIO.send, channel.PipeIO.poll = counted_send, counted_poll
 out = sb.execute(ExecutionRequest(code=PROGRAM))
-channel.SocketIO.send, channel.SocketIO.poll = send, poll
+channel.PipeIO.send, channel.PipeIO.poll = send, poll
 print(json.dumps(sizes), flush=True)
 
 for line in sys.stdin:
