@@ -41,7 +41,7 @@ NAMESPACES: dict[str, Protection] = {
 def namespace(pid: int | str, kind: str) -> str | None:
     """The ``/proc/<pid>/ns/<kind>`` link (``pid`` may be ``"self"``), or None when unreadable."""
     try:
-        return os.readlink(f"/proc/{pid}/ns/{kind}")  # not ``Path``: every worker's start reads a dozen
+        return os.readlink(f"/proc/{pid}/ns/{kind}")  # noqa: PTH115 - not ``Path``: each worker start reads six
     except OSError:
         return None
 
@@ -209,7 +209,7 @@ def mounts(pid: int) -> dict[str, tuple[str, str]]:
 def tmpfs_root(pid: int) -> bool:
     """``pid``'s root is not the host's, and its mount table shows a tmpfs as its root."""
     try:
-        root = os.readlink(f"/proc/{pid}/root")
+        root = os.readlink(f"/proc/{pid}/root")  # noqa: PTH115 - on every worker's start
         with open(f"/proc/{pid}/mountinfo") as fh:
             table = [line.split() for line in fh]
     except OSError:

@@ -223,8 +223,9 @@ class SubprocessWorker:
                 os.close(fd)
 
     def _cleanup_dir(self) -> None:
+        # Usually empty (the worker's files were in its own tmpfs, gone with it): one rmdir, not a tree walk.
         try:
-            os.rmdir(self._workdir)  # the usual case: the worker's files were in its own tmpfs, gone with it
+            os.rmdir(self._workdir)  # noqa: PTH106
         except OSError:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
