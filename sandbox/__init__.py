@@ -23,7 +23,7 @@ from sandforge.sandbox.backends.base import Backend, Worker
 from sandforge.sandbox.config import BACKENDS, BackendName, SandboxConfig
 from sandforge.sandbox.environment import EnvironmentRefused, Interpreter, MountedEnvironment, check_mount
 from sandforge.sandbox.errors import SandboxUnavailable
-from sandforge.sandbox.exchange import BridgeHandler
+from sandforge.sandbox.exchange import DIED_BEFORE_USE, BridgeHandler
 from sandforge.sandbox.pool import WarmPool
 from sandforge.sandbox.protections import DEFAULT_REQUIRED, MissingProtections, Protection
 from sandforge.sandbox.protocol import (
@@ -141,13 +141,26 @@ class Sandbox:
             return admitted
         name, environment = admitted
         asked = time.monotonic()
-        try:
-            worker: Worker = yield acquire(name, request.limits, environment)
-        except SandboxUnavailable as exc:
-            return self._finish(self.unavailable(exc, name))
-        acquired = time.monotonic()
-        outcome = yield from self.run_steps(worker, request, bridge, environment)
-        return self._finish(self.note_acquired(outcome, worker, asked, acquired))
+        retried: str | None = None
+        for attempt in range(2):  # a worker that died starting (under load) is replaced once, unseen by the caller
+            try:
+                worker: Worker = yield acquire(name, request.limits, environment)
+            except SandboxUnavailable as exc:
+                if exc.retriable and attempt == 0:
+                    retried = str(exc)
+                    continue
+                outcome = self.unavailable(exc, name)
+                break
+            acquired = time.monotonic()
+            outcome = yield from self.run_steps(worker, request, bridge, environment)
+            outcome = self.note_acquired(outcome, worker, asked, acquired)
+            if attempt == 0 and outcome.metadata.get(DIED_BEFORE_USE):  # nothing of the program ran
+                retried = outcome.error_message
+                continue
+            break
+        if retried is not None:
+            outcome.metadata["sandbox_retried"] = retried  # what the first worker died of
+        return self._finish(outcome)
 
     # The parts of ``execute`` the async API (``sandbox/aio.py``) shares: only acquiring a worker and driving
     # its steps differ (on the event loop there).

@@ -52,7 +52,7 @@ FailureStage = Literal["generation", "validation", "execution", "outcome_policy"
 #: Who asked for the call: ``agent`` (a tool call through the lifecycle: the library, ``POST /v1/agents``,
 #: sessions, MCP stored tools) or a run of a program the caller handed in (``runtime.agent.runs``):
 #: ``cli`` (``sandforge exec``), ``http`` (``POST /v1/exec``), ``mcp`` (``run_tool_code``).
-CallSource = Literal["agent", "cli", "http", "mcp"]
+CallSource = Literal["agent", "cli", "http", "mcp", "framework"]
 
 
 def bounded(text: str | None, limit: int = MAX_MESSAGE_CHARS) -> str | None:
@@ -200,6 +200,16 @@ class Usage(BaseModel):
     )  # fmt: skip
 
 
+class FileRecord(BaseModel):
+    """A file of a run, as the log says it: name, size and sha256 (``runtime/files/transfer.manifest``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugin: field named `kwargs`
     """The call's own fields; :class:`CallRecord` adds the store's (``runtime.store.logfields``) after them."""
 
@@ -213,7 +223,8 @@ class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugi
     method: str
     source: CallSource = Field(
         "agent", description="who asked: agent (a tool call through the lifecycle), or a run of a program the "
-        "caller handed in: cli (sandforge exec), http (POST /v1/exec), mcp (run_tool_code)",
+        "caller handed in: cli (sandforge exec), http (POST /v1/exec), mcp (run_tool_code), framework (an agent "
+        "framework's code-execution tool: sandforge.integrations)",
     )  # fmt: skip
     args: JsonValue = None
     kwargs: JsonValue = None
@@ -285,6 +296,11 @@ class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugi
         "final URL, status, bytes, duration, the allow rule that matched or why it was denied",
     )
     stdout: str | None = None
+    # files in the transaction (issue 41): what went in, and what an ok run committed; never their contents
+    input_files: list[FileRecord] | None = Field(None, description="the run's input files (absent: none)")
+    output_files: list[FileRecord] | None = Field(
+        None, description="the outputs/ files an ok run returned to be committed (absent: none)"
+    )
     # the last attempt's environment (issue 19; absent when its program declared no dependency)
     env_id: str | None = Field(None, description="the environment the program ran with (docs/environments.md)")
     environment_cache_hit: bool | None = Field(None, description="the environment was ready: nothing was built")

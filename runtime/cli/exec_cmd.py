@@ -16,13 +16,12 @@ from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.cli.common import load_policy_option, policy_options
 from sandforge.runtime.cli.exits import for_outcome
-from sandforge.runtime.cli.logs_cmd import egress_line
 from sandforge.runtime.errors import InputFileMissing, UsageError
-from sandforge.runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
+from sandforge.runtime.files import decode_json, encode_compact, read_user_file, write_user_file
 from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
+from sandforge.runtime.files.transfer import commit_output_files, read_files_options
 from sandforge.runtime.guardrails import ValidationResult
 from sandforge.runtime.guardrails.engine import source_text
-from sandforge.runtime.service.models import exec_result
 from sandforge.sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
 
 
@@ -69,14 +68,12 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -
         if (event := outcome.security_event) is not None:
             click.echo(f"  security event: {event.source} {event.event}", err=True)
         for v in outcome.metadata.get("violations", []):
-            loc = v.get("location") or {}
-            click.echo(
-                f"  line {loc.get('line')}: {v['violation_type']} ({v['classification']}): {v['message']}", err=True
-            )
+            line = (v.get("location") or {}).get("line")  # none for a refused manifest: not one line's fault
+            where = f"line {line}: " if line is not None else ""
+            click.echo(f"  {where}{v['violation_type']} ({v['classification']}): {v['message']}", err=True)
             if v.get("required_correction"):
                 click.echo(f"    fix: {v['required_correction']}", err=True)
-    for entry in outcome.metadata.get("egress", []):
-        click.echo(egress_line(entry), err=True)
+    _print_fetches(outcome.metadata.get("egress", []))
     if outcome.stderr:
         click.echo(outcome.stderr, err=True, nl=not outcome.stderr.endswith("\n"))
     if not outcome.backend:
@@ -88,6 +85,14 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -
         f"peak {usage.peak_memory_mb:.1f} MB]",
         err=True,
     )
+
+
+def _print_fetches(fetched: list[dict[str, Any]]) -> None:
+    if fetched:  # the call log's reader (logs_cmd) loads only for a run that fetched
+        from sandforge.runtime.cli.logs_cmd import egress_line
+
+        for entry in fetched:
+            click.echo(egress_line(entry), err=True)
 
 
 def read_program(file: Path, limit: int) -> bytes:
@@ -118,6 +123,12 @@ FLAGS = {"timeout_s": "--timeout", "memory_mb": "--memory", "args": "--args", "k
 @click.option(
     "--cluster", default=None, help="Run on a Ray cluster (HOST:PORT or ray://HOST:PORT); default: SANDFORGE_CLUSTER."
 )
+@click.option("--file", "file_args", multiple=True, metavar="NAME=PATH",
+              help="An input file, read-only to the program as inputs/NAME (repeatable).")  # fmt: skip
+@click.option("--files", "files_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Every file of DIR as an input file (inputs/NAME, not recursive).")  # fmt: skip
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write the program's outputs/ files into DIR, all or nothing, only on ok.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
     file: Path,
@@ -131,6 +142,9 @@ def command(
     policies: tuple[Path, ...],
     no_default: bool,
     cluster: str | None,
+    file_args: tuple[str, ...],
+    files_dir: Path | None,
+    out_dir: Path | None,
     as_json: bool,
 ) -> None:
     """Validate FILE (a tool program body; - reads standard input) with the policy, run it in a fresh
@@ -158,16 +172,19 @@ def command(
         raise _invalid(exc) from None
     bound = limits.max_message_bytes
     code = read_program(file, bound)
+    files = read_files_options(file_args, files_dir, limits)  # refused here, before any sandbox starts
     args = _json_arg(args_json, "--args", list)
     kwargs = _json_arg(kwargs_json, "--kwargs", dict)
     policy = load_policy_option(policies, no_default)
     config = config.model_copy(update={"limits": limits})
     committed = None
     # --commit: read, run and write under the context file's lock, so concurrent commits serialise
-    with exclusive(context_path) if commit and context_path is not None else contextlib.nullcontext():
+    with _locked(context_path) if commit and context_path is not None else contextlib.nullcontext():
         context = _read_context(context_path, bound)
         try:
-            request = ExecutionRequest(code=source_text(code), context=context, args=args, kwargs=kwargs, limits=limits)
+            request = ExecutionRequest(
+                code=source_text(code), context=context, args=args, kwargs=kwargs, limits=limits, files=files
+            )
         except ValidationError as exc:
             raise _invalid(exc) from None
         bridge = StandaloneBridge.of(policy)  # its fetches are brokered under the policy's egress section
@@ -180,12 +197,24 @@ def command(
             data = encode_compact(outcome.context, limit=bound, what="the new context") + b"\n"
             write_user_file(context_path, data)
             committed = context_path
+    if out_dir is not None and outcome.ok and outcome.files:
+        commit_output_files(out_dir, outcome.files)
+        if not as_json:
+            click.echo(f"wrote {len(outcome.files)} output files to {out_dir}", err=True)
     if as_json:
+        from sandforge.runtime.service.models import exec_result  # the HTTP API's models: only for --json
+
         click.echo(encode_compact(exec_result(outcome), limit=output_limit(limits), what="the outcome"))
     else:
         _print_text(outcome, committed, bound)
     error_type = outcome.error_type.value if outcome.error_type else None
     sys.exit(for_outcome(outcome.ok, error_type, outcome.metadata.get("verdict")))
+
+
+def _locked(path: Path) -> contextlib.AbstractContextManager[object]:
+    from sandforge.runtime.files import exclusive  # filelock: only for --commit
+
+    return exclusive(path)
 
 
 def record_run(outcome: ExecutionOutcome, verdict: ValidationResult | None, request: ExecutionRequest,

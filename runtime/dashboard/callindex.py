@@ -94,7 +94,7 @@ class CallFilter:
     before: int | None = None
     #: only calls that had a security event (issue 36)
     security: bool = False
-    #: only calls of this source (``CallSource``: agent, cli, http, mcp)
+    #: only calls of this source (``CallSource``: agent, cli, http, mcp, framework)
     source: str | None = None
 
     def index(self) -> str:

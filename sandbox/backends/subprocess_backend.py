@@ -26,12 +26,18 @@ from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.environment import MountedEnvironment, require_mounted
 from sandforge.sandbox.errors import SandboxUnavailable
-from sandforge.sandbox.exchange import BridgeHandler, ExitInfo, await_ready, build_outcome, exchange_steps
+from sandforge.sandbox.exchange import (
+    BridgeHandler,
+    ExitInfo,
+    await_ready,
+    build_outcome,
+    died_before_use,
+    exchange_steps,
+)
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
 from sandforge.sandbox.protections import Protection as P
 from sandforge.sandbox.protocol import (
     BootFrame,
-    ErrorType,
     ExecutionOutcome,
     ExecutionRequest,
     Limits,
@@ -131,7 +137,7 @@ class SubprocessWorker:
 
     def _exchange(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> Steps[ExecutionOutcome]:
         if not self.alive():
-            return ExecutionOutcome.failure(ErrorType.SANDBOX_UNAVAILABLE, "sandbox worker died before use")
+            return died_before_use(self.backend)
         ex = yield from exchange_steps(self.io, request, bridge)
         if ex.failure is not None:
             self._kill()
@@ -330,8 +336,11 @@ class SubprocessBackend:
         self.runner = runner
         self._zygotes: dict[Limits, Zygote] = {}
         self._lock = threading.Lock()
-        # What killed hosts left behind, of every backend (the container engines at most once a minute).
-        leftovers.reap_in_background(containers=leftovers.containers_due())
+        # What killed hosts left behind, of every backend: files now, the container engines at most once a
+        # minute and a few seconds later (a one-shot `sandforge exec` is gone by then: sandbox/leftovers.py)
+        leftovers.reap_in_background(containers=False)
+        if leftovers.containers_due():
+            leftovers.reap_containers_later()
 
     def spawn(self, limits: Limits, environment: MountedEnvironment | None = None) -> SubprocessWorker:
         zygote = self._zygote(limits) if self.config.zygote else None
