@@ -101,10 +101,12 @@ class SubprocessWorker:
         except (ProtocolError, OSError) as exc:
             self.destroy()
             raise SandboxUnavailable(f"sandbox worker failed to start: {exc}") from exc
-        self.protections = verify_protections(self.pid, ready.protections)
+        wpid = _worker_pid(self.pid)
+        self.protections = verify_protections(self.pid, ready.protections, wpid)
         try:
             protections.require(self.backend, self.protections, config.enforced_protections, ready.errors)
-            require_mounted(self.backend, environment, ready, verify.mounts(_worker_pid(self.pid)))
+            mounts = verify.mounts(wpid) if environment is not None else None  # read only where it is checked
+            require_mounted(self.backend, environment, ready, mounts)
         except SandboxUnavailable:
             self.destroy()
             raise
@@ -123,7 +125,7 @@ class SubprocessWorker:
             return False
         if self._zygote is None:
             return self.proc.poll() is None
-        return self._zygote.alive() and Path(f"/proc/{self.pid}").exists()
+        return self._zygote.alive() and os.path.exists(f"/proc/{self.pid}")  # noqa: PTH110 - twice a call
 
     def execute(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
         return run_steps(self.steps(request, bridge))
@@ -227,7 +229,11 @@ class SubprocessWorker:
                 os.close(fd)
 
     def _cleanup_dir(self) -> None:
-        shutil.rmtree(self._workdir, ignore_errors=True)
+        # Usually empty (the worker's files were in its own tmpfs, gone with it): one rmdir, not a tree walk.
+        try:
+            os.rmdir(self._workdir)  # noqa: PTH106
+        except OSError:
+            shutil.rmtree(self._workdir, ignore_errors=True)
 
 
 def _exit_info(status: int, cpu: float, maxrss_kb: int) -> ExitInfo:
@@ -285,15 +291,15 @@ def _worker_pid(pid: int) -> int:
     return children[0] if children else pid
 
 
-def verify_protections(pid: int, claimed: dict[str, bool]) -> dict[str, bool]:
+def verify_protections(pid: int, claimed: dict[str, bool], wpid: int | None = None) -> dict[str, bool]:
     """Check from outside what the runner claims; a claim the host cannot confirm counts as absent.
 
     Namespaces are compared by their ``/proc/<pid>/ns`` links, the root by ``/proc/<pid>/root`` and the
     mount table the worker sees; a user is unprivileged when its uid is not 0 both as the host sees it and
     inside its own user namespace (rootless mode), and it holds no capability at all (with the bounding set
     emptied too where it held capabilities, as root or in its user namespace: one that never had any cannot
-    drop it)."""
-    wpid = _worker_pid(pid)
+    drop it). ``wpid``: the program's process, if the caller has found it already (``_worker_pid``)."""
+    wpid = _worker_pid(pid) if wpid is None else wpid
     status = verify.proc_status(wpid)
     verified = protections.unverified("subprocess")
     verified[P.SECCOMP] = claimed.get(P.SECCOMP, False) and verify.seccomp_filtered(status)
