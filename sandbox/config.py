@@ -52,6 +52,10 @@ class SandboxConfig(BaseModel):
         "outcome's metadata['protections_waived']",
     )
     zygote: bool = Field(default=True, description="fork subprocess workers from a pre-imported template process")
+    env_zygotes_max: int = Field(
+        default=2, ge=0, le=32,
+        description="subprocess zygotes that pre-imported an environment's modules, kept at most (LRU; 0 = none)",
+    )  # fmt: skip
     python: str | None = Field(default=None, description="interpreter for the subprocess runner (default: this one)")
     image: str = Field(default="sandforge-sandbox", description="repository name of the sandbox image")
     docker_base_url: str | None = Field(default=None, description="Docker engine URL (default: from the environment)")
