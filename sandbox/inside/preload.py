@@ -9,9 +9,11 @@ objects, the same withheld names and loaders.
 
 The zygote reads the site at its host path, but its children see it at ``ENV_MOUNT_PATH``: every path the
 import recorded is pointed there afterwards (``__file__``, ``__path__``, the spec, the loader, and the file name
-of every function's code, which the tripwire reads to tell library code from the program's). A frame left with
-the host path is not library code to the tripwire: it fails closed. A package that needs a thread at import, or
-fails to import, fails the zygote (the host falls back to the plain one).
+of every function's code, which the tripwire reads to tell library code from the program's, and a module's own
+global strings and paths under the site: ``HERE = os.path.dirname(__file__)``). A path kept anywhere else (inside
+a container, an object) still names the host's site, which a runner does not have: the package fails to open
+it, and a frame left with the host path is not library code to the tripwire: both fail closed. A package that
+needs a thread at import, or fails to import, fails the zygote (the host falls back to the plain one).
 """
 # ruff: noqa: PTH112, PTH117, PTH120, PTH208
 # (the runner avoids pathlib (import cost))
@@ -113,6 +115,11 @@ def _repoint_module(module: types.ModuleType, site: str) -> None:
         value = getattr(holder, attr, None)
         if _under(value, site):
             setattr(holder, attr, _moved(value, site))
+    for name, value in list(names.items()):  # ``HERE = os.path.dirname(__file__)``, ``DATA = Path(...)``
+        if _under(value, site):
+            names[name] = _moved(value, site)
+        elif type(value).__module__ == "pathlib" and _under(str(value), site):
+            names[name] = type(value)(_moved(str(value), site))
 
 
 def check_spawn(request_environment: Any) -> None:
