@@ -69,6 +69,7 @@ def preload(environment: Any) -> list[str]:
         raise PreloadFailed(f"importing {', '.join(names)} started {threads - 1} thread(s); a zygote forks only alone")
     _repoint(site)
     envmodules.PRELOADED[:] = [env_id]
+    gc.freeze()  # a child's collections never walk (and so never copy) the pages of what the import made
     return names
 
 
