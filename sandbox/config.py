@@ -96,6 +96,8 @@ class SandboxConfig(BaseModel):
                 values["cluster"] = env["SANDFORGE_CLUSTER"]
             if "SANDFORGE_POOL_SIZE" in env:
                 values["pool_size"] = _env_int("SANDFORGE_POOL_SIZE")
+            if "SANDFORGE_ENV_ZYGOTES_MAX" in env:
+                values["env_zygotes_max"] = _env_int("SANDFORGE_ENV_ZYGOTES_MAX")
             if protections.REQUIRE_ENV in env:
                 values["required_protections"] = protections.parse_list(
                     env[protections.REQUIRE_ENV], protections.REQUIRE_ENV
