@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sandforge.runtime.environments.builder import EnvironmentStore
+from sandforge.runtime.environments.builder import EnvironmentStore, Progress
 from sandforge.runtime.environments.bytecode import compile_in_container, compile_on_host
 from sandforge.runtime.environments.errors import DependencyInstallFailed, EnvironmentFailure
 from sandforge.runtime.environments.identity import EnvironmentSpec
@@ -53,9 +53,13 @@ class Environments:
     """The environments a workspace's calls run with: below ``root`` (default ``<state dir>/environments``),
     one store shared by every call, one probe per interpreter (cached on disk, so preparing starts no process)."""
 
-    def __init__(self, root: Path | None = None, *, store: EnvironmentStore | None = None) -> None:
+    def __init__(
+        self, root: Path | None = None, *, store: EnvironmentStore | None = None, progress: Progress | None = None
+    ) -> None:
         self._root = root
         self._store = store
+        #: hears each long step of a build (resolving, installing): the CLI shows it on standard error
+        self.progress = progress
         self._lock = threading.Lock()
         self._targets: dict[str, SandboxTarget] = {}
         self._interpreters: weakref.WeakKeyDictionary[Any, dict[str | None, Any]] = weakref.WeakKeyDictionary()
@@ -106,7 +110,7 @@ class Environments:
         return known
 
     def prepare(self, manifest: Manifest, policy: DependencyPolicy, target: SandboxTarget) -> PreparedEnvironment:
-        return self.store.prepare(manifest, policy, target)
+        return self.store.prepare(manifest, policy, target, progress=self.progress)
 
     def prepare_for(
         self, manifest: Manifest, stored: EnvironmentSpec | None, policy: DependencyPolicy, target: SandboxTarget
@@ -121,8 +125,8 @@ class Environments:
         ):
             policy.check(manifest.names)  # the policy of today, not the one it was stored under
             policy.check((pin.name for pin in stored.pins), transitive=True)
-            return self.store.ensure(stored, max_env_mb=policy.max_env_mb)
-        return self.store.prepare(manifest, policy, target)
+            return self.store.ensure(stored, max_env_mb=policy.max_env_mb, progress=self.progress)
+        return self.store.prepare(manifest, policy, target, progress=self.progress)
 
 
 def _probe_image(image: str | None, runtime: str | None) -> SandboxTarget:

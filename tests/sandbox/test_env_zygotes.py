@@ -89,7 +89,7 @@ def sandbox() -> Iterator[Sandbox]:
 
 
 def _env_zygotes(sandbox: Sandbox) -> list[dict[str, object]]:
-    backend = sandbox._backend("subprocess")  # noqa: SLF001 - which zygote served is the point of the test
+    backend = sandbox._backend("subprocess")  # which zygote served is the point of the test
     assert isinstance(backend, SubprocessBackend)
     return backend.env_zygotes.describe()
 
@@ -162,9 +162,10 @@ def test_a_runner_with_another_environment_preloaded_reports_its_mount_missing(
     monkeypatch.setattr(envmodules, "PRELOADED", ["a" * 32])
     assert envmodules.mount_status({"environment": env_b.boot(bind=True).model_dump()}) == "missing"
     assert envmodules.mount_status({}) == "missing"
+    ready = ReadyFrame(type="ready", version=1, pid=1, protections={}, environment="missing")
     for asked, message in ((env_b, "does not show environment"), (None, "nobody asked for")):
         with pytest.raises(SandboxUnavailable, match=message):
-            require_mounted("subprocess", asked, ReadyFrame(type="ready", version=1, pid=1, protections={}, environment="missing"), None)
+            require_mounted("subprocess", asked, ready, None)
 
 
 @pytest.mark.slow
