@@ -50,12 +50,13 @@ class EnvZygotes:
         self._failed: dict[EnvZygoteKey, float] = {}
         self._building: dict[EnvZygoteKey, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._closed = False
         self.stats = {"built": 0, "evicted": 0, "failed": 0}
 
     def get(self, limits: Limits, environment: MountedEnvironment) -> Zygote | None:
         """The live zygote of ``environment`` (built now if there is none), or None: none may be kept
         (``bound`` 0) or its build failed lately (the caller uses the plain zygote)."""
-        if self.bound <= 0:
+        if self.bound <= 0 or self._closed:
             return None
         key: EnvZygoteKey = (limits, environment.env_id, environment.site, environment.modules)
         now = time.monotonic()
@@ -79,15 +80,19 @@ class EnvZygotes:
                     self._failed[key] = time.monotonic()
                     self.stats["failed"] += 1
                 return None
+            kept: Zygote | None = zygote
             with self._lock:
-                self._entries[key] = _Entry(zygote, time.monotonic())
-                self.stats["built"] += 1
                 evicted = []
+                if self._closed:  # the backend closed while this one was importing: it serves nobody
+                    evicted, kept = [zygote], None
+                else:
+                    self._entries[key] = _Entry(zygote, time.monotonic())
+                    self.stats["built"] += 1
                 while len(self._entries) > self.bound:
                     evicted.append(self._entries.popitem(last=False)[1].zygote)
                     self.stats["evicted"] += 1
             _close(evicted)
-            return zygote
+            return kept
 
     def _live(self, key: EnvZygoteKey, now: float) -> Zygote | None:
         """Under the lock: the key's zygote if it is alive (marked used), else None (a dead one dropped)."""
@@ -114,6 +119,7 @@ class EnvZygotes:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             zygotes = [entry.zygote for entry in self._entries.values()]
             self._entries.clear()
         _close(zygotes)

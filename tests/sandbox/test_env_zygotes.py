@@ -182,3 +182,24 @@ def test_a_preimported_numpy_and_pandas_withhold_what_an_imported_one_does(index
             assert layer in (outcome.error_message or ""), (name, outcome.error_message)
             assert "module 'os'" not in json.dumps(outcome.value)
         assert [z["env_id"] for z in _env_zygotes(sb)] == [mount.env_id]
+
+
+def test_at_most_env_zygotes_max_are_kept_least_recently_used_closed_first(stamp_envs: StampEnvironments) -> None:
+    """With a bound of one, B's zygote closes A's (its process ends); A's next run builds A's again."""
+    with Sandbox(SandboxConfig(backend="subprocess", pool_size=0, env_zygotes_max=1)) as sb:
+        mount_a, mount_b = stamp_envs.mount(sb, ("stamp",)), stamp_envs.mount(sb, ("stamp", "six"))
+        imported_by = []
+        for mount in (mount_a, mount_b, mount_a):
+            outcome = sb.execute(ExecutionRequest(code=PROGRAM, environment=mount))
+            assert outcome.ok and outcome.value["preloaded"], (outcome.error_type, outcome.error_message)
+            imported_by.append(outcome.value["imported_by"])
+            assert [z["env_id"] for z in _env_zygotes(sb)] == [mount.env_id]
+        assert len(set(imported_by)) == 3  # three zygotes, one after another
+        assert not Path(f"/proc/{imported_by[0]}").exists() or _zombie_or_gone(int(imported_by[0]))
+
+
+def _zombie_or_gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
