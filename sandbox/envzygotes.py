@@ -5,6 +5,8 @@ fork for ``import pandas``, not the import itself.
 One zygote per (limits, environment, modules asked for), built on first use (the import runs once, in the new
 zygote: ``sandbox/inside/preload.py``), kept while used: at most ``SandboxConfig.env_zygotes_max`` (LRU; each
 holds its packages' memory), and one nothing forked from for ``env_pool_idle_s`` is closed, like its warm pool.
+An evicted zygote forks nothing more at once, and is closed when a run it may have started is over (its time
+limit): closing it under a run would end that run.
 A build that fails (an import error, a package that starts a thread at import) is remembered for
 ``RETRY_AFTER_S`` and the plain zygote serves meanwhile: the program then imports the package itself, as before.
 A zygote forks runners for its own environment only (the inside refuses another, and the runner reports
@@ -28,6 +30,8 @@ log = logging.getLogger(__name__)
 
 #: How long a failed build is not retried (the plain zygote serves meanwhile).
 RETRY_AFTER_S = 60.0
+#: An evicted zygote is closed this long after the time limit of a run it may have started.
+RETIRE_GRACE_S = 5.0
 
 EnvZygoteKey = tuple[Limits, str, str, tuple[str, ...]]
 
@@ -51,6 +55,8 @@ class EnvZygotes:
         self._building: dict[EnvZygoteKey, threading.Lock] = {}
         self._lock = threading.Lock()
         self._closed = False
+        #: evicted zygotes, closed once the runs they may have started are over (``_retire``)
+        self._retiring: dict[int, tuple[Zygote, threading.Timer]] = {}
         self.stats = {"built": 0, "evicted": 0, "failed": 0}
 
     def get(self, limits: Limits, environment: MountedEnvironment) -> Zygote | None:
@@ -82,17 +88,32 @@ class EnvZygotes:
                 return None
             kept: Zygote | None = zygote
             with self._lock:
-                evicted = []
+                evicted: list[Zygote] = []
                 if self._closed:  # the backend closed while this one was importing: it serves nobody
                     evicted, kept = [zygote], None
                 else:
                     self._entries[key] = _Entry(zygote, time.monotonic())
                     self.stats["built"] += 1
                 while len(self._entries) > self.bound:
-                    evicted.append(self._entries.popitem(last=False)[1].zygote)
+                    (old_limits, *_), entry = self._entries.popitem(last=False)
+                    self._retire(entry.zygote, old_limits)
                     self.stats["evicted"] += 1
             _close(evicted)
             return kept
+
+    def _retire(self, zygote: Zygote, limits: Limits) -> None:
+        """Under the lock: an evicted zygote forks nothing more (it is out of the registry) and is closed once
+        a run it started may still be going is over (its time limit, plus a grace), not under that run."""
+        timer = threading.Timer(limits.timeout_s + RETIRE_GRACE_S, self._close_retired, (id(zygote),))
+        timer.daemon = True
+        self._retiring[id(zygote)] = (zygote, timer)
+        timer.start()
+
+    def _close_retired(self, key: int) -> None:
+        with self._lock:
+            found = self._retiring.pop(key, None)
+        if found is not None:
+            found[0].close()
 
     def _live(self, key: EnvZygoteKey, now: float) -> Zygote | None:
         """Under the lock: the key's zygote if it is alive (marked used), else None (a dead one dropped)."""
@@ -122,6 +143,10 @@ class EnvZygotes:
             self._closed = True
             zygotes = [entry.zygote for entry in self._entries.values()]
             self._entries.clear()
+            retiring, self._retiring = list(self._retiring.values()), {}
+        for zygote, timer in retiring:
+            timer.cancel()
+            zygotes.append(zygote)
         _close(zygotes)
 
 
