@@ -10,7 +10,7 @@ each takes a worker waiting in its pool (warm):
 
 - **floor**: ``return sum([1, 2, 3])`` with no environment;
 - **measured**: the package program (pandas: build a DataFrame and sum a column) in its environment, workers
-  forked from the environment's zygote;
+  forked from the environment's zygote (``env_zygotes_max=2``; off by default);
 - **env, no import**: the floor's program in the same environment (what mounting it costs, without the
   package's own work);
 - **before**: the same package program with no environment zygote (``env_zygotes_max=0``): the runner imports
@@ -83,7 +83,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     code = args.code or CODE.get(args.module, f"import {args.module}\nreturn sum([1, 2, 3])\n")
     load_before = os.getloadavg()
     with (
-        Sandbox(SandboxConfig(backend="subprocess", pool_size=1)) as zygotes,
+        Sandbox(SandboxConfig(backend="subprocess", pool_size=1, env_zygotes_max=2)) as zygotes,
         Sandbox(SandboxConfig(backend="subprocess", pool_size=1, env_zygotes_max=0)) as plain,
     ):
         _run(zygotes, FLOOR_CODE, None)

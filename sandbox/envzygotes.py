@@ -9,8 +9,10 @@ An evicted zygote forks nothing more at once, and is closed when a run it may ha
 limit): closing it under a run would end that run.
 A build that fails (an import error, a package that starts a thread at import) is remembered for
 ``RETRY_AFTER_S`` and the plain zygote serves meanwhile: the program then imports the package itself, as before.
-A zygote forks runners for its own environment only (the inside refuses another, and the runner reports
-another's modules as ``missing``, which ``require_mounted`` refuses).
+Off by default (``env_zygotes_max`` 0): the import runs in the zygote, outside the per-run walls, where no
+package code ran before (docs/environments.md, the trust note). A zygote forks runners for its own
+environment only (the inside refuses another, and the runner reports another's modules as ``missing``, which
+``require_mounted`` refuses).
 """
 
 from __future__ import annotations

@@ -105,8 +105,11 @@ def command(backends: tuple[str, ...], as_json: bool) -> None:
         click.echo(f"mode: {_mode(config)}")
         click.echo(inner_wall["advisory"] or f"RestrictedPython {inner_wall['version']} (no published escapes)")
         zygotes = _env_zygotes(config)
-        click.echo(f"environment zygotes (subprocess, packages pre-imported): at most {zygotes['max']}, least "
-                   f"recently used closed first, and any unused for {zygotes['idle_s']:g} s")  # fmt: skip
+        if zygotes["max"]:
+            click.echo(f"environment zygotes (subprocess, packages pre-imported): at most {zygotes['max']}, least "
+                       f"recently used closed first, and any unused for {zygotes['idle_s']:g} s")  # fmt: skip
+        else:
+            click.echo("environment zygotes (subprocess, packages pre-imported): off (SANDFORGE_ENV_ZYGOTES_MAX)")
         if waived:
             click.echo(f"WARNING: protections waived by configuration (not required): {', '.join(waived)}")
         for r in reports:

@@ -138,3 +138,6 @@ def test_doctor_states_the_environment_zygote_bound(monkeypatch: pytest.MonkeyPa
     assert json.loads(out)["env_zygotes"] == {"max": 3, "idle_s": 120.0}
     code, out, _ = doctor("--backend", "subprocess")
     assert "environment zygotes (subprocess, packages pre-imported): at most 3" in out
+    monkeypatch.delenv("SANDFORGE_ENV_ZYGOTES_MAX")
+    code, out, _ = doctor("--backend", "subprocess")
+    assert "environment zygotes (subprocess, packages pre-imported): off" in out

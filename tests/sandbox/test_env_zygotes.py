@@ -72,7 +72,7 @@ def stamp_envs(tmp_path_factory: pytest.TempPathFactory) -> StampEnvironments:
 
 @pytest.fixture
 def sandbox() -> Iterator[Sandbox]:
-    with Sandbox(SandboxConfig(backend="subprocess", pool_size=1)) as sb:
+    with Sandbox(SandboxConfig(backend="subprocess", pool_size=1, env_zygotes_max=2)) as sb:
         yield sb
 
 
@@ -82,7 +82,7 @@ def _env_zygotes(sandbox: Sandbox) -> list[dict[str, object]]:
     return backend.env_zygotes.describe()
 
 
-@pytest.mark.parametrize("kept", [2, 0], ids=["env-zygotes", "none"])
+@pytest.mark.parametrize("kept", [2, 0], ids=["env-zygotes", "none (the default)"])
 def test_a_declared_module_is_imported_before_the_run_and_sees_its_mount(
     stamp_envs: StampEnvironments, kept: int
 ) -> None:
@@ -123,7 +123,7 @@ def test_each_environment_runs_in_its_own_zygotes_children(stamp_envs: StampEnvi
 def test_a_zygote_of_environment_a_forks_no_runner_for_b_or_for_none(stamp_envs: StampEnvironments) -> None:
     """Asked directly (past the backend's own choice), A's zygote refuses to fork a runner for B, or for a
     program with no environment: the worker is unavailable, not started with A's modules loaded."""
-    config = SandboxConfig(backend="subprocess", pool_size=0)
+    config = SandboxConfig(backend="subprocess", pool_size=0, env_zygotes_max=2)
     with Sandbox(config) as sb:
         env_a = check_mount(stamp_envs.stamp_mount(sb, ("stamp",)))
         env_b = check_mount(stamp_envs.stamp_mount(sb, ("stamp", "six")))
@@ -161,7 +161,7 @@ def test_a_preimported_numpy_and_pandas_withhold_what_an_imported_one_does(index
     """numpy, pandas and pyyaml imported in the environment zygote before any runner exists: every loader
     attack is still stopped by its layer (withheld names by identity, the wrappers, the disarmed methods,
     the unpickling floor that pandas bound at import)."""
-    with Sandbox(SandboxConfig(backend="subprocess", pool_size=1)) as sb:
+    with Sandbox(SandboxConfig(backend="subprocess", pool_size=1, env_zygotes_max=2)) as sb:
         mount = index_envs.mount(sb, "subprocess")
         assert_every_attack_stopped(sb, mount)
         assert [z["env_id"] for z in _env_zygotes(sb)] == [mount.env_id]
