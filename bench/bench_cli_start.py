@@ -1,6 +1,6 @@
 """How fast the ``sandforge`` command starts (issue 39, item 1), beside the floors it is measured against.
 
-    .venv/bin/python bench/bench_cli_start.py [--runs 15] [--out FILE]
+    .venv/bin/python bench/bench_cli_start.py [--runs 15] [--out FILE] [--base DIR]
 
 Each run starts a fresh interpreter the way the installed ``sandforge`` script does (``from
 sandforge.runtime.cli import main; main()``) and waits for it to exit. Goals:
@@ -14,7 +14,9 @@ sandforge.runtime.cli import main; main()``) and waits for it to exit. Goals:
 Commands and floors are interleaved run by run, so all see the same load; the load average is printed before
 and after. Bytecode caches are written and used (an installed package has them: PYTHONDONTWRITEBYTECODE is
 removed from the children's environment) and one unmeasured run of each warms them. ``config`` is timed for
-information. Exit status 1 when a goal is missed.
+information. ``--base DIR`` adds another checkout's ``--version``, ``--help`` and ``exec`` (A, rows ``*_base``)
+beside this tree's (B), interleaved with them and the floors, for before/after figures from one run. Exit
+status 1 when a goal of this tree is missed.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.startup import parse_args, report
+from bench.startup import parse_args, print_goals, report, tree_env
 
 ENTRY = "import sys; from sandforge.runtime.cli import main; sys.exit(main())"
 GOAL_RATIO = 2.0
+TREE = Path(__file__).resolve().parent.parent
 
 
 def wall(command: list[str], env: dict[str, str], cwd: str) -> float:
@@ -56,38 +59,39 @@ def doctor_cold_s() -> float:
     return float(probe_backend("subprocess", SandboxConfig.from_env())["cold_ms"]) / 1000
 
 
-def run(runs: int) -> dict[str, Any]:
+def run(runs: int, base: Path | None = None) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "ANTHROPIC_API_KEY")}
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="bench-cli-start-") as tmp:
         program = Path(tmp) / "two.py"
         program.write_text("return 1 + 1\n")
         env["SANDFORGE_STATE_DIR"] = str(Path(tmp) / "state")
+        ours = tree_env(env, TREE)
+        measured = {"version": ["--version"], "help": ["--help"], "config": ["config"],
+                    "exec": ["exec", "--backend", "subprocess", str(program)]}  # fmt: skip
         commands = {
-            "click_floor": [py, "-I", "-c", "import click"],
-            "pydantic_floor": [py, "-I", "-c", "import pydantic"],
-            "version": [py, "-c", ENTRY, "--version"],
-            "help": [py, "-c", ENTRY, "--help"],
-            "config": [py, "-c", ENTRY, "config"],
-            "exec": [py, "-c", ENTRY, "exec", "--backend", "subprocess", str(program)],
+            "click_floor": ([py, "-I", "-c", "import click"], env),
+            "pydantic_floor": ([py, "-I", "-c", "import pydantic"], env),
         }
-        for command in commands.values():  # write and warm the bytecode caches and the page cache
-            wall(command, env, tmp)
+        for name, args in measured.items():
+            if base is not None and name != "config":
+                commands[f"{name}_base"] = ([py, "-c", ENTRY, *args], tree_env(env, base.resolve()))
+            commands[name] = ([py, "-c", ENTRY, *args], ours)
+        for command, subject_env in commands.values():  # write and warm the bytecode caches and the page cache
+            wall(command, subject_env, tmp)
         doctor_cold_s()
         load_before = os.getloadavg()
         times: dict[str, list[float]] = {name: [] for name in [*commands, "doctor_cold"]}
         for _ in range(runs):
-            for name, command in commands.items():
-                times[name].append(wall(command, env, tmp))
+            for name, (command, subject_env) in commands.items():
+                times[name].append(wall(command, subject_env, tmp))
             times["doctor_cold"].append(doctor_cold_s())
         load_after = os.getloadavg()
     med = {name: statistics.median(values) for name, values in times.items()}
     exec_floor = med["pydantic_floor"] + med["doctor_cold"]
-    goals = {
-        "version": (med["version"], med["click_floor"]),
-        "help": (med["help"], med["click_floor"]),
-        "exec": (med["exec"], exec_floor),
-    }
+    floors = {"version": med["click_floor"], "help": med["click_floor"], "exec": exec_floor}
+    goals = {name: (med[name], floor) for name, floor in floors.items()}
+    goals.update({f"{name}_base": (med[f"{name}_base"], floor) for name, floor in floors.items() if base is not None})
     return {
         "median_s": {name: round(value, 4) for name, value in med.items()},
         "min_s": {name: round(min(values), 4) for name, values in times.items()},
@@ -110,18 +114,13 @@ def run(runs: int) -> dict[str, Any]:
 
 def main() -> None:
     args = parse_args(__doc__ or "")
-    result = run(args.runs)
-    load = result["load_average"]
-    print(f"load average {load['before']} -> {load['after']} on {result['cores']} cores, {args.runs} runs, medians")
-    print(f"{'goal':<10} {'measured':>10} {'floor':>10} {'ratio':>7} {'goal':>6}  met")
-    for name, goal in result["goals"].items():
-        print(f"{name:<10} {goal['measured_s'] * 1000:>8.1f}ms {goal['floor_s'] * 1000:>8.1f}ms "
-              f"{goal['ratio']:>6.2f}x {goal['goal_ratio']:>5.1f}x  {'yes' if goal['met'] else 'NO'}")  # fmt: skip
+    result = run(args.runs, args.base)
+    print_goals(result, args.runs)
     print(f"(floors: click {result['median_s']['click_floor'] * 1000:.1f} ms; pydantic "
           f"{result['median_s']['pydantic_floor'] * 1000:.1f} ms + doctor cold start "
           f"{result['median_s']['doctor_cold'] * 1000:.1f} ms; config {result['median_s']['config'] * 1000:.1f} ms)")
     report(result, args.out)
-    sys.exit(0 if all(goal["met"] for goal in result["goals"].values()) else 1)
+    sys.exit(0 if all(goal["met"] for name, goal in result["goals"].items() if not name.endswith("_base")) else 1)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from sandforge.runtime.agent.contracts import (
 from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.program_exec import execute_program
+from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.agent.workspace import Workspace
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.store.models import ToolContract
@@ -271,11 +272,14 @@ class SandforgeTools:
                 err = exc.errors()[0]
                 where = ".".join(str(p) for p in err["loc"]) or "the program"
                 return ToolAnswer(ok=False, error_type="invalid_arguments", message=f"{where}: {err['msg']}")
-            outcome, _ = execute_program(ws.sandbox, request, policy=ws.policy, backend=ws.backend, bridge=bridge,
-                                         environments=ws.environments)  # fmt: skip
+            clock = RunClock()
+            outcome, verdict = execute_program(ws.sandbox, request, policy=ws.policy, backend=ws.backend,
+                                               bridge=bridge, environments=ws.environments)  # fmt: skip
+            outcome = bridge.fetches.attach(outcome)
+            ws.log.append(run_record(outcome, verdict, request, source="framework", clock=clock))  # failed or not
             if outcome.ok and outcome.context is not None:
                 self.context = dict(outcome.context)
-        return execution_answer(bridge.fetches.attach(outcome))
+        return execution_answer(outcome)
 
     def _nested(self, frame: CallFrame) -> BridgeReply:
         """A program's ``tool(name).method(...)``: a host tool of that name, else the workspace's role."""

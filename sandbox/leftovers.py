@@ -4,7 +4,8 @@ A host killed with SIGKILL cleans nothing up. Everything it creates is therefore
 ``process_tag``: pid and start time, so a reused pid does not count as alive): subprocess work directories
 ``<tmp>/sandforge-work-<tag>-*``, hand-off directories (``sandbox/handoff.py``), Docker containers (label
 ``sandforge.owner``), OCI containers and bundles (``sf-<tag>-<n>``). Whatever belongs to a process that is
-gone is removed when any backend starts (once per process, in the background) and by
+gone is removed when any backend starts (once per process, in the background; a subprocess backend looks at
+the container engines a few seconds after its start) and by
 ``sandforge cleanup --apply``. Only this user's files are touched, and only directories named as above.
 """
 
@@ -243,4 +244,19 @@ def reap_in_background(*, containers: bool = True) -> None:
     threading.Thread(target=run, name="sandforge-leftovers", daemon=True).start()
 
 
-__all__ = ["WORKDIR_PREFIX", "Leftover", "containers_due", "find", "new_workdir", "reap", "reap_in_background"]
+#: How long after a subprocess backend's start its look at the container engines waits: a short-lived
+#: process (``sandforge exec``) has ended by then and never pays for the engines' clients (the Docker SDK's
+#: import, an engine round trip, ``runc``/``runsc list``) beside its one execution; a server still looks.
+CONTAINER_DELAY_S = 5.0
+
+
+def reap_containers_later() -> None:
+    """:func:`reap_in_background` with the container engines, :data:`CONTAINER_DELAY_S` from now (on a daemon
+    timer, so it never keeps a process alive)."""
+    timer = threading.Timer(CONTAINER_DELAY_S, reap_in_background)
+    timer.name, timer.daemon = "sandforge-leftovers-later", True
+    timer.start()
+
+
+__all__ = ["WORKDIR_PREFIX", "Leftover", "containers_due", "find", "new_workdir", "reap", "reap_containers_later",
+           "reap_in_background"]  # fmt: skip

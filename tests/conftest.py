@@ -169,3 +169,18 @@ def workspaces() -> Iterator[list[Workspace]]:
     yield made
     for ws in made:
         ws.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _call_log_of_the_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``sandforge exec`` records every run in the call log (issue 37), as a Workspace without ``log=`` records
+    its calls: a test run writes them to a temporary file, never to the user's state directory. Tests that
+    need the default unset ``SANDFORGE_CALL_LOG`` themselves."""
+    if os.environ.get("SANDFORGE_CALL_LOG"):
+        yield
+        return
+    os.environ["SANDFORGE_CALL_LOG"] = str(tmp_path_factory.mktemp("call-log") / "calls.jsonl")
+    try:
+        yield
+    finally:
+        os.environ.pop("SANDFORGE_CALL_LOG", None)

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
@@ -31,6 +31,9 @@ from sandforge.runtime.agent.trace_budget import TraceUsage
 from sandforge.runtime.state_dir import resolve_state_dir
 from sandforge.runtime.store.logfields import STORE_LOG_FIELDS, ProgramSourceField, StoreLogFields
 from sandforge.sandbox.protocol import SecurityEvent
+
+if TYPE_CHECKING:
+    from sandforge.runtime.guardrails import Capability as FoundCapability
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,10 @@ MAX_URL_CHARS = 2_000
 
 AttemptStage = Literal["generated", "validated", "executed", "rolled_back"]
 FailureStage = Literal["generation", "validation", "execution", "outcome_policy"]
+#: Who asked for the call: ``agent`` (a tool call through the lifecycle: the library, ``POST /v1/agents``,
+#: sessions, MCP stored tools) or a run of a program the caller handed in (``runtime.agent.runs``):
+#: ``cli`` (``sandforge exec``), ``http`` (``POST /v1/exec``), ``mcp`` (``run_tool_code``).
+CallSource = Literal["agent", "cli", "http", "mcp", "framework"]
 
 
 def bounded(text: str | None, limit: int = MAX_MESSAGE_CHARS) -> str | None:
@@ -167,6 +174,12 @@ class Capability(BaseModel):
     evidence: list[str] = Field(default_factory=list, description="'line:column construct', at most 5")
 
 
+def capability(found: FoundCapability) -> Capability:
+    """The call record's view of a capability the policy found: its tag, grant and first five pieces of evidence."""
+    evidence = [bounded(f"{e.line}:{e.column} {e.construct}", 200) or "" for e in found.evidence[:5]]
+    return Capability(tag=found.tag, granted=found.granted, evidence=evidence)
+
+
 class Usage(BaseModel):
     """What the sandbox measured for the attempt that produced the outcome."""
 
@@ -198,6 +211,11 @@ class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugi
     depth: int = Field(ge=0)
     role: str
     method: str
+    source: CallSource = Field(
+        "agent", description="who asked: agent (a tool call through the lifecycle), or a run of a program the "
+        "caller handed in: cli (sandforge exec), http (POST /v1/exec), mcp (run_tool_code), framework (an agent "
+        "framework's code-execution tool: sandforge.integrations)",
+    )  # fmt: skip
     args: JsonValue = None
     kwargs: JsonValue = None
     started_at: AwareDatetime
@@ -331,11 +349,17 @@ class CallLog:
             return list(self._recent)
 
     def append(self, record: CallRecord) -> None:
+        if (problem := self.write(record)) is not None:  # a full disk must not turn a successful call into a failure
+            log.warning("cannot write the call log %s: %s", self.path, problem)
+
+    def write(self, record: CallRecord) -> OSError | None:
+        """:meth:`append`, returning why the file could not be written (None: it was, or there is no file)
+        instead of logging it: ``sandforge exec`` says it in its own one line."""
         line = (record.model_dump_json() + "\n").encode("utf-8")
         with self._lock:
             self._recent.append(record)
             if self.path is None:
-                return
+                return None
             # O_NONBLOCK: a FIFO in the log's place fails the open instead of hanging; only a regular file is
             # appended to (files/dirs created 0600/0700: records hold arguments and values)
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
@@ -353,8 +377,9 @@ class CallLog:
                     os.write(fd, line)  # one write per line: O_APPEND keeps concurrent writers' lines whole
                 finally:
                     os.close(fd)
-            except OSError as exc:  # a full disk must not turn a successful call into a failure
-                log.warning("cannot write the call log %s: %s", self.path, exc)
+            except OSError as exc:
+                return exc
+        return None
 
 
 def parse_record(line: str) -> CallRecord | None:

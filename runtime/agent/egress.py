@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from sandforge.runtime.egress.wire import FetchFailure, FetchReply, FetchRequest
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.guardrails import Policy
 from sandforge.sandbox import BridgeReply, ErrorType, ExecutionOutcome
@@ -32,7 +31,8 @@ from sandforge.sandbox.channel import PipedBody
 from sandforge.sandbox.exchange import no_bridge
 from sandforge.sandbox.protocol import CallFrame
 
-if TYPE_CHECKING:  # the broker (its HTTP client, TLS, thread pools) loads on the first fetch, not with the agent
+if TYPE_CHECKING:  # the broker (its HTTP client, TLS, thread pools) and the fetch frames' models (``egress.wire``)
+    # load on the first fetch, not with the agent or ``sandforge exec``
     from sandforge.runtime.egress.broker import EgressBroker, EgressRecord, EgressSession
 
 log = logging.getLogger(__name__)
@@ -92,11 +92,15 @@ def _forget(key: int, _gone: object) -> None:
 
 
 def _failure(kind: str, message: str, reason: str) -> dict[str, Any]:
+    from sandforge.runtime.egress.wire import FetchFailure, FetchReply
+
     failure = FetchFailure.model_validate({"kind": kind, "message": message[:4096], "reason": reason[:100]})
     return FetchReply(error=failure).model_dump()
 
 
 def _json(reply: Mapping[str, Any]) -> bytes:
+    from sandforge.runtime.egress.wire import FetchReply
+
     return FetchReply.model_validate(reply).model_dump_json().encode()
 
 
@@ -164,6 +168,7 @@ class ExecutionEgress:
 
     def _refuse(self, request: bytes | Mapping[str, Any], why: str, kind: str) -> dict[str, Any]:
         from sandforge.runtime.egress.broker import EgressRecord
+        from sandforge.runtime.egress.wire import FetchRequest
 
         try:
             if isinstance(request, Mapping):
@@ -182,6 +187,8 @@ class ExecutionEgress:
     def _note(self, reply: bytes) -> None:
         if reply.endswith(b'"error":null}'):  # a response (its body never holds a quote): nothing to note
             return
+        from sandforge.runtime.egress.wire import FetchReply
+
         try:
             answer = FetchReply.model_validate_json(reply)
         except ValidationError:  # the broker always answers a valid reply; never trust a kind we cannot read

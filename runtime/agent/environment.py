@@ -15,22 +15,23 @@ import sys
 import threading
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from sandforge.runtime.environments.builder import EnvironmentStore, Progress
-from sandforge.runtime.environments.bytecode import compile_in_container, compile_on_host
 from sandforge.runtime.environments.errors import DependencyInstallFailed, EnvironmentFailure
-from sandforge.runtime.environments.identity import EnvironmentSpec
 from sandforge.runtime.environments.manifest import Manifest, manifest_of
 from sandforge.runtime.environments.policy import DependencyPolicy
-from sandforge.runtime.environments.records import PreparedEnvironment
-from sandforge.runtime.environments.target import SandboxTarget, TargetCache, interpreter_key, probe, probe_container
 from sandforge.runtime.guardrails import Policy, ValidationResult, Violation
 from sandforge.runtime.state_dir import resolve_state_dir
 from sandforge.sandbox import EnvironmentMount
 from sandforge.sandbox.protocol import EXPOSABLE_MODULE
+
+if TYPE_CHECKING:  # the builder (uv, file locks, records) loads when a program declares packages, not before
+    from sandforge.runtime.environments.builder import EnvironmentStore, Progress
+    from sandforge.runtime.environments.identity import EnvironmentSpec
+    from sandforge.runtime.environments.records import PreparedEnvironment
+    from sandforge.runtime.environments.target import SandboxTarget
 
 __all__ = ["Environments", "default_environments", "failure_result", "manifest_for", "mount_of"]
 
@@ -66,6 +67,8 @@ class Environments:
 
     @property
     def store(self) -> EnvironmentStore:
+        from sandforge.runtime.environments.builder import EnvironmentStore
+
         with self._lock:
             if self._store is None:
                 self._store = EnvironmentStore(self._root or resolve_state_dir() / "environments")
@@ -73,6 +76,9 @@ class Environments:
 
     def target(self, sandbox: Any, backend: str | None) -> SandboxTarget:
         """The interpreter programs run on with ``backend`` (what their environment must be built for)."""
+        from sandforge.runtime.environments.bytecode import compile_on_host
+        from sandforge.runtime.environments.target import interpreter_key, probe
+
         found = self._interpreter(sandbox, backend)
         if found is None or found.python is not None:
             python = found.python if found is not None else None
@@ -103,6 +109,8 @@ class Environments:
         return known[backend]
 
     def _cached(self, key: str, describe: Any) -> SandboxTarget:
+        from sandforge.runtime.environments.target import TargetCache
+
         known = self._targets.get(key)
         if known is None:
             known = TargetCache(self.store.root / "targets").get(key, describe)
@@ -130,6 +138,7 @@ class Environments:
 
 
 def _probe_image(image: str | None, runtime: str | None) -> SandboxTarget:
+    from sandforge.runtime.environments.target import probe_container
     from sandforge.sandbox.docker_engine import connect
 
     assert image is not None
@@ -137,6 +146,7 @@ def _probe_image(image: str | None, runtime: str | None) -> SandboxTarget:
 
 
 def _compile_in_image(image: str | None, runtime: str | None, site: Path) -> None:
+    from sandforge.runtime.environments.bytecode import compile_in_container
     from sandforge.sandbox.docker_engine import connect
 
     assert image is not None

@@ -51,10 +51,14 @@ from sandforge.runtime.agent.calllog import (
 )
 from sandforge.runtime.agent.contracts import ContractViolation
 from sandforge.runtime.agent.failures import (
+    EGRESS_HOST_FAILURES,
     EXECUTION_FAILURES,
     FailureClass,
     classify_failure,
     classify_outcome,
+    host_observed,
+    location,
+    policy_dependent,
 )
 from sandforge.runtime.agent.trace_budget import Stop
 from sandforge.runtime.guardrails import ValidationResult, Violation
@@ -93,26 +97,6 @@ EGRESS_TERMINAL = {
 }
 
 
-#: Violations that only the caller's policy makes: the same program passes under a policy that grants what it
-#: uses, so a refusal made of nothing else is EXTRINSIC (ADR 0012: it never degrades a stored artifact).
-POLICY_DEPENDENT_VIOLATIONS = frozenset({"capability_not_granted"})
-
-
-def policy_dependent(result: ValidationResult) -> bool:
-    """Whether every violation of ``result`` is one only the caller's grants decide (see above)."""
-    return bool(result.violations) and all(v.violation_type in POLICY_DEPENDENT_VIOLATIONS for v in result.violations)
-
-
-#: Fetch failures that are the world's or the deployment's, never the program's (no lane regenerates them).
-EGRESS_HOST_FAILURES = frozenset({"egress_denied", "missing_credentials", "network_error"})
-
-
-def host_observed(kind: str, ex: ExecutionOutcome) -> bool:
-    """Whether the broker answered a fetch of this execution with ``kind`` (its records are the host's)."""
-    records = ex.metadata.get("egress")
-    return isinstance(records, list) and any(isinstance(r, dict) and r.get("error") == kind for r in records)
-
-
 def egress_failure(kind: str, message: str, *, tool_error: bool = False) -> Failure:
     """A terminal denial or missing credential (not retriable; saying why retrying will not help), or a
     network error (retriable): extrinsic either way, so a stored artifact is never blamed for them."""
@@ -137,16 +121,6 @@ class Failure:
     def stopped(cls, stop: Stop) -> Failure:
         """The trace budget or the caller's deadline ended the call: host-observed, so extrinsic."""
         return cls(stop.error_type, stop.message, False, stop.metadata())
-
-
-def location(violation: Violation) -> str | None:
-    """Where a violation is, as one line for feedback and records (None when the engine could not say)."""
-    loc = violation.location
-    if loc is None:
-        return None
-    text = f"line {loc.line}, column {loc.column}"
-    source = loc.source_line.strip()
-    return f"{text}: {source}" if source else text
 
 
 def violations_json(result: ValidationResult) -> list[dict[str, Any]]:

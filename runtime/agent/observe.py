@@ -12,16 +12,18 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sandforge.runtime.agent.env import CallSpec
-from sandforge.runtime.agent.outcome import Outcome
-from sandforge.runtime.environments.records import PreparedEnvironment
 from sandforge.runtime.guardrails import ValidationResult
 from sandforge.runtime.telemetry import NULL_SPAN, SpanHandle, Telemetry, current
 from sandforge.sandbox import BridgeHandler, ExecutionOutcome
 from sandforge.sandbox.exchange import Reply
 from sandforge.sandbox.protocol import CallFrame, SecurityEvent
+
+if TYPE_CHECKING:  # annotations only: `sandforge exec` runs a program without a call's spec, outcome or log
+    from sandforge.runtime.agent.env import CallSpec
+    from sandforge.runtime.agent.outcome import Outcome
+    from sandforge.runtime.environments.records import PreparedEnvironment
 
 T = TypeVar("T")
 

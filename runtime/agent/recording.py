@@ -19,11 +19,11 @@ from sandforge.runtime.agent.calllog import (
     STORE_FIELDS,
     CallRecord,
     CallSecurityEvent,
-    Capability,
     EgressCall,
     Usage,
     bounded,
     bounded_json,
+    capability,
 )
 from sandforge.runtime.agent.egress import egress_of
 from sandforge.runtime.agent.env import CallSpec
@@ -33,16 +33,9 @@ from sandforge.runtime.agent.lanes import Failure, Lanes
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.seam import ProgramSeam
 from sandforge.runtime.agent.trace_budget import TraceMeter
-from sandforge.runtime.guardrails import Capability as FoundCapability
 from sandforge.sandbox import ExecutionOutcome
 
 log = logging.getLogger(__name__)
-
-
-def capability(found: FoundCapability) -> Capability:
-    """The call record's view of a capability the policy found: its tag, grant and first five pieces of evidence."""
-    evidence = [bounded(f"{e.line}:{e.column} {e.construct}", 200) or "" for e in found.evidence[:5]]
-    return Capability(tag=found.tag, granted=found.granted, evidence=evidence)
 
 
 @dataclass(frozen=True)

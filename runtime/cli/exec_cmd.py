@@ -10,16 +10,17 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from sandforge.runtime.agent.calllog import CallLog, default_log_path
 from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.agent.program_exec import execute_program
+from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.cli.common import load_policy_option, policy_options
 from sandforge.runtime.cli.exits import for_outcome
-from sandforge.runtime.cli.logs_cmd import egress_line
 from sandforge.runtime.errors import InputFileMissing, UsageError
-from sandforge.runtime.files import decode_json, encode_compact, exclusive, read_user_file, write_user_file
+from sandforge.runtime.files import decode_json, encode_compact, read_user_file, write_user_file
 from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
+from sandforge.runtime.guardrails import ValidationResult
 from sandforge.runtime.guardrails.engine import source_text
-from sandforge.runtime.service.models import exec_result
 from sandforge.sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
 
 
@@ -74,14 +75,12 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -
         if (event := outcome.security_event) is not None:
             click.echo(f"  security event: {event.source} {event.event}", err=True)
         for v in outcome.metadata.get("violations", []):
-            loc = v.get("location") or {}
-            click.echo(
-                f"  line {loc.get('line')}: {v['violation_type']} ({v['classification']}): {v['message']}", err=True
-            )
+            line = (v.get("location") or {}).get("line")  # none for a refused manifest: not one line's fault
+            where = f"line {line}: " if line is not None else ""
+            click.echo(f"  {where}{v['violation_type']} ({v['classification']}): {v['message']}", err=True)
             if v.get("required_correction"):
                 click.echo(f"    fix: {v['required_correction']}", err=True)
-    for entry in outcome.metadata.get("egress", []):
-        click.echo(egress_line(entry), err=True)
+    _print_fetches(outcome.metadata.get("egress", []))
     if outcome.stderr:
         click.echo(outcome.stderr, err=True, nl=not outcome.stderr.endswith("\n"))
     if not outcome.backend:
@@ -93,6 +92,14 @@ def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -
         f"peak {usage.peak_memory_mb:.1f} MB]",
         err=True,
     )
+
+
+def _print_fetches(fetched: list[dict[str, Any]]) -> None:
+    if fetched:  # the call log's reader (logs_cmd) loads only for a run that fetched
+        from sandforge.runtime.cli.logs_cmd import egress_line
+
+        for entry in fetched:
+            click.echo(egress_line(entry), err=True)
 
 
 def read_program(file: Path, limit: int) -> bytes:
@@ -139,7 +146,8 @@ def command(
     as_json: bool,
 ) -> None:
     """Validate FILE (a tool program body; - reads standard input) with the policy, run it in a fresh
-    sandbox, print the outcome.
+    sandbox, print the outcome. Every run is recorded in the call log ($SANDFORGE_CALL_LOG, else
+    <state dir>/logs/calls.jsonl) with source cli.
 
     Exit status: 0 ok; 1 the program failed (or a result over the message limit); 2 usage error or a refused
     input file; 3 rejected by the policy, recoverable; 4 rejected by the policy, terminal; 5 a timeout or
@@ -168,27 +176,49 @@ def command(
     config = config.model_copy(update={"limits": limits})
     committed = None
     # --commit: read, run and write under the context file's lock, so concurrent commits serialise
-    with exclusive(context_path) if commit and context_path is not None else contextlib.nullcontext():
+    with _locked(context_path) if commit and context_path is not None else contextlib.nullcontext():
         context = _read_context(context_path, bound)
         try:
             request = ExecutionRequest(code=source_text(code), context=context, args=args, kwargs=kwargs, limits=limits)
         except ValidationError as exc:
             raise _invalid(exc) from None
         bridge = StandaloneBridge.of(policy)  # its fetches are brokered under the policy's egress section
+        clock = RunClock()
         with Sandbox(config) as sb:
-            outcome, _ = execute_program(sb, request, policy=policy, bridge=bridge,  # + its declared environment
-                                         environments=_building_shown())  # fmt: skip
+            outcome, verdict = execute_program(sb, request, policy=policy, bridge=bridge,  # + its environment
+                                               environments=_building_shown())  # fmt: skip
         outcome = bridge.fetches.attach(outcome)
+        record_run(outcome, verdict, request, clock)  # before the commit: a run that ran is in the log
         if commit and outcome.ok and context_path is not None:
             data = encode_compact(outcome.context, limit=bound, what="the new context") + b"\n"
             write_user_file(context_path, data)
             committed = context_path
     if as_json:
+        from sandforge.runtime.service.models import exec_result  # the HTTP API's models: only for --json
+
         click.echo(encode_compact(exec_result(outcome), limit=output_limit(limits), what="the outcome"))
     else:
         _print_text(outcome, committed, bound)
     error_type = outcome.error_type.value if outcome.error_type else None
     sys.exit(for_outcome(outcome.ok, error_type, outcome.metadata.get("verdict")))
+
+
+def _locked(path: Path) -> contextlib.AbstractContextManager[object]:
+    from sandforge.runtime.files import exclusive  # filelock: only for --commit
+
+    return exclusive(path)
+
+
+def record_run(outcome: ExecutionOutcome, verdict: ValidationResult | None, request: ExecutionRequest,
+               clock: RunClock) -> None:  # fmt: skip
+    """The run into the call log (``$SANDFORGE_CALL_LOG``, else the local state directory's
+    ``<state dir>/logs/calls.jsonl``, which ``sandforge logs`` reads and ``sandforge dashboard`` shows). A log that
+    cannot be written (a read-only or missing state directory) costs the run nothing: one line says so."""
+    path = default_log_path()
+    problem = CallLog(path, keep=1).write(run_record(outcome, verdict, request, source="cli", clock=clock))
+    if problem is not None:
+        why = problem.strerror or type(problem).__name__
+        click.echo(f"sandforge exec: this run is not in the call log: cannot write {path}: {why}", err=True)
 
 
 def _invalid(exc: ValidationError) -> UsageError:

@@ -45,8 +45,12 @@ class Exit(IntEnum):
 #: Execution error types that are a limit of the sandbox (exit 5) or its absence (exit 6).
 LIMIT_ERRORS = frozenset({"timeout", "memory_limit", "output_limit"})
 UNAVAILABLE_ERRORS = frozenset({"sandbox_unavailable"})
-#: Policy rejections: the verdict (in the outcome's metadata) says recoverable (3) or terminal (4).
-REJECTION_ERRORS = frozenset({"guardrail_violation", "invalid_code"})
+#: Policy rejections: the verdict (in the outcome's metadata) says recoverable (3) or terminal (4). A
+#: program's dependency manifest refused (malformed, or naming what the policy's ``dependencies`` does not
+#: allow) is one: nothing ran and a corrected program may pass.
+REJECTION_ERRORS = frozenset(
+    {"guardrail_violation", "invalid_code", "invalid_dependency_manifest", "dependency_policy_violation"}
+)
 
 
 def for_outcome(ok: bool, error_type: str | None, verdict: object = None) -> Exit:

@@ -119,7 +119,8 @@ def format_record(record: CallRecord, *, details: bool = True, color: bool = Fal
     stamp = record.started_at.astimezone().strftime("%H:%M:%S")
     attempts = f"{record.attempts} attempt{'s' if record.attempts != 1 else ''}"
     where = f"{record.backend or '-'} {record.duration_s * 1000:.0f} ms"
-    line = f"{stamp} {record.trace_id[:8]} {indent}{_call_text(record)} -> {result}  ({attempts}, {where})"
+    via = f" [{record.source}]" if record.source != "agent" else ""  # a run: sandforge exec, POST /v1/exec, MCP
+    line = f"{stamp} {record.trace_id[:8]} {indent}{_call_text(record)}{via} -> {result}  ({attempts}, {where})"
     lines = [line]
     if not details:
         return lines

@@ -1,15 +1,15 @@
 """A SQLite index over a tenant's call log (JSONL), so the dashboard pages stay fast at a million records.
 
-The log stays the record: the index holds, per line, its byte offset and length plus the fields the pages
-filter and count on (time, role, method, status, failure stage, error type, trace, call ids, how many security
-events), one row per security event (issue 36: time, source, event, attempt; the security page and its
-filters), and per hour the number of calls and failures by error type (the overview's chart and counts). Only
-bytes appended since the last commit are ever indexed; a log that shrank or was replaced (another inode) is
-indexed again from the start. A short tail is indexed by the read that finds it; a long one (a large existing
-log, met for the first time) by a background thread while the pages answer with what is indexed so far
-(:class:`Progress`). Every batch commits its rows with the offset it reached, so a build that dies resumes
-where it stopped, and one process's batch never repeats another's. Pages read a record by seeking to its
-offset, so a page costs one indexed query and a few short reads whatever the log's size. The index file lives
+The log stays the record: the index holds, per line, its byte offset and length plus the fields the pages filter
+and count on (time, role, method, status, failure stage, error type, trace, call ids, how many security events,
+the call's source: agent or a cli/http/mcp run), one row per security event (issue 36: time, source, event,
+attempt; the security page and its filters), and per hour the number of calls and failures by error type (the
+overview's chart and counts). Only bytes appended since the last commit are ever indexed; a log that shrank or
+was replaced (another inode) is indexed again from the start. A short tail is indexed by the read that finds it;
+a long one (a large existing log, met for the first time) by a background thread while the pages answer with what
+is indexed so far (:class:`Progress`). Every batch commits its rows with the offset it reached, so a build that
+dies resumes where it stopped, and one process's batch never repeats another's. Pages read a record by seeking to
+its offset, so a page costs one indexed query and a few short reads whatever the log's size. The index file lives
 beside the log, in the tenant's own state directory, created 0600.
 """
 
@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 4 * 1024 * 1024
 #: lines indexed per transaction while catching up
 BATCH = 5000
-#: 2: security events (a version change rebuilds the index from the log, tables and all); 3: answered errors
-INDEX_VERSION = 3
+#: 2: security events (a version change rebuilds the index from the log, tables and all); 3: answered errors;
+#: 4: the call's source (issue 37: runs of cli, http, mcp beside agent calls)
+INDEX_VERSION = 4
 #: a tail at most this long is indexed by the read that finds it (a page shows every call that returned);
 #: a longer one in the background
 INLINE_BYTES = 4 * 1024 * 1024
@@ -53,7 +54,7 @@ CREATE TABLE IF NOT EXISTS calls (
     role TEXT NOT NULL, method TEXT NOT NULL, status TEXT NOT NULL, error_type TEXT, stage TEXT,
     failure_class TEXT, trace TEXT NOT NULL, call_id TEXT NOT NULL, parent TEXT, depth INTEGER NOT NULL,
     duration REAL NOT NULL, attempts INTEGER NOT NULL, security INTEGER NOT NULL DEFAULT 0,
-    answered INTEGER NOT NULL DEFAULT 0
+    answered INTEGER NOT NULL DEFAULT 0, source TEXT NOT NULL DEFAULT 'agent'
 );
 CREATE INDEX IF NOT EXISTS calls_t ON calls (t);
 CREATE INDEX IF NOT EXISTS calls_role ON calls (role, method, id);
@@ -64,6 +65,7 @@ CREATE INDEX IF NOT EXISTS calls_call_id ON calls (call_id);
 CREATE INDEX IF NOT EXISTS calls_parent ON calls (parent);
 CREATE INDEX IF NOT EXISTS calls_trace ON calls (trace);
 CREATE INDEX IF NOT EXISTS calls_security ON calls (id) WHERE security > 0;
+CREATE INDEX IF NOT EXISTS calls_source ON calls (source, id);
 CREATE TABLE IF NOT EXISTS security (
     id INTEGER PRIMARY KEY, call INTEGER NOT NULL, n INTEGER NOT NULL, t REAL NOT NULL, source TEXT NOT NULL,
     event TEXT NOT NULL, attempt INTEGER NOT NULL
@@ -92,6 +94,8 @@ class CallFilter:
     before: int | None = None
     #: only calls that had a security event (issue 36)
     security: bool = False
+    #: only calls of this source (``CallSource``: agent, cli, http, mcp, framework)
+    source: str | None = None
 
     def index(self) -> str:
         """The index to walk, most selective filter first (the planner, without statistics, may pick the
@@ -102,6 +106,8 @@ class CallFilter:
             return "INDEXED BY calls_role_status" if self.method is None and self.status else "INDEXED BY calls_role"
         if self.security:
             return "INDEXED BY calls_security"  # few calls have one: the partial index holds only those
+        if self.source is not None:
+            return "INDEXED BY calls_source"
         if self.stage is not None and self.stage != "none":
             return "INDEXED BY calls_stage"
         if self.status is not None:
@@ -113,7 +119,8 @@ class CallFilter:
     def where(self) -> tuple[str, list[Any]]:
         clauses: list[str] = []
         params: list[Any] = []
-        for column, value in (("role", self.role), ("method", self.method), ("status", self.status)):
+        for column, value in (("role", self.role), ("method", self.method), ("status", self.status),
+                              ("source", self.source)):  # fmt: skip
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
@@ -158,10 +165,12 @@ class IndexedCall:
     security: int = 0
     #: 1: the error is the program's own ``Outcome.error``, its answer (not a failure: see :func:`answered`)
     answered: int = 0
+    #: who asked: agent, or a run's cli, http, mcp (``CallRecord.source``)
+    source: str = "agent"
 
 
 _COLUMNS = "id, off, len, t, role, method, status, error_type, stage, failure_class, trace, call_id, parent, depth, " \
-    "duration, attempts, security, answered"
+    "duration, attempts, security, answered, source"
 
 
 def answered(data: dict[str, Any]) -> bool:
@@ -231,7 +240,7 @@ def _row(line: bytes, off: int) -> tuple[tuple[Any, ...], list[EventRow]] | None
         events = _events(data, started)
     except (ValueError, KeyError, TypeError):
         return None
-    return (*row, len(events), int(answered(data))), events
+    return (*row, len(events), int(answered(data)), str(data.get("source") or "agent")), events
 
 
 @dataclass(frozen=True)
@@ -513,8 +522,8 @@ class CallIndex:
             first = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM calls").fetchone()[0]) + 1
             db.executemany(
                 "INSERT INTO calls (id, off, len, t, role, method, status, error_type, stage, failure_class, trace, "
-                "call_id, parent, depth, duration, attempts, security, answered) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "call_id, parent, depth, duration, attempts, security, answered, source) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(first + i, *r) for i, (r, _) in enumerate(rows)],
             )
             db.executemany(

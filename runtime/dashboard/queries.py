@@ -8,7 +8,7 @@ from typing import Any, get_args
 
 from sandforge.runtime.dashboard.callindex import CallFilter, SecurityFilter
 from sandforge.runtime.dashboard.toolhealth import Badge
-from sandforge.runtime.dashboard.views import SECURITY_SOURCES, SortKey
+from sandforge.runtime.dashboard.views import CALL_SOURCES, SECURITY_SOURCES, SortKey
 
 STAGES = ("generation", "validation", "execution", "outcome_policy", "none")
 MAX_TEXT = 200
@@ -84,6 +84,7 @@ def calls_query(q: Mapping[str, str]) -> CallFilter:
         role=_text(q, "role"), method=_text(q, "method"), status=_choice(q, "status", ("ok", "error")),
         stage=_choice(q, "stage", STAGES), since=_time(q, "since"), until=_time(q, "until"), trace=_text(q, "trace"),
         before=_int(q, "before", None), security=_choice(q, "security", ("1",)) == "1",
+        source=_choice(q, "source", CALL_SOURCES),
     )  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
-from sandforge.runtime.agent.calllog import CallRecord, CallSecurityEvent
+from sandforge.runtime.agent.calllog import CallRecord, CallSecurityEvent, CallSource
 from sandforge.runtime.dashboard.boardsnap import (
     BoardSnapshot,
     Mark,
@@ -675,6 +675,10 @@ def indexing(board: Board) -> Indexing | None:
                     indexed_bytes=p.indexed_bytes, log_bytes=p.log_bytes)  # fmt: skip
 
 
+#: who asks for a call: agent, cli, http, mcp (the calls page's source filter)
+CALL_SOURCES: tuple[str, ...] = get_args(CallSource)
+
+
 class CallRow(BaseModel):
     id: int
     call_id: str
@@ -691,6 +695,7 @@ class CallRow(BaseModel):
     duration_s: float
     attempts: int
     security_events: int = Field(0, description="executions of this call that ended on a security event (issue 36)")
+    source: str = Field("agent", description="who asked: agent, or a run's cli, http or mcp (issue 37)")
 
 
 class CallsPage(BaseModel):
@@ -707,6 +712,7 @@ def _call_row(c: IndexedCall) -> CallRow:
         id=c.id, call_id=c.call_id, trace_id=c.trace, parent_call_id=c.parent, depth=c.depth, started_at=_utc(c.t),
         role=c.role, method=c.method, status=c.status, error_type=c.error_type, failure_stage=c.stage,
         failure_class=c.failure_class, duration_s=c.duration, attempts=c.attempts, security_events=c.security,
+        source=c.source,
     )  # fmt: skip
 
 
@@ -718,7 +724,7 @@ def calls_page(board: Board, flt: CallFilter, *, limit: int = PAGE_SIZE) -> Call
         "role": flt.role, "method": flt.method, "status": flt.status, "stage": flt.stage, "trace": flt.trace,
         "since": _utc(flt.since).isoformat() if flt.since is not None else None,
         "until": _utc(flt.until).isoformat() if flt.until is not None else None,
-        "security": "1" if flt.security else None,
+        "security": "1" if flt.security else None, "source": flt.source,
     }  # fmt: skip
     return CallsPage(
         tenant=board.tenant, filters=filters, calls=[_call_row(r) for r in rows],

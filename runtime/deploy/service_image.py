@@ -131,9 +131,24 @@ def build_service(
         raise image.ImageBuildError(
             f"unknown extra(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(KNOWN_EXTRAS))})"
         )
-    import docker.errors
+
+    from filelock import FileLock, Timeout
 
     say: image.Progress = progress or (lambda msg: None)
+    lock = FileLock(str(image.cache_dir() / "service-build.lock"))
+    try:  # a second build (CI's step and a test session's fixture) waits for the first and finds its image
+        lock.acquire(timeout=1800)
+    except Timeout as exc:
+        raise image.ImageBuildError("another service image build holds the lock for too long") from exc
+    try:
+        return _build_service(client, extras=extras, force=force, say=say)
+    finally:
+        lock.release()
+
+
+def _build_service(client: Any, *, extras: tuple[str, ...], force: bool, say: image.Progress) -> image.BuildResult:
+    import docker.errors
+
     api = image._low_level(client)
     started = time.monotonic()
     steps: dict[str, float] = {}

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.agent.program_exec import execute_program_async
+from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.service.deps import ApiError, Service, first_error
 from sandforge.runtime.service.models import ExecRequest, exec_result
@@ -52,9 +53,13 @@ async def run_exec(service: Service, rt: TenantRuntime, body: ExecRequest) -> Ex
 
     async def run() -> ExecutionOutcome:
         bridge = StandaloneBridge.of(policy)  # fetches brokered under the tenant's egress rules, as exec does
-        outcome, _ = await execute_program_async(sandbox, req, policy=policy, backend=body.backend, bridge=bridge,
-                                                 environments=environments)  # its declared environment, as exec
-        return bridge.fetches.attach(outcome)
+        clock = RunClock()
+        outcome, verdict = await execute_program_async(sandbox, req, policy=policy, backend=body.backend,
+                                                       bridge=bridge, environments=environments)  # fmt: skip
+        outcome = bridge.fetches.attach(outcome)
+        # into the tenant's call log, failed or not (issue 37): one short append, as an agent call's record
+        rt.call_log.append(run_record(outcome, verdict, req, source="http", clock=clock))
+        return outcome
 
     return await service.execute_async(rt, run)
 

@@ -1,83 +1,90 @@
 """ToolStore (ADR 0012/0013): cross-session tools and artifacts, selection policy, cacheability, patterns.
 
 Start with :class:`ToolStore`; the policy pieces are pure functions usable without a store. The design,
-file layout and decision table are in docs/toolstore.md.
+file layout and decision table are in docs/toolstore.md. The names load on first use: a submodule
+(``store.models``, ``store.logfields``) imports without the store itself (sqlite, the registry, file locks),
+which the CLI and the MCP server pay for only when they read or write tools (issue 39).
 """
 
 from __future__ import annotations
 
-from sandforge.runtime.store.cacheability import (
-    DEFAULT_DYNAMIC_METHODS,
-    Cacheability,
-    CacheabilityHint,
-    CacheabilityReason,
-    assess_cacheability,
-    find_baked_inputs,
-    is_dynamic_method,
-)
-from sandforge.runtime.store.errors import (
-    InvalidNameError,
-    RollbackError,
-    SchemaTooNewError,
-    StoreError,
-    StoreIOError,
-    StoreLockTimeout,
-    ToolNotFoundError,
-)
-from sandforge.runtime.store.fingerprint import code_checksum, contract_fingerprint
-from sandforge.runtime.store.health import (
-    ArtifactCandidate,
-    apply_failure,
-    apply_success,
-    classify_failure,
-    classify_outcome,
-    promote,
-)
-from sandforge.runtime.store.known_tools import rank_known_tools, render_known_tools, utility_score
-from sandforge.runtime.store.models import (
-    HEALTH_WINDOW,
-    RETAINED_PREVIOUS,
-    FailureClass,
-    MethodArtifact,
-    MethodFile,
-    PatternEvent,
-    ProgramSource,
-    RegistryEntry,
-    RoleManifest,
-    ToolContract,
-)
-from sandforge.runtime.store.paths import StorePaths, default_state_dir, safe_component
-from sandforge.runtime.store.patterns import (
-    PatternMemory,
-    PatternSummary,
-    PromotionSignal,
-    promotion_signal,
-    render_recent_patterns,
-    summarize,
-)
-from sandforge.runtime.store.selection import (
-    CORRUPT,
-    DEFAULT_POLICY,
-    MAX_REPAIRS_BEFORE_REGEN,
-    CallLogFields,
-    Decision,
-    HealthStatus,
-    Selection,
-    SelectionPolicy,
-    SelectionReason,
-    StoredArtifact,
-    assess_health,
-    reuse_allowed,
-    runtime_compatible,
-    select_artifact,
-)
-from sandforge.runtime.store.toolstore import (
-    ArtifactHealth,
-    ArtifactLookup,
-    LookupStatus,
-    PrunePlan,
-    ToolStore,
-)
+from typing import TYPE_CHECKING
+
+from sandforge.runtime.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from sandforge.runtime.store.cacheability import (
+        DEFAULT_DYNAMIC_METHODS,
+        Cacheability,
+        CacheabilityHint,
+        CacheabilityReason,
+        assess_cacheability,
+        find_baked_inputs,
+        is_dynamic_method,
+    )
+    from sandforge.runtime.store.errors import (
+        InvalidNameError,
+        RollbackError,
+        SchemaTooNewError,
+        StoreError,
+        StoreIOError,
+        StoreLockTimeout,
+        ToolNotFoundError,
+    )
+    from sandforge.runtime.store.fingerprint import code_checksum, contract_fingerprint
+    from sandforge.runtime.store.health import (
+        ArtifactCandidate,
+        apply_failure,
+        apply_success,
+        classify_failure,
+        classify_outcome,
+        promote,
+    )
+    from sandforge.runtime.store.known_tools import rank_known_tools, render_known_tools, utility_score
+    from sandforge.runtime.store.models import (
+        HEALTH_WINDOW,
+        RETAINED_PREVIOUS,
+        FailureClass,
+        MethodArtifact,
+        MethodFile,
+        PatternEvent,
+        ProgramSource,
+        RegistryEntry,
+        RoleManifest,
+        ToolContract,
+    )
+    from sandforge.runtime.store.paths import StorePaths, default_state_dir, safe_component
+    from sandforge.runtime.store.patterns import (
+        PatternMemory,
+        PatternSummary,
+        PromotionSignal,
+        promotion_signal,
+        render_recent_patterns,
+        summarize,
+    )
+    from sandforge.runtime.store.selection import (
+        CORRUPT,
+        DEFAULT_POLICY,
+        MAX_REPAIRS_BEFORE_REGEN,
+        CallLogFields,
+        Decision,
+        HealthStatus,
+        Selection,
+        SelectionPolicy,
+        SelectionReason,
+        StoredArtifact,
+        assess_health,
+        reuse_allowed,
+        runtime_compatible,
+        select_artifact,
+    )
+    from sandforge.runtime.store.toolstore import (
+        ArtifactHealth,
+        ArtifactLookup,
+        LookupStatus,
+        PrunePlan,
+        ToolStore,
+    )
 
 __all__ = [
     "CORRUPT",
@@ -144,3 +151,72 @@ __all__ = [
     "summarize",
     "utility_score",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "DEFAULT_DYNAMIC_METHODS": "sandforge.runtime.store.cacheability",
+        "Cacheability": "sandforge.runtime.store.cacheability",
+        "CacheabilityHint": "sandforge.runtime.store.cacheability",
+        "CacheabilityReason": "sandforge.runtime.store.cacheability",
+        "assess_cacheability": "sandforge.runtime.store.cacheability",
+        "find_baked_inputs": "sandforge.runtime.store.cacheability",
+        "is_dynamic_method": "sandforge.runtime.store.cacheability",
+        "InvalidNameError": "sandforge.runtime.store.errors",
+        "RollbackError": "sandforge.runtime.store.errors",
+        "SchemaTooNewError": "sandforge.runtime.store.errors",
+        "StoreError": "sandforge.runtime.store.errors",
+        "StoreIOError": "sandforge.runtime.store.errors",
+        "StoreLockTimeout": "sandforge.runtime.store.errors",
+        "ToolNotFoundError": "sandforge.runtime.store.errors",
+        "code_checksum": "sandforge.runtime.store.fingerprint",
+        "contract_fingerprint": "sandforge.runtime.store.fingerprint",
+        "ArtifactCandidate": "sandforge.runtime.store.health",
+        "apply_failure": "sandforge.runtime.store.health",
+        "apply_success": "sandforge.runtime.store.health",
+        "classify_failure": "sandforge.runtime.store.health",
+        "classify_outcome": "sandforge.runtime.store.health",
+        "promote": "sandforge.runtime.store.health",
+        "rank_known_tools": "sandforge.runtime.store.known_tools",
+        "render_known_tools": "sandforge.runtime.store.known_tools",
+        "utility_score": "sandforge.runtime.store.known_tools",
+        "HEALTH_WINDOW": "sandforge.runtime.store.models",
+        "RETAINED_PREVIOUS": "sandforge.runtime.store.models",
+        "FailureClass": "sandforge.runtime.store.models",
+        "MethodArtifact": "sandforge.runtime.store.models",
+        "MethodFile": "sandforge.runtime.store.models",
+        "PatternEvent": "sandforge.runtime.store.models",
+        "ProgramSource": "sandforge.runtime.store.models",
+        "RegistryEntry": "sandforge.runtime.store.models",
+        "RoleManifest": "sandforge.runtime.store.models",
+        "ToolContract": "sandforge.runtime.store.models",
+        "StorePaths": "sandforge.runtime.store.paths",
+        "default_state_dir": "sandforge.runtime.store.paths",
+        "safe_component": "sandforge.runtime.store.paths",
+        "PatternMemory": "sandforge.runtime.store.patterns",
+        "PatternSummary": "sandforge.runtime.store.patterns",
+        "PromotionSignal": "sandforge.runtime.store.patterns",
+        "promotion_signal": "sandforge.runtime.store.patterns",
+        "render_recent_patterns": "sandforge.runtime.store.patterns",
+        "summarize": "sandforge.runtime.store.patterns",
+        "CORRUPT": "sandforge.runtime.store.selection",
+        "DEFAULT_POLICY": "sandforge.runtime.store.selection",
+        "MAX_REPAIRS_BEFORE_REGEN": "sandforge.runtime.store.selection",
+        "CallLogFields": "sandforge.runtime.store.selection",
+        "Decision": "sandforge.runtime.store.selection",
+        "HealthStatus": "sandforge.runtime.store.selection",
+        "Selection": "sandforge.runtime.store.selection",
+        "SelectionPolicy": "sandforge.runtime.store.selection",
+        "SelectionReason": "sandforge.runtime.store.selection",
+        "StoredArtifact": "sandforge.runtime.store.selection",
+        "assess_health": "sandforge.runtime.store.selection",
+        "reuse_allowed": "sandforge.runtime.store.selection",
+        "runtime_compatible": "sandforge.runtime.store.selection",
+        "select_artifact": "sandforge.runtime.store.selection",
+        "ArtifactHealth": "sandforge.runtime.store.toolstore",
+        "ArtifactLookup": "sandforge.runtime.store.toolstore",
+        "LookupStatus": "sandforge.runtime.store.toolstore",
+        "PrunePlan": "sandforge.runtime.store.toolstore",
+        "ToolStore": "sandforge.runtime.store.toolstore",
+    },
+)

@@ -84,16 +84,21 @@ def _from_environment() -> Telemetry:
     except ValueError as exc:
         log.warning("telemetry off: %s", exc)
         return NULL
-    try:
+    try:  # opentelemetry-api alone imports; its SDK and exporters (the extra) are imported in the set-up
         from sandforge.runtime.telemetry.otel import OtelTelemetry
-    except ImportError as exc:
-        log.warning("telemetry asked for but OpenTelemetry is not installed (pip install 'sandforge[otel]'): %s", exc)
-        return NULL
-    try:
+
         return OtelTelemetry.from_environment(record_io=record_io)
-    except Exception:  # a bad exporter setting must not stop the tools
-        log.exception("telemetry could not be set up; running without it")
+    except ImportError as exc:  # one line on every command, never a traceback
+        log.warning("telemetry off: asked for, but %s (pip install 'sandforge[otel]')", _missing(exc))
         return NULL
+    except Exception as exc:  # a bad exporter setting must not stop the tools
+        log.warning("telemetry off: it could not be set up: %s: %s", type(exc).__name__, " ".join(str(exc).split()))
+        return NULL
+
+
+def _missing(exc: ImportError) -> str:
+    """What is missing, as one phrase: the module an import did not find, else the error's own words."""
+    return f"{exc.name} is not installed" if exc.name else " ".join(str(exc).split())
 
 
 def configure(

@@ -330,8 +330,11 @@ class SubprocessBackend:
         self._lock = threading.Lock()
         #: zygotes that pre-imported an environment's modules (``sandbox/envzygotes.py``)
         self.env_zygotes = EnvZygotes(self._env_zygote, bound=config.env_zygotes_max, idle_s=config.env_pool_idle_s)
-        # What killed hosts left behind, of every backend (the container engines at most once a minute).
-        leftovers.reap_in_background(containers=leftovers.containers_due())
+        # What killed hosts left behind, of every backend: files now, the container engines at most once a
+        # minute and a few seconds later (a one-shot `sandforge exec` is gone by then: sandbox/leftovers.py)
+        leftovers.reap_in_background(containers=False)
+        if leftovers.containers_due():
+            leftovers.reap_containers_later()
 
     def spawn(self, limits: Limits, environment: MountedEnvironment | None = None) -> SubprocessWorker:
         zygote = self._zygote_for(limits, environment) if self.config.zygote else None

@@ -1,4 +1,4 @@
-"""One helper (runtime/lazy.py) gives the three packages with lazily loaded names their ``__getattr__`` and
+"""One helper (runtime/lazy.py) gives the packages with lazily loaded names their ``__getattr__`` and
 ``__dir__``: every exported name resolves, an unknown one is an AttributeError, importing the package alone
 loads none of the names' modules."""
 
@@ -15,6 +15,12 @@ PACKAGES = {
     "sandforge": ("sandforge.runtime.agent", "sandforge.runtime.store", "sandforge.sandbox"),
     "sandforge.runtime.providers": ("sandforge.runtime.providers.anthropic_provider", "anthropic"),
     "sandforge.runtime.egress": ("sandforge.runtime.egress.broker", "httpx"),
+    "sandforge.runtime.environments": (
+        "sandforge.runtime.environments.builder",
+        "sandforge.runtime.environments.uvtool",
+        "sandforge.runtime.environments.records",
+    ),
+    "sandforge.runtime.store": ("sandforge.runtime.store.toolstore", "sandforge.runtime.store.registry_db", "sqlite3"),
 }
 
 

@@ -66,6 +66,25 @@ def test_syntax_error_is_invalid_code(tmp_path: Path) -> None:
     assert code == 3 and json.loads(out)["error_type"] == "invalid_code"  # refused, a corrected program may pass
 
 
+@pytest.mark.parametrize(
+    ("manifest", "kind"),
+    [
+        ('["not-in-the-allow-list==1.0"]', "dependency_policy_violation"),
+        ('["six==1", "six==2"]', "invalid_dependency_manifest"),
+    ],
+)
+def test_a_refused_dependency_is_a_policy_refusal(tmp_path: Path, manifest: str, kind: str) -> None:
+    """A manifest the policy refuses exits 3 like any refused program (a corrected one may pass), and the
+    violation, which is no line's, is printed without a line number."""
+    program = write(tmp_path, "deps.py", f"# /// script\n# dependencies = {manifest}\n# ///\nreturn 1\n")
+    code, out, _ = invoke("exec", str(program), "--json")
+    payload = json.loads(out)
+    assert code == 3 and payload["error_type"] == kind and payload["metadata"]["verdict"] == "recoverable"
+    code, _, err = invoke("exec", str(program))
+    assert code == 3 and f"error [{kind}]" in err and "fix:" in err
+    assert "line None" not in err and f"\n  {kind} (recoverable): " in err
+
+
 def test_json_output_shape(tmp_path: Path) -> None:
     program = write(tmp_path, "p.py", "print('hello')\nreturn {'a': [1, 2]}\n")
     code, out, _ = invoke("exec", str(program), "--json", "--kwargs", '{"x": 1}')

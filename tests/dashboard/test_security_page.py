@@ -39,6 +39,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuritySite]:
     assert_policy_approves()
     root = tmp_path_factory.mktemp("dash-security")
     config = tenant_config(root, "sec", SECURITY_PROGRAMS)
+    config["tenants"].append({"name": "gamma"})  # its own POST /v1/exec run (issue 37)
     tokens = {t["name"]: new_token() for t in config["tenants"]}
     for t in config["tenants"]:
         t["token_hashes"] = [hash_token(tokens[t["name"]])]
@@ -60,11 +61,14 @@ def test_agent_responses_carry_the_security_events(site: SecuritySite) -> None:
 
 
 def test_post_exec_answers_the_security_event(site: SecuritySite) -> None:
-    with site.client("sec", bearer=True) as api:
+    """Gamma's run (issue 37: runs are recorded): on gamma's security page with its call, on no other's."""
+    with site.client("gamma", bearer=True) as api:
         body = api.post("/v1/exec", json={"code": VIOLATING, "context": {"n": 1}}).json()
+        listed = api.get("/v1/dashboard/security").json()["events"]
     assert body["status"] == "error" and body["error_type"] == "sandbox_violation"
     assert (body["security_event"]["source"], body["security_event"]["event"]) == (SOURCE, EVENT)
     assert body["context"] is None
+    assert [(e["role"], e["method"], e["source"], e["event"]) for e in listed] == [("exec", "run", SOURCE, EVENT)]
 
 
 def test_the_security_twin_lists_every_event_with_its_call(site: SecuritySite) -> None:

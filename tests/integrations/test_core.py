@@ -59,3 +59,12 @@ def test_tool_names_are_what_every_framework_accepts() -> None:
     long = tool_name("r" * 80, "m")
     assert len(long) <= 64 and long.startswith("r")
     assert tool_name("web fetcher", "get.page").startswith("web_fetcher__get_page-")
+
+
+def test_every_run_is_in_the_workspace_call_log_as_a_framework_run(sessions: Sessions) -> None:
+    forge, _ = sessions.first()
+    assert forge.run_code("return 6 * 7").value == 42
+    assert not forge.run_code("import os\nreturn 1").ok  # refused: recorded too, with its stage
+    runs = [r for r in forge.workspace.log.records if r.source == "framework"]
+    assert [(r.role, r.method, r.status) for r in runs] == [("exec", "run", "ok"), ("exec", "run", "error")]
+    assert runs[1].attempt_failures[0].stage == "validation"

@@ -28,6 +28,8 @@ ENDPOINTS: list[tuple[str, str, dict[str, object] | None]] = [
     ("GET", "/v1/sessions/abc", None),
     ("POST", "/v1/sessions/abc/messages", {"text": "hi"}),
     ("POST", "/v1/policy/check", {"code": "return 1"}),
+    ("GET", "/v1/roles/x/context", None),
+    ("PUT", "/v1/roles/x/context", {"n": 1}),
 ]
 
 
@@ -206,7 +208,8 @@ def test_tenants_cannot_see_each_others_tools_sessions_or_logs(server: Server) -
         for path in ("/v1/tools/x", "/v1/tools/x/get", f"/v1/sessions/{session}", f"/v1/sessions/{session[:8]}"):
             _assert_error(b.get(path), 404, "not_found")
         assert b.get("/v1/tools").json() == []
-        assert b.get("/v1/calls").json() == []
+        # beta's own runs of POST /v1/exec are in its log (issue 37), none of alpha's calls
+        assert [c for c in b.get("/v1/calls").json() if c["source"] == "agent"] == []
         _assert_error(b.post(f"/v1/sessions/{session}/messages", json={"text": "hi"}), 404, "not_found")
         # a program of beta calling tool('x') reaches beta's x (beta's provider writes it), never alpha's
         nested = b.post("/v1/agents/main/run", json={}).json()
@@ -214,8 +217,9 @@ def test_tenants_cannot_see_each_others_tools_sessions_or_logs(server: Server) -
         assert a.get("/v1/tools/x/get").json()["code"] == "return 'A-secret'\n"
         calls_a = a.get("/v1/calls").json()
         calls_b = b.get("/v1/calls", params={"role": "x"}).json()
-        assert [c["value"] for c in calls_a] == ["A-secret"]
+        assert [c["value"] for c in calls_a if c["source"] == "agent"] == ["A-secret"]
         assert [c["value"] for c in calls_b] == ["B-own"]
+        assert not {c["call_id"] for c in calls_a} & {c["call_id"] for c in b.get("/v1/calls").json()}
 
 
 def test_policy_check_reports_the_tenants_verdict(server: Server) -> None:

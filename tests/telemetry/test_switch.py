@@ -139,3 +139,39 @@ def test_only_the_seam_imports_opentelemetry() -> None:
                 if any(n.split(".")[0] == "opentelemetry" for n in names):
                     importers.add(str(path.relative_to(root)))
     assert importers == {"runtime/telemetry/otel.py"}
+
+
+#: A ``sitecustomize`` that hides OpenTelemetry's SDK and exporters but not its API: the state of a machine
+#: where another package pulled in ``opentelemetry-api`` and the ``otel`` extra is not installed.
+API_ONLY = textwrap.dedent(
+    """
+    import sys
+    class _NoSdk:
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith(("opentelemetry.sdk", "opentelemetry.exporter")):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+    sys.meta_path.insert(0, _NoSdk())
+    """
+)
+
+
+@pytest.mark.parametrize("switch", [{"SANDFORGE_OTEL": "1"}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}])
+def test_with_only_the_api_installed_a_command_says_so_in_one_line(tmp_path: Path, switch: dict[str, str]) -> None:
+    (tmp_path / "shadow").mkdir()
+    (tmp_path / "shadow" / "sitecustomize.py").write_text(API_ONLY)
+    (tmp_path / "two.py").write_text("return 1 + 1\n")
+    root = Path(__file__).resolve().parents[2]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SANDFORGE_OTEL"))}
+    env = {**clean, **switch, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), str(root)]),
+           "SANDFORGE_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from sandforge.runtime.cli import main; sys.exit(main())",
+         "exec", "--backend", "subprocess", str(tmp_path / "two.py")],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok: 2")
+    assert "Traceback" not in done.stderr
+    [line] = [ln for ln in done.stderr.splitlines() if "telemetry" in ln]
+    assert "opentelemetry.sdk is not installed" in line and "sandforge[otel]" in line

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from sandforge.runtime.service.deps import ApiError, Service
 from sandforge.runtime.service.gate import Receive, Scope, Send, send_error
-from sandforge.runtime.service.mcp import operations as ops
+from sandforge.runtime.service.mcp.models import fail
 from sandforge.runtime.service.mcp.server import Executor, TenantMCP
 from sandforge.runtime.service.tenants import TenantRuntime
 
@@ -42,7 +42,7 @@ def _executor(service: Service | None, runtime: TenantRuntime) -> Executor:
             details: dict[str, Any] = {}
             if "Retry-After" in exc.headers:
                 details["retry_after_s"] = int(exc.headers["Retry-After"])
-            raise ops.fail(exc.error_type, exc.message, retriable=exc.status == 429, **details) from None
+            raise fail(exc.error_type, exc.message, retriable=exc.status == 429, **details) from None
 
     return execute
 

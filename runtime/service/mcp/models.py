@@ -21,6 +21,19 @@ class ToolFailure(_Out):
     details: dict[str, Any] = Field(default_factory=dict, description="violations, suggestions, ...")
 
 
+class Failed(Exception):
+    """A typed failure of a tool: becomes an ``isError`` result. Here, not beside the tools' work
+    (``operations``), so the server can catch it without importing that work before the handshake."""
+
+    def __init__(self, failure: ToolFailure) -> None:
+        super().__init__(f"{failure.error_type}: {failure.error_message}")
+        self.failure = failure
+
+
+def fail(error_type: str, message: str, *, retriable: bool = False, **details: Any) -> Failed:
+    return Failed(ToolFailure(error_type=error_type, error_message=message, retriable=retriable, details=details))
+
+
 class Violation(_Out):
     rule: str = Field(description="the rule or engine check that fired (explain_policy explains it)")
     classification: str

@@ -10,38 +10,29 @@ from typing import Any
 
 from pydantic import JsonValue, ValidationError
 
+from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.program_exec import execute_program
+from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.guardrails import ValidationResult, validate
 from sandforge.runtime.guardrails.report import explain, suggestions
 from sandforge.runtime.service.mcp.models import (
     CallOutcome,
+    Failed,
     MethodSummary,
     PolicyPage,
     RunResult,
     ToolDetail,
-    ToolFailure,
     ToolList,
     ToolSummary,
     ValidationReport,
     Violation,
+    fail,
 )
 from sandforge.runtime.service.mcp.tenant import TenantPort
 from sandforge.runtime.store.toolstore import ArtifactHealth, LookupStatus
 from sandforge.sandbox import ExecutionOutcome, ExecutionRequest, Limits
-
-
-class Failed(Exception):
-    """A typed failure of a tool: becomes an ``isError`` result."""
-
-    def __init__(self, failure: ToolFailure) -> None:
-        super().__init__(f"{failure.error_type}: {failure.error_message}")
-        self.failure = failure
-
-
-def fail(error_type: str, message: str, *, retriable: bool = False, **details: Any) -> Failed:
-    return Failed(ToolFailure(error_type=error_type, error_message=message, retriable=retriable, details=details))
 
 
 def _violations(result: ValidationResult) -> list[Violation]:
@@ -121,8 +112,13 @@ def run_tool_code(
         err = exc.errors()[0]
         raise fail("invalid_request", f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
     workspace = rt.workspace  # the program's declared environment too, as sandforge exec
-    outcome, _ = execute_program(workspace.sandbox, request, policy=rt.policy, backend=rt.backend,
-                                 environments=workspace.environments)  # fmt: skip
+    bridge = StandaloneBridge.of(rt.policy)  # its fetches brokered under the tenant's egress rules, as exec does
+    clock = RunClock()
+    outcome, verdict = execute_program(workspace.sandbox, request, policy=rt.policy, backend=rt.backend,
+                                       bridge=bridge, environments=workspace.environments)  # fmt: skip
+    outcome = bridge.fetches.attach(outcome)
+    # into the tenant's call log (the workspace's), failed or not (issue 37)
+    workspace.log.append(run_record(outcome, verdict, request, source="mcp", clock=clock))
     if not outcome.ok:
         raise _execution_failure(outcome)
     return RunResult(

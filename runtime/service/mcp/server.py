@@ -6,6 +6,11 @@ retire one), so :meth:`TenantMCP.list_tools` and :meth:`TenantMCP.call_tool` rea
 store each time. A typed failure is an ``isError`` result with the failure in its text and no structured
 content (``failure_result``: valid for every client); nothing else (no traceback, no host path) leaves the
 server.
+
+Nothing of the tools' work (the agent, the store, the sandbox: ``operations``, ``persisted``) is imported
+before ``initialize`` is answered: an MCP host waits for that answer, and some give up on a slow one. Over
+stdio the work is imported and the tenant's store and sandbox warmed up on a thread right after the handshake
+(:meth:`TenantMCP.warm_up`); whatever comes first, a call or the warm-up, builds each part once.
 """
 
 from __future__ import annotations
@@ -14,15 +19,16 @@ import inspect
 import json
 import logging
 import re
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import anyio.to_thread
 from mcp.server.caching import CacheHint
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp_types import (
     CallToolResult,
     InputRequiredResult,
@@ -36,14 +42,13 @@ from mcp_types import Tool as MCPTool
 from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from sandforge import __version__
-from sandforge.runtime.agent.contracts import arguments_problem
 from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.names import valid_role
 from sandforge.runtime.service.audit import note
-from sandforge.runtime.service.mcp import operations as ops
 from sandforge.runtime.service.mcp.changes import POLL_S, ToolListWatch, declare_list_changed
-from sandforge.runtime.service.mcp.failure_result import error_result
 from sandforge.runtime.service.mcp.models import (
     CallOutcome,
+    Failed,
     PolicyPage,
     RunResult,
     ToolDetail,
@@ -51,8 +56,10 @@ from sandforge.runtime.service.mcp.models import (
     ToolList,
     ValidationReport,
 )
-from sandforge.runtime.service.mcp.persisted import Exposed, exposed
 from sandforge.runtime.service.mcp.tenant import TenantPort
+
+if TYPE_CHECKING:
+    from sandforge.runtime.service.mcp.persisted import Exposed
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +70,19 @@ INSTRUCTIONS = (
     "through the full lifecycle; explain_policy explains a rule. Every healthy stored tool method is also a "
     "tool of its own, named role.method."
 )
+#: The resource template of a role's committed context.
+CONTEXT_URI = "sandforge://roles/{role}/context"
 #: What a client sends before it uses the server (the store is not read for these).
 HANDSHAKE = frozenset({"initialize", "notifications/initialized", "ping"})
 _PATHS = re.compile(r"(?:/[\w.@+-]+){2,}")
+
+
+def error_result(failure: ToolFailure) -> CallToolResult:
+    """``failure_result.error_result``, imported with the first failure (it classifies with the store's
+    failure classes, which load the store)."""
+    from sandforge.runtime.service.mcp.failure_result import error_result as result
+
+    return result(failure)
 
 
 def _text(value: Any) -> str:
@@ -101,7 +118,7 @@ def _http_state(context: Context[Any, Any] | None) -> dict[str, Any] | None:
 
 
 #: Runs one execution's blocking work (a sandbox run, a lifecycle call) and returns its result: a worker
-#: thread for stdio; the service's admission (quotas, execution slots) over HTTP. It may raise ops.Failed.
+#: thread for stdio; the service's admission (quotas, execution slots) over HTTP. It may raise Failed.
 Executor = Callable[[Callable[[], BaseModel]], Awaitable[BaseModel]]
 
 
@@ -117,7 +134,7 @@ def guarded(work: Callable[[], BaseModel]) -> CallToolResult:
 def catching(work: Callable[[], BaseModel]) -> CallToolResult:
     try:
         return ok_result(work())
-    except ops.Failed as exc:
+    except Failed as exc:
         return error_result(exc.failure)
     except SandforgeError as exc:
         return error_result(ToolFailure(error_type="refused", error_message=_scrub(str(exc))))
@@ -181,6 +198,10 @@ class TenantMCP(MCPServer[Any]):
         self._declare_only_served()
         self.middleware.append(self._after_handshake)
         self._register_fixed()
+        self._register_context()
+        #: stdio: warm the tools up once the handshake is done (``run_stdio_async``); HTTP: the service does
+        self._warm_after_handshake = False
+        self._warming: threading.Thread | None = None
 
     def _declare_only_served(self) -> None:
         """Declare ``resources`` and ``prompts`` only when there are some: the SDK declares both whenever it
@@ -199,10 +220,26 @@ class TenantMCP(MCPServer[Any]):
         lowlevel.get_capabilities = capabilities  # type: ignore[method-assign]
 
     async def _after_handshake(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
-        """Any message but the handshake's lets the tool-list watch read the store (ToolListWatch.watch)."""
+        """Any message but the handshake's lets the tool-list watch read the store (ToolListWatch.watch); the
+        client's ``notifications/initialized`` (or any later message) starts the warm-up."""
         if ctx.method not in HANDSHAKE:
             self.changes.used()
+        if self._warm_after_handshake and ctx.method != "initialize" and self._warming is None:
+            self._warming = threading.Thread(target=self.warm_up, name="sandforge-mcp-warm-up", daemon=True)
+            self._warming.start()
         return await call_next(ctx)
+
+    def warm_up(self) -> None:
+        """Import the tools' work and build the tenant's parts a call uses (its store, its workspace with the
+        sandbox and warm pools), so the first call does not pay for them. A part that fails to build is left
+        for the call to build again and report as its typed error."""
+        from sandforge.runtime.service.mcp import operations, persisted  # noqa: F401
+
+        try:
+            self._exposed()
+            _ = self.runtime.workspace
+        except Exception as exc:  # the call that needs the part reports it; nothing is cached
+            log.info("warm-up left for the first call: %s", _scrub(str(exc)))
 
     def _signature(self) -> frozenset[tuple[str, ...]]:
         return frozenset(
@@ -210,7 +247,9 @@ class TenantMCP(MCPServer[Any]):
         )
 
     async def run_stdio_async(self) -> None:
-        """stdio, with the watch for changes made by other processes beside it."""
+        """stdio, with the watch for changes made by other processes beside it, and the warm-up after the
+        handshake."""
+        self._warm_after_handshake = True
         async with anyio.create_task_group() as group:
             group.start_soon(self.changes.watch)
             await super().run_stdio_async()
@@ -231,7 +270,7 @@ class TenantMCP(MCPServer[Any]):
 
         try:
             held = await self.executor(run)
-        except ops.Failed as exc:
+        except Failed as exc:
             return error_result(exc.failure)
         assert isinstance(held, _Held)
         if store_calls:
@@ -256,22 +295,30 @@ class TenantMCP(MCPServer[Any]):
 
             Returns the value, the new context (not kept anywhere) and the output; a refused or failed program
             is an error result whose error_type says why (guardrail_violation, timeout, execution, ...)."""
+            from sandforge.runtime.service.mcp import operations as ops
+
             return await self.executing(
                 lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb), store_calls=False
             )
 
         def validate_code(code: Code) -> Annotated[CallToolResult, ValidationReport]:
             """The guardrail report of a tool program under the tenant's policy; nothing runs."""
+            from sandforge.runtime.service.mcp import operations as ops
+
             return guarded(lambda: ops.validate_code(rt, code))
 
         def list_tools() -> Annotated[CallToolResult, ToolList]:
             """The tools in the tenant's tool store (roles, purposes, methods, usage)."""
+            from sandforge.runtime.service.mcp import operations as ops
+
             return guarded(lambda: ops.list_tools(rt))
 
         def get_tool(
             role: Role, method: Annotated[str | None, Field(description="one method (adds its code)")] = None
         ) -> Annotated[CallToolResult, ToolDetail]:
             """A stored tool's contract and the health of its methods, or one method with its code."""
+            from sandforge.runtime.service.mcp import operations as ops
+
             return guarded(lambda: ops.get_tool(rt, role, method, self._names()))
 
         async def call_stored_tool(
@@ -280,12 +327,16 @@ class TenantMCP(MCPServer[Any]):
             """Call role.method(*args, **kwargs) through the full lifecycle with the tenant's provider, store and
             policy: a healthy stored artifact runs without the model; otherwise one is generated, validated,
             run and kept when it works."""
+            from sandforge.runtime.service.mcp import operations as ops
+
             return await self.executing(lambda: ops.call_stored_tool(rt, role, method, args, kwargs))
 
         def explain_policy(
             name: Annotated[str, Field(description="a rule id, capability tag or violation type")],
         ) -> Annotated[CallToolResult, PolicyPage]:
             """What a policy rule (or capability, or violation type) catches, why, and what to do instead."""
+            from sandforge.runtime.service.mcp import operations as ops
+
             return guarded(lambda: ops.explain_policy(rt, name))
 
         read = {"read_only": True, "open_world": False}
@@ -301,9 +352,34 @@ class TenantMCP(MCPServer[Any]):
             # the docstring without its indentation: clients show descriptions as they are
             self.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=_annotations(title, **hints))
 
+    # --- the committed contexts (issue 37) ---
+
+    def _register_context(self) -> None:
+        """``sandforge://roles/{role}/context``: a role's committed context, as ``GET /v1/roles/{role}/context``
+        returns it (a resource, not a tool: reading it runs nothing and changes nothing)."""
+        rt = self.runtime
+
+        async def role_context(role: str) -> str:
+            if not valid_role(role):
+                raise ResourceNotFoundError(f"no such role: {_scrub(role)[:64]!r}")
+            committed = await anyio.to_thread.run_sync(lambda: rt.state.read(role))
+            return _text(committed.snapshot.to_dict())
+
+        description = (
+            "The committed context (tool state) of a role of this tenant: a JSON object, {} before its first "
+            "commit. Written by the role's calls and by PUT /v1/roles/{role}/context."
+        )
+        title = "A role's committed context"
+        register = self.resource(
+            CONTEXT_URI, name="role_context", title=title, description=description, mime_type="application/json"
+        )
+        register(role_context)
+
     # --- the persisted tools ---
 
     def _exposed(self) -> dict[str, Exposed]:
+        from sandforge.runtime.service.mcp.persisted import exposed
+
         try:
             return exposed(self.runtime.store, self.runtime.policy)
         except (OSError, SandforgeError) as exc:
@@ -337,6 +413,9 @@ class TenantMCP(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        from sandforge.runtime.agent.contracts import arguments_problem  # jsonschema: after the handshake
+        from sandforge.runtime.service.mcp import operations as ops
+
         if self._tool_manager.get_tool(name) is not None:
             try:
                 return await super().call_tool(name, arguments, context)
