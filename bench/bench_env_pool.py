@@ -13,6 +13,8 @@ each takes a worker waiting in its pool (warm):
   forked from the environment's zygote (``env_zygotes_max=2``; off by default);
 - **env, no import**: the floor's program in the same environment (what mounting it costs, without the
   package's own work);
+- **env, plain**: the floor's program in the environment, forked from the plain zygote (the mount's own cost:
+  "env, no import" minus this is what forking from a zygote holding the packages costs);
 - **before**: the same package program with no environment zygote (``env_zygotes_max=0``): the runner imports
   the package on every run, as before this change.
 
@@ -89,7 +91,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         _run(zygotes, FLOOR_CODE, None)
         cold_ms, _ = _run(zygotes, code, mount)  # the environment zygote is built here: the import, once
         subjects = {"floor": (zygotes, FLOOR_CODE, None), "measured": (zygotes, code, mount),
-                    "env, no import": (zygotes, FLOOR_CODE, mount), "before": (plain, code, mount)}  # fmt: skip
+                    "env, no import": (zygotes, FLOOR_CODE, mount), "env, plain": (plain, FLOOR_CODE, mount),
+                    "before": (plain, code, mount)}  # fmt: skip
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in subjects}
         for _ in range(2):  # warm-up: every pool made and filled once
             for sandbox, text, env in subjects.values():
