@@ -21,10 +21,11 @@ from pathlib import Path
 
 import RestrictedPython
 
-from sandforge.sandbox import boot, leftovers, protections, verify
+from sandforge.sandbox import boot, leftovers, protections, seam, verify
 from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.environment import MountedEnvironment, require_mounted
+from sandforge.sandbox.envzygotes import EnvZygotes
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import (
     BridgeHandler,
@@ -50,6 +51,9 @@ from sandforge.sandbox.zygote import Zygote, ZygoteError
 
 log = logging.getLogger(__name__)
 
+#: How long an environment zygote may take to import its modules and report ready (pandas: seconds, under load
+#: tens of seconds), at least.
+ENV_ZYGOTE_START_S = 120.0
 #: The runner: the inside package, started from its ``__main__.py`` (which imports it as ``inside``).
 RUNNER = Path(__file__).resolve().parent.parent / "inside" / "__main__.py"
 
@@ -336,6 +340,8 @@ class SubprocessBackend:
         self.runner = runner
         self._zygotes: dict[Limits, Zygote] = {}
         self._lock = threading.Lock()
+        #: zygotes that pre-imported an environment's modules (``sandbox/envzygotes.py``)
+        self.env_zygotes = EnvZygotes(self._env_zygote, bound=config.env_zygotes_max, idle_s=config.env_pool_idle_s)
         # What killed hosts left behind, of every backend: files now, the container engines at most once a
         # minute and a few seconds later (a one-shot `sandforge exec` is gone by then: sandbox/leftovers.py)
         leftovers.reap_in_background(containers=False)
@@ -343,7 +349,7 @@ class SubprocessBackend:
             leftovers.reap_containers_later()
 
     def spawn(self, limits: Limits, environment: MountedEnvironment | None = None) -> SubprocessWorker:
-        zygote = self._zygote(limits) if self.config.zygote else None
+        zygote = self._zygote_for(limits, environment) if self.config.zygote else None
         try:
             return SubprocessWorker(self.config, limits, self.runner, zygote, environment)
         except SandboxUnavailable:
@@ -351,6 +357,24 @@ class SubprocessBackend:
                 raise
             log.warning("zygote died; starting the worker directly")
             return SubprocessWorker(self.config, limits, self.runner, None, environment)
+
+    def _zygote_for(self, limits: Limits, environment: MountedEnvironment | None) -> Zygote | None:
+        """The environment's own zygote (its modules imported) when one can be had, else the plain one. The
+        tests' seam reverts layers in each runner, which a zygote's import would already have applied."""
+        if environment is not None and seam.ACTIVE is None:
+            found = self.env_zygotes.get(limits, environment)
+            if found is not None:
+                return found
+        return self._zygote(limits)
+
+    def _env_zygote(self, limits: Limits, environment: MountedEnvironment) -> Zygote:
+        """Start a zygote that imports ``environment``'s modules before it forks (raises ZygoteError)."""
+        boot = boot_frame(self.config, limits, None).model_dump(mode="json")
+        boot["preload"] = environment.boot(bind=True).model_dump()
+        return Zygote(
+            self.config.python or sys.executable, self.runner, boot,
+            start_timeout=max(self.config.spawn_timeout_s, ENV_ZYGOTE_START_S), extra_args=rootless_args(self.config),
+        )  # fmt: skip
 
     def _zygote(self, limits: Limits) -> Zygote | None:
         with self._lock:
@@ -380,6 +404,7 @@ class SubprocessBackend:
             return zygote
 
     def close(self) -> None:
+        self.env_zygotes.close()
         with self._lock:
             zygotes, self._zygotes = list(self._zygotes.values()), {}
         for zygote in zygotes:
