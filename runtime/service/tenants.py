@@ -39,6 +39,7 @@ from sandforge.sandbox.prestart import prestart
 if TYPE_CHECKING:
     from sandforge.runtime.agent.calllog import CallLog
     from sandforge.runtime.agent.environment import Environments
+    from sandforge.runtime.agent.statedb import StateDB
     from sandforge.runtime.agent.workspace import Workspace
     from sandforge.runtime.sessions import SessionStore
     from sandforge.runtime.store import ToolStore
@@ -503,11 +504,21 @@ class TenantRuntime:
         def build() -> Workspace:
             return Workspace(
                 provider=self.provider, sandbox=self.sandbox, policy=self.policy, log=self.call_log,
-                store=self.tool_store, environments=self.environments,
+                store=self.tool_store, environments=self.environments, state_dir=self.state_dir,
             )  # fmt: skip
 
         workspace: Workspace = self._part("workspace", build)
         return workspace
+
+    @property
+    def state(self) -> StateDB:
+        """The tenant's state database (committed contexts), opened without a provider or a sandbox: what
+        ``/v1/roles/{role}/context`` and the MCP context resource read and write. The workspace has its own
+        connection to it; each sees the other's commits (``runtime/agent/statedb.py``)."""
+        from sandforge.runtime.agent.statedb import DB_FILE_NAME, StateDB
+
+        db: StateDB = self._part("state", lambda: StateDB(self.state_dir / DB_FILE_NAME))
+        return db
 
     # --- what the MCP tools use of a tenant (``mcp.tenant.TenantPort``) ---
 
@@ -541,6 +552,8 @@ class TenantRuntime:
             parts["workspace"].close()
         if "sessions" in parts:
             parts["sessions"].close()
+        if "state" in parts:
+            parts["state"].close()
         if "async_sandbox" in parts and self.threads is None:  # shared threads are their owner's to stop
             parts["async_sandbox"].threads.shutdown()
         if "sandbox" in parts:
