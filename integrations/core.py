@@ -46,6 +46,7 @@ from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.agent.workspace import Workspace
 from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.service.scrub import Scrubber, host_prefixes
 from sandforge.runtime.store.models import ToolContract
 from sandforge.sandbox import ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.protocol import BridgeReply, CallFrame
@@ -60,6 +61,8 @@ HostTool = Callable[[str, list[JsonValue], dict[str, JsonValue]], JsonValue]
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _MAX_NAME = 64  # OpenAI's function names (and so the frameworks' tool names): ^[A-Za-z0-9_-]{1,64}$
 _MAX_TEXT = 4000
+#: a host tool's error message loses the host's directories (as the service's responses do)
+_SCRUB = Scrubber(host_prefixes())
 
 RUN_CODE_DESCRIPTION = """\
 Run a Python program in a sandforge sandbox (validated by a policy first; nothing runs if it is refused).
@@ -199,6 +202,19 @@ class RoleMethod:
         return list(named.get("args") or []), dict(named.get("kwargs") or {})
 
 
+def _host_reply(name: str, host: HostTool, frame: CallFrame) -> BridgeReply:
+    """A host tool's answer to a nested call. Its failure is an error outcome the program (and so the model)
+    reads: one line, the host's directories scrubbed (``<host>``), never a traceback or a value's repr."""
+    try:
+        value = host(frame.method, list(frame.args), dict(frame.kwargs))
+    except Exception as exc:  # the framework's tool failed: the program sees it as an error outcome
+        return BridgeReply.error("tool_error", _SCRUB.text(f"{type(exc).__name__}: {exc}")[:2000])
+    try:
+        return BridgeReply(status="ok", value=value)
+    except ValidationError:  # not JSON (an object, a cycle): the host tool's fault, said without its repr
+        return BridgeReply.error("tool_error", f"the host tool {name!r} answered a value that is not JSON")
+
+
 @dataclass
 class _Bridge(StandaloneBridge):
     """A code run's bridge: nested calls answered by :class:`SandforgeTools`, fetches brokered as ``exec``'s."""
@@ -289,11 +305,8 @@ class SandforgeTools:
                                      "program: call tool(ROLE) for a role this workspace offers")  # fmt: skip
         host = self.host_tools.get(name)
         if host is not None:
-            try:
-                return BridgeReply(status="ok", value=host(frame.method, list(frame.args), dict(frame.kwargs)))
-            except Exception as exc:  # the framework's tool failed: the program sees it as an error outcome
-                return BridgeReply.error("tool_error", f"{type(exc).__name__}: {exc}"[:2000])
-        if not self._offers(name):
+            return _host_reply(name, host, frame)
+        if not self._offers(name) or name not in self._contracts():  # offered: a role known, never a new one
             return BridgeReply.error("tool_not_found", f"no tool {name!r} is offered to this program")
         answer = self._call(name, frame.method, list(frame.args), dict(frame.kwargs))
         if answer.ok:
