@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from sandforge.runtime.agent.calllog import parse_record
+from sandforge.runtime.agent.calllog import CallSource, parse_record
 from sandforge.runtime.cli.logs_cmd import command as logs_command
 from sandforge.runtime.cli.logs_cmd import printable
 from tests.service.test_runs_recorded import site
@@ -94,3 +95,14 @@ def test_sandforge_logs_sends_no_program_controlled_escape_to_the_terminal(
 def test_printable_keeps_text_and_escapes_only_what_a_terminal_acts_on() -> None:
     assert printable("naïve 日本 - ok") == "naïve 日本 - ok"
     assert printable("a\x1b[2Jb\r\nc\x9b\u202e\ud800") == "a\\x1b[2Jb\\r\\nc\\x9b\\u202e\\ud800"
+
+
+def test_the_calls_page_filters_by_every_source_a_run_can_have(hostile: tuple[TestClient, str, Path]) -> None:
+    """A framework's runs (source ``framework``) are in the log like the others: its filter is offered too."""
+    client, token, _ = hostile
+    client.cookies.clear()
+    assert client.post("/dashboard/login", data={"token": token}, follow_redirects=False).status_code == 303
+    page = client.get("/dashboard/calls").text
+    select = page[page.index('id="f-source"') :].split("</select>")[0]
+    assert [s for s in get_args(CallSource) if f">{s}</option>" not in select] == []
+    assert client.get("/dashboard/calls", params={"source": "framework"}).status_code == 200
