@@ -13,9 +13,11 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from sandforge.runtime.agent.calllog import CallSource, parse_record
+from sandforge.runtime.agent.calllog import CallLog, CallSource, parse_record
+from sandforge.runtime.agent.runs import RunClock, run_record
+from sandforge.runtime.cli.logs_cmd import MAX_LINE_BYTES, printable
 from sandforge.runtime.cli.logs_cmd import command as logs_command
-from sandforge.runtime.cli.logs_cmd import printable
+from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
 from tests.service.test_runs_recorded import site
 
 __all__ = ["site"]
@@ -106,3 +108,19 @@ def test_the_calls_page_filters_by_every_source_a_run_can_have(hostile: tuple[Te
     select = page[page.index('id="f-source"') :].split("</select>")[0]
     assert [s for s in get_args(CallSource) if f">{s}</option>" not in select] == []
     assert client.get("/dashboard/calls", params={"source": "framework"}).status_code == 200
+
+
+def test_a_run_record_with_every_fetch_at_its_bounds_stays_readable(tmp_path: Path) -> None:
+    """100 kept fetches of 30 redirects of 2 000-character URLs, held by the record and by its failed attempt:
+    12 MB unbounded, which every reader of the log (the dashboard, ``sandforge logs``) skips unread."""
+    url = "http://127.0.0.1/" + "a" * 2_100
+    fetched = [{"method": "GET", "url": url, "final_url": url, "status": 200, "redirects": [url] * 30}] * 150
+    outcome = ExecutionOutcome(status="error", error_type=ErrorType.EXECUTION, error_message="boom",
+                               metadata={"egress": fetched}, backend="subprocess")  # fmt: skip
+    record = run_record(outcome, None, ExecutionRequest(code="return 1"), source="cli", clock=RunClock())
+    assert len(record.model_dump_json().encode()) < MAX_LINE_BYTES // 4
+    assert record.egress_requests == 150 and 0 < len(record.egress) < 150
+    log = CallLog(tmp_path / "calls.jsonl")
+    log.append(record)
+    shown = CliRunner().invoke(logs_command, ["--file", str(tmp_path / "calls.jsonl"), "--brief"])
+    assert shown.exit_code == 0 and "exec.run() [cli] -> error" in shown.output and "skipped" not in shown.output
