@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sandforge.runtime.deploy.first_start import TOKENS_DIR, init_from_template
-from sandforge.runtime.errors import ConfigError
+from sandforge.runtime.errors import ConfigError, FileIOError
 from sandforge.runtime.files.dirs import SymlinkRefused
 from tests.deploy.test_first_start import TWO, template
 
@@ -72,3 +72,25 @@ def test_a_tenant_name_cannot_place_its_token_file_outside_the_tokens_dir(tmp_pa
     with pytest.raises(ConfigError, match="name"):
         init_from_template(template(tmp_path, f"tenants:\n  - name: {name!r}\n"), config)
     assert not config.parent.exists() or os.listdir(config.parent) in ([], [".server.yaml.lock"])
+
+
+def test_a_lock_file_planted_as_a_symlink_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    config = tmp_path / "volume" / "server.yaml"
+    config.parent.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (config.parent / ".server.yaml.lock").symlink_to(victim)  # filelock opens its file O_NOFOLLOW
+    with pytest.raises(FileIOError, match="ELOOP"):
+        init_from_template(template(tmp_path, TWO), config)
+    assert victim.read_text() == "precious" and not config.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a directory of another user needs root")
+def test_a_tokens_dir_of_another_user_is_refused_before_any_token_is_written(tmp_path: Path) -> None:
+    config = tmp_path / "volume" / "server.yaml"
+    tokens = config.parent / TOKENS_DIR
+    tokens.mkdir(parents=True, mode=0o700)
+    os.chown(tokens, 12345, 12345)
+    with pytest.raises(FileIOError, match="belongs to user 12345"):
+        init_from_template(template(tmp_path, TWO), config)
+    assert list(tokens.iterdir()) == [] and not config.exists()
