@@ -162,10 +162,13 @@ def outcome_answer(outcome: Outcome) -> ToolAnswer:
 
 
 def tool_name(role: str, method: str, taken: Collection[str] = ()) -> str:
-    """A framework-safe tool name for ``role.method``: ``role__method`` when it is one, else a slug with a
-    digest (``[A-Za-z0-9_-]``, at most 64 characters, not in ``taken``)."""
+    """A framework-safe tool name for ``role.method``: ``role__method`` when it is one and says which pair it
+    is, else a slug with a digest (``[A-Za-z0-9_-]``, at most 64 characters, not in ``taken``). A ``__`` in
+    either part would make ``a__b__c`` name ``a.b__c`` or ``a__b.c`` depending on which is listed first, so a
+    role stored later could take over a name the model already uses."""
     plain = f"{role}__{method}"
-    if len(plain) <= _MAX_NAME and not _NAME_UNSAFE.search(plain) and plain not in taken:
+    one_split = "__" not in role and "__" not in method and not role.endswith("_") and not method.startswith("_")
+    if one_split and len(plain) <= _MAX_NAME and not _NAME_UNSAFE.search(plain) and plain not in taken:
         return plain
     digest = hashlib.sha256(f"{role}\0{method}".encode("utf-8", "surrogatepass")).hexdigest()[:10]
     return f"{_NAME_UNSAFE.sub('_', plain).strip('_')[: _MAX_NAME - 11] or 'tool'}-{digest}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sandforge.integrations.core import SandforgeTools
+from sandforge.integrations.core import SandforgeTools, tool_name
 from tests.integrations.sessions import Sessions
 
 ERROR = "return [r.ok, r.error_type, r.error_message]"
@@ -108,3 +108,13 @@ def test_concurrent_runs_and_role_calls_lose_no_context_update(sessions: Session
     for t in threads:
         t.join()
     assert forge.context == {"n": 3}
+
+
+def test_a_role_stored_later_cannot_take_over_a_tool_name_the_model_uses() -> None:
+    """``a__b.c`` and ``a.b__c`` (or ``a_.b`` and ``a._b``) would share ``a__b__c``; whichever is listed first
+    would get it, so storing the other could move the name: each has a name of its own, whatever else exists."""
+    pairs = [("a__b", "c"), ("a", "b__c"), ("a_", "_b"), ("a", "__b")]
+    alone = [tool_name(r, m) for r, m in pairs]
+    assert len(set(alone)) == len(pairs)
+    assert [tool_name(r, m, taken=set(alone) - {n}) for (r, m), n in zip(pairs, alone, strict=True)] == alone
+    assert tool_name("calculator", "add") == "calculator__add" and tool_name("web_fetch", "get") == "web_fetch__get"
