@@ -314,10 +314,11 @@ class CallRecord(StoreLogFields, _CallFields):
     def code_fields(code: str | None) -> dict[str, Any]:
         if code is None:
             return {"program_code": None, "program_sha256": None}
-        return {
-            "program_code": bounded(code, MAX_CODE_CHARS),
-            "program_sha256": hashlib.sha256(code.encode("utf-8", "surrogateescape")).hexdigest(),
-        }
+        try:  # the bytes ``sandforge exec`` read (undecodable ones are surrogate escapes)
+            data = code.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a lone surrogate no bytes decode to (JSON's "\ud800"): one digest still
+            data = code.encode("utf-8", "surrogatepass")
+        return {"program_code": bounded(code, MAX_CODE_CHARS), "program_sha256": hashlib.sha256(data).hexdigest()}
 
 
 #: Fields a program store may fill in (``ProgramPlan.log_fields``, ``PromptExtras.log_fields`` and the

@@ -118,3 +118,13 @@ def test_a_role_stored_later_cannot_take_over_a_tool_name_the_model_uses() -> No
     assert len(set(alone)) == len(pairs)
     assert [tool_name(r, m, taken=set(alone) - {n}) for (r, m), n in zip(pairs, alone, strict=True)] == alone
     assert tool_name("calculator", "add") == "calculator__add" and tool_name("web_fetch", "get") == "web_fetch__get"
+
+
+@pytest.mark.parametrize("code", ["return 1  # \ud800", "return '\udfff'"])
+def test_a_lone_surrogate_in_a_program_is_an_answer_never_an_exception(sessions: Sessions, code: str) -> None:
+    """A model's JSON arguments may carry ``"\\ud800"`` (json.loads decodes it): the run's record used to raise."""
+    forge, _ = sessions.first()
+    answer = forge.use("run_code", {"code": code})
+    assert answer.error_type == "invalid_code" and "unpaired surrogate" in (answer.message or "")
+    assert forge.workspace.log.records[-1].source == "framework"
+    assert forge.run_code("return args[0] + 'x'", args=["\ud800"]).error_type is not None  # nor in its arguments

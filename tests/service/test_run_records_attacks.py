@@ -124,3 +124,17 @@ def test_a_run_record_with_every_fetch_at_its_bounds_stays_readable(tmp_path: Pa
     log.append(record)
     shown = CliRunner().invoke(logs_command, ["--file", str(tmp_path / "calls.jsonl"), "--brief"])
     assert shown.exit_code == 0 and "exec.run() [cli] -> error" in shown.output and "skipped" not in shown.output
+
+
+def test_lone_surrogates_in_what_the_caller_gave_make_one_utf8_line(tmp_path: Path) -> None:
+    """The caller's code and arguments may hold lone surrogates (``sandforge exec`` reads undecodable bytes as
+    surrogate escapes, JSON decodes ``"\\ud800"``); the sandbox replaces a program's own. The log is UTF-8."""
+    lone = "\udcff\ud800"
+    outcome = ExecutionOutcome(status="error", error_type=ErrorType.INVALID_CODE, error_message="unpaired surrogate")
+    request = ExecutionRequest(code=f"# {lone}\nreturn 1", args=[lone], kwargs={lone: lone})
+    record = run_record(outcome, None, request, source="cli", clock=RunClock())
+    CallLog(tmp_path / "calls.jsonl").append(record)
+    raw = (tmp_path / "calls.jsonl").read_bytes()
+    assert raw.count(b"\n") == 1 and raw.decode("utf-8")  # strict UTF-8: no surrogate written
+    again = parse_record(raw.decode("utf-8"))
+    assert again is not None and "\ufffd" in (again.program_code or "") and "\ufffd" in str(again.args)
