@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from sandforge.runtime.agent.calllog import CallLog, CallSource, parse_record
 from sandforge.runtime.agent.runs import RunClock, run_record
-from sandforge.runtime.cli.logs_cmd import MAX_LINE_BYTES, printable
+from sandforge.runtime.cli.logs_cmd import MAX_LINE_BYTES, format_record, printable
 from sandforge.runtime.cli.logs_cmd import command as logs_command
 from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
 from tests.service.test_runs_recorded import site
@@ -138,3 +138,12 @@ def test_lone_surrogates_in_what_the_caller_gave_make_one_utf8_line(tmp_path: Pa
     assert raw.count(b"\n") == 1 and raw.decode("utf-8")  # strict UTF-8: no surrogate written
     again = parse_record(raw.decode("utf-8"))
     assert again is not None and "\ufffd" in (again.program_code or "") and "\ufffd" in str(again.args)
+
+
+def test_in_colour_the_only_escapes_sent_are_the_colours_own(hostile: tuple[TestClient, str, Path]) -> None:
+    _, _, log = hostile
+    records = [r for r in (parse_record(line.decode()) for line in log.read_bytes().splitlines()) if r is not None]
+    for record in records:
+        for line in format_record(record, color=True):
+            stripped = line.replace("\x1b[32m", "").replace("\x1b[31m", "").replace("\x1b[0m", "")
+            assert not {"\x1b", "\x9b", "\x07", "\u202e", "\n", "\r"} & set(stripped), stripped
