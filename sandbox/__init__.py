@@ -23,7 +23,7 @@ from sandforge.sandbox.backends.base import Backend, Worker
 from sandforge.sandbox.config import BACKENDS, BackendName, SandboxConfig
 from sandforge.sandbox.environment import EnvironmentRefused, Interpreter, MountedEnvironment, check_mount
 from sandforge.sandbox.errors import SandboxUnavailable
-from sandforge.sandbox.exchange import BridgeHandler
+from sandforge.sandbox.exchange import DIED_BEFORE_USE, BridgeHandler
 from sandforge.sandbox.pool import WarmPool
 from sandforge.sandbox.protections import DEFAULT_REQUIRED, MissingProtections, Protection
 from sandforge.sandbox.protocol import (
@@ -97,6 +97,8 @@ class Sandbox:
         self._pools: dict[PoolKey, WarmPool] = {}
         self._lock = threading.Lock()
         self._remote: RayExecutor | None = None
+        #: per thread: the refills the execution running on it owes its warm pools (``_owe_refill``)
+        self._owed = threading.local()
 
     def _cluster(self) -> RayExecutor:
         """The Ray executor (``config.cluster``): executions run on the cluster's nodes (sandbox/cluster/)."""
@@ -111,10 +113,15 @@ class Sandbox:
         self, request: ExecutionRequest, *, backend: BackendName | None = None, bridge: BridgeHandler | None = None
     ) -> ExecutionOutcome:
         """Run one program in a fresh sandbox. Never raises for anything the program or engine does."""
-        return run_steps(self.outline(request, backend, bridge, self._acquire_step))
+        try:
+            return run_steps(self.outline(request, backend, bridge, self._acquire_step))
+        finally:
+            owed, self._owed.refills = getattr(self._owed, "refills", []), []
+            for nudge in owed:  # the warm pools' refills this execution deferred (``WarmPool.acquire``)
+                nudge()
 
     def _acquire_step(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Effect:
-        return Blocking(functools.partial(self._acquire, name, limits, environment))
+        return Blocking(functools.partial(self._acquire, name, limits, environment, self._owe_refill))
 
     def outline(
         self, request: ExecutionRequest, backend: BackendName | None, bridge: BridgeHandler | None, acquire: Acquire
@@ -134,13 +141,26 @@ class Sandbox:
             return admitted
         name, environment = admitted
         asked = time.monotonic()
-        try:
-            worker: Worker = yield acquire(name, request.limits, environment)
-        except SandboxUnavailable as exc:
-            return self._finish(self.unavailable(exc, name))
-        acquired = time.monotonic()
-        outcome = yield from self.run_steps(worker, request, bridge, environment)
-        return self._finish(self.note_acquired(outcome, worker, asked, acquired))
+        retried: str | None = None
+        for attempt in range(2):  # a worker that died starting (under load) is replaced once, unseen by the caller
+            try:
+                worker: Worker = yield acquire(name, request.limits, environment)
+            except SandboxUnavailable as exc:
+                if exc.retriable and attempt == 0:
+                    retried = str(exc)
+                    continue
+                outcome = self.unavailable(exc, name)
+                break
+            acquired = time.monotonic()
+            outcome = yield from self.run_steps(worker, request, bridge, environment)
+            outcome = self.note_acquired(outcome, worker, asked, acquired)
+            if attempt == 0 and outcome.metadata.get(DIED_BEFORE_USE):  # nothing of the program ran
+                retried = outcome.error_message
+                continue
+            break
+        if retried is not None:
+            outcome.metadata["sandbox_retried"] = retried  # what the first worker died of
+        return self._finish(outcome)
 
     # The parts of ``execute`` the async API (``sandbox/aio.py``) shares: only acquiring a worker and driving
     # its steps differ (on the event loop there).
@@ -278,10 +298,19 @@ class Sandbox:
             self._backends[name] = backend
         return backend
 
-    def _acquire(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Worker:
+    def _acquire(
+        self, name: BackendName, limits: Limits, environment: MountedEnvironment | None,
+        refill: Callable[[Callable[[], None]], None] | None = None,
+    ) -> Worker:  # fmt: skip
         if limits == self.config.limits:
-            return self.pool(name, limits, environment).acquire()
+            return self.pool(name, limits, environment).acquire(refill)
         return self._spawner(name, limits, environment)()
+
+    def _owe_refill(self, nudge: Callable[[], None]) -> None:
+        """Wake a pool's refill when this thread's execution has answered (``execute``)."""
+        owed: list[Callable[[], None]] = getattr(self._owed, "refills", [])
+        owed.append(nudge)
+        self._owed.refills = owed
 
     def _spawner(
         self, name: BackendName, limits: Limits, environment: MountedEnvironment | None

@@ -189,6 +189,8 @@ class Exchange:
     base_context: ContextSnapshot = field(default_factory=ContextSnapshot)
     changed: dict[str, bytes] = field(default_factory=dict)
     context: ContextSnapshot | None = None
+    #: The output files (``result.files``), each checked against its announcement, after the changed keys.
+    files: dict[str, bytes] = field(default_factory=dict)
     stderr: BoundedCapture = field(default_factory=lambda: BoundedCapture(0))
     stray_stdout: BoundedCapture = field(default_factory=lambda: BoundedCapture(0))
     wall_s: float = 0.0
@@ -214,8 +216,13 @@ class Exchange:
 
     @property
     def complete(self) -> bool:
-        """The result frame and every changed key's frame after it have arrived."""
-        return self.result is not None and len(self.changed) == len(self.result.context_changed)
+        """The result frame and every changed key's and output file's frame after it have arrived."""
+        result = self.result
+        return (
+            result is not None
+            and len(self.changed) == len(result.context_changed)
+            and len(self.files) == len(result.files)
+        )
 
 
 def await_ready(io: WorkerIO, limits: Limits, timeout: float) -> ReadyFrame:
@@ -415,8 +422,11 @@ def send_execute(
         frame["env_id"] = request.environment.env_id
     if request._tripwire_canary:
         frame["canary"] = True
+    if request.files:
+        frame["files"] = [[name, len(body)] for name, body in request.files.items()]
     header = encode_frame(frame, max_bytes)
     total = len(header) + context.nbytes + HEADER.size * (len(context) - len(passed))
+    total += sum(HEADER.size + len(body) for body in request.files.values())
     if total > max_bytes:
         raise ProtocolError(f"the request of {total} bytes exceeds the {max_bytes}-byte limit")
     pending = bytearray(header)
@@ -428,9 +438,8 @@ def send_execute(
         else:
             io.send(data, deadline)
 
-    for key, text in context.items():
-        if key in passed:
-            continue
+    # The context texts not passed otherwise, then the input files, in the announced order.
+    for text in [t for k, t in context.items() if k not in passed] + list(request.files.values()):
         pending += HEADER.pack(len(text))
         if len(text) < 1 << 16:
             pending += text
@@ -448,8 +457,9 @@ def _accept_result(ex: Exchange, frame: ResultFrame, size: int, limits: Limits) 
     max_bytes = limits.max_message_bytes
     changed = [key for key, _ in frame.context_changed]
     deleted = frame.context_deleted
-    if frame.status != "ok" and (changed or deleted):
-        raise ProtocolError("an error result carries context changes")
+    if frame.status != "ok" and (changed or deleted or frame.files):
+        raise ProtocolError("an error result carries context changes or files")
+    _accept_files(frame, limits)
     if (frame.status == "ok") == (frame.error is not None):
         raise ProtocolError("an ok result with an error, or an error result without one")
     if frame.status != "ok" and frame.value is not None:
@@ -462,21 +472,43 @@ def _accept_result(ex: Exchange, frame: ResultFrame, size: int, limits: Limits) 
         raise ProtocolError("the result names a context key twice")
     if any(key not in ex.base_context for key in deleted):
         raise ProtocolError("the result deletes a context key the request did not have")
-    total = size + sum(HEADER.size + nbytes for _, nbytes in frame.context_changed)
+    announced = [*frame.context_changed, *frame.files]
+    total = size + sum(HEADER.size + nbytes for _, nbytes in announced)
     if total > max_bytes:
         raise ProtocolError(f"the result announces {total} bytes (limit {max_bytes})")
     ex.result = frame
     _finish_context(ex)
 
 
+def _accept_files(frame: ResultFrame, limits: Limits) -> None:
+    """The output files a result announces, within the request's bounds (the runner checked the same: a
+    result past them is forged)."""
+    names = [name for name, _ in frame.files]
+    if len(set(names)) != len(names):
+        raise ProtocolError("the result names an output file twice")
+    if len(names) > limits.max_files:
+        raise ProtocolError(f"the result announces {len(names)} output files (limit {limits.max_files})")
+    sizes = [nbytes for _, nbytes in frame.files]
+    if any(nbytes > limits.max_file_bytes for nbytes in sizes) or sum(sizes) > limits.max_files_bytes:
+        raise ProtocolError("the result announces output files past the request's bounds")
+
+
 def _accept_context_text(ex: Exchange, body: bytes) -> None:
-    """One changed key's new text: exactly the announced length, and JSON (checked in Rust, not Python)."""
+    """One changed key's new text: exactly the announced length, and JSON (checked in Rust, not Python);
+    after the last of them, each output file's bytes."""
     assert ex.result is not None
     if ex.complete:
         event, detail = ("second_result", "a second result frame") if _is_result(body) else (
             "data_after_result", "data after the result frame")  # fmt: skip
         _after_result(ex, event, detail)
         raise ProtocolError(detail)
+    if len(ex.changed) == len(ex.result.context_changed):
+        name, size = ex.result.files[len(ex.files)]
+        if len(body) != size:
+            raise ProtocolError(f"output file {name!r} is {len(body)} bytes, announced {size}")
+        ex.files[name] = body
+        _finish_context(ex)
+        return
     key, nbytes = ex.result.context_changed[len(ex.changed)]
     if len(body) != nbytes:
         raise ProtocolError(f"context key {key!r} is {len(body)} bytes, announced {nbytes}")
@@ -720,6 +752,24 @@ class ExitInfo:
 
 
 SIGKILL, SIGALRM, SIGXCPU, SIGSYS = 9, 14, 24, 31
+#: Signals a sandbox cannot have sent itself: a program has no way to signal a process and the runner sends
+#: only SIGALRM (its backstop), so these came from outside (the OOM killer, the runtime, an operator). A
+#: sandbox they end without a result is not the program's ``execution`` error: it is ``sandbox_unavailable``.
+FROM_OUTSIDE = frozenset({1, 2, 3, SIGKILL, 15})  # SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGTERM
+#: Host-measured CPU time at this share of the limit: the kernel's RLIMIT_CPU kill (soft = hard: SIGKILL)
+CPU_LIMIT_SHARE = 0.8
+
+
+#: An outcome's metadata key: the worker handed out had died before the request reached it, so nothing of the
+#: program ran, and ``Sandbox`` runs it once more on a fresh worker before the caller sees this.
+DIED_BEFORE_USE = "died_before_use"
+
+
+def died_before_use(backend: str, what: str = "sandbox worker") -> ExecutionOutcome:
+    """The outcome of a worker found dead when its execution began (under load, a start-up that failed late)."""
+    return ExecutionOutcome.failure(
+        ErrorType.SANDBOX_UNAVAILABLE, f"{what} died before use", backend=backend, metadata={DIED_BEFORE_USE: True}
+    )
 
 
 def build_outcome(
@@ -790,7 +840,7 @@ def build_outcome(
         )
     # Each changed key was checked as JSON when its frame arrived; the outcome decodes the context only if
     # someone reads ``outcome.context``.
-    return ExecutionOutcome.succeeded(result.value, ex.context, **common)
+    return ExecutionOutcome.succeeded(result.value, ex.context, files=ex.files, **common)
 
 
 def _ok_exit_failure(exit_info: ExitInfo, common: dict[str, Any]) -> tuple[ErrorType, str] | None:
@@ -821,5 +871,15 @@ def _exit_failure(
         return ErrorType.MEMORY_LIMIT, f"memory limit of {limits.memory_mb} MB exceeded"
     if exit_info.signal == SIGSYS:
         return ErrorType.SANDBOX_VIOLATION, "the sandbox was killed for a forbidden system call"
+    if not exit_info.observed:
+        return ErrorType.SANDBOX_UNAVAILABLE, "the sandbox ended without a result, and the host could not see how"
+    cpu_spent = usage.source == "host" and usage.cpu_time_s >= CPU_LIMIT_SHARE * limits.effective_cpu_s
+    if exit_info.signal == SIGKILL and cpu_spent:
+        return ErrorType.TIMEOUT, f"CPU time limit of {limits.effective_cpu_s}s exceeded"
+    if exit_info.signal in FROM_OUTSIDE:
+        return ErrorType.SANDBOX_UNAVAILABLE, (
+            f"the sandbox was killed by signal {exit_info.signal}, which it cannot send itself (the OOM killer, the "
+            "runtime or an operator): not the program's error, and retriable"
+        )
     how = f"signal {exit_info.signal}" if exit_info.signal else f"exit code {exit_info.exit_code}"
     return ErrorType.EXECUTION, f"the sandbox ended without a result ({how})"

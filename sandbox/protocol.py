@@ -23,8 +23,11 @@ by dockerd get them as files in a read-only hand-off directory instead (``sandbo
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -32,6 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
@@ -45,6 +49,7 @@ from pydantic import (
 )
 
 from sandforge.sandbox.context import ContextSnapshot, may_hold_non_finite
+from sandforge.sandbox.files import read_input
 from sandforge.sandbox.inside import wire
 from sandforge.sandbox.inside.wire import HEADER as HEADER
 from sandforge.sandbox.inside.wire import MAX_CONTRACT_FIELD_CHARS as MAX_CONTRACT_FIELD_CHARS
@@ -100,6 +105,10 @@ RETRIABLE: frozenset[ErrorType] = frozenset({
 })  # fmt: skip
 
 
+#: The most one file may hold (``Limits.max_file_bytes``' ceiling): how much of a path is read at most.
+MAX_FILE_BYTES = 512 << 20
+
+
 class Limits(BaseModel):
     """Resource limits of one execution; every backend enforces all of them."""
 
@@ -114,6 +123,11 @@ class Limits(BaseModel):
     max_processes: int = Field(default=16, ge=1, le=4096, description="container pids limit")
     max_open_files: int = Field(default=64, ge=16, le=65536)
     cpus: float = Field(default=1.0, gt=0, le=64, allow_inf_nan=False, description="container CPU quota")
+    max_files: int = Field(default=64, ge=0, le=4096, description="input files, and output files, each at most")
+    max_file_bytes: int = Field(default=8 << 20, ge=0, le=MAX_FILE_BYTES, description="one input or output file")
+    max_files_bytes: int = Field(
+        default=16 << 20, ge=0, le=MAX_FILE_BYTES, description="the input files in all, and the output files in all"
+    )
 
     @property
     def effective_cpu_s(self) -> int:
@@ -168,6 +182,30 @@ class EnvironmentMount(BaseModel):
         return tuple(sorted(set(value)))
 
 
+def _file_bytes(value: Any) -> Any:
+    """A file's bytes: as given in Python, or read from a ``pathlib.Path`` (``sandbox/files.py``'s rules),
+    base64 text in JSON (strict: what a dump produced)."""
+    if isinstance(value, os.PathLike):
+        return read_input(value, MAX_FILE_BYTES)
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except binascii.Error:
+            raise ValueError("a file's content in JSON is base64 text") from None
+    return value
+
+
+#: One file's bytes: ``bytes`` in Python, base64 text in JSON (a request or outcome crossing processes).
+FileBytes = Annotated[
+    bytes, BeforeValidator(_file_bytes), PlainSerializer(lambda b: base64.b64encode(b).decode(), when_used="json")
+]
+#: A file's name in ``inputs/`` or ``outputs/``: one path segment, no leading dot (so never ``..``), a safe
+#: charset (``wire.FILE_NAME_PATTERN``; the inside checks the same pattern).
+FileName = Annotated[str, Field(pattern=f"^{wire.FILE_NAME_PATTERN}$")]
+#: Files by name, as a request carries its inputs and an outcome its outputs.
+Files = dict[FileName, FileBytes]
+
+
 class ExecutionRequest(BaseModel):
     """A tool program plus the JSON snapshot it runs against (the program contract)."""
 
@@ -187,6 +225,12 @@ class ExecutionRequest(BaseModel):
     environment: EnvironmentMount | None = Field(
         default=None, description="a ready environment mounted read-only into the sandbox (None: standard library only)"
     )
+    files: Files = Field(
+        default_factory=dict,
+        description="input files, read-only to the program as inputs/NAME: bytes, or a pathlib.Path read now "
+        "(a regular file, not a symlink); bounded by limits' max_files, max_file_bytes and max_files_bytes, "
+        "and by the sandbox's disk_mb",
+    )
     #: ``sandforge doctor``'s canary: the runner makes a forbidden event from a program-like frame after arming
     #: its tripwire and must be stopped. A private attribute: no JSON, program, context value or tool contract
     #: sets it (``tripwire_canary()`` does, on the host).
@@ -197,8 +241,25 @@ class ExecutionRequest(BaseModel):
         def __init__(
             self, *, code: str, context: ContextSnapshot | Mapping[str, Any] = ..., args: Sequence[Any] = ...,
             kwargs: Mapping[str, Any] = ..., limits: Limits = ..., wall_budget_s: float | None = ...,
-            environment: EnvironmentMount | None = ...,
+            environment: EnvironmentMount | None = ..., files: Mapping[str, bytes | str | os.PathLike[str]] = ...,
         ) -> None: ...  # fmt: skip
+
+    @model_validator(mode="after")
+    def _bounded_files(self) -> ExecutionRequest:
+        limits, sizes = self.limits, [len(body) for body in self.files.values()]
+        if len(sizes) > limits.max_files:
+            raise ValueError(f"{len(sizes)} input files; the limit is {limits.max_files} (limits.max_files)")
+        for name, body in self.files.items():
+            if len(body) > limits.max_file_bytes:
+                raise ValueError(f"input file {name!r} is {len(body)} bytes; the limit is {limits.max_file_bytes}"
+                                 " (limits.max_file_bytes)")  # fmt: skip
+        if sum(sizes) > limits.max_files_bytes:
+            raise ValueError(f"the input files are {sum(sizes)} bytes; the limit is {limits.max_files_bytes}"
+                             " (limits.max_files_bytes)")  # fmt: skip
+        if sum(sizes) > (limits.disk_mb << 20) * 3 // 4:
+            raise ValueError(f"the input files ({sum(sizes)} bytes) leave too little of the sandbox's "
+                             f"{limits.disk_mb} MB disk (limits.disk_mb)")  # fmt: skip
+        return self
 
 
 def tripwire_canary() -> ExecutionRequest:
@@ -264,6 +325,13 @@ class ExecutionOutcome(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     security_event: SecurityEvent | None = Field(
         default=None, description="set when the execution ended on a security event (always a sandbox_violation)"
+    )
+    files: Files = Field(
+        default_factory=dict,
+        exclude=True,
+        repr=False,
+        description="the output files of an ok execution (outputs/NAME), checked against the request's limits; "
+        "empty for any other; not dumped (callers commit or list them: they are bytes)",
     )
     context_snapshot: Context | None = Field(
         default=None, exclude=True, repr=False,
@@ -606,6 +674,8 @@ class ResultFrame(BaseModel):
         default_factory=list
     )
     context_deleted: list[str] = Field(default_factory=list)
+    #: The output files, ``[name, length]``: each one's bytes follow the changed keys' texts as a frame.
+    files: list[tuple[FileName, Annotated[int, Field(ge=0)]]] = Field(default_factory=list)
     error: RunnerError | None = None
     stdout: str = Field("", max_length=MAX_STDOUT_BYTES)
     stderr: str = Field("", max_length=MAX_STDOUT_BYTES)

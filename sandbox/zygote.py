@@ -31,6 +31,10 @@ class ZygoteError(Exception):
     pass
 
 
+#: How long a closed zygote gets to end its children itself before the host kills them and it.
+HANG_UP_GRACE_S = 2.0
+
+
 class Zygote:
     def __init__(
         self,
@@ -62,6 +66,8 @@ class Zygote:
         self._exits: dict[int, dict[str, Any]] = {}
         #: pid -> called (on the reader thread) when its exit report arrives or the zygote goes away
         self._watchers: dict[int, Callable[[], None]] = {}
+        #: children spawned and not reported exited: killed by the host if the zygote cannot end them (``close``)
+        self._children: set[int] = set()
         self._send_lock = threading.Lock()
         self._closed = False
         self._sock.settimeout(start_timeout)
@@ -73,7 +79,7 @@ class Zygote:
             raise ZygoteError(f"zygote did not start: {exc}") from exc
         if ready.get("op") != "ready":
             self.close()
-            raise ZygoteError("zygote did not report ready")
+            raise ZygoteError(f"zygote did not report ready: {ready.get('error') or 'no reason given'}")
         self._sock.settimeout(None)
         self._reader = threading.Thread(target=self._read_loop, name="sandforge-zygote", daemon=True)
         self._reader.start()
@@ -101,6 +107,8 @@ class Zygote:
                     raise ZygoteError("zygote did not answer a spawn request")
                 self._cond.wait(min(remaining, 0.5))
             reply = self._replies.pop(request_id)
+            if reply.get("op") == "spawned" and int(reply["pid"]) not in self._exits:
+                self._children.add(int(reply["pid"]))
         if reply.get("op") != "spawned":
             raise ZygoteError(f"zygote could not spawn: {reply.get('error')}")
         return int(reply["pid"])
@@ -165,6 +173,7 @@ class Zygote:
             with self._cond:
                 if message.get("op") == "exited":
                     self._exits[int(message["pid"])] = message
+                    self._children.discard(int(message["pid"]))
                     watcher = self._watchers.pop(int(message["pid"]), None)
                 else:
                     self._replies[int(message.get("id", -1))] = message
@@ -179,7 +188,22 @@ class Zygote:
             watcher()
 
     def close(self) -> None:
+        """End the zygote and every child of it still running (a zygote evicted while its children run takes
+        them with it). Its children are in sessions of their own, so a kill of the zygote's group alone would
+        orphan them, running: the host hangs up first, and the zygote kills its children when it sees that.
+        One that does not end within ``HANG_UP_GRACE_S`` is killed with the children the host knows of (its
+        own, still: unreaped while it lives, so their ids are not another process's)."""
         self._closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        try:
+            self.proc.wait(timeout=HANG_UP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with self._cond:
+                children = list(self._children)
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):

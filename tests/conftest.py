@@ -28,17 +28,19 @@ if TYPE_CHECKING:
 REQUIRE_DOCKER = os.environ.get("SANDFORGE_REQUIRE_DOCKER") == "1"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # around xdist's, which reads the xdist_group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
     """The slowest files first, each file's tests together and in their order (a stable sort by file); under
-    ``--dist loadgroup`` the tests of a file with a module-scoped set-up (a Ray cluster, a server) stay on one
-    worker, which sets it up once."""
+    ``--dist loadgroup`` the tests of a file with a module-scoped set-up (a Ray cluster, a server) or run whole
+    in a network namespace stay on one worker, which sets it up (or runs it) once."""
     seconds = durations.load()
     if seconds:
         items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], 0.0))
     for item in items:
-        if durations.shares_a_setup(item):
+        if item.get_closest_marker("xdist_group") is None and durations.one_worker(item):  # a file's own group wins
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    yield
+    durations.keep_xdist_groups(items)
 
 
 @dataclass

@@ -44,6 +44,34 @@ def from_report(text: str) -> dict[str, float]:
     return {name: round(seconds, 1) for name, seconds in sorted(per_file.items(), key=lambda kv: -kv[1])}
 
 
+def one_worker(item: pytest.Item) -> bool:
+    """Whether the tests of the item's file must all go to one xdist worker: a module-scoped set-up is made
+    once there, and a file that runs whole in a network namespace (``tests/egress/netns.py``) runs it once
+    there, where split across workers every other worker given one of its tests waits on that run's lock."""
+    return shares_a_setup(item) or item.get_closest_marker("netns") is not None
+
+
+def keep_xdist_groups(items: list[pytest.Item]) -> None:
+    """Make the group name xdist gives a test (``--dist loadgroup``: ``NODEID@GROUP``, in ``item._nodeid``) its
+    node id. pytest 9 reads ``nodeid`` from a structured ``_id`` that xdist 3.8 does not set, so its scheduler
+    saw every test as a group of its own: a file's module-scoped set-up (a Ray cluster, a server) was made on
+    every worker given one of its tests, and again each time a worker came back to the file."""
+    try:
+        from _pytest.nodeid import NodeId  # pytest >= 9; before it, ``nodeid`` is ``_nodeid`` itself
+    except ImportError:
+        return
+    for item in items:
+        grouped = item.__dict__.get("_nodeid")
+        if isinstance(grouped, str) and grouped != item.nodeid:
+            item._id = NodeId.parse(grouped)  # type: ignore[attr-defined]  # its string form is ``grouped`` itself
+
+
+def without_group(nodeid: str) -> str:
+    """A node id without the ``@GROUP`` suffix xdist's loadgroup adds (``keep_xdist_groups``)."""
+    at = nodeid.rfind("@")
+    return nodeid[:at] if at > nodeid.rfind("]") else nodeid
+
+
 def shares_a_setup(item: pytest.Item) -> bool:
     """Whether the test uses a fixture of module, class or package scope that its own file or a conftest of
     the suite defines (the plugins' own, such as anyio's backend, are cheap)."""

@@ -207,6 +207,16 @@ class Usage(BaseModel):
     )  # fmt: skip
 
 
+class FileRecord(BaseModel):
+    """A file of a run, as the log says it: name, size and sha256 (``runtime/files/transfer.manifest``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugin: field named `kwargs`
     """The call's own fields; :class:`CallRecord` adds the store's (``runtime.store.logfields``) after them."""
 
@@ -293,6 +303,11 @@ class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugi
         "final URL, status, bytes, duration, the allow rule that matched or why it was denied",
     )
     stdout: str | None = None
+    # files in the transaction (issue 41): what went in, and what an ok run committed; never their contents
+    input_files: list[FileRecord] | None = Field(None, description="the run's input files (absent: none)")
+    output_files: list[FileRecord] | None = Field(
+        None, description="the outputs/ files an ok run returned to be committed (absent: none)"
+    )
     # the last attempt's environment (issue 19; absent when its program declared no dependency)
     env_id: str | None = Field(None, description="the environment the program ran with (docs/environments.md)")
     environment_cache_hit: bool | None = Field(None, description="the environment was ready: nothing was built")

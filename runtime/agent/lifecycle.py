@@ -17,10 +17,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from sandforge.runtime.agent import observe
 from sandforge.runtime.agent.attempt import Attempt
-from sandforge.runtime.agent.calllog import now_utc
+from sandforge.runtime.agent.calllog import CallRecord, now_utc
 from sandforge.runtime.agent.contracts import ContractViolation, check_deliverable
 from sandforge.runtime.agent.egress import egress_of
 from sandforge.runtime.agent.env import CallEnv, CallSpec
@@ -75,6 +76,8 @@ class CallRun:
     seam: ProgramSeam = field(init=False)
     executor: Executor = field(init=False)
     recorder: Recorder = field(init=False)
+    #: when :meth:`run` began: wall clock (the record's ``started_at``) and monotonic (its duration)
+    started: tuple[datetime, float] = field(init=False)
 
     def __post_init__(self) -> None:
         init = object.__setattr__  # the parts are made once; the run changes them, never rebinds them
@@ -94,17 +97,20 @@ class CallRun:
         return CallRun(self.env, spec, self.meter, parent_txn=scope).run()
 
     def run(self) -> Outcome:
-        started, clock = now_utc(), time.monotonic()
+        object.__setattr__(self, "started", (now_utc(), time.monotonic()))
         tel = telemetry()
         with observe.call_span(tel, self.spec) as span:
             outcome = self._loop()
             observe.call_ended(tel, span, self.spec, outcome)
-        record = self.recorder.record(outcome, started, time.monotonic() - clock)
         if self.parent_txn is not None:
-            self.parent_txn.stage_record(record, self.at.candidate, self.seam.plan)
-        else:
-            self.env.records([StagedRecord(record, self.at.candidate, self.seam.plan)])
+            self.parent_txn.stage_record(self._record(outcome), self.at.candidate, self.seam.plan)
+        elif not outcome.ok:  # a top-level success's record was committed with its context (_execute)
+            self.env.records([StagedRecord(self._record(outcome), self.at.candidate, self.seam.plan)])
         return outcome
+
+    def _record(self, outcome: Outcome) -> CallRecord:
+        started, clock = self.started
+        return self.recorder.record(outcome, started, time.monotonic() - clock)
 
     # --- the loop ----------------------------------------------------------------------------------
 
@@ -269,10 +275,13 @@ class CallRun:
             return self._answer(self.lanes.contract_violation(self.at, violation, approval.code))
         if execution.ok:
             assert execution.context_snapshot is not None
+            outcome = self.recorder.ok(execution)
             with observe.stage(telemetry(), "commit"):
                 txn.set_context(self.spec.role, execution.context_snapshot)  # unchanged keys keep their bytes
+                if self.parent_txn is None:  # the record commits with the context (one transaction when durable)
+                    txn.stage_record(self._record(outcome), self.at.candidate, self.seam.plan)
                 txn.commit()
-            return self.recorder.ok(execution)
+            return outcome
         self._rollback(txn)
         if self.executor.trace_stop is not None:
             return self._answer(Failure.stopped(self.executor.trace_stop))

@@ -37,6 +37,7 @@ from sandforge.runtime.agent.calllog import (
 from sandforge.runtime.agent.egress import egress_of
 from sandforge.runtime.agent.env import new_id
 from sandforge.runtime.agent.failures import FailureClass, classify_failure, classify_outcome
+from sandforge.runtime.files.transfer import manifest
 from sandforge.runtime.guardrails import ValidationResult
 from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest
 
@@ -123,6 +124,7 @@ def run_record(
                        total_sandbox_duration_s=outcome.duration_s),
         "egress_requests": len(fetched), "egress": egress,
         "stdout": bounded(outcome.stdout, MAX_STDOUT_CHARS) if outcome.stdout else None,
+        "input_files": manifest(request.files) or None, "output_files": manifest(outcome.files) or None,
         **{k: outcome.metadata[k] for k in _ENV_FIELDS if outcome.metadata.get(k) is not None},
     }  # fmt: skip
     if outcome.ok:

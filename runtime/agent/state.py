@@ -22,6 +22,7 @@ from typing import Any
 from sandforge.runtime.agent.awaited import commit_window
 from sandforge.runtime.agent.calllog import CallRecord, NestedCallSummary
 from sandforge.runtime.agent.source import ProgramCandidate, ProgramPlan
+from sandforge.runtime.agent.statedb import Committed, StateDB, etags
 from sandforge.runtime.store.models import ToolContract as ToolContract  # the one contract model, re-exported
 from sandforge.sandbox.context import ContextSnapshot
 
@@ -51,13 +52,22 @@ class State:
 
     ``versions`` counts the commits of each role's context; a top-level transaction remembers the version of
     each context it read and commits only if those it writes are unchanged (:class:`CommitConflict`), unless
-    its thread is ``unchecked`` (a call running alone after a conflict)."""
+    its thread is ``unchecked`` (a call running alone after a conflict).
+
+    With ``db`` (a :class:`~runtime.agent.statedb.StateDB`) the contexts live there: ``contexts`` and
+    ``versions`` are this process's cache of it, dropped whenever another process committed, and a commit
+    is checked and written in the database's transaction, with the records of its calls. Other processes'
+    commits are never ``unchecked`` away: a conflict with one is refused even for a call running alone."""
 
     def __init__(
         self,
         on_records: Callable[[list[StagedRecord]], None],
         on_tools: Callable[[dict[str, ToolContract]], None] | None = None,
+        db: StateDB | None = None,
     ) -> None:
+        self.db = db
+        #: roles whose entry in ``contexts``/``versions`` was read from ``db`` since it last changed elsewhere
+        self._loaded: set[str] = set()
         self.contexts: dict[str, ContextSnapshot] = {}
         #: role -> key -> (the key's text, its prompt preview): previews are made once per text, not per call
         self.previews: dict[str, dict[str, tuple[bytes, str]]] = {}
@@ -67,6 +77,54 @@ class State:
         self.lock = threading.RLock()
         self._on_records = on_records
         self._on_tools = on_tools
+
+    def read(self, role: str) -> Committed:
+        """The committed context of ``role`` and its version (the caller holds ``lock``)."""
+        if self.db is not None:
+            if self.db.changed():  # another process committed: everything cached may be stale
+                self._loaded.clear()
+            if role not in self._loaded:
+                committed = self.db.read(role)
+                self.contexts[role] = committed.snapshot
+                self.versions[role] = committed.version
+                self._loaded.add(role)
+        return Committed(self.versions.get(role, 0), self.contexts.get(role) or ContextSnapshot())
+
+    def commit(self, contexts: dict[str, ContextSnapshot], bases: dict[str, int], records: list[StagedRecord]) -> None:
+        """Commit ``contexts`` (with ``records``, when durable) or raise CommitConflict keeping nothing (the
+        caller holds ``lock``)."""
+        if self.db is None:
+            conflicts = self.conflicts(contexts, bases)
+            if conflicts:
+                raise CommitConflict(conflicts)
+            self.contexts.update(contexts)
+            self.changed(contexts)
+            return
+        rows = [(s.record.call_id, s.record.trace_id, s.record.role, s.record.method, s.record.status,
+                 s.record.model_dump_json()) for s in records]  # fmt: skip
+        conflicts, versions = self.db.commit(contexts, bases, rows)
+        if conflicts:
+            self._loaded.difference_update(conflicts)  # the re-run reads what the other writer committed
+            raise CommitConflict(conflicts)
+        self.contexts.update(contexts)
+        self.versions.update(versions)
+        self._loaded.update(versions)
+
+    def replace(self, role: str, snapshot: ContextSnapshot, if_match: str | None = None) -> tuple[Committed, bool]:
+        """Set ``role``'s context unless ``if_match`` is given and is not its entity tag: ``(now, written)``."""
+        with self.lock:
+            if self.db is None:
+                now = self.read(role)
+                if if_match is not None and if_match.strip() != "*" and now.etag not in etags(if_match):
+                    return now, False
+                self.contexts[role] = snapshot
+                self.changed([role])
+                return self.read(role), True
+            now, written = self.db.replace(role, snapshot, if_match)
+            self.contexts[role] = now.snapshot
+            self.versions[role] = now.version
+            self._loaded.add(role)
+            return now, written
 
     def changed(self, roles: Iterable[str]) -> None:
         """Count a commit of each of ``roles``' contexts (the caller holds ``lock``)."""
@@ -108,8 +166,9 @@ class Transaction:
         if self.parent is not None:
             return self.parent._visible_context(role)
         with self.state.lock:
-            self.bases.setdefault(role, self.state.versions.get(role, 0))
-            return self.state.contexts.get(role)
+            committed = self.state.read(role)
+            self.bases.setdefault(role, committed.version)
+            return committed.snapshot or None
 
     def snapshot(self, role: str) -> ContextSnapshot:
         """The role's context as this attempt sees it (immutable: nothing to copy)."""
@@ -165,13 +224,12 @@ class Transaction:
             self.parent.records.extend(self.records)
             return
         with commit_window(), self.state.lock:  # refused once an awaiting task was cancelled (awaited.py)
-            conflicts = self.state.conflicts(self.contexts, self.bases)
-            if conflicts:  # nothing is kept: the call runs again (runtime.agent.callgate)
+            try:
+                self.state.commit(self.contexts, self.bases, self.records)
+            except CommitConflict:  # nothing is kept: the call runs again (runtime.agent.callgate)
                 self.closed = False
                 self.rollback()
-                raise CommitConflict(conflicts)
-            self.state.contexts.update(self.contexts)
-            self.state.changed(self.contexts)
+                raise
             self.state.tools.update(self.tools)
         self.state.emit_tools(self.tools)
         self.state.emit(self.records)

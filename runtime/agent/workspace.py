@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import random
+import stat
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,6 +26,7 @@ from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.persistence import ToolStoreSource
 from sandforge.runtime.agent.source import ProgramStore
 from sandforge.runtime.agent.state import CommitConflict, StagedRecord, State, ToolContract
+from sandforge.runtime.agent.statedb import DB_FILE_NAME, Committed, StateDB, StateDBError
 from sandforge.runtime.agent.trace_budget import TraceBudget
 from sandforge.runtime.gate import SandboxPort
 from sandforge.runtime.guardrails import Policy, default_policy
@@ -38,6 +43,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LogSpec = CallLog | Path | str | None | Literal[False]
+#: how much of the call log's end is searched for the lines of records a stopped process may have written
+UNLOGGED_TAIL_BYTES = 8 << 20
+#: re-runs of a call whose commit another process keeps changing underneath (then a retriable state_conflict)
+RERUNS = 10
 
 
 def as_json(value: Any, what: str) -> Any:
@@ -58,6 +67,25 @@ def as_snapshot(context: dict[str, Any], what: str) -> ContextSnapshot:
         return ContextSnapshot.from_dict(as_json(context, what))
 
 
+def _log_tail(path: Path | None, size: int = UNLOGGED_TAIL_BYTES) -> bytes:
+    """The last ``size`` bytes of the call log (empty when there is none or it cannot be read)."""
+    if path is None:
+        return b""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO in its place cannot hang this
+    except OSError:
+        return b""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return b""
+        return os.pread(fd, size, max(0, st.st_size - size))
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
 class Workspace:
     """Holds what agents share and runs their calls. Thread-safe: calls of different roles run at once, calls
     of one role in turn, and a commit never loses another call's update (``runtime/agent/callgate.py``).
@@ -73,6 +101,10 @@ class Workspace:
     top-level call may spend with all its nested calls (see docs/security.md, "Trace budget"). Programs
     fetch through ``egress`` when given, else through the policy's own broker (docs/lifecycle.md, "Brokered
     requests"); a policy that does not grant ``http_fetch`` reaches nothing either way.
+
+    Committed contexts live in memory unless ``state_dir`` is given: then in ``<state_dir>/state.db``
+    (:mod:`~runtime.agent.statedb`), written in the same transaction as the records of the calls that
+    changed them, shared with every other process opening that directory, and kept across restarts.
     """
 
     def __init__(
@@ -89,6 +121,7 @@ class Workspace:
         trace_budget: TraceBudget | None = None,
         egress: EgressBroker | None = None,
         environments: Environments | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         self.provider = provider
         #: the broker programs fetch through (None: the policy's own; runtime/agent/egress.py)
@@ -117,7 +150,10 @@ class Workspace:
             self.log = CallLog(None)
         else:
             self.log = CallLog(default_log_path() if log is None else Path(log))
-        self._state = State(self._commit_records, self._commit_tools)
+        self._db = StateDB(Path(state_dir) / DB_FILE_NAME) if state_dir is not None else None
+        self._state = State(self._commit_records, self._commit_tools, self._db)
+        if self._db is not None:
+            self._log_unlogged(self._db)
         self._gate = CallGate()  # calls of different roles at once, one role's in turn (runtime/agent/callgate.py)
 
     @property
@@ -164,10 +200,24 @@ class Workspace:
             return self._run_unchecked(spec)
 
     def _run_unchecked(self, spec: CallSpec) -> Outcome:
-        """Run ``spec`` again, its commit unchecked: the gate is exclusive (or this thread already holds it)."""
+        """Run ``spec`` again, unchecked against this process's calls: the gate is exclusive (or this thread
+        already holds it).
+
+        With a state database another process may still commit underneath: that commit is refused too and the
+        call runs again after a short random wait, up to ``RERUNS`` times. A call that never gets a clean commit
+        answers a retriable ``state_conflict`` error: the other process's update is never overwritten."""
         self._state.unchecked.on = True
         try:
-            return CallRun.top(self.call_env(), spec).run()
+            for attempt in range(RERUNS):
+                try:
+                    return CallRun.top(self.call_env(), spec).run()
+                except CommitConflict as exc:
+                    log.info("call %s.%s runs again: %s", spec.role, spec.method, exc)
+                    time.sleep(random.uniform(0, min(0.5, 0.02 * 2**attempt)))  # noqa: S311 (jitter, not a secret)
+                    conflict = exc
+            return Outcome(status="error", error_type="state_conflict", retriable=True, tool_role=spec.role,
+                           method_name=spec.method, error_message=f"{conflict}, {RERUNS} times: nothing was "
+                           "committed; call again")  # fmt: skip
         finally:
             self._state.unchecked.on = False
 
@@ -175,38 +225,41 @@ class Workspace:
 
     def context(self, role: str) -> dict[str, JsonValue]:
         """A copy of the committed context of ``role``."""
-        with self._state.lock:
-            snapshot = self._state.contexts.get(role)
-        return {} if snapshot is None else snapshot.to_dict()
+        return self.context_snapshot(role).to_dict()
 
     def context_snapshot(self, role: str) -> ContextSnapshot:
         """The committed context of ``role`` as it is kept: each key's JSON text, nothing decoded."""
+        return self.committed(role).snapshot
+
+    def committed(self, role: str) -> Committed:
+        """The committed context of ``role`` with its version and entity tag (``GET /v1/roles/ROLE/context``)."""
         with self._state.lock:
-            return self._state.contexts.get(role) or ContextSnapshot()
+            return self._state.read(role)
 
     def set_context(self, role: str, context: dict[str, JsonValue]) -> None:
         """Replace the committed context of ``role`` (no model call)."""
+        self.replace_context(role, context)
+
+    def replace_context(
+        self, role: str, context: dict[str, JsonValue], if_match: str | None = None
+    ) -> tuple[Committed, bool]:
+        """Replace the committed context of ``role`` unless ``if_match`` (an ``If-Match`` value) names another
+        version than the committed one: ``(the context now, replaced)``. TypeError if it is not a JSON object."""
         if not isinstance(context, dict):
             raise TypeError("a context is a dict")
-        snapshot = as_snapshot(context, "the context")
-        with self._state.lock:
-            self._state.contexts[role] = snapshot
-            self._state.changed([role])
+        return self._state.replace(role, as_snapshot(context, "the context"), if_match)
 
     def update_context(self, role: str, key: str, value: Any) -> None:
         change = as_snapshot({key: value}, f"context value {key!r}")
         with self._state.lock:
-            current = self._state.contexts.get(role) or ContextSnapshot()
-            self._state.contexts[role] = current.with_changes(change)
-            self._state.changed([role])
+            self._state.replace(role, self._state.read(role).snapshot.with_changes(change))
 
     def delete_context(self, role: str, key: str) -> None:
         with self._state.lock:
-            current = self._state.contexts.get(role) or ContextSnapshot()
+            current = self._state.read(role).snapshot
             if key not in current:
                 raise KeyError(key)
-            self._state.contexts[role] = current.with_changes({}, [key])
-            self._state.changed([role])
+            self._state.replace(role, current.with_changes({}, [key]))
 
     @property
     def tools(self) -> dict[str, ToolContract]:
@@ -231,6 +284,7 @@ class Workspace:
 
     def _commit_records(self, staged: list[StagedRecord]) -> None:
         """The store sees each committed record first (it may add its fields), then the log gets it."""
+        logged: list[tuple[str, str]] = []
         for item in staged:
             record = item.record
             if self.store is not None:
@@ -246,6 +300,26 @@ class Workspace:
                     if isinstance(updated, CallRecord) and updated is not record:
                         record = record.model_copy(update={k: getattr(updated, k) for k in STORE_FIELDS})
             self.log.append(record)
+            logged.append((record.call_id, record.model_dump_json()))
+        if self._db is not None and logged:
+            try:
+                self._db.logged([cid for cid, _ in logged], [text for _, text in logged])
+            except StateDBError as exc:  # the record stays unlogged: the next process appends it again
+                log.warning("%s", exc)
+
+    def _log_unlogged(self, db: StateDB) -> None:
+        """Records committed by a process that died before it appended them to the call log. One that died after
+        appending but before marking it logged left its line at the log's end: the tail is looked at first, so
+        no record is written twice."""
+        pending = db.unlogged()
+        if not pending:
+            return
+        tail = _log_tail(self.log.path)
+        for call_id, text in pending:
+            if f'"call_id":{json.dumps(call_id)}'.encode() not in tail:
+                self.log.append(CallRecord.model_validate_json(text))
+        log.info("call log: %d committed record(s) of a stopped process checked and written", len(pending))
+        db.logged([cid for cid, _ in pending])
 
     def _commit_tools(self, tools: dict[str, ToolContract]) -> None:
         """Committed contracts go to the store's registry when it keeps one (``register_tool``)."""
@@ -270,6 +344,8 @@ class Workspace:
                 log.exception("could not write pending ToolStore successes")
         if self._owns_sandbox:
             self.sandbox.close()
+        if self._db is not None:
+            self._db.close()
 
     def __enter__(self) -> Workspace:
         return self

@@ -19,12 +19,12 @@ from typing import Any
 import click
 
 from sandforge.runtime.cli.common import load_policy_option, policy_options
+from sandforge.runtime.cli.model_options import model_options, model_settings
 from sandforge.runtime.errors import UsageError
 from sandforge.runtime.files import make_dirs
 from sandforge.runtime.providers.chat import read_script
 from sandforge.runtime.sessions import (
     AgentToolRunner,
-    AnthropicChatProvider,
     ChatProvider,
     CompositeGroupSource,
     GroupSource,
@@ -73,9 +73,12 @@ def _groups_source(
     return CompositeGroupSource(*sources)
 
 
-def _program_provider(script: dict[str, Any] | None, programs_file: Path | None) -> tuple[Any, str | None]:
+def _program_provider(
+    script: dict[str, Any] | None, programs_file: Path | None, kind: str | None, settings: dict[str, Any]
+) -> tuple[Any, str | None]:
     """The provider that writes tool programs for the Agent, or (None, why not)."""
     from sandforge.runtime.providers import GeneratedProgram, ScriptedProvider
+    from sandforge.runtime.providers.factory import ModelSettings, ProviderUnavailable, program_provider
 
     if programs_file is not None:
         return ScriptedProvider(programs_file), None
@@ -89,11 +92,26 @@ def _program_provider(script: dict[str, Any] | None, programs_file: Path | None)
             ), None
         except ValueError as exc:
             raise UsageError(f"invalid 'programs' in the chat script: {exc}") from exc
-    if os.environ.get("ANTHROPIC_API_KEY"):
-        from sandforge.runtime.providers import AnthropicProvider
+    if kind is None and not os.environ.get("ANTHROPIC_API_KEY"):
+        return None, "no program provider (set ANTHROPIC_API_KEY, or give 'programs' in the --scripted file)"
+    replay = settings.pop("recording", None)
+    try:
+        return program_provider(kind or "anthropic", ModelSettings(**settings), replay=replay), None
+    except ProviderUnavailable as exc:
+        return None, exc.message
 
-        return AnthropicProvider(), None
-    return None, "no program provider (set ANTHROPIC_API_KEY, or give 'programs' in the --scripted file)"
+
+def _chat_provider(script: dict[str, Any] | None, kind: str | None, settings: dict[str, Any]) -> ChatProvider:
+    """The scripted turns, else the chat model of ``kind`` (default: anthropic)."""
+    if script is not None:
+        return ScriptedChatProvider(script["turns"])
+    from sandforge.runtime.providers.factory import ModelSettings, chat_provider
+
+    replay = settings.pop("recording", None)
+    try:
+        return chat_provider(kind or "anthropic", ModelSettings(**settings), replay=replay)
+    except ValueError as exc:  # pydantic's: a setting out of range
+        raise UsageError(f"invalid model options: {str(exc).splitlines()[-1].strip()}") from None
 
 
 @contextlib.contextmanager
@@ -221,7 +239,9 @@ def _repl(session: Session) -> Session:
     help="Where sessions.db lives (default: SANDFORGE_STATE_DIR or the user state directory).",
 )
 @click.option("--backend", type=click.Choice(BACKENDS), default=None, help="Default: SANDFORGE_BACKEND or subprocess.")
-@click.option("--model", default=None, help="Chat model (default: SANDFORGE_CHAT_MODEL or a current Sonnet).")
+@click.option("--provider", "provider_kind", type=click.Choice(["anthropic", "openai", "replay"]), default=None,
+              help="The model behind the chat and its tool programs (default: anthropic; --scripted replays a script).")
+@model_options()
 @click.option(
     "--tool-store/--no-tool-store", default=True, help="Offer the ToolStore's roles as loadable groups (default: on)."
 )
@@ -234,22 +254,24 @@ def command(
     programs_file: Path | None,
     state_dir: Path | None,
     backend: str | None,
-    model: str | None,
+    provider_kind: str | None,
     tool_store: bool,
     no_restore: bool,
     policies: tuple[Path, ...],
     no_default: bool,
+    **model: Any,
 ) -> None:
     """Chat with tools; loaded tool groups stay loaded across turns. Type /exit (or EOF) to leave."""
     state = _state(state_dir)
     script = read_script(script_path) if script_path is not None else None
-    provider: ChatProvider = (
-        ScriptedChatProvider(script["turns"]) if script is not None else AnthropicChatProvider(model=model)
-    )
+    settings = model_settings(model)
+    if provider_kind == "replay" and "recording" not in settings:
+        raise UsageError("--provider replay needs --replay FILE")
+    provider = _chat_provider(script, provider_kind, dict(settings))
     # One ToolStore serves both sides: its roles are loadable groups, and their calls reuse its artifacts.
     tools = ToolStore(state) if tool_store else None
     registry = ToolRegistry(_groups_source(groups_file, script, state, tool_store=tools))
-    program_provider, why_not = _program_provider(script, programs_file)
+    program_provider, why_not = _program_provider(script, programs_file, provider_kind, dict(settings))
     policy = load_policy_option(policies, no_default) if policies or no_default else None  # checked up front
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(SessionStore(state=state))

@@ -19,6 +19,7 @@ from sandforge.runtime.cli.exits import for_outcome
 from sandforge.runtime.errors import InputFileMissing, UsageError
 from sandforge.runtime.files import decode_json, encode_compact, read_user_file, write_user_file
 from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
+from sandforge.runtime.files.transfer import commit_output_files, read_files_options
 from sandforge.runtime.guardrails import ValidationResult
 from sandforge.runtime.guardrails.engine import source_text
 from sandforge.sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
@@ -51,6 +52,14 @@ def output_limit(limits: Limits) -> int:
     """The most ``exec`` prints as one outcome: the message limit, plus the two output streams (each at
     most ``max_output_bytes``, up to 6x that as JSON escapes) and a little for the metadata."""
     return limits.max_message_bytes + 12 * limits.max_output_bytes + (1 << 16)
+
+
+def _building_shown() -> Any:
+    """The environments below the state directory, a first build's steps shown on standard error (issue 39)."""
+    from sandforge.runtime.agent.environment import Environments
+    from sandforge.runtime.cli.progress import notices
+
+    return Environments(progress=notices("building the program's environment"))
 
 
 def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -> None:
@@ -122,6 +131,12 @@ FLAGS = {"timeout_s": "--timeout", "memory_mb": "--memory", "args": "--args", "k
 @click.option(
     "--cluster", default=None, help="Run on a Ray cluster (HOST:PORT or ray://HOST:PORT); default: SANDFORGE_CLUSTER."
 )
+@click.option("--file", "file_args", multiple=True, metavar="NAME=PATH",
+              help="An input file, read-only to the program as inputs/NAME (repeatable).")  # fmt: skip
+@click.option("--files", "files_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Every file of DIR as an input file (inputs/NAME, not recursive).")  # fmt: skip
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write the program's outputs/ files into DIR, all or nothing, only on ok.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
     file: Path,
@@ -135,6 +150,9 @@ def command(
     policies: tuple[Path, ...],
     no_default: bool,
     cluster: str | None,
+    file_args: tuple[str, ...],
+    files_dir: Path | None,
+    out_dir: Path | None,
     as_json: bool,
 ) -> None:
     """Validate FILE (a tool program body; - reads standard input) with the policy, run it in a fresh
@@ -162,6 +180,7 @@ def command(
         raise _invalid(exc) from None
     bound = limits.max_message_bytes
     code = read_program(file, bound)
+    files = read_files_options(file_args, files_dir, limits)  # refused here, before any sandbox starts
     args = _json_arg(args_json, "--args", list)
     kwargs = _json_arg(kwargs_json, "--kwargs", dict)
     policy = load_policy_option(policies, no_default)
@@ -171,19 +190,26 @@ def command(
     with _locked(context_path) if commit and context_path is not None else contextlib.nullcontext():
         context = _read_context(context_path, bound)
         try:
-            request = ExecutionRequest(code=source_text(code), context=context, args=args, kwargs=kwargs, limits=limits)
+            request = ExecutionRequest(
+                code=source_text(code), context=context, args=args, kwargs=kwargs, limits=limits, files=files
+            )
         except ValidationError as exc:
             raise _invalid(exc) from None
         bridge = StandaloneBridge.of(policy)  # its fetches are brokered under the policy's egress section
         clock = RunClock()
         with Sandbox(config) as sb:
-            outcome, verdict = execute_program(sb, request, policy=policy, bridge=bridge)  # + its environment
+            outcome, verdict = execute_program(sb, request, policy=policy, bridge=bridge,  # + its environment
+                                               environments=_building_shown())  # fmt: skip
         outcome = bridge.fetches.attach(outcome)
         record_run(outcome, verdict, request, clock)  # before the commit: a run that ran is in the log
         if commit and outcome.ok and context_path is not None:
             data = encode_compact(outcome.context, limit=bound, what="the new context") + b"\n"
             write_user_file(context_path, data)
             committed = context_path
+    if out_dir is not None and outcome.ok and outcome.files:
+        commit_output_files(out_dir, outcome.files)
+        if not as_json:
+            click.echo(f"wrote {len(outcome.files)} output files to {out_dir}", err=True)
     if as_json:
         from sandforge.runtime.service.models import exec_result  # the HTTP API's models: only for --json
 

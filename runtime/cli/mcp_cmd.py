@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sandforge.runtime.cli.common import load_policy_option, policy_options
+from sandforge.runtime.cli.model_options import model_options, model_settings
 from sandforge.runtime.errors import ConfigError, UsageError
 from sandforge.runtime.state_dir import resolve_state_dir
 from sandforge.sandbox import BACKENDS, Limits, SandboxConfig
@@ -25,17 +26,30 @@ if TYPE_CHECKING:
 STDIO_TENANT = "local"
 
 
-def _provider(kind: str | None, programs: Path | None) -> ProviderConfig:
-    """``none`` runs only healthy stored tools; ``scripted`` replays --programs; ``anthropic`` needs a key."""
+def _provider(kind: str | None, programs: Path | None, model: dict[str, Any]) -> ProviderConfig:
+    """``none`` runs only healthy stored tools; ``scripted`` replays --programs; ``anthropic`` and ``openai``
+    need a key; ``replay`` serves --replay (a file --record wrote)."""
+    from sandforge.runtime.providers.factory import ProviderUnavailable, key_for
     from sandforge.runtime.service.tenants import ProviderConfig
 
     if kind is None:
         kind = "scripted" if programs else ("anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "none")
     if kind == "scripted" and programs is None:
         raise UsageError("--provider scripted needs --programs FILE")
-    if kind == "anthropic" and not os.environ.get("ANTHROPIC_API_KEY"):
-        raise UsageError("--provider anthropic needs ANTHROPIC_API_KEY")
-    return ProviderConfig(kind=kind, programs=programs if kind == "scripted" else None)
+    if kind == "replay" and model.get("recording") is None:
+        raise UsageError("--provider replay needs --replay FILE")
+    if model.get("record") is not None and kind not in ("anthropic", "openai"):
+        raise UsageError("--record needs a live provider (--provider anthropic or openai)")
+    try:
+        config = ProviderConfig(kind=kind, programs=programs if kind == "scripted" else None,
+                                **{k: v for k, v in model.items() if v is not None})  # fmt: skip
+        if kind in ("anthropic", "openai"):
+            key_for(kind, config)
+    except ProviderUnavailable as exc:
+        raise UsageError(f"--provider {kind}: {exc.message}") from None
+    except ValueError as exc:
+        raise UsageError(f"invalid provider options: {str(exc).splitlines()[-1].strip()}") from None
+    return config
 
 
 def _caps(backend: str | None, timeout: float | None, memory: int | None) -> tuple[float, int]:
@@ -54,9 +68,10 @@ def _caps(backend: str | None, timeout: float | None, memory: int | None) -> tup
               help="The tenant's state directory (default: $SANDFORGE_STATE_DIR, else the user state dir).")
 @policy_options(envvar="SANDFORGE_MCP_POLICY")
 @click.option("--backend", type=click.Choice(BACKENDS), default=None, help="Default: SANDFORGE_BACKEND or subprocess.")
-@click.option("--provider", "provider_kind", type=click.Choice(["none", "anthropic", "scripted"]), default=None,
-              envvar="SANDFORGE_MCP_PROVIDER",
+@click.option("--provider", "provider_kind", type=click.Choice(["none", "anthropic", "openai", "scripted", "replay"]),
+              default=None, envvar="SANDFORGE_MCP_PROVIDER",
               help="Model provider for tools not stored yet (default: anthropic with ANTHROPIC_API_KEY, else none).")
+@model_options()
 @click.option("--programs", type=click.Path(dir_okay=False, path_type=Path), default=None,
               envvar="SANDFORGE_MCP_PROGRAMS", help="Programs the scripted provider replays (JSON or '# ---').")
 @click.option("--timeout", type=float, default=None, help="Largest wall-clock limit of one execution, seconds.")
@@ -84,7 +99,7 @@ def command(**options: Any) -> None:
     try:
         runtime = standalone_tenant(
             STDIO_TENANT, resolve_state_dir(options["state_dir"]), policy=policy,
-            provider=_provider(options["provider_kind"], options["programs"]), backend=backend,
+            provider=_provider(options["provider_kind"], options["programs"], model_settings(options)), backend=backend,
             max_timeout_s=max_timeout, max_memory_mb=max_memory,
         )  # fmt: skip
     except ConfigError as exc:

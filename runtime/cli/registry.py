@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "cleanup": "List (or remove, with --apply) the sandboxes and files of sandforge processes that are gone.",
     "cluster": "A local Ray cluster on 127.0.0.1 with token authentication (for tests and trying the Ray executor).",
     "config": "Show every SANDFORGE_* setting: its value and source (environment, configuration file or default).",
+    "context": "Read and set a role's committed context (tool state), as serve and mcp keep it.",
     "dashboard": "Serve the dashboard of this machine's tool store and call log on 127.0.0.1 until Ctrl-C.",
     "demo": "Run a calculator agent through the lifecycle: guardrail recovery, rollback, state, nested calls.",
     "deploy": "Deployment manifests (rendered and validated here; applying them is kubectl's job).",

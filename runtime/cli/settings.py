@@ -32,6 +32,8 @@ class Setting:
     kind: Kind
     default: str
     help: str
+    #: a credential: `sandforge config` says whether it is set, never its value
+    secret: bool = False
 
     @property
     def env(self) -> str:
@@ -42,6 +44,7 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("backend", "str", "subprocess", "sandbox backend: subprocess, docker, gvisor, runc, runsc"),
     Setting("pool_size", "int", "2", "warm sandboxes kept ready per backend (0: every execution starts cold)"),
+    Setting("env_zygotes_max", "int", "0", "zygotes with an environment's packages pre-imported (LRU; opt-in)"),
     Setting("cluster", "str", "none", "run executions on a Ray cluster (HOST:PORT or ray://HOST:PORT; docs/deploy.md)"),
     Setting("cluster_connect_timeout_s", "float", "120", "seconds to keep trying to (re)connect to the cluster"),
     Setting("require_protections", "list", "the backend's table", "protections a sandbox must show (comma list)"),
@@ -53,6 +56,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("debian_mirror", "str", "deb.debian.org", "Debian mirror for `sandforge image build`"),
     Setting("anthropic_model", "str", "a current Sonnet", "model that writes tool programs"),
     Setting("chat_model", "str", "a current Sonnet", "model of `sandforge chat`"),
+    Setting("openai_base_url", "str", "OPENAI_BASE_URL, else OpenAI's",
+            "OpenAI-compatible endpoint (docs/providers.md)"),
+    Setting("openai_model", "str", "gpt-4.1-mini", "model of the openai provider (programs and chat)"),
+    Setting("openai_api_key", "str", "OPENAI_API_KEY", "key of the openai provider (never shown)", secret=True),
     Setting("trace_max_nested_calls", "int", "20", "nested tool()/delegate() calls per trace"),
     Setting("trace_max_provider_calls", "int", "24", "provider generations per trace"),
     Setting("trace_max_sandboxes", "int", "40", "program executions per trace"),
@@ -60,7 +67,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("otel", "bool", "off (on when OTEL_* exporter variables are set)", "OpenTelemetry traces and metrics"),
     Setting("otel_record_io", "bool", "off", "put programs' arguments and results into spans"),
     Setting("mcp_policy", "paths", "none", "policy layers of `sandforge mcp` (':'-separated)"),
-    Setting("mcp_provider", "str", "scripted or anthropic", "program provider of `sandforge mcp`"),
+    Setting("mcp_provider", "str", "scripted or anthropic", "program provider of `sandforge mcp` (or openai, replay)"),
     Setting("mcp_programs", "path", "none", "programs the scripted provider of `sandforge mcp` replays"),
     Setting("server_config", "path", "none", "server.yaml of `sandforge serve` / `sandforge mcp --tenant`"),
     Setting("tenant", "str", "none", "tenant of `sandforge mcp --config`"),
@@ -168,6 +175,8 @@ def effective(environ: Mapping[str, str], from_file: set[str]) -> list[dict[str,
     rows: list[dict[str, str | None]] = []
     for s in SETTINGS:
         value = environ.get(s.env)
+        if s.secret and value is not None:
+            value = "(set)"
         source = "default" if value is None else "file" if s.key in from_file else "environment"
         rows.append({"key": s.key, "env": s.env, "value": value, "source": source, "default": s.default,
                      "help": s.help})  # fmt: skip

@@ -14,10 +14,11 @@ if TYPE_CHECKING:
     from sandforge.runtime.files.jsontext import decode_json, encode_compact
     from sandforge.runtime.files.locks import exclusive
     from sandforge.runtime.files.read import read_arg_file, read_state_file, read_user_file
-    from sandforge.runtime.files.write import io_error, make_private_dir, write_state_file, write_user_file
+    from sandforge.runtime.files.write import append_line, io_error, make_private_dir, write_state_file, write_user_file
 
 __all__ = [
     "SymlinkRefused",
+    "append_line",
     "decode_json",
     "encode_compact",
     "exclusive",
@@ -44,6 +45,7 @@ __getattr__, __dir__ = lazy_exports(
         "read_arg_file": ".read",
         "read_state_file": ".read",
         "read_user_file": ".read",
+        "append_line": ".write",
         "io_error": ".write",
         "make_private_dir": ".write",
         "write_state_file": ".write",

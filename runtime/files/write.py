@@ -122,3 +122,24 @@ def make_private_dir(path: Path) -> None:
         make_dirs(path)
     except OSError as exc:
         raise io_error("create directory", path, exc) from None
+
+
+def append_line(path: Path, line: bytes) -> None:
+    """Append one line to a private JSON-lines file in a single ``O_APPEND`` write (concurrent writers' lines
+    stay whole; a reader never sees half of one): a new file is 0600 and its new directories 0700, only a
+    regular file is appended to (``O_NONBLOCK``: a FIFO in its place fails instead of hanging), and no symlink
+    is followed at the last step. FileIOError on any OSError."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW
+    data = line if line.endswith(b"\n") else line + b"\n"
+    try:
+        make_dirs(path.parent)
+        fd = os.open(path, flags, 0o600)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.EIO, "short write")
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise io_error("append to", path, exc) from None

@@ -193,6 +193,8 @@ class CallMatcher(Matcher):
         self.argument = spec.argument
         self.values = GlobSet(spec.argument.values) if spec.argument else None
         self.min_args = spec.min_args
+        self.unless = spec.unless
+        self.unless_values = GlobSet(spec.unless.values) if spec.unless else None
 
     def describe(self) -> str:
         text = f"calls of {_listing(self.functions)}"
@@ -208,6 +210,8 @@ class CallMatcher(Matcher):
                 if part
             )
             text += f" where {where} matches {_listing(self.values, 6)}"
+        if self.unless_values is not None:
+            text += f", unless it opens {_listing(self.unless_values, 6)}"
         return text
 
     def find(self, analysis: Analysis) -> Iterator[Finding]:
@@ -223,6 +227,10 @@ class CallMatcher(Matcher):
         starred = any(isinstance(a, ast.Starred) for a in call.args)
         if self.min_args is not None and len(call.args) < self.min_args and not starred:
             return False
+        if self.unless is not None and self.unless_values is not None:
+            exempt = argument(call, self.unless.position, self.unless.keyword)
+            if exempt is not None and (text := literal_string(exempt)) is not None and self.unless_values.matches(text):
+                return False
         condition = self.argument
         if condition is None or self.values is None:
             return True

@@ -128,6 +128,10 @@ class CallMatch(_Model):
     functions: Globs = Field(min_length=1)
     argument: ArgumentCondition | None = None
     min_args: int | None = Field(None, ge=1, description="at least this many positional arguments")
+    unless: ArgumentCondition | None = Field(
+        None, description="no match when this argument is a string literal matching its values (the sandbox's "
+        "own file area: open('outputs/chart.png', 'wb'))",
+    )  # fmt: skip
 
 
 class DynamicMatch(_Model):

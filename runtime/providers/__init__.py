@@ -1,11 +1,14 @@
 """Model providers: turn one dynamic call into a tool program.
 
 provider = AnthropicProvider(model="claude-sonnet-4-6")      # real model, forced tool call
+provider = OpenAIProvider(base_url="http://127.0.0.1:11434/v1", model="qwen3")  # any OpenAI-compatible endpoint
+provider = RecordingProvider(provider, "session.jsonl")     # ... and every exchange written down
+provider = ReplayProvider("session.jsonl")                  # that session again, with no model
 provider = ScriptedProvider(["return args[0] + 1"])          # replays programs, records prompts
 
 The names below load on first use: the chat providers live in this folder too (``chat.py``), and importing
 them (``runtime.sessions`` does) must not pull in the program providers' models, the store they name, or
-the anthropic SDK.
+an SDK (``anthropic``, ``openai``: each only when its provider is built).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ if TYPE_CHECKING:
         ProviderError,
         ToolContract,
     )
+    from sandforge.runtime.providers.openai_provider import OpenAIProvider
     from sandforge.runtime.providers.prompt import PROGRAM_TOOL_NAME, PROGRAM_TOOL_SCHEMA, RenderedPrompt, render_prompt
+    from sandforge.runtime.providers.replay import RecordingProvider, ReplayMismatch, ReplayProvider
     from sandforge.runtime.providers.scripted import ScriptedProvider, load_script
 
 #: Where each public name lives (module of this package).
@@ -38,6 +43,10 @@ _HOMES = {
     "Provider": "base",
     "ProviderError": "base",
     "ToolContract": "base",
+    "OpenAIProvider": "openai_provider",
+    "RecordingProvider": "replay",
+    "ReplayMismatch": "replay",
+    "ReplayProvider": "replay",
     "PROGRAM_TOOL_NAME": "prompt",
     "PROGRAM_TOOL_SCHEMA": "prompt",
     "RenderedPrompt": "prompt",
@@ -54,9 +63,13 @@ __all__ = [
     "GeneratedProgram",
     "GenerationRequest",
     "InvalidProviderOutput",
+    "OpenAIProvider",
     "Provider",
     "ProviderError",
+    "RecordingProvider",
     "RenderedPrompt",
+    "ReplayMismatch",
+    "ReplayProvider",
     "ScriptedProvider",
     "ToolContract",
     "load_script",

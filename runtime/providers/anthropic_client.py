@@ -4,21 +4,20 @@ The program provider (``AnthropicProvider``, which writes tool programs for the 
 (``AnthropicChatProvider``, which answers a session's conversation) create their client with
 :func:`make_client` and turn every SDK failure into the same :class:`ApiFailure` with :func:`classify`
 (one exception map: which failures are worth retrying, and a bounded message that never includes a request
-body or a key). Each provider then raises its own typed error from it.
+body or a key; the failure shape and the status lanes are every transport's, ``transport``). Each provider
+then raises its own typed error from it.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import anthropic
 
+from sandforge.runtime.providers.transport import ApiFailure, body_message, bounded, status_failure
+
 DEFAULT_MODEL = "claude-sonnet-4-6"
-#: HTTP statuses worth retrying later (the SDK already retried them ``max_retries`` times).
-RETRIABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
-MAX_ERROR_CHARS = 500
 #: Where the SDK finds credentials without a configured profile.
 CREDENTIAL_ENVS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 
@@ -43,17 +42,6 @@ def has_credentials(api_key: str | None = None) -> bool:
     return bool(api_key or any(os.environ.get(name) for name in CREDENTIAL_ENVS))
 
 
-@dataclass(frozen=True)
-class ApiFailure:
-    """One SDK failure, classified: ``kind`` names the mechanism, ``invalid_output`` means the API answered
-    with something the SDK could not read (the provider's output is unusable, not the service)."""
-
-    message: str
-    retriable: bool
-    kind: str
-    invalid_output: bool = False
-
-
 def classify(exc: anthropic.AnthropicError) -> ApiFailure:
     """The one exception map of the Anthropic SDK (its messages are bounded and carry no request body)."""
     if isinstance(exc, anthropic.APITimeoutError):
@@ -61,15 +49,7 @@ def classify(exc: anthropic.AnthropicError) -> ApiFailure:
     if isinstance(exc, anthropic.APIConnectionError):
         return ApiFailure(bounded(f"cannot reach the Anthropic API: {exc}"), retriable=True, kind="connection")
     if isinstance(exc, anthropic.APIStatusError):
-        status = exc.status_code
-        detail = bounded(f"Anthropic API error {status}: {api_message(exc)}")
-        if status in (401, 403):
-            return ApiFailure(detail, retriable=False, kind="authentication")
-        if status == 429:
-            return ApiFailure(detail, retriable=True, kind="rate_limit")
-        if status in RETRIABLE_STATUSES or status >= 500:
-            return ApiFailure(detail, retriable=True, kind="server_error")
-        return ApiFailure(detail, retriable=False, kind="bad_request")
+        return status_failure(exc.status_code, f"Anthropic API error {exc.status_code}: {api_message(exc)}")
     if isinstance(exc, anthropic.APIResponseValidationError):
         message = bounded(f"unexpected response from the Anthropic API: {exc}")
         return ApiFailure(message, retriable=True, kind="invalid_payload", invalid_output=True)
@@ -80,13 +60,4 @@ def classify(exc: anthropic.AnthropicError) -> ApiFailure:
 
 def api_message(exc: anthropic.APIStatusError) -> str:
     """The API's own error message from the response body, else the SDK's."""
-    body = exc.body
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and isinstance(err.get("message"), str) and err["message"]:
-            return str(err["message"])
-    return exc.message
-
-
-def bounded(text: str) -> str:
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+    return body_message(exc.body, exc.message)

@@ -16,9 +16,21 @@ from typing import Any
 
 import anthropic
 
-from sandforge.runtime.providers.anthropic_client import DEFAULT_MODEL, bounded, classify, make_client
+from sandforge.runtime.providers.anthropic_client import DEFAULT_MODEL, classify, make_client
 from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, InvalidProviderOutput, ProviderError
-from sandforge.runtime.providers.prompt import PROGRAM_TOOL_NAME, PROGRAM_TOOL_SCHEMA, render_prompt
+from sandforge.runtime.providers.prompt import (
+    PROGRAM_TOOL_DESCRIPTION,
+    PROGRAM_TOOL_NAME,
+    PROGRAM_TOOL_SCHEMA,
+    render_prompt,
+)
+from sandforge.runtime.providers.transport import (
+    bounded,
+    effective_timeout,
+    error_for,
+    malformed,
+    program_from_payload,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +85,7 @@ class AnthropicProvider:
             "tools": [
                 {
                     "name": PROGRAM_TOOL_NAME,
-                    "description": "Submit the tool program (a function body) for the requested call.",
+                    "description": PROGRAM_TOOL_DESCRIPTION,
                     "input_schema": PROGRAM_TOOL_SCHEMA,
                 }
             ],
@@ -85,14 +97,16 @@ class AnthropicProvider:
         if self._client is None:
             raise ProviderError(self._client_error or "no Anthropic client", retriable=False, kind="credentials")
         client = self._client
-        if request.time_budget_s is not None and request.time_budget_s < self.timeout_s:
-            # the call's remaining time (docs/security.md, "Trace budget"): one attempt, no SDK retries
-            params["timeout"] = request.time_budget_s
-            client = client.with_options(timeout=request.time_budget_s, max_retries=0)
+        budget = effective_timeout(self.timeout_s, request.time_budget_s)
+        if budget is not None:  # the call's remaining time: one attempt, no SDK retries
+            params["timeout"] = budget
+            client = client.with_options(timeout=budget, max_retries=0)
         try:
             message = client.messages.create(**params)
         except anthropic.AnthropicError as exc:  # the API failed, or a bad client configuration
             raise map_api_error(exc) from exc
+        except ValueError as exc:  # json.JSONDecodeError: a body that is not JSON
+            raise error_for(malformed("Anthropic")) from exc
         except TypeError as exc:
             if "authentication" not in str(exc):
                 raise
@@ -105,10 +119,7 @@ class AnthropicProvider:
 
 def map_api_error(exc: anthropic.AnthropicError) -> ProviderError:
     """One typed ProviderError per SDK failure (``anthropic_client.classify``: the one exception map)."""
-    failure = classify(exc)
-    if failure.invalid_output:
-        return InvalidProviderOutput(failure.message, kind=failure.kind)
-    return ProviderError(failure.message, retriable=failure.retriable, kind=failure.kind)
+    return error_for(classify(exc))
 
 
 def parse_message(message: Any, *, default_model: str) -> GeneratedProgram:
@@ -121,25 +132,9 @@ def parse_message(message: Any, *, default_model: str) -> GeneratedProgram:
     if not calls:
         why = " (the answer hit max_tokens)" if stop == "max_tokens" else ""
         raise InvalidProviderOutput(f"the model did not call {PROGRAM_TOOL_NAME}{why}", kind="no_tool_call")
-    payload = getattr(calls[0], "input", None)
-    if not isinstance(payload, dict):
-        raise InvalidProviderOutput("the tool call input is not an object", kind="invalid_payload")
-    code = payload.get("code")
-    if not isinstance(code, str) or not code.strip():
-        raise InvalidProviderOutput("the tool call has no 'code' string", kind="invalid_payload")
-    if stop == "max_tokens":
-        raise InvalidProviderOutput("the program was cut off at max_tokens", kind="truncated")
-    deps = payload.get("dependencies", [])
-    if deps is None:
-        deps = []
-    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
-        raise InvalidProviderOutput("'dependencies' must be a list of strings", kind="invalid_payload")
     usage = getattr(message, "usage", None)
-    return GeneratedProgram(
-        code=code,
-        dependencies=deps,
-        provider=AnthropicProvider.name,
-        model=getattr(message, "model", None) or default_model,
-        input_tokens=getattr(usage, "input_tokens", None),
+    return program_from_payload(
+        getattr(calls[0], "input", None), truncated=stop == "max_tokens", provider=AnthropicProvider.name,
+        model=getattr(message, "model", None) or default_model, input_tokens=getattr(usage, "input_tokens", None),
         output_tokens=getattr(usage, "output_tokens", None),
-    )
+    )  # fmt: skip

@@ -195,6 +195,7 @@ class AnthropicChatProvider:
         max_tokens: int = 4096,
         client: Any | None = None,
         api_key: str | None = None,
+        base_url: str | None = None,
         timeout_s: float = 120.0,
         max_retries: int = 2,
     ) -> None:
@@ -208,7 +209,7 @@ class AnthropicChatProvider:
             if not has_credentials(api_key):
                 raise ChatProviderError("no Anthropic API key", hint="set ANTHROPIC_API_KEY")
             try:
-                client = make_client(api_key=api_key, timeout_s=timeout_s, max_retries=max_retries)
+                client = make_client(api_key=api_key, timeout_s=timeout_s, max_retries=max_retries, base_url=base_url)
             except anthropic.AnthropicError as exc:
                 raise ChatProviderError(
                     f"cannot create the Anthropic client: {exc}", hint="set ANTHROPIC_API_KEY"

@@ -19,6 +19,9 @@ from sandforge.runtime.store.patterns import NUDGE
 #: Name of the forced tool call through which a model returns its program.
 PROGRAM_TOOL_NAME = "submit_program"
 
+#: What that tool is for, as every transport describes it to the model.
+PROGRAM_TOOL_DESCRIPTION = "Submit the tool program (a function body) for the requested call."
+
 #: JSON schema of that tool call's input.
 PROGRAM_TOOL_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.guardrails.checking import check_program
-from sandforge.runtime.service import auth_challenge, exec_route, sessions_api
+from sandforge.runtime.service import auth_challenge, context_api, exec_route, sessions_api
 from sandforge.runtime.service import calls as call_log_reader
 from sandforge.runtime.service.audit import AuditLog, AuditRecord, note
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, first_error, mark
@@ -257,6 +257,7 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
     _call_routes(app, service)
     _health_routes(app, service, gate)
     sessions_api.install(app, service)
+    context_api.install(app, service)
     auth_challenge.install(app)  # OAuth clients' probes: told to send a bearer token (no OAuth here)
     app.add_route("/mcp", mcp_endpoint, include_in_schema=False)  # type: ignore[arg-type]  # an ASGI app
     _install_dashboard(app, service)  # /dashboard pages, /v1/dashboard twins (h-dash)

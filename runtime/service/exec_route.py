@@ -46,7 +46,7 @@ async def run_exec(service: Service, rt: TenantRuntime, body: ExecRequest) -> Ex
     try:
         limits = rt.limits(timeout_s=body.timeout_s, memory_mb=body.memory_mb)
         req = ExecutionRequest(code=body.code, context=body.context, args=body.args, kwargs=body.kwargs,
-                               limits=limits)  # fmt: skip
+                               limits=limits, files=body.files)  # fmt: skip
     except ValidationError as exc:
         raise ApiError(422, "invalid_request", first_error(exc)) from None
     policy, sandbox, environments = rt.policy, rt.async_sandbox, rt.environments

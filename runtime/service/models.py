@@ -8,9 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from sandforge.runtime.files.transfer import manifest
 from sandforge.sandbox import BACKENDS, ExecutionOutcome
 from sandforge.sandbox.config import BackendName
-from sandforge.sandbox.protocol import SecurityEvent
+from sandforge.sandbox.protocol import Files, SecurityEvent
 
 __all__ = [
     "BACKENDS", "AgentCallRequest", "ErrorBody", "ErrorDetail", "ExecRequest", "ExecResult", "Health",
@@ -32,6 +33,21 @@ class ExecRequest(BaseModel):
     backend: BackendName | None = Field(None, description="default: the tenant's backend")
     timeout_s: float | None = Field(None, gt=0, le=3600, allow_inf_nan=False, description="at most the quota's")
     memory_mb: int | None = Field(None, ge=32, le=65536, description="at most the tenant's quota")
+    files: Files = Field(
+        default_factory=dict, description="input files by name, each base64: read-only to the program as inputs/NAME"
+    )
+
+
+class OutputFile(BaseModel):
+    """One file the program wrote to outputs/ (an ok run's only), inlined."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    size: int
+    sha256: str
+    media_type: str
+    content_b64: str
 
 
 class ExecResult(BaseModel):
@@ -51,6 +67,7 @@ class ExecResult(BaseModel):
     security_event: SecurityEvent | None = Field(
         None, description="set when the run ended on a security event (a sandbox_violation; docs/security.md)"
     )
+    files: list[OutputFile] = Field(default_factory=list, description="the outputs/ files of an ok run")
 
 
 def exec_result(outcome: ExecutionOutcome) -> dict[str, Any]:
@@ -76,6 +93,7 @@ def exec_result(outcome: ExecutionOutcome) -> dict[str, Any]:
         "stderr": outcome.stderr,
         "metadata": metadata,
         "security_event": outcome.security_event.model_dump(mode="json") if outcome.security_event else None,
+        "files": manifest(outcome.files, content=True),
     }
 
 

@@ -29,6 +29,8 @@ from sandforge.runtime.files import write_user_file
 from sandforge.runtime.files.structured import read_data_file
 from sandforge.runtime.guardrails import Policy, layered_policy
 from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, Provider, ProviderError
+from sandforge.runtime.providers.factory import ModelSettings
+from sandforge.runtime.providers.factory import ProviderUnavailable as ProviderUnavailable  # sessions_api reads it here
 from sandforge.sandbox import AsyncSandbox, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.aio import DEFAULT_THREADS, Threads
 from sandforge.sandbox.config import BackendName
@@ -37,6 +39,7 @@ from sandforge.sandbox.prestart import prestart
 if TYPE_CHECKING:
     from sandforge.runtime.agent.calllog import CallLog
     from sandforge.runtime.agent.environment import Environments
+    from sandforge.runtime.agent.statedb import StateDB
     from sandforge.runtime.agent.workspace import Workspace
     from sandforge.runtime.sessions import SessionStore
     from sandforge.runtime.store import ToolStore
@@ -66,24 +69,25 @@ class Quotas(BaseModel):
     max_body_bytes: int = Field(1 << 20, ge=1024, le=64 << 20, description="largest request body")
 
 
-class ProviderConfig(BaseModel):
+class ProviderConfig(ModelSettings):
     """Which model provider writes the tenant's tool programs. ``none``: agent calls are refused (422).
 
-    ``scripted`` replays ``programs`` (a ScriptedProvider file: tests, demos, soaks); ``anthropic`` reads its
-    key from the environment variable ``api_key_env`` (a name, never the key itself, is in server.yaml)."""
+    ``scripted`` replays ``programs`` (a ScriptedProvider file: tests, demos, soaks); ``anthropic`` and ``openai``
+    (any OpenAI-compatible endpoint: ``base_url``) read their key from the environment variable ``api_key_env``
+    (a name, never the key itself, is in server.yaml); ``replay`` serves ``recording`` (a file ``record`` wrote).
+    The model fields are :class:`~sandforge.runtime.providers.factory.ModelSettings`'."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["none", "scripted", "anthropic"] = "none"
+    kind: Literal["none", "scripted", "anthropic", "openai", "replay"] = "none"
     programs: Path | None = None
     chat_script: Path | None = Field(None, description="scripted: the chat turns sessions replay (a chat script)")
-    model: str | None = None
-    api_key_env: str = Field("ANTHROPIC_API_KEY", pattern=r"^[A-Z_][A-Z0-9_]{0,127}$")
+    recording: Path | None = Field(None, description="replay: the recording to serve")
 
     @model_validator(mode="after")
     def _programs_for_scripted(self) -> ProviderConfig:
         if self.kind == "scripted" and self.programs is None:
             raise ValueError("a scripted provider needs 'programs' (a ScriptedProvider file)")
+        if self.kind == "replay" and self.recording is None:
+            raise ValueError("a replay provider needs 'recording' (a file a live provider's 'record' wrote)")
         return self
 
 
@@ -344,29 +348,17 @@ class NoProvider:
         )
 
 
-class ProviderUnavailable(SandforgeError):
-    """The tenant's provider cannot be built (a missing key, an unreadable programs file)."""
-
-
 def build_provider(config: ProviderConfig) -> Provider:
     if config.kind == "scripted":
         from sandforge.runtime.providers import ScriptedProvider
 
         assert config.programs is not None
         return ScriptedProvider(config.programs)
-    if config.kind == "anthropic":
-        import os
+    if config.kind == "none":
+        return NoProvider()
+    from sandforge.runtime.providers.factory import program_provider
 
-        from sandforge.runtime.providers import AnthropicProvider
-
-        key = os.environ.get(config.api_key_env, "")
-        if not key:
-            raise ProviderUnavailable(f"the provider's key is not set (environment variable {config.api_key_env})")
-        kwargs: dict[str, Any] = {"api_key": key}
-        if config.model:
-            kwargs["model"] = config.model
-        return AnthropicProvider(**kwargs)
-    return NoProvider()
+    return program_provider(config.kind, config, replay=config.recording)
 
 
 class TenantRuntime:
@@ -460,15 +452,10 @@ class TenantRuntime:
             from sandforge.runtime.providers.chat import ScriptedChatProvider
 
             return ScriptedChatProvider.from_file(cfg.chat_script)
-        if cfg.kind == "anthropic":
-            import os
+        if cfg.kind in ("anthropic", "openai", "replay"):
+            from sandforge.runtime.providers.factory import chat_provider
 
-            from sandforge.runtime.sessions import AnthropicChatProvider
-
-            key = os.environ.get(cfg.api_key_env, "")
-            if not key:
-                raise ProviderUnavailable(f"the provider's key is not set (environment variable {cfg.api_key_env})")
-            return AnthropicChatProvider(model=cfg.model, api_key=key)
+            return chat_provider(cfg.kind, cfg, replay=cfg.recording)
         raise ProviderUnavailable("this tenant has no chat provider configured")
 
     def sandbox_config(self) -> SandboxConfig:
@@ -517,11 +504,21 @@ class TenantRuntime:
         def build() -> Workspace:
             return Workspace(
                 provider=self.provider, sandbox=self.sandbox, policy=self.policy, log=self.call_log,
-                store=self.tool_store, environments=self.environments,
+                store=self.tool_store, environments=self.environments, state_dir=self.state_dir,
             )  # fmt: skip
 
         workspace: Workspace = self._part("workspace", build)
         return workspace
+
+    @property
+    def state(self) -> StateDB:
+        """The tenant's state database (committed contexts), opened without a provider or a sandbox: what
+        ``/v1/roles/{role}/context`` and the MCP context resource read and write. The workspace has its own
+        connection to it; each sees the other's commits (``runtime/agent/statedb.py``)."""
+        from sandforge.runtime.agent.statedb import DB_FILE_NAME, StateDB
+
+        db: StateDB = self._part("state", lambda: StateDB(self.state_dir / DB_FILE_NAME))
+        return db
 
     # --- what the MCP tools use of a tenant (``mcp.tenant.TenantPort``) ---
 
@@ -555,6 +552,8 @@ class TenantRuntime:
             parts["workspace"].close()
         if "sessions" in parts:
             parts["sessions"].close()
+        if "state" in parts:
+            parts["state"].close()
         if "async_sandbox" in parts and self.threads is None:  # shared threads are their owner's to stop
             parts["async_sandbox"].threads.shutdown()
         if "sandbox" in parts:

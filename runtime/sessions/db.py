@@ -16,25 +16,20 @@ migrate it once.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import logging
-import os
 import sqlite3
-import stat
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter
 
-from sandforge.runtime.files import make_dirs
-from sandforge.runtime.files.read import file_kind
+from sandforge.runtime.files.sqlite import enable_wal, immediate, is_busy, private_db_file
 from sandforge.runtime.gc_pause import gc_paused
 from sandforge.runtime.sessions.errors import (
     CorruptDatabaseError,
@@ -158,12 +153,6 @@ def _rows_to_messages(rows: list[tuple[Any, ...]]) -> list[Message]:
     return _MESSAGES.validate_python(items)
 
 
-def _is_busy(exc: sqlite3.Error) -> bool:
-    """Whether another connection holds the lock this statement needed."""
-    text = str(exc)
-    return "locked" in text or "busy" in text
-
-
 def _map_error(exc: sqlite3.Error, path: Path) -> SessionStoreError:
     text = str(exc)
     if isinstance(exc, sqlite3.DatabaseError) and (
@@ -173,7 +162,7 @@ def _map_error(exc: sqlite3.Error, path: Path) -> SessionStoreError:
             f"session database {path} is corrupt: {text}",
             hint="move the file aside; a new empty database is created on the next run",
         )
-    if _is_busy(exc):
+    if is_busy(exc):
         return SessionStoreError(
             f"session database {path} is busy: {text}", hint="another sandforge process holds a write lock"
         )
@@ -183,33 +172,13 @@ def _map_error(exc: sqlite3.Error, path: Path) -> SessionStoreError:
 
 
 def _private_db_file(path: Path) -> None:
-    """Create the database file 0600 (its directory 0700) before SQLite does (SQLite gives its -wal and
-    -shm files the database file's mode); refuse anything but a regular file (a FIFO would hang every
-    open); make an existing file of ours that others could read private, with its -wal and -shm."""
+    """The database file made private and checked (``runtime.files.sqlite.private_db_file``), errors typed."""
+
+    def refuse(kind: str) -> SessionStoreError:
+        return SessionStoreError(f"session database {path} is {kind}, not a regular file; refused")
+
     try:
-        make_dirs(path.parent)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
-                raise
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # SQLite may still read it
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise SessionStoreError(
-                    f"session database {path} is {file_kind(st.st_mode)}, not a regular file; refused"
-                )
-            if st.st_uid == os.geteuid() and st.st_mode & 0o077:
-                os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~0o077)
-        finally:
-            os.close(fd)
-        for suffix in ("-wal", "-shm"):
-            side = path.with_name(path.name + suffix)
-            with contextlib.suppress(FileNotFoundError):
-                st = side.lstat()
-                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o077:
-                    side.chmod(stat.S_IMODE(st.st_mode) & ~0o077)
+        private_db_file(path, refuse)
     except OSError as exc:
         raise SessionStoreIOError(f"cannot open session database {path}: {exc.strerror or exc}") from None
 
@@ -236,7 +205,7 @@ class SessionStore:
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
             self._conn.execute("PRAGMA foreign_keys = ON")
-            mode = self._enable_wal(busy_timeout_s)
+            mode = enable_wal(self._conn, busy_timeout_s)
             if mode != "wal":
                 log.warning("session database %s: journal mode is %s, not wal", self.path, mode)
             self._conn.execute("PRAGMA synchronous = NORMAL")
@@ -248,54 +217,11 @@ class SessionStore:
             self._conn.close()
             raise
 
-    def _enable_wal(self, busy_timeout_s: float) -> str:
-        """Switch the file to WAL and return the journal mode it ends in.
-
-        Two connections opening a new file together can both need its exclusive lock for the switch; SQLite
-        then answers SQLITE_BUSY at once instead of waiting (waiting could deadlock), so retry until the
-        busy timeout has passed."""
-        deadline = time.monotonic() + busy_timeout_s
-        delay = 0.005
-        while True:
-            try:
-                row = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
-                return str(row[0]).lower() if row else ""
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or time.monotonic() >= deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.1)
-
     # --- plumbing ---------------------------------------------------------------------------------------
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken with the write lock up front (no deadlock-prone lock upgrades)."""
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise _map_error(exc, self.path) from exc
-            try:
-                yield self._conn
-            except sqlite3.Error as exc:  # a statement failed (disk full, read-only): typed, one line
-                self._rollback()
-                raise _map_error(exc, self.path) from exc
-            except BaseException:
-                self._rollback()
-                raise
-            try:
-                self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback()
-                raise _map_error(exc, self.path) from exc
-
-    def _rollback(self) -> None:
-        """Roll back what is still open: on SQLITE_FULL and some I/O errors SQLite has already rolled the
-        transaction back itself, and a second ROLLBACK would raise over the real error."""
-        if self._conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.execute("ROLLBACK")
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One write transaction (``runtime.files.sqlite.immediate``), its errors typed."""
+        return immediate(self._conn, self._lock, lambda exc: _map_error(exc, self.path))
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:

@@ -50,6 +50,7 @@ from sandforge.sandbox.exchange import (
     ExitInfo,
     await_ready,
     build_outcome,
+    died_before_use,
     run_exchange,
 )
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
@@ -481,9 +482,7 @@ class ContainerWorker:
     def execute(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
         try:
             if not self.alive() or self._io is None:
-                return ExecutionOutcome.failure(
-                    ErrorType.SANDBOX_UNAVAILABLE, "sandbox container died before use", backend=self.backend
-                )
+                return died_before_use(self.backend, "sandbox container")
             ex = run_exchange(self._io, request, bridge)
             status = None
             if ex.result is not None and ex.failure is None and self._exit is not None:

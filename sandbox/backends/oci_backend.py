@@ -57,6 +57,7 @@ from sandforge.sandbox.exchange import (
     ExitInfo,
     await_ready,
     build_outcome,
+    died_before_use,
     exchange_steps,
 )
 from sandforge.sandbox.inside.wire import MAX_BOOT_BYTES
@@ -65,7 +66,6 @@ from sandforge.sandbox.ownership import named_owner_alive, process_tag
 from sandforge.sandbox.protections import Protection as P
 from sandforge.sandbox.protocol import (
     BootFrame,
-    ErrorType,
     ExecutionOutcome,
     ExecutionRequest,
     Limits,
@@ -311,9 +311,7 @@ class OciWorker:
         on the event loop."""
         try:
             if not self.alive():
-                return ExecutionOutcome.failure(
-                    ErrorType.SANDBOX_UNAVAILABLE, "sandbox container died before use", backend=self.backend
-                )
+                return died_before_use(self.backend, "sandbox container")
             self._used = True
             ex = yield from exchange_steps(self.io, request, bridge)
             if ex.failure is not None:

@@ -105,7 +105,7 @@ class _Run:
                 self.worker = worker
                 return worker
         worker.destroy()
-        raise SandboxUnavailable(CANCELLED_MESSAGE)
+        raise SandboxUnavailable(CANCELLED_MESSAGE, retriable=False)  # the caller ended it: not to be run again
 
     def ended(self) -> None:
         with self.lock:

@@ -44,8 +44,8 @@ def request_to_wire(request: ExecutionRequest, known: set[str] | None = None) ->
                 blobs[ref] = text
         else:
             texts[key] = text
-    fields = request.model_dump(mode="json", exclude={"context"})
-    return {"request": fields, "context": texts}, blobs
+    fields = request.model_dump(mode="json", exclude={"context", "files"})
+    return {"request": fields, "context": texts, "files": dict(request.files)}, blobs  # files as bytes, not base64
 
 
 def request_from_wire(message: Wire, cache: dict[str, bytes]) -> ExecutionRequest | list[str]:
@@ -60,7 +60,8 @@ def request_from_wire(message: Wire, cache: dict[str, bytes]) -> ExecutionReques
         return missing
     items = {key: cache[value] if isinstance(value, str) else bytes(value) for key, value in texts.items()}
     snapshot = ContextSnapshot(items)  # trusted: the caller's own snapshot
-    return ExecutionRequest.model_validate({**fields, "context": snapshot})
+    files = {name: bytes(body) for name, body in (message.get("files") or {}).items()}
+    return ExecutionRequest.model_validate({**fields, "context": snapshot, "files": files})
 
 
 def outcome_to_wire(outcome: ExecutionOutcome, base: ContextSnapshot) -> Wire:
@@ -69,6 +70,7 @@ def outcome_to_wire(outcome: ExecutionOutcome, base: ContextSnapshot) -> Wire:
     fields = {name: getattr(outcome, name) for name in _OUTCOME_FIELDS}
     fields["usage"] = outcome.usage.model_dump(mode="json")
     fields["error_type"] = None if outcome.error_type is None else str(outcome.error_type)
+    fields["files"] = dict(outcome.files)  # an ok outcome's output files (issue 41), as bytes
     snapshot = outcome.context_snapshot
     if snapshot is None:
         return {"outcome": fields, "changed": None, "deleted": []}

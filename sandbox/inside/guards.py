@@ -28,7 +28,7 @@ from typing import Any
 from . import fetching, packages
 from .bridge import Bridge, OutcomeFactory, ToolHandle, delegate
 from .lazycontext import LazyContext
-from .lowering import GUARDED_READS, NAMEDTUPLE_API, READ_ONLY_NAMES, is_private
+from .lowering import GUARDED_READS, LIBRARY_PRIVATE, NAMEDTUPLE_API, OWNED_TABLE, READ_ONLY_NAMES, is_private
 from .world import PROGRAM_MODULE, BoundedText, SandboxViolation, _guarded_import, _words
 
 # --- the restricted language (issue 15): what programs may write, and the guards, at close to C speed ---
@@ -127,11 +127,6 @@ def write_guard(ob: Any) -> Any:
     return _ReadOnly(ob)
 
 
-#: Single-underscore names that library metaclasses put into the program's own classes' dicts and that
-#: stay the library's (``ABCMeta``'s cache of a program's ``abc.ABC`` subclass).
-LIBRARY_PRIVATE: frozenset[str] = frozenset({"_abc_impl"})
-
-
 def _namedtuple(obj: Any) -> bool:
     """Whether ``obj`` is a namedtuple or a namedtuple class (``collections.namedtuple``'s, ``typing.NamedTuple``'s,
     a library's such as ``urllib.parse``'s results): its ``_asdict`` is namedtuple's own function."""
@@ -169,6 +164,8 @@ def private_allowed(obj: Any, name: str, *, reading: bool = True) -> bool:
     (an instance's own attribute, set by the program's methods); or, for reads, ``name`` is namedtuple's
     documented API on a namedtuple. A library base class's private attributes stay unreachable, and so do
     every library object's and module's (``random._os``)."""
+    if _LEVELS and _LEVELS[0][type(obj)] == 2 and is_private(name) and name not in LIBRARY_PRIVATE:
+        return True  # an instance of a level-2 class (``OwnedClasses``): what the walk below decides
     if reading and name in NAMEDTUPLE_API and _namedtuple(obj):
         return True
     if not is_private(name) or name in LIBRARY_PRIVATE:
@@ -185,6 +182,59 @@ def private_allowed(obj: Any, name: str, *, reading: bool = True) -> bool:
 def write_private(ob: Any, name: str) -> Any:
     """``_write_private_``: ``ob`` when the program may set or delete ``ob._name``, else a refusing proxy."""
     return ob if private_allowed(ob, name, reading=False) else _ReadOnly(ob)
+
+
+#: ``type.__flags__``' bit of a type whose dict nothing can change (the built-in types: ``object``,
+#: ``Exception``, ``dict``...).
+_IMMUTABLE_TYPE = 1 << 8
+
+
+class OwnedClasses(dict[type, int]):
+    """``_owned_``: per class, how much its instances are the program's own, decided once per class and run
+    (a method's first parameter's class is looked up at each call, ``lowering._OwnWrites``):
+
+    - 2: the class is the program's, not a metaclass, and every class in its lineage is the program's or a
+      built-in type without a single-underscore name: ``private_allowed`` allows every ``_x`` on its
+      instances (the first class holding it is the program's, or none does): writes and ``_x`` reads are native;
+    - 1: the class is the program's (``write_guard`` returns its instances as they are): public writes are
+      native, private names stay the guard's (a library base's ``_randbelow``);
+    - 0: anything else: the guards decide.
+
+    The level cannot go stale: a class's ``__module__``, ``__bases__`` and ``__mro__`` are never written by
+    a program (dunder writes are refused by the compiler and by ``setattr``'s guard), an instance's
+    ``__class__`` neither, and a built-in type's dict cannot be changed by anyone.
+    """
+
+    def __missing__(self, cls: type) -> int:
+        level = 0
+        if cls.__module__ == PROGRAM_MODULE:
+            # not a metaclass: an instance that is a class looks its missing names up in its metaclass
+            pure = not issubclass(cls, type) and all(_own_lineage(klass) for klass in cls.__mro__)
+            level = 2 if pure else 1
+        self[cls] = level
+        return level
+
+
+#: The running execution's class levels (``build_globals`` puts each run's table here too): the
+#: guards' shortcut for the program's own instances. One table at a time, so a run's classes go with it.
+_LEVELS: list[OwnedClasses] = []
+
+
+#: Built-in types with no single-underscore name in their dicts (``object``, ``Exception``...), once per process.
+_CLEAN_BUILTINS: dict[type, bool] = {}
+
+
+def _own_lineage(klass: type) -> bool:
+    """A class of an own lineage: the program's, or a built-in type that cannot hold a ``_x`` (its dict
+    is immutable and has none)."""
+    if klass.__module__ == PROGRAM_MODULE:
+        return True
+    clean = _CLEAN_BUILTINS.get(klass)
+    if clean is None:
+        clean = bool(klass.__flags__ & _IMMUTABLE_TYPE) and not any(is_private(name) for name in vars(klass))
+        if klass.__flags__ & _IMMUTABLE_TYPE:
+            _CLEAN_BUILTINS[klass] = clean
+    return clean
 
 
 def class_of(obj: Any) -> type:
@@ -234,11 +284,21 @@ def _plain_fields(template: str) -> None:
             _plain_fields(spec)
 
 
+#: Templates (exact ``str``, whose equality no program can override) ``_plain_fields`` accepted: a loop
+#: formatting with the same template parses it once. Bounded: emptied when full.
+_PLAIN_TEMPLATES: dict[str, None] = {}
+
+
 def _checked_format(text: str, method: str) -> Any:
     unbound = getattr(str, method)
 
     def format(*args: Any, **kwargs: Any) -> Any:
-        _plain_fields(text)
+        if type(text) is not str or text not in _PLAIN_TEMPLATES:
+            _plain_fields(text)
+            if type(text) is str:
+                if len(_PLAIN_TEMPLATES) >= 1024:
+                    _PLAIN_TEMPLATES.clear()
+                _PLAIN_TEMPLATES[text] = None
         return unbound(text, *args, **kwargs)
 
     return format
@@ -287,6 +347,10 @@ def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
     given), and ``str.format``/``format_map`` limited to plain fields."""
     if len(default) > 1:
         raise TypeError(f"getattr expected at most 3 arguments, got {2 + len(default)}")
+    if type(obj) is str and type(name) is str and (name == "format" or name == "format_map"):
+        # what the general path below returns for a string's own method (both exact ``str``: no program
+        # ``__eq__`` can make another name compare equal)
+        return _checked_format(obj, name)
     if type(name) is str and name[:1] == "_":
         return _underscore_read(obj, name, default)
     _check_attribute_name(name)
@@ -400,6 +464,12 @@ def _base_builtins() -> dict[str, Any]:
         ):  # fmt: skip
             table[extra] = getattr(py_builtins, extra)
         table.update(compat_builtins())
+        # the same for every execution: fetch() reaches the host through ``fetching.bind``'s sender
+        table["Outcome"] = OutcomeFactory
+        table["fetch"] = fetching.fetch
+        errors: list[type[fetching.FetchError]] = [fetching.FetchError, *fetching.ERRORS.values()]
+        for error in errors:
+            table[error.__name__] = error
         _BASE_BUILTINS.update(table)
     return _BASE_BUILTINS
 
@@ -422,7 +492,24 @@ def _printer_class() -> Any:
     return _PRINTER
 
 
+def _apply(f: Any, *args: Any, **kwargs: Any) -> Any:
+    """``_apply_``: RestrictedPython's call of ``f(*args, **kwargs)``; nothing to check here."""
+    return f(*args, **kwargs)
+
+
+#: The import function of the last proxies built (one set per runner process): made once, not per run.
+_IMPORTS: list[tuple[dict[str, Any], Any]] = []
+
+
+def _import_for(proxies: dict[str, types.SimpleNamespace]) -> Any:
+    if not _IMPORTS or _IMPORTS[0][0] is not proxies:  # held here, so ``is`` cannot match a new dict
+        _IMPORTS[:] = [(proxies, _guarded_import(proxies))]
+    return _IMPORTS[0][1]
+
+
 def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText, bridge: Bridge) -> dict[str, Any]:
+    """The program's globals, once per execution: a copy of the builtins with this run's import, ``tool``
+    and ``delegate``, the guards, and a fresh table of class levels (``OwnedClasses``)."""
     _prime()
     printer = _printer_class()
 
@@ -432,24 +519,29 @@ def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText
         return collector
 
     builtins = dict(_base_builtins())
-    builtins["__import__"] = _guarded_import(proxies)
-    builtins["Outcome"] = OutcomeFactory
+    builtins["__import__"] = _import_for(proxies)
     builtins["tool"] = lambda name: ToolHandle(bridge, {"kind": "tool", "name": str(name)})
     builtins["delegate"] = lambda role, *contract, **fields: delegate(bridge, role, *contract, **fields)
     fetching.bind(bridge.fetch if bridge is not None else None)  # None: compiled outside an execution
-    builtins["fetch"] = fetching.fetch
-    errors: list[type[fetching.FetchError]] = [fetching.FetchError, *fetching.ERRORS.values()]
-    for error in errors:
-        builtins[error.__name__] = error
-    return {
-        "__builtins__": builtins,
-        "__name__": "sandforge_tool",
-        "__metaclass__": type,
-        "_getattr_": guarded_getattr,
-        "_write_": write_guard,
-        "_write_private_": write_private,
-        "_class_of_": class_of,
-        "_type_": type,
-        "_print_": make_printer,
-        "_apply_": lambda f, *a, **kw: f(*a, **kw),
-    }
+    namespace = _GLOBALS.copy()
+    namespace["__builtins__"] = builtins
+    namespace[OWNED_TABLE] = levels = OwnedClasses()
+    _LEVELS[:] = [levels]
+    namespace["_print_"] = make_printer
+    return namespace
+
+
+#: The globals every execution starts from (``build_globals`` adds its builtins, class levels and printer).
+_GLOBALS: dict[str, Any] = {
+    "__builtins__": None,
+    "__name__": "sandforge_tool",
+    "__metaclass__": type,
+    "_getattr_": guarded_getattr,
+    "_write_": write_guard,
+    "_write_private_": write_private,
+    "_class_of_": class_of,
+    "_type_": type,
+    OWNED_TABLE: None,
+    "_print_": None,
+    "_apply_": _apply,
+}

@@ -52,6 +52,7 @@ def is_private(name: str) -> bool:
     or a RestrictedPython ``_x_`` name. Decided at run time by the object's class (``guards.private_allowed``)."""
     return len(name) > 1 and name[0] == "_" and name[1] != "_" and name[-1] != "_"
 
+
 #: More modules that cannot reach the system (issue 15), each audited; merged into ALLOWED_MODULES.
 
 
@@ -194,14 +195,27 @@ class LowerForRestriction(ast.NodeTransformer):
         return [*prelude, bind_val, *fixed]
 
 
-#: The flag a method sets once per call when its first parameter is the program's own object.
+#: The local a method sets once per call from its first parameter's class: how much of the program's own
+#: object its attribute writes and private reads may do natively (``guards.OwnedClasses``' levels).
 OWN_FLAG = "_own_self_"
+#: The run's table of classes and their levels (``guards.OwnedClasses``), a global the program cannot name.
+OWNED_TABLE = "_owned_"
+#: Single-underscore names that library metaclasses put into the program's own classes' dicts and that
+#: stay the library's (``ABCMeta``'s cache of a program's ``abc.ABC`` subclass): always the guard's.
+LIBRARY_PRIVATE: frozenset[str] = frozenset({"_abc_impl"})
 
 
 class _OwnWrites(ast.NodeTransformer):
-    """In one method's body (not nested scopes), ``_write_(self)`` becomes
-    ``(self if _own_self_ else _write_(self))``: a native store for the program's own objects, the guard
-    for anything else (a method called on a foreign object: ``Class.method(library_object)``)."""
+    """In one method's body (not nested functions), the guard calls on its own never-rebound ``self``
+    become a test of ``_own_self_`` (set once per call, ``restricting.SandforgePolicy.visit_FunctionDef``):
+
+    - ``_write_(self)`` becomes ``(self if _own_self_ else _write_(self))``: a native store when ``self``'s
+      class is the program's (level 1 or 2), the guard for anything else (``Class.method(library_object)``);
+    - ``_write_private_(self, "_x")`` becomes ``(self if _own_self_ > 1 else _write_private_(self, "_x"))``
+      and ``_getattr_(self, "_x")`` becomes ``(self._x if _own_self_ > 1 else _getattr_(self, "_x"))``:
+      native when no library class in ``self``'s class's lineage can hold any ``_x`` (level 2), which is
+      exactly when ``guards.private_allowed`` allows every such name. ``LIBRARY_PRIVATE`` names stay guarded.
+    """
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
@@ -216,11 +230,26 @@ class _OwnWrites(ast.NodeTransformer):
 
     visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
 
+    def _native(self, level: int, fast: ast.expr, guarded: ast.Call) -> ast.expr:
+        self.changed = True
+        flag: ast.expr = ast.Name(OWN_FLAG, ast.Load())
+        if level > 1:
+            flag = ast.Compare(flag, [ast.Gt()], [ast.Constant(1)])
+        return ast.fix_missing_locations(ast.copy_location(ast.IfExp(test=flag, body=fast, orelse=guarded), guarded))
+
     def visit_Call(self, node: ast.Call) -> Any:
         self.generic_visit(node)
-        if (isinstance(node.func, ast.Name) and node.func.id == "_write_" and len(node.args) == 1
-                and isinstance(node.args[0], ast.Name) and node.args[0].id == self.owner):  # fmt: skip
-            self.changed = True
-            native = ast.IfExp(test=ast.Name(OWN_FLAG, ast.Load()), body=ast.Name(self.owner, ast.Load()), orelse=node)
-            return ast.fix_missing_locations(ast.copy_location(native, node))
+        func, args = node.func, node.args
+        if not (isinstance(func, ast.Name) and args and isinstance(args[0], ast.Name) and args[0].id == self.owner
+                and not node.keywords):  # fmt: skip
+            return node
+        if func.id == "_write_" and len(args) == 1:
+            return self._native(1, ast.Name(self.owner, ast.Load()), node)
+        name = args[1].value if len(args) == 2 and isinstance(args[1], ast.Constant) else None
+        if not (isinstance(name, str) and is_private(name)) or name in LIBRARY_PRIVATE:
+            return node
+        if func.id == "_write_private_":
+            return self._native(2, ast.Name(self.owner, ast.Load()), node)
+        if func.id == "_getattr_":
+            return self._native(2, ast.Attribute(ast.Name(self.owner, ast.Load()), name, ast.Load()), node)
         return node

@@ -11,7 +11,9 @@ from RestrictedPython import transformer as rp
 
 from .lowering import (
     GUARDED_READS,
+    LIBRARY_PRIVATE,
     OWN_FLAG,
+    OWNED_TABLE,
     READ_ONLY_NAMES,
     RESERVED_NAMES,
     SPECIAL_METHODS,
@@ -44,6 +46,9 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
         super().__init__(*args)
         #: The class statements around the current node, innermost last (for private-name mangling).
         self.classes: list[str] = []
+        #: The functions around the current node, innermost last: each one's own ``self`` (``_OwnWrites``
+        #: makes its writes native) or None.
+        self.owners: list[str | None] = [None]
         self.dispatch = _DISPATCH.setdefault(type(self), {})
 
     # The walk itself, at the cost of a method call per node: ``ast.NodeVisitor.visit`` builds the method's
@@ -126,13 +131,18 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
         finally:
             self.special_def = outer
         self.check_function_argument_names(node)
-        with self.print_info.new_print_scope():
-            node = self.node_contents_visit(node)
-            self.inject_print_collector(node)
         owner = getattr(node, "sandforge_self", None)
+        self.owners.append(owner)
+        try:
+            with self.print_info.new_print_scope():
+                node = self.node_contents_visit(node)
+                self.inject_print_collector(node)
+        finally:
+            self.owners.pop()
         if owner is not None and _OwnWrites(owner).rewrite(node):
-            # once per call: is ``self`` the program's own object? Then its writes are native stores.
-            check = ast.parse(f"{OWN_FLAG} = _type_({owner}).__module__ == {PROGRAM_MODULE!r}").body[0]
+            # once per call: how much is ``self`` the program's own object (its class's level, decided once
+            # per class and run by ``guards.OwnedClasses``)? Its writes and private reads then are native.
+            check = ast.parse(f"{OWN_FLAG} = {OWNED_TABLE}[_type_({owner})]").body[0]
             first = node.body[0]
             docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
             node.body.insert(1 if docstring else 0, ast.fix_missing_locations(ast.copy_location(check, first)))
@@ -174,7 +184,19 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
                             keywords=[])  # fmt: skip
             return ast.fix_missing_locations(ast.copy_location(call, node))
         guard = ast.Call(func=ast.Name("_write_", ast.Load()), args=[node.value], keywords=[])
-        node.value = ast.fix_missing_locations(ast.copy_location(guard, node.value))
+        target = node.value
+        if isinstance(target, ast.Name) and target.id != self.owners[-1]:
+            # ``(x if _owned_[_type_(x)] else _write_(x)).a = v``: native for an instance of the program's
+            # class (level 1 or 2: what ``write_guard`` returns as it is), the guard for anything else
+            level = ast.Subscript(
+                ast.Name(OWNED_TABLE, ast.Load()),
+                ast.Call(ast.Name("_type_", ast.Load()), [ast.Name(target.id, ast.Load())], []),
+                ast.Load(),
+            )
+            inline = ast.IfExp(test=level, body=ast.Name(target.id, ast.Load()), orelse=guard)
+            node.value = ast.fix_missing_locations(ast.copy_location(inline, target))
+            return node
+        node.value = ast.fix_missing_locations(ast.copy_location(guard, target))
         return node
 
     def _decided_at_run_time(self, node: ast.Attribute) -> Any:
@@ -187,8 +209,11 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
             if attr in READ_ONLY_NAMES:
                 self.error(node, f'"{attr}" can be read but not set or deleted in the sandbox.')
                 return node
-            guard = ast.Call(ast.Name("_write_private_", ast.Load()), [self.visit(value), ast.Constant(attr)], [])
-            node.value = ast.fix_missing_locations(ast.copy_location(guard, value))
+            value = self.visit(value)
+            guard = ast.Call(ast.Name("_write_private_", ast.Load()), [value, ast.Constant(attr)], [])
+            name = self._other_name(value)
+            fast = self._own_level_test(value, attr, ast.Name(name, ast.Load()) if name else None)
+            node.value = ast.fix_missing_locations(ast.copy_location(fast(guard), value))
             return node
         if attr in READ_ONLY_NAMES and isinstance(value, ast.Attribute) and value.attr == "__class__":
             owner = ast.Call(ast.Name("_class_of_", ast.Load()), [self.visit(value.value)], [])
@@ -196,7 +221,27 @@ class SandforgePolicy(rp.RestrictingNodeTransformer):
         else:
             value = self.visit(value)
         call = ast.Call(func=ast.Name("_getattr_", ast.Load()), args=[value, ast.Constant(attr)], keywords=[])
-        return ast.fix_missing_locations(ast.copy_location(call, node))
+        name = self._other_name(value)
+        read = ast.Attribute(ast.Name(name, ast.Load()), attr, ast.Load()) if name else None
+        return ast.fix_missing_locations(ast.copy_location(self._own_level_test(value, attr, read)(call), node))
+
+    def _other_name(self, value: ast.expr) -> str | None:
+        """A plain name other than the current method's own ``self`` (``_OwnWrites`` tests that one once)."""
+        return value.id if isinstance(value, ast.Name) and value.id != self.owners[-1] else None
+
+    def _own_level_test(self, value: ast.expr, attr: str, fast: ast.expr | None) -> Any:
+        """``x._name`` through a name: ``(fast if _owned_[_type_(x)] > 1 else guard)``, the guard's own answer
+        for an instance of a level-2 class (``guards.OwnedClasses``: ``private_allowed`` allows every ``_x``
+        on it), the guard call for anything else; read-only names and ``LIBRARY_PRIVATE`` stay the guard's."""
+        if fast is None or not is_private(attr) or attr in LIBRARY_PRIVATE or not isinstance(value, ast.Name):
+            return lambda guard: guard
+        level = ast.Subscript(
+            ast.Name(OWNED_TABLE, ast.Load()),
+            ast.Call(ast.Name("_type_", ast.Load()), [ast.Name(value.id, ast.Load())], []),
+            ast.Load(),
+        )
+        test = ast.Compare(level, [ast.Gt()], [ast.Constant(1)])
+        return lambda guard: ast.IfExp(test=test, body=fast, orelse=guard)
 
     # Shortcuts: RestrictedPython visits every node's fields generically; these nodes need no check.
     def visit_Constant(self, node: ast.Constant) -> Any:

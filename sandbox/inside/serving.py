@@ -16,7 +16,7 @@ import sys
 import types
 from typing import Any
 
-from . import envmodules, generators, packages, standins, tripwire
+from . import envmodules, files, generators, packages, standins, tripwire
 from .bridge import _ITIMER_REAL, _SETITIMER, BACKSTOP_GRACE_S, Bridge, InvalidContract, ToolOutcome, pause_backstop
 from .channel import Channel, PassedTextError, handoff_ready, read_execute, write_frame, write_frames
 from .compilation import compile_program, shipped_code
@@ -97,10 +97,11 @@ class Result:
         self.header: dict[str, Any] = {"type": "result", "status": "error"}
         self.value: bytes = b"null"
         self.changed: list[tuple[str, bytes]] = []
+        self.files: list[tuple[str, bytes]] = []  # the output files of an ok run, after the changed keys
 
     def fail(self, error: dict[str, Any]) -> None:
         self.header.update(status="error", error=error, context_changed=[], context_deleted=[])
-        self.value, self.changed = b"null", []
+        self.value, self.changed, self.files = b"null", [], []
 
 
 #: The canary (``sandforge doctor``): code from a program-like frame (``<tool>``) that causes an event the
@@ -115,12 +116,29 @@ def _canary() -> dict[str, Any]:
     return namespace
 
 
-def _arm(frame: dict[str, Any], armed: bool, out_fd: int, compiled: Any, stdout: Any, limits: Any) -> dict[str, Any]:
-    """Arm the tripwire (when installed); the canary's namespace, compiled before arming, if asked for."""
+def _arm(
+    frame: dict[str, Any], armed: bool, out_fd: int, compiled: Any, stdout: Any, limits: Any,
+    area: files.FileArea | None = None, namespace: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Give the program its files' ``open`` (with an ``area``), arm the tripwire (when installed); the
+    canary's namespace, compiled before arming, if asked for."""
+    if namespace is not None:
+        files.expose(namespace, area)
     canary = _canary() if frame.get("canary") is True else {}
     if armed:
-        tripwire.arm(out_fd, compiled, stdout, int(limits["max_message_bytes"]))
+        where = (area.inputs, area.outputs) if area is not None else None
+        tripwire.arm(out_fd, compiled, stdout, int(limits["max_message_bytes"]), where)
     return canary
+
+
+def _succeeded(result: Result, value: Any, context: LazyContext, area: files.FileArea | None, limits: Any) -> Any:
+    """Fill an ok result: the value's text, the context's changes, the output files; the error that fails
+    the run instead (``output_limit``, ``sandbox_violation``: an output file out of bounds, or not a file)."""
+    result.value = dump_json(value, "the return value")
+    result.changed, deleted = context.delta()
+    result.files, error = files.collect(area, limits)
+    result.header.update(status="ok", context_deleted=deleted)
+    return error
 
 
 def _run_canary(canary: Any) -> None:
@@ -130,9 +148,10 @@ def _run_canary(canary: Any) -> None:
 
 def execute(
     frame: dict[str, Any], raw_context: dict[str, ContextText], boot: dict[str, Any], bridge: Bridge,
-    proxies: dict[str, Any], *, out_fd: int = -1, armed: bool = False,
+    proxies: dict[str, Any], *, out_fd: int = -1, armed: bool = False, inputs: list[tuple[str, bytes]] | None = None,
 ) -> Result:  # fmt: skip
-    """Run the program; with ``armed``, the installed tripwire is armed first (on ``out_fd``)."""
+    """Run the program; with ``armed``, the installed tripwire is armed first (on ``out_fd``). With ``inputs``
+    (a list, maybe empty) the program gets its files: ``inputs/`` and ``outputs/`` in the working directory."""
     limits = boot["limits"]
     stdout = BoundedText(int(limits["max_output_bytes"]))
     result = Result()
@@ -143,11 +162,12 @@ def execute(
     args, kwargs = frame.get("args"), frame.get("kwargs")
     if error is None and not (isinstance(args, list) and isinstance(kwargs, dict)):
         error = _error("invalid_request", "args must be a list and kwargs an object")
+    area, error = files.prepare(inputs) if error is None else (None, error)
     if error is None:
         assert compiled is not None
         namespace = build_globals(proxies, stdout, bridge)
         context = LazyContext(raw_context)
-        canary = _arm(frame, armed, out_fd, compiled, stdout, limits)
+        canary = _arm(frame, armed, out_fd, compiled, stdout, limits, area, namespace)
         try:
             if canary:
                 _run_canary(canary["canary"])
@@ -162,9 +182,7 @@ def execute(
                                    tool_error_type=value.error_type, retriable=value.retriable)  # fmt: skip
                 value = value.value
             if error is None:
-                result.value = dump_json(value, "the return value")
-                result.changed, deleted = context.delta()
-                result.header.update(status="ok", context_deleted=deleted)
+                error = _succeeded(result, value, context, area, limits)
         except BaseException as exc:
             kind = _classify_exception(exc)
             name = type(exc).__name__
@@ -191,20 +209,24 @@ def _encode_result(result: Result, max_bytes: int) -> list[bytes]:
     changed key. A result that does not fit ``max_bytes`` in all becomes an output_limit error."""
     header = result.header
     header["context_changed"] = [[key, len(body)] for key, body in result.changed]
+    if result.files:
+        header["files"] = [[name, len(body)] for name, body in result.files]
     header["stdout"] = valid_text(header.get("stdout", ""))
     try:
         rest = encode(header)
     except (TypeError, ValueError) as exc:  # a context key that is not valid text (a lone surrogate)
         result.fail(_error("non_serializable_result", f"the context cannot be sent back: {exc}"))
         header["context_changed"] = []
+        header.pop("files", None)
         try:
             rest = encode(header)
         except (TypeError, ValueError):
             return [encode({"type": "result", "status": "error", "error": _error("non_serializable_result", str(exc))})]
     body = b'{"value":' + result.value + b"," + rest[1:]
-    total = len(body) + sum(HEADER.size + len(text) for _, text in result.changed)
+    texts = [text for _, text in result.changed] + [data for _, data in result.files]
+    total = len(body) + sum(HEADER.size + len(text) for text in texts)
     if total <= max_bytes:
-        return [body, *(text for _, text in result.changed)]
+        return [body, *texts]
     return [encode({
         "type": "result", "status": "error", "stdout": "", "stdout_truncated": bool(header.get("stdout")),
         "error": _error("output_limit", f"the result is {total} bytes; the limit is {max_bytes}"),
@@ -286,8 +308,10 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
         proxies = dict(proxies)  # a zygote's children share its proxies: each adds its own environment's
         envmodules.expose(boot, proxies)
     write_frame(out_fd, ready)
+    inputs: list[tuple[str, bytes]] = []
     try:
         frame, raw_context = read_execute(channel, max_bytes, handoff)
+        inputs = files.receive(channel, frame, max_bytes)
     except PassedTextError as exc:
         frame, raw_context = {"type": "invalid", "error": str(exc)}, {}
     except (EOFError, ValueError, json.JSONDecodeError):
@@ -300,7 +324,7 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
     else:
         _SETITIMER(_ITIMER_REAL, float(boot["limits"]["timeout_s"]) + BACKSTOP_GRACE_S)
         result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies,
-                         out_fd=out_fd, armed=armed)  # fmt: skip
+                         out_fd=out_fd, armed=armed, inputs=inputs)  # fmt: skip
         pause_backstop()
     write_frames(out_fd, _encode_result(result, max_bytes))
     return 0

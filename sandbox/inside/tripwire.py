@@ -378,6 +378,45 @@ def _frame_rules(kind: Any, site: Any, env_root: str) -> dict[str, _Rule]:  # no
     }
 
 
+def _files_rule(state: list[Any]) -> Any:
+    """``area(rule)``: ``rule`` (the file rule) preceded by the program's file area's, bound to the hook's state
+    (its directories arrive with the arming)."""
+    dirname, basename, write_flags = os.path.dirname, os.path.basename, _WRITE_FLAGS
+
+    def rule(event: str, path: str, args: tuple[Any, ...], who: str) -> str | None:
+        """The files surface (``files.py``): an ``open`` of ``inputs/NAME`` without write flags, of
+        ``outputs/NAME`` in any mode, by the runner's frames or a library's (``pandas.read_csv``,
+        ``savefig`` given the program's path, relative to the working directory); a listing of ``outputs/``
+        by the runner; "" for anything else (the other rules decide). The runner's ``open`` checked the name
+        already; this holds without it."""
+        inputs, outputs = state[6]
+        if path[:1] != "/":
+            path = dirname(inputs) + "/" + path.removeprefix("./")
+        folder, name = dirname(path), basename(path)
+        if event == "os.scandir" and path == outputs and who == "runner":
+            return None
+        if event != "open" or folder not in (inputs, outputs) or name[:1] in ("", "."):
+            return ""
+        flags = args[2] if len(args) > 2 else 0
+        mode = args[1] if len(args) > 1 else None
+        writing = (type(mode) is str and any(c in mode for c in "wax+")) or (type(flags) is int and flags & write_flags)
+        return "an input file opened for writing" if folder == inputs and writing else None
+
+    def area(other: _Rule) -> _Rule:
+        def checked(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
+            path = args[0] if args else None
+            if who in ("runner", "library") and state[6] and type(path) is str:
+                why = rule(event, path, args, who)
+                if why != "":
+                    return why
+            decided: str | None = other(event, caller, who, args)
+            return decided
+
+        return checked
+
+    return area
+
+
 def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_dir: str) -> dict[str, _Rule]:  # noqa: C901
     """The rules for events that load or run code, or touch files: exec, compile, import, open, marshal.
 
@@ -389,6 +428,7 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
     audited, optional, system_info, write_flags = AUDITED_IMPORTS, _OPTIONAL_IMPORTS, _SYSTEM_INFO, _WRITE_FLAGS
     reimported, reimporting, stdlib, tz_roots = REIMPORTED_BY_LIBRARIES, _REIMPORTING_PACKAGES, library[0], TZ_ROOTS
     code_type = type(_classifier.__code__)
+    area = _files_rule(state)
     generators = (("dataclasses.py", "_create_fn"), ("collections/__init__.py", "namedtuple"))
 
     def exec_(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
@@ -453,8 +493,8 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
     def marshal_loads(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
         return None if who == "import" else "marshal.loads() outside the import machinery"
 
-    return {"exec": exec_, "compile": compile_, "import": import_, "open": file, "os.listdir": file,
-            "os.scandir": file, "marshal.loads": marshal_loads}  # fmt: skip
+    return {"exec": exec_, "compile": compile_, "import": import_, "open": area(file), "os.listdir": file,
+            "os.scandir": area(file), "marshal.loads": marshal_loads}  # fmt: skip
 
 
 def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR0915 - one closure: see the module doc
@@ -468,8 +508,8 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
     kind, site = _classifier(runner_dir, library)
     env_root, exit_now, getframe, tool = library[1], os._exit, sys._getframe, _TOOL
     harmless, self_test, arm_event, violation = _HARMLESS, SELF_TEST, ARM, VIOLATION
-    # The hook's whole state: [armed, busy, out_fd, code, stdout, max_bytes]
-    state: list[Any] = [False, False, -1, None, None, 0]
+    # The hook's whole state: [armed, busy, out_fd, code, stdout, max_bytes, (inputs dir, outputs dir) or None]
+    state: list[Any] = [False, False, -1, None, None, 0, None]
     rules = {**_frame_rules(kind, site, env_root), **_code_rules(site, library, state, runner_dir)}
     relative = _relative
 
@@ -509,8 +549,10 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
         if not state[0]:
             if event == self_test:
                 raise SelfTestPassed
-            if event == arm_event and len(args) == 4:
-                state[2], state[3], state[4], state[5] = args
+            if event == arm_event and len(args) == 5:
+                state[2], state[3], state[4], state[5], files = args
+                if type(files) is tuple and len(files) == 2 and all(type(d) is str and d for d in files):
+                    state[6] = files
                 state[0] = True
             return
         if event in harmless or state[1]:
@@ -536,6 +578,7 @@ def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR
     return False
 
 
-def arm(out_fd: int, code: Any, stdout: Any, max_bytes: int) -> None:
-    """Arm the installed hook: from now on it decides every event (once only: a second arming trips)."""
-    sys.audit(ARM, out_fd, code, stdout, max_bytes)
+def arm(out_fd: int, code: Any, stdout: Any, max_bytes: int, files: tuple[str, str] | None = None) -> None:
+    """Arm the installed hook: from now on it decides every event (once only: a second arming trips).
+    ``files``: the absolute ``inputs/`` and ``outputs/`` directories the runner's ``open`` may reach."""
+    sys.audit(ARM, out_fd, code, stdout, max_bytes, files)

@@ -46,6 +46,12 @@ MAX_CONTRACT_FIELD_CHARS: Final = 2000
 #: Longest error message and exception or error-type name a result frame carries.
 MAX_ERROR_MESSAGE: Final = 4096
 MAX_NAME: Final = 200
+#: Files in the transaction (issue 41): the program reads its input files under ``INPUTS_DIR`` and writes its
+#: outputs under ``OUTPUTS_DIR``, both in its working directory. A file's name is one path segment of this
+#: pattern (no ``/``, no leading dot, so never ``..``, never absolute), on both sides of the boundary.
+INPUTS_DIR: Final = "inputs"
+OUTPUTS_DIR: Final = "outputs"
+FILE_NAME_PATTERN: Final = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
 
 
 def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> str:
@@ -127,7 +133,8 @@ class ExecuteFrame(TypedDict):
         hand-off directory at boot, file ``i`` in that directory instead. ``compiled``: the program compiled on
         the host, used when its magic is the inside's own (else the inside compiles ``code`` itself). ``env_id``:
     the environment the program was prepared for, which must be the runner's own (absent: none). ``canary``:
-    ``sandforge doctor``'s tripwire check (``protocol.tripwire_canary``)."""
+    ``sandforge doctor``'s tripwire check (``protocol.tripwire_canary``). ``files``: the input files as
+    ``[name, length]``, each one's bytes a frame of its own after the context texts."""
 
     type: str
     code: str
@@ -137,6 +144,7 @@ class ExecuteFrame(TypedDict):
     compiled: NotRequired[CompiledProgram]
     env_id: NotRequired[str]
     canary: NotRequired[bool]
+    files: NotRequired[list[list[Any]]]
 
 
 def error(kind: str, message: str, **extra: Any) -> dict[str, Any]:

@@ -225,8 +225,13 @@ def seal_proxy(proxy: Any, module: str) -> None:
     """Apply the inner wall to a freshly filled proxy of ``module``, whatever kind of object the proxy is:
     remove every withheld name, put ``MODULE_WRAPPERS``' replacements in place, and make reading a withheld
     name a ``SandboxViolation`` (a namespace proxy changes class; a module-object proxy gets a module-level
-    ``__getattr__``, so reading present names keeps the interpreter's fast path)."""
-    for name in withheld(module):
+    ``__getattr__``).
+
+    A module that withholds nothing gets no ``__getattr__``: CPython's own miss (``module 'math' has no
+    attribute 'x'``) is the same AttributeError, and only a module without one has its reads specialised
+    (``LOAD_ATTR_MODULE``; with a ``__getattr__`` in its dict ``math.pi`` costs twice as much)."""
+    names = withheld(module)
+    for name in names:
         if name in vars(proxy):
             delattr(proxy, name)
     for name, wrapper in MODULE_WRAPPERS.get(module, {}).items():
@@ -234,7 +239,8 @@ def seal_proxy(proxy: Any, module: str) -> None:
             setattr(proxy, name, wrapper)
     _PROXY_MODULES[id(proxy)] = module
     if isinstance(proxy, types.ModuleType):
-        vars(proxy)["__getattr__"] = _withheld_getattr(module)
+        if names or module in EXPOSED_ONLY:
+            vars(proxy)["__getattr__"] = _withheld_getattr(module)
     elif isinstance(proxy, types.SimpleNamespace) and not isinstance(proxy, ModuleProxy):
         proxy.__class__ = ModuleProxy
 
@@ -490,6 +496,12 @@ _INTERNAL_IMPORT_DONE = types.SimpleNamespace()
 
 def _guarded_import(proxies: dict[str, types.SimpleNamespace]) -> Any:
     def guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        if not fromlist and level == 0 and type(name) is str and "." not in name:
+            # ``import math``: what the general path below returns for an undotted allowed name that is
+            # neither the interpreter's internal import nor an environment package (imported on first use)
+            proxy = proxies.get(name)
+            if proxy is not None and name not in INTERNAL_IMPORTS and not envmodules.exposed(name):
+                return proxy
         if level == 0 and name in INTERNAL_IMPORTS and name in sys.modules:
             # The interpreter's own lazy import from C (PyImport_Import), which ignores what this returns and
             # takes the module from sys.modules: the program never gets the real module from here.

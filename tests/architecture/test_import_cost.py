@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HEAVY = ("sandforge.runtime.store", "sandforge.sandbox", "sandforge.runtime.agent", "yaml", "anthropic")
+HEAVY = ("sandforge.runtime.store", "sandforge.sandbox", "sandforge.runtime.agent", "yaml", "anthropic", "openai")
 
 
 def _loaded_after(statement: str) -> list[str]:
@@ -22,6 +22,18 @@ def _loaded_after(statement: str) -> list[str]:
 def test_importing_sessions_loads_nothing_heavy() -> None:
     loaded = _loaded_after("import sandforge.runtime.sessions")
     assert [m for m in HEAVY if m in loaded] == []
+
+
+def test_naming_a_provider_loads_only_its_sdk() -> None:
+    """The factory that every ``--provider`` goes through, and the tenants' configuration, load no SDK; building
+    an openai provider loads ``openai`` and not ``anthropic`` (issue 40)."""
+    loaded = _loaded_after("import sandforge.runtime.providers.factory, sandforge.runtime.service.tenants")
+    assert "openai" not in loaded and "anthropic" not in loaded
+    loaded = _loaded_after(
+        "from sandforge.runtime.providers.factory import ModelSettings, program_provider; import os; "
+        "os.environ['OPENAI_API_KEY'] = 'k'; program_provider('openai', ModelSettings())"
+    )
+    assert "openai" in loaded and "anthropic" not in loaded
 
 
 def test_provider_names_still_import_from_the_package() -> None:
@@ -67,7 +79,7 @@ LIGHT_COMMANDS: dict[str, tuple[list[str], set[str]]] = {
     ),
 }
 #: Third-party packages no light command loads (pydantic's models and core, the policy's YAML, providers, MCP).
-CLI_HEAVY = ("pydantic", "pydantic_core", "yaml", "anthropic", "mcp", "jsonschema", "filelock", "starlette")
+CLI_HEAVY = ("pydantic", "pydantic_core", "yaml", "anthropic", "openai", "mcp", "jsonschema", "filelock", "starlette")
 
 
 def _cli_modules(args: list[str], env: dict[str, str] | None = None) -> set[str]:

@@ -91,7 +91,7 @@ def test_json_output_shape(tmp_path: Path) -> None:
     payload = json.loads(out)
     assert code == 0
     assert set(payload) == {"status", "value", "context", "error_type", "error_message", "retriable", "stdout",
-                            "stderr", "metadata", "security_event"}  # fmt: skip
+                            "stderr", "metadata", "security_event", "files"}  # fmt: skip
     assert payload["status"] == "ok" and payload["value"] == {"a": [1, 2]} and payload["stdout"] == "hello\n"
     assert payload["metadata"]["usage"]["source"] in ("host", "sandbox")
     assert "policy_fingerprint" in payload["metadata"]

@@ -62,6 +62,19 @@ def _ray_keeps_loopback() -> None:
         )
 
 
+#: The files whose tests leave a cluster as they found it share one (``cluster`` below): one xdist group, so one
+#: worker starts and stops it once for all of them (each start and stop is ~20 s of CPU on a loaded machine).
+#: A file that kills, restarts or needs other nodes (test_ray_faults, test_ray_executor) starts its own.
+SHARED_CLUSTER = pytest.mark.xdist_group("tests-cluster-two-nodes")
+
+
+@pytest.fixture(scope="package")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Two subprocess nodes, in `sandforge cluster`'s layout (<state dir>/cluster: `sandforge cluster status`
+    finds it), for the files marked ``SHARED_CLUSTER``."""
+    yield from start_cluster(tmp_path_factory.mktemp("state") / "cluster", [NodeSpec(), NodeSpec()])
+
+
 @pytest.fixture(scope="module")
 def host() -> Iterator[SandboxHost]:
     """A sandbox host in this process, no Ray: its dispatch and cancellation paths, driven directly."""

@@ -262,3 +262,19 @@ def test_a_host_that_cannot_listen_offers_no_channel(monkeypatch: pytest.MonkeyP
         assert h.channel() == {}
     finally:
         h.close()
+
+
+def test_files_cross_the_cluster_wire_as_bytes() -> None:
+    """A request's input files and an ok outcome's output files (issue 41) travel between the caller and a
+    node unchanged, as bytes (not base64)."""
+    from sandforge.sandbox import ExecutionOutcome
+    from sandforge.sandbox.cluster.wire import outcome_to_wire, request_from_wire
+
+    request = ExecutionRequest(code="return 1", files={"data.bin": bytes(range(256))})
+    message, _ = request_to_wire(request)
+    assert message["files"] == {"data.bin": bytes(range(256))}
+    again = request_from_wire(message, {})
+    assert isinstance(again, ExecutionRequest) and again.files == request.files
+    outcome = ExecutionOutcome.succeeded(1, ContextSnapshot(), files={"out.png": b"\x89PNG"})
+    back = outcome_from_wire(outcome_to_wire(outcome, ContextSnapshot()), ContextSnapshot())
+    assert back.files == {"out.png": b"\x89PNG"}

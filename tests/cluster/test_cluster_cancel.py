@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,11 +22,13 @@ from sandforge.sandbox import (
 )
 from sandforge.sandbox.cluster.executor import Node, RayExecutor, Ticket
 from sandforge.sandbox.cluster.host import SandboxHost
-from sandforge.sandbox.cluster.local import LocalCluster, NodeSpec
+from sandforge.sandbox.cluster.local import LocalCluster
 from sandforge.sandbox.cluster.wire import outcome_from_wire, request_to_wire
 from sandforge.sandbox.context import ContextSnapshot
 from sandforge.sandbox.exchange import CANCELLED_MESSAGE
-from tests.cluster.conftest import start_cluster
+from tests.cluster.conftest import SHARED_CLUSTER
+
+pytestmark = SHARED_CLUSTER  # its last test runs on the two nodes the package shares
 
 SPIN = "while True:\n    pass"
 CALL_THEN_SPIN = "tool('other').go()\nwhile True:\n    pass"
@@ -132,11 +133,6 @@ def test_a_ticket_cancelled_before_binding_refuses_the_start() -> None:
 
 
 # --- on a real cluster ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    yield from start_cluster(tmp_path_factory.mktemp("cancel") / "cluster", [NodeSpec(backends=("subprocess",))])
 
 
 @pytest.mark.slow

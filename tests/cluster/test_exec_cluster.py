@@ -9,27 +9,20 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from sandforge.sandbox.cluster.local import LocalCluster, NodeSpec
-from tests.cluster.conftest import start_cluster
+from sandforge.sandbox.cluster.local import LocalCluster
+from tests.cluster.conftest import SHARED_CLUSTER
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), SHARED_CLUSTER]
 
 ACME = Path(__file__).resolve().parents[2] / "policies" / "examples" / "acme"
 PROGRAM = """
 context['runs'] = context.get('runs', 0) + 1
 return {'runs': context['runs']}
 """
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    # `sandforge cluster`'s layout (<state dir>/cluster): `sandforge cluster status` finds it
-    yield from start_cluster(tmp_path_factory.mktemp("state") / "cluster", [NodeSpec(), NodeSpec()])
 
 
 def sandforge(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -7,22 +7,16 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
-from sandforge.sandbox.cluster.local import SYSTEM_CONFIG, LocalCluster, NodeSpec
-from tests.cluster.conftest import start_cluster
+from sandforge.sandbox.cluster.local import SYSTEM_CONFIG, LocalCluster
+from tests.cluster.conftest import SHARED_CLUSTER
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    yield from start_cluster(tmp_path_factory.mktemp("lean") / "cluster", [NodeSpec(), NodeSpec()])
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), SHARED_CLUSTER]
 
 
 def _cmdlines(cluster: LocalCluster) -> list[list[str]]:

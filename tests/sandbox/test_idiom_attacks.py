@@ -131,6 +131,116 @@ ATTACKS: list[tuple[str, str, str, str]] = [
         "from dataclasses import dataclass\n@dataclass\nclass D:\n    _type_x: int = 1\nreturn 1",
         "_type_x",
     ),
+    # --- the own-object fast path: a method's writes and ``_x`` reads on its own ``self`` are native when
+    # ``self``'s class is the program's (``lowering._OwnWrites``, ``guards.OwnedClasses``); anything else
+    # still meets the guard ---
+    (
+        "a method's private read called on a library object",
+        "guard",
+        "import random\nclass A:\n    def peek(self):\n        return self._randbelow\nreturn A.peek(random.Random(1))",
+        _UNDERSCORE,
+    ),
+    (
+        "a method's private write called on a library object",
+        "guard",
+        "import random\nclass A:\n    def poke(self):\n        self._x = 1\nA.poke(random.Random())\nreturn 1",
+        _NOT_SET,
+    ),
+    (
+        "a method's public write called on a library object",
+        "guard",
+        "import random\nclass A:\n    def poke(self):\n        self.seed = 1\nA.poke(random.Random())\nreturn 1",
+        _NOT_SET,
+    ),
+    (
+        "a private read in a comprehension of a method called on a library object",
+        "guard",
+        "import random\nclass A:\n    def peek(self):\n        return [self._randbelow for _ in 'a']\n"
+        "return A.peek(random.Random(1))",
+        _UNDERSCORE,
+    ),
+    (
+        "a library base's private through the subclass's own self, += form",
+        "guard",
+        "import random\nclass R(random.Random):\n    def f(self):\n        self._randbelow += 1\nR(1).f()\nreturn 1",
+        _UNDERSCORE,
+    ),
+    (
+        "ABCMeta's cache through a method's own self",
+        "guard",
+        "import abc\nclass S(abc.ABC):\n    def f(self):\n        return self._abc_impl\nreturn S().f()",
+        _UNDERSCORE,
+    ),
+    (
+        "ABCMeta's cache name on a class without a library base",
+        "guard",
+        "class S:\n    def f(self):\n        return self._abc_impl\nreturn S().f()",
+        _UNDERSCORE,
+    ),
+    (
+        "a program __setattr__ smuggling a native private write onto a library object",
+        "guard",
+        "import random\nR = random.Random()\nclass A:\n    def __setattr__(self, name, value):\n"
+        "        setattr(R, name, value)\n    def f(self):\n        self._x = 1\nA().f()\nreturn 1",
+        _NOT_SET,
+    ),
+    (
+        "a program __setattr__ turning a native write into a dunder write",
+        "guard",
+        "class A:\n    def __setattr__(self, name, value):\n        setattr(self, '__cla' + 'ss__', value)\n"
+        "    def f(self):\n        self._x = int\nA().f()\nreturn 1",
+        "invalid attribute name",
+    ),
+    (
+        "a library base's private read through a name of a program subclass's instance",
+        "guard",
+        "import random\nclass R(random.Random):\n    pass\nr = R(1)\nreturn r._randbelow",
+        _UNDERSCORE,
+    ),
+    (
+        "a library base's private written through a name of a program subclass's instance",
+        "guard",
+        "import random\nclass R(random.Random):\n    pass\nr = R(1)\nr._randbelow = len\nreturn 1",
+        _NOT_SET,
+    ),
+    (
+        "a program class's private read through a name bound to a library object",
+        "guard",
+        "import random\nclass A:\n    pass\nx = A()\nx._ok = 1\nx = random.Random(1)\nreturn x._randbelow",
+        _UNDERSCORE,
+    ),
+    (
+        "a library class held in a name, written at the top level",
+        "guard",
+        "import random\nR = random.Random\nR.seed = print\nreturn 1",
+        _NOT_SET,
+    ),
+    (
+        "a library object held in a name, written with +=",
+        "guard",
+        "import random\nr = random.Random(1)\nr.VERSION += 1\nreturn 1",
+        _NOT_SET,
+    ),
+    (
+        "a str subclass name equal to 'format' asking a string for its class",
+        "guard",
+        "class N(str):\n    def __eq__(self, other):\n        return True\n    def __hash__(self):\n        return 0\n"
+        "return getattr('x', N('__class__'))",
+        "must be a string",
+    ),
+    (
+        "a class's module rewritten after its level was decided",
+        "guard",
+        "class A:\n    def f(self):\n        return self._x\na = A()\na._x = 1\na.f()\n"
+        "setattr(A, '__mod' + 'ule__', 'random')\nreturn 1",
+        "invalid attribute name",
+    ),
+    (
+        "a library class passed off as the program's",
+        "guard",
+        "import random\nsetattr(random.Random, '__mod' + 'ule__', __name__)\nreturn 1",
+        "invalid attribute name",
+    ),
     # --- read-only names: strings only, never written, never the class ---
     ("write __name__", "compiler", "def f():\n    pass\nf.__name__ = 'g'\nreturn 1", "can be read but not set"),
     (

@@ -28,6 +28,8 @@ ENDPOINTS: list[tuple[str, str, dict[str, object] | None]] = [
     ("GET", "/v1/sessions/abc", None),
     ("POST", "/v1/sessions/abc/messages", {"text": "hi"}),
     ("POST", "/v1/policy/check", {"code": "return 1"}),
+    ("GET", "/v1/roles/x/context", None),
+    ("PUT", "/v1/roles/x/context", {"n": 1}),
 ]
 
 

@@ -45,7 +45,8 @@ def test_healthz_answers_while_every_execution_slot_is_busy(tmp_path: Path) -> N
     )  # fmt: skip
     try:
         with server.client("t") as client, ThreadPoolExecutor(3) as pool:
-            busy = [pool.submit(client.post, "/v1/exec", json={"code": SPIN, "timeout_s": 10}) for _ in range(3)]
+            # 5 s: long enough to ask while both slots spin, short enough that the queued third one adds 5 s, not 10
+            busy = [pool.submit(client.post, "/v1/exec", json={"code": SPIN, "timeout_s": 5}) for _ in range(3)]
             _wait_running(server.proc.pid, 2, busy)
             health = httpx.get(server.url + "/healthz", timeout=30)
             tools = client.get("/v1/tools")  # store reads do not take an execution slot either

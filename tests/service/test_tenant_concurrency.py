@@ -48,8 +48,15 @@ def sandbox() -> object:
     sb.close()
 
 
-def _workspace(tmp_path: Path, provider: MapProvider, sandbox: Sandbox) -> Workspace:
-    return Workspace(provider=provider, sandbox=sandbox, store=ToolStore(tmp_path), log=False)
+@pytest.fixture(params=["memory", "durable"])
+def durable(request: pytest.FixtureRequest) -> bool:
+    """Each rule holds for contexts kept in memory and for contexts kept in a state database (issue 37)."""
+    return bool(request.param == "durable")
+
+
+def _workspace(tmp_path: Path, provider: MapProvider, sandbox: Sandbox, durable: bool = False) -> Workspace:
+    state_dir = tmp_path if durable else None
+    return Workspace(provider=provider, sandbox=sandbox, store=ToolStore(tmp_path), log=False, state_dir=state_dir)
 
 
 def test_calls_of_different_roles_run_at_once(tmp_path: Path, sandbox: Sandbox) -> None:
@@ -75,9 +82,9 @@ def test_a_tenants_workspace_runs_two_roles_at_once(tmp_path: Path) -> None:
         rt.close()
 
 
-def test_one_role_commits_every_success_and_no_failure(tmp_path: Path, sandbox: Sandbox) -> None:
+def test_one_role_commits_every_success_and_no_failure(tmp_path: Path, sandbox: Sandbox, durable: bool) -> None:
     provider = MapProvider({("counter", "incr"): INCR, ("counter", "broken"): BROKEN})
-    ws = _workspace(tmp_path, provider, sandbox)
+    ws = _workspace(tmp_path, provider, sandbox, durable)
     methods = ["incr", "broken"] * 6
     with ThreadPoolExecutor(6) as pool:
         outcomes = list(pool.map(lambda m: ws.call("counter", m), methods))
@@ -88,11 +95,11 @@ def test_one_role_commits_every_success_and_no_failure(tmp_path: Path, sandbox: 
     assert ws.context("counter") == {"n": 6}  # and no failed call's 1000 was ever committed
 
 
-def test_nested_writes_to_a_busy_role_lose_nothing(tmp_path: Path, sandbox: Sandbox) -> None:
+def test_nested_writes_to_a_busy_role_lose_nothing(tmp_path: Path, sandbox: Sandbox, durable: bool) -> None:
     # 'via' calls counter.incr inside its own program, without counter's lock, while direct counter.incr
     # calls commit: a 'via' commit that would overwrite them conflicts and its call runs again, alone
     provider = MapProvider({("counter", "incr"): INCR, ("via", "bump"): VIA})
-    ws = _workspace(tmp_path, provider, sandbox)
+    ws = _workspace(tmp_path, provider, sandbox, durable)
     calls = [("via", "bump"), ("counter", "incr")] * 6
     with ThreadPoolExecutor(4) as pool:
         outcomes = list(pool.map(lambda c: ws.call(*c), calls))
@@ -100,10 +107,10 @@ def test_nested_writes_to_a_busy_role_lose_nothing(tmp_path: Path, sandbox: Sand
     assert ws.context("counter") == {"n": len(calls)}
 
 
-def test_the_commit_check_refuses_a_stale_write(tmp_path: Path, sandbox: Sandbox) -> None:
+def test_the_commit_check_refuses_a_stale_write(tmp_path: Path, sandbox: Sandbox, durable: bool) -> None:
     from sandforge.runtime.agent.state import CommitConflict, Transaction
 
-    ws = _workspace(tmp_path, MapProvider({}), sandbox)
+    ws = _workspace(tmp_path, MapProvider({}), sandbox, durable)
     state = ws._state
     txn = Transaction(state)
     assert txn.context("r") == {}

@@ -131,8 +131,9 @@ def test_sessions_list_and_show_text(tmp_path: Path) -> None:
     assert "tool_result  nope (error): Tool 'nope' is not available for this agent" in shown
 
 
-def test_chat_runs_group_tools_through_the_agent_and_sandbox(tmp_path: Path) -> None:
+def test_chat_runs_group_tools_through_the_agent_and_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole stack from the terminal: scripted chat + scripted programs, subprocess sandbox, call log."""
+    monkeypatch.delenv("SANDFORGE_CALL_LOG", raising=False)  # the state directory's own log (tests/conftest.py)
     programs = [
         "context['q'] = kwargs['query']\nreturn ['m1', 'm2']",
         "return {'trashed': kwargs['id']}",
@@ -166,9 +167,10 @@ def test_ctrl_c_during_a_turn_returns_to_the_prompt(tmp_path: Path, monkeypatch:
     assert "(interrupted)" in result.stderr and "assistant> second try works" in result.stdout
 
 
-def test_a_second_chat_reuses_the_tool_store(tmp_path: Path) -> None:
+def test_a_second_chat_reuses_the_tool_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run 1 generates `gmail.search` and the store keeps it; run 2 (a new process's worth of objects, same
     state dir) calls it again with NO program scripted: it can only succeed from the persisted artifact."""
+    monkeypatch.delenv("SANDFORGE_CALL_LOG", raising=False)  # the state directory's own log (tests/conftest.py)
     first = _script(tmp_path, [load("google_gmail"), call("gmail_search", query="a"), "done"],
                     programs=["return ['hit:' + kwargs['query']]"])  # fmt: skip
     result = _run(["chat", "--scripted", str(first), "--backend", "subprocess"], tmp_path / "state", "find\n")

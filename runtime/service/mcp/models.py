@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr
 
 
 class _Out(BaseModel):
@@ -51,6 +51,15 @@ class ValidationReport(_Out):
     policy_fingerprint: str
 
 
+class OutputFileInfo(_Out):
+    """What the structured content says of one output file (its bytes are a content item)."""
+
+    name: str
+    size: int
+    sha256: str
+    media_type: str
+
+
 class RunResult(_Out):
     """One validated execution that succeeded: its value, the new context (not committed anywhere), output."""
 
@@ -62,6 +71,11 @@ class RunResult(_Out):
     backend: str
     duration_s: float
     capabilities: list[str]
+    files: list[OutputFileInfo] = Field(
+        default_factory=list, description="the outputs/ files, each also a content item (image or resource)"
+    )
+    #: The output files' bytes: content items beside the structured content, never inside it.
+    _bytes: dict[str, bytes] = PrivateAttr(default_factory=dict)
 
 
 class MethodSummary(_Out):

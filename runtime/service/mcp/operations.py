@@ -6,6 +6,7 @@ that into an ``isError`` result (``failure_result.error_result``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import JsonValue, ValidationError
@@ -15,6 +16,7 @@ from sandforge.runtime.agent.outcome import Outcome
 from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.files.transfer import manifest
 from sandforge.runtime.guardrails import ValidationResult, validate
 from sandforge.runtime.guardrails.report import explain, suggestions
 from sandforge.runtime.service.mcp.models import (
@@ -104,10 +106,12 @@ def run_tool_code(
     kwargs: dict[str, JsonValue],
     timeout_s: float | None = None,
     memory_mb: int | None = None,
+    files: Mapping[str, str] | None = None,
 ) -> RunResult:
     limits = _limits(rt, timeout_s, memory_mb)
     try:
-        request = ExecutionRequest(code=code, context=context, args=args, kwargs=kwargs, limits=limits)
+        request = ExecutionRequest(code=code, context=context, args=args, kwargs=kwargs, limits=limits,
+                                   files=files or {})  # base64 text, as in JSON  # fmt: skip
     except ValidationError as exc:
         err = exc.errors()[0]
         raise fail("invalid_request", f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
@@ -121,7 +125,7 @@ def run_tool_code(
     workspace.log.append(run_record(outcome, verdict, request, source="mcp", clock=clock))
     if not outcome.ok:
         raise _execution_failure(outcome)
-    return RunResult(
+    result = RunResult(
         status="ok",
         value=outcome.value,
         context=dict(outcome.context or {}),
@@ -130,7 +134,10 @@ def run_tool_code(
         backend=outcome.backend or "",
         duration_s=outcome.duration_s,
         capabilities=list(outcome.metadata.get("capabilities", [])),
+        files=manifest(outcome.files),
     )
+    result._bytes = dict(outcome.files)
+    return result
 
 
 def list_tools(rt: TenantPort) -> ToolList:

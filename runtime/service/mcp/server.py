@@ -15,6 +15,7 @@ stdio the work is imported and the tenant's store and sandbox warmed up on a thr
 
 from __future__ import annotations
 
+import base64
 import inspect
 import json
 import logging
@@ -28,9 +29,12 @@ import anyio.to_thread
 from mcp.server.caching import CacheHint
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp_types import (
+    BlobResourceContents,
     CallToolResult,
+    EmbeddedResource,
+    ImageContent,
     InputRequiredResult,
     ListToolsResult,
     PaginatedRequestParams,
@@ -43,6 +47,7 @@ from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from sandforge import __version__
 from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.names import valid_role
 from sandforge.runtime.service.audit import note
 from sandforge.runtime.service.mcp.changes import POLL_S, ToolListWatch, declare_list_changed
 from sandforge.runtime.service.mcp.models import (
@@ -69,6 +74,8 @@ INSTRUCTIONS = (
     "through the full lifecycle; explain_policy explains a rule. Every healthy stored tool method is also a "
     "tool of its own, named role.method."
 )
+#: The resource template of a role's committed context.
+CONTEXT_URI = "sandforge://roles/{role}/context"
 #: What a client sends before it uses the server (the store is not read for these).
 HANDSHAKE = frozenset({"initialize", "notifications/initialized", "ping"})
 _PATHS = re.compile(r"(?:/[\w.@+-]+){2,}")
@@ -86,9 +93,26 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+#: Output files a client shows as images (issue 41); every other file is an embedded resource.
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/svg+xml"})
+
+
 def ok_result(model: BaseModel) -> CallToolResult:
     data = model.model_dump(mode="json")
-    return CallToolResult(content=[TextContent(type="text", text=_text(data))], structured_content=data)
+    content: list[Any] = [TextContent(type="text", text=_text(data))]
+    if isinstance(model, RunResult):
+        content += [_file_content(info.name, info.media_type, model._bytes[info.name]) for info in model.files]
+    return CallToolResult(content=content, structured_content=data)
+
+
+def _file_content(name: str, media_type: str, body: bytes) -> ImageContent | EmbeddedResource:
+    """One output file as a content item: an image a client renders, or a resource (``sandforge://outputs/NAME``,
+    a name only: nothing is fetched from it later)."""
+    data = base64.b64encode(body).decode()
+    if media_type in IMAGE_TYPES:
+        return ImageContent(type="image", data=data, mime_type=media_type)
+    contents = BlobResourceContents(uri=f"sandforge://outputs/{name}", mime_type=media_type, blob=data)
+    return EmbeddedResource(type="resource", resource=contents)
 
 
 def _scrub(message: str) -> str:
@@ -195,6 +219,7 @@ class TenantMCP(MCPServer[Any]):
         self._declare_only_served()
         self.middleware.append(self._after_handshake)
         self._register_fixed()
+        self._register_context()
         #: stdio: warm the tools up once the handshake is done (``run_stdio_async``); HTTP: the service does
         self._warm_after_handshake = False
         self._warming: threading.Thread | None = None
@@ -286,15 +311,20 @@ class TenantMCP(MCPServer[Any]):
             kwargs: Kwargs = {},  # noqa: B006
             timeout_s: Annotated[float | None, Field(gt=0, description="wall-clock limit, seconds")] = None,
             memory_mb: Annotated[int | None, Field(ge=32, description="memory limit, MB")] = None,
+            files: Annotated[
+                dict[str, str], Field(description="input files by name, each base64: read-only as inputs/NAME")
+            ] = {},  # noqa: B006
         ) -> Annotated[CallToolResult, RunResult]:
             """Validate a tool program against the tenant's policy and run it once in a fresh sandbox.
 
-            Returns the value, the new context (not kept anywhere) and the output; a refused or failed program
-            is an error result whose error_type says why (guardrail_violation, timeout, execution, ...)."""
+            Returns the value, the new context (not kept anywhere) and the output; the files it wrote to outputs/
+            follow as content items (PNG, JPEG and SVG as images, the rest as resources). A refused or failed
+            program is an error result whose error_type says why (guardrail_violation, timeout, execution, ...)."""
             from sandforge.runtime.service.mcp import operations as ops
 
             return await self.executing(
-                lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb), store_calls=False
+                lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb, files),
+                store_calls=False,
             )
 
         def validate_code(code: Code) -> Annotated[CallToolResult, ValidationReport]:
@@ -347,6 +377,29 @@ class TenantMCP(MCPServer[Any]):
         ):
             # the docstring without its indentation: clients show descriptions as they are
             self.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=_annotations(title, **hints))
+
+    # --- the committed contexts (issue 37) ---
+
+    def _register_context(self) -> None:
+        """``sandforge://roles/{role}/context``: a role's committed context, as ``GET /v1/roles/{role}/context``
+        returns it (a resource, not a tool: reading it runs nothing and changes nothing)."""
+        rt = self.runtime
+
+        async def role_context(role: str) -> str:
+            if not valid_role(role):
+                raise ResourceNotFoundError(f"no such role: {_scrub(role)[:64]!r}")
+            committed = await anyio.to_thread.run_sync(lambda: rt.state.read(role))
+            return _text(committed.snapshot.to_dict())
+
+        description = (
+            "The committed context (tool state) of a role of this tenant: a JSON object, {} before its first "
+            "commit. Written by the role's calls and by PUT /v1/roles/{role}/context."
+        )
+        title = "A role's committed context"
+        register = self.resource(
+            CONTEXT_URI, name="role_context", title=title, description=description, mime_type="application/json"
+        )
+        register(role_context)
 
     # --- the persisted tools ---
 

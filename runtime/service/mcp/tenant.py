@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # types only: the MCP server imports this before its handshake, the agent and store after it
+    from sandforge.runtime.agent.statedb import StateDB
     from sandforge.runtime.agent.workspace import Workspace
     from sandforge.runtime.guardrails import Policy
     from sandforge.runtime.store import ToolStore
@@ -36,6 +37,11 @@ class TenantPort(Protocol):
 
     @property
     def workspace(self) -> Workspace: ...
+
+    @property
+    def state(self) -> StateDB:
+        """The committed contexts (``sandforge://roles/{role}/context``)."""
+        ...
 
     @property
     def default_limits(self) -> Limits:

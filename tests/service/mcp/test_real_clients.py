@@ -151,7 +151,8 @@ def check_sdk(answer: dict[str, Any]) -> None:
         check(case, outcome["result"])
     assert answer["server"]["name"] == "sandforge" and answer["server"]["version"], answer["server"]
     assert set(answer["capabilities"]) >= {"tools"}
-    assert "resources" not in answer["capabilities"] and "prompts" not in answer["capabilities"]
+    assert "resources" in answer["capabilities"]  # sandforge://roles/{role}/context (a template)
+    assert "prompts" not in answer["capabilities"]
 
 
 def check_inspector(answer: dict[str, Any]) -> None:

@@ -1,0 +1,55 @@
+"""``run_tool_code`` with files (issue 41), in-process through the SDK's client: input files as base64
+arguments, the outputs/ files of an ok run as content items (PNG, JPEG and SVG as images, the rest as
+embedded resources) beside a structured listing with sizes and sha256; a failed run gives none."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from mcp import Client
+
+from sandforge.runtime.service.mcp import TenantMCP
+from sandforge.runtime.service.tenants import standalone_tenant
+
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
+PROGRAM = """
+with open("inputs/data.csv") as f:
+    n = len(f.read().splitlines())
+with open("outputs/chart.png", "wb") as f:
+    f.write(bytes(args[0]))
+with open("outputs/count.csv", "w") as f:
+    f.write("n\\n" + str(n))
+if kwargs.get("fail"):
+    raise ValueError("after writing")
+return n
+"""
+
+
+def test_run_tool_code_takes_files_and_gives_images_and_resources(tenant_a: Path) -> None:
+    results: list[Any] = []
+    arguments = {"code": PROGRAM, "args": [list(PNG)], "files": {"data.csv": base64.b64encode(b"a\nb\n").decode()}}
+
+    async def main() -> None:
+        async with Client(TenantMCP(standalone_tenant("a", tenant_a, backend="subprocess"))) as client:
+            results.append(await client.call_tool("run_tool_code", arguments))
+            results.append(await client.call_tool("run_tool_code", {**arguments, "kwargs": {"fail": True}}))
+            results.append(await client.call_tool("run_tool_code", {**arguments, "files": {"../x": ""}}))
+
+    asyncio.run(main())
+    ok, failed, bad = results
+    assert not ok.is_error, ok.content
+    assert ok.structured_content["value"] == 2
+    listed = {f["name"]: f for f in ok.structured_content["files"]}
+    assert listed["chart.png"]["sha256"] == hashlib.sha256(PNG).hexdigest() and listed["chart.png"]["size"] == len(PNG)
+    kinds = [item.type for item in ok.content]
+    assert kinds == ["text", "image", "resource"], kinds
+    image, resource = ok.content[1], ok.content[2]
+    assert image.mime_type == "image/png" and base64.b64decode(image.data) == PNG
+    assert str(resource.resource.uri) == "sandforge://outputs/count.csv" and resource.resource.mime_type == "text/csv"
+    assert base64.b64decode(resource.resource.blob) == b"n\n2"
+    assert failed.is_error and {item.type for item in failed.content} == {"text"}
+    assert bad.is_error and "invalid_request" in bad.content[0].text and "files" in bad.content[0].text
