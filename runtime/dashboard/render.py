@@ -9,13 +9,15 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 from importlib import resources
-from typing import Any
+from typing import Any, get_args
 
 import jinja2
 from markupsafe import Markup
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
+
+from sandforge.runtime.agent.calllog import CallSource
 
 _FORMATTER = HtmlFormatter(linenos="table", cssclass="highlight")
 
@@ -61,6 +63,7 @@ def environment() -> jinja2.Environment:
     env.filters["when"] = when
     env.globals["code_html"] = code_html
     env.globals["chart"] = chart
+    env.globals["call_sources"] = get_args(CallSource)  # the calls page's source filter: every source there is
     return env
 
 
