@@ -21,12 +21,16 @@ from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.agent.program_exec import execute_program_async
 from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.files.transfer import manifest
 from sandforge.runtime.service.deps import ApiError, Service, first_error
 from sandforge.runtime.service.models import ExecRequest, exec_result
 from sandforge.runtime.service.tenants import TenantRuntime
+from sandforge.runtime.service.uploads import StoreFull, file_id_of
 from sandforge.sandbox import ExecutionOutcome, ExecutionRequest
 
 log = logging.getLogger(__name__)
+#: outputs up to this size are inlined in the answer as well as kept (above it: the download URL only)
+INLINE_MAX = 64 << 10
 
 #: (status, body, extra headers) of a direct answer
 Answer = tuple[int, bytes, dict[str, str]]
@@ -43,10 +47,13 @@ def check_limits(rt: TenantRuntime, body: ExecRequest) -> None:
 async def run_exec(service: Service, rt: TenantRuntime, body: ExecRequest) -> ExecutionOutcome:
     """One program: validated by the tenant's policy, run in a fresh sandbox (``sandforge exec --json``)."""
     check_limits(rt, body)
+    files = dict(body.files)
+    if body.file_refs:
+        files.update(await service.blocking(lambda: referenced_files(rt, body)))
     try:
         limits = rt.limits(timeout_s=body.timeout_s, memory_mb=body.memory_mb)
         req = ExecutionRequest(code=body.code, context=body.context, args=body.args, kwargs=body.kwargs,
-                               limits=limits, files=body.files)  # fmt: skip
+                               limits=limits, files=files)  # fmt: skip
     except ValidationError as exc:
         raise ApiError(422, "invalid_request", first_error(exc)) from None
     policy, sandbox, environments = rt.policy, rt.async_sandbox, rt.environments
@@ -62,6 +69,46 @@ async def run_exec(service: Service, rt: TenantRuntime, body: ExecRequest) -> Ex
         return outcome
 
     return await service.execute_async(rt, run)
+
+
+def referenced_files(rt: TenantRuntime, body: ExecRequest) -> dict[str, bytes]:
+    """The stored files ``file_refs`` names, read from the tenant's own store (422 for a name given twice or a
+    reference to no file of this tenant's: another tenant's id is not found, the same as a made-up one)."""
+    files: dict[str, bytes] = {}
+    for name, ref in body.file_refs.items():
+        if name in body.files:
+            raise ApiError(422, "invalid_request", f"file_refs.{name}: this input file is also given in files")
+        file_id = file_id_of(ref)
+        found = rt.uploads.read(file_id) if file_id is not None else None
+        if found is None:
+            raise ApiError(422, "invalid_request", f"file_refs.{name}: no such stored file")
+        files[name] = found[1]
+    return files
+
+
+def keep_outputs(rt: TenantRuntime, outcome: ExecutionOutcome) -> list[dict[str, Any]]:
+    """An ok run's outputs as the answer lists them: each kept in the tenant's store (an id and a download
+    URL), inlined up to ``INLINE_MAX``. Over the store's quota they are not kept and all are inlined: the run
+    committed them, so they reach the caller either way."""
+    listed = manifest(outcome.files, content=True)
+    try:
+        kept = [rt.uploads.put(name, body, kind="output") for name, body in outcome.files.items()]
+    except StoreFull as exc:
+        log.info("outputs not kept: %s", exc)
+        return [{**item, "id": None, "url": None} for item in listed]
+    for item, record in zip(listed, kept, strict=True):
+        item.update(id=record.id, url=record.url)
+        if record.size > INLINE_MAX:
+            item["content_b64"] = None
+    return listed
+
+
+async def http_result(service: Service, rt: TenantRuntime, outcome: ExecutionOutcome) -> dict[str, Any]:
+    """``exec_result`` with the outputs kept (:func:`keep_outputs`): what ``POST /v1/exec`` answers."""
+    result = exec_result(outcome)
+    if outcome.files:
+        result["files"] = await service.blocking(lambda: keep_outputs(rt, outcome))
+    return result
 
 
 def outcome_word(outcome: ExecutionOutcome) -> str:
@@ -93,6 +140,7 @@ class ExecFastPath:
         try:
             body = ExecRequest.model_validate_json(raw)
             outcome = await run_exec(self.service, rt, body)
+            result = await http_result(self.service, rt, outcome)
         except ValidationError as exc:
             return self._error(state, ApiError(422, "invalid_request", _body_error(exc)))
         except ApiError as exc:
@@ -104,4 +152,4 @@ class ExecFastPath:
             log.exception("internal error")
             return self._error(state, ApiError(500, "internal_error", "internal error (see the server log)"))
         state["outcome"] = outcome_word(outcome)
-        return 200, self.service.scrub.json_bytes(exec_result(outcome)), {}
+        return 200, self.service.scrub.json_bytes(result), {}
