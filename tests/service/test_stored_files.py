@@ -45,8 +45,12 @@ def run(tmp_path: Path, script: Script, **quotas: Any) -> Any:
     gate = create_app(config, audit=AuditLog(tmp_path / "audit.jsonl")).state.gate
 
     async def go() -> Any:
-        clients = {n: httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://t", timeout=120,
-                                        headers={"Authorization": f"Bearer {t}"}) for n, t in tokens.items()}  # fmt: skip
+        transport = httpx.ASGITransport(app=gate)
+        clients = {
+            n: httpx.AsyncClient(transport=transport, base_url="http://t", timeout=120,
+                                 headers={"Authorization": f"Bearer {t}"})
+            for n, t in tokens.items()
+        }  # fmt: skip
         try:
             return await script(clients)
         finally:
@@ -67,7 +71,7 @@ def test_upload_list_download_run_by_reference_and_delete(tmp_path: Path) -> Non
         multi = await a.post("/v1/files", files=[("file", ("data.csv", CSV, "text/csv")),
                                                  ("more", ("notes.txt", b"hi", "text/plain"))])  # fmt: skip
         assert multi.status_code == 201, multi.text
-        data, notes = multi.json()["files"]
+        data, _notes = multi.json()["files"]
         assert (data["name"], data["size"], data["kind"]) == ("data.csv", len(CSV), "upload")
         assert data["sha256"] == hashlib.sha256(CSV).hexdigest() and data["url"] == f"/v1/files/{data['id']}"
         assert data["uri"] == f"sandforge://files/{data['id']}"
