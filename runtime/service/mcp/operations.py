@@ -7,7 +7,7 @@ that into an ``isError`` result (``failure_result.error_result``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import JsonValue, ValidationError
 
@@ -98,6 +98,30 @@ def _execution_failure(outcome: ExecutionOutcome) -> Failed:
     return fail(error_type, outcome.error_message or error_type, retriable=outcome.retriable, **details)
 
 
+class InputFiles(NamedTuple):
+    """``run_tool_code``'s input files: inline (name -> base64) and by reference (name -> a stored file's URI)."""
+
+    inline: Mapping[str, str] = {}
+    refs: Mapping[str, str] = {}
+
+
+def _referenced(rt: TenantPort, refs: Mapping[str, str], inline: Mapping[str, object]) -> dict[str, bytes]:
+    """The tenant's stored files that ``file_refs`` names (``sandforge://files/ID`` or the id): another
+    tenant's file is not found, as a made-up one is."""
+    from sandforge.runtime.service.uploads import file_id_of
+
+    found: dict[str, bytes] = {}
+    for name, ref in refs.items():
+        if name in inline:
+            raise fail("invalid_request", f"file_refs.{name}: this input file is also given in files")
+        file_id = file_id_of(ref)
+        stored = rt.uploads.read(file_id) if file_id is not None else None
+        if stored is None:
+            raise fail("invalid_request", f"file_refs.{name}: no such stored file")
+        found[name] = stored[1]
+    return found
+
+
 def run_tool_code(
     rt: TenantPort,
     code: str,
@@ -106,12 +130,15 @@ def run_tool_code(
     kwargs: dict[str, JsonValue],
     timeout_s: float | None = None,
     memory_mb: int | None = None,
-    files: Mapping[str, str] | None = None,
+    files: InputFiles | None = None,
 ) -> RunResult:
     limits = _limits(rt, timeout_s, memory_mb)
+    files = files or InputFiles()
+    inputs: dict[str, str | bytes] = dict(files.inline)  # base64 text, as in JSON
+    inputs.update(_referenced(rt, files.refs, inputs))
     try:
         request = ExecutionRequest(code=code, context=context, args=args, kwargs=kwargs, limits=limits,
-                                   files=files or {})  # base64 text, as in JSON  # fmt: skip
+                                   files=inputs)  # fmt: skip
     except ValidationError as exc:
         err = exc.errors()[0]
         raise fail("invalid_request", f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
