@@ -18,6 +18,14 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 _FORMATTER = HtmlFormatter(linenos="table", cssclass="highlight")
+#: Output files the call page shows as images (an ``<img>`` only: an SVG's markup is never inlined)
+IMAGE_TYPES = {"image/png", "image/jpeg", "image/svg+xml"}
+_IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg")
+
+
+def image_file(name: str) -> bool:
+    """Whether the call page shows this output as an image (by its name, as its media type was chosen)."""
+    return name.lower().endswith(_IMAGE_SUFFIXES)
 
 
 def code_html(code: str) -> Markup:
@@ -61,6 +69,7 @@ def environment() -> jinja2.Environment:
     env.filters["when"] = when
     env.globals["code_html"] = code_html
     env.globals["chart"] = chart
+    env.globals["image_file"] = image_file
     return env
 
 
