@@ -25,7 +25,7 @@ from sandforge.runtime.files.transfer import manifest
 from sandforge.runtime.service.deps import ApiError, Service, first_error
 from sandforge.runtime.service.models import ExecRequest, exec_result
 from sandforge.runtime.service.tenants import TenantRuntime
-from sandforge.runtime.service.uploads import StoreFull, file_id_of
+from sandforge.runtime.service.uploads import file_id_of
 from sandforge.sandbox import ExecutionOutcome, ExecutionRequest
 
 log = logging.getLogger(__name__)
@@ -92,8 +92,8 @@ def keep_outputs(rt: TenantRuntime, outcome: ExecutionOutcome) -> list[dict[str,
     committed them, so they reach the caller either way."""
     listed = manifest(outcome.files, content=True)
     try:
-        kept = [rt.uploads.put(name, body, kind="output") for name, body in outcome.files.items()]
-    except StoreFull as exc:
+        kept = rt.uploads.put_all(outcome.files.items(), kind="output")
+    except SandforgeError as exc:  # over the quota (StoreFull), or the disk refused
         log.info("outputs not kept: %s", exc)
         return [{**item, "id": None, "url": None} for item in listed]
     for item, record in zip(listed, kept, strict=True):

@@ -65,16 +65,11 @@ async def _parts(request: Request, name: str | None) -> list[tuple[str, bytes]]:
 
 
 def _put_all(store: UploadStore, parts: list[tuple[str, bytes]]) -> list[StoredFile]:
-    """All the parts or none: over the quota, the ones already stored are removed again."""
-    stored: list[StoredFile] = []
+    """All the parts or none (over the quota: 507)."""
     try:
-        for name, body in parts:
-            stored.append(store.put(name, body))
+        return store.put_all(parts, kind="upload")
     except StoreFull as exc:
-        for record in stored:
-            store.delete(record.id)
         raise ApiError(507, "quota_exceeded", str(exc)) from None
-    return stored
 
 
 def install(app: FastAPI, service: Service) -> None:
@@ -92,7 +87,7 @@ def install(app: FastAPI, service: Service) -> None:
     @app.get("/v1/files", responses=ERRORS, tags=["files"])
     async def list_files(rt: Tenant) -> JSONResponse:
         """The tenant's stored files, oldest first: uploads and the kept outputs of its runs."""
-        records = await service.blocking(rt.uploads.list)
+        records = await service.blocking(rt.uploads.files)
         return JSONResponse(service.scrub({"files": [r.listed() for r in records]}))
 
     @app.get("/v1/files/{file_id}", responses=ERRORS, tags=["files"])

@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -108,7 +109,7 @@ class UploadStore:
                         Path(entry.path).unlink()
         return removed
 
-    def list(self) -> list[StoredFile]:
+    def files(self) -> list[StoredFile]:
         self.clean()
         return self._records()
 
@@ -129,6 +130,18 @@ class UploadStore:
             write_state_file(self.base, self.root / f"{record.id}.bin", body)
             write_state_file(self.base, self.root / f"{record.id}.json", record.model_dump_json().encode())
             return record
+
+    def put_all(self, files: Iterable[tuple[str, bytes]], kind: Literal["upload", "output"]) -> list[StoredFile]:
+        """Store every file or none: on any failure (StoreFull over the quota) those already stored are removed."""
+        stored: list[StoredFile] = []
+        try:
+            for name, body in files:
+                stored.append(self.put(name, body, kind))
+        except BaseException:
+            for record in stored:
+                self._remove(record.id)
+            raise
+        return stored
 
     def info(self, file_id: str) -> StoredFile | None:
         self.clean()
@@ -154,7 +167,7 @@ class UploadStore:
 
     def find(self, sha256: str, name: str) -> StoredFile | None:
         """The newest stored output named ``name`` with this content (a call record names its outputs so)."""
-        matches = [r for r in self.list() if r.sha256 == sha256 and r.name == name and r.kind == "output"]
+        matches = [r for r in self.files() if r.sha256 == sha256 and r.name == name and r.kind == "output"]
         return matches[-1] if matches else None
 
     def delete(self, file_id: str) -> bool:

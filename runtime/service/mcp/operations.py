@@ -6,6 +6,7 @@ that into an ``isError`` result (``failure_result.error_result``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -35,6 +36,8 @@ from sandforge.runtime.service.mcp.models import (
 from sandforge.runtime.service.mcp.tenant import TenantPort
 from sandforge.runtime.store.toolstore import ArtifactHealth, LookupStatus
 from sandforge.sandbox import ExecutionOutcome, ExecutionRequest, Limits
+
+log = logging.getLogger(__name__)
 
 
 def _violations(result: ValidationResult) -> list[Violation]:
@@ -122,6 +125,23 @@ def _referenced(rt: TenantPort, refs: Mapping[str, str], inline: Mapping[str, ob
     return found
 
 
+def _kept(rt: TenantPort, files: Mapping[str, bytes]) -> list[dict[str, Any]]:
+    """The outputs' listing, each kept in the tenant's stored files (its ``uri``) as ``POST /v1/exec`` keeps
+    them: the dashboard's call page shows them, a later run takes them by reference. Over the stored-file
+    quota they are not kept (``uri`` None); the result carries their bytes either way."""
+    from sandforge.runtime.service.uploads import FILE_URI
+
+    listed = manifest(files)
+    if not files:
+        return listed
+    try:
+        kept = rt.uploads.put_all(files.items(), kind="output")
+    except SandforgeError as exc:  # over the quota (StoreFull), or the disk refused
+        log.info("outputs not kept: %s", exc)
+        return listed
+    return [{**item, "uri": FILE_URI.format(id=record.id)} for item, record in zip(listed, kept, strict=True)]
+
+
 def run_tool_code(
     rt: TenantPort,
     code: str,
@@ -161,7 +181,7 @@ def run_tool_code(
         backend=outcome.backend or "",
         duration_s=outcome.duration_s,
         capabilities=list(outcome.metadata.get("capabilities", [])),
-        files=manifest(outcome.files),
+        files=_kept(rt, outcome.files),
     )
     result._bytes = dict(outcome.files)
     return result

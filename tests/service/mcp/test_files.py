@@ -45,6 +45,7 @@ def test_run_tool_code_takes_files_and_gives_images_and_resources(tenant_a: Path
     assert ok.structured_content["value"] == 2
     listed = {f["name"]: f for f in ok.structured_content["files"]}
     assert listed["chart.png"]["sha256"] == hashlib.sha256(PNG).hexdigest() and listed["chart.png"]["size"] == len(PNG)
+    assert listed["chart.png"]["uri"].startswith("sandforge://files/f_")  # kept: a resource, a later run's input
     kinds = [item.type for item in ok.content]
     assert kinds == ["text", "image", "resource"], kinds
     image, resource = ok.content[1], ok.content[2]
@@ -72,6 +73,10 @@ def test_run_tool_code_takes_a_stored_file_by_its_resource_uri(tenant_a: Path, t
             for ref in (uri, stored.id, f"sandforge://files/{theirs.id}", "sandforge://files/nothing"):
                 args = {"code": PROGRAM, "args": [list(PNG)], "file_refs": {"data.csv": ref}}
                 results.append(await client.call_tool("run_tool_code", args))
+            # an output of one run is the input of the next, by its kept file's URI
+            kept = {f["name"]: f["uri"] for f in results[1].structured_content["files"]}
+            chained = {"code": PROGRAM, "args": [list(PNG)], "file_refs": {"data.csv": kept["count.csv"]}}
+            assert (await client.call_tool("run_tool_code", chained)).structured_content["value"] == 2
             try:
                 await client.read_resource(f"sandforge://files/{theirs.id}")
             except Exception as exc:  # the SDK raises the server's error answer
