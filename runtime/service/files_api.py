@@ -29,6 +29,13 @@ FILES_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS, 507: {"description": "over the tenant's stored-file quota (max_stored_files, max_stored_bytes)"},
 }  # fmt: skip
 
+#: the upload's body as OpenAPI says it (the route reads the request itself: a form or a raw body)
+_BINARY = {"type": "string", "format": "binary"}
+UPLOAD_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
+    "multipart/form-data": {"schema": {"type": "object", "additionalProperties": _BINARY}},
+    "application/octet-stream": {"schema": _BINARY},
+}}}  # fmt: skip
+
 
 def download_headers(record: StoredFile) -> dict[str, str]:
     return {**SAFE_DOWNLOAD, "Content-Disposition": f'attachment; filename="{record.name}"'}
@@ -73,7 +80,7 @@ def _put_all(store: UploadStore, parts: list[tuple[str, bytes]]) -> list[StoredF
 
 
 def install(app: FastAPI, service: Service) -> None:
-    @app.post("/v1/files", status_code=201, responses=FILES_ERRORS, tags=["files"])
+    @app.post("/v1/files", status_code=201, responses=FILES_ERRORS, tags=["files"], openapi_extra=UPLOAD_BODY)
     async def upload(
         rt: Tenant, request: Request, name: Annotated[str | None, Query(max_length=200)] = None
     ) -> JSONResponse:
