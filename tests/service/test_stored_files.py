@@ -23,12 +23,13 @@ from sandforge.runtime.service.tenants import hash_token, new_token, parse_serve
 from sandforge.runtime.service.uploads import UploadStore
 
 PROGRAM = """
-with open("inputs/data.csv") as f:
-    n = len(f.read().splitlines())
+import csv
+with open("inputs/data.csv", newline="") as f:
+    n = sum(1 for _ in csv.reader(f))
 with open("outputs/count.txt", "w") as f:
     f.write(str(n))
 with open("outputs/big.bin", "wb") as f:
-    f.write(b"x" * (kwargs.get("big", 0)))
+    f.write(b"x" * kwargs.get("big", 0))
 return n
 """
 CSV = b"a,b\nc,d\ne,f\n"
