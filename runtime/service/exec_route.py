@@ -25,7 +25,7 @@ from sandforge.runtime.files.transfer import manifest
 from sandforge.runtime.service.deps import ApiError, Service, first_error
 from sandforge.runtime.service.models import ExecRequest, exec_result
 from sandforge.runtime.service.tenants import TenantRuntime
-from sandforge.runtime.service.uploads import file_id_of
+from sandforge.runtime.service.uploads import BadReference
 from sandforge.sandbox import ExecutionOutcome, ExecutionRequest
 
 log = logging.getLogger(__name__)
@@ -47,11 +47,17 @@ def check_limits(rt: TenantRuntime, body: ExecRequest) -> None:
 async def run_exec(service: Service, rt: TenantRuntime, body: ExecRequest) -> ExecutionOutcome:
     """One program: validated by the tenant's policy, run in a fresh sandbox (``sandforge exec --json``)."""
     check_limits(rt, body)
-    files = dict(body.files)
-    if body.file_refs:
-        files.update(await service.blocking(lambda: referenced_files(rt, body)))
     try:
         limits = rt.limits(timeout_s=body.timeout_s, memory_mb=body.memory_mb)
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_request", first_error(exc)) from None
+    files = dict(body.files)
+    if body.file_refs:
+        try:
+            files.update(await service.blocking(lambda: rt.uploads.referenced(body.file_refs, body.files, limits)))
+        except BadReference as exc:  # another tenant's file included: not found, as a made-up one
+            raise ApiError(422, "invalid_request", str(exc)) from None
+    try:
         req = ExecutionRequest(code=body.code, context=body.context, args=body.args, kwargs=body.kwargs,
                                limits=limits, files=files)  # fmt: skip
     except ValidationError as exc:
@@ -69,21 +75,6 @@ async def run_exec(service: Service, rt: TenantRuntime, body: ExecRequest) -> Ex
         return outcome
 
     return await service.execute_async(rt, run)
-
-
-def referenced_files(rt: TenantRuntime, body: ExecRequest) -> dict[str, bytes]:
-    """The stored files ``file_refs`` names, read from the tenant's own store (422 for a name given twice or a
-    reference to no file of this tenant's: another tenant's id is not found, the same as a made-up one)."""
-    files: dict[str, bytes] = {}
-    for name, ref in body.file_refs.items():
-        if name in body.files:
-            raise ApiError(422, "invalid_request", f"file_refs.{name}: this input file is also given in files")
-        file_id = file_id_of(ref)
-        found = rt.uploads.read(file_id) if file_id is not None else None
-        if found is None:
-            raise ApiError(422, "invalid_request", f"file_refs.{name}: no such stored file")
-        files[name] = found[1]
-    return files
 
 
 def keep_outputs(rt: TenantRuntime, outcome: ExecutionOutcome) -> list[dict[str, Any]]:

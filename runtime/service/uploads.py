@@ -18,7 +18,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.files import exclusive, read_state_file, write_state_file
 from sandforge.runtime.files.transfer import media_type
+from sandforge.sandbox import Limits
 
 FILE_ID = re.compile(r"^f_[0-9a-f]{32}$")
 #: The MCP resource of a stored file; ``file_refs`` take this URI or the bare id.
@@ -38,6 +39,10 @@ _RECORD_MAX = 4096
 
 class StoreFull(SandforgeError):
     """A put over the tenant's stored-file quota (count or bytes)."""
+
+
+class BadReference(SandforgeError):
+    """A ``file_refs`` the run cannot take: one line saying which name and why."""
 
 
 class StoredFile(BaseModel):
@@ -164,6 +169,35 @@ class UploadStore:
         except SandforgeError:
             return None
         return record, body
+
+    def referenced(self, refs: Mapping[str, str], inline: Mapping[str, object], limits: Limits) -> dict[str, bytes]:
+        """The input files ``refs`` names (name -> an id or ``sandforge://files/ID``), within ``limits`` (count,
+        each, total: checked on the records, before a byte is read). BadReference for a name also given
+        ``inline``, a reference to no file of this tenant (another tenant's id is not found, as a made-up one
+        is), or a bound broken."""
+        if len(refs) + len(inline) > limits.max_files:
+            raise BadReference(f"{len(refs) + len(inline)} input files; the limit is {limits.max_files}")
+        records: dict[str, StoredFile] = {}
+        total = 0
+        for name, ref in refs.items():
+            if name in inline:
+                raise BadReference(f"file_refs.{name}: this input file is also given in files")
+            file_id = file_id_of(ref)
+            record = self.info(file_id) if file_id is not None else None
+            if record is None:
+                raise BadReference(f"file_refs.{name}: no such stored file")
+            total += record.size
+            if record.size > limits.max_file_bytes or total > limits.max_files_bytes:
+                raise BadReference(f"file_refs.{name}: over the input files' limits ({limits.max_file_bytes} bytes "
+                                   f"each, {limits.max_files_bytes} in all)")  # fmt: skip
+            records[name] = record
+        files: dict[str, bytes] = {}
+        for name, record in records.items():
+            found = self.read(record.id)
+            if found is None:
+                raise BadReference(f"file_refs.{name}: no such stored file")
+            files[name] = found[1]
+        return files
 
     def find(self, sha256: str, name: str) -> StoredFile | None:
         """The newest stored output named ``name`` with this content (a call record names its outputs so)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from sandforge.runtime.service.app import create_app
 from sandforge.runtime.service.audit import AuditLog
@@ -165,3 +166,22 @@ def test_files_past_their_age_are_removed_when_the_store_opens_and_on_access(tmp
     kept = fresh.put("new.txt", b"new")
     fresh.max_age_s = 1e-9  # on access: list, read and put clean first
     assert fresh.read(kept.id) is None and fresh.files() == []
+
+
+def test_references_past_the_input_bounds_are_refused_before_a_byte_is_read(tmp_path: Path) -> None:
+    from sandforge.runtime.service.uploads import BadReference
+    from sandforge.sandbox import Limits
+
+    store = UploadStore(tmp_path, max_files=10, max_bytes=10_000, max_age_s=3600)
+    one = store.put("a.txt", b"x" * 600)
+    limits = Limits(max_files=2, max_file_bytes=1000, max_files_bytes=1000)
+    assert store.referenced({"a.txt": one.id}, {}, limits) == {"a.txt": b"x" * 600}
+    for refs, inline, says in (
+        ({"a.txt": one.id, "b.txt": one.id}, {}, "in all"),  # each within its bound, the two over the total
+        ({"a.txt": one.id, "b.txt": one.id}, {"c.txt": b""}, "3 input files"),
+        ({"a.txt": one.id}, {"a.txt": b""}, "also given in files"),
+        ({"a.txt": "f_" + "2" * 32}, {}, "no such stored file"),
+        ({"a.txt": "../etc/passwd"}, {}, "no such stored file"),
+    ):
+        with pytest.raises(BadReference, match=says):
+            store.referenced(refs, inline, limits)

@@ -108,23 +108,6 @@ class InputFiles(NamedTuple):
     refs: Mapping[str, str] = {}
 
 
-def _referenced(rt: TenantPort, refs: Mapping[str, str], inline: Mapping[str, object]) -> dict[str, bytes]:
-    """The tenant's stored files that ``file_refs`` names (``sandforge://files/ID`` or the id): another
-    tenant's file is not found, as a made-up one is."""
-    from sandforge.runtime.service.uploads import file_id_of
-
-    found: dict[str, bytes] = {}
-    for name, ref in refs.items():
-        if name in inline:
-            raise fail("invalid_request", f"file_refs.{name}: this input file is also given in files")
-        file_id = file_id_of(ref)
-        stored = rt.uploads.read(file_id) if file_id is not None else None
-        if stored is None:
-            raise fail("invalid_request", f"file_refs.{name}: no such stored file")
-        found[name] = stored[1]
-    return found
-
-
 def _kept(rt: TenantPort, files: Mapping[str, bytes]) -> list[dict[str, Any]]:
     """The outputs' listing, each kept in the tenant's stored files (its ``uri``) as ``POST /v1/exec`` keeps
     them: the dashboard's call page shows them, a later run takes them by reference. Over the stored-file
@@ -155,7 +138,13 @@ def run_tool_code(
     limits = _limits(rt, timeout_s, memory_mb)
     files = files or InputFiles()
     inputs: dict[str, str | bytes] = dict(files.inline)  # base64 text, as in JSON
-    inputs.update(_referenced(rt, files.refs, inputs))
+    if files.refs:
+        from sandforge.runtime.service.uploads import BadReference
+
+        try:
+            inputs.update(rt.uploads.referenced(files.refs, files.inline, limits))
+        except BadReference as exc:  # another tenant's file included: not found, as a made-up one
+            raise fail("invalid_request", str(exc)) from None
     try:
         request = ExecutionRequest(code=code, context=context, args=args, kwargs=kwargs, limits=limits,
                                    files=inputs)  # fmt: skip
