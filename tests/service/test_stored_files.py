@@ -185,3 +185,17 @@ def test_references_past_the_input_bounds_are_refused_before_a_byte_is_read(tmp_
     ):
         with pytest.raises(BadReference, match=says):
             store.referenced(refs, inline, limits)
+
+
+def test_serve_start_up_removes_every_tenants_aged_files(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    tenant = {"name": "alpha", "token_hashes": [hash_token(new_token())]}
+    config = parse_server_config({"state_dir": str(tmp_path / "state"), "tenants": [tenant]}, base=tmp_path)
+    state = config.tenant_state_dir(config.tenants[0])
+    old = UploadStore(state, max_files=10, max_bytes=1000, max_age_s=3600).put("old.txt", b"old")
+    aged = old.model_copy(update={"created": old.created.fromtimestamp(0, old.created.tzinfo)})
+    (state / "files" / f"{old.id}.json").write_bytes(aged.model_dump_json().encode())
+    app = create_app(config, audit=AuditLog(None))
+    with TestClient(app.state.gate):  # the lifespan: start-up, before any request
+        assert not (state / "files" / f"{old.id}.bin").exists()
