@@ -46,6 +46,7 @@ from sandforge.runtime.agent.program_exec import execute_program
 from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.agent.workspace import Workspace
 from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.service.scrub import Scrubber, host_prefixes
 from sandforge.runtime.store.models import ToolContract
 from sandforge.sandbox import ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.protocol import BridgeReply, CallFrame
@@ -60,6 +61,8 @@ HostTool = Callable[[str, list[JsonValue], dict[str, JsonValue]], JsonValue]
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _MAX_NAME = 64  # OpenAI's function names (and so the frameworks' tool names): ^[A-Za-z0-9_-]{1,64}$
 _MAX_TEXT = 4000
+#: a host tool's error message loses the host's directories (as the service's responses do)
+_SCRUB = Scrubber(host_prefixes())
 
 RUN_CODE_DESCRIPTION = """\
 Run a Python program in a sandforge sandbox (validated by a policy first; nothing runs if it is refused).
@@ -159,10 +162,13 @@ def outcome_answer(outcome: Outcome) -> ToolAnswer:
 
 
 def tool_name(role: str, method: str, taken: Collection[str] = ()) -> str:
-    """A framework-safe tool name for ``role.method``: ``role__method`` when it is one, else a slug with a
-    digest (``[A-Za-z0-9_-]``, at most 64 characters, not in ``taken``)."""
+    """A framework-safe tool name for ``role.method``: ``role__method`` when it is one and says which pair it
+    is, else a slug with a digest (``[A-Za-z0-9_-]``, at most 64 characters, not in ``taken``). A ``__`` in
+    either part would make ``a__b__c`` name ``a.b__c`` or ``a__b.c`` depending on which is listed first, so a
+    role stored later could take over a name the model already uses."""
     plain = f"{role}__{method}"
-    if len(plain) <= _MAX_NAME and not _NAME_UNSAFE.search(plain) and plain not in taken:
+    one_split = "__" not in role and "__" not in method and not role.endswith("_") and not method.startswith("_")
+    if one_split and len(plain) <= _MAX_NAME and not _NAME_UNSAFE.search(plain) and plain not in taken:
         return plain
     digest = hashlib.sha256(f"{role}\0{method}".encode("utf-8", "surrogatepass")).hexdigest()[:10]
     return f"{_NAME_UNSAFE.sub('_', plain).strip('_')[: _MAX_NAME - 11] or 'tool'}-{digest}"
@@ -197,6 +203,19 @@ class RoleMethod:
         if self.parameters is not None:
             return positional_arguments(self.parameters, named), {}
         return list(named.get("args") or []), dict(named.get("kwargs") or {})
+
+
+def _host_reply(name: str, host: HostTool, frame: CallFrame) -> BridgeReply:
+    """A host tool's answer to a nested call. Its failure is an error outcome the program (and so the model)
+    reads: one line, the host's directories scrubbed (``<host>``), never a traceback or a value's repr."""
+    try:
+        value = host(frame.method, list(frame.args), dict(frame.kwargs))
+    except Exception as exc:  # the framework's tool failed: the program sees it as an error outcome
+        return BridgeReply.error("tool_error", _SCRUB.text(f"{type(exc).__name__}: {exc}")[:2000])
+    try:
+        return BridgeReply(status="ok", value=value)
+    except ValidationError:  # not JSON (an object, a cycle): the host tool's fault, said without its repr
+        return BridgeReply.error("tool_error", f"the host tool {name!r} answered a value that is not JSON")
 
 
 @dataclass
@@ -289,11 +308,8 @@ class SandforgeTools:
                                      "program: call tool(ROLE) for a role this workspace offers")  # fmt: skip
         host = self.host_tools.get(name)
         if host is not None:
-            try:
-                return BridgeReply(status="ok", value=host(frame.method, list(frame.args), dict(frame.kwargs)))
-            except Exception as exc:  # the framework's tool failed: the program sees it as an error outcome
-                return BridgeReply.error("tool_error", f"{type(exc).__name__}: {exc}"[:2000])
-        if not self._offers(name):
+            return _host_reply(name, host, frame)
+        if not self._offers(name) or name not in self._contracts():  # offered: a role known, never a new one
             return BridgeReply.error("tool_not_found", f"no tool {name!r} is offered to this program")
         answer = self._call(name, frame.method, list(frame.args), dict(frame.kwargs))
         if answer.ok:

@@ -34,7 +34,7 @@ def _tool(forge: SandforgeTools, spec: ToolSpec) -> FunctionTool:
     async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
         try:
             parsed = json.loads(arguments or "{}")
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # nested too deep: an answer too, never an exception
             parsed = f"the arguments are not JSON: {exc}"
         if not isinstance(parsed, dict):
             bad = parsed if isinstance(parsed, str) else "the arguments must be a JSON object"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import json
+import keyword
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -72,8 +73,20 @@ def _returning_last_expression(code: str) -> str:
         return code
     lines = code.splitlines()
     last = body[-1].lineno - 1
-    lines[last] = "return " + lines[last]
+    line = lines[last].encode()  # the column is in UTF-8 bytes: after a `;`, the expression starts mid-line
+    col = body[-1].col_offset
+    lines[last] = (line[:col] + b"return " + line[col:]).decode()
     return "\n".join(lines)
+
+
+#: Names a tool's stand-in must not rebind: the program's own (a tool named ``tool`` would make every call
+#: recurse, one named ``context`` would drop the step's state) and the helper's.
+_RESERVED = frozenset({"tool", "context", "args", "kwargs", "delegate", "sandforge_call", "final_answer"})
+
+
+def _bindable(name: str) -> bool:
+    """A tool name the step can use as a plain name (any other is still ``tool(name).call(...)``)."""
+    return name.isidentifier() and not keyword.iskeyword(name) and name not in _RESERVED
 
 
 class SandforgeExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents ships no type information
@@ -110,7 +123,7 @@ class SandforgeExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents shi
     def program(self, code_action: str) -> str:
         """The step as a sandforge program: the tools' stand-ins, the run's variables, then the step."""
         stand_ins = [f"{n} = lambda *args, **kwargs: sandforge_call({n!r}, args, kwargs)"
-                     for n in self._tools if n != "final_answer" and n.isidentifier()]  # fmt: skip
+                     for n in self._tools if _bindable(n)]  # fmt: skip
         bound = [f"{n} = context.get({n!r})" for n in dict.fromkeys(self._variables)]
         return "\n".join([_HELPER.rstrip(), *stand_ins, *bound, _returning_last_expression(code_action)])
 

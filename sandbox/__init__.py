@@ -97,6 +97,8 @@ class Sandbox:
         self._pools: dict[PoolKey, WarmPool] = {}
         self._lock = threading.Lock()
         self._remote: RayExecutor | None = None
+        #: per thread: the refills the execution running on it owes its warm pools (``_owe_refill``)
+        self._owed = threading.local()
 
     def _cluster(self) -> RayExecutor:
         """The Ray executor (``config.cluster``): executions run on the cluster's nodes (sandbox/cluster/)."""
@@ -111,10 +113,15 @@ class Sandbox:
         self, request: ExecutionRequest, *, backend: BackendName | None = None, bridge: BridgeHandler | None = None
     ) -> ExecutionOutcome:
         """Run one program in a fresh sandbox. Never raises for anything the program or engine does."""
-        return run_steps(self.outline(request, backend, bridge, self._acquire_step))
+        try:
+            return run_steps(self.outline(request, backend, bridge, self._acquire_step))
+        finally:
+            owed, self._owed.refills = getattr(self._owed, "refills", []), []
+            for nudge in owed:  # the warm pools' refills this execution deferred (``WarmPool.acquire``)
+                nudge()
 
     def _acquire_step(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Effect:
-        return Blocking(functools.partial(self._acquire, name, limits, environment))
+        return Blocking(functools.partial(self._acquire, name, limits, environment, self._owe_refill))
 
     def outline(
         self, request: ExecutionRequest, backend: BackendName | None, bridge: BridgeHandler | None, acquire: Acquire
@@ -291,10 +298,19 @@ class Sandbox:
             self._backends[name] = backend
         return backend
 
-    def _acquire(self, name: BackendName, limits: Limits, environment: MountedEnvironment | None) -> Worker:
+    def _acquire(
+        self, name: BackendName, limits: Limits, environment: MountedEnvironment | None,
+        refill: Callable[[Callable[[], None]], None] | None = None,
+    ) -> Worker:  # fmt: skip
         if limits == self.config.limits:
-            return self.pool(name, limits, environment).acquire()
+            return self.pool(name, limits, environment).acquire(refill)
         return self._spawner(name, limits, environment)()
+
+    def _owe_refill(self, nudge: Callable[[], None]) -> None:
+        """Wake a pool's refill when this thread's execution has answered (``execute``)."""
+        owed: list[Callable[[], None]] = getattr(self._owed, "refills", [])
+        owed.append(nudge)
+        self._owed.refills = owed
 
     def _spawner(
         self, name: BackendName, limits: Limits, environment: MountedEnvironment | None

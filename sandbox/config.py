@@ -52,6 +52,11 @@ class SandboxConfig(BaseModel):
         "outcome's metadata['protections_waived']",
     )
     zygote: bool = Field(default=True, description="fork subprocess workers from a pre-imported template process")
+    env_zygotes_max: int = Field(
+        default=0, ge=0, le=32,
+        description="subprocess zygotes that pre-imported an environment's modules, kept at most (LRU; 0 = none, "
+        "the default: the packages' import code then runs in the zygote, outside the per-run walls)",
+    )  # fmt: skip
     python: str | None = Field(default=None, description="interpreter for the subprocess runner (default: this one)")
     image: str = Field(default="sandforge-sandbox", description="repository name of the sandbox image")
     docker_base_url: str | None = Field(default=None, description="Docker engine URL (default: from the environment)")
@@ -92,6 +97,8 @@ class SandboxConfig(BaseModel):
                 values["cluster"] = env["SANDFORGE_CLUSTER"]
             if "SANDFORGE_POOL_SIZE" in env:
                 values["pool_size"] = _env_int("SANDFORGE_POOL_SIZE")
+            if "SANDFORGE_ENV_ZYGOTES_MAX" in env:
+                values["env_zygotes_max"] = _env_int("SANDFORGE_ENV_ZYGOTES_MAX")
             if protections.REQUIRE_ENV in env:
                 values["required_protections"] = protections.parse_list(
                     env[protections.REQUIRE_ENV], protections.REQUIRE_ENV

@@ -81,11 +81,20 @@ class WarmPool:
             self._thread = threading.Thread(target=self._refill_loop, name=f"sandforge-pool-{name}", daemon=True)
             self._thread.start()
 
-    def acquire(self) -> Worker:
-        """A ready worker that has never run anything; spawns one cold when none is waiting."""
+    def acquire(self, refill: Callable[[Callable[[], None]], None] | None = None) -> Worker:
+        """A ready worker that has never run anything; spawns one cold when none is waiting. ``refill``
+        (``Sandbox.execute``'s, called once the execution has answered) defers the taken worker's
+        replacement while another worker stays ready: its start (a fork and a lock-down, CPU on the same
+        cores) then does not compete with this execution, and the next caller still gets a warm one. With
+        none left ready, the refill wakes now."""
         self.last_used = time.monotonic()
-        worker = self._take_ready()
+        worker = self._take_ready(nudge=refill is None)
         if worker is not None:
+            if refill is not None:
+                if self._ready:  # a read without the lock: at worst one replacement starts now, or later
+                    refill(self._nudge)
+                elif self._idle:
+                    self._nudge()
             return worker
         self.stats["cold_starts"] += 1
         self._nudge()

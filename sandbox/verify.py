@@ -10,6 +10,7 @@ container's process when this machine sees it.
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 from sandforge.sandbox.protections import Protection
@@ -40,15 +41,28 @@ NAMESPACES: dict[str, Protection] = {
 def namespace(pid: int | str, kind: str) -> str | None:
     """The ``/proc/<pid>/ns/<kind>`` link (``pid`` may be ``"self"``), or None when unreadable."""
     try:
-        return str(Path(f"/proc/{pid}/ns/{kind}").readlink())
+        return os.readlink(f"/proc/{pid}/ns/{kind}")  # noqa: PTH115 - not ``Path``: each worker start reads six
     except OSError:
         return None
+
+
+_OWN_NAMESPACES: dict[tuple[str, int], str] = {}
+
+
+def _own_namespace(kind: str) -> str | None:
+    """This process's own namespace of ``kind``: read once per process (a forked child reads its own), since
+    the host never moves between namespaces. A failed read is not kept: it is tried again next time."""
+    key = (kind, os.getpid())
+    own = _OWN_NAMESPACES.get(key)
+    if own is None and (own := namespace("self", kind)) is not None:
+        _OWN_NAMESPACES[key] = own
+    return own
 
 
 def separate_namespaces(pid: int, kinds: tuple[str, ...] = tuple(NAMESPACES)) -> dict[str, bool]:
     """For each kind: whether ``pid`` is in a namespace of its own (not the host's, as far as this process
     is the host's)."""
-    return {kind: (theirs := namespace(pid, kind)) is not None and theirs != namespace("self", kind) for kind in kinds}
+    return {kind: (theirs := namespace(pid, kind)) is not None and theirs != _own_namespace(kind) for kind in kinds}
 
 
 # --- rlimits ----------------------------------------------------------------------------------------------
@@ -195,7 +209,7 @@ def mounts(pid: int) -> dict[str, tuple[str, str]]:
 def tmpfs_root(pid: int) -> bool:
     """``pid``'s root is not the host's, and its mount table shows a tmpfs as its root."""
     try:
-        root = str(Path(f"/proc/{pid}/root").readlink())
+        root = os.readlink(f"/proc/{pid}/root")  # noqa: PTH115 - on every worker's start
         with open(f"/proc/{pid}/mountinfo") as fh:
             table = [line.split() for line in fh]
     except OSError:

@@ -79,7 +79,7 @@ class Zygote:
             raise ZygoteError(f"zygote did not start: {exc}") from exc
         if ready.get("op") != "ready":
             self.close()
-            raise ZygoteError("zygote did not report ready")
+            raise ZygoteError(f"zygote did not report ready: {ready.get('error') or 'no reason given'}")
         self._sock.settimeout(None)
         self._reader = threading.Thread(target=self._read_loop, name="sandforge-zygote", daemon=True)
         self._reader.start()

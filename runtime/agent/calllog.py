@@ -46,6 +46,9 @@ MAX_STDOUT_CHARS = 2_000
 #: Provenance records kept per attempt (``egress_requests`` still counts them all); URLs cut at 2 000 characters.
 MAX_EGRESS_RECORDS = 100
 MAX_URL_CHARS = 2_000
+#: The URLs (redirects included) one attempt's records keep in all: 100 records of 30 hops of 2 000 characters
+#: would be 6 MB, and a run's record holds its attempt's twice, past the 4 MiB a reader of the log takes.
+MAX_EGRESS_URL_CHARS = 256_000
 
 AttemptStage = Literal["generated", "validated", "executed", "rolled_back"]
 FailureStage = Literal["generation", "validation", "execution", "outcome_policy"]
@@ -124,6 +127,7 @@ class EgressCall(BaseModel):
         """Records from outcome metadata as call-log entries: at most MAX_EGRESS_RECORDS, text bounded,
         anything unreadable skipped (the metadata is the host's own, so that would be a host bug)."""
         out: list[EgressCall] = []
+        budget = MAX_EGRESS_URL_CHARS
         for raw in records[:MAX_EGRESS_RECORDS]:
             try:
                 call = cls.model_validate(raw)
@@ -135,6 +139,9 @@ class EgressCall(BaseModel):
             call.denied = bounded(call.denied)
             call.rule = bounded(call.rule)
             call.redirects = [bounded(url, MAX_URL_CHARS) or "" for url in call.redirects[:30]]
+            budget -= len(call.url) + len(call.final_url or "") + sum(map(len, call.redirects))
+            if budget < 0:  # the rest are still counted (``egress_requests``), not kept
+                break
             out.append(call)
         return out
 
@@ -322,10 +329,11 @@ class CallRecord(StoreLogFields, _CallFields):
     def code_fields(code: str | None) -> dict[str, Any]:
         if code is None:
             return {"program_code": None, "program_sha256": None}
-        return {
-            "program_code": bounded(code, MAX_CODE_CHARS),
-            "program_sha256": hashlib.sha256(code.encode("utf-8", "surrogateescape")).hexdigest(),
-        }
+        try:  # the bytes ``sandforge exec`` read (undecodable ones are surrogate escapes)
+            data = code.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a lone surrogate no bytes decode to (JSON's "\ud800"): one digest still
+            data = code.encode("utf-8", "surrogatepass")
+        return {"program_code": bounded(code, MAX_CODE_CHARS), "program_sha256": hashlib.sha256(data).hexdigest()}
 
 
 #: Fields a program store may fill in (``ProgramPlan.log_fields``, ``PromptExtras.log_fields`` and the

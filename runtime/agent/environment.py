@@ -28,7 +28,7 @@ from sandforge.sandbox import EnvironmentMount
 from sandforge.sandbox.protocol import EXPOSABLE_MODULE
 
 if TYPE_CHECKING:  # the builder (uv, file locks, records) loads when a program declares packages, not before
-    from sandforge.runtime.environments.builder import EnvironmentStore
+    from sandforge.runtime.environments.builder import EnvironmentStore, Progress
     from sandforge.runtime.environments.identity import EnvironmentSpec
     from sandforge.runtime.environments.records import PreparedEnvironment
     from sandforge.runtime.environments.target import SandboxTarget
@@ -54,9 +54,13 @@ class Environments:
     """The environments a workspace's calls run with: below ``root`` (default ``<state dir>/environments``),
     one store shared by every call, one probe per interpreter (cached on disk, so preparing starts no process)."""
 
-    def __init__(self, root: Path | None = None, *, store: EnvironmentStore | None = None) -> None:
+    def __init__(
+        self, root: Path | None = None, *, store: EnvironmentStore | None = None, progress: Progress | None = None
+    ) -> None:
         self._root = root
         self._store = store
+        #: hears each long step of a build (resolving, installing): the CLI shows it on standard error
+        self.progress = progress
         self._lock = threading.Lock()
         self._targets: dict[str, SandboxTarget] = {}
         self._interpreters: weakref.WeakKeyDictionary[Any, dict[str | None, Any]] = weakref.WeakKeyDictionary()
@@ -114,7 +118,7 @@ class Environments:
         return known
 
     def prepare(self, manifest: Manifest, policy: DependencyPolicy, target: SandboxTarget) -> PreparedEnvironment:
-        return self.store.prepare(manifest, policy, target)
+        return self.store.prepare(manifest, policy, target, progress=self.progress)
 
     def prepare_for(
         self, manifest: Manifest, stored: EnvironmentSpec | None, policy: DependencyPolicy, target: SandboxTarget
@@ -129,8 +133,8 @@ class Environments:
         ):
             policy.check(manifest.names)  # the policy of today, not the one it was stored under
             policy.check((pin.name for pin in stored.pins), transitive=True)
-            return self.store.ensure(stored, max_env_mb=policy.max_env_mb)
-        return self.store.prepare(manifest, policy, target)
+            return self.store.ensure(stored, max_env_mb=policy.max_env_mb, progress=self.progress)
+        return self.store.prepare(manifest, policy, target, progress=self.progress)
 
 
 def _probe_image(image: str | None, runtime: str | None) -> SandboxTarget:

@@ -66,6 +66,11 @@ def _mode(config: SandboxConfig) -> str:
     return f"rootless (uid {os.geteuid()}: subprocess walls from unprivileged user namespaces)"
 
 
+def _env_zygotes(config: SandboxConfig) -> dict[str, Any]:
+    """The bound on subprocess zygotes that pre-imported an environment (``sandbox/envzygotes.py``)."""
+    return {"max": config.env_zygotes_max if config.zygote else 0, "idle_s": config.env_pool_idle_s}
+
+
 def _restrictedpython() -> dict[str, Any]:
     """The inner wall's RestrictedPython (the subprocess backend runs it; the image is built from it): its
     version, the oldest without a published escape, and why it must not be used (None when it may)."""
@@ -93,11 +98,18 @@ def command(backends: tuple[str, ...], as_json: bool) -> None:
     inner_wall = _restrictedpython()
     if as_json:
         summary = {"default_backend": config.backend, "mode": _mode(config), "waived": waived,
-                   "restrictedpython": inner_wall, "backends": reports}  # fmt: skip
+                   "restrictedpython": inner_wall, "env_zygotes": _env_zygotes(config),
+                   "backends": reports}  # fmt: skip
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(f"mode: {_mode(config)}")
         click.echo(inner_wall["advisory"] or f"RestrictedPython {inner_wall['version']} (no published escapes)")
+        zygotes = _env_zygotes(config)
+        if zygotes["max"]:
+            click.echo(f"environment zygotes (subprocess, packages pre-imported): at most {zygotes['max']}, least "
+                       f"recently used closed first, and any unused for {zygotes['idle_s']:g} s")  # fmt: skip
+        else:
+            click.echo("environment zygotes (subprocess, packages pre-imported): off (SANDFORGE_ENV_ZYGOTES_MAX)")
         if waived:
             click.echo(f"WARNING: protections waived by configuration (not required): {', '.join(waived)}")
         for r in reports:

@@ -54,6 +54,14 @@ def output_limit(limits: Limits) -> int:
     return limits.max_message_bytes + 12 * limits.max_output_bytes + (1 << 16)
 
 
+def _building_shown() -> Any:
+    """The environments below the state directory, a first build's steps shown on standard error (issue 39)."""
+    from sandforge.runtime.agent.environment import Environments
+    from sandforge.runtime.cli.progress import notices
+
+    return Environments(progress=notices("building the program's environment"))
+
+
 def _print_text(outcome: ExecutionOutcome, committed: Path | None, limit: int) -> None:
     if outcome.stdout:
         click.echo(outcome.stdout, nl=not outcome.stdout.endswith("\n"))
@@ -190,7 +198,8 @@ def command(
         bridge = StandaloneBridge.of(policy)  # its fetches are brokered under the policy's egress section
         clock = RunClock()
         with Sandbox(config) as sb:
-            outcome, verdict = execute_program(sb, request, policy=policy, bridge=bridge)  # + its environment
+            outcome, verdict = execute_program(sb, request, policy=policy, bridge=bridge,  # + its environment
+                                               environments=_building_shown())  # fmt: skip
         outcome = bridge.fetches.attach(outcome)
         record_run(outcome, verdict, request, clock)  # before the commit: a run that ran is in the log
         if commit and outcome.ok and context_path is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 import time
@@ -21,6 +22,14 @@ from sandforge.runtime.files.read import file_kind
 POLL_S = 0.25
 #: A call record is bounded (code, values and messages are cut); a longer line is not one: skipped unread.
 MAX_LINE_BYTES = 4 * 1024 * 1024
+#: What a program may put in a message that a terminal would act on or that would forge a line: C0 and C1
+#: controls (ESC, CSI 0x9b, CR, LF), bidirectional overrides and isolates, and lone surrogates.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character of :data:`_UNPRINTABLE` shown as its escape (``\\x1b``), never sent."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def open_log(path: Path) -> BinaryIO:
@@ -112,16 +121,17 @@ def format_record(record: CallRecord, *, details: bool = True, color: bool = Fal
     indent = "  " * record.depth + ("└ " if record.depth else "")
     if record.status == "ok":
         result = click.style("ok", fg="green") if color else "ok"
-        result += f" {_short(record.value)}"
+        result += printable(f" {_short(record.value)}")
     else:
         result = click.style("error", fg="red") if color else "error"
-        result += f" [{record.error_type}{', retriable' if record.retriable else ''}] {record.error_message or ''}"
+        told = f" [{record.error_type}{', retriable' if record.retriable else ''}] {record.error_message or ''}"
+        result += printable(told)
     stamp = record.started_at.astimezone().strftime("%H:%M:%S")
     attempts = f"{record.attempts} attempt{'s' if record.attempts != 1 else ''}"
     where = f"{record.backend or '-'} {record.duration_s * 1000:.0f} ms"
     via = f" [{record.source}]" if record.source != "agent" else ""  # a run: sandforge exec, POST /v1/exec, MCP
-    line = f"{stamp} {record.trace_id[:8]} {indent}{_call_text(record)}{via} -> {result}  ({attempts}, {where})"
-    lines = [line]
+    called = printable(f"{stamp} {record.trace_id[:8]} {indent}{_call_text(record)}{via}")
+    lines = [f"{called} -> {result}  ({attempts}, {where})"]  # only the colour's own escapes are sent
     if not details:
         return lines
     pad = " " * (18 + len(indent))
@@ -147,7 +157,7 @@ def format_record(record: CallRecord, *, details: bool = True, color: bool = Fal
     ]
     if flags:
         lines.append(f"{pad}exhausted: {', '.join(flags)}")
-    return lines
+    return [lines[0], *(printable(line) for line in lines[1:])]
 
 
 def matches(record: CallRecord, *, role: str | None, status: str | None, trace: str | None) -> bool:

@@ -5,6 +5,7 @@ when standard error is a terminal, plain ``  step`` lines when it is not (a log,
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -52,3 +53,14 @@ class Steps:
     ) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def notices(title: str) -> Callable[[str], None]:
+    """A progress callback for work that happens only sometimes (a program's environment built on its first
+    run): each step one line on standard error, ``sandforge: TITLE: step``; nothing at all when nothing is built.
+    (A spinner would start for every run, built or not.)"""
+
+    def notice(message: str) -> None:
+        click.echo(f"sandforge: {title}: {message}", err=True)
+
+    return notice

@@ -28,6 +28,20 @@ HEADERS = {
 }
 
 
+class StoredFileLike(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def media_type(self) -> str: ...
+
+
+class StoredFilesLike(Protocol):
+    """A tenant's stored files (``runtime.service.uploads.UploadStore``): where a call's kept outputs are."""
+
+    def find(self, sha256: str, name: str) -> StoredFileLike | None: ...
+    def read(self, file_id: str) -> tuple[StoredFileLike, bytes] | None: ...
+
+
 class TenantLike(Protocol):
     """What the dashboard reads of a tenant (``runtime.service.tenants.TenantRuntime`` is one)."""
 
@@ -40,6 +54,8 @@ class TenantLike(Protocol):
     @property
     def policy(self) -> Policy: ...
     def sandbox_config(self) -> SandboxConfig: ...
+    @property
+    def uploads(self) -> StoredFilesLike: ...
 
 
 class Dashboard:

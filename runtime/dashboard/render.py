@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 from importlib import resources
-from typing import Any
+from typing import Any, get_args
 
 import jinja2
 from markupsafe import Markup
@@ -17,7 +17,17 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
+from sandforge.runtime.agent.calllog import CallSource
+
 _FORMATTER = HtmlFormatter(linenos="table", cssclass="highlight")
+#: Output files the call page shows as images (an ``<img>`` only: an SVG's markup is never inlined)
+IMAGE_TYPES = {"image/png", "image/jpeg", "image/svg+xml"}
+_IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg")
+
+
+def image_file(name: str) -> bool:
+    """Whether the call page shows this output as an image (by its name, as its media type was chosen)."""
+    return name.lower().endswith(_IMAGE_SUFFIXES)
 
 
 def code_html(code: str) -> Markup:
@@ -61,6 +71,8 @@ def environment() -> jinja2.Environment:
     env.filters["when"] = when
     env.globals["code_html"] = code_html
     env.globals["chart"] = chart
+    env.globals["call_sources"] = get_args(CallSource)  # the calls page's source filter: every source there is
+    env.globals["image_file"] = image_file
     return env
 
 

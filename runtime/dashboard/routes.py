@@ -158,8 +158,47 @@ def _twin_route(dash: Dashboard, spec: PageSpec) -> Callable[[Request], Awaitabl
     return twin
 
 
+#: What an output file is served with: never run as a page of the dashboard's origin (an SVG's scripts, an
+#: HTML file), never sniffed into one; the call page shows images with ``<img>`` only.
+OUTPUT_HEADERS = {**HEADERS, "content-security-policy": "default-src 'none'; sandbox"}
+
+
+def _output_file(board: Board, rt: TenantLike, call_id: str, name: str) -> tuple[str, bytes] | None:
+    """A call's output file, as its run kept it (the tenant's stored files, by the name and sha256 the call
+    record gives): media type and bytes; None when the call, the name or the kept file is not there."""
+    row = board.calls.find(call_id)
+    rec = board.calls.record(row) if row is not None else None
+    entry = next((f for f in (rec.output_files or []) if f.name == name), None) if rec is not None else None
+    stored = rt.uploads.find(entry.sha256, entry.name) if entry is not None else None
+    found = rt.uploads.read(stored.id) if stored is not None else None
+    return (found[0].media_type, found[1]) if found is not None else None
+
+
+def _output_route(dash: Dashboard) -> Callable[[Request], Awaitable[Response]]:
+    async def output(request: Request) -> Response:
+        session = dash.session(request)
+        if session is None:
+            return RedirectResponse("/dashboard/login", status_code=303, headers=HEADERS)
+        _token, rt = session
+        board = dash.board(rt)
+        call_id, name = request.path_params["call_id"], request.path_params["name"]
+        with board.calls.reading():
+            found = await anyio.to_thread.run_sync(lambda: _output_file(board, rt, call_id, name))
+        if found is None:
+            return error_page(404, "no such output file for this tenant (outputs are kept for runs of POST "
+                              "/v1/exec, until they age out)", rt.name)  # fmt: skip
+        media_type, body = found
+        disposition = "inline" if media_type in render.IMAGE_TYPES else "attachment"
+        headers = {**OUTPUT_HEADERS, "content-disposition": f'{disposition}; filename="{name}"'}
+        return Response(body, media_type=media_type, headers=headers)
+
+    return output
+
+
 def install(app: FastAPI, dash: Dashboard) -> None:
     """Add the pages and their twins to ``app``."""
     for spec in PAGES:
         app.add_route(spec.path, _page_route(dash, spec), methods=["GET"], include_in_schema=False)
         app.add_route(spec.twin, _twin_route(dash, spec), methods=["GET"], include_in_schema=False)
+    app.add_route("/dashboard/calls/{call_id}/files/{name}", _output_route(dash), methods=["GET"],
+                  include_in_schema=False)  # fmt: skip

@@ -57,7 +57,7 @@ IDLE_S = 15.0
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
-@dataclass(order=True)
+@dataclass(order=True, slots=True)
 class _Watch:
     deadline: float
     seq: int
@@ -79,7 +79,7 @@ class Watchdog:
 
     def __init__(self) -> None:
         self._heap: list[_Watch] = []
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # never re-entered: a plain lock is cheaper
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._disarmed = 0  # disarmed entries still in the heap (approximately: popped ones are not counted down)
@@ -569,15 +569,18 @@ def _splice_in(sock: socket.socket, into: int, left: int, request: Outgoing, wat
     return 0
 
 
+#: Linux's TCP_QUICKACK (None elsewhere), looked up once rather than per request.
+_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
+
+
 def _quick_ack(sock: socket.socket | None) -> None:
     """Acknowledge the response's segments at once. On a kept-alive connection Linux delays ACKs (its
     request/response heuristic); a server that writes headers and body apart without TCP_NODELAY (Python's
     http.server does) then holds the body back until that delayed ACK: 40 ms per request. Leaving that mode
     after each request costs one setsockopt."""
-    quickack = getattr(socket, "TCP_QUICKACK", None)
-    if sock is not None and quickack is not None:
+    if sock is not None and _QUICKACK is not None:
         with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
 
 def _clean(response: http.client.HTTPResponse) -> bool:

@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.guardrails.checking import check_program
-from sandforge.runtime.service import auth_challenge, context_api, exec_route, sessions_api
+from sandforge.runtime.service import auth_challenge, context_api, exec_route, files_api, sessions_api
 from sandforge.runtime.service import calls as call_log_reader
 from sandforge.runtime.service.audit import AuditLog, AuditRecord, note
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, first_error, mark
@@ -41,7 +41,6 @@ from sandforge.runtime.service.models import (
     Health,
     PolicyCheckRequest,
     Readiness,
-    exec_result,
 )
 from sandforge.runtime.service.quotas import seconds_to_utc_midnight
 from sandforge.runtime.service.route_table import UNDECODABLE, allowed_methods, undecodable_body
@@ -97,8 +96,9 @@ def _exec_routes(app: FastAPI, service: Service) -> None:
     async def run_exec(body: ExecRequest, rt: Tenant, request: Request) -> Response:
         """One program: validated by the tenant's policy, run in a fresh sandbox (``sandforge exec --json``)."""
         outcome = await exec_route.run_exec(service, rt, body)
+        result = await exec_route.http_result(service, rt, outcome)
         mark(request, exec_route.outcome_word(outcome))
-        return Response(service.scrub.json_bytes(exec_result(outcome)), media_type="application/json")
+        return Response(service.scrub.json_bytes(result), media_type="application/json")
 
     @app.post("/v1/agents/{role}/{method}", responses=ERRORS, tags=["agents"])
     async def call_agent(role: str, method: str, body: AgentCallRequest, rt: Tenant, request: Request) -> JSONResponse:
@@ -236,6 +236,7 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         trimmer = steady_process()
+        await anyio.to_thread.run_sync(files_api.clean_all, service)  # stored files past their age, at start-up
         async with mcp_endpoint.running():
             yield
         await trimmer.stop()
@@ -258,6 +259,7 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
     _health_routes(app, service, gate)
     sessions_api.install(app, service)
     context_api.install(app, service)
+    files_api.install(app, service)
     auth_challenge.install(app)  # OAuth clients' probes: told to send a bearer token (no OAuth here)
     app.add_route("/mcp", mcp_endpoint, include_in_schema=False)  # type: ignore[arg-type]  # an ASGI app
     _install_dashboard(app, service)  # /dashboard pages, /v1/dashboard twins (h-dash)

@@ -41,7 +41,9 @@ def install(app: FastAPI, service: Service) -> None:
         note(request.scope.get("state"), tool_role=role)
         committed = await service.blocking(lambda: rt.state.read(_role(role)))
         mark(request, "ok")
-        return JSONResponse(service.scrub(committed.snapshot.to_dict()), headers={"ETag": committed.etag})
+        # the tenant's own data, as committed: never scrubbed (a GET then PUT must not store a changed value, and
+        # the ETag names exactly these bytes); nothing of the host is in it that the tenant did not put there
+        return JSONResponse(committed.snapshot.to_dict(), headers={"ETag": committed.etag})
 
     @app.put("/v1/roles/{role}/context", responses=CONTEXT_ERRORS, tags=["state"])
     async def put_context(
@@ -63,4 +65,4 @@ def install(app: FastAPI, service: Service) -> None:
         if not written:
             raise ApiError(412, "precondition_failed", "the context changed since that ETag", {"ETag": now.etag})
         mark(request, "ok")
-        return JSONResponse(service.scrub(now.snapshot.to_dict()), headers={"ETag": now.etag})
+        return JSONResponse(now.snapshot.to_dict(), headers={"ETag": now.etag})

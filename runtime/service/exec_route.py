@@ -21,12 +21,16 @@ from sandforge.runtime.agent.egress import StandaloneBridge
 from sandforge.runtime.agent.program_exec import execute_program_async
 from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.files.transfer import manifest
 from sandforge.runtime.service.deps import ApiError, Service, first_error
 from sandforge.runtime.service.models import ExecRequest, exec_result
 from sandforge.runtime.service.tenants import TenantRuntime
+from sandforge.runtime.service.uploads import BadReference
 from sandforge.sandbox import ExecutionOutcome, ExecutionRequest
 
 log = logging.getLogger(__name__)
+#: outputs up to this size are inlined in the answer as well as kept (above it: the download URL only)
+INLINE_MAX = 64 << 10
 
 #: (status, body, extra headers) of a direct answer
 Answer = tuple[int, bytes, dict[str, str]]
@@ -45,8 +49,17 @@ async def run_exec(service: Service, rt: TenantRuntime, body: ExecRequest) -> Ex
     check_limits(rt, body)
     try:
         limits = rt.limits(timeout_s=body.timeout_s, memory_mb=body.memory_mb)
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_request", first_error(exc)) from None
+    files = dict(body.files)
+    if body.file_refs:
+        try:
+            files.update(await service.blocking(lambda: rt.uploads.referenced(body.file_refs, body.files, limits)))
+        except BadReference as exc:  # another tenant's file included: not found, as a made-up one
+            raise ApiError(422, "invalid_request", str(exc)) from None
+    try:
         req = ExecutionRequest(code=body.code, context=body.context, args=body.args, kwargs=body.kwargs,
-                               limits=limits, files=body.files)  # fmt: skip
+                               limits=limits, files=files)  # fmt: skip
     except ValidationError as exc:
         raise ApiError(422, "invalid_request", first_error(exc)) from None
     policy, sandbox, environments = rt.policy, rt.async_sandbox, rt.environments
@@ -62,6 +75,31 @@ async def run_exec(service: Service, rt: TenantRuntime, body: ExecRequest) -> Ex
         return outcome
 
     return await service.execute_async(rt, run)
+
+
+def keep_outputs(rt: TenantRuntime, outcome: ExecutionOutcome) -> list[dict[str, Any]]:
+    """An ok run's outputs as the answer lists them: each kept in the tenant's store (an id and a download
+    URL), inlined up to ``INLINE_MAX``. Over the store's quota they are not kept and all are inlined: the run
+    committed them, so they reach the caller either way."""
+    listed = manifest(outcome.files, content=True)
+    try:
+        kept = rt.uploads.put_all(outcome.files.items(), kind="output")
+    except SandforgeError as exc:  # over the quota (StoreFull), or the disk refused
+        log.info("outputs not kept: %s", exc)
+        return [{**item, "id": None, "url": None} for item in listed]
+    for item, record in zip(listed, kept, strict=True):
+        item.update(id=record.id, url=record.url)
+        if record.size > INLINE_MAX:
+            item["content_b64"] = None
+    return listed
+
+
+async def http_result(service: Service, rt: TenantRuntime, outcome: ExecutionOutcome) -> dict[str, Any]:
+    """``exec_result`` with the outputs kept (:func:`keep_outputs`): what ``POST /v1/exec`` answers."""
+    result = exec_result(outcome)
+    if outcome.files:
+        result["files"] = await service.blocking(lambda: keep_outputs(rt, outcome))
+    return result
 
 
 def outcome_word(outcome: ExecutionOutcome) -> str:
@@ -93,6 +131,7 @@ class ExecFastPath:
         try:
             body = ExecRequest.model_validate_json(raw)
             outcome = await run_exec(self.service, rt, body)
+            result = await http_result(self.service, rt, outcome)
         except ValidationError as exc:
             return self._error(state, ApiError(422, "invalid_request", _body_error(exc)))
         except ApiError as exc:
@@ -104,4 +143,4 @@ class ExecFastPath:
             log.exception("internal error")
             return self._error(state, ApiError(500, "internal_error", "internal error (see the server log)"))
         state["outcome"] = outcome_word(outcome)
-        return 200, self.service.scrub.json_bytes(exec_result(outcome)), {}
+        return 200, self.service.scrub.json_bytes(result), {}

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from sandforge.runtime.files.transfer import manifest
 from sandforge.sandbox import BACKENDS, ExecutionOutcome
 from sandforge.sandbox.config import BackendName
-from sandforge.sandbox.protocol import Files, SecurityEvent
+from sandforge.sandbox.protocol import FileName, Files, SecurityEvent
 
 __all__ = [
     "BACKENDS", "AgentCallRequest", "ErrorBody", "ErrorDetail", "ExecRequest", "ExecResult", "Health",
@@ -36,6 +36,10 @@ class ExecRequest(BaseModel):
     files: Files = Field(
         default_factory=dict, description="input files by name, each base64: read-only to the program as inputs/NAME"
     )
+    file_refs: dict[FileName, str] = Field(
+        default_factory=dict,
+        description="input files by name, each a stored file (POST /v1/files): its id or sandforge://files/ID",
+    )
 
 
 class OutputFile(BaseModel):
@@ -47,7 +51,9 @@ class OutputFile(BaseModel):
     size: int
     sha256: str
     media_type: str
-    content_b64: str
+    content_b64: str | None = Field(None, description="the bytes, inlined up to 64 KiB (or when not kept)")
+    id: str | None = Field(None, description="the kept file's id (GET /v1/files/ID), None when not kept")
+    url: str | None = Field(None, description="where to download it, under the tenant")
 
 
 class ExecResult(BaseModel):

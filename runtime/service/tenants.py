@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from sandforge.runtime.agent.environment import Environments
     from sandforge.runtime.agent.statedb import StateDB
     from sandforge.runtime.agent.workspace import Workspace
+    from sandforge.runtime.service.uploads import UploadStore
     from sandforge.runtime.sessions import SessionStore
     from sandforge.runtime.store import ToolStore
 
@@ -67,6 +68,9 @@ class Quotas(BaseModel):
     max_timeout_s: float = Field(30.0, gt=0, le=3600, description="largest timeout_s a request may ask for")
     max_memory_mb: int = Field(512, ge=16, le=65536, description="largest memory_mb a request may ask for")
     max_body_bytes: int = Field(1 << 20, ge=1024, le=64 << 20, description="largest request body")
+    max_stored_files: int = Field(100, ge=0, le=100_000, description="uploads and kept outputs at once (/v1/files)")
+    max_stored_bytes: int = Field(256 << 20, ge=0, le=1 << 40, description="their bytes in all")
+    stored_file_max_age_s: float = Field(86_400.0, gt=0, le=365 * 86_400, description="removed once older")
 
 
 class ProviderConfig(ModelSettings):
@@ -509,6 +513,17 @@ class TenantRuntime:
 
         workspace: Workspace = self._part("workspace", build)
         return workspace
+
+    @property
+    def uploads(self) -> UploadStore:
+        """The tenant's stored files (``/v1/files``: uploads and kept outputs), cleaned by age when opened."""
+        from sandforge.runtime.service.uploads import UploadStore
+
+        q = self.config.quotas
+        store: UploadStore = self._part("uploads", lambda: UploadStore(
+            self.state_dir, max_files=q.max_stored_files, max_bytes=q.max_stored_bytes,
+            max_age_s=q.stored_file_max_age_s))  # fmt: skip
+        return store
 
     @property
     def state(self) -> StateDB:

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import RestrictedPython
 
-from sandforge.sandbox import boot, leftovers, protections, verify
+from sandforge.sandbox import boot, leftovers, protections, seam, verify
 from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.environment import MountedEnvironment, require_mounted
+from sandforge.sandbox.envzygotes import EnvZygotes
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import (
     BridgeHandler,
@@ -50,6 +51,9 @@ from sandforge.sandbox.zygote import Zygote, ZygoteError
 
 log = logging.getLogger(__name__)
 
+#: How long an environment zygote may take to import its modules and report ready (pandas: seconds, under load
+#: tens of seconds), at least.
+ENV_ZYGOTE_START_S = 120.0
 #: The runner: the inside package, started from its ``__main__.py`` (which imports it as ``inside``).
 RUNNER = Path(__file__).resolve().parent.parent / "inside" / "__main__.py"
 
@@ -101,10 +105,12 @@ class SubprocessWorker:
         except (ProtocolError, OSError) as exc:
             self.destroy()
             raise SandboxUnavailable(f"sandbox worker failed to start: {exc}") from exc
-        self.protections = verify_protections(self.pid, ready.protections)
+        wpid = _worker_pid(self.pid)
+        self.protections = verify_protections(self.pid, ready.protections, wpid)
         try:
             protections.require(self.backend, self.protections, config.enforced_protections, ready.errors)
-            require_mounted(self.backend, environment, ready, verify.mounts(_worker_pid(self.pid)))
+            mounts = verify.mounts(wpid) if environment is not None else None  # read only where it is checked
+            require_mounted(self.backend, environment, ready, mounts)
         except SandboxUnavailable:
             self.destroy()
             raise
@@ -123,7 +129,7 @@ class SubprocessWorker:
             return False
         if self._zygote is None:
             return self.proc.poll() is None
-        return self._zygote.alive() and Path(f"/proc/{self.pid}").exists()
+        return self._zygote.alive() and os.path.exists(f"/proc/{self.pid}")  # noqa: PTH110 - twice a call
 
     def execute(self, request: ExecutionRequest, bridge: BridgeHandler | None) -> ExecutionOutcome:
         return run_steps(self.steps(request, bridge))
@@ -227,7 +233,11 @@ class SubprocessWorker:
                 os.close(fd)
 
     def _cleanup_dir(self) -> None:
-        shutil.rmtree(self._workdir, ignore_errors=True)
+        # Usually empty (the worker's files were in its own tmpfs, gone with it): one rmdir, not a tree walk.
+        try:
+            os.rmdir(self._workdir)  # noqa: PTH106
+        except OSError:
+            shutil.rmtree(self._workdir, ignore_errors=True)
 
 
 def _exit_info(status: int, cpu: float, maxrss_kb: int) -> ExitInfo:
@@ -285,15 +295,15 @@ def _worker_pid(pid: int) -> int:
     return children[0] if children else pid
 
 
-def verify_protections(pid: int, claimed: dict[str, bool]) -> dict[str, bool]:
+def verify_protections(pid: int, claimed: dict[str, bool], wpid: int | None = None) -> dict[str, bool]:
     """Check from outside what the runner claims; a claim the host cannot confirm counts as absent.
 
     Namespaces are compared by their ``/proc/<pid>/ns`` links, the root by ``/proc/<pid>/root`` and the
     mount table the worker sees; a user is unprivileged when its uid is not 0 both as the host sees it and
     inside its own user namespace (rootless mode), and it holds no capability at all (with the bounding set
     emptied too where it held capabilities, as root or in its user namespace: one that never had any cannot
-    drop it)."""
-    wpid = _worker_pid(pid)
+    drop it). ``wpid``: the program's process, if the caller has found it already (``_worker_pid``)."""
+    wpid = _worker_pid(pid) if wpid is None else wpid
     status = verify.proc_status(wpid)
     verified = protections.unverified("subprocess")
     verified[P.SECCOMP] = claimed.get(P.SECCOMP, False) and verify.seccomp_filtered(status)
@@ -330,6 +340,8 @@ class SubprocessBackend:
         self.runner = runner
         self._zygotes: dict[Limits, Zygote] = {}
         self._lock = threading.Lock()
+        #: zygotes that pre-imported an environment's modules (``sandbox/envzygotes.py``)
+        self.env_zygotes = EnvZygotes(self._env_zygote, bound=config.env_zygotes_max, idle_s=config.env_pool_idle_s)
         # What killed hosts left behind, of every backend: files now, the container engines at most once a
         # minute and a few seconds later (a one-shot `sandforge exec` is gone by then: sandbox/leftovers.py)
         leftovers.reap_in_background(containers=False)
@@ -337,7 +349,7 @@ class SubprocessBackend:
             leftovers.reap_containers_later()
 
     def spawn(self, limits: Limits, environment: MountedEnvironment | None = None) -> SubprocessWorker:
-        zygote = self._zygote(limits) if self.config.zygote else None
+        zygote = self._zygote_for(limits, environment) if self.config.zygote else None
         try:
             return SubprocessWorker(self.config, limits, self.runner, zygote, environment)
         except SandboxUnavailable:
@@ -345,6 +357,24 @@ class SubprocessBackend:
                 raise
             log.warning("zygote died; starting the worker directly")
             return SubprocessWorker(self.config, limits, self.runner, None, environment)
+
+    def _zygote_for(self, limits: Limits, environment: MountedEnvironment | None) -> Zygote | None:
+        """The environment's own zygote (its modules imported) when one can be had, else the plain one. The
+        tests' seam reverts layers in each runner, which a zygote's import would already have applied."""
+        if environment is not None and seam.ACTIVE is None:
+            found = self.env_zygotes.get(limits, environment)
+            if found is not None:
+                return found
+        return self._zygote(limits)
+
+    def _env_zygote(self, limits: Limits, environment: MountedEnvironment) -> Zygote:
+        """Start a zygote that imports ``environment``'s modules before it forks (raises ZygoteError)."""
+        boot = boot_frame(self.config, limits, None).model_dump(mode="json")
+        boot["preload"] = environment.boot(bind=True).model_dump()
+        return Zygote(
+            self.config.python or sys.executable, self.runner, boot,
+            start_timeout=max(self.config.spawn_timeout_s, ENV_ZYGOTE_START_S), extra_args=rootless_args(self.config),
+        )  # fmt: skip
 
     def _zygote(self, limits: Limits) -> Zygote | None:
         with self._lock:
@@ -374,6 +404,7 @@ class SubprocessBackend:
             return zygote
 
     def close(self) -> None:
+        self.env_zygotes.close()
         with self._lock:
             zygotes, self._zygotes = list(self._zygotes.values()), {}
         for zygote in zygotes:

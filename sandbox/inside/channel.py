@@ -101,6 +101,8 @@ def read_bytes_frame(src: int | Channel, max_bytes: int) -> bytes:
     (size,) = HEADER.unpack(_read_exact(src, HEADER.size))
     if size > max_bytes:
         raise ValueError(f"frame of {size} bytes exceeds the limit")
+    if not size:  # an empty input file: a socket's recvmsg of 0 bytes with MSG_WAITALL would wait for the next frame
+        return b""
     first = src.recv_bytes(size) if isinstance(src, Channel) else os.read(src, size)
     if len(first) == size:
         return first

@@ -38,6 +38,9 @@ _TOPS: set[str] = set()
 _PROXIES: dict[str, Any] = {}
 _NAMES: dict[int, str] = {}
 _MISSING: Any = object()
+#: The environment this process's zygote imported ahead (its id; ``preload``), else empty: a runner forked from
+#: it reports any other environment (or none) as ``missing``, which the host refuses (``require_mounted``).
+PRELOADED: list[str] = []
 
 
 class EnvModuleProxy(types.ModuleType):
@@ -126,7 +129,10 @@ def mount_status(boot: dict[str, Any]) -> str | None:
     ``missing`` (nothing mounted there); None without an environment. The mount table says so where the
     runner can read it (gVisor does not flag a read-only bind in ``statvfs``); a private root without
     ``/proc`` (subprocess) asks ``statvfs``, and compares devices to tell a mount from the root's directory."""
-    if not isinstance(boot.get("environment"), dict):
+    environment = boot.get("environment")
+    if PRELOADED and (not isinstance(environment, dict) or environment.get("env_id") != PRELOADED[0]):
+        return "missing"  # another environment's modules are loaded here: never that one's runner
+    if not isinstance(environment, dict):
         return None
     try:
         with open("/proc/self/mountinfo") as fh:

@@ -13,6 +13,7 @@ import socket
 import sys
 from typing import Any
 
+from . import preload
 from .lazycontext import encode
 from .serving import prepare, serve
 from .wire import MAX_BOOT_BYTES
@@ -60,6 +61,13 @@ def zygote(control_fd: int) -> int:
     sock = socket.socket(fileno=control_fd)
     boot = json.loads(sock.recv(MAX_BOOT_BYTES))
     proxies = prepare(boot)
+    ahead = boot.pop("preload", None)  # an environment zygote (``preload``): its modules, imported once here
+    if ahead is not None:
+        try:
+            preload.preload(ahead)
+        except (preload.PreloadFailed, OSError) as exc:
+            _send(sock, {"op": "failed", "error": str(exc)})
+            return 1
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -97,6 +105,7 @@ def _zygote_loop(sock: Any, boot: dict[str, Any], proxies: dict[str, Any], wake_
             try:
                 if len(fds) != 4:
                     raise ValueError("a spawn request carries exactly four descriptors")
+                preload.check_spawn(request.get("environment"))
                 pid = _spawn_child(sock, boot, proxies, request, fds)
                 children.add(pid)
                 _send(sock, {"op": "spawned", "id": request.get("id"), "pid": pid})

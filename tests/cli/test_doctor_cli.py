@@ -128,3 +128,16 @@ def test_a_restrictedpython_with_escapes_fails_doctor(monkeypatch: pytest.Monkey
     code, out, _ = doctor("--backend", "subprocess")
     assert code == 6, out
     assert "RestrictedPython 8.2 has published sandbox escapes" in out
+
+
+def test_doctor_states_the_environment_zygote_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39 item 3: the LRU bound on zygotes that pre-imported an environment, as configured."""
+    monkeypatch.setenv("SANDFORGE_ENV_ZYGOTES_MAX", "3")
+    code, out, err = doctor("--backend", "subprocess", "--json")
+    assert code == 0, err
+    assert json.loads(out)["env_zygotes"] == {"max": 3, "idle_s": 120.0}
+    code, out, _ = doctor("--backend", "subprocess")
+    assert "environment zygotes (subprocess, packages pre-imported): at most 3" in out
+    monkeypatch.delenv("SANDFORGE_ENV_ZYGOTES_MAX")
+    code, out, _ = doctor("--backend", "subprocess")
+    assert "environment zygotes (subprocess, packages pre-imported): off" in out

@@ -75,12 +75,15 @@ def target_for(sandbox: Sandbox, backend: str, cache: TargetCache, api: Any = No
 class EnvFactory:
     """Environments from the wheelhouse (plus ``envprobe``), one build per (target, manifest)."""
 
-    def __init__(self, root: Path, wheelhouse: Path) -> None:
+    def __init__(self, root: Path, wheelhouse: Path, modules: dict[str, bytes] | None = None) -> None:
+        """``modules``: the one-module distributions made on the spot (name -> source; default ``envprobe``)."""
         self.root = root
         house = root / "wheelhouse"
         shutil.copytree(wheelhouse, house)
-        make_wheel(house, "envprobe", "1.0", extra={"envprobe.py": ENVPROBE})
-        self.policy = offline_policy(house, allow=(*WHEELHOUSE_ALLOW, "envprobe"))
+        made = {"envprobe": ENVPROBE} if modules is None else modules
+        for name, source in made.items():
+            make_wheel(house, name, "1.0", extra={f"{name}.py": source})
+        self.policy = offline_policy(house, allow=(*WHEELHOUSE_ALLOW, *made))
         self.store = EnvironmentStore(root / "environments")
         self.targets = TargetCache(root / "targets")
         self._built: dict[tuple[SandboxTarget, tuple[str, ...]], PreparedEnvironment] = {}

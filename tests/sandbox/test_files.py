@@ -51,6 +51,13 @@ def test_a_failed_run_returns_no_files(sandbox: Sandbox, ending: str) -> None:
     assert out.files == {}
 
 
+def test_an_empty_input_file_arrives_empty(sandbox: Sandbox) -> None:
+    # the last frame has no bytes: a socket's wait for all of them once waited for a frame that never came
+    code = "return [open('inputs/empty.txt').read(), open('inputs/b.txt').read()]"
+    out = sandbox.execute(ExecutionRequest(code=code, files={"b.txt": b"b", "empty.txt": b""}))
+    assert out.ok and out.value == ["", "b"], out.error_message
+
+
 def test_no_inputs_still_gives_an_empty_inputs_directory_and_writable_outputs(sandbox: Sandbox) -> None:
     code = (
         "try:\n    open('inputs/missing.txt')\nexcept FileNotFoundError:\n    missing = True\n"

@@ -142,8 +142,13 @@ def test_every_loader_attack_is_stopped_by_its_layer(
     works = pkg_sandbox.execute(ExecutionRequest(code=WORKS, args=[OS_PICKLE], environment=mount))
     assert works.ok, (works.error_type, works.error_message, works.stderr[-2000:])
     assert works.value == {"npy": [0, 1, 2], "yaml": {"k": [1, 2]}, "yaml_load_safe": {"k": 1}, "sum": 4, "agg": 6}
+    assert_every_attack_stopped(pkg_sandbox, mount)
+
+
+def assert_every_attack_stopped(sandbox: Sandbox, mount: EnvironmentMount) -> None:
+    """Each of `ATTACKS` is a ``sandbox_violation`` whose message names the layer that stopped it."""
     for name, code, layer in ATTACKS:
-        outcome = pkg_sandbox.execute(ExecutionRequest(code=PRELUDE + code, args=[OS_PICKLE], environment=mount))
+        outcome = sandbox.execute(ExecutionRequest(code=PRELUDE + code, args=[OS_PICKLE], environment=mount))
         assert outcome.error_type == ErrorType.SANDBOX_VIOLATION, (name, outcome.error_type, outcome.value,
                                                                    outcome.error_message)  # fmt: skip
         assert layer in (outcome.error_message or ""), (name, outcome.error_message)

@@ -156,3 +156,24 @@ def test_a_delivery_after_close_gives_the_waiter_the_closed_pools_error() -> Non
         return None
 
     assert isinstance(asyncio.run(main()), SandboxUnavailable)
+
+
+def test_a_sync_hand_out_defers_the_refill_only_while_a_spare_stays_ready() -> None:
+    """``acquire(refill)`` hands the refill's wake-up to its caller (to run once the execution has answered)
+    while another worker is still ready; the last ready worker's hand-out wakes the refill at once."""
+    factory = SlowFactory(0.0)
+    pool = WarmPool(factory, size=2, idle_s=60, name="t", concurrency=2)  # type: ignore[arg-type]
+    try:
+        assert pool.wait_ready(2, timeout=10)
+        owed: list[object] = []
+        first = pool.acquire(owed.append)
+        assert len(owed) == 1  # a spare is ready: the replacement waits for the caller
+        last: list[object] = []
+        second = pool.acquire(last.append)
+        assert last == []  # none left: refilled now, not owed
+        assert first is not second
+        for nudge in owed:
+            nudge()  # type: ignore[operator]
+        assert pool.wait_ready(2, timeout=10)
+    finally:
+        pool.close()

@@ -85,3 +85,17 @@ def test_missing_required_protection_refuses_to_run(monkeypatch: pytest.MonkeyPa
     with Sandbox(SandboxConfig(pool_size=0, zygote=zygote, required_protections=())) as sb:
         allowed = sb.execute(ExecutionRequest(code="return 1"))
     assert allowed.ok and allowed.protections["seccomp"] is False
+
+
+def test_a_warm_execution_leaves_its_pool_full_again() -> None:
+    """The sync API defers a taken worker's replacement until the execution has answered (``WarmPool.acquire``):
+    the deferred wake-up is run when ``execute`` returns, so the pool refills and no wake-up stays owed."""
+    with Sandbox(SandboxConfig(pool_size=2)) as sb:
+        pool = sb.pool()
+        assert pool.wait_ready(2, timeout=60)
+        for _ in range(3):
+            out = sb.execute(ExecutionRequest(code="return 1 + 1"))
+            assert out.ok and out.value == 2, out.error_message
+            assert sb._owed.refills == []
+            assert pool.wait_ready(2, timeout=60)
+        assert pool.stats["cold_starts"] == 0

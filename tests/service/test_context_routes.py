@@ -72,6 +72,13 @@ def test_a_context_is_read_and_replaced_under_its_etag(server: Server) -> None:
         assert again.json() == {"a": 1} and again.headers["etag"] == put.headers["etag"]  # the 412 changed nothing
         forced = client.put("/v1/roles/notes/context", json={"b": [1, None]}, headers={"If-Match": "*"})
         assert forced.status_code == 200 and client.get("/v1/roles/notes/context").json() == {"b": [1, None]}
+        # the tenant's data comes back as stored, paths included: a read then write never changes a value
+        paths = {"report": "/tmp/reports/q1", "home": "/root/x", "state": str(Path(__file__).parent)}
+        client.put("/v1/roles/notes/context", json=paths, headers={"If-Match": "*"})
+        read = client.get("/v1/roles/notes/context")
+        assert read.json() == paths
+        client.put("/v1/roles/notes/context", json=read.json(), headers={"If-Match": read.headers["etag"]})
+        assert client.get("/v1/roles/notes/context").json() == paths
 
 
 def test_bad_bodies_and_names_get_one_line_typed_errors(server: Server) -> None:

@@ -80,6 +80,7 @@ def _assert_error(response: Any, status: int, error_type: str) -> None:
 def test_every_body_route_answers_each_kind_of_bad_body_alike(site: Site) -> None:
     routes = [(m, r.path) for r in _routes(site) if r.path.startswith("/v1/") for m in sorted(r.methods & BODY_METHODS)]
     assert ("POST", "/v1/exec") in routes and ("POST", "/v1/sessions") in routes  # the sweep sees the table
+    assert ("POST", "/v1/files") in routes  # an upload takes a form or raw bytes, never JSON: the same 422
     with site.client("alpha") as client:
         for method, path in routes:
             for kind, raw in BAD_BODIES.items():
@@ -94,6 +95,7 @@ def test_every_405_says_what_the_path_allows(site: Site) -> None:
     for route in _routes(site):
         by_path.setdefault(route.path, set()).update(route.methods or ())
     assert by_path["/v1/sessions"] >= {"GET", "POST"}  # two routes, one path: Allow names both
+    assert by_path["/v1/files/{file_id}"] == {"GET", "DELETE"}
     with site.client("alpha") as client:
         for path, methods in by_path.items():
             refused = next(m for m in ("DELETE", "PATCH", "PUT", "POST", "GET") if m not in methods)

@@ -30,6 +30,10 @@ ENDPOINTS: list[tuple[str, str, dict[str, object] | None]] = [
     ("POST", "/v1/policy/check", {"code": "return 1"}),
     ("GET", "/v1/roles/x/context", None),
     ("PUT", "/v1/roles/x/context", {"n": 1}),
+    ("POST", "/v1/files", None),
+    ("GET", "/v1/files", None),
+    ("GET", "/v1/files/f_00000000000000000000000000000000", None),
+    ("DELETE", "/v1/files/f_00000000000000000000000000000000", None),
 ]
 
 
@@ -220,6 +224,25 @@ def test_tenants_cannot_see_each_others_tools_sessions_or_logs(server: Server) -
         assert [c["value"] for c in calls_a if c["source"] == "agent"] == ["A-secret"]
         assert [c["value"] for c in calls_b] == ["B-own"]
         assert not {c["call_id"] for c in calls_a} & {c["call_id"] for c in b.get("/v1/calls").json()}
+
+
+def test_tenants_cannot_list_fetch_delete_or_run_each_others_files(server: Server) -> None:
+    program = "with open('outputs/out.txt', 'w') as f:\n    f.write(open('inputs/in.txt').read())\nreturn 1\n"
+    with server.client("alpha") as a, server.client("beta") as b:
+        up = a.post("/v1/files", files={"file": ("in.txt", b"A-secret")})
+        assert up.status_code == 201, up.text
+        upload = up.json()["files"][0]
+        ran = a.post("/v1/exec", json={"code": program, "file_refs": {"in.txt": upload["uri"]}}).json()
+        output = ran["files"][0]
+        assert ran["status"] == "ok" and a.get(output["url"]).content == b"A-secret"
+        assert {f["id"] for f in a.get("/v1/files").json()["files"]} >= {upload["id"], output["id"]}
+        assert all(f["id"] not in (upload["id"], output["id"]) for f in b.get("/v1/files").json()["files"])
+        for file in (upload, output):
+            _assert_error(b.get(file["url"]), 404, "not_found")
+            _assert_error(b.delete(file["url"]), 404, "not_found")
+            ref = {"code": program, "file_refs": {"in.txt": file["id"]}}
+            _assert_error(b.post("/v1/exec", json=ref), 422, "invalid_request")
+            assert a.get(file["url"]).content == b"A-secret"
 
 
 def test_policy_check_reports_the_tenants_verdict(server: Server) -> None:

@@ -58,6 +58,9 @@ class OutputFileInfo(_Out):
     size: int
     sha256: str
     media_type: str
+    uri: str | None = Field(
+        None, description="the kept file (sandforge://files/ID): a resource, and a file_refs value of a later run"
+    )
 
 
 class RunResult(_Out):

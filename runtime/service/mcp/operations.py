@@ -6,8 +6,9 @@ that into an ``isError`` result (``failure_result.error_result``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import JsonValue, ValidationError
 
@@ -35,6 +36,8 @@ from sandforge.runtime.service.mcp.models import (
 from sandforge.runtime.service.mcp.tenant import TenantPort
 from sandforge.runtime.store.toolstore import ArtifactHealth, LookupStatus
 from sandforge.sandbox import ExecutionOutcome, ExecutionRequest, Limits
+
+log = logging.getLogger(__name__)
 
 
 def _violations(result: ValidationResult) -> list[Violation]:
@@ -98,6 +101,30 @@ def _execution_failure(outcome: ExecutionOutcome) -> Failed:
     return fail(error_type, outcome.error_message or error_type, retriable=outcome.retriable, **details)
 
 
+class InputFiles(NamedTuple):
+    """``run_tool_code``'s input files: inline (name -> base64) and by reference (name -> a stored file's URI)."""
+
+    inline: Mapping[str, str] = {}
+    refs: Mapping[str, str] = {}
+
+
+def _kept(rt: TenantPort, files: Mapping[str, bytes]) -> list[dict[str, Any]]:
+    """The outputs' listing, each kept in the tenant's stored files (its ``uri``) as ``POST /v1/exec`` keeps
+    them: the dashboard's call page shows them, a later run takes them by reference. Over the stored-file
+    quota they are not kept (``uri`` None); the result carries their bytes either way."""
+    from sandforge.runtime.service.uploads import FILE_URI
+
+    listed = manifest(files)
+    if not files:
+        return listed
+    try:
+        kept = rt.uploads.put_all(files.items(), kind="output")
+    except SandforgeError as exc:  # over the quota (StoreFull), or the disk refused
+        log.info("outputs not kept: %s", exc)
+        return listed
+    return [{**item, "uri": FILE_URI.format(id=record.id)} for item, record in zip(listed, kept, strict=True)]
+
+
 def run_tool_code(
     rt: TenantPort,
     code: str,
@@ -106,12 +133,21 @@ def run_tool_code(
     kwargs: dict[str, JsonValue],
     timeout_s: float | None = None,
     memory_mb: int | None = None,
-    files: Mapping[str, str] | None = None,
+    files: InputFiles | None = None,
 ) -> RunResult:
     limits = _limits(rt, timeout_s, memory_mb)
+    files = files or InputFiles()
+    inputs: dict[str, str | bytes] = dict(files.inline)  # base64 text, as in JSON
+    if files.refs:
+        from sandforge.runtime.service.uploads import BadReference
+
+        try:
+            inputs.update(rt.uploads.referenced(files.refs, files.inline, limits))
+        except BadReference as exc:  # another tenant's file included: not found, as a made-up one
+            raise fail("invalid_request", str(exc)) from None
     try:
         request = ExecutionRequest(code=code, context=context, args=args, kwargs=kwargs, limits=limits,
-                                   files=files or {})  # base64 text, as in JSON  # fmt: skip
+                                   files=inputs)  # fmt: skip
     except ValidationError as exc:
         err = exc.errors()[0]
         raise fail("invalid_request", f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
@@ -134,7 +170,7 @@ def run_tool_code(
         backend=outcome.backend or "",
         duration_s=outcome.duration_s,
         capabilities=list(outcome.metadata.get("capabilities", [])),
-        files=manifest(outcome.files),
+        files=_kept(rt, outcome.files),
     )
     result._bytes = dict(outcome.files)
     return result
@@ -235,7 +271,7 @@ def call_stored_tool(
         tool_role=outcome.tool_role,
         method_name=outcome.method_name,
         program_source=str(source) if source is not None else None,
-        files=manifest(outcome.files),
+        files=_kept(rt, outcome.files),  # kept as run_tool_code keeps its outputs
     )
     result._bytes = dict(outcome.files)
     return result

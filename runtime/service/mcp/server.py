@@ -76,6 +76,8 @@ INSTRUCTIONS = (
 )
 #: The resource template of a role's committed context.
 CONTEXT_URI = "sandforge://roles/{role}/context"
+#: The resource template of a stored file (``runtime/service/uploads.py``: kept in sync there).
+FILE_URI = "sandforge://files/{id}"
 #: What a client sends before it uses the server (the store is not read for these).
 HANDSHAKE = frozenset({"initialize", "notifications/initialized", "ping"})
 _PATHS = re.compile(r"(?:/[\w.@+-]+){2,}")
@@ -314,6 +316,10 @@ class TenantMCP(MCPServer[Any]):
             files: Annotated[
                 dict[str, str], Field(description="input files by name, each base64: read-only as inputs/NAME")
             ] = {},  # noqa: B006
+            file_refs: Annotated[
+                dict[str, str],
+                Field(description="input files by name, each a stored file's resource URI (sandforge://files/ID)"),
+            ] = {},  # noqa: B006
         ) -> Annotated[CallToolResult, RunResult]:
             """Validate a tool program against the tenant's policy and run it once in a fresh sandbox.
 
@@ -322,8 +328,9 @@ class TenantMCP(MCPServer[Any]):
             program is an error result whose error_type says why (guardrail_violation, timeout, execution, ...)."""
             from sandforge.runtime.service.mcp import operations as ops
 
+            inputs = ops.InputFiles(files, file_refs)
             return await self.executing(
-                lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb, files),
+                lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb, inputs),
                 store_calls=False,
             )
 
@@ -400,6 +407,23 @@ class TenantMCP(MCPServer[Any]):
             CONTEXT_URI, name="role_context", title=title, description=description, mime_type="application/json"
         )
         register(role_context)
+
+        async def stored_file(id: str) -> bytes:
+            from sandforge.runtime.service.uploads import file_id_of
+
+            file_id = file_id_of(id)
+            found = await anyio.to_thread.run_sync(lambda: rt.uploads.read(file_id)) if file_id else None
+            if found is None:
+                raise ResourceNotFoundError("no such stored file")
+            return found[1]
+
+        register = self.resource(
+            FILE_URI, name="stored_file", title="A stored file",
+            description="A file this tenant stored (POST /v1/files, or an output of POST /v1/exec); give its URI "
+            "to run_tool_code's file_refs to hand it to a program as an input file.",
+            mime_type="application/octet-stream",
+        )  # fmt: skip
+        register(stored_file)
 
     # --- the persisted tools ---
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # types only: the MCP server imports this before its handshak
     from sandforge.runtime.agent.statedb import StateDB
     from sandforge.runtime.agent.workspace import Workspace
     from sandforge.runtime.guardrails import Policy
+    from sandforge.runtime.service.uploads import UploadStore
     from sandforge.runtime.store import ToolStore
     from sandforge.sandbox import Limits
     from sandforge.sandbox.config import BackendName
@@ -41,6 +42,11 @@ class TenantPort(Protocol):
     @property
     def state(self) -> StateDB:
         """The committed contexts (``sandforge://roles/{role}/context``)."""
+        ...
+
+    @property
+    def uploads(self) -> UploadStore:
+        """The tenant's stored files (``sandforge://files/{id}``; uploaded with ``POST /v1/files``)."""
         ...
 
     @property

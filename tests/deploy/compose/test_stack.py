@@ -89,7 +89,7 @@ def test_mcp_over_streamable_http_with_the_typescript_client(stack: Stack) -> No
     assert add(stack, 0).json()["status"] == "ok"  # the stored tool the listing must show
     cases = [
         Case("run_tool_code", {"code": "return sum(args)", "args": [40, 2]}),
-        Case("run_tool_code", {"code": "import os\nreturn 1"}, error="guardrail_violation", lane="recoverable"),
+        Case("run_tool_code", {"code": "import os\nreturn 1"}, error="guardrail_violation", lane="guardrail"),
     ]
     target = {"url": f"{stack.url}/mcp", "headers": {"Authorization": f"Bearer {stack.tokens['acme']}"}}  # type: ignore[index]
     answer = drive("sdk_client.mjs", target, cases)

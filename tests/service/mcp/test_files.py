@@ -45,6 +45,7 @@ def test_run_tool_code_takes_files_and_gives_images_and_resources(tenant_a: Path
     assert ok.structured_content["value"] == 2
     listed = {f["name"]: f for f in ok.structured_content["files"]}
     assert listed["chart.png"]["sha256"] == hashlib.sha256(PNG).hexdigest() and listed["chart.png"]["size"] == len(PNG)
+    assert listed["chart.png"]["uri"].startswith("sandforge://files/f_")  # kept: a resource, a later run's input
     kinds = [item.type for item in ok.content]
     assert kinds == ["text", "image", "resource"], kinds
     image, resource = ok.content[1], ok.content[2]
@@ -53,3 +54,38 @@ def test_run_tool_code_takes_files_and_gives_images_and_resources(tenant_a: Path
     assert base64.b64decode(resource.resource.blob) == b"n\n2"
     assert failed.is_error and {item.type for item in failed.content} == {"text"}
     assert bad.is_error and "invalid_request" in bad.content[0].text and "files" in bad.content[0].text
+
+
+def test_run_tool_code_takes_a_stored_file_by_its_resource_uri(tenant_a: Path, tmp_path: Path) -> None:
+    mine = standalone_tenant("a", tenant_a, backend="subprocess")
+    other = standalone_tenant("b", tmp_path / "b", backend="subprocess")
+    stored = mine.uploads.put("data.csv", b"a\nb\nc\n")
+    theirs = other.uploads.put("data.csv", b"secret\n")
+    uri = f"sandforge://files/{stored.id}"
+    results: list[Any] = []
+
+    async def main() -> None:
+        async with Client(TenantMCP(mine)) as client:
+            templates = [str(t.uri_template) for t in (await client.list_resource_templates()).resource_templates]
+            assert "sandforge://files/{id}" in templates, templates
+            read = await client.read_resource(uri)
+            results.append(base64.b64decode(read.contents[0].blob))
+            for ref in (uri, stored.id, f"sandforge://files/{theirs.id}", "sandforge://files/nothing"):
+                args = {"code": PROGRAM, "args": [list(PNG)], "file_refs": {"data.csv": ref}}
+                results.append(await client.call_tool("run_tool_code", args))
+            # an output of one run is the input of the next, by its kept file's URI
+            kept = {f["name"]: f["uri"] for f in results[1].structured_content["files"]}
+            chained = {"code": PROGRAM, "args": [list(PNG)], "file_refs": {"data.csv": kept["count.csv"]}}
+            assert (await client.call_tool("run_tool_code", chained)).structured_content["value"] == 2
+            try:
+                await client.read_resource(f"sandforge://files/{theirs.id}")
+            except Exception as exc:  # the SDK raises the server's error answer
+                results.append(str(exc))
+
+    asyncio.run(main())
+    body, by_uri, by_id, other_tenants, made_up, refused = results
+    assert body == b"a\nb\nc\n"
+    assert by_uri.structured_content["value"] == 3 and by_id.structured_content["value"] == 3
+    for failed in (other_tenants, made_up):  # another tenant's file is not found, as a made-up one
+        assert failed.is_error and "no such stored file" in failed.content[0].text, failed.content
+    assert "no such stored file" in refused

@@ -15,6 +15,7 @@ Skips without node or the installed clients; fails instead under ``SANDFORGE_REQ
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -193,3 +194,29 @@ def test_inspector_cli_over_stdio(tenant_a: Path) -> None:
 
 def test_inspector_cli_over_http(server: Server) -> None:
     check_inspector(drive("inspector_cli.mjs", http_target(server), INSPECTOR_CASES))
+
+
+def _png_1x1() -> bytes:
+    """A valid 1x1 RGB PNG, built by hand (signature, IHDR, IDAT, IEND with their CRCs): no image library."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\0\xff\0\0")  # one scanline: filter 0, one red pixel
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+
+
+def test_typescript_sdk_receives_a_png_output_as_an_image_item(tenant_a: Path) -> None:
+    png = _png_1x1()
+    program = f"with open('outputs/dot.png', 'wb') as f:\n    f.write({png!r})\nreturn 'drawn'"
+    answer = drive("sdk_client.mjs", stdio_target(tenant_a), [Case("run_tool_code", {"code": program})])
+    (outcome,) = answer["results"]
+    assert outcome["ok"], outcome  # the client accepted the result (its schema check included)
+    result = outcome["result"]
+    assert not result.get("isError") and result["structuredContent"]["files"][0]["name"] == "dot.png", result
+    images = [item for item in result["content"] if item["type"] == "image"]
+    assert len(images) == 1 and images[0]["mimeType"] == "image/png", result["content"]
+    assert base64.b64decode(images[0]["data"]) == png

@@ -59,6 +59,7 @@ def test_a_stored_tool_shows_takes_and_returns_its_declared_files(tmp_path: Path
     assert files["properties"]["data.csv"]["contentMediaType"] == "text/csv" and "extra-*.csv" in files["description"]
     assert "chart.png (image/png)" in seen["output"]["properties"]["files"]["description"]
     assert seen["ok"]["value"] == 3 and [f["name"] for f in seen["ok"]["files"]] == ["chart.png"]
+    assert seen["ok"]["files"][0]["uri"].startswith("sandforge://files/")  # kept as run_tool_code's outputs are
     image = [c for c in seen["content"] if isinstance(c, ImageContent)]
     assert len(image) == 1 and image[0].mime_type == "image/png"
     assert base64.b64decode(image[0].data) == PNG + bytes(3)

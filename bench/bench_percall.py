@@ -1,0 +1,237 @@
+"""Per-call cost of a warm execution against the fork floor (issue 39, item 4).
+
+    .venv/bin/python bench/bench_percall.py [-n 30] [--rounds 3] [--backend subprocess] [--base OLD_TREE]
+
+What one warm ``Sandbox.execute`` of a trivial program costs end to end (acquire, send, run, result, exit
+report, clean-up, refill), beside its floor measured in the same run: a bare ``os.fork`` of this process
+whose child reads a request of the same size from a pipe and writes a result of the same size back, the
+parent reading it to its end and reaping the child (``waitpid``). That is what any process-per-call
+design pays at least; everything above it is the sandbox's own work (lock-down, checks, bookkeeping).
+
+Per call, two figures: the wall time of ``execute`` (the pool full before it, untimed, so each call is a warm
+hit), and the host process's CPU from the call's start until the pool is full again (every thread of this
+process: the call and the refill it causes, less the bench's own polling for the refill; the sandbox's own
+CPU is not in it, nor the zygote's). The floor's
+CPU is the parent's, the same way. Rounds interleave the floor and the sandbox (and, with ``--base``, an old
+tree run in a process of its own beside this one: ``A`` is the old tree, ``B`` this one), so load swings
+hit all alike. Goals (subprocess): warm p50 at most 3x the floor's p50, host CPU at most 1.5 ms per
+execution; runsc: warm p50 at most 4 ms. Printed as measured / floor / goal with the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.stats import percentile
+
+PROGRAM = "return 1 + 1"
+
+#: One tree's measuring process: only the public API (an old tree has it too). It first reports the request
+#: and result sizes (counted on the channel of one untimed call), then answers each "n" line with samples.
+WORKER = r"""
+import json, sys, threading, time
+from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
+from sandforge.sandbox import channel
+
+backend = sys.argv[1]
+sizes = {"request": 0, "result": 0}
+send, poll = channel.PipeIO.send, channel.PipeIO.poll  # SocketIO inherits both
+
+def counted_send(self, data, *a, **k):  # the call's thread only: the refill's boot is not the request
+    if threading.current_thread() is threading.main_thread():
+        sizes["request"] += len(data)
+    return send(self, data, *a, **k)
+
+def counted_poll(self, *a, **k):
+    chunks = poll(self, *a, **k)
+    if threading.current_thread() is threading.main_thread():
+        sizes["result"] += sum(len(c) for s, c in chunks if s == "result")
+    return chunks
+
+sb = Sandbox(SandboxConfig(backend=backend, pool_size=2))
+pool = sb.pool()
+for _ in range(3):  # warm-up, untimed
+    sb.execute(ExecutionRequest(code=PROGRAM))
+pool.wait_ready(2, timeout=60.0)
+for t in threading.enumerate():  # the backend's one-off look for leftovers (engines' clients) is not per call
+    if t.name.startswith("sandforge-leftovers"):
+        t.join(timeout=120.0)
+for t in threading.enumerate():  # a delayed look (a timer) starts its reaping thread when it fires
+    if t.name.startswith("sandforge-leftovers"):
+        t.join(timeout=120.0)
+channel.PipeIO.send, channel.PipeIO.poll = counted_send, counted_poll
+out = sb.execute(ExecutionRequest(code=PROGRAM))
+channel.PipeIO.send, channel.PipeIO.poll = send, poll
+print(json.dumps(sizes), flush=True)
+
+for line in sys.stdin:
+    n = int(line)
+    wall, host = [], []
+    for _ in range(n):
+        if not pool.wait_ready(2, timeout=60.0):
+            raise SystemExit(f"the {backend} pool did not refill")
+        c0 = time.process_time()
+        began = time.perf_counter()
+        out = sb.execute(ExecutionRequest(code=PROGRAM))
+        took = time.perf_counter() - began
+        m1 = time.thread_time()
+        pool.wait_ready(2, timeout=60.0)  # the refill's CPU counts; this thread's polling for it does not
+        host.append(time.process_time() - c0 - (time.thread_time() - m1))
+        if not out.ok or out.value != 2:
+            raise SystemExit(f"{backend}: {out.error_type}: {out.error_message}")
+        wall.append(took * 1000)
+    print(json.dumps({"wall_ms": wall, "cpu_ms": [c * 1000 for c in host], "stats": pool.stats}), flush=True)
+sb.close()
+""".replace("PROGRAM", repr(PROGRAM))
+
+GOAL_RATIO = 3.0
+GOAL_CPU_MS = 1.5
+GOAL_RUNSC_MS = 4.0
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def fork_floor(n: int, request_bytes: int, result_bytes: int) -> tuple[list[float], list[float]]:
+    """Wall and parent CPU (ms) of ``n`` bare fork + pipe round trips of the given sizes."""
+    request, result = b"r" * request_bytes, b"o" * result_bytes
+    wall: list[float] = []
+    host: list[float] = []
+    for _ in range(n):
+        c0 = _cpu()
+        began = time.perf_counter()
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: read the request, answer, exit
+            try:
+                os.close(to_child_w)
+                os.close(from_child_r)
+                got = 0
+                while got < request_bytes:
+                    got += len(os.read(to_child_r, 1 << 16))
+                os.write(from_child_w, result)
+            finally:
+                os._exit(0)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        os.write(to_child_w, request)
+        while os.read(from_child_r, 1 << 16):
+            pass
+        os.waitpid(pid, 0)
+        os.close(to_child_w)
+        os.close(from_child_r)
+        wall.append((time.perf_counter() - began) * 1000)
+        host.append((_cpu() - c0) * 1000)
+    return wall, host
+
+
+class Tree:
+    """A measuring process running one source tree's ``sandforge``."""
+
+    def __init__(self, tree: Path, backend: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER, backend], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env=env, cwd=tree,
+        )  # fmt: skip
+        self.sizes: dict[str, int] = self._read()
+
+    def _read(self) -> Any:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the measuring process stopped (exit {self.proc.wait()})")
+        return json.loads(line)
+
+    def measure(self, n: int) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{n}\n")
+        self.proc.stdin.flush()
+        answer: dict[str, Any] = self._read()
+        return answer
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def _p(values: list[float], q: float) -> float:
+    return round(percentile(values, q) or 0.0, 3)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="bench/bench_percall.py", description=__doc__)
+    p.add_argument("-n", type=int, default=30, help="timed executions per round and tree")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--backend", default="subprocess")
+    p.add_argument("--base", type=Path, help="an old tree to measure beside this one (process A)")
+    p.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = p.parse_args(argv)
+    here = Path(__file__).resolve().parent.parent
+    trees = {"B": here} if args.base is None else {"A": args.base.resolve(), "B": here}
+    load_start = os.getloadavg()
+    procs = {name: Tree(tree, args.backend) for name, tree in trees.items()}
+    sizes = procs["B"].sizes
+    series: dict[str, dict[str, list[float]]] = {k: {"wall_ms": [], "cpu_ms": []} for k in ["floor", *procs]}
+    for r in range(args.rounds):
+        order = list(procs) if r % 2 == 0 else list(reversed(procs))
+        wall, host = fork_floor(args.n, sizes["request"], sizes["result"])
+        series["floor"]["wall_ms"] += wall
+        series["floor"]["cpu_ms"] += host
+        for name in order:
+            got = procs[name].measure(args.n)
+            series[name]["wall_ms"] += got["wall_ms"]
+            series[name]["cpu_ms"] += got["cpu_ms"]
+    for proc in procs.values():
+        proc.close()
+    load_end = os.getloadavg()
+    floor = _p(series["floor"]["wall_ms"], 50)
+    result: dict[str, Any] = {
+        "backend": args.backend, "sizes": sizes, "n": args.n, "rounds": args.rounds,
+        "loadavg_at_start": [round(x, 2) for x in load_start], "loadavg_at_end": [round(x, 2) for x in load_end],
+        "trees": {k: str(v) for k, v in trees.items()}, "cells": {},
+    }  # fmt: skip
+    print(f"# per-call cost, {args.backend}, trivial program; request {sizes['request']} B, result "
+          f"{sizes['result']} B; load {load_start[0]:.2f} -> {load_end[0]:.2f}")  # fmt: skip
+    print(f"{'subject':<10} {'p50 ms':>8} {'p95 ms':>8} {'x floor':>8} {'CPU ms/exec':>12}")
+    for name, s in series.items():
+        cell = {
+            "p50_ms": _p(s["wall_ms"], 50), "p95_ms": _p(s["wall_ms"], 95), "cpu_ms_median": _p(s["cpu_ms"], 50),
+            "cpu_ms_mean": round(sum(s["cpu_ms"]) / len(s["cpu_ms"]), 3), "samples": len(s["wall_ms"]),
+        }  # fmt: skip
+        result["cells"][name] = cell
+        ratio = cell["p50_ms"] / floor if floor else float("nan")
+        label = name if name == "floor" else f"{name} ({'old' if name == 'A' else 'this'})"
+        print(f"{label:<10} {cell['p50_ms']:>8.2f} {cell['p95_ms']:>8.2f} {ratio:>7.2f}x {cell['cpu_ms_mean']:>12.2f}")
+    ours = result["cells"]["B"]
+    ratio = ours["p50_ms"] / floor if floor else float("nan")
+    verdict = "PASS" if ratio <= GOAL_RATIO else "MISS"
+    print(f"- {verdict} warm p50 {ours['p50_ms']:.2f} ms / fork floor {floor:.2f} ms = {ratio:.2f}x (goal <= "
+          f"{GOAL_RATIO:g}x), load {load_start[0]:.2f} -> {load_end[0]:.2f}")  # fmt: skip
+    verdict = "PASS" if ours["cpu_ms_mean"] <= GOAL_CPU_MS else "MISS"
+    print(f"- {verdict} host CPU {ours['cpu_ms_mean']:.2f} ms/exec (floor {result['cells']['floor']['cpu_ms_mean']:.2f}"
+          f" ms; goal <= {GOAL_CPU_MS:g} ms)")  # fmt: skip
+    if args.backend == "runsc":
+        verdict = "PASS" if ours["p50_ms"] <= GOAL_RUNSC_MS else "MISS"
+        print(f"- {verdict} runsc warm p50 {ours['p50_ms']:.2f} ms (goal <= {GOAL_RUNSC_MS:g} ms)")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""A tenant's stored files (issue 41): what it uploaded (``POST /v1/files``) and the committed outputs of its
+runs, each kept under its state directory until deleted or older than the tenant's ``stored_file_max_age_s``.
+
+Each file is two state files below ``<state_dir>/files``: ``<id>.bin`` (the bytes) and ``<id>.json`` (what is
+said of it), each written atomically with the project's rules (``runtime/files``: 0600, temp file + fsync +
+rename, no symlink followed). The bytes are written first: a record names a file that is whole. A file's id is
+128 random bits, so knowing one is no way to guess another, and a store is rooted in one tenant's directory,
+so another tenant's id is simply not found. A put holds the store's lock (a lock file: ``serve`` and
+``sandforge mcp`` may share one tenant) while it checks the quota (count and bytes) and writes. Files past
+their age are removed when the store is opened (start-up) and on every access.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.files import exclusive, read_state_file, write_state_file
+from sandforge.runtime.files.transfer import media_type
+from sandforge.sandbox import Limits
+
+FILE_ID = re.compile(r"^f_[0-9a-f]{32}$")
+#: The MCP resource of a stored file; ``file_refs`` take this URI or the bare id.
+FILE_URI = "sandforge://files/{id}"
+_URI_PREFIX = "sandforge://files/"
+_RECORD_MAX = 4096
+
+
+class StoreFull(SandforgeError):
+    """A put over the tenant's stored-file quota (count or bytes)."""
+
+
+class BadReference(SandforgeError):
+    """A ``file_refs`` the run cannot take: one line saying which name and why."""
+
+
+class StoredFile(BaseModel):
+    """What is said of one stored file: never its bytes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    name: str
+    size: int
+    sha256: str
+    media_type: str
+    kind: Literal["upload", "output"]
+    created: datetime
+
+    @property
+    def url(self) -> str:
+        return f"/v1/files/{self.id}"
+
+    def listed(self) -> dict[str, object]:
+        return {**self.model_dump(mode="json"), "url": self.url, "uri": FILE_URI.format(id=self.id)}
+
+
+def file_id_of(ref: str) -> str | None:
+    """The id a reference names (an id or ``sandforge://files/ID``), or None when it names none."""
+    ref = ref.removeprefix(_URI_PREFIX)
+    return ref if FILE_ID.fullmatch(ref) else None
+
+
+class UploadStore:
+    """One tenant's stored files, bounded by ``max_files`` and ``max_bytes``, cleaned by ``max_age_s``."""
+
+    def __init__(self, state_dir: Path, *, max_files: int, max_bytes: int, max_age_s: float) -> None:
+        self.base = state_dir
+        self.root = state_dir / "files"
+        self.max_files = max_files
+        self.max_bytes = max_bytes
+        self.max_age_s = max_age_s
+        self.clean()
+
+    def _records(self) -> list[StoredFile]:
+        try:
+            names = [e.name for e in os.scandir(self.root) if e.name.endswith(".json")]
+        except FileNotFoundError:
+            return []
+        records = []
+        for name in names:
+            try:
+                raw = read_state_file(self.base, self.root / name, limit=_RECORD_MAX)
+                records.append(StoredFile.model_validate_json(raw))
+            except (SandforgeError, ValidationError):  # gone meanwhile, or not ours: not a stored file
+                continue
+        return sorted(records, key=lambda r: (r.created, r.id))
+
+    def clean(self) -> int:
+        """Remove every file older than the maximum age (and bytes no record names); how many were removed."""
+        cutoff = time.time() - self.max_age_s
+        removed = 0
+        for record in self._records():
+            if record.created.timestamp() < cutoff:
+                self._remove(record.id)
+                removed += 1
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.root):  # a put that died between its two writes
+                named = self.root / (entry.name.removesuffix(".bin") + ".json")
+                stale = entry.name.endswith(".bin") and entry.stat(follow_symlinks=False).st_mtime < time.time() - 60
+                if stale and not named.exists():
+                    with contextlib.suppress(OSError):
+                        Path(entry.path).unlink()
+        return removed
+
+    def files(self) -> list[StoredFile]:
+        self.clean()
+        return self._records()
+
+    def put(self, name: str, body: bytes, kind: Literal["upload", "output"] = "upload") -> StoredFile:
+        """Store ``body`` as ``name`` (a checked file name); StoreFull over the quota, nothing written."""
+        self.clean()
+        with exclusive(self.root / "store"):
+            records = self._records()
+            if len(records) + 1 > self.max_files:
+                raise StoreFull(f"this tenant's stored files are at their limit of {self.max_files} files")
+            used = sum(r.size for r in records)
+            if used + len(body) > self.max_bytes:
+                raise StoreFull(f"this file would take this tenant's stored files over {self.max_bytes} bytes "
+                                f"({used} used)")  # fmt: skip
+            record = StoredFile(id="f_" + secrets.token_hex(16), name=name, size=len(body),
+                                sha256=hashlib.sha256(body).hexdigest(), media_type=media_type(name), kind=kind,
+                                created=datetime.now(UTC))  # fmt: skip
+            write_state_file(self.base, self.root / f"{record.id}.bin", body)
+            write_state_file(self.base, self.root / f"{record.id}.json", record.model_dump_json().encode())
+            return record
+
+    def put_all(self, files: Iterable[tuple[str, bytes]], kind: Literal["upload", "output"]) -> list[StoredFile]:
+        """Store every file or none: on any failure (StoreFull over the quota) those already stored are removed."""
+        stored: list[StoredFile] = []
+        try:
+            for name, body in files:
+                stored.append(self.put(name, body, kind))
+        except BaseException:
+            for record in stored:
+                self._remove(record.id)
+            raise
+        return stored
+
+    def info(self, file_id: str) -> StoredFile | None:
+        self.clean()
+        if not FILE_ID.fullmatch(file_id):
+            return None
+        try:
+            return StoredFile.model_validate_json(
+                read_state_file(self.base, self.root / f"{file_id}.json", limit=_RECORD_MAX)
+            )
+        except (SandforgeError, ValidationError):
+            return None
+
+    def read(self, file_id: str) -> tuple[StoredFile, bytes] | None:
+        """A file's record and bytes, or None when this tenant has no such file."""
+        record = self.info(file_id)
+        if record is None:
+            return None
+        try:
+            body = read_state_file(self.base, self.root / f"{file_id}.bin", limit=record.size)
+        except SandforgeError:
+            return None
+        return record, body
+
+    def referenced(self, refs: Mapping[str, str], inline: Mapping[str, object], limits: Limits) -> dict[str, bytes]:
+        """The input files ``refs`` names (name -> an id or ``sandforge://files/ID``), within ``limits`` (count,
+        each, total: checked on the records, before a byte is read). BadReference for a name also given
+        ``inline``, a reference to no file of this tenant (another tenant's id is not found, as a made-up one
+        is), or a bound broken."""
+        if len(refs) + len(inline) > limits.max_files:
+            raise BadReference(f"{len(refs) + len(inline)} input files; the limit is {limits.max_files}")
+        records: dict[str, StoredFile] = {}
+        total = 0
+        for name, ref in refs.items():
+            if name in inline:
+                raise BadReference(f"file_refs.{name}: this input file is also given in files")
+            file_id = file_id_of(ref)
+            record = self.info(file_id) if file_id is not None else None
+            if record is None:
+                raise BadReference(f"file_refs.{name}: no such stored file")
+            total += record.size
+            if record.size > limits.max_file_bytes or total > limits.max_files_bytes:
+                raise BadReference(f"file_refs.{name}: over the input files' limits ({limits.max_file_bytes} bytes "
+                                   f"each, {limits.max_files_bytes} in all)")  # fmt: skip
+            records[name] = record
+        files: dict[str, bytes] = {}
+        for name, record in records.items():
+            found = self.read(record.id)
+            if found is None:
+                raise BadReference(f"file_refs.{name}: no such stored file")
+            files[name] = found[1]
+        return files
+
+    def find(self, sha256: str, name: str) -> StoredFile | None:
+        """The newest stored output named ``name`` with this content (a call record names its outputs so)."""
+        matches = [r for r in self.files() if r.sha256 == sha256 and r.name == name and r.kind == "output"]
+        return matches[-1] if matches else None
+
+    def delete(self, file_id: str) -> bool:
+        if self.info(file_id) is None:
+            return False
+        self._remove(file_id)
+        return True
+
+    def _remove(self, file_id: str) -> None:
+        for suffix in (".json", ".bin"):  # the record first: a reader never finds a record without its bytes
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / f"{file_id}{suffix}").unlink()

@@ -1,0 +1,131 @@
+"""An environment zygote's pre-import: the environment's top-level modules imported once, in the zygote, so each
+runner it forks starts with them loaded (issue 39 item 3); its host side is ``sandbox/envzygotes.py``.
+
+The zygote imports them before any child exists, so before any tripwire is installed, and exactly as a
+program's ``import`` in a runner would (``envmodules.import_for_program``): the unpickling floor first (a
+package that binds ``pickle.loads`` at import binds the refusing one), the package classes disarmed after. The
+program still reaches them only through its proxies, which each child makes for itself: the same module
+objects, the same withheld names and loaders.
+
+The zygote reads the site at its host path, but its children see it at ``ENV_MOUNT_PATH``: every path the
+import recorded is pointed there afterwards (``__file__``, ``__path__``, the spec, the loader, and the file name
+of every function's code, which the tripwire reads to tell library code from the program's, and a module's own
+global strings and paths under the site: ``HERE = os.path.dirname(__file__)``). A path kept anywhere else (inside
+a container, an object) still names the host's site, which a runner does not have: the package fails to open
+it, and a frame left with the host path is not library code to the tripwire: both fail closed. A package that
+needs a thread at import, or fails to import, fails the zygote (the host falls back to the plain one).
+"""
+# ruff: noqa: PTH112, PTH117, PTH120, PTH208
+# (the runner avoids pathlib (import cost))
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import sys
+import types
+from typing import Any, TypeGuard
+
+from . import envmodules, packages
+from .wire import ENV_MOUNT_PATH
+
+
+class PreloadFailed(Exception):
+    """The environment cannot be pre-imported in a zygote; the message is one line."""
+
+
+def preload(environment: Any) -> list[str]:
+    """Import ``environment``'s modules (the boot frame's part, with ``bind_source``); the names imported."""
+    if not isinstance(environment, dict) or not isinstance(environment.get("bind_source"), str):
+        raise PreloadFailed("the environment to pre-import names no site")
+    site, env_id = os.path.normpath(environment["bind_source"]), str(environment.get("env_id"))
+    names = [n for n in environment.get("modules") or [] if isinstance(n, str) and n.isidentifier() and n[0] != "_"]
+    os.chdir("/")  # nothing the import records may name the host's working directory
+    for variable in envmodules.SINGLE_THREADED:
+        os.environ[variable] = "1"
+    packages.disarm_unpickling()
+    before, saved = set(sys.modules), sys.path[:]
+    stdlib = os.path.dirname(os.__file__)
+    # What a runner's import finds: the standard library, then the site (not the host's own site-packages).
+    sys.path[:] = [p for p in saved if _under(p, stdlib) or p.endswith((".zip", "lib-dynload"))] + [site]
+    try:
+        for name in names:
+            packages.check_import(name)
+            try:
+                importlib.import_module(name)
+            except Exception as exc:
+                raise PreloadFailed(f"import {name}: {type(exc).__name__}: {exc}"[:300]) from None
+        packages.disarm()
+    finally:
+        sys.path[:] = saved
+        for entry in [p for p in sys.path_importer_cache if _under(p, site)]:
+            del sys.path_importer_cache[entry]
+    strays = sorted(n for n in set(sys.modules) - before if not _from(sys.modules[n], (site, stdlib)))
+    if strays:
+        raise PreloadFailed(f"importing {', '.join(names)} loaded {', '.join(strays[:3])} from outside the environment")
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+    if threads != 1:
+        raise PreloadFailed(f"importing {', '.join(names)} started {threads - 1} thread(s); a zygote forks only alone")
+    _repoint(site)
+    envmodules.PRELOADED[:] = [env_id]
+    gc.freeze()  # a child's collections never walk (and so never copy) the pages of what the import made
+    return names
+
+
+def _under(path: Any, root: str) -> TypeGuard[str]:
+    return isinstance(path, str) and (path == root or path.startswith(root + os.sep))
+
+
+def _from(module: Any, roots: tuple[str, ...]) -> bool:
+    """Whether ``module`` was loaded from under one of ``roots`` (or from no file: built in, frozen, namespace)."""
+    origin = getattr(getattr(module, "__spec__", None), "origin", None)
+    return not isinstance(origin, str) or not os.path.isabs(origin) or any(_under(origin, r) for r in roots)
+
+
+def _moved(path: str, site: str) -> str:
+    return ENV_MOUNT_PATH + path[len(site) :]
+
+
+def _repoint(site: str) -> None:
+    """Every path the import recorded under ``site``, pointed at the same file under ``ENV_MOUNT_PATH``."""
+    for module in list(sys.modules.values()):
+        if isinstance(module, types.ModuleType):
+            _repoint_module(module, site)
+    imp: Any = sys.modules["_imp"]
+    for obj in gc.get_objects():  # functions: their code's file name, nested code objects included
+        code = obj.__code__ if isinstance(obj, types.FunctionType) else None
+        if code is not None and _under(code.co_filename, site):
+            imp._fix_co_filename(code, _moved(code.co_filename, site))
+    import linecache
+
+    linecache.clearcache()
+
+
+def _repoint_module(module: types.ModuleType, site: str) -> None:
+    """``module``'s file, cached file, search path, spec and loader paths under ``site``, moved."""
+    names = vars(module)
+    for attr in ("__file__", "__cached__"):
+        if _under(names.get(attr), site):
+            setattr(module, attr, _moved(names[attr], site))
+    spec, loader = names.get("__spec__"), names.get("__loader__")
+    for search in (names.get("__path__"), getattr(spec, "submodule_search_locations", None)):
+        if isinstance(search, list):
+            search[:] = [_moved(p, site) if _under(p, site) else p for p in search]
+    for holder, attr in ((spec, "origin"), (spec, "cached"), (loader, "path")):
+        value = getattr(holder, attr, None)
+        if _under(value, site):
+            setattr(holder, attr, _moved(value, site))
+    for name, value in list(names.items()):  # ``HERE = os.path.dirname(__file__)``, ``DATA = Path(...)``
+        if _under(value, site):
+            names[name] = _moved(value, site)
+        elif type(value).__module__ == "pathlib" and _under(str(value), site):
+            names[name] = type(value)(_moved(str(value), site))
+
+
+def check_spawn(request_environment: Any) -> None:
+    """Refuse to fork a runner for another environment (or none) than the one this zygote pre-imported."""
+    preloaded = envmodules.PRELOADED
+    wanted = request_environment.get("env_id") if isinstance(request_environment, dict) else None
+    if preloaded and wanted != preloaded[0]:
+        raise ValueError(f"this zygote pre-imported environment {preloaded[0]}, not {wanted}")
