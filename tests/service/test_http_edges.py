@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import anyio
 import pytest
 from fastapi.testclient import TestClient
 from starlette.routing import Route
@@ -233,3 +234,31 @@ def test_the_paths_oauth_clients_probe_say_to_send_a_bearer_token(site: Site) ->
             assert response.status_code == 404, (path, response.text)
             body = response.json()  # RFC 6749 section 5.2's shape: what OAuth clients show their user
             assert body["error"] == "access_denied" and "sandforge tokens create" in body["error_description"]
+
+
+def _raw_head(site: Site, path: str, token: str | None) -> tuple[int, bytes]:
+    """A HEAD straight through the gatekeeper's ASGI interface: the test client drops a HEAD's body itself, so
+    only the messages the app sends show that no body leaves the server."""
+    headers = [(b"host", b"127.0.0.1")] + ([(b"authorization", f"Bearer {token}".encode())] if token else [])
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "HEAD", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "headers": headers,
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "root_path": ""}  # fmt: skip
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    anyio.run(site.app.state.gate, scope, receive, send)
+    assert scope["method"] == "HEAD"  # the server's own scope stays a HEAD (uvicorn sends no body for it either)
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_no_body_leaves_the_gatekeeper_for_a_head(site: Site) -> None:
+    with site.client("alpha") as client:
+        stored = client.post("/v1/files", files={"file": ("raw.txt", b"raw bytes")}).json()["files"][0]
+    assert _raw_head(site, "/healthz", None) == (200, b"")
+    assert _raw_head(site, f"/v1/files/{stored['id']}", site.tokens["alpha"]) == (200, b"")
+    assert _raw_head(site, "/v1/tools", None) == (401, b"")  # the gatekeeper's own answer too
