@@ -66,11 +66,14 @@ def _login_routes(app: FastAPI, dash: Dashboard) -> None:
         if code is None:
             return _login_page()
         started = time.perf_counter()
-        token = dash.sessions.redeem(code)
+        head = bool(request.scope.get(auth.HEAD_REQUEST))  # a link checker's HEAD: the code stays usable
+        token = dash.sessions.redeem(code, consume=not head)
         rt = dash.for_token(token) if token else None
         if token is None or rt is None:
             dash.record(request, None, 401, "unauthorized", started)
             return _login_page("this login link is used up or expired", 401)
+        if head:  # the GET's status, but no session cookie: only the GET that uses up the code logs in
+            return _redirect("/dashboard")
         dash.record(request, rt.name, 303, "login", started)
         return _redirect("/dashboard", auth.cookie_header(token))
 

@@ -26,6 +26,9 @@ COOKIE_PATH = "/dashboard"
 SESSION_S = 12 * 3600
 MAX_FORM_BYTES = 16 * 1024
 LOGIN_CODE_S = 600
+#: scope key the service's gatekeeper sets when the GET a route sees answers a HEAD (``service/head.py``):
+#: a GET with an effect skips it then (a HEAD of a login link does not use up its code)
+HEAD_REQUEST = "sandforge.head"
 
 
 class Sessions:
@@ -50,10 +53,11 @@ class Sessions:
             self._codes[code] = (token, time.monotonic() + LOGIN_CODE_S)
         return code
 
-    def redeem(self, code: str) -> str | None:
+    def redeem(self, code: str, *, consume: bool = True) -> str | None:
+        """The code's token while it is valid; ``consume=False`` (a HEAD of the link) leaves the code usable."""
         with self._lock:
             found = next((c for c in self._codes if hmac.compare_digest(c, code)), None)
-            entry = self._codes.pop(found) if found is not None else None
+            entry = None if found is None else self._codes.pop(found) if consume else self._codes[found]
         if entry is None or entry[1] < time.monotonic():
             return None
         return entry[0]

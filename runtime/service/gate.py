@@ -5,7 +5,8 @@ For every request under ``/v1`` and ``/mcp`` it resolves ``Authorization: Bearer
 ``max_body_bytes`` (413: by Content-Length before reading, else while reading it, before the app sees any
 of it), answers 503 once the server is draining, and puts the :class:`TenantRuntime` in
 ``scope["state"]["tenant"]`` for the routes (h-mcp's ``/mcp`` app reads it there too).
-Every such request gets one audit line.
+Every such request gets one audit line. Every request (any path) that is a HEAD is answered as its GET
+without the body (:mod:`.head`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from sandforge.runtime.service.audit import AuditLog, AuditRecord, mcp_fields, note
 from sandforge.runtime.service.auth_challenge import challenge
+from sandforge.runtime.service.head import as_get
 from sandforge.runtime.service.tenants import TenantRuntime, TenantRuntimes
 
 Scope = MutableMapping[str, Any]
@@ -95,6 +97,8 @@ class Gatekeeper:
         self.direct: dict[tuple[str, str], DirectHandler] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method = scope.get("method", "")
+        scope, send = as_get(scope, send)  # HEAD wherever GET: the GET's answer without its body
         path = scope.get("path", "") if scope["type"] == "http" else ""
         if not path.startswith(PROTECTED):
             await self.app(scope, receive, send)
@@ -135,7 +139,7 @@ class Gatekeeper:
             self.audit.write(
                 AuditRecord(
                     request_id=state["request_id"], tenant=tenant.name if tenant is not None else None,
-                    method=scope.get("method", ""), path=path[:512], status=status["code"],
+                    method=method, path=path[:512], status=status["code"],
                     outcome=state.get("outcome"), duration_ms=round((time.perf_counter() - started) * 1000, 3),
                     client=client[0] if client else None, **state.get("audit", {}),
                 )

@@ -12,6 +12,8 @@ from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute, Match
 from starlette.types import Scope
 
+from sandforge.runtime.service.head import with_head
+
 #: what FastAPI raises as a 400 when a JSON body is not UTF-8 (its JSON syntax errors are validation errors)
 UNDECODABLE = "body: not UTF-8 JSON"
 
@@ -23,7 +25,7 @@ def allowed_methods(routes: Iterable[BaseRoute], scope: Scope) -> str:
         match, _ = route.matches(scope)
         if match is not Match.NONE:
             methods |= getattr(route, "methods", None) or set()
-    return ", ".join(sorted(methods))
+    return ", ".join(sorted(with_head(methods)))  # the gatekeeper answers HEAD wherever GET
 
 
 def undecodable_body(exc: HTTPException) -> bool:

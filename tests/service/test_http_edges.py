@@ -1,7 +1,7 @@
-"""The HTTP API's edges, in process through the gatekeeper (issue 37, item 6): one answer per kind of bad body
-and ``Allow`` on every 405, both swept over the app's own route table (a route added later is covered
-without touching this file); RFC 3339 times; ``GET /v1/sessions`` paged and per tenant; strict session
-bodies; the auth challenge and the OAuth paths' answer."""
+"""The HTTP API's edges, in process through the gatekeeper (issue 37, item 6): one answer per kind of bad body,
+``Allow`` on every 405 (HEAD wherever GET) and HEAD on every GET route, swept over the app's own route table (a
+route added later is covered without touching this file); RFC 3339 times; ``GET /v1/sessions`` paged and per
+tenant; strict session bodies; the auth challenge and the OAuth paths' answer."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import anyio
 import pytest
 from fastapi.testclient import TestClient
 from starlette.routing import Route
@@ -101,7 +102,55 @@ def test_every_405_says_what_the_path_allows(site: Site) -> None:
             refused = next(m for m in ("DELETE", "PATCH", "PUT", "POST", "GET") if m not in methods)
             response = client.request(refused, _concrete(path))
             _assert_error(response, 405, "method_not_allowed")
-            assert set(response.headers["allow"].split(", ")) == methods, (path, response.headers["allow"])
+            allowed = methods | {"HEAD"} if "GET" in methods else methods  # HEAD wherever GET (RFC 9110)
+            assert set(response.headers["allow"].split(", ")) == allowed, (path, response.headers["allow"])
+
+
+#: the headers a HEAD answers as its GET does (RFC 9110 section 9.3.2); Content-Length only present, as live
+#: pages (counts, ages) may change length between two requests (the stored file's is compared exactly below)
+HEAD_HEADERS = ("content-type", "etag", "location", "www-authenticate", "cache-control")
+
+
+def _assert_head_like_get(client: TestClient, path: str, **kwargs: Any) -> None:
+    got = client.get(path, follow_redirects=False, **kwargs)
+    head = client.head(path, follow_redirects=False, **kwargs)
+    assert head.status_code == got.status_code, (path, head.status_code, got.status_code)
+    assert head.content == b"", (path, head.content[:80])
+    for name in HEAD_HEADERS:
+        assert head.headers.get(name) == got.headers.get(name), (path, name)
+    assert ("content-length" in head.headers) == ("content-length" in got.headers), path
+
+
+def test_every_get_route_answers_head_like_get_without_a_body(site: Site) -> None:
+    paths = sorted({_concrete(r.path) for r in _routes(site) if "GET" in (r.methods or ())})
+    assert {"/healthz", "/v1/tools", "/dashboard", "/v1/files/x"} <= set(paths)  # the sweep sees the table
+    with site.client("alpha") as client:
+        stored = client.post("/v1/files", files={"file": ("notes.txt", b"hello, head")}).json()["files"][0]
+        paths.append(f"/v1/files/{stored['id']}")  # a real download, not only a 404
+        for path in paths:
+            _assert_head_like_get(client, path)
+        session = {"Cookie": f"sf_dashboard={site.tokens['alpha']}"}
+        for path in (p for p in paths if p.startswith("/dashboard")):
+            _assert_head_like_get(client, path, headers=session)  # the pages themselves, logged in
+        download = client.head(f"/v1/files/{stored['id']}")
+    assert download.status_code == 200 and download.headers["content-length"] == str(len(b"hello, head"))
+
+
+def test_a_head_without_a_token_is_refused_like_its_get(site: Site) -> None:
+    with site.client() as client:
+        _assert_head_like_get(client, "/v1/tools")
+        assert client.head("/v1/tools").status_code == 401
+
+
+def test_a_head_of_a_login_link_leaves_its_code_usable(site: Site) -> None:
+    code = site.app.state.dashboard.sessions.add_login_code(site.tokens["alpha"])
+    with site.client() as client:
+        head = client.head(f"/dashboard/login?code={code}", follow_redirects=False)
+        assert head.status_code == 303 and "set-cookie" not in head.headers  # only the GET logs a browser in
+        login = client.get(f"/dashboard/login?code={code}", follow_redirects=False)
+        assert login.status_code == 303 and "sf_dashboard=" in login.headers["set-cookie"]
+        again = client.head(f"/dashboard/login?code={code}", follow_redirects=False)
+    assert again.status_code == 401 and again.content == b""  # used up by the GET, as a second GET would see
 
 
 def test_session_times_are_rfc3339_everywhere_the_api_answers_them(site: Site) -> None:
@@ -185,3 +234,31 @@ def test_the_paths_oauth_clients_probe_say_to_send_a_bearer_token(site: Site) ->
             assert response.status_code == 404, (path, response.text)
             body = response.json()  # RFC 6749 section 5.2's shape: what OAuth clients show their user
             assert body["error"] == "access_denied" and "sandforge tokens create" in body["error_description"]
+
+
+def _raw_head(site: Site, path: str, token: str | None) -> tuple[int, bytes]:
+    """A HEAD straight through the gatekeeper's ASGI interface: the test client drops a HEAD's body itself, so
+    only the messages the app sends show that no body leaves the server."""
+    headers = [(b"host", b"127.0.0.1")] + ([(b"authorization", f"Bearer {token}".encode())] if token else [])
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "HEAD", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "headers": headers,
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "root_path": ""}  # fmt: skip
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    anyio.run(site.app.state.gate, scope, receive, send)
+    assert scope["method"] == "HEAD"  # the server's own scope stays a HEAD (uvicorn sends no body for it either)
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_no_body_leaves_the_gatekeeper_for_a_head(site: Site) -> None:
+    with site.client("alpha") as client:
+        stored = client.post("/v1/files", files={"file": ("raw.txt", b"raw bytes")}).json()["files"][0]
+    assert _raw_head(site, "/healthz", None) == (200, b"")
+    assert _raw_head(site, f"/v1/files/{stored['id']}", site.tokens["alpha"]) == (200, b"")
+    assert _raw_head(site, "/v1/tools", None) == (401, b"")  # the gatekeeper's own answer too
