@@ -2,7 +2,8 @@
 
 Scripted by default (no network, a few seconds): the first program breaks a guardrail and is regenerated,
 a failing attempt is rolled back, state survives across calls, a failure is a typed outcome, a method
-delegates to a second tool, and the call log is printed. ``--live`` runs the same calls on Claude.
+delegates to a second tool, and the call log is printed. ``--live`` runs the same calls on Claude, ``--provider
+openai`` on any OpenAI-compatible endpoint (the same model flags as ``chat``; the key from the environment).
 ``--news`` runs the design documents' news scenario instead (brokered egress, forged tools that persist;
 ``runtime/cli/news_demo.py``).
 """
@@ -21,6 +22,7 @@ import click
 from sandforge.runtime.agent import Agent, Outcome, Workspace
 from sandforge.runtime.agent.calllog import CallLog
 from sandforge.runtime.cli.logs_cmd import failure_text, format_record, tree_order
+from sandforge.runtime.cli.model_options import model_options, model_settings
 from sandforge.runtime.cli.output import emit_json
 from sandforge.runtime.errors import UsageError
 from sandforge.runtime.providers import ScriptedProvider
@@ -119,8 +121,11 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
             "provider_calls": meta.get("provider_calls"), "call_id": meta.get("call_id")}  # fmt: skip
 
 
-def run_demo(provider: Provider, backend: str, log_path: Path, *, live: bool, as_json: bool = False) -> None:
-    """The calculator walk-through; under ``as_json`` the narrative goes to stderr and one JSON summary to stdout."""
+def run_demo(provider: Provider, backend: str, log_path: Path, *, live: bool, as_json: bool = False,
+             source: str | None = None) -> None:  # fmt: skip
+    """The calculator walk-through; under ``as_json`` the narrative goes to stderr and one JSON summary to stdout.
+
+    ``source`` names a live model in the narrative (default: Claude)."""
     echo = _stderr if as_json else click.echo
     summary: list[dict[str, Any]] = []
     sandbox = Sandbox(SandboxConfig.from_env(backend=backend, pool_size=1))
@@ -130,7 +135,7 @@ def run_demo(provider: Provider, backend: str, log_path: Path, *, live: bool, as
         ws = Workspace(provider=counting, sandbox=sandbox, log=CallLog(log_path))
         calc = Agent.for_role("calculator", workspace=ws)
         started = time.monotonic()
-        source = "Claude (live)" if live else "a scripted provider (prepared programs, no network)"
+        source = source or ("Claude (live)" if live else "a scripted provider (prepared programs, no network)")
         echo("sandforge demo: a calculator agent whose methods are written by a model on first call")
         echo(f"programs come from {source}; they run in the {backend} sandbox\n")
 
@@ -183,8 +188,10 @@ def run_demo(provider: Provider, backend: str, log_path: Path, *, live: bool, as
 @click.command("demo")
 @click.option("--backend", type=click.Choice(BACKENDS), default="subprocess", show_default=True,
               help="Sandbox backend (docker and gvisor need a Docker engine and the sandbox image).")  # fmt: skip
-@click.option("--live", is_flag=True, help="Generate programs with Claude (needs ANTHROPIC_API_KEY).")
-@click.option("--model", default=None, help="Claude model for --live (default: SANDFORGE_ANTHROPIC_MODEL or built-in).")
+@click.option("--live", is_flag=True, help="Generate programs with a live model (default Claude: ANTHROPIC_API_KEY).")
+@click.option("--provider", "provider_kind", type=click.Choice(["anthropic", "openai", "replay"]), default=None,
+              help="The live model (implies --live; default: anthropic); replay serves a --record file.")  # fmt: skip
+@model_options()
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the call log here (default: a new temporary file).")  # fmt: skip
 @click.option("--news", is_flag=True,
@@ -194,29 +201,50 @@ def run_demo(provider: Provider, backend: str, log_path: Path, *, live: bool, as
               help="--news: the ToolStore directory (default: <state dir>/demo-news, kept across runs).")  # fmt: skip
 @click.option("--fresh", is_flag=True, help="--news: forget the tools earlier runs stored first.")
 @click.option("--json", "as_json", is_flag=True, help="Narrative on stderr, one JSON summary on stdout.")
-def command(backend: str, live: bool, model: str | None, log_path: Path | None, news: bool,
-            store_dir: Path | None, fresh: bool, as_json: bool) -> None:  # fmt: skip
+def command(backend: str, live: bool, provider_kind: str | None, log_path: Path | None, news: bool,
+            store_dir: Path | None, fresh: bool, as_json: bool, **model: Any) -> None:  # fmt: skip
     """Run a calculator agent through the lifecycle: guardrail recovery, rollback, state, nested calls.
 
     With --news: an assistant reads Google News, Yahoo News and NYT feeds served on loopback, through the
     host's egress broker, and forges tools that a second run reuses without a model call."""
+    settings = model_settings(model)
+    live = live or provider_kind is not None
+    if settings and not live:
+        raise UsageError("the model options need --live or --provider", hint="sandforge demo --provider openai")
     if news:
         _news(backend, live=live, log_path=log_path, store_dir=store_dir, fresh=fresh, as_json=as_json)
         return
     if store_dir is not None or fresh:
         raise UsageError("--store and --fresh belong to --news", hint="sandforge demo --news --fresh")
-    provider: Provider
-    if live:
-        if not os.environ.get("ANTHROPIC_API_KEY"):
-            raise UsageError("--live needs ANTHROPIC_API_KEY", hint="without --live the demo uses scripted programs")
-        from sandforge.runtime.providers.anthropic_provider import AnthropicProvider
-
-        provider = AnthropicProvider(model=model)
-    else:
-        provider = ScriptedProvider(DEMO_PROGRAMS)
+    provider = _live_provider(provider_kind or "anthropic", dict(settings)) if live else ScriptedProvider(DEMO_PROGRAMS)
     if log_path is None:
         log_path = Path(tempfile.mkdtemp(prefix="sandforge-demo-")) / "calls.jsonl"
-    run_demo(provider, backend, log_path, live=live, as_json=as_json)
+    run_demo(provider, backend, log_path, live=live, as_json=as_json, source=_source(provider_kind, settings))
+
+
+def _live_provider(kind: str, settings: dict[str, Any]) -> Provider:
+    """The program writer ``chat --provider`` would build from the same flags."""
+    from sandforge.runtime.providers.factory import ModelSettings, program_provider
+
+    if kind == "anthropic" and not settings.get("api_key_env") and not os.environ.get("ANTHROPIC_API_KEY"):
+        raise UsageError("--live needs ANTHROPIC_API_KEY", hint="without --live the demo uses scripted programs")
+    if kind == "replay" and "recording" not in settings:
+        raise UsageError("--provider replay needs --replay FILE", hint="record one with --record FILE")
+    replay = settings.pop("recording", None)
+    try:
+        return program_provider(kind, ModelSettings(**settings), replay=replay)
+    except ValueError as exc:  # pydantic's: a setting out of range
+        raise UsageError(f"invalid model options: {str(exc).splitlines()[-1].strip()}") from None
+
+
+def _source(kind: str | None, settings: dict[str, Any]) -> str | None:
+    """Where the programs come from, for the narrative (never the key: only where it was sent)."""
+    if kind == "openai":
+        where = f" at {settings['base_url']}" if settings.get("base_url") else ""
+        return f"an OpenAI-compatible model{where} (live)"
+    if kind == "replay":
+        return f"the recording {settings['recording']} (replayed, no network)"
+    return None
 
 
 def _news(backend: str, *, live: bool, log_path: Path | None, store_dir: Path | None, fresh: bool,

@@ -175,3 +175,42 @@ def test_serve_tenant_with_provider_openai(tmp_path: Path, server: WireServer) -
     written = everything_written(tmp_path / "serve")
     assert any(name.endswith("audit.jsonl") for name in written)
     assert_no_key({"outcome": json.dumps(outcome).encode(), "calls": calls.encode(), **written})
+
+
+def test_demo_with_provider_openai_records_and_replays(tmp_path: Path) -> None:
+    """``sandforge demo --provider openai``: the calculator walk-through on an OpenAI-compatible server, the
+    key only in the environment; its recording then replays the demo with no server and no key."""
+    from sandforge.runtime.cli.demo_cmd import DEMO_PROGRAMS
+
+    state, recording = tmp_path / "state", tmp_path / "state" / "demo.jsonl"
+    state.mkdir()
+    with wire_server() as server:
+        server.queue(*(Reply(body=program_completion(code)) for code in DEMO_PROGRAMS))
+        args = [sys.executable, "-m", "sandforge", "demo", "--provider", "openai", "--base-url", f"{server.url}/v1",
+                "--model", "local-model", "--log", str(state / "calls.jsonl"), "--record", str(recording)]  # fmt: skip
+        done = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert_key_was_sent(server)
+        assert len(server.requests) == len(DEMO_PROGRAMS)
+        assert {r.body["model"] for r in server.requests} == {"local-model"}
+    assert f"programs come from an OpenAI-compatible model at {server.url}/v1 (live)" in done.stdout
+    assert "rejected by the guardrail before running" in done.stdout  # the first program imports os
+    assert "calculator.multiply -> ok 15" in done.stdout and "└ statistician.mean([2, 4, 9]) -> ok 5" in done.stdout
+    calls = [json.loads(line) for line in (state / "calls.jsonl").read_text().splitlines()]
+    assert {c["provider"] for c in calls} == {"openai"} and len(calls) == 5
+    assert_no_key({"stdout": done.stdout.encode(), "stderr": done.stderr.encode(), **everything_written(state)})
+
+    replay = [sys.executable, "-m", "sandforge", "demo", "--provider", "replay", "--replay", str(recording),
+              "--log", str(tmp_path / "replayed.jsonl")]  # fmt: skip
+    env = {k: v for k, v in _env().items() if k != "OPENAI_API_KEY"}
+    again = subprocess.run(replay, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"programs come from the recording {recording} (replayed, no network)" in again.stdout
+    assert "calculator.multiply -> ok 15" in again.stdout and "└ statistician.mean([2, 4, 9]) -> ok 5" in again.stdout
+
+
+def test_demo_model_options_need_a_live_model() -> None:
+    done = subprocess.run([sys.executable, "-m", "sandforge", "demo", "--model", "m"], capture_output=True, text=True,
+                          env=_env(), timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "the model options need --live or --provider" in done.stderr
+    assert "Traceback" not in done.stderr

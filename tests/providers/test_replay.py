@@ -5,7 +5,7 @@ then writes, a program that calls another tool (a nested call served from the st
 that the store answers without the model. Replaying it twice, each time into a fresh state directory, gives
 call-log records byte-identical to each other and to the recorded run's, once the fields a run measures or
 mints are normalised (``replay.normalised``: ids numbered by first appearance, clock times and durations
-blanked; they are this machine's timing, not the model's answer). On subprocess and on docker.
+blanked; they are this machine's timing, not the model's answer). On subprocess, docker and gVisor.
 """
 
 from __future__ import annotations
@@ -57,7 +57,10 @@ def session(provider: Any, state: Path, backend: str) -> tuple[list[Any], str]:
     return [(o.status, o.value, o.error_type) for o in outcomes], (state / "calls.jsonl").read_text()
 
 
-@pytest.fixture(params=["subprocess", pytest.param("docker", marks=pytest.mark.docker)])
+@pytest.fixture(
+    params=["subprocess", pytest.param("docker", marks=pytest.mark.docker),
+            pytest.param("gvisor", marks=[pytest.mark.docker, pytest.mark.gvisor])]
+)  # fmt: skip
 def backend(request: pytest.FixtureRequest) -> str:
     _require_backend(request.param)
     return str(request.param)
