@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from sandforge.runtime.files.transfer import commit_output_files, read_files_opt
 from sandforge.runtime.guardrails import ValidationResult
 from sandforge.runtime.guardrails.engine import source_text
 from sandforge.sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
+
+log = logging.getLogger(__name__)
 
 
 def _json_arg(text: str, flag: str, kind: type) -> Any:
@@ -201,6 +204,7 @@ def command(
             outcome, verdict = execute_program(sb, request, policy=policy, bridge=bridge,  # + its environment
                                                environments=_building_shown())  # fmt: skip
         outcome = bridge.fetches.attach(outcome)
+        log.debug("ran on %s: %s in %.1f ms", config.backend, outcome.status, clock.seconds() * 1000)
         record_run(outcome, verdict, request, clock)  # before the commit: a run that ran is in the log
         if commit and outcome.ok and context_path is not None:
             data = encode_compact(outcome.context, limit=bound, what="the new context") + b"\n"
