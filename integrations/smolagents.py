@@ -32,6 +32,7 @@ from smolagents import CodeAgent, Model, Tool
 from smolagents.local_python_executor import CodeOutput, PythonExecutor
 
 from sandforge.integrations.core import RoleMethod, SandforgeTools
+from sandforge.sandbox.inside.compilation import parse as parse_program
 
 __all__ = ["INSTRUCTIONS", "ProgramFailed", "SandforgeExecutor", "code_agent", "role_method_tools"]
 
@@ -66,7 +67,7 @@ def _json(value: Any) -> Any:
 def _returning_last_expression(code: str) -> str:
     """``code`` with its last top-level expression returned (smolagents' step output), when it ends in one."""
     try:
-        body = ast.parse(code).body
+        body = parse_program(code).body
     except SyntaxError:
         return code  # the policy reports it, with its line
     if not body or not isinstance(body[-1], ast.Expr):

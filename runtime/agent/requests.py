@@ -3,13 +3,13 @@ it may use and the feedback of the attempts that failed before it."""
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
 from sandforge.runtime.agent.env import CallSpec
 from sandforge.runtime.agent.state import Transaction
 from sandforge.runtime.providers.base import AttemptFeedback, GenerationRequest
 from sandforge.sandbox.context import ContextSnapshot
+from sandforge.sandbox.inside.compilation import parse as parse_program
 from sandforge.sandbox.inside.world import ALLOWED_MODULES
 
 MAX_CONTEXT_KEYS_IN_PROMPT = 50
@@ -21,7 +21,7 @@ def syntax_problem(code: str) -> str | None:
     if not code.strip():
         return "the program is empty"
     try:
-        ast.parse(code, "<tool>", "exec")
+        parse_program(code, "<tool>", "exec")
     except SyntaxError as exc:
         return f"syntax error at line {exc.lineno}: {exc.msg}"
     except (ValueError, RecursionError, MemoryError) as exc:

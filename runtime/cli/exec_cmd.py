@@ -204,7 +204,6 @@ def command(
             outcome, verdict = execute_program(sb, request, policy=policy, bridge=bridge,  # + its environment
                                                environments=_building_shown())  # fmt: skip
         outcome = bridge.fetches.attach(outcome)
-        log.debug("ran on %s: %s in %.1f ms", config.backend, outcome.status, clock.seconds() * 1000)
         record_run(outcome, verdict, request, clock)  # before the commit: a run that ran is in the log
         if commit and outcome.ok and context_path is not None:
             data = encode_compact(outcome.context, limit=bound, what="the new context") + b"\n"
@@ -235,6 +234,7 @@ def record_run(outcome: ExecutionOutcome, verdict: ValidationResult | None, requ
     """The run into the call log (``$SANDFORGE_CALL_LOG``, else the local state directory's
     ``<state dir>/logs/calls.jsonl``, which ``sandforge logs`` reads and ``sandforge dashboard`` shows). A log that
     cannot be written (a read-only or missing state directory) costs the run nothing: one line says so."""
+    log.debug("ran: %s in %.1f ms", outcome.status, clock.seconds() * 1000)
     path = default_log_path()
     problem = CallLog(path, keep=1).write(run_record(outcome, verdict, request, source="cli", clock=clock))
     if problem is not None:

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterable, Mapping
 
 from sandforge.runtime.environments.policy import DependencyPolicy
+from sandforge.sandbox.inside.compilation import parse as parse_program
 
 _STDLIB = frozenset(sys.stdlib_module_names)
 
@@ -19,7 +20,7 @@ def imported_top_level(source: str) -> list[str]:
     appearance; relative imports and ``__future__`` excluded. A syntax error yields nothing (validation
     reports it)."""
     try:
-        tree = ast.parse(source)
+        tree = parse_program(source)
     except SyntaxError:
         return []
     found: list[tuple[int, int, str]] = []

@@ -47,6 +47,7 @@ from sandforge.runtime.guardrails.results import (
     Violation,
     verdict_of,
 )
+from sandforge.sandbox.inside.compilation import parse as parse_program
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ def _validate(source: str | bytes, policy: Policy) -> ValidationResult:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SyntaxWarning/DeprecationWarning are not our verdict
-            tree = ast.parse(text)
+            tree = parse_program(text)
     except SyntaxError as exc:
         return _result(policy, [_syntax_violation(text, exc)], [])
     except (RecursionError, MemoryError):

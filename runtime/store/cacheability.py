@@ -36,6 +36,8 @@ from urllib.parse import quote, quote_plus, unquote_plus
 
 from pydantic import BaseModel, ConfigDict
 
+from sandforge.sandbox.inside.compilation import parse as parse_program
+
 DEFAULT_DYNAMIC_METHODS: frozenset[str] = frozenset({"ask", "chat", "discuss", "host"})
 
 MIN_STRING_CHARS = 3
@@ -421,7 +423,7 @@ def _match_number(
 
 def _parse(code: str) -> ast.Module | None:
     try:
-        return ast.parse(code)
+        return parse_program(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 

@@ -138,6 +138,20 @@ def _compile_restricted(tree: ast.Module) -> types.CodeType:
 Refusal = tuple[str, int | None, str]
 
 
+#: CPython 3.11 keeps the AST converters' recursion counter per interpreter, not per thread: two threads turning
+#: source into AST objects or a tree into code at once fail with "SystemError: AST constructor recursion depth
+#: mismatch" (seen here under load, python/cpython gh-106905). The host parses and compiles programs on many
+#: threads (validation, the exchange, the store), so every such conversion holds this one lock (``parse``);
+#: inside a sandbox it is never contended.
+AST_LOCK = threading.RLock()
+
+
+def parse(source: str | bytes, filename: str = "<unknown>", mode: str = "exec") -> ast.Module:
+    """``ast.parse`` under :data:`AST_LOCK` (same errors)."""
+    with AST_LOCK:
+        return ast.parse(source, filename, mode)  # type: ignore[return-value]
+
+
 #: Host side: programs compiled here (by validation or the exchange), by text, as marshal bytes; the
 #: execute frame carries them so the sandbox skips RestrictedPython's compilation (``host_compiled``).
 _HOST_CODE: dict[str, bytes] = {}
@@ -205,6 +219,11 @@ def compile_checked(
 
 
 def _compile_checked(code: str, tree: ast.Module | None) -> tuple[types.CodeType | None, list[Refusal]]:
+    with AST_LOCK:  # parsing, the rewrites' own small parses and the compile of the tree: one conversion at a time
+        return _compile_checked_locked(code, tree)
+
+
+def _compile_checked_locked(code: str, tree: ast.Module | None) -> tuple[types.CodeType | None, list[Refusal]]:
     if tree is None:
         try:
             tree = ast.parse(code, TOOL_FILENAME, "exec")

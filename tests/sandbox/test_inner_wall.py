@@ -321,6 +321,8 @@ def test_proxies_expose_no_withheld_name_and_the_wrappers() -> None:
 
 @pytest.fixture
 def clean_wall() -> object:
+    del world.VIOLATIONS[:]  # before too: an in-process test of another file may have left its own here
+    world.ACTIVE_SEAL.clear()
     yield
     del world.VIOLATIONS[:]
     world.ACTIVE_SEAL.clear()

@@ -188,6 +188,10 @@ Args = Annotated[list[JsonValue], Field(description="positional arguments (JSON 
 Kwargs = Annotated[dict[str, JsonValue], Field(description="keyword arguments (JSON values)")]
 Role = Annotated[str, Field(description="the tool's role, as list_tools names it")]
 Method = Annotated[str, Field(description="the method name")]
+InlineFiles = Annotated[dict[str, str], Field(description="input files by name, each base64: read-only as inputs/NAME")]
+FileRefs = Annotated[
+    dict[str, str], Field(description="input files by name, each a stored file's resource URI (sandforge://files/ID)")
+]
 
 
 def _annotations(title: str, *, read_only: bool, open_world: bool, destructive: bool = False) -> ToolAnnotations:
@@ -313,13 +317,8 @@ class TenantMCP(MCPServer[Any]):
             kwargs: Kwargs = {},  # noqa: B006
             timeout_s: Annotated[float | None, Field(gt=0, description="wall-clock limit, seconds")] = None,
             memory_mb: Annotated[int | None, Field(ge=32, description="memory limit, MB")] = None,
-            files: Annotated[
-                dict[str, str], Field(description="input files by name, each base64: read-only as inputs/NAME")
-            ] = {},  # noqa: B006
-            file_refs: Annotated[
-                dict[str, str],
-                Field(description="input files by name, each a stored file's resource URI (sandforge://files/ID)"),
-            ] = {},  # noqa: B006
+            files: InlineFiles = {},  # noqa: B006
+            file_refs: FileRefs = {},  # noqa: B006
         ) -> Annotated[CallToolResult, RunResult]:
             """Validate a tool program against the tenant's policy and run it once in a fresh sandbox.
 
@@ -355,7 +354,10 @@ class TenantMCP(MCPServer[Any]):
             return guarded(lambda: ops.get_tool(rt, role, method, self._names()))
 
         async def call_stored_tool(
-            role: Role, method: Method, args: Args = [], kwargs: Kwargs = {}  # noqa: B006
+            role: Role,
+            method: Method,
+            args: Args = [],
+            kwargs: Kwargs = {},  # noqa: B006
         ) -> Annotated[CallToolResult, CallOutcome]:
             """Call role.method(*args, **kwargs) through the full lifecycle with the tenant's provider, store and
             policy: a healthy stored artifact runs without the model; otherwise one is generated, validated,
