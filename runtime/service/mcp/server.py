@@ -356,7 +356,7 @@ class TenantMCP(MCPServer[Any]):
         async def call_stored_tool(
             role: Role,
             method: Method,
-            args: Args = [],
+            args: Args = [],  # noqa: B006
             kwargs: Kwargs = {},  # noqa: B006
         ) -> Annotated[CallToolResult, CallOutcome]:
             """Call role.method(*args, **kwargs) through the full lifecycle with the tenant's provider, store and
