@@ -3,6 +3,7 @@ call in flight that leaves no worker process, container or temporary directory b
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +36,19 @@ def _wait_running(pid: int, count: int, futures: list[Future[httpx.Response]]) -
         psutil.Process(pid).children()  # raises if the server died
         time.sleep(0.05)
     raise AssertionError("the executions never started")
+
+
+def _wait_spinning(pid: int, futures: list[Future[httpx.Response]]) -> None:
+    """Until one of the server's descendants is spinning (has used CPU time): a warm pool's idle worker or its
+    zygote is a descendant too, so counting processes can return before the execution reached the server."""
+    for _ in range(600):
+        for proc in _tree(pid):
+            with contextlib.suppress(psutil.Error):
+                if proc.cpu_times().user >= 0.3:
+                    return
+        assert not any(f.done() for f in futures), [f.result().text for f in futures if f.done()]
+        time.sleep(0.05)
+    raise AssertionError("the execution never started")
 
 
 def test_healthz_answers_while_every_execution_slot_is_busy(tmp_path: Path) -> None:
@@ -75,7 +89,7 @@ def test_graceful_shutdown_finishes_calls_in_flight_and_leaves_nothing(tmp_path:
             assert client.post("/v1/exec", json={"code": "return 1"}).json()["value"] == 1  # pools are warm
             in_flight = pool.submit(client.post, "/v1/exec", json={"code": SPIN, "timeout_s": 6})
             if backend == "subprocess":
-                _wait_running(server.proc.pid, 1, [in_flight])
+                _wait_spinning(server.proc.pid, [in_flight])
             else:  # containers are the engine's children, not the server's: give the call time to start
                 time.sleep(2)
                 assert not in_flight.done()
