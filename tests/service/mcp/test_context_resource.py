@@ -35,7 +35,7 @@ def test_the_context_resource_reads_what_calls_and_other_processes_committed(tmp
     async def body(client: Client) -> None:
         assert client.server_capabilities.resources is not None  # declared: there is a template to read
         templates = (await client.list_resource_templates()).resource_templates
-        assert [t.uri_template for t in templates] == ["sandforge://roles/{role}/context"]
+        assert "sandforge://roles/{role}/context" in [t.uri_template for t in templates]
         assert await read_json(client, "sandforge://roles/notes/context") == {"a": [1, "x"]}
         assert await read_json(client, "sandforge://roles/counter/context") == {}
         for expected in (1, 2):

@@ -78,7 +78,7 @@ def test_tools_answer_and_persisted_methods_run_without_a_model(tenant_a: Path) 
     async def body(client: Client) -> None:
         added = ok(await client.call_tool("calculator.add", {"args": [40, 2]}))
         assert added == {"status": "ok", "value": 42, "tool_role": "calculator", "method_name": "add",
-                         "program_source": "persisted"}  # fmt: skip
+                         "program_source": "persisted", "files": []}  # fmt: skip
         shout = ok(await client.call_tool("shouter.shout", {"args": ["mcp"]}))
         assert shout["value"] == "MCP!"
         ran = ok(await client.call_tool("run_tool_code", {"code": "context['n'] = args[0] * 2\nreturn 'ok'",
@@ -138,7 +138,7 @@ def test_a_tool_forged_during_the_session_becomes_a_tool_of_its_own(tenant_a: Pa
         forged = ok(await client.call_tool("call_stored_tool", {"role": "greeter", "method": "hello",
                                                                 "args": ["Ann"]}))  # fmt: skip
         assert forged == {"status": "ok", "value": "hello Ann", "tool_role": "greeter", "method_name": "hello",
-                          "program_source": "generated"}  # fmt: skip
+                          "program_source": "generated", "files": []}  # fmt: skip
         after = {t.name for t in (await client.list_tools()).tools}
         assert after == before | {"greeter.hello"}
         again = ok(await client.call_tool("greeter.hello", {"args": ["Bob"]}))
