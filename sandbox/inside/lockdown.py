@@ -202,6 +202,39 @@ def _become_pid1(libc: ctypes.CDLL, watch: int | None) -> None:
     os._exit(os.WEXITSTATUS(status))
 
 
+#: ``clone``'s system call number where a raw clone is known to behave like fork (its other arguments zero).
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+#: Whether a raw ``clone(CLONE_NEWPID)`` worked in this process (None: not tried yet). A zygote tries once.
+_CLONE_WORKS: list[bool] = []
+
+
+def fork_as_pid1() -> int:
+    """``os.fork``, but the child is born pid 1 of a new pid namespace (``clone(CLONE_NEWPID | SIGCHLD)``),
+    so its lock-down needs no second fork (``_become_pid1``): one process per runner, whose exit is the one
+    its parent reaps. Python's own fork bookkeeping runs around the call (``PyOS_BeforeFork`` and the
+    ``AfterFork`` of each side: the import lock, ``os.register_at_fork`` hooks such as ``random``'s reseed),
+    with the GIL held throughout (``PyDLL``). Only for a single-threaded caller (a zygote: ``preload`` refuses
+    threads). Returns -1 where it cannot be had (another architecture, no privilege for the namespace): the
+    caller forks as before."""
+    number = _SYS_CLONE.get(os.uname().machine)
+    if number is None or _CLONE_WORKS == [False]:
+        return -1
+    api, raw = ctypes.pythonapi, ctypes.PyDLL(None, use_errno=True).syscall
+    raw.restype = ctypes.c_long
+    api.PyOS_BeforeFork()
+    pid = raw(ctypes.c_long(number), ctypes.c_ulong(CLONE_NEWPID | signal.SIGCHLD), None, None, None, None)
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    err = ctypes.get_errno()
+    api.PyOS_AfterFork_Parent()
+    if not _CLONE_WORKS:
+        _CLONE_WORKS.append(pid > 0)
+    if pid < 0 and _CLONE_WORKS == [True]:  # it worked before: a real failure (no memory, no pids left)
+        raise OSError(err, f"clone: {os.strerror(err)}")
+    return int(pid)
+
+
 def _set_rlimits(limits: dict[str, Any]) -> None:
     cpu = int(limits.get("cpu_s") or int(limits["timeout_s"]) + 1)
     memory = int(limits["memory_mb"]) * 1024 * 1024
@@ -248,10 +281,11 @@ def lock_down(boot: dict[str, Any], host_channel_fd: int | None = None) -> tuple
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     pid_ns = in_userns = False
+    born_pid1 = os.getpid() == 1  # forked by a zygote into a new pid namespace (``fork_as_pid1``)
     if boot.get("namespaces"):
-        pid_ns, in_userns = _enter_namespaces(libc, as_root, inner, active, errors)
+        pid_ns, in_userns = _enter_namespaces(libc, as_root, inner, active, errors, born_pid1)
     _enter_workdir(libc, boot, limits, owner, pid_ns, active, errors)
-    if pid_ns:
+    if pid_ns and not born_pid1:
         _become_pid1(libc, host_channel_fd)
     _drop_privileges(libc, (uid, gid) if as_root else None, in_userns, active, errors)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # after the last credential change, which may reset it
@@ -260,10 +294,10 @@ def lock_down(boot: dict[str, Any], host_channel_fd: int | None = None) -> tuple
 
 
 def _enter_namespaces(
-    libc: Any, as_root: bool, inner: tuple[int, int], active: dict[str, bool], errors: list[str]
+    libc: Any, as_root: bool, inner: tuple[int, int], active: dict[str, bool], errors: list[str], born_pid1: bool
 ) -> tuple[bool, bool]:
     """New namespaces (rootless: a user namespace of our own first); whether the pid namespace and a user
-    namespace were entered."""
+    namespace were entered. Born pid 1 (``born_pid1``), the process is in its pid namespace already."""
     pid_ns = in_userns = False
     death_signal = _parent_death_signal(libc)
     try:
@@ -276,7 +310,8 @@ def _enter_namespaces(
             in_userns = True  # from here on there are capabilities to drop, even if the maps fail
             _map_ids(inner, outer)
             active["user_namespace"] = True
-        _check(libc.unshare(NAMESPACE_FLAGS), "unshare(net, mount, ipc, uts, pid)")
+        flags = NAMESPACE_FLAGS & ~CLONE_NEWPID if born_pid1 else NAMESPACE_FLAGS
+        _check(libc.unshare(flags), "unshare(net, mount, ipc, uts, pid)")
         active.update(dict.fromkeys(NAMESPACE_NAMES, True))
         pid_ns = True
     except OSError as exc:

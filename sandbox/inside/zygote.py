@@ -4,6 +4,7 @@ program itself (its host side is ``sandbox/zygote.py``)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -15,6 +16,7 @@ from typing import Any
 
 from . import preload
 from .lazycontext import encode
+from .lockdown import PR_SET_PDEATHSIG, fork_as_pid1
 from .serving import prepare, serve
 from .wire import MAX_BOOT_BYTES
 
@@ -28,12 +30,21 @@ def _send(sock: Any, message: dict[str, Any]) -> None:
 def _spawn_child(
     sock: Any, boot: dict[str, Any], proxies: dict[str, Any], request: dict[str, Any], fds: list[int]
 ) -> int:
-    """Fork a runner whose stdin, stdout, stderr and result channel are the four descriptors received."""
-    pid = os.fork()
+    """Fork a runner whose stdin, stdout, stderr and result channel are the four descriptors received.
+
+    The runner is born pid 1 of its own pid namespace where the kernel allows it (``fork_as_pid1``): then it is
+    the only process of the sandbox, its exit the one reaped here, and it dies with the zygote (its parent-death
+    signal; the zygote kills its children when the host hangs up). Elsewhere it forks once more in its
+    lock-down, as a runner started directly does."""
+    pid = fork_as_pid1()
+    if pid < 0:
+        pid = os.fork()
     if pid:
         return pid
     status = 70
     try:
+        if os.getpid() == 1:
+            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
