@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -29,6 +30,11 @@ log = logging.getLogger(__name__)
 
 class ZygoteError(Exception):
     pass
+
+
+def can_adopt() -> bool:
+    """Whether this process can be the parent of the zygote's runners (see :meth:`Zygote.spawn`)."""
+    return hasattr(os, "pidfd_open") and signal.getsignal(signal.SIGCHLD) != signal.SIG_IGN
 
 
 #: How long a closed zygote gets to end its children itself before the host kills them and it.
@@ -68,6 +74,9 @@ class Zygote:
         self._watchers: dict[int, Callable[[], None]] = {}
         #: children spawned and not reported exited: killed by the host if the zygote cannot end them (``close``)
         self._children: set[int] = set()
+        #: pid -> pidfd of the runners that are this process's own children (adopted): reaped here, not reported
+        self._adopted: dict[int, int] = {}
+        self._wake_r, self._wake_w = os.pipe()  # a new adopted runner for the reader thread to watch
         self._send_lock = threading.Lock()
         self._closed = False
         self._sock.settimeout(start_timeout)
@@ -91,9 +100,14 @@ class Zygote:
         self, workdir: str, fds: list[int], environment: dict[str, Any] | None = None, timeout: float = 10.0
     ) -> int:
         """Fork a runner wired to ``fds`` (stdin, stdout, stderr, result channel), with ``environment`` (the
-        boot frame's part) bound into its private root; returns its pid."""
+        boot frame's part) bound into its private root; returns its pid.
+
+        Where this process can reap (it does not ignore SIGCHLD, and has ``pidfd_open``) the runner is its own
+        child (``adopt``: the zygote clones it with ``CLONE_PARENT``): its exit status and usage come from the
+        kernel here (``wait4``), as soon as it ends, with no zygote to wake and no report to relay. The exit
+        reports (:meth:`wait_exit`, :meth:`exit_report`) are the same either way."""
         request_id = next(self._ids)
-        spawn: dict[str, Any] = {"op": "spawn", "id": request_id, "workdir": workdir}
+        spawn: dict[str, Any] = {"op": "spawn", "id": request_id, "workdir": workdir, "adopt": can_adopt()}
         if environment is not None:
             spawn["environment"] = environment
         message = json.dumps(spawn).encode()
@@ -107,14 +121,54 @@ class Zygote:
                     raise ZygoteError("zygote did not answer a spawn request")
                 self._cond.wait(min(remaining, 0.5))
             reply = self._replies.pop(request_id)
+            if reply.get("op") == "spawned" and reply.get("adopted") is True:
+                self._adopt(int(reply["pid"]))
             if reply.get("op") == "spawned" and int(reply["pid"]) not in self._exits:
                 self._children.add(int(reply["pid"]))
         if reply.get("op") != "spawned":
             raise ZygoteError(f"zygote could not spawn: {reply.get('error')}")
         return int(reply["pid"])
 
+    def _adopt(self, pid: int) -> None:
+        """Watch an adopted runner (under ``_cond``): its pidfd wakes the reader thread when it ends."""
+        try:
+            self._adopted[pid] = os.pidfd_open(pid)
+        except OSError as exc:  # cannot be for our own unreaped child; never leave it unwatched
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            raise ZygoteError(f"cannot watch the runner: {exc}") from exc
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"\0")
+
+    def _reap_adopted(self, pid: int) -> None:
+        """Reap an adopted runner if it has ended (never waits): its exit report, as the zygote would send it."""
+        watcher = None
+        with self._cond:
+            pidfd = self._adopted.get(pid)
+            if pidfd is None or self._closed:
+                return
+            try:
+                got, status, usage = os.wait4(pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored since): no status to report
+                got, status, usage = -1, 0, None
+            if not got:
+                return
+            del self._adopted[pid]
+            os.close(pidfd)
+            self._children.discard(pid)
+            if usage is not None:
+                cpu = usage.ru_utime + usage.ru_stime
+                self._exits[pid] = {"op": "exited", "pid": pid, "status": status, "cpu_time_s": cpu,
+                                    "maxrss_kb": usage.ru_maxrss}  # fmt: skip
+                watcher = self._watchers.pop(pid, None)
+            self._cond.notify_all()
+        if watcher is not None:
+            watcher()
+
     def wait_exit(self, pid: int, timeout: float) -> dict[str, Any] | None:
         """The exit report of a child (status, cpu_time_s, maxrss_kb), or None if none came in time."""
+        self._reap_adopted(pid)  # ended already: on this thread, with no wake-up of the reader's
         deadline = time.monotonic() + timeout
         with self._cond:
             while pid not in self._exits:
@@ -157,35 +211,58 @@ class Zygote:
         return self.wait_exit(pid, 0.0)
 
     def _read_loop(self) -> None:
+        poller, watched = select.poll(), {self._sock.fileno(), self._wake_r}
+        for fd in watched:
+            poller.register(fd, select.POLLIN)
         while True:
-            try:
-                data = self._sock.recv(1 << 16)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            try:
-                message = json.loads(data)
-            except ValueError:
-                log.error("zygote sent a malformed message")
-                break
-            watcher = None
             with self._cond:
-                if message.get("op") == "exited":
-                    self._exits[int(message["pid"])] = message
-                    self._children.discard(int(message["pid"]))
-                    watcher = self._watchers.pop(int(message["pid"]), None)
-                else:
-                    self._replies[int(message.get("id", -1))] = message
-                self._cond.notify_all()
-            if watcher is not None:
-                watcher()
+                adopted = dict(self._adopted)
+            for fd in set(adopted.values()) - watched:
+                poller.register(fd, select.POLLIN)
+            for fd in watched - set(adopted.values()) - {self._sock.fileno(), self._wake_r}:
+                poller.unregister(fd)
+            watched = {self._sock.fileno(), self._wake_r, *adopted.values()}
+            ready = {fd for fd, _ in poller.poll()}
+            if self._sock.fileno() in ready and not self._receive():
+                break
+            if self._wake_r in ready:
+                with contextlib.suppress(OSError):  # closed: the zygote is closing
+                    os.read(self._wake_r, 4096)
+            for pid, pidfd in adopted.items():
+                if pidfd in ready:
+                    self._reap_adopted(pid)
         with self._cond:
             self._closed = True
             self._cond.notify_all()
             watchers, self._watchers = list(self._watchers.values()), {}
         for watcher in watchers:
             watcher()
+
+    def _receive(self) -> bool:
+        """One message from the zygote (a spawn's answer, an exit report); False when it hung up."""
+        try:
+            data = self._sock.recv(1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            return False
+        try:
+            message = json.loads(data)
+        except ValueError:
+            log.error("zygote sent a malformed message")
+            return False
+        watcher = None
+        with self._cond:
+            if message.get("op") == "exited":
+                self._exits[int(message["pid"])] = message
+                self._children.discard(int(message["pid"]))
+                watcher = self._watchers.pop(int(message["pid"]), None)
+            else:
+                self._replies[int(message.get("id", -1))] = message
+            self._cond.notify_all()
+        if watcher is not None:
+            watcher()
+        return True
 
     def close(self) -> None:
         """End the zygote and every child of it still running (a zygote evicted while its children run takes
@@ -210,3 +287,22 @@ class Zygote:
             self._sock.close()
         with contextlib.suppress(Exception):
             self.proc.wait(timeout=5)
+        self._end_adopted()
+
+    def _end_adopted(self) -> None:
+        """Kill and reap the adopted runners still here (the zygote killed them too, when it saw the hang-up):
+        they are this process's children, and no report of them is wanted any more."""
+        with self._cond:
+            adopted, self._adopted = self._adopted, {}
+        for pid, pidfd in adopted.items():
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            poller.poll(5000)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            os.close(pidfd)
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)

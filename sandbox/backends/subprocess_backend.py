@@ -219,8 +219,8 @@ class SubprocessWorker:
         if self._destroyed:
             return
         self._destroyed = True
-        self._kill()
-        if not self._reaped:
+        if not self._reaped:  # reaped: its process id may be another's by now
+            self._kill()
             self._reaped = True
             self._wait(2.0)
         self._close_fds()

@@ -23,7 +23,7 @@ from .idiom_modules import tz_binds
 
 # Linux constants (x86_64 and aarch64 agree on these).
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
-CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_PARENT = 0x10000000, 0x20000000, 0x40000000, 0x00008000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x1, 0x20, 0x1000, 0x400, 0x800, 0x200000
 #: statvfs flags of a bind's source that a read-only remount must keep (the kernel refuses to clear them
@@ -208,21 +208,23 @@ _SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 _CLONE_WORKS: list[bool] = []
 
 
-def fork_as_pid1() -> int:
+def fork_as_pid1(adopted: bool = False) -> int:
     """``os.fork``, but the child is born pid 1 of a new pid namespace (``clone(CLONE_NEWPID | SIGCHLD)``),
-    so its lock-down needs no second fork (``_become_pid1``): one process per runner, whose exit is the one
-    its parent reaps. Python's own fork bookkeeping runs around the call (``PyOS_BeforeFork`` and the
-    ``AfterFork`` of each side: the import lock, ``os.register_at_fork`` hooks such as ``random``'s reseed),
-    with the GIL held throughout (``PyDLL``). Only for a single-threaded caller (a zygote: ``preload`` refuses
-    threads). Returns -1 where it cannot be had (another architecture, no privilege for the namespace): the
-    caller forks as before."""
+    so its lock-down needs no second fork (``_become_pid1``): one process per runner. ``adopted``: the child
+    of the caller's parent (``CLONE_PARENT``: a zygote's runner is then the host's own child, which reaps it
+    and reads its exit status and usage from the kernel, with no report to wait for). Python's own fork
+    bookkeeping runs around the call (``PyOS_BeforeFork`` and the ``AfterFork`` of each side: the import lock,
+    ``os.register_at_fork`` hooks such as ``random``'s reseed), with the GIL held throughout (``PyDLL``). Only
+    for a single-threaded caller (a zygote: ``preload`` refuses threads). Returns -1 where it cannot be had
+    (another architecture, no privilege for the namespace): the caller forks as before."""
     number = _SYS_CLONE.get(os.uname().machine)
     if number is None or _CLONE_WORKS == [False]:
         return -1
     api, raw = ctypes.pythonapi, ctypes.PyDLL(None, use_errno=True).syscall
     raw.restype = ctypes.c_long
+    flags = CLONE_NEWPID | (CLONE_PARENT if adopted else 0) | signal.SIGCHLD
     api.PyOS_BeforeFork()
-    pid = raw(ctypes.c_long(number), ctypes.c_ulong(CLONE_NEWPID | signal.SIGCHLD), None, None, None, None)
+    pid = raw(ctypes.c_long(number), ctypes.c_ulong(flags), None, None, None, None)
     if pid == 0:
         api.PyOS_AfterFork_Child()
         return 0

@@ -29,21 +29,25 @@ def _send(sock: Any, message: dict[str, Any]) -> None:
 
 def _spawn_child(
     sock: Any, boot: dict[str, Any], proxies: dict[str, Any], request: dict[str, Any], fds: list[int]
-) -> int:
-    """Fork a runner whose stdin, stdout, stderr and result channel are the four descriptors received.
+) -> tuple[int, bool]:
+    """Fork a runner whose stdin, stdout, stderr and result channel are the four descriptors received; its
+    pid, and whether it is the host's child (``adopt`` asked and granted) rather than this zygote's.
 
     The runner is born pid 1 of its own pid namespace where the kernel allows it (``fork_as_pid1``): then it is
-    the only process of the sandbox, its exit the one reaped here, and it dies with the zygote (its parent-death
-    signal; the zygote kills its children when the host hangs up). Elsewhere it forks once more in its
-    lock-down, as a runner started directly does."""
-    pid = fork_as_pid1()
+    the only process of the sandbox. Adopted, the host reaps it (its exit status and usage straight from the
+    kernel, no report from here); otherwise this zygote does and reports, and the runner dies with it (its
+    parent-death signal: not for an adopted one, whose parent is a host *thread*). Either way the zygote kills
+    it when the host hangs up. Where the clone is refused the runner forks once more in its lock-down, as a
+    runner started directly does."""
+    adopt = request.get("adopt") is True
+    pid = fork_as_pid1(adopted=adopt)
     if pid < 0:
-        pid = os.fork()
+        adopt, pid = False, os.fork()
     if pid:
-        return pid
+        return pid, adopt
     status = 70
     try:
-        if os.getpid() == 1:
+        if os.getpid() == 1 and not adopt:
             ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -85,29 +89,51 @@ def zygote(control_fd: int) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     _send(sock, {"op": "ready", "pid": os.getpid()})
     children: set[int] = set()
+    adopted: dict[int, int] = {}  # pidfd -> pid of each running runner the host reaps
     try:
-        return _zygote_loop(sock, boot, proxies, wake_r, children)
+        return _zygote_loop(sock, boot, proxies, wake_r, children, adopted)
     finally:
         for child in children:  # the host hung up (it died or closed us): nothing may outlive it
             with contextlib.suppress(OSError):
                 os.killpg(child, signal.SIGKILL)
+        for pidfd in adopted:  # by pidfd: the host may have reaped one, and its pid be another's now
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
 
 
-def _zygote_loop(sock: Any, boot: dict[str, Any], proxies: dict[str, Any], wake_r: int, children: set[int]) -> int:
+def _adopt(pid: int, adopted: dict[int, int], children: set[int]) -> None:
+    """Keep a pidfd of a runner the host reaps, to kill it if the host hangs up (never a reused pid)."""
+    try:
+        adopted[os.pidfd_open(pid)] = pid
+    except OSError:  # cannot be: it is not reaped before the host hears of it; by pid then, as before
+        children.add(pid)
+
+
+def _report_exits(sock: Any, children: set[int]) -> None:
+    """Reap the runners that are this zygote's own children and ended; report each one's exit and usage."""
     while True:
-        readable, _, _ = select.select([sock.fileno(), wake_r], [], [])
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            return
+        children.discard(pid)
+        _send(sock, {"op": "exited", "pid": pid, "status": status, "cpu_time_s": usage.ru_utime + usage.ru_stime,
+                     "maxrss_kb": usage.ru_maxrss})  # fmt: skip
+
+
+def _zygote_loop(
+    sock: Any, boot: dict[str, Any], proxies: dict[str, Any], wake_r: int, children: set[int], adopted: dict[int, int]
+) -> int:
+    while True:
+        readable, _, _ = select.select([sock.fileno(), wake_r, *adopted], [], [])
+        for pidfd in [fd for fd in readable if fd in adopted]:  # an adopted runner ended: the host reaps it
+            adopted.pop(pidfd)
+            os.close(pidfd)
         if wake_r in readable:
             os.read(wake_r, 4096)
-        while True:
-            try:
-                pid, status, usage = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if not pid:
-                break
-            children.discard(pid)
-            _send(sock, {"op": "exited", "pid": pid, "status": status, "cpu_time_s": usage.ru_utime + usage.ru_stime,
-                         "maxrss_kb": usage.ru_maxrss})  # fmt: skip
+        _report_exits(sock, children)
         if sock.fileno() in readable:
             message, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
             if not message:
@@ -117,9 +143,12 @@ def _zygote_loop(sock: Any, boot: dict[str, Any], proxies: dict[str, Any], wake_
                 if len(fds) != 4:
                     raise ValueError("a spawn request carries exactly four descriptors")
                 preload.check_spawn(request.get("environment"))
-                pid = _spawn_child(sock, boot, proxies, request, fds)
-                children.add(pid)
-                _send(sock, {"op": "spawned", "id": request.get("id"), "pid": pid})
+                pid, host_reaps = _spawn_child(sock, boot, proxies, request, fds)
+                if host_reaps:
+                    _adopt(pid, adopted, children)
+                else:
+                    children.add(pid)
+                _send(sock, {"op": "spawned", "id": request.get("id"), "pid": pid, "adopted": host_reaps})
             except (OSError, ValueError) as exc:
                 _send(sock, {"op": "failed", "id": request.get("id"), "error": str(exc)})
             finally:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 
 import psutil
 
@@ -18,8 +20,9 @@ def zygotes(sandbox: Sandbox) -> set[int]:
 
 
 def workers(of: Sandbox | None = None) -> set[int]:
-    """Sandbox processes: this process's grandchildren and below (its children are the zygotes); with ``of``,
-    only ``sandbox``'s (the descendants of its own zygotes).
+    """Sandbox processes: this process's children in a pid namespace of their own (a zygote's runners, which
+    it clones as this process's children: ``Zygote.spawn``) and its grandchildren and below (its other
+    children are the zygotes); with ``of``, only ``sandbox``'s (its zygotes' runners and descendants).
 
     A test that counts what its call started must say ``of``: another sandbox's warm pool refills on its own
     threads, and a worker it starts while the test runs is new to an unscoped count, and rightly never ends
@@ -32,11 +35,31 @@ def workers(of: Sandbox | None = None) -> set[int]:
     test) fail about one run in six, leaving the test's call running (issue 24)."""
     found: set[int] = set()
     roots = psutil.Process().children() if of is None else _processes(zygotes(of))
+    found.update(_adopted_runners() if of is None else _adopted_of(of))
     for child in roots:
         try:
             found.update(p.pid for p in child.children(recursive=True))
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
+    return found
+
+
+def _adopted_runners() -> set[int]:
+    """This process's children in another pid namespace than its own: runners a zygote cloned for it."""
+    own, found = os.readlink("/proc/self/ns/pid"), set()
+    for child in psutil.Process().children():
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{child.pid}/ns/pid") != own:
+                found.add(child.pid)
+    return found
+
+
+def _adopted_of(sandbox: Sandbox) -> set[int]:
+    """The runners ``sandbox``'s zygotes cloned as this process's children, not reaped yet."""
+    found: set[int] = set()
+    for backend in list(sandbox._backends.values()):
+        for zygote in list(getattr(backend, "_zygotes", {}).values()):
+            found.update(list(getattr(zygote, "_adopted", {})))
     return found
 
 
