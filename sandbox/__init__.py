@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandforge.sandbox.aio import Threads, drive, unless_cancelled
 from sandforge.sandbox.backends.base import Backend, Worker
+from sandforge.sandbox.cleanup import CleanupQueue
 from sandforge.sandbox.config import BACKENDS, BackendName, SandboxConfig
 from sandforge.sandbox.environment import EnvironmentRefused, Interpreter, MountedEnvironment, check_mount
 from sandforge.sandbox.errors import SandboxUnavailable
@@ -99,6 +100,9 @@ class Sandbox:
         self._remote: RayExecutor | None = None
         #: per thread: the refills the execution running on it owes its warm pools (``_owe_refill``)
         self._owed = threading.local()
+        #: a finished worker's destruction (descriptors closed, its work directory removed: a journaled rmdir
+        #: takes milliseconds on a busy disk), after ``execute`` has returned its outcome; drained by ``close``
+        self._after_run = CleanupQueue("sandforge-after-run")
 
     def _cluster(self) -> RayExecutor:
         """The Ray executor (``config.cluster``): executions run on the cluster's nodes (sandbox/cluster/)."""
@@ -114,7 +118,7 @@ class Sandbox:
     ) -> ExecutionOutcome:
         """Run one program in a fresh sandbox. Never raises for anything the program or engine does."""
         try:
-            return run_steps(self.outline(request, backend, bridge, self._acquire_step))
+            return run_steps(self.outline(request, backend, bridge, self._acquire_step), self._after_run.submit)
         finally:
             owed, self._owed.refills = getattr(self._owed, "refills", []), []
             for nudge in owed:  # the warm pools' refills this execution deferred (``WarmPool.acquire``)
@@ -323,6 +327,7 @@ class Sandbox:
         return functools.partial(backend.spawn, limits)
 
     def close(self) -> None:
+        self._after_run.drain()
         with self._lock:
             remote, self._remote = self._remote, None
             pools, self._pools = list(self._pools.values()), {}

@@ -43,6 +43,7 @@ from sandforge.sandbox.protocol import (
     ExecutionRequest,
     Limits,
     ProtocolError,
+    ReadyFrame,
     ResourceUsage,
     encode_frame,
 )
@@ -72,6 +73,7 @@ class SubprocessWorker:
         self._zygote = zygote
         self._destroyed = False
         self._reaped = False
+        self._held: list[int] = []  # the worker's namespaces, held open until it is destroyed (_hold_namespaces)
         self._workdir = leftovers.new_workdir()  # named after this process: reaped if it dies (leftovers.py)
         if not rootless(config):
             os.chown(self._workdir, config.sandbox_uid, config.sandbox_gid)
@@ -105,12 +107,18 @@ class SubprocessWorker:
         except (ProtocolError, OSError) as exc:
             self.destroy()
             raise SandboxUnavailable(f"sandbox worker failed to start: {exc}") from exc
+        self._verify(config, ready)
+
+    def _verify(self, config: SandboxConfig, ready: ReadyFrame) -> None:
+        """Check from outside the walls the runner claims (refused: destroyed, SandboxUnavailable); hold its
+        namespaces (``_hold_namespaces``)."""
         wpid = _worker_pid(self.pid)
         self.protections = verify_protections(self.pid, ready.protections, wpid)
+        self._held = _hold_namespaces(wpid)
         try:
             protections.require(self.backend, self.protections, config.enforced_protections, ready.errors)
-            mounts = verify.mounts(wpid) if environment is not None else None  # read only where it is checked
-            require_mounted(self.backend, environment, ready, mounts)
+            mounts = verify.mounts(wpid) if self.environment is not None else None  # read only where it is checked
+            require_mounted(self.backend, self.environment, ready, mounts)
         except SandboxUnavailable:
             self.destroy()
             raise
@@ -228,6 +236,10 @@ class SubprocessWorker:
 
     def _close_fds(self) -> None:
         self.io.close()
+        held, self._held = self._held, []
+        for fd in held:  # the last reference to the worker's namespaces: their teardown happens here
+            with contextlib.suppress(OSError):
+                os.close(fd)
         for fd in self._read_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -283,6 +295,26 @@ def boot_frame(
     if environment is not None:
         frame.environment = environment.boot(bind=True)
     return frame
+
+
+#: The namespaces whose teardown (unmounting the private root, the network stack) a worker's exit would wait for.
+HELD_NAMESPACES = ("mnt", "net", "ipc", "uts", "pid")
+
+
+def _hold_namespaces(wpid: int) -> list[int]:
+    """Descriptors of the worker's namespaces, so that its exit is not the last reference to them.
+
+    A process that holds the last reference to a mount or network namespace tears it down as it exits, before
+    its parent can reap it: milliseconds under load (unmounting its private root most), during which the
+    execution's outcome waited for the exit status. Held here, the namespaces (empty once the worker is gone:
+    no process can enter them) outlive it until ``destroy`` closes them, after the outcome is returned
+    (``Sandbox.execute`` destroys on a clean-up thread). Best effort: a namespace not opened is torn down
+    at the exit, as before."""
+    held = []
+    for kind in HELD_NAMESPACES:
+        with contextlib.suppress(OSError):
+            held.append(os.open(f"/proc/{wpid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
+    return held
 
 
 def _worker_pid(pid: int) -> int:
