@@ -15,7 +15,9 @@ CPU is not in it, nor the zygote's). The floor's
 CPU is the parent's, the same way. Rounds interleave the floor and the sandbox (and, with ``--base``, an old
 tree run in a process of its own beside this one: ``A`` is the old tree, ``B`` this one), so load swings
 hit all alike. Goals (subprocess): warm p50 at most 3x the floor's p50, host CPU at most 1.5 ms per
-execution; runsc: warm p50 at most 4 ms. Printed as measured / floor / goal with the load average.
+execution; runsc: warm p50 at most 4 ms. Printed as measured / floor / goal with the load average. With
+``--backend runsc`` a bare gVisor container is measured too (``runsc_floor``): the runtime's own round trip,
+which any design that takes the exit status from ``runsc run`` waits for.
 """
 
 from __future__ import annotations
