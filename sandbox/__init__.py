@@ -85,6 +85,11 @@ Acquire = Callable[[BackendName, Limits, "MountedEnvironment | None"], Effect]
 PoolKey = tuple[str, Limits, MountedEnvironment | None]
 
 
+#: A finished worker's destruction (descriptors closed, its work directory removed: a journaled rmdir takes
+#: milliseconds on a busy disk), after ``Sandbox.execute`` has returned its outcome; ``close`` drains it.
+_AFTER_RUN = CleanupQueue("sandforge-after-run")
+
+
 class Sandbox:
     """Executes requests on the configured backend, from a warm pool when the limits match its profile.
 
@@ -100,9 +105,6 @@ class Sandbox:
         self._remote: RayExecutor | None = None
         #: per thread: the refills the execution running on it owes its warm pools (``_owe_refill``)
         self._owed = threading.local()
-        #: a finished worker's destruction (descriptors closed, its work directory removed: a journaled rmdir
-        #: takes milliseconds on a busy disk), after ``execute`` has returned its outcome; drained by ``close``
-        self._after_run = CleanupQueue("sandforge-after-run")
 
     def _cluster(self) -> RayExecutor:
         """The Ray executor (``config.cluster``): executions run on the cluster's nodes (sandbox/cluster/)."""
@@ -118,7 +120,7 @@ class Sandbox:
     ) -> ExecutionOutcome:
         """Run one program in a fresh sandbox. Never raises for anything the program or engine does."""
         try:
-            return run_steps(self.outline(request, backend, bridge, self._acquire_step), self._after_run.submit)
+            return run_steps(self.outline(request, backend, bridge, self._acquire_step), _AFTER_RUN.submit)
         finally:
             owed, self._owed.refills = getattr(self._owed, "refills", []), []
             for nudge in owed:  # the warm pools' refills this execution deferred (``WarmPool.acquire``)
@@ -327,7 +329,7 @@ class Sandbox:
         return functools.partial(backend.spawn, limits)
 
     def close(self) -> None:
-        self._after_run.drain()
+        _AFTER_RUN.drain()
         with self._lock:
             remote, self._remote = self._remote, None
             pools, self._pools = list(self._pools.values()), {}

@@ -77,6 +77,8 @@ class Zygote:
         #: pid -> pidfd of the runners that are this process's own children (adopted): reaped here, not reported
         self._adopted: dict[int, int] = {}
         self._wake_r, self._wake_w = os.pipe()  # a new adopted runner for the reader thread to watch
+        os.set_blocking(self._wake_w, False)
+        self._wake: tuple[int, ...] = (self._wake_r, self._wake_w)  # still open (closed once: ``_end_adopted``)
         self._send_lock = threading.Lock()
         self._closed = False
         self._sock.settimeout(start_timeout)
@@ -138,8 +140,9 @@ class Zygote:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             raise ZygoteError(f"cannot watch the runner: {exc}") from exc
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"\0")
+        if self._wake:  # under ``_cond``: not closed yet (full: the reader has a wake-up pending anyway)
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._wake_w, b"\0")
 
     def _reap_adopted(self, pid: int) -> None:
         """Reap an adopted runner if it has ended (never waits): its exit report, as the zygote would send it."""
@@ -291,9 +294,12 @@ class Zygote:
 
     def _end_adopted(self) -> None:
         """Kill and reap the adopted runners still here (the zygote killed them too, when it saw the hang-up):
-        they are this process's children, and no report of them is wanted any more."""
+        they are this process's children, and no report of them is wanted any more. Then close the reader's
+        wake-up pipe, once, and only after the reader has stopped: a descriptor closed twice, or under a
+        thread still using it, may by then be another thread's (a ``Popen``'s error pipe)."""
         with self._cond:
             adopted, self._adopted = self._adopted, {}
+            wake, self._wake = self._wake, ()
         for pid, pidfd in adopted.items():
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
@@ -303,6 +309,11 @@ class Zygote:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             os.close(pidfd)
-        for fd in (self._wake_r, self._wake_w):
+        reader = getattr(self, "_reader", None)
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(timeout=5.0)
+            if reader.is_alive():  # still polling them: leave the two descriptors open rather than risk it
+                return
+        for fd in wake:
             with contextlib.suppress(OSError):
                 os.close(fd)
