@@ -340,6 +340,8 @@ class SubprocessBackend:
         self.runner = runner
         self._zygotes: dict[Limits, Zygote] = {}
         self._lock = threading.Lock()
+        #: the thread starting a zygote ahead of the first spawn (``prestart``); ``close`` waits for it
+        self._prestarting: threading.Thread | None = None
         #: zygotes that pre-imported an environment's modules (``sandbox/envzygotes.py``)
         self.env_zygotes = EnvZygotes(self._env_zygote, bound=config.env_zygotes_max, idle_s=config.env_pool_idle_s)
         # What killed hosts left behind, of every backend: files now, the container engines at most once a
@@ -347,6 +349,24 @@ class SubprocessBackend:
         leftovers.reap_in_background(containers=False)
         if leftovers.containers_due():
             leftovers.reap_containers_later()
+
+    def prestart(self, limits: Limits) -> None:
+        """Start the zygote of ``limits`` on a thread now, so its interpreter's start runs beside the caller's
+        own work (``sandforge exec``: its imports and the policy pass) instead of after it. The first spawn finds
+        it (or waits for it under the lock). A zygote never runs a program: one started for a program the policy
+        then refuses only costs its start, and ``close`` ends it like any other (after waiting for the thread,
+        so none is left behind). A start that fails here is tried again, and reported, by the spawn."""
+        if not self.config.zygote or self._prestarting is not None:
+            return
+        self._prestarting = threading.Thread(target=self._prestart, args=(limits,), name="sandforge-prestart",
+                                             daemon=True)  # fmt: skip
+        self._prestarting.start()
+
+    def _prestart(self, limits: Limits) -> None:
+        try:
+            self._zygote(limits)
+        except Exception as exc:  # the spawn meets the same problem and reports it
+            log.debug("zygote prestart failed: %s", exc)
 
     def spawn(self, limits: Limits, environment: MountedEnvironment | None = None) -> SubprocessWorker:
         zygote = self._zygote_for(limits, environment) if self.config.zygote else None
@@ -404,6 +424,8 @@ class SubprocessBackend:
             return zygote
 
     def close(self) -> None:
+        if self._prestarting is not None:  # a zygote it is starting is in ``_zygotes`` once it ends
+            self._prestarting.join()
         self.env_zygotes.close()
         with self._lock:
             zygotes, self._zygotes = list(self._zygotes.values()), {}
