@@ -218,6 +218,28 @@ def test_exec_of_a_plain_program_loads_no_engine_broker_or_builder(tmp_path: Pat
     assert [m for m in EXEC_NEVER if m in loaded] == []
 
 
+#: What ``exec``'s own module may not load: it starts the subprocess zygote (``Sandbox.prestart``) before the
+#: policy, the guardrails, the agent's run path and the call log load, so their imports run beside the zygote's
+#: start (issue 39, item 1); only the sandbox package, click and the CLI's shared modules come first.
+EXEC_AFTER_PRESTART = (
+    "sandforge.runtime.guardrails",
+    "sandforge.runtime.agent",
+    "sandforge.runtime.store",
+    "sandforge.runtime.environments",
+    "sandforge.runtime.egress",
+    "sandforge.sandbox.backends.subprocess_backend",
+    "yaml",
+    "packaging",
+    "sqlite3",
+    "RestrictedPython",
+)
+
+
+def test_exec_module_loads_only_the_sandbox_before_the_zygote_starts() -> None:
+    loaded = _loaded_after("import sandforge.runtime.cli.exec_cmd")
+    assert [m for m in loaded if m.startswith(EXEC_AFTER_PRESTART)] == []
+
+
 # ------------------------------------------------------------------------------ the framework integrations
 
 FRAMEWORKS = {"smolagents": "smolagents", "langchain": "langchain_core", "openai_agents": "agents",
