@@ -299,9 +299,9 @@ class Sandbox:
         return backend
 
     def prestart(self, limits: Limits | None = None) -> None:
-        """Begin starting what the first execution under ``limits`` (default: the configured ones) will need, on
-        a thread, while the caller does its own work: the subprocess backend's zygote (a one-shot ``sandforge
-        exec`` overlaps it with its imports and the policy pass). Nothing runs a program before ``execute``;
+        """Begin starting what the first execution under ``limits`` (default: the configured ones) will need,
+        without waiting for it, while the caller does its own work: the subprocess backend's zygote (a one-shot
+        ``sandforge exec`` overlaps it with its imports and the policy pass). Nothing runs a program before ``execute``;
         ``close`` ends what was started. The container backends and a cluster start nothing ahead: their
         engines are reached only for an approved program, as before."""
         if self.config.cluster or self.config.backend != "subprocess":

@@ -188,13 +188,15 @@ def command(
     config = config.model_copy(update={"limits": limits})
     sandbox = Sandbox(config)
     try:
-        # The subprocess backend's zygote starts on a thread now and comes up while this process imports and
-        # loads the policy and judges the program (issue 39): nothing runs in it before the verdict, and
-        # `close` below ends it on every path (a refusal, a bad policy or context file, an interrupt).
+        # The subprocess backend's zygote starts now and comes up while this process imports and loads the
+        # policy and judges the program (issue 39): nothing runs in it before the verdict, and `close` below
+        # ends it on every path (a refusal, a bad policy or context file, an interrupt).
         sandbox.prestart()
         parts = {"code": code, "files": files, "args": args, "kwargs": kwargs}
-        outcome, committed = _validate_and_run(sandbox, parts, context_path if commit else None, context_path,
-                                               load_policy=lambda: load_policy_option(policies, no_default))  # fmt: skip
+        outcome, committed = _validate_and_run(
+            sandbox, parts, context_path if commit else None, context_path,
+            load_policy=lambda: load_policy_option(policies, no_default),
+        )  # fmt: skip
     finally:
         sandbox.close()
     if out_dir is not None and outcome.ok and outcome.files:

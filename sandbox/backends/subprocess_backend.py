@@ -340,8 +340,6 @@ class SubprocessBackend:
         self.runner = runner
         self._zygotes: dict[Limits, Zygote] = {}
         self._lock = threading.Lock()
-        #: the thread starting a zygote ahead of the first spawn (``prestart``); ``close`` waits for it
-        self._prestarting: threading.Thread | None = None
         #: zygotes that pre-imported an environment's modules (``sandbox/envzygotes.py``)
         self.env_zygotes = EnvZygotes(self._env_zygote, bound=config.env_zygotes_max, idle_s=config.env_pool_idle_s)
         # What killed hosts left behind, of every backend: files now, the container engines at most once a
@@ -351,20 +349,15 @@ class SubprocessBackend:
             leftovers.reap_containers_later()
 
     def prestart(self, limits: Limits) -> None:
-        """Start the zygote of ``limits`` on a thread now, so its interpreter's start runs beside the caller's
-        own work (``sandforge exec``: its imports and the policy pass) instead of after it. The first spawn finds
-        it (or waits for it under the lock). A zygote never runs a program: one started for a program the policy
-        then refuses only costs its start, and ``close`` ends it like any other (after waiting for the thread,
-        so none is left behind). A start that fails here is tried again, and reported, by the spawn."""
-        if not self.config.zygote or self._prestarting is not None:
+        """Start the zygote of ``limits`` now without waiting for it, so its interpreter comes up beside the
+        caller's own work (``sandforge exec``: its imports and the policy pass) instead of after it; the first
+        spawn waits for its ready report. No thread: the caller's work never waits for the GIL behind a start.
+        A zygote never runs a program: one started for a program the policy then refuses only costs its start,
+        and ``close`` ends it like any other. A start that fails here is tried again, and reported, by the spawn."""
+        if not self.config.zygote:
             return
-        self._prestarting = threading.Thread(target=self._prestart, args=(limits,), name="sandforge-prestart",
-                                             daemon=True)  # fmt: skip
-        self._prestarting.start()
-
-    def _prestart(self, limits: Limits) -> None:
         try:
-            self._zygote(limits)
+            self._zygote(limits, wait=False)
         except Exception as exc:  # the spawn meets the same problem and reports it
             log.debug("zygote prestart failed: %s", exc)
 
@@ -396,11 +389,11 @@ class SubprocessBackend:
             start_timeout=max(self.config.spawn_timeout_s, ENV_ZYGOTE_START_S), extra_args=rootless_args(self.config),
         )  # fmt: skip
 
-    def _zygote(self, limits: Limits) -> Zygote | None:
+    def _zygote(self, limits: Limits, *, wait: bool = True) -> Zygote | None:
         with self._lock:
             zygote = self._zygotes.get(limits)
             if zygote is not None and zygote.alive():
-                return zygote
+                return self._ready(limits, zygote) if wait else zygote
             if zygote is not None:
                 zygote.close()
             if len(self._zygotes) >= self.MAX_ZYGOTES:
@@ -415,6 +408,7 @@ class SubprocessBackend:
                     boot,
                     start_timeout=self.config.spawn_timeout_s,
                     extra_args=rootless_args(self.config),
+                    wait_ready=wait,
                 )
             except ZygoteError as exc:
                 log.warning("zygote unavailable, falling back to one interpreter per worker: %s", exc)
@@ -423,9 +417,18 @@ class SubprocessBackend:
             self._zygotes[limits] = zygote
             return zygote
 
+    def _ready(self, limits: Limits, zygote: Zygote) -> Zygote | None:
+        """``zygote`` once it reported ready (a prestarted one may still be starting), or None like a start that
+        failed: one interpreter per worker for this spawn, a new zygote tried by the next (under the lock)."""
+        try:
+            zygote.await_ready()
+        except ZygoteError as exc:
+            log.warning("zygote unavailable, falling back to one interpreter per worker: %s", exc)
+            self._zygotes.pop(limits, None)
+            return None
+        return zygote
+
     def close(self) -> None:
-        if self._prestarting is not None:  # a zygote it is starting is in ``_zygotes`` once it ends
-            self._prestarting.join()
         self.env_zygotes.close()
         with self._lock:
             zygotes, self._zygotes = list(self._zygotes.values()), {}

@@ -4,17 +4,16 @@ program runs (a refusal, an error before the run, a close right after the start)
 
 from __future__ import annotations
 
-import time
+import os
+import signal
 from pathlib import Path
 
 import psutil
-import pytest
 from click.testing import CliRunner
 
 from sandforge.runtime.cli import main
-from sandforge.sandbox import ExecutionRequest, Limits, Sandbox, SandboxConfig
+from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
 from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
-from sandforge.sandbox.zygote import Zygote
 
 
 def _zygotes_alive() -> list[int]:
@@ -41,10 +40,8 @@ def test_the_first_execution_uses_the_prestarted_zygote() -> None:
     try:
         sb.prestart()
         backend = _backend(sb)
-        assert backend._prestarting is not None
-        backend._prestarting.join(timeout=120)
-        zygote = backend._zygotes[sb.config.limits]
-        assert zygote.alive()  # started before any execution asked for it
+        zygote = backend._zygotes[sb.config.limits]  # started, its ready report not waited for
+        assert zygote.alive()
         out = sb.execute(ExecutionRequest(code="return 1 + 1", limits=sb.config.limits))
         assert out.ok and out.value == 2
         assert list(backend._zygotes.values()) == [zygote]  # the execution forked from it, none other started
@@ -54,26 +51,27 @@ def test_the_first_execution_uses_the_prestarted_zygote() -> None:
     assert set(_zygotes_alive()) <= before
 
 
-def test_closing_right_after_prestart_leaves_no_zygote(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``close`` waits for a start under way and ends what it started, even when no execution came (the start
-    is held back so that ``close`` comes first: a close that did not wait would leave its zygote running)."""
-    start = SubprocessBackend._zygote
-
-    def late(self: SubprocessBackend, limits: Limits) -> Zygote | None:
-        time.sleep(0.3)
-        return start(self, limits)
-
-    monkeypatch.setattr(SubprocessBackend, "_zygote", late)
+def test_closing_right_after_prestart_leaves_no_zygote() -> None:
+    """``close`` ends a zygote that has not reported ready yet, even when no execution came (a refusal)."""
     before = set(_zygotes_alive())
     sb = Sandbox(SandboxConfig(backend="subprocess", pool_size=0))
     sb.prestart()
-    backend = _backend(sb)
-    thread = backend._prestarting
+    zygote = _backend(sb)._zygotes[sb.config.limits]
     sb.close()
-    assert thread is not None
-    thread.join(timeout=120)  # had close not waited, the zygote would come up now, after it
+    assert zygote.proc.poll() is not None
     assert set(_zygotes_alive()) <= before
-    assert backend._zygotes == {}
+
+
+def test_a_prestarted_zygote_that_died_is_replaced() -> None:
+    with Sandbox(SandboxConfig(backend="subprocess", pool_size=0)) as sb:
+        sb.prestart()
+        backend = _backend(sb)
+        first = backend._zygotes[sb.config.limits]
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(timeout=30)
+        out = sb.execute(ExecutionRequest(code="return 'after'", limits=sb.config.limits))
+        assert out.ok and out.value == "after"
+        assert backend._zygotes[sb.config.limits] is not first
 
 
 def test_prestart_is_subprocess_only() -> None:
