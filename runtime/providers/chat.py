@@ -16,12 +16,15 @@ import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandforge.runtime.errors import SessionError, UsageError
 from sandforge.runtime.files.structured import read_data_file
+
+if TYPE_CHECKING:
+    from sandforge.runtime.providers.transport import ApiFailure
 
 DEFAULT_CHAT_MODEL = "claude-sonnet-4-6"
 CHAT_MODEL_ENV = "SANDFORGE_CHAT_MODEL"
@@ -33,6 +36,11 @@ class ChatProviderError(SessionError):
     def __init__(self, message: str, *, retriable: bool = False, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.retriable = retriable
+
+
+def chat_error(failure: ApiFailure) -> ChatProviderError:
+    """A classified SDK failure as the session's error (``transport.mapped``'s ``into`` for chat providers)."""
+    return ChatProviderError(failure.message, retriable=failure.retriable)
 
 
 class ScriptExhaustedError(ChatProviderError):
@@ -217,9 +225,8 @@ class AnthropicChatProvider:
         self.client = client
 
     def complete(self, request: ChatRequest) -> ChatResponse:
-        import anthropic
-
-        from sandforge.runtime.providers.anthropic_client import classify
+        from sandforge.runtime.providers.anthropic_client import ERRORS
+        from sandforge.runtime.providers.transport import mapped
 
         kwargs: dict[str, Any] = {
             "model": self.model,
@@ -230,11 +237,8 @@ class AnthropicChatProvider:
             kwargs["tools"] = request.tools
         if request.system:
             kwargs["system"] = request.system
-        try:
+        with mapped(ERRORS, into=chat_error):  # one exception map for every provider
             resp = self.client.messages.create(**kwargs)
-        except anthropic.AnthropicError as exc:  # one exception map for both Anthropic providers
-            failure = classify(exc)
-            raise ChatProviderError(failure.message, retriable=failure.retriable) from exc
         blocks: list[TextBlock | ToolUseBlock] = []
         for block in resp.content:
             kind = getattr(block, "type", None)
