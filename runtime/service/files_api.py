@@ -109,8 +109,8 @@ def install(app: FastAPI, service: Service) -> None:
 
     @app.get("/v1/files/{file_id}", responses=ERRORS, tags=["files"])
     async def download(file_id: str, rt: Tenant, request: Request) -> Response:
-        """A stored file's bytes (an attachment of its media type; ETag: its sha256). A HEAD is answered from
-        the file's record: its bytes are not read."""
+        """A stored file's bytes (an attachment of its media type)."""
+        # ETag: its sha256; a HEAD is answered from the file's record, its bytes not read (_stored)
         found = await service.blocking(lambda: _stored(rt.uploads, file_id, head=is_head(request)))
         if found is None:
             raise ApiError(404, "not_found", "no such file")
