@@ -76,3 +76,14 @@ def test_a_dashboard_output_head_has_the_get_headers_and_reads_no_file(site: tup
     head = client.head(path, headers=session)
     assert (head.status_code, head.headers["content-length"], head.content) == (200, str(kept["size"]), b"")
     assert client.get(path, headers=session).status_code == 404
+
+
+def test_the_stylesheet_is_built_once_for_every_get_and_head(site: tuple[TestClient, str, Path]) -> None:
+    from sandforge.runtime.dashboard import render
+
+    client, _token, _state = site
+    _assert_head_like_get(client, "/dashboard/static/dashboard.css")
+    before = render.stylesheet.cache_info()
+    _assert_head_like_get(client, "/dashboard/static/dashboard.css")
+    after = render.stylesheet.cache_info()
+    assert (after.misses, after.hits) == (before.misses, before.hits + 2)  # neither request built it again
