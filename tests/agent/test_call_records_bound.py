@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from sandforge.runtime.agent.calllog import read_records
 from sandforge.runtime.agent.statedb import CALL_RECORDS_MAX_ENV, DB_FILE_NAME, StateDB, StateDBError
+from sandforge.runtime.agent.workspace import Workspace
+from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest
+from sandforge.sandbox import Sandbox, SandboxConfig
 from sandforge.sandbox.context import ContextSnapshot
 
 
@@ -90,3 +95,52 @@ def test_two_writers_pruning_lose_no_new_record(tmp_path: Path) -> None:
         assert kept == list(range(each - len(kept), each))
     for db in writers:
         db.close()
+
+
+# --- through a Workspace: the agent's commits, the call log, the bound ---------------------------------------
+
+INCR = "context['n'] = context.get('n', 0) + 1\nreturn context['n']"
+
+
+class Programs:
+    name = "programs"
+
+    def generate(self, request: GenerationRequest) -> GeneratedProgram:
+        return GeneratedProgram(code=INCR)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    sb = Sandbox(SandboxConfig(backend="subprocess", pool_size=1))
+    yield sb
+    sb.close()
+
+
+def _workspace(state: Path, sandbox: Sandbox, log: Path) -> Workspace:
+    return Workspace(provider=Programs(), sandbox=sandbox, log=log, state_dir=state)  # type: ignore[arg-type]
+
+
+def test_a_workspace_keeps_the_newest_records_and_the_log_keeps_all(
+    tmp_path: Path, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CALL_RECORDS_MAX_ENV, "3")
+    log = tmp_path / "calls.jsonl"
+    with _workspace(tmp_path / "state", sandbox, log) as ws:
+        assert [ws.call("counter", "incr").value for _ in range(3 + 2)] == [1, 2, 3, 4, 5]
+    every = [r.call_id for r in read_records(log)]
+    assert len(every) == 5
+    assert _ids(tmp_path / "state" / DB_FILE_NAME) == every[-3:]
+
+
+def test_a_record_whose_log_line_was_not_written_is_kept_unlogged(
+    tmp_path: Path, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk or an unwritable log: the record stays ``logged = 0``, so pruning keeps it and the next
+    process appends it (it used to be marked logged, the line lost for good)."""
+    monkeypatch.setenv(CALL_RECORDS_MAX_ENV, "1")
+    log = tmp_path / "calls.jsonl"
+    log.mkdir()  # not a regular file: every append fails
+    with _workspace(tmp_path / "state", sandbox, log) as ws:
+        assert [ws.call("counter", "incr").value for _ in range(3)] == [1, 2, 3]
+    with sqlite3.connect(tmp_path / "state" / DB_FILE_NAME) as conn:
+        assert [r[0] for r in conn.execute("SELECT logged FROM call_records")] == [0, 0, 0]
