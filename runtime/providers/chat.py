@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandforge.runtime.errors import SessionError, UsageError
 from sandforge.runtime.files.structured import read_data_file
+from sandforge.runtime.providers.settings import ModelSettings
 
 if TYPE_CHECKING:
     from sandforge.runtime.providers.transport import ApiFailure
@@ -207,6 +208,8 @@ class AnthropicChatProvider:
         timeout_s: float = 120.0,
         max_retries: int = 2,
     ) -> None:
+        self.settings = ModelSettings(model=model, base_url=base_url, max_tokens=max_tokens, timeout_s=timeout_s,
+                                      max_retries=max_retries)  # a bad value: ValueError, as every live provider
         self.model = model or os.environ.get(CHAT_MODEL_ENV) or DEFAULT_CHAT_MODEL
         self.max_tokens = max_tokens
         if client is None:
