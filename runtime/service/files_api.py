@@ -16,6 +16,8 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import UploadFile
 
+from sandforge.runtime.dashboard.auth import is_head
+from sandforge.runtime.dashboard.common import file_response
 from sandforge.runtime.errors import InputFileError
 from sandforge.runtime.files.transfer import check_name
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, mark
@@ -71,6 +73,14 @@ async def _parts(request: Request, name: str | None) -> list[tuple[str, bytes]]:
     raise ApiError(422, "invalid_request", "body: send multipart/form-data, or application/octet-stream with ?name=")
 
 
+def _stored(store: UploadStore, file_id: str, *, head: bool) -> tuple[StoredFile, bytes | None] | None:
+    """A file's record and bytes; for a HEAD its record only."""
+    if head:
+        record = store.info(file_id)
+        return None if record is None else (record, None)
+    return store.read(file_id)
+
+
 def _put_all(store: UploadStore, parts: list[tuple[str, bytes]]) -> list[StoredFile]:
     """All the parts or none (over the quota: 507)."""
     try:
@@ -100,12 +110,13 @@ def install(app: FastAPI, service: Service) -> None:
     @app.get("/v1/files/{file_id}", responses=ERRORS, tags=["files"])
     async def download(file_id: str, rt: Tenant, request: Request) -> Response:
         """A stored file's bytes (an attachment of its media type)."""
-        found = await service.blocking(lambda: rt.uploads.read(file_id))
+        # ETag: its sha256; a HEAD is answered from the file's record, its bytes not read (_stored)
+        found = await service.blocking(lambda: _stored(rt.uploads, file_id, head=is_head(request)))
         if found is None:
             raise ApiError(404, "not_found", "no such file")
         record, body = found
         mark(request, "ok")
-        return Response(body, media_type=record.media_type, headers=download_headers(record))
+        return file_response(record, body, download_headers(record))
 
     @app.delete("/v1/files/{file_id}", status_code=204, responses=ERRORS, tags=["files"])
     async def delete(file_id: str, rt: Tenant, request: Request) -> Response:
