@@ -7,7 +7,6 @@ into a workspace's private state, and a test can run it on any sandbox, store an
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import JsonValue
 
 from sandforge.runtime.agent.budgets import Budgets
+from sandforge.runtime.agent.ids import new_id
 from sandforge.runtime.agent.source import ProgramStore
 from sandforge.runtime.agent.state import StagedRecord, State
 from sandforge.runtime.agent.trace_budget import TraceBudget
@@ -30,10 +30,6 @@ if TYPE_CHECKING:
 
 #: Where the records of committed top-level calls go (the store's hook first, then the call log).
 RecordSink = Callable[[list[StagedRecord]], None]
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex[:16]
 
 
 @dataclass(frozen=True)

@@ -195,6 +195,12 @@ EXEC_NEVER = (
     "sandforge.runtime.environments.builder",
     "sandforge.runtime.agent.workspace",
     "sandforge.runtime.service.mcp",
+    # the lifecycle's port and what it brings (state, SQLite, the program providers): a run's record needs only
+    # its identifiers (``runtime/agent/ids.py``)
+    "sandforge.runtime.agent.env",
+    "sandforge.runtime.agent.state",
+    "sandforge.runtime.providers",
+    "sqlite3",
 )
 
 
