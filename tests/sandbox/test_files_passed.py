@@ -15,6 +15,7 @@ import os
 import re
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ import pytest
 from sandforge.sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox import exchange as exchange_module
 from sandforge.sandbox.channel import WorkerIO
-from sandforge.sandbox.context import SEALED_MIN_BYTES, SealedText
+from sandforge.sandbox.context import SEALED_MIN_BYTES
 from sandforge.sandbox.exchange import run_exchange
 from sandforge.sandbox.inside import channel as inside_channel
 from sandforge.sandbox.inside import files as inside_files
@@ -121,15 +122,17 @@ def test_a_passed_input_cannot_be_changed_through_its_memfd() -> None:
 
 def test_an_unsealed_input_memfd_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host side that passes an input's memfd unsealed gets invalid_request; the program never runs."""
+    made: list[int] = []
 
-    class Unsealed(SealedText):
-        def __init__(self, text: bytes, name: str = "x") -> None:
-            self.fd = memfd(text, 0)
-            self.size = len(text)
+    def unsealed(text: bytes, name: str) -> SimpleNamespace:
+        made.append(memfd(text, 0))
+        return SimpleNamespace(fd=made[-1], size=len(text))
 
-    monkeypatch.setattr(exchange_module, "SealedText", Unsealed)
+    monkeypatch.setattr(exchange_module, "SealedText", unsealed)
     with Sandbox(SandboxConfig(backend="subprocess", pool_size=0)) as sb:
         out = sb.execute(ExecutionRequest(code="return 1", files={"big.bin": BIG}))
+    for fd in made:
+        os.close(fd)
     assert out.error_type == ErrorType.INVALID_REQUEST and "not sealed" in (out.error_message or ""), out
 
 
