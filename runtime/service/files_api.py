@@ -14,11 +14,12 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.datastructures import UploadFile
 
-from sandforge.runtime.errors import InputFileError
-from sandforge.runtime.files.transfer import check_name
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, mark
+from sandforge.runtime.service.gate import BodyTooLarge, ClientGone, Receive, body_chunks
+from sandforge.runtime.service.receiving import Bounds, Received, receive_body
+from sandforge.runtime.service.spool import TooLarge, TooMany
+from sandforge.runtime.service.tenants import TenantRuntime
 from sandforge.runtime.service.uploads import StoredFile, StoreFull, UploadStore
 
 log = logging.getLogger(__name__)
@@ -41,53 +42,56 @@ def download_headers(record: StoredFile) -> dict[str, str]:
     return {**SAFE_DOWNLOAD, "Content-Disposition": f'attachment; filename="{record.name}"'}
 
 
-def _name(name: str) -> str:
+async def receive_upload(rt: TenantRuntime, content_type: str, name: str | None, receive: Receive) -> Received:
+    """An upload's files, each spooled into the tenant's store as it arrives. The gate bounds the body by
+    ``max_upload_bytes`` (413); the files are bounded by the store's bytes too (507 when that is the smaller:
+    they could never be stored). Past a bound receiving stops, and nothing is kept."""
+    store, quotas = rt.uploads, rt.config.quotas
+    limit = min(quotas.max_upload_bytes, store.max_bytes)
+    bounds = Bounds(max_files=max(store.max_files, 1), files_bytes=limit, field_bytes=quotas.max_body_bytes)
     try:
-        return check_name(name, "file name")
-    except InputFileError as exc:
-        raise ApiError(422, "invalid_request", str(exc)) from None
+        return await receive_body(content_type, name, body_chunks(receive), lambda n: store.spool(n, limit), bounds)
+    except TooLarge as exc:
+        if isinstance(exc, TooMany) or store.max_bytes < quotas.max_upload_bytes:
+            raise ApiError(507, "quota_exceeded", f"upload refused: over this tenant's stored files' limits "
+                                                  f"({exc})") from None  # fmt: skip
+        raise ApiError(413, "body_too_large", f"upload refused: {exc}") from None
 
 
-async def _parts(request: Request, name: str | None) -> list[tuple[str, bytes]]:
-    """The uploaded files: every file part of a multipart form, or the raw body named by ``name``."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind == "multipart/form-data":
-        try:
-            form = await request.form()
-        except Exception as exc:  # python-multipart's parse errors: a bad body, said in one line
-            raise ApiError(422, "invalid_request", f"body: not a multipart form ({exc})") from None
-        parts = []
-        for item in form.values():
-            if isinstance(item, UploadFile):
-                parts.append((_name(item.filename or ""), await item.read()))
-        await form.close()
-        if not parts:
-            raise ApiError(422, "invalid_request", "body: the form has no file part")
-        return parts
-    if kind == "application/octet-stream":
-        if name is None:
-            raise ApiError(422, "invalid_request", "a raw upload needs ?name=FILE_NAME")
-        return [(_name(name), await request.body())]
-    raise ApiError(422, "invalid_request", "body: send multipart/form-data, or application/octet-stream with ?name=")
-
-
-def _put_all(store: UploadStore, parts: list[tuple[str, bytes]]) -> list[StoredFile]:
-    """All the parts or none (over the quota: 507)."""
+def store_upload(store: UploadStore, received: Received) -> list[StoredFile]:
+    """All the received files or none (over the quota: 507)."""
+    if not received.files:
+        received.discard()
+        raise ApiError(422, "invalid_request", "body: the form has no file part")
     try:
-        return store.put_all(parts, kind="upload")
+        return store.commit(received.files, kind="upload")
     except StoreFull as exc:
         raise ApiError(507, "quota_exceeded", str(exc)) from None
 
 
 def install(app: FastAPI, service: Service) -> None:
+    @app.exception_handler(BodyTooLarge)
+    async def too_large(request: Request, exc: BodyTooLarge) -> JSONResponse:
+        mark(request, "body_too_large")
+        return service.error(413, "body_too_large", "the request body is over this tenant's limit")
+
+    @app.exception_handler(ClientGone)
+    async def gone(request: Request, exc: ClientGone) -> JSONResponse:  # nobody reads it: what came was discarded
+        mark(request, "client_disconnected")
+        return service.error(499, "client_disconnected", "the client went away")
+
     @app.post("/v1/files", status_code=201, responses=FILES_ERRORS, tags=["files"], openapi_extra=UPLOAD_BODY)
     async def upload(
         rt: Tenant, request: Request, name: Annotated[str | None, Query(max_length=200)] = None
     ) -> JSONResponse:
         """Store files for later runs (``file_refs`` of ``POST /v1/exec``, MCP ``sandforge://files/ID``): a
-        multipart form's file parts (each named by its filename), or a raw body named by ``?name=``."""
-        parts = await _parts(request, name)
-        stored = await service.blocking(lambda: _put_all(rt.uploads, parts))
+        multipart form's file parts (each named by its filename), or a raw body named by ``?name=``. The body
+        is written to disk as it arrives (bounded by ``max_upload_bytes``), never held in memory."""
+        received = await receive_upload(rt, request.headers.get("content-type", ""), name, request.receive)
+        try:
+            stored = await service.blocking(lambda: store_upload(rt.uploads, received))
+        finally:
+            received.discard()
         mark(request, "ok")
         return JSONResponse(service.scrub({"files": [r.listed() for r in stored]}), status_code=201)
 
