@@ -10,13 +10,14 @@ HTML file a program wrote never runs as a page of this origin, whatever its medi
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
+import anyio.to_thread
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, mark
-from sandforge.runtime.service.gate import BodyTooLarge, ClientGone, Receive, body_chunks
+from sandforge.runtime.service.gate import BodyTooLarge, ClientGone, Receive, Scope, Send, body_chunks
 from sandforge.runtime.service.receiving import Bounds, Received, receive_body
 from sandforge.runtime.service.spool import TooLarge, TooMany
 from sandforge.runtime.service.tenants import TenantRuntime
@@ -30,6 +31,7 @@ FILES_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS, 507: {"description": "over the tenant's stored-file quota (max_stored_files, max_stored_bytes)"},
 }  # fmt: skip
 
+DOWNLOAD_CHUNK = 1 << 20
 #: the upload's body as OpenAPI says it (the route reads the request itself: a form or a raw body)
 _BINARY = {"type": "string", "format": "binary"}
 UPLOAD_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
@@ -56,6 +58,22 @@ async def receive_upload(rt: TenantRuntime, content_type: str, name: str | None,
             raise ApiError(507, "quota_exceeded", f"upload refused: over this tenant's stored files' limits "
                                                   f"({exc})") from None  # fmt: skip
         raise ApiError(413, "body_too_large", f"upload refused: {exc}") from None
+
+
+class FileDownload(Response):
+    """A stored file's bytes, read from its file in chunks as they are sent (in a worker thread), never whole."""
+
+    def __init__(self, stream: BinaryIO, record: StoredFile) -> None:
+        headers = {**download_headers(record), "Content-Length": str(record.size)}
+        super().__init__(None, media_type=record.media_type, headers=headers)
+        self.stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with self.stream:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            while chunk := await anyio.to_thread.run_sync(self.stream.read, DOWNLOAD_CHUNK):
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def store_upload(store: UploadStore, received: Received) -> list[StoredFile]:
@@ -103,13 +121,13 @@ def install(app: FastAPI, service: Service) -> None:
 
     @app.get("/v1/files/{file_id}", responses=ERRORS, tags=["files"])
     async def download(file_id: str, rt: Tenant, request: Request) -> Response:
-        """A stored file's bytes (an attachment of its media type)."""
-        found = await service.blocking(lambda: rt.uploads.read(file_id))
+        """A stored file's bytes (an attachment of its media type), streamed from disk."""
+        found = await service.blocking(lambda: rt.uploads.open(file_id))
         if found is None:
             raise ApiError(404, "not_found", "no such file")
-        record, body = found
+        record, stream = found
         mark(request, "ok")
-        return Response(body, media_type=record.media_type, headers=download_headers(record))
+        return FileDownload(stream, record)
 
     @app.delete("/v1/files/{file_id}", status_code=204, responses=ERRORS, tags=["files"])
     async def delete(file_id: str, rt: Tenant, request: Request) -> Response:

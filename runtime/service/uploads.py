@@ -16,16 +16,18 @@ import contextlib
 import os
 import re
 import secrets
+import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.files import exclusive, read_state_file, write_state_file
+from sandforge.runtime.files.dirs import open_dir_below, split_below
 from sandforge.runtime.files.transfer import media_type
 from sandforge.runtime.service.spool import PARTS, STALE_PART_S, Spool
 from sandforge.sandbox import Limits
@@ -197,6 +199,26 @@ class UploadStore:
         except SandforgeError:
             return None
         return record, body
+
+    def open(self, file_id: str) -> tuple[StoredFile, BinaryIO] | None:
+        """A file's record and its bytes open for reading (a download streams them), or None when this tenant
+        has no such file. Opened as a state file is read: no symlink followed, a regular file of its size."""
+        record = self.info(file_id)
+        if record is None:
+            return None
+        try:
+            dfd = open_dir_below(self.base, split_below(self.base, self.root), create=False)
+            try:
+                fd = os.open(f"{file_id}.bin", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            return None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != record.size:
+            os.close(fd)
+            return None
+        return record, os.fdopen(fd, "rb")
 
     def referenced(self, refs: Mapping[str, str], inline: Mapping[str, object], limits: Limits) -> dict[str, bytes]:
         """The input files ``refs`` names (name -> an id or ``sandforge://files/ID``), within ``limits`` (count,

@@ -94,7 +94,14 @@ def test_a_large_raw_upload_is_stored_without_the_body_in_memory(tmp_path: Path)
                 tracemalloc.stop()
             assert response.status_code == 201, response.text
             assert peak < size // 8, f"peak {peak} bytes of Python memory for a {size}-byte upload: not streamed"
-            return dict(response.json()["files"][0])
+            record = dict(response.json()["files"][0])
+            digest = hashlib.sha256()
+            async with c.stream("GET", record["url"]) as download:  # streamed from the file
+                assert download.headers["content-length"] == str(size)
+                async for chunk in download.aiter_bytes():
+                    digest.update(chunk)
+            assert digest.hexdigest() == record["sha256"]
+            return record
 
     record = asyncio.run(go())
     expected = hashlib.sha256(b"x" * size).hexdigest()
