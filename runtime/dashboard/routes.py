@@ -38,6 +38,7 @@ from sandforge.runtime.dashboard.views import (
     security_page,
     tools_page,
 )
+from sandforge.runtime.files.media import shown_as_image
 from sandforge.runtime.store.errors import InvalidNameError, ToolNotFoundError
 
 log = logging.getLogger(__name__)
@@ -188,7 +189,7 @@ def _output_route(dash: Dashboard) -> Callable[[Request], Awaitable[Response]]:
             return error_page(404, "no such output file for this tenant (outputs are kept for runs of POST "
                               "/v1/exec, until they age out)", rt.name)  # fmt: skip
         media_type, body = found
-        disposition = "inline" if media_type in render.IMAGE_TYPES else "attachment"
+        disposition = "inline" if shown_as_image(media_type, body) else "attachment"  # the bytes, not the name
         headers = {**OUTPUT_HEADERS, "content-disposition": f'{disposition}; filename="{name}"'}
         return Response(body, media_type=media_type, headers=headers)
 
