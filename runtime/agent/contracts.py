@@ -76,7 +76,7 @@ class ContractViolation(BaseModel):
 
     @property
     def text(self) -> str:
-        if self.kind == "outputs" and self.expected != "a file matching it":
+        if self.kind == "outputs" and self.message != "a declared output is missing":
             return f"the run's output {self.path} does not match the contract: expected {self.expected}, " \
                    f"actual: {self.actual}"  # fmt: skip
         if self.kind == "outputs":
@@ -103,7 +103,7 @@ def check_outputs(files: ToolFiles | None, written: Mapping[str, bytes]) -> Cont
     found = typed_mismatch(files.produces, written)
     if found is not None:
         name, expected, why = found
-        return ContractViolation(path=f"outputs/{name}", expected=f"a {expected} file", actual=_bounded(why),
+        return ContractViolation(path=f"outputs/{name}", expected=expected, actual=_bounded(why),
                                  message="a declared output is not its media type", kind="outputs")  # fmt: skip
     return None
 
