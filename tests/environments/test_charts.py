@@ -1,6 +1,7 @@
-"""Charts (issue 41 item 3): with matplotlib allowed in a policy's dependencies, ``plt.savefig("outputs/chart.png")``
-draws with the Agg backend (no display) and the PNG comes back as an output file, on every backend (the
-container backends after docker reuse the environment built for its target: the module's store). matplotlib is not in the offline wheelhouse: the environment is built from the package index, as
+"""Charts (issue 41 item 3): with matplotlib allowed in a policy's dependencies,
+``plt.savefig("outputs/chart.png")`` draws with the Agg backend (no display) and the PNG comes back as an output
+file, on every backend (the container backends after docker reuse the environment built for its target: the
+module's store). matplotlib is not in the offline wheelhouse: the environment is built from the package index, as
 ``test_index.py``'s is (skipped when it cannot be reached, failed instead under SANDFORGE_REQUIRE_WHEELHOUSE=1)."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ SVG_NS = 'xmlns="http://www.w3.org/2000/svg"'
 MATPLOTLIB_SVG = (
     b'<?xml version="1.0" encoding="utf-8" standalone="no"?>\n'
     b'<!DOCTYPE svg PUBLIC "-//W3C//DTD SVG 1.1//EN" "http://www.w3.org/Graphics/SVG/1.1/DTD/svg11.dtd">\n'
-    b'<svg xmlns:xlink="http://www.w3.org/1999/xlink" width="460" height="345" ' + SVG_NS.encode() + b'>\n'
+    b'<svg xmlns:xlink="http://www.w3.org/1999/xlink" width="460" height="345" ' + SVG_NS.encode() + b">\n"
     b'<defs><style type="text/css">*{stroke-linejoin: round; stroke-linecap: butt}</style></defs>\n'
     b'<g clip-path="url(#p1)"><use xlink:href="#m1" x="1" y="2"/>'
     b'<image xlink:href="data:image/png;base64,iVBORw0KGgo=" width="1" height="1"/></g></svg>\n'
