@@ -544,6 +544,8 @@ class CallTarget(BaseModel):
     deliverable: ContractField = None
     acceptance: ContractField = None
     failure_policy: ContractField = None
+    #: the files its calls take and produce (``ToolFiles``' fields: ``takes``, ``produces``), checked by the host
+    files: ContractField = None
 
 
 class DeclareFrame(BaseModel):

@@ -135,7 +135,8 @@ class Executor:
             return wire_error("invalid_contract", checked)
         try:
             contract = ToolContract(role=target.name, purpose=target.purpose, deliverable=target.deliverable,
-                                    acceptance=target.acceptance, failure_policy=target.failure_policy)  # fmt: skip
+                                    acceptance=target.acceptance, failure_policy=target.failure_policy,
+                                    files=checked.files)  # fmt: skip
             check_contract(contract)
         except (InvalidContract, ValidationError) as exc:
             return wire_error("invalid_contract", bounded(str(exc), 2000) or "")
@@ -182,7 +183,7 @@ class Executor:
         if spec.kind == "delegate":
             scope.register(
                 ToolContract(role=spec.role, purpose=spec.purpose, deliverable=spec.deliverable,
-                             acceptance=spec.acceptance, failure_policy=spec.failure_policy)
+                             acceptance=spec.acceptance, failure_policy=spec.failure_policy, files=spec.files)
             )  # fmt: skip
         files = handed_files(frame, self.env.limits, scope.contract(spec.role))
         if isinstance(files, str):

@@ -158,15 +158,17 @@ class InvalidContract(TypeError):
 
 
 def delegate_target(
-    role: Any, purpose: Any = None, deliverable: Any = None, acceptance: Any = None, failure_policy: Any = None
-) -> dict[str, Any]:
+    role: Any, purpose: Any = None, deliverable: Any = None, acceptance: Any = None, failure_policy: Any = None,
+    files: Any = None,
+) -> dict[str, Any]:  # fmt: skip
     """The wire target of ``delegate(...)``; InvalidContract for a field that is not JSON or too long."""
     if purpose is not None and not isinstance(purpose, str):
         raise InvalidContract(f"delegate(): purpose must be a string, not {type(purpose).__name__}")
     if purpose is not None and len(purpose) > MAX_PURPOSE_CHARS:
         raise InvalidContract(f"delegate(): purpose is longer than {MAX_PURPOSE_CHARS} characters")
     target = {"kind": "delegate", "name": str(role), "purpose": purpose}
-    for name, value in (("deliverable", deliverable), ("acceptance", acceptance), ("failure_policy", failure_policy)):
+    fields = [("deliverable", deliverable), ("acceptance", acceptance), ("failure_policy", failure_policy)]
+    for name, value in fields if files is None else [*fields, ("files", files)]:  # files: only when declared
         try:
             dump_json(value, f"delegate() {name}")
         except NotJson as exc:

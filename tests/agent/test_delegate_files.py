@@ -134,3 +134,32 @@ def test_a_callees_outputs_never_follow_a_link_in_the_callers_outputs(
         handing.received({"../x": "eA=="})
     handing.received({"new.txt": "eA=="})
     assert (tmp_path / "outputs" / "new.txt").read_bytes() == b"x"
+
+
+DECLARING = """
+stats = delegate('statistician', purpose='summarise a CSV', files={
+    'takes': [{'name': 'raw.csv', 'media_type': 'text/csv'}],
+    'produces': [{'name': 'summary.json', 'media_type': 'application/json'}],
+})
+mistyped = stats.call_with_files('summarise', {'raw.csv': 'inputs/blob.bin'})
+r = stats.call_with_files('summarise', {'raw.csv': 'inputs/data.csv'})
+try:
+    delegate('other', purpose='x', files={'takes': [{'name': '../x'}]})
+    bad = 'declared'
+except Exception as exc:
+    bad = type(exc).__name__
+return [mistyped.error_type, 'text/csv' in (mistyped.error_message or ''), r.ok, r.error_type, bad]
+"""
+#: writes summary.json that is not JSON: the declared output's media type fails the nested attempt
+NOT_JSON = "with open('outputs/summary.json', 'w') as f:\n    f.write('{rows: 2')\nreturn 2\n"
+
+
+def test_a_delegate_declares_its_files_and_the_contract_checks_them(make_ws: MakeWorkspace) -> None:
+    ws, provider = make_ws([DECLARING, NOT_JSON], execution_repair_budget=0, fresh_outcome_repair_budget=0)
+    out = ws.call_with_files("boss", "run", {"data.csv": CSV, "blob.bin": b"\x89PNG\r\n\x1a\n\xff"})
+    assert out.ok, out
+    mistyped, named_type, ok, error_type, bad = out.value
+    assert (mistyped, named_type) == ("invalid_tool_call", True)  # refused before the callee ran
+    assert (ok, error_type) == (False, "contract_violation")  # its summary.json is not JSON: nothing handed back
+    assert bad == "InvalidContract" and out.files == {}
+    assert len(provider.requests) == 2  # the caller and one callee attempt: the mistyped call asked for nothing
