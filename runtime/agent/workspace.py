@@ -334,7 +334,9 @@ class Workspace:
                 else:
                     if isinstance(updated, CallRecord) and updated is not record:
                         record = record.model_copy(update={k: getattr(updated, k) for k in STORE_FIELDS})
-            self.log.append(record)
+            if (problem := self.log.write(record)) is not None:  # stays unlogged: recovery and pruning skip it
+                log.warning("cannot write the call log %s: %s", self.log.path, problem)
+                continue
             logged.append((record.call_id, record.model_dump_json()))
         if self._db is not None and logged:
             try:

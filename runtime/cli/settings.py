@@ -51,6 +51,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("allow_missing_protections", "list", "none", "protections waived (comma list; weakens the sandbox)"),
     Setting("state_dir", "path", "the user state directory", "tool store, sessions, environments, call log"),
     Setting("call_log", "path", "<state_dir>/calls.jsonl", "the call log (JSON lines)"),
+    Setting("call_records_max", "int", "100000", "committed call records kept in state.db (oldest logged pruned)"),
     Setting("lock_timeout", "float", "300", "seconds to wait for a file lock before failing (exit 7)"),
     Setting("cache_dir", "path", "the user cache directory", "downloaded and built artefacts (image build)"),
     Setting("debian_mirror", "str", "deb.debian.org", "Debian mirror for `sandforge image build`"),

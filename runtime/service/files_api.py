@@ -16,6 +16,8 @@ import anyio.to_thread
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from sandforge.runtime.dashboard.auth import is_head
+from sandforge.runtime.dashboard.common import file_response
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, mark
 from sandforge.runtime.service.gate import BodyTooLarge, ClientGone, Receive, Scope, Send, body_chunks
 from sandforge.runtime.service.receiving import Bounds, Received, receive_body
@@ -64,7 +66,7 @@ class FileDownload(Response):
     """A stored file's bytes, read from its file in chunks as they are sent (in a worker thread), never whole."""
 
     def __init__(self, stream: BinaryIO, record: StoredFile) -> None:
-        headers = {**download_headers(record), "Content-Length": str(record.size)}
+        headers = {**download_headers(record), "Content-Length": str(record.size), "ETag": f'"{record.sha256}"'}
         super().__init__(None, media_type=record.media_type, headers=headers)
         self.stream = stream
 
@@ -87,7 +89,9 @@ def store_upload(store: UploadStore, received: Received) -> list[StoredFile]:
         raise ApiError(507, "quota_exceeded", str(exc)) from None
 
 
-def install(app: FastAPI, service: Service) -> None:
+def _stream_errors(app: FastAPI, service: Service) -> None:
+    """What a route receiving its body as it arrives answers past the bound, or when the client went away."""
+
     @app.exception_handler(BodyTooLarge)
     async def too_large(request: Request, exc: BodyTooLarge) -> JSONResponse:
         mark(request, "body_too_large")
@@ -97,6 +101,10 @@ def install(app: FastAPI, service: Service) -> None:
     async def gone(request: Request, exc: ClientGone) -> JSONResponse:  # nobody reads it: what came was discarded
         mark(request, "client_disconnected")
         return service.error(499, "client_disconnected", "the client went away")
+
+
+def install(app: FastAPI, service: Service) -> None:
+    _stream_errors(app, service)
 
     @app.post("/v1/files", status_code=201, responses=FILES_ERRORS, tags=["files"], openapi_extra=UPLOAD_BODY)
     async def upload(
@@ -121,7 +129,14 @@ def install(app: FastAPI, service: Service) -> None:
 
     @app.get("/v1/files/{file_id}", responses=ERRORS, tags=["files"])
     async def download(file_id: str, rt: Tenant, request: Request) -> Response:
-        """A stored file's bytes (an attachment of its media type), streamed from disk."""
+        """A stored file's bytes (an attachment of its media type), streamed from disk. ETag: its sha256. A HEAD
+        is answered from the file's record, its bytes not opened."""
+        if is_head(request):
+            record = await service.blocking(lambda: rt.uploads.info(file_id))
+            if record is None:
+                raise ApiError(404, "not_found", "no such file")
+            mark(request, "ok")
+            return file_response(record, None, download_headers(record))
         found = await service.blocking(lambda: rt.uploads.open(file_id))
         if found is None:
             raise ApiError(404, "not_found", "no such file")

@@ -126,7 +126,12 @@ def _private_root(
     into it read-only, and make it the process's root."""
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
     opts = f"size={disk_mb}m,mode=0700,uid={owner[0]},gid={owner[1]},nr_inodes=4096".encode()
-    _check(libc.mount(b"tmpfs", workdir.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts), "tmpfs")
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    # Huge pages for a file's full 2 MiB stretches (``within_size``): writing 10 MB onto the disk (an input
+    # file, a program's output) then costs a few page allocations, not 2560 (about 15x faster). A kernel
+    # without transparent huge pages refuses the option: the disk is then mounted without it.
+    if libc.mount(b"tmpfs", workdir.encode(), b"tmpfs", flags, opts + b",huge=within_size") != 0:
+        _check(libc.mount(b"tmpfs", workdir.encode(), b"tmpfs", flags, opts), "tmpfs")
     for source, inside in binds or []:
         _bind_read_only(libc, source, workdir + inside)
     os.chdir(workdir)
