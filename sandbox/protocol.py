@@ -470,6 +470,8 @@ class BridgeReply(BaseModel):
     error_type: str | None = None
     error_message: str | None = None
     retriable: bool = False
+    #: a ``call_with_files`` callee's committed outputs (name -> base64), written into the caller's ``outputs/``
+    files: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
     def error(cls, error_type: str, message: str, *, retriable: bool = False) -> BridgeReply:
@@ -486,8 +488,11 @@ class BridgeReply(BaseModel):
 
     def wire(self) -> dict[str, Any]:
         """The fields as plain data: the value as the handler gave it, so that encoding it is its JSON check."""
-        return {"status": self.status, "value": self.value, "error_type": self.error_type,
-                "error_message": self.error_message, "retriable": self.retriable}  # fmt: skip
+        wire: dict[str, Any] = {"status": self.status, "value": self.value, "error_type": self.error_type,
+                                "error_message": self.error_message, "retriable": self.retriable}  # fmt: skip
+        if self.files:
+            wire["files"] = self.files
+        return wire
 
 
 class CallResultFrame(BaseModel):
@@ -539,6 +544,8 @@ class CallTarget(BaseModel):
     deliverable: ContractField = None
     acceptance: ContractField = None
     failure_policy: ContractField = None
+    #: the files its calls take and produce (``ToolFiles``' fields: ``takes``, ``produces``), checked by the host
+    files: ContractField = None
 
 
 class DeclareFrame(BaseModel):
@@ -563,6 +570,9 @@ class CallFrame(BaseModel):
     method: str = Field(max_length=200)
     args: list[JsonValue] = Field(default_factory=list)
     kwargs: JsonDict = Field(default_factory=dict)
+    #: ``handle.call_with_files``: the files handed to the callee (name -> base64), read by the runner from its
+    #: own ``inputs/``/``outputs/`` (``inside/handing.py``); checked by the host against the run's limits
+    files: dict[FileName, str] = Field(default_factory=dict)
 
 
 class FetchFrame(BaseModel):

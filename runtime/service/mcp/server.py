@@ -47,6 +47,7 @@ from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from sandforge import __version__
 from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.files.media import shown_as_image
 from sandforge.runtime.names import valid_role
 from sandforge.runtime.service.audit import note
 from sandforge.runtime.service.mcp.changes import POLL_S, ToolListWatch, declare_list_changed
@@ -95,10 +96,6 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-#: Output files a client shows as images (issue 41); every other file is an embedded resource.
-IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/svg+xml"})
-
-
 def ok_result(model: BaseModel) -> CallToolResult:
     data = model.model_dump(mode="json")
     content: list[Any] = [TextContent(type="text", text=_text(data))]
@@ -108,10 +105,11 @@ def ok_result(model: BaseModel) -> CallToolResult:
 
 
 def _file_content(name: str, media_type: str, body: bytes) -> ImageContent | EmbeddedResource:
-    """One output file as a content item: an image a client renders, or a resource (``sandforge://outputs/NAME``,
-    a name only: nothing is fetched from it later)."""
+    """One output file as a content item: an image a client renders (only bytes that really are that image, and an
+    SVG with nothing active: ``runtime.files.media``), or a resource (``sandforge://outputs/NAME``, a name only:
+    nothing is fetched from it later)."""
     data = base64.b64encode(body).decode()
-    if media_type in IMAGE_TYPES:
+    if shown_as_image(media_type, body):
         return ImageContent(type="image", data=data, mime_type=media_type)
     contents = BlobResourceContents(uri=f"sandforge://outputs/{name}", mime_type=media_type, blob=data)
     return EmbeddedResource(type="resource", resource=contents)
