@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import threading
 import time
 from collections import OrderedDict
@@ -193,6 +194,12 @@ class ConfinedZygote(Zygote):
             raise ZygoteError(f"the environment zygote is not confined: {', '.join(missing)}")
 
     def close(self) -> None:
+        """End what the zygote forks first (its runners, and what an import left, which it reaps as their
+        subreaper: the zygote itself may not signal), then the zygote."""
+        if self.proc.poll() is None:
+            for pid in _children(self.proc.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
         super().close()
         self._remove_root()
 
@@ -201,6 +208,13 @@ class ConfinedZygote(Zygote):
             os.rmdir(self.root)  # noqa: PTH106 - empty: the zygote's tmpfs was in its own namespace
         if self.root.exists():
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def unconfined(pid: int) -> list[str]:

@@ -99,7 +99,9 @@ def zygote(control_fd: int) -> int:
         try:
             confined = _preload(boot, ahead)
         except (preload.PreloadFailed, confine.ConfineFailed, OSError) as exc:
-            _send(sock, {"op": "failed", "error": str(exc), "strays": confine.strays()})
+            _send(sock, {"op": "failed", "error": str(exc)})
+            while sock.recv(1 << 16):  # alive until the host hangs up: it ends what the import left first
+                pass
             return 1
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
