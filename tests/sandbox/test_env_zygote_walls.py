@@ -262,9 +262,9 @@ def _named(comm: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and (entry / "comm").read_text().strip() == comm:
-                if (entry / "stat").read_text().split(") ", 1)[1][0] != "Z":
-                    found.append(int(entry.name))
+            named = entry.name.isdigit() and (entry / "comm").read_text().strip() == comm
+            if named and (entry / "stat").read_text().split(") ", 1)[1][0] != "Z":
+                found.append(int(entry.name))
         except (OSError, IndexError):
             continue
     return found
