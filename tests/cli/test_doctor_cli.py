@@ -138,6 +138,28 @@ def test_doctor_states_the_environment_zygote_bound(monkeypatch: pytest.MonkeyPa
     assert json.loads(out)["env_zygotes"] == {"max": 3, "idle_s": 120.0}
     code, out, _ = doctor("--backend", "subprocess")
     assert "environment zygotes (subprocess, packages pre-imported): at most 3" in out
-    monkeypatch.delenv("SANDFORGE_ENV_ZYGOTES_MAX")
+    monkeypatch.setenv("SANDFORGE_ENV_ZYGOTES_MAX", "0")
     code, out, _ = doctor("--backend", "subprocess")
     assert "environment zygotes (subprocess, packages pre-imported): off" in out
+
+
+def test_doctor_states_environment_zygotes_on_by_default_and_confined_or_why_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 39 item 3: on by default (two), each confined before it imports; where they cannot be confined
+    (rootless), none, and doctor says why."""
+    monkeypatch.delenv("SANDFORGE_ENV_ZYGOTES_MAX", raising=False)
+    code, out, err = doctor("--backend", "subprocess", "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    if summary["env_zygotes_unconfinable"] is None:
+        assert summary["env_zygotes"]["max"] == 2
+        code, out, _ = doctor("--backend", "subprocess")
+        assert "at most 2, least recently used closed first" in out and "confined before it imports" in out
+    else:
+        assert summary["env_zygotes"]["max"] == 0
+    from sandforge.runtime.cli import doctor_cmd
+
+    monkeypatch.setattr(doctor_cmd, "_env_zygotes_off", lambda config: "rootless: no /proc of its own")
+    code, out, _ = doctor("--backend", "subprocess")
+    assert "packages pre-imported): off: they cannot be confined here (rootless: no /proc of its own)" in out
