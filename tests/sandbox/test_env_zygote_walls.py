@@ -3,11 +3,12 @@ package's import-time code runs with the walls of a fresh sandbox, and runners f
 a new one's.
 
 ``hostile`` is a distribution made on the spot whose import attacks the walls: it reads a host file, writes
-into a host directory, opens a socket, signals its parent (in a zygote: the host process), starts a thread,
-and forks a process that takes a user namespace of its own and tries the ``chroot`` escape towards the host's
-tree; it records what happened, counts its imports in ``builtins`` and installs a signal handler. The same
-program runs with the module pre-imported by a zygote and imported by the runner itself: the attacks fail
-alike, nothing reaches the host, and each run starts from the import's state, never a sibling's.
+into a host directory and into its own (read-only) environment, opens a socket, signals its parent (in a
+zygote: the host process), starts a thread, and forks a process that takes a user namespace of its own and
+tries the ``chroot`` escape towards the host's tree; it records what happened, counts its imports in
+``builtins`` and installs a signal handler. The same program runs with the module pre-imported by a zygote
+and imported by the runner itself: the attacks fail alike, nothing reaches the host, and each run starts
+from the import's state, never a sibling's.
 ``lingers`` leaves a process running at import: it is never pre-imported."""
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ def _write_host():
         fh.write("planted")
 
 
+def _write_site():
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "planted.py"), "w") as fh:
+        fh.write("planted")
+
+
 def _network():
     socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
 
@@ -101,6 +107,7 @@ def _escape():
 PROBES = {{
     "read_secret": _try(_read_secret),
     "write_host": _try(_write_host),
+    "write_site": _try(_write_site),
     "network": _try(_network),
     "signal_parent": _try(_signal_parent),
     "thread": _try(_thread),
@@ -205,9 +212,10 @@ def test_a_packages_import_attacks_fail_in_the_zygote_as_in_a_fresh_sandbox(
         assert value["state"]["imported_by"] != value["state"]["pid"]  # the zygote imported it
     assert fresh[0]["state"]["imported_by"] == fresh[0]["state"]["pid"]  # the runner imported it
     zygote_probes, fresh_probes = preloaded[0]["probes"], fresh[0]["probes"]
-    walls = ("read_secret", "write_host", "network", "signal_parent", "thread", "uid")
+    walls = ("read_secret", "write_host", "write_site", "network", "signal_parent", "thread", "uid")
     assert {k: zygote_probes[k] for k in walls} == {k: fresh_probes[k] for k in walls}, (zygote_probes, fresh_probes)
     assert zygote_probes["read_secret"] == "ENOENT" and zygote_probes["write_host"] == "ENOENT"
+    assert zygote_probes["write_site"] == "EROFS"  # the environment, read-only there as in a runner
     assert zygote_probes["network"] == "EPERM" and zygote_probes["signal_parent"] == "EPERM"
     assert zygote_probes["thread"] == "RuntimeError"
     assert zygote_probes["uid"] != 0
