@@ -36,10 +36,11 @@ DENIED_SYSCALLS: tuple[str, ...] = (
 ENOSYS_SYSCALLS: tuple[str, ...] = ("clone3",)
 
 
-#: What a confined environment zygote may do beyond a sandbox (``sandbox/inside/confine.py``): what its runners'
-#: own lock-down needs (a process, namespaces, their mounts, their root, dropping the capabilities a runner's
-#: user namespace grants, watching its pid-1 child). ``clone`` never with CLONE_THREAD: no thread.
-ZYGOTE_ALLOWED: tuple[str, ...] = ("fork", "clone", "unshare", "mount", "chroot", "capset", "pidfd_open")
+#: What a confined environment zygote may do beyond a sandbox (``sandbox/inside/confine.py``): what its runners
+#: need (``clone`` into namespaces of their own, never with CLONE_THREAD: no thread) and their own lock-down
+#: (their root's mounts, ``chroot``, dropping the capabilities their user namespace grants). Not ``unshare``:
+#: the zygote's own namespaces stay as it made them.
+ZYGOTE_ALLOWED: tuple[str, ...] = ("clone", "mount", "chroot", "capset")
 CLONE_THREAD = 0x00010000
 
 

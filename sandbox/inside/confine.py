@@ -8,14 +8,14 @@ process only itself and what it may trace (``hidepid=invisible,subset=pid``: its
 id maps there), and an empty ``/w`` where each runner mounts its own tmpfs; pivots into it, with the host's
 tree detached (nothing outside is left in the namespace to reach, not even through a nested user
 namespace's ``chroot``); drops to the sandbox user with no capability; sets ``no_new_privs``, the run's
-rlimits and a seccomp filter: the sandbox's own, minus what its runners' lock-down needs (``fork`` but no
-thread, ``unshare``, ``mount``, ``chroot``, ``capset``, ``pidfd_open``), compiled on the host
-(``sandbox/seccomp.zygote_filter``).
+rlimits and a seccomp filter: the sandbox's own, minus what its runners need (``clone`` but no thread,
+``mount``, ``chroot``, ``capset``), compiled on the host (``sandbox/seccomp.zygote_filter``).
 
-Each runner then locks itself down from there as a rootless runner does: a user namespace of its own (its
-parent is the host's, so it holds no capability over anything the zygote can see), new namespaces, its own
-tmpfs root, pid 1 of its own pid namespace, capabilities dropped, the full sandbox filter stacked on the
-zygote's. ``kill`` stays refused to the zygote: its runners die with it (their parent-death signal).
+Each runner is cloned straight into namespaces of its own (``clone_runner``: a user namespace whose parent is
+the host's, so it holds no capability over anything the zygote can see, and pid, mount, network, IPC and UTS
+namespaces owned by it: pid 1 at once, no second process), maps its ids, mounts its own tmpfs root, drops the
+capabilities and stacks the full sandbox filter on the zygote's (``lockdown.lock_down`` with ``entered``).
+``kill`` stays refused to the zygote: its runners die with it (their parent-death signal).
 """
 # ruff: noqa: PTH103
 # (the runner avoids pathlib (import cost))
@@ -23,6 +23,7 @@ zygote's. ``kill`` stays refused to the zygote: its runners die with it (their p
 from __future__ import annotations
 
 import base64
+import ctypes
 import os
 import resource
 from typing import Any
@@ -33,6 +34,8 @@ from .lockdown import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
     CLONE_NEWUTS,
     MS_NODEV,
     MS_NOEXEC,
@@ -59,6 +62,12 @@ MAX_PROCESSES = 1024
 ZYGOTE_FILES = 256
 PR_SET_CHILD_SUBREAPER, MNT_DETACH = 36, 2
 _SYS_PIVOT_ROOT = 155  # x86_64
+
+
+#: What a confined zygote's runner is cloned into: namespaces of its own, pid 1 of its pid namespace at once (a
+#: rootless runner unshares them and forks a second process to be that pid 1).
+RUNNER_NAMESPACES = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+_SYS_CLONE, _SIGCHLD = 56, 17  # x86_64
 
 
 class ConfineFailed(Exception):
@@ -133,6 +142,24 @@ def _rlimits(limits: dict[str, Any]) -> None:
         (resource.RLIMIT_NPROC, MAX_PROCESSES),
     ):
         resource.setrlimit(res, (value, value))
+
+
+def clone_runner() -> int:
+    """``os.fork``, with the child in a new user namespace (and, owned by it, new pid, mount, network, IPC and
+    UTS namespaces): the zygote needs no capability for that, and the child is pid 1 of its own pid namespace
+    with no second process. The interpreter's fork hooks run as ``os.fork`` runs them; the zygote is single
+    threaded (its filter refuses threads), which a raw ``clone`` needs."""
+    api, libc = ctypes.pythonapi, ctypes.PyDLL(None, use_errno=True)  # the GIL held throughout, as in os.fork
+    api.PyOS_BeforeFork()
+    pid = libc.syscall(_SYS_CLONE, RUNNER_NAMESPACES | _SIGCHLD, 0, 0, 0, 0)
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    err = ctypes.get_errno()
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, f"clone: {os.strerror(err)}")
+    return int(pid)
 
 
 def strays() -> list[int]:

@@ -28,8 +28,9 @@ def _send(sock: Any, message: dict[str, Any]) -> None:
 def _spawn_child(
     sock: Any, boot: dict[str, Any], proxies: dict[str, Any], request: dict[str, Any], fds: list[int]
 ) -> int:
-    """Fork a runner whose stdin, stdout, stderr and result channel are the four descriptors received."""
-    pid = os.fork()
+    """Fork a runner whose stdin, stdout, stderr and result channel are the four descriptors received (a
+    confined zygote clones it straight into namespaces of its own: ``confine.clone_runner``)."""
+    pid = confine.clone_runner() if boot.get("confined") else os.fork()
     if pid:
         return pid
     status = 70
@@ -39,12 +40,13 @@ def _spawn_child(
         os.setsid()
         if boot.get("confined"):
             _confined_child()
-            request = {**request, "workdir": confine.RUNNER_ROOT}
+            request = {**request, "workdir": confine.RUNNER_ROOT, "entered": boot["confined"]}
         high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]
         for target, fd in enumerate(high):
             os.dup2(fd, target)
         os.closerange(CHILD_RESULT_FD + 1, 65536)
-        child_boot = {**boot, "workdir": request.get("workdir"), "environment": request.get("environment")}
+        child_boot = {**boot, "workdir": request.get("workdir"), "environment": request.get("environment"),
+                      "entered": request.get("entered")}  # fmt: skip
         status = serve(0, CHILD_RESULT_FD, child_boot, proxies)
     except BaseException:
         import traceback
@@ -57,7 +59,8 @@ def _spawn_child(
 
 def _confined_child() -> None:
     """A confined zygote's runner: it dies with the zygote (which may not signal it), and is dumpable until its
-    lock-down, which writes its own id maps through ``/proc/self`` (the lock-down clears the flag again)."""
+    lock-down, which writes its own id maps through ``/proc/self`` (the lock-down clears the flag again). It
+    was cloned into its namespaces (``entered``: the zygote's ids, which it maps its own to)."""
     from .lockdown import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, _libc
 
     libc = _libc()
@@ -80,7 +83,7 @@ def _preload(boot: dict[str, Any], ahead: Any) -> dict[str, Any]:
     left = confine.strays()
     if left:
         raise preload.PreloadFailed(f"importing left {len(left)} process(es) running: {left[:8]}")
-    boot["confined"], boot["tripwire_installed"] = True, armed
+    boot["confined"], boot["tripwire_installed"] = [os.geteuid(), os.getegid()], armed
     return {"walls": walls, "tripwire": armed}
 
 
