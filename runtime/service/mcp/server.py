@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import inspect
 import json
 import logging
@@ -139,6 +140,19 @@ def _http_state(context: Context[Any, Any] | None) -> dict[str, Any] | None:
         return None
     state = getattr(request, "scope", {}).get("state") if request is not None else None
     return state if isinstance(state, dict) else None
+
+
+def _hearing_build(ctx: Context[Any, Any] | None, work: Callable[[], BaseModel]) -> Callable[[], BaseModel]:
+    """``work`` with a first build of the program's environment reported as progress notifications."""
+    from sandforge.runtime.service.progress import hearing
+
+    progress = _build_progress(ctx)
+
+    def heard() -> BaseModel:
+        with hearing(progress):
+            return work()
+
+    return heard
 
 
 def _build_progress(ctx: Context[Any, Any] | None) -> Callable[[str], None] | None:
@@ -344,16 +358,10 @@ class TenantMCP(MCPServer[Any]):
             follow as content items (PNG, JPEG and SVG as images, the rest as resources). A refused or failed
             program is an error result whose error_type says why (guardrail_violation, timeout, execution, ...)."""
             from sandforge.runtime.service.mcp import operations as ops
-            from sandforge.runtime.service.progress import hearing
 
             inputs = ops.InputFiles(files, file_refs)
-            progress = _build_progress(ctx)
-
-            def work() -> BaseModel:
-                with hearing(progress):  # a first build of the program's environment: progress notifications
-                    return ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb, inputs)
-
-            return await self.executing(work, store_calls=False)
+            run = functools.partial(ops.run_tool_code, rt, code, context, args, kwargs, timeout_s, memory_mb, inputs)
+            return await self.executing(_hearing_build(ctx, run), store_calls=False)
 
         def validate_code(code: Code) -> Annotated[CallToolResult, ValidationReport]:
             """The guardrail report of a tool program under the tenant's policy; nothing runs."""
