@@ -276,3 +276,17 @@ def _named(comm: str) -> list[int]:
         except (OSError, IndexError):
             continue
     return found
+
+
+def test_no_environment_zygote_where_it_cannot_be_confined(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rootless (only real root can mount the zygote's own ``/proc``) there is none, whatever the bound says:
+    the backend keeps zero and says why (``sandforge doctor`` prints it)."""
+    from sandforge.sandbox.backends import subprocess_backend
+
+    monkeypatch.setattr(subprocess_backend, "rootless", lambda config: True)
+    backend = SubprocessBackend(SandboxConfig(backend="subprocess", env_zygotes_max=2))
+    try:
+        assert backend.env_zygotes_off is not None and backend.env_zygotes_off.startswith("rootless")
+        assert backend.env_zygotes.bound == 0
+    finally:
+        backend.close()
