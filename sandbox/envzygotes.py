@@ -23,6 +23,7 @@ import base64
 import contextlib
 import logging
 import os
+import platform
 import shutil
 import signal
 import threading
@@ -165,8 +166,12 @@ class EnvZygotes:
 def confinable(rootless: bool) -> str | None:
     """Why an environment zygote cannot be confined here (None: it can). Its runners write their own id maps
     through a ``/proc`` that shows them only themselves, which only real root can mount."""
+    from sandforge.sandbox.inside.confine import SYSCALLS  # the runner's lock-down (ctypes): once a backend starts
+
     if rootless:
         return "rootless: only real root can give a confined zygote its own /proc (its runners' id maps)"
+    if platform.machine() not in SYSCALLS:
+        return f"{platform.machine()}: the confined zygote's system calls are known on {', '.join(SYSCALLS)} only"
     if seccomp.zygote_filter() is None:
         return "no libseccomp to compile the zygote's filter"
     return None

@@ -61,13 +61,15 @@ MAX_PROCESSES = 1024
 #: Descriptors a confined zygote may hold (it moves a runner's four above 100 before wiring them).
 ZYGOTE_FILES = 256
 PR_SET_CHILD_SUBREAPER, MNT_DETACH = 36, 2
-_SYS_PIVOT_ROOT = 155  # x86_64
+#: (pivot_root, clone) system call numbers per machine; elsewhere a zygote is not confined (there is none).
+SYSCALLS = {"x86_64": (155, 56), "aarch64": (41, 220)}
+_SYS_PIVOT_ROOT, _SYS_CLONE = SYSCALLS.get(os.uname().machine, (-1, -1))
 
 
 #: What a confined zygote's runner is cloned into: namespaces of its own, pid 1 of its pid namespace at once (a
 #: rootless runner unshares them and forks a second process to be that pid 1).
 RUNNER_NAMESPACES = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-_SYS_CLONE, _SIGCHLD = 56, 17  # x86_64
+_SIGCHLD = 17
 
 
 class ConfineFailed(Exception):
@@ -87,6 +89,8 @@ def confine(boot: dict[str, Any], site: str) -> dict[str, bool]:
     spec = boot.get("confine")
     if not isinstance(spec, dict) or not isinstance(spec.get("root"), str) or os.geteuid() != 0:
         raise ConfineFailed("an environment zygote is confined only when started as root with a root directory")
+    if _SYS_CLONE < 0:
+        raise ConfineFailed(f"no environment zygote on {os.uname().machine} (its system calls are not known here)")
     libc, limits = _libc(), boot["limits"]
     uid, gid = int(boot.get("drop_to_uid") or 65534), int(boot.get("drop_to_gid") or 65534)
     try:
