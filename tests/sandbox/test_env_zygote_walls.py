@@ -25,6 +25,7 @@ from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
 from sandforge.sandbox.envzygotes import unconfined
 from tests.environments.helpers import require_wheelhouse
 from tests.sandbox.envbuild import EnvFactory, target_for
+from tests.sandbox.test_env_zygotes import _env_zygotes as _zygotes
 
 HOSTILE = """
 import builtins
@@ -179,12 +180,6 @@ def zygote_sandbox() -> Iterator[Sandbox]:
         if backend.env_zygotes_off:
             pytest.skip(f"environment zygotes cannot be confined here: {backend.env_zygotes_off}")
         yield sb
-
-
-def _zygotes(sandbox: Sandbox) -> list[dict[str, object]]:
-    backend = sandbox._backend("subprocess")  # which zygote served is the point of the test
-    assert isinstance(backend, SubprocessBackend)
-    return backend.env_zygotes.describe()
 
 
 def _runs(sandbox: Sandbox, mount: EnvironmentMount, n: int) -> list[dict[str, Any]]:
