@@ -12,6 +12,7 @@ thread wake-ups, which were most of the HTTP overhead (docs/serve.md, "Speed"). 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -195,3 +196,45 @@ class ExecFastPath:
             return self._error(state, ApiError(500, "internal_error", "internal error (see the server log)"))
         state["outcome"] = outcome_word(outcome)
         return 200, self.service.scrub.json_bytes(result), {}
+
+    async def stream(self, rt: TenantRuntime, raw: bytes, state: dict[str, Any], send: Any) -> None:
+        """The answer as server-sent events (``Accept: text/event-stream``): ``progress`` for each step of a
+        first build of the program's environment (``{"step": n, "message": ...}``), then one ``result``:
+        ``{"status": <the status the plain answer has>, "body": <its body>}``. Always ``200``: the status of
+        the run travels in the last event."""
+        from sandforge.runtime.service.progress import hearing, on_loop
+
+        heard: asyncio.Queue[str] = asyncio.Queue()
+
+        async def answer() -> Answer:
+            with hearing(on_loop(heard.put)):  # the planning thread runs in a copy of this context
+                return await self(rt, raw, state)
+
+        await send({"type": "http.response.start", "status": 200, "headers": EVENT_HEADERS})
+        task = asyncio.ensure_future(answer())
+        try:
+            step = 0
+            while not task.done() or not heard.empty():
+                waiting = asyncio.ensure_future(heard.get())
+                await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+                if not waiting.done():
+                    waiting.cancel()
+                    continue
+                step += 1
+                data = self.service.scrub.json_bytes({"step": step, "message": waiting.result()})
+                await send({"type": "http.response.body", "body": event(b"progress", data), "more_body": True})
+            status, body, _ = task.result()
+        finally:
+            task.cancel()  # the client went away (this request cancelled): its execution ends with it
+        data = b'{"status":%d,"body":%s}' % (status, body)
+        await send({"type": "http.response.body", "body": event(b"result", data), "more_body": False})
+
+
+#: The head of a streamed answer (no caching, no buffering by a proxy).
+EVENT_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+                 (b"x-accel-buffering", b"no")]  # fmt: skip
+
+
+def event(name: bytes, data: bytes) -> bytes:
+    """One server-sent event (``data`` is compact JSON: one line)."""
+    return b"event: " + name + b"\ndata: " + data + b"\n\n"

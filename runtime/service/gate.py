@@ -123,6 +123,11 @@ def header_value(scope: Scope, name: bytes) -> bytes:
     return b""
 
 
+def wants_events(scope: Scope) -> bool:
+    """The request accepts server-sent events (``Accept: text/event-stream``): a route that can stream does."""
+    return any(name == b"accept" and b"text/event-stream" in value.lower() for name, value in scope.get("headers", ()))
+
+
 def content_length(scope: Scope) -> int | None:
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
@@ -226,6 +231,10 @@ class Gatekeeper:
         handler = self.direct.get((scope.get("method", ""), path_of(scope)))
         if handler is not None:
             state[REQUEST_TASK] = asyncio.current_task()  # a client gone before the answer cancels it
+            stream = getattr(handler, "stream", None)
+            if stream is not None and wants_events(scope):  # progress, then the answer (exec_route.py)
+                await stream(runtime, body, state, send)
+                return
             status, answer, headers = await handler(runtime, body, state)
             await send_bytes(send, status, answer, [(k.lower().encode(), v.encode()) for k, v in headers.items()])
             return
