@@ -70,5 +70,8 @@ class CallSpec:
     #: when the execution that made this nested call runs out of time (None at the top level)
     call_deadline: float | None = None
     #: the call's input files (``inputs/NAME`` to each attempt's program, checked against the limits before
-    #: the call starts); a nested call gets none: its caller's files are not passed down (docs/files.md)
+    #: the call starts); a nested call gets only those its caller handed it (``call_with_files``: docs/files.md)
     files: dict[str, bytes] = field(default_factory=dict)
+    #: the outputs of the attempt that commits come back on the Outcome: a top-level call's always, a nested
+    #: call's only when its caller asked (``call_with_files``); otherwise they end with the sandbox
+    returns_files: bool = False

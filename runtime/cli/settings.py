@@ -44,7 +44,7 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("backend", "str", "subprocess", "sandbox backend: subprocess, docker, gvisor, runc, runsc"),
     Setting("pool_size", "int", "2", "warm sandboxes kept ready per backend (0: every execution starts cold)"),
-    Setting("env_zygotes_max", "int", "0", "zygotes with an environment's packages pre-imported (LRU; opt-in)"),
+    Setting("env_zygotes_max", "int", "2", "zygotes with an environment's packages pre-imported (LRU; confined)"),
     Setting("cluster", "str", "none", "run executions on a Ray cluster (HOST:PORT or ray://HOST:PORT; docs/deploy.md)"),
     Setting("cluster_connect_timeout_s", "float", "120", "seconds to keep trying to (re)connect to the cluster"),
     Setting("require_protections", "list", "the backend's table", "protections a sandbox must show (comma list)"),

@@ -20,8 +20,8 @@ from pygments.lexers import PythonLexer
 from sandforge.runtime.agent.calllog import CallSource
 
 _FORMATTER = HtmlFormatter(linenos="table", cssclass="highlight")
-#: Output files the call page shows as images (an ``<img>`` only: an SVG's markup is never inlined)
-IMAGE_TYPES = {"image/png", "image/jpeg", "image/svg+xml"}
+#: Output files the call page shows as images (an ``<img>`` only: an SVG's markup is never inlined; the file is
+#: served inline only when its bytes are that image: ``runtime.files.media.shown_as_image``)
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg")
 
 

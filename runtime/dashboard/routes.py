@@ -47,6 +47,7 @@ from sandforge.runtime.dashboard.views import (
     security_page,
     tools_page,
 )
+from sandforge.runtime.files.media import IMAGE_TYPES, shown_as_image
 from sandforge.runtime.store.errors import InvalidNameError, ToolNotFoundError
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ def _output_file(
     rec = board.calls.record(row) if row is not None else None
     entry = next((f for f in (rec.output_files or []) if f.name == name), None) if rec is not None else None
     stored = rt.uploads.find(entry.sha256, entry.name) if entry is not None else None
-    if stored is None or head:
+    if stored is None or (head and stored.media_type not in IMAGE_TYPES):  # an image's disposition needs its bytes
         return None if stored is None else (stored, None)
     return rt.uploads.read(stored.id)
 
@@ -202,7 +203,8 @@ def _output_route(dash: Dashboard) -> Callable[[Request], Awaitable[Response]]:
             return error_page(404, "no such output file for this tenant (outputs are kept for runs of POST "
                               "/v1/exec, until they age out)", rt.name)  # fmt: skip
         record, body = found
-        disposition = "inline" if record.media_type in render.IMAGE_TYPES else "attachment"
+        shown = body is not None and shown_as_image(record.media_type, body)  # the bytes, not the name
+        disposition = "inline" if shown else "attachment"
         headers = {**OUTPUT_HEADERS, "content-disposition": f'{disposition}; filename="{name}"'}
         return file_response(record, body, headers)
 

@@ -25,7 +25,7 @@ from sandforge.sandbox import boot, leftovers, protections, seam, verify
 from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.environment import MountedEnvironment, require_mounted
-from sandforge.sandbox.envzygotes import EnvZygotes
+from sandforge.sandbox.envzygotes import ConfinedZygote, EnvZygotes, confinable
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import (
     BridgeHandler,
@@ -341,7 +341,10 @@ class SubprocessBackend:
         self._zygotes: dict[Limits, Zygote] = {}
         self._lock = threading.Lock()
         #: zygotes that pre-imported an environment's modules (``sandbox/envzygotes.py``)
-        self.env_zygotes = EnvZygotes(self._env_zygote, bound=config.env_zygotes_max, idle_s=config.env_pool_idle_s)
+        #: why environment zygotes cannot be confined here (then there are none), or None
+        self.env_zygotes_off = confinable(rootless(config))
+        bound = 0 if self.env_zygotes_off else config.env_zygotes_max
+        self.env_zygotes = EnvZygotes(self._env_zygote, bound=bound, idle_s=config.env_pool_idle_s)
         # What killed hosts left behind, of every backend: files now, the container engines at most once a
         # minute and a few seconds later (a one-shot `sandforge exec` is gone by then: sandbox/leftovers.py)
         leftovers.reap_in_background(containers=False)
@@ -381,10 +384,11 @@ class SubprocessBackend:
         return self._zygote(limits)
 
     def _env_zygote(self, limits: Limits, environment: MountedEnvironment) -> Zygote:
-        """Start a zygote that imports ``environment``'s modules before it forks (raises ZygoteError)."""
+        """Start a zygote that confines itself, then imports ``environment``'s modules before it forks (raises
+        ZygoteError)."""
         boot = boot_frame(self.config, limits, None).model_dump(mode="json")
         boot["preload"] = environment.boot(bind=True).model_dump()
-        return Zygote(
+        return ConfinedZygote(
             self.config.python or sys.executable, self.runner, boot,
             start_timeout=max(self.config.spawn_timeout_s, ENV_ZYGOTE_START_S), extra_args=rootless_args(self.config),
         )  # fmt: skip
