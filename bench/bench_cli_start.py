@@ -9,7 +9,10 @@ sandforge.runtime.cli import main; main()``) and waits for it to exit. Goals:
   least a click command line can cost);
 - ``exec`` of ``return 1 + 1`` on the subprocess backend, end to end: at most 2x the sum of ``python -I -c
   "import pydantic"`` and the subprocess backend's cold start as ``sandforge doctor`` reports it
-  (``probe_backend``'s ``cold_ms``: a sandbox started, one program run).
+  (``probe_backend``'s ``cold_ms``: a sandbox started, one program run). ``import pydantic`` is lazy: defining a
+  model loads pydantic's schema machinery (2-2.5x that import's CPU), which every command with a model at its
+  boundary pays, so the row ``exec_one_model`` (information, not in the exit status) puts ``exec`` beside the
+  floor proposed instead: an interpreter that defines one pydantic model, plus the same cold start.
 
 Commands and floors are interleaved run by run, so all see the same load; the load average is printed before
 and after. Bytecode caches are written and used (an installed package has them: PYTHONDONTWRITEBYTECODE is
@@ -36,6 +39,8 @@ from bench.startup import parse_args, print_goals, report, tree_env
 
 ENTRY = "import sys; from sandforge.runtime.cli import main; sys.exit(main())"
 GOAL_RATIO = 2.0
+#: The proposed floor's program: one pydantic model defined (issue 39, item 1, third pass).
+ONE_MODEL = "from pydantic import BaseModel\nclass One(BaseModel):\n    x: int = 0"
 TREE = Path(__file__).resolve().parent.parent
 
 
@@ -72,6 +77,7 @@ def run(runs: int, base: Path | None = None) -> dict[str, Any]:
         commands = {
             "click_floor": ([py, "-I", "-c", "import click"], env),
             "pydantic_floor": ([py, "-I", "-c", "import pydantic"], env),
+            "one_model_floor": ([py, "-I", "-c", ONE_MODEL], env),
         }
         for name, args in measured.items():
             if base is not None and name != "config":
@@ -92,6 +98,7 @@ def run(runs: int, base: Path | None = None) -> dict[str, Any]:
     floors = {"version": med["click_floor"], "help": med["click_floor"], "exec": exec_floor}
     goals = {name: (med[name], floor) for name, floor in floors.items()}
     goals.update({f"{name}_base": (med[f"{name}_base"], floor) for name, floor in floors.items() if base is not None})
+    goals["exec_one_model"] = (med["exec"], med["one_model_floor"] + med["doctor_cold"])  # information
     return {
         "median_s": {name: round(value, 4) for name, value in med.items()},
         "min_s": {name: round(min(values), 4) for name, values in times.items()},
@@ -116,11 +123,15 @@ def main() -> None:
     args = parse_args(__doc__ or "")
     result = run(args.runs, args.base)
     print_goals(result, args.runs)
-    print(f"(floors: click {result['median_s']['click_floor'] * 1000:.1f} ms; pydantic "
-          f"{result['median_s']['pydantic_floor'] * 1000:.1f} ms + doctor cold start "
-          f"{result['median_s']['doctor_cold'] * 1000:.1f} ms; config {result['median_s']['config'] * 1000:.1f} ms)")
+    med = result["median_s"]
+    print(
+        f"(floors: click {med['click_floor'] * 1000:.1f} ms; pydantic {med['pydantic_floor'] * 1000:.1f} ms + doctor "
+        f"cold start {med['doctor_cold'] * 1000:.1f} ms; one model {med['one_model_floor'] * 1000:.1f} ms; config "
+        f"{med['config'] * 1000:.1f} ms)"
+    )
     report(result, args.out)
-    sys.exit(0 if all(goal["met"] for name, goal in result["goals"].items() if not name.endswith("_base")) else 1)
+    official = [goal for name, goal in result["goals"].items() if not name.endswith(("_base", "_one_model"))]
+    sys.exit(0 if all(goal["met"] for goal in official) else 1)
 
 
 if __name__ == "__main__":

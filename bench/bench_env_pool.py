@@ -10,7 +10,7 @@ each takes a worker waiting in its pool (warm):
 
 - **floor**: ``return sum([1, 2, 3])`` with no environment;
 - **measured**: the package program (pandas: build a DataFrame and sum a column) in its environment, workers
-  forked from the environment's zygote (``env_zygotes_max=2``; off by default);
+  forked from the environment's zygote (``env_zygotes_max=2``, the default; confined before its import);
 - **env, no import**: the floor's program in the same environment (what mounting it costs, without the
   package's own work);
 - **env, plain**: the floor's program in the environment, forked from the plain zygote (the mount's own cost:

@@ -304,6 +304,20 @@ class Sandbox:
             self._backends[name] = backend
         return backend
 
+    def prestart(self, limits: Limits | None = None) -> None:
+        """Begin starting what the first execution under ``limits`` (default: the configured ones) will need,
+        without waiting for it, while the caller does its own work: the subprocess backend's zygote (a one-shot
+        ``sandforge exec`` overlaps it with its imports and the policy pass). Nothing runs a program before ``execute``;
+        ``close`` ends what was started. The container backends and a cluster start nothing ahead: their
+        engines are reached only for an approved program, as before."""
+        if self.config.cluster or self.config.backend != "subprocess":
+            return
+        with self._lock:
+            backend = self._backend(self.config.backend)
+        start = getattr(backend, "prestart", None)
+        if start is not None:
+            start(limits or self.config.limits)
+
     def _acquire(
         self, name: BackendName, limits: Limits, environment: MountedEnvironment | None,
         refill: Callable[[Callable[[], None]], None] | None = None,

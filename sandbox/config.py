@@ -53,9 +53,9 @@ class SandboxConfig(BaseModel):
     )
     zygote: bool = Field(default=True, description="fork subprocess workers from a pre-imported template process")
     env_zygotes_max: int = Field(
-        default=0, ge=0, le=32,
-        description="subprocess zygotes that pre-imported an environment's modules, kept at most (LRU; 0 = none, "
-        "the default: the packages' import code then runs in the zygote, outside the per-run walls)",
+        default=2, ge=0, le=32,
+        description="subprocess zygotes that pre-imported an environment's modules, kept at most (LRU; 0 = none); "
+        "each is confined before it imports, and there are none where it cannot be (rootless: `sandforge doctor`)",
     )  # fmt: skip
     python: str | None = Field(default=None, description="interpreter for the subprocess runner (default: this one)")
     image: str = Field(default="sandforge-sandbox", description="repository name of the sandbox image")

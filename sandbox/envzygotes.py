@@ -9,21 +9,32 @@ An evicted zygote forks nothing more at once, and is closed when a run it may ha
 limit): closing it under a run would end that run.
 A build that fails (an import error, a package that starts a thread at import) is remembered for
 ``RETRY_AFTER_S`` and the plain zygote serves meanwhile: the program then imports the package itself, as before.
-Off by default (``env_zygotes_max`` 0): the import runs in the zygote, outside the per-run walls, where no
-package code ran before (docs/environments.md, the trust note). A zygote forks runners for its own
+The zygote is confined before it imports (``sandbox/inside/confine.py``: its own namespaces, a private
+read-only root, the sandbox user, no capability, rlimits, a seccomp filter), which the host verifies from
+outside before it forks anything (``ConfinedZygote``); where it cannot be (no root, no libseccomp:
+``confinable``) there is none, and ``doctor`` says why. A zygote forks runners for its own
 environment only (the inside refuses another, and the runner reports another's modules as ``missing``, which
 ``require_mounted`` refuses).
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import logging
+import os
+import platform
+import shutil
+import signal
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from sandforge.sandbox import leftovers, seccomp, verify
 from sandforge.sandbox.environment import MountedEnvironment
 from sandforge.sandbox.protocol import Limits
 from sandforge.sandbox.zygote import Zygote, ZygoteError
@@ -150,6 +161,80 @@ class EnvZygotes:
             timer.cancel()
             zygotes.append(zygote)
         _close(zygotes)
+
+
+def confinable(rootless: bool) -> str | None:
+    """Why an environment zygote cannot be confined here (None: it can). Its runners write their own id maps
+    through a ``/proc`` that shows them only themselves, which only real root can mount."""
+    from sandforge.sandbox.inside.confine import SYSCALLS  # the runner's lock-down (ctypes): once a backend starts
+
+    if rootless:
+        return "rootless: only real root can give a confined zygote its own /proc (its runners' id maps)"
+    if platform.machine() not in SYSCALLS:
+        return f"{platform.machine()}: the confined zygote's system calls are known on {', '.join(SYSCALLS)} only"
+    if seccomp.zygote_filter() is None:
+        return "no libseccomp to compile the zygote's filter"
+    return None
+
+
+class ConfinedZygote(Zygote):
+    """A zygote that confines itself before it imports an environment's modules, verified from outside once it
+    says ready (a claim is not a wall): its own mount, network, IPC and UTS namespaces, a root that is not the
+    host's, not root, no capability in any set, ``no_new_privs``, a seccomp filter, rlimits. Its root's mount
+    point (a directory of the host's, empty) goes with it."""
+
+    def __init__(self, python: str, runner: Path, boot: dict[str, Any], **kwargs: Any) -> None:
+        self.root = leftovers.new_workdir()
+        filter_bpf = seccomp.zygote_filter()
+        boot = {**boot, "confine": {"root": str(self.root),
+                                    "seccomp_bpf_b64": base64.b64encode(filter_bpf or b"").decode()}}  # fmt: skip
+        try:
+            super().__init__(python, runner, boot, **kwargs)
+        except ZygoteError:
+            self._remove_root()
+            raise
+        missing = unconfined(self.proc.pid)
+        if missing:
+            self.close()
+            raise ZygoteError(f"the environment zygote is not confined: {', '.join(missing)}")
+
+    def close(self) -> None:
+        """End what the zygote forks first (its runners, and what an import left, which it reaps as their
+        subreaper: the zygote itself may not signal), then the zygote."""
+        if self.proc.poll() is None:
+            for pid in _children(self.proc.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        super().close()
+        self._remove_root()
+
+    def _remove_root(self) -> None:
+        with contextlib.suppress(OSError):
+            os.rmdir(self.root)  # noqa: PTH106 - empty: the zygote's tmpfs was in its own namespace
+        if self.root.exists():
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def unconfined(pid: int) -> list[str]:
+    """The walls of a confined zygote that the host cannot see from outside, by name (empty: all up)."""
+    status = verify.proc_status(pid)
+    checks = {f"{kind}_namespace": separate
+              for kind, separate in verify.separate_namespaces(pid, ("mnt", "net", "ipc", "uts")).items()}  # fmt: skip
+    checks["private_root"] = verify.other_root(pid)
+    checks["unprivileged_user"] = verify.non_root(verify.uids(status)) and verify.no_capabilities(
+        status, ("Inh", "Prm", "Eff", "Amb", "Bnd")
+    )
+    checks["rlimits"] = verify.rlimits_set(pid)
+    checks["no_new_privs"] = verify.no_new_privs(status)
+    checks["seccomp"] = verify.seccomp_filtered(status)
+    return [name for name, up in checks.items() if not up]
 
 
 def _close(zygotes: list[Zygote]) -> None:

@@ -121,6 +121,11 @@ class HandoffDir:
                 return
         self._write(str(index), context[key])
 
+    def put_bytes(self, index: int, data: bytes) -> None:
+        """``data`` (an input file's bytes) as file ``index`` of the next execute frame; OSError (e.g. no space
+        left) means: send it as a frame."""
+        self._write(str(index), data)
+
     def _write(self, name: str, data: bytes) -> None:
         target = self.path / name
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444)

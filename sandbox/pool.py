@@ -98,7 +98,9 @@ class WarmPool:
             return worker
         self.stats["cold_starts"] += 1
         self._nudge()
-        return self._spawn()
+        worker = self._spawn()
+        self.last_used = time.monotonic()  # a slow first start (an environment zygote's import) is not idleness
+        return worker
 
     async def acquire_async(
         self, executor: Executor | None = None, refill: Callable[[Callable[[], None]], None] | None = None
@@ -301,7 +303,11 @@ class WarmPool:
             return self.size + len(self._waiters) - len(self._ready) - self._in_flight > 0
 
     def _retire_due(self) -> bool:
-        return self.retire_idle_s is not None and time.monotonic() - self.last_used > self.retire_idle_s
+        """Unused for ``retire_idle_s``, and not starting a worker someone waits for (reads without the lock: at
+        worst the check comes again next period)."""
+        if self.retire_idle_s is None or self._in_flight or self._waiters:
+            return False
+        return time.monotonic() - self.last_used > self.retire_idle_s
 
     def _retire(self) -> None:
         """Unused too long: stop refilling and destroy the ready workers (the owner drops a retired pool)."""

@@ -470,6 +470,8 @@ class BridgeReply(BaseModel):
     error_type: str | None = None
     error_message: str | None = None
     retriable: bool = False
+    #: a ``call_with_files`` callee's committed outputs (name -> base64), written into the caller's ``outputs/``
+    files: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
     def error(cls, error_type: str, message: str, *, retriable: bool = False) -> BridgeReply:
@@ -486,8 +488,11 @@ class BridgeReply(BaseModel):
 
     def wire(self) -> dict[str, Any]:
         """The fields as plain data: the value as the handler gave it, so that encoding it is its JSON check."""
-        return {"status": self.status, "value": self.value, "error_type": self.error_type,
-                "error_message": self.error_message, "retriable": self.retriable}  # fmt: skip
+        wire: dict[str, Any] = {"status": self.status, "value": self.value, "error_type": self.error_type,
+                                "error_message": self.error_message, "retriable": self.retriable}  # fmt: skip
+        if self.files:
+            wire["files"] = self.files
+        return wire
 
 
 class CallResultFrame(BaseModel):
@@ -539,6 +544,8 @@ class CallTarget(BaseModel):
     deliverable: ContractField = None
     acceptance: ContractField = None
     failure_policy: ContractField = None
+    #: the files its calls take and produce (``ToolFiles``' fields: ``takes``, ``produces``), checked by the host
+    files: ContractField = None
 
 
 class DeclareFrame(BaseModel):
@@ -563,6 +570,9 @@ class CallFrame(BaseModel):
     method: str = Field(max_length=200)
     args: list[JsonValue] = Field(default_factory=list)
     kwargs: JsonDict = Field(default_factory=dict)
+    #: ``handle.call_with_files``: the files handed to the callee (name -> base64), read by the runner from its
+    #: own ``inputs/``/``outputs/`` (``inside/handing.py``); checked by the host against the run's limits
+    files: dict[FileName, str] = Field(default_factory=dict)
 
 
 class FetchFrame(BaseModel):
@@ -751,20 +761,37 @@ def ensure_finite(value: Any, what: str) -> None:
 
 
 class FrameReader:
-    """Incremental decoder: feed bytes as they arrive, take complete frame bodies out."""
+    """Incremental decoder: feed bytes as they arrive, take complete frame bodies out.
+
+    A frame whose body spans several chunks (an output file: 1 MiB per read) gathers them as they came and
+    joins them once: one copy of its bytes here, not an append and a copy out."""
 
     def __init__(self, max_bytes: int) -> None:
         self._buf = bytearray()
         self._max = max_bytes
+        #: The body being gathered (its chunks, and how many bytes it still needs); None between frames.
+        self._parts: list[bytes] | None = None
+        self._left = 0
 
     def feed(self, data: bytes) -> list[bytes]:
-        self._buf += data
         frames: list[bytes] = []
+        if self._parts is not None:
+            if len(data) < self._left:
+                self._parts.append(data)
+                self._left -= len(data)
+                return frames
+            self._parts.append(data[: self._left])
+            frames.append(b"".join(self._parts))
+            data, self._parts = data[self._left :], None
+        self._buf += data
         while len(self._buf) >= HEADER.size:
             (size,) = HEADER.unpack_from(self._buf)
             if size > self._max:
                 raise ProtocolError(f"sandbox announced a {size}-byte frame (limit {self._max})")
             if len(self._buf) < HEADER.size + size:
+                if size >= 1 << 20:  # gather the rest as it comes
+                    self._parts, self._left = [bytes(self._buf[HEADER.size :])], HEADER.size + size - len(self._buf)
+                    self._buf.clear()
                 break
             with memoryview(self._buf) as view:  # one copy of a large frame, not two
                 frames.append(bytes(view[HEADER.size : HEADER.size + size]))
@@ -773,4 +800,6 @@ class FrameReader:
 
     @property
     def pending(self) -> int:
-        return len(self._buf)
+        """Bytes of an unfinished frame (its header included) held so far."""
+        gathered = HEADER.size + sum(len(part) for part in self._parts) if self._parts is not None else 0
+        return len(self._buf) + gathered

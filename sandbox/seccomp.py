@@ -36,20 +36,41 @@ DENIED_SYSCALLS: tuple[str, ...] = (
 ENOSYS_SYSCALLS: tuple[str, ...] = ("clone3",)
 
 
+#: What a confined environment zygote may do beyond a sandbox (``sandbox/inside/confine.py``): what its runners
+#: need (``clone`` into namespaces of their own, never with CLONE_THREAD: no thread) and their own lock-down
+#: (their root's mounts, ``chroot``, dropping the capabilities their user namespace grants). Not ``unshare``:
+#: the zygote's own namespaces stay as it made them.
+ZYGOTE_ALLOWED: tuple[str, ...] = ("clone", "mount", "chroot", "capset")
+CLONE_THREAD = 0x00010000
+
+
 @functools.cache
 def compiled_filter() -> bytes | None:
     """The filter as BPF bytes, or None when libseccomp is unavailable on this machine."""
+    return _compile(DENIED_SYSCALLS, zygote=False)
+
+
+@functools.cache
+def zygote_filter() -> bytes | None:
+    """The confined environment zygote's filter: the sandbox's, minus ``ZYGOTE_ALLOWED`` (None: no libseccomp).
+    Its runners stack the sandbox's own on it."""
+    return _compile(tuple(n for n in DENIED_SYSCALLS if n not in ZYGOTE_ALLOWED), zygote=True)
+
+
+def _compile(denied: tuple[str, ...], *, zygote: bool) -> bytes | None:
     try:
         import pyseccomp as sc
     except (ImportError, OSError) as exc:  # pragma: no cover - depends on the machine
         log.warning("seccomp unavailable: %s", exc)
         return None
     flt = sc.SyscallFilter(sc.ALLOW)
-    for name, err in [(n, errno.EPERM) for n in DENIED_SYSCALLS] + [(n, errno.ENOSYS) for n in ENOSYS_SYSCALLS]:
+    for name, err in [(n, errno.EPERM) for n in denied] + [(n, errno.ENOSYS) for n in ENOSYS_SYSCALLS]:
         try:
             flt.add_rule(sc.ERRNO(err), name)
         except (ValueError, RuntimeError, OSError):
             log.debug("syscall %s does not exist on this architecture", name)
+    if zygote:
+        flt.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, CLONE_THREAD))
     with tempfile.TemporaryFile() as fh:
         flt.export_bpf(fh)
         fh.seek(0)

@@ -50,7 +50,10 @@ class Zygote:
         *,
         start_timeout: float = 20.0,
         extra_args: list[str] | None = None,
+        wait_ready: bool = True,
     ) -> None:
+        """Start the zygote and send it ``boot``; with ``wait_ready`` (the default) wait for its ready report,
+        else leave that to :meth:`await_ready` (a prestart: the interpreter comes up while the caller works)."""
         self._sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [python, "-I", "-S", "-B", str(runner), "--zygote", "--control-fd", str(child.fileno())]
         try:
@@ -81,9 +84,24 @@ class Zygote:
         self._wake: tuple[int, ...] = (self._wake_r, self._wake_w)  # still open (closed once: ``_end_adopted``)
         self._send_lock = threading.Lock()
         self._closed = False
+        self._ready_by = time.monotonic() + start_timeout
+        self._ready = False
         self._sock.settimeout(start_timeout)
         try:
             self._sock.send(json.dumps(boot).encode())
+        except OSError as exc:
+            self.close()
+            raise ZygoteError(f"zygote did not start: {exc}") from exc
+        if wait_ready:
+            self.await_ready()
+
+    def await_ready(self) -> None:
+        """Wait (until the start timeout, counted from the start) for the ready report; raises ZygoteError, the
+        zygote closed, when none comes. Callers serialise it (the backend's lock); a ready zygote returns."""
+        if self._ready:
+            return
+        try:
+            self._sock.settimeout(max(self._ready_by - time.monotonic(), 0.001))
             ready = json.loads(self._sock.recv(1 << 16) or b"{}")
         except (OSError, ValueError) as exc:
             self.close()
@@ -94,6 +112,7 @@ class Zygote:
         self._sock.settimeout(None)
         self._reader = threading.Thread(target=self._read_loop, name="sandforge-zygote", daemon=True)
         self._reader.start()
+        self._ready = True
 
     def alive(self) -> bool:
         return not self._closed and self.proc.poll() is None

@@ -31,6 +31,7 @@ from sandforge.runtime.names import (
     valid_method,
     valid_role,
 )
+from sandforge.runtime.store.models import ToolFiles
 
 #: The sandbox refuses values nested deeper (``sandbox/inside/lazycontext.py``, ``check_json``).
 MAX_ARGUMENT_DEPTH = 200
@@ -106,6 +107,8 @@ class NestedCallSpec(BaseModel):
     deliverable: JsonValue = None
     acceptance: JsonValue = None
     failure_policy: JsonValue = None
+    #: ``delegate(role, ..., files={"takes": [...], "produces": [...]})``: the files of its contract
+    files: ToolFiles | None = None
 
     _fields = field_validator("deliverable", "acceptance", "failure_policy")(_bounded_json_field)
 
@@ -116,6 +119,7 @@ def nested_call_spec(target: Any, method: str) -> NestedCallSpec | str:
         "kind": getattr(target, "kind", None), "role": getattr(target, "name", None), "method": method,
         "purpose": getattr(target, "purpose", None), "deliverable": getattr(target, "deliverable", None),
         "acceptance": getattr(target, "acceptance", None), "failure_policy": getattr(target, "failure_policy", None),
+        "files": getattr(target, "files", None),
     }  # fmt: skip
     try:
         return NestedCallSpec(**fields)

@@ -19,14 +19,15 @@ from __future__ import annotations
 import fnmatch
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from sandforge.runtime.store.models import ToolContract, ToolFiles
+from sandforge.runtime.files.media import mismatch
+from sandforge.runtime.store.models import FileSpec, ToolContract, ToolFiles
 
 SHORTHAND_TYPES: dict[str, str] = {
     "list": "array",
@@ -75,6 +76,9 @@ class ContractViolation(BaseModel):
 
     @property
     def text(self) -> str:
+        if self.kind == "outputs" and self.message != "a declared output is missing":
+            return f"the run's output {self.path} does not match the contract: expected {self.expected}, " \
+                   f"actual: {self.actual}"  # fmt: skip
         if self.kind == "outputs":
             return f"the run does not write the contract's output {self.path}: expected {self.expected}, " \
                    f"actual {self.actual}"  # fmt: skip
@@ -82,11 +86,12 @@ class ContractViolation(BaseModel):
                f"actual {self.actual} ({self.message})"  # fmt: skip
 
 
-def check_outputs(files: ToolFiles | None, written: Iterable[str]) -> ContractViolation | None:
-    """The first required output of ``files`` that no written name matches (a glob needs one match), or None.
+def check_outputs(files: ToolFiles | None, written: Mapping[str, bytes]) -> ContractViolation | None:
+    """The first required output of ``files`` that no written name matches (a glob needs one match), or a written
+    file whose bytes are not the media type its declaration says (``runtime.files.media``); None when all hold.
 
-    A missing output is the program's defect, whatever the input (a program that cannot make it answers an
-    error instead), so the lifecycle treats it as an intrinsic contract violation (docs/files.md)."""
+    A missing or mistyped output is the program's defect, whatever the input (a program that cannot make it
+    answers an error instead), so the lifecycle treats it as an intrinsic contract violation (docs/files.md)."""
     if files is None:
         return None
     names = sorted(written)
@@ -95,6 +100,31 @@ def check_outputs(files: ToolFiles | None, written: Iterable[str]) -> ContractVi
             actual = _bounded(", ".join(names)) if names else "no output file"
             return ContractViolation(path=f"outputs/{spec.name}", expected="a file matching it", actual=actual,
                                      message="a declared output is missing", kind="outputs")  # fmt: skip
+    found = typed_mismatch(files.produces, written)
+    if found is not None:
+        name, expected, why = found
+        return ContractViolation(path=f"outputs/{name}", expected=expected, actual=_bounded(why),
+                                 message="a declared output is not its media type", kind="outputs")  # fmt: skip
+    return None
+
+
+def check_inputs(files: ToolFiles | None, given: Mapping[str, bytes]) -> str | None:
+    """Why an input file is not the media type the contract declares for it (one line), or None."""
+    found = typed_mismatch(files.takes, given) if files is not None else None
+    if found is None:
+        return None
+    name, expected, why = found
+    return f"inputs/{name}: the contract declares {expected}, but {_bounded(why)}"
+
+
+def typed_mismatch(specs: Iterable[FileSpec], files: Mapping[str, bytes]) -> tuple[str, str, str] | None:
+    """The first file a spec with a media type matches whose bytes are not that type: (name, type, why)."""
+    for name in sorted(files):
+        for spec in specs:
+            if spec.media_type is not None and fnmatch.fnmatchcase(name, spec.name):
+                why = mismatch(spec.media_type, files[name])
+                if why is not None:
+                    return name, spec.media_type, why
     return None
 
 

@@ -7,7 +7,6 @@ into a workspace's private state, and a test can run it on any sandbox, store an
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import JsonValue
 
 from sandforge.runtime.agent.budgets import Budgets
+from sandforge.runtime.agent.ids import new_id
 from sandforge.runtime.agent.source import ProgramStore
 from sandforge.runtime.agent.state import StagedRecord, State
 from sandforge.runtime.agent.trace_budget import TraceBudget
@@ -30,10 +30,6 @@ if TYPE_CHECKING:
 
 #: Where the records of committed top-level calls go (the store's hook first, then the call log).
 RecordSink = Callable[[list[StagedRecord]], None]
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex[:16]
 
 
 @dataclass(frozen=True)
@@ -74,5 +70,8 @@ class CallSpec:
     #: when the execution that made this nested call runs out of time (None at the top level)
     call_deadline: float | None = None
     #: the call's input files (``inputs/NAME`` to each attempt's program, checked against the limits before
-    #: the call starts); a nested call gets none: its caller's files are not passed down (docs/files.md)
+    #: the call starts); a nested call gets only those its caller handed it (``call_with_files``: docs/files.md)
     files: dict[str, bytes] = field(default_factory=dict)
+    #: the outputs of the attempt that commits come back on the Outcome: a top-level call's always, a nested
+    #: call's only when its caller asked (``call_with_files``); otherwise they end with the sandbox
+    returns_files: bool = False

@@ -14,6 +14,7 @@ import re
 import sys
 import threading
 import weakref
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,11 @@ if TYPE_CHECKING:  # the builder (uv, file locks, records) loads when a program 
     from sandforge.runtime.environments.target import SandboxTarget
 
 __all__ = ["Environments", "default_environments", "failure_result", "manifest_for", "mount_of"]
+
+#: Hears each long step of the environment build one request causes (``POST /v1/exec`` streams it as
+#: server-sent events, the MCP exec tool sends it as progress notifications), beside a workspace's own
+#: ``Environments.progress``: per request, so it is set in the context (or on the thread) that prepares it.
+BUILD_PROGRESS: ContextVar[Progress | None] = ContextVar("sandforge_build_progress", default=None)
 
 _DEFAULTS: dict[Path, Environments] = {}
 _DEFAULT_LOCK = threading.Lock()
@@ -117,8 +123,20 @@ class Environments:
             self._targets[key] = known
         return known
 
+    def _heard(self) -> Progress | None:
+        """Who hears this build's steps: the workspace's ``progress`` and the request's ``BUILD_PROGRESS``."""
+        own, request = self.progress, BUILD_PROGRESS.get()
+        if own is None or request is None:
+            return own or request
+
+        def both(message: str) -> None:
+            own(message)
+            request(message)
+
+        return both
+
     def prepare(self, manifest: Manifest, policy: DependencyPolicy, target: SandboxTarget) -> PreparedEnvironment:
-        return self.store.prepare(manifest, policy, target, progress=self.progress)
+        return self.store.prepare(manifest, policy, target, progress=self._heard())
 
     def prepare_for(
         self, manifest: Manifest, stored: EnvironmentSpec | None, policy: DependencyPolicy, target: SandboxTarget
@@ -133,8 +151,8 @@ class Environments:
         ):
             policy.check(manifest.names)  # the policy of today, not the one it was stored under
             policy.check((pin.name for pin in stored.pins), transitive=True)
-            return self.store.ensure(stored, max_env_mb=policy.max_env_mb, progress=self.progress)
-        return self.store.prepare(manifest, policy, target, progress=self.progress)
+            return self.store.ensure(stored, max_env_mb=policy.max_env_mb, progress=self._heard())
+        return self.store.prepare(manifest, policy, target, progress=self._heard())
 
 
 def _probe_image(image: str | None, runtime: str | None) -> SandboxTarget:

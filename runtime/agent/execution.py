@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -20,7 +22,7 @@ from pydantic import ValidationError
 from sandforge.runtime.agent import observe
 from sandforge.runtime.agent.bounds import INVALID_TOOL_CALL, NestedCallSpec, json_problem, nested_call_spec
 from sandforge.runtime.agent.calllog import bounded
-from sandforge.runtime.agent.contracts import InvalidContract, check_contract
+from sandforge.runtime.agent.contracts import InvalidContract, check_contract, check_inputs
 from sandforge.runtime.agent.egress import HTTP_FETCH, NO_GRANT, ExecutionEgress, broker_for
 from sandforge.runtime.agent.env import CallEnv, CallSpec
 from sandforge.runtime.agent.outcome import Outcome
@@ -28,7 +30,7 @@ from sandforge.runtime.agent.state import ToolContract, Transaction
 from sandforge.runtime.agent.trace_budget import Stop, TraceMeter
 from sandforge.runtime.gate import Approval, execute_approved
 from sandforge.runtime.telemetry import current as telemetry
-from sandforge.sandbox import BridgeReply, ErrorType, ExecutionOutcome, ExecutionRequest
+from sandforge.sandbox import BridgeReply, ErrorType, ExecutionOutcome, ExecutionRequest, Limits
 from sandforge.sandbox.channel import PipedBody
 from sandforge.sandbox.exchange import serving_deadline
 from sandforge.sandbox.protocol import CallFrame, DeclareFrame, EnvironmentMount
@@ -133,7 +135,8 @@ class Executor:
             return wire_error("invalid_contract", checked)
         try:
             contract = ToolContract(role=target.name, purpose=target.purpose, deliverable=target.deliverable,
-                                    acceptance=target.acceptance, failure_policy=target.failure_policy)  # fmt: skip
+                                    acceptance=target.acceptance, failure_policy=target.failure_policy,
+                                    files=checked.files)  # fmt: skip
             check_contract(contract)
         except (InvalidContract, ValidationError) as exc:
             return wire_error("invalid_contract", bounded(str(exc), 2000) or "")
@@ -180,12 +183,15 @@ class Executor:
         if spec.kind == "delegate":
             scope.register(
                 ToolContract(role=spec.role, purpose=spec.purpose, deliverable=spec.deliverable,
-                             acceptance=spec.acceptance, failure_policy=spec.failure_policy)
+                             acceptance=spec.acceptance, failure_policy=spec.failure_policy, files=spec.files)
             )  # fmt: skip
+        files = handed_files(frame, self.env.limits, scope.contract(spec.role))
+        if isinstance(files, str):
+            return wire_error(INVALID_TOOL_CALL, files)
         child = CallSpec(
             role=spec.role, method=spec.method, args=list(frame.args), kwargs=dict(frame.kwargs),
             depth=self.spec.depth + 1, trace_id=self.spec.trace_id, parent_call_id=self.spec.call_id,
-            call_deadline=deadline,
+            call_deadline=deadline, files=files, returns_files="files" in frame.model_fields_set,
         )  # fmt: skip
         outcome = self.run_nested(child, scope)
         if self.fetches is not None:
@@ -198,7 +204,30 @@ class Executor:
             if spec.kind == "delegate":
                 txn.tools.pop(spec.role, None)  # nor the one its ``declare`` frame staged in this attempt
         scope.commit()
-        return BridgeReply.of(outcome.to_wire())  # the envelope checked, the value sent as it is
+        reply = BridgeReply.of(outcome.to_wire())  # the envelope checked, the value sent as it is
+        if outcome.ok and outcome.files:  # only a call_with_files callee's (``returns_files``)
+            # a call_with_files callee that committed: its outputs go to the caller's outputs/ (base64)
+            handed = {name: base64.b64encode(body).decode() for name, body in outcome.files.items()}
+            reply = reply.model_copy(update={"files": handed})
+        return reply
+
+
+def handed_files(frame: CallFrame, limits: Limits, contract: ToolContract | None) -> dict[str, bytes] | str:
+    """The files a ``call_with_files`` frame hands its callee, decoded and checked as a top-level call's are
+    (the run's ``Limits``, the callee's declared media types), or why they are refused (one line). A plain
+    nested call hands none: the callee sees no file it was not given."""
+    if not frame.files:
+        return {}
+    try:
+        decoded = {name: base64.b64decode(text, validate=True) for name, text in frame.files.items()}
+    except (binascii.Error, ValueError):
+        return "call_with_files: a file handed on is not base64"
+    try:
+        checked = ExecutionRequest(code="", files=decoded, limits=limits).files
+    except ValidationError as exc:
+        return f"call_with_files: {bounded(str(exc.errors()[0].get('msg', 'invalid')), 500)}"
+    problem = check_inputs(contract.files if contract is not None else None, checked)
+    return problem if problem is not None else checked
 
 
 @dataclass

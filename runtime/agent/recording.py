@@ -107,7 +107,8 @@ class Recorder:
 
     def ok(self, ex: ExecutionOutcome) -> Outcome:
         return Outcome(status="ok", value=ex.value, tool_role=self.spec.role, method_name=self.spec.method,
-                       metadata=self.metadata(), files=ex.files if self.spec.depth == 0 else {})  # fmt: skip
+                       metadata=self.metadata(),
+                       files=ex.files if self.spec.depth == 0 or self.spec.returns_files else {})  # fmt: skip
 
     def error(self, failure: Failure) -> Outcome:
         meta = self.metadata()

@@ -35,8 +35,8 @@ from sandforge.runtime.agent.calllog import (
     now_utc,
 )
 from sandforge.runtime.agent.egress import egress_of
-from sandforge.runtime.agent.env import new_id
 from sandforge.runtime.agent.failures import FailureClass, classify_failure, classify_outcome
+from sandforge.runtime.agent.ids import new_id
 from sandforge.runtime.files.transfer import manifest
 from sandforge.runtime.guardrails import ValidationResult
 from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest

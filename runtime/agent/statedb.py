@@ -17,6 +17,13 @@ SQLite's lock, and each process notices the others' commits by ``PRAGMA data_ver
 still here (``logged = 0``) and is appended by the next process that opens the database
 (:meth:`StateDB.unlogged`), unless the process that committed it is still running; ``Workspace`` looks for
 its line at the log's end first, so a record whose line was written is not written twice.
+
+``call_records`` is bounded (``call_records_max``, ``$SANDFORGE_CALL_RECORDS_MAX``): the commit that takes the
+table over it deletes, in its own transaction, its oldest records (insertion order) that ``calls.jsonl`` already
+holds. A record not yet in the log (``logged = 0``) is never pruned: it is what a crash recovery appends, so
+the bound holds once the log has caught up. ``calls.jsonl`` is the history; this table is the commit's
+guarantee, and needs no more than the recent records (no reader pages through it: ``record`` looks one up by
+id, ``unlogged`` reads only what pruning keeps).
 """
 
 from __future__ import annotations
@@ -39,6 +46,23 @@ from sandforge.sandbox.context import ContextError, ContextSnapshot
 DB_FILE_NAME = "state.db"
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
+#: Committed call records kept (the newest); the environment variable overrides it (``sandforge config``).
+CALL_RECORDS_MAX = 100_000
+CALL_RECORDS_MAX_ENV = "SANDFORGE_CALL_RECORDS_MAX"
+
+
+def call_records_max() -> int:
+    """The configured bound: ``$SANDFORGE_CALL_RECORDS_MAX`` (a whole number, at least 1), else the default."""
+    text = os.environ.get(CALL_RECORDS_MAX_ENV, "").strip()
+    if not text:
+        return CALL_RECORDS_MAX
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise StateDBError(f"{CALL_RECORDS_MAX_ENV}={text!r} is not a whole number of at least 1")
+    return value
 
 
 class StateDBError(SandforgeError):
@@ -102,8 +126,11 @@ def _alive(pid: int) -> bool:
 class StateDB:
     """One tenant's state database. Thread-safe (one connection behind a lock); safe across processes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, max_call_records: int | None = None) -> None:
         self.path = path
+        self.max_call_records = call_records_max() if max_call_records is None else max_call_records
+        if self.max_call_records < 1:
+            raise StateDBError(f"max_call_records must be at least 1, not {self.max_call_records}")
         self._lock = threading.RLock()
 
         def refuse(kind: str) -> StateDBError:
@@ -185,6 +212,7 @@ class StateDB:
         ``bases`` None, nothing) is a conflict, and then nothing is written. ``records``: (call_id, trace_id,
         role, method, status, record JSON)."""
         now = datetime.now(UTC).isoformat()
+        rows = [(*r[:5], now, r[5], os.getpid()) for r in records]
         with self._tx() as conn:
             current = {role: self._version(conn, role) for role in contexts}
             if bases is not None:
@@ -200,8 +228,10 @@ class StateDB:
             conn.executemany(
                 "INSERT OR REPLACE INTO call_records (call_id, trace_id, role, method, status, committed_at, record,"
                 " logged, owner) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)",
-                [(*r[:5], now, r[5], os.getpid()) for r in records],
+                rows,
             )
+            if rows:
+                self._prune(conn)
         return [], versions
 
     def replace(self, role: str, snapshot: ContextSnapshot, if_match: str | None) -> tuple[Committed, bool]:
@@ -226,6 +256,17 @@ class StateDB:
         return 0 if row is None else int(row[0])
 
     # --- records ---
+
+    def _prune(self, conn: sqlite3.Connection) -> None:
+        """Inside a commit's transaction (writers queue on SQLite's lock, so two never prune at once): the
+        oldest logged records beyond the bound. Rowids grow with each insert (a replaced record is a new row),
+        so rowid order is commit order."""
+        excess = int(conn.execute("SELECT count(*) FROM call_records").fetchone()[0]) - self.max_call_records
+        if excess > 0:
+            conn.execute(
+                "DELETE FROM call_records WHERE rowid IN"
+                " (SELECT rowid FROM call_records WHERE logged = 1 ORDER BY rowid LIMIT ?)", (excess,)
+            )  # fmt: skip
 
     def logged(self, call_ids: list[str], records: list[str] | None = None) -> None:
         """These records are in ``calls.jsonl`` now (``records``: their final JSON, the store's fields added).

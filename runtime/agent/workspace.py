@@ -19,7 +19,7 @@ from sandforge.runtime.agent.bounds import check_arguments
 from sandforge.runtime.agent.budgets import Budgets
 from sandforge.runtime.agent.callgate import CallGate
 from sandforge.runtime.agent.calllog import STORE_FIELDS, CallLog, CallRecord, default_log_path
-from sandforge.runtime.agent.contracts import check_contract
+from sandforge.runtime.agent.contracts import check_contract, check_inputs
 from sandforge.runtime.agent.env import CallEnv, CallSpec
 from sandforge.runtime.agent.environment import Environments
 from sandforge.runtime.agent.lifecycle import CallRun
@@ -29,6 +29,7 @@ from sandforge.runtime.agent.source import ProgramStore
 from sandforge.runtime.agent.state import CommitConflict, StagedRecord, State, ToolContract
 from sandforge.runtime.agent.statedb import DB_FILE_NAME, Committed, StateDB, StateDBError
 from sandforge.runtime.agent.trace_budget import TraceBudget
+from sandforge.runtime.errors import InputFileError
 from sandforge.runtime.gate import SandboxPort
 from sandforge.runtime.guardrails import Policy, default_policy
 from sandforge.runtime.providers.base import Provider
@@ -198,8 +199,14 @@ class Workspace:
         ``Outcome.files``, committed with its context (a failed attempt's never). A separate method, so no
         tool keyword argument is ever taken for the files. Files past ``limits`` (``max_files``,
         ``max_file_bytes``, ``max_files_bytes``, ``disk_mb``), a bad name or an unreadable path raise
-        ``pydantic.ValidationError`` before anything runs."""
+        ``pydantic.ValidationError`` before anything runs; a file whose bytes are not the media type the role's
+        contract declares for it raises ``InputFileError``."""
         checked = ExecutionRequest(code="", files=files, limits=self.limits).files  # the sandbox's own checks
+        with self._state.lock:
+            contract = self._state.tools.get(role)
+        problem = check_inputs(contract.files if contract is not None else None, checked)
+        if problem is not None:  # bytes that are not the media type the contract declares: nothing runs
+            raise InputFileError(problem)
         return self._call(self._spec(role, method, args, kwargs, checked))
 
     @staticmethod
@@ -327,7 +334,9 @@ class Workspace:
                 else:
                     if isinstance(updated, CallRecord) and updated is not record:
                         record = record.model_copy(update={k: getattr(updated, k) for k in STORE_FIELDS})
-            self.log.append(record)
+            if (problem := self.log.write(record)) is not None:  # stays unlogged: recovery and pruning skip it
+                log.warning("cannot write the call log %s: %s", self.log.path, problem)
+                continue
             logged.append((record.call_id, record.model_dump_json()))
         if self._db is not None and logged:
             try:

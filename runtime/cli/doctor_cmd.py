@@ -67,8 +67,17 @@ def _mode(config: SandboxConfig) -> str:
 
 
 def _env_zygotes(config: SandboxConfig) -> dict[str, Any]:
-    """The bound on subprocess zygotes that pre-imported an environment (``sandbox/envzygotes.py``)."""
-    return {"max": config.env_zygotes_max if config.zygote else 0, "idle_s": config.env_pool_idle_s}
+    """The bound on subprocess zygotes that pre-imported an environment (``sandbox/envzygotes.py``): none where
+    they cannot be confined before they import (``_env_zygotes_off``)."""
+    kept = config.env_zygotes_max if config.zygote and _env_zygotes_off(config) is None else 0
+    return {"max": kept, "idle_s": config.env_pool_idle_s}
+
+
+def _env_zygotes_off(config: SandboxConfig) -> str | None:
+    """Why environment zygotes cannot be confined on this machine (None: they are, before any import)."""
+    from sandforge.sandbox.envzygotes import confinable
+
+    return confinable(rootless(config))
 
 
 def _restrictedpython() -> dict[str, Any]:
@@ -99,15 +108,20 @@ def command(backends: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         summary = {"default_backend": config.backend, "mode": _mode(config), "waived": waived,
                    "restrictedpython": inner_wall, "env_zygotes": _env_zygotes(config),
-                   "backends": reports}  # fmt: skip
+                   "env_zygotes_unconfinable": _env_zygotes_off(config), "backends": reports}  # fmt: skip
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(f"mode: {_mode(config)}")
         click.echo(inner_wall["advisory"] or f"RestrictedPython {inner_wall['version']} (no published escapes)")
         zygotes = _env_zygotes(config)
+        unconfinable = _env_zygotes_off(config)
         if zygotes["max"]:
             click.echo(f"environment zygotes (subprocess, packages pre-imported): at most {zygotes['max']}, least "
-                       f"recently used closed first, and any unused for {zygotes['idle_s']:g} s")  # fmt: skip
+                       f"recently used closed first, and any unused for {zygotes['idle_s']:g} s; each confined "
+                       "before it imports (docs/environments.md)")  # fmt: skip
+        elif unconfinable and config.env_zygotes_max:
+            click.echo(f"environment zygotes (subprocess, packages pre-imported): off: they cannot be confined here "
+                       f"({unconfinable})")  # fmt: skip
         else:
             click.echo("environment zygotes (subprocess, packages pre-imported): off (SANDFORGE_ENV_ZYGOTES_MAX)")
         if waived:

@@ -5,25 +5,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from pydantic import ValidationError
 
-from sandforge.runtime.agent.calllog import CallLog, default_log_path
-from sandforge.runtime.agent.egress import StandaloneBridge
-from sandforge.runtime.agent.program_exec import execute_program
-from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.cli.common import load_policy_option, policy_options
 from sandforge.runtime.cli.exits import for_outcome
 from sandforge.runtime.errors import InputFileMissing, UsageError
 from sandforge.runtime.files import decode_json, encode_compact, read_user_file, write_user_file
 from sandforge.runtime.files.jsontext import UTF8_BOM, one_line
 from sandforge.runtime.files.transfer import commit_output_files, read_files_options
-from sandforge.runtime.guardrails import ValidationResult
-from sandforge.runtime.guardrails.engine import source_text
 from sandforge.sandbox import BACKENDS, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
+
+if TYPE_CHECKING:  # the policy, the guardrails and the agent's run path load once the sandbox is starting
+    from sandforge.runtime.agent.runs import RunClock
+    from sandforge.runtime.guardrails import Policy, ValidationResult
 
 log = logging.getLogger(__name__)
 
@@ -186,29 +185,20 @@ def command(
     files = read_files_options(file_args, files_dir, limits)  # refused here, before any sandbox starts
     args = _json_arg(args_json, "--args", list)
     kwargs = _json_arg(kwargs_json, "--kwargs", dict)
-    policy = load_policy_option(policies, no_default)
     config = config.model_copy(update={"limits": limits})
-    committed = None
-    # --commit: read, run and write under the context file's lock, so concurrent commits serialise
-    with _locked(context_path) if commit and context_path is not None else contextlib.nullcontext():
-        context = _read_context(context_path, bound)
-        try:
-            request = ExecutionRequest(
-                code=source_text(code), context=context, args=args, kwargs=kwargs, limits=limits, files=files
-            )
-        except ValidationError as exc:
-            raise _invalid(exc) from None
-        bridge = StandaloneBridge.of(policy)  # its fetches are brokered under the policy's egress section
-        clock = RunClock()
-        with Sandbox(config) as sb:
-            outcome, verdict = execute_program(sb, request, policy=policy, bridge=bridge,  # + its environment
-                                               environments=_building_shown())  # fmt: skip
-        outcome = bridge.fetches.attach(outcome)
-        record_run(outcome, verdict, request, clock)  # before the commit: a run that ran is in the log
-        if commit and outcome.ok and context_path is not None:
-            data = encode_compact(outcome.context, limit=bound, what="the new context") + b"\n"
-            write_user_file(context_path, data)
-            committed = context_path
+    sandbox = Sandbox(config)
+    try:
+        # The subprocess backend's zygote starts now and comes up while this process imports and loads the
+        # policy and judges the program (issue 39): nothing runs in it before the verdict, and `close` below
+        # ends it on every path (a refusal, a bad policy or context file, an interrupt).
+        sandbox.prestart()
+        parts = {"code": code, "files": files, "args": args, "kwargs": kwargs}
+        outcome, committed = _validate_and_run(
+            sandbox, parts, context_path if commit else None, context_path,
+            load_policy=lambda: load_policy_option(policies, no_default),
+        )  # fmt: skip
+    finally:
+        sandbox.close()
     if out_dir is not None and outcome.ok and outcome.files:
         commit_output_files(out_dir, outcome.files)
         if not as_json:
@@ -223,6 +213,53 @@ def command(
     sys.exit(for_outcome(outcome.ok, error_type, outcome.metadata.get("verdict")))
 
 
+def _validate_and_run(
+    sandbox: Sandbox, parts: dict[str, Any], commit_to: Path | None, context_path: Path | None,
+    load_policy: Callable[[], Policy],
+) -> tuple[ExecutionOutcome, Path | None]:  # fmt: skip
+    """The policy loaded, the program (``parts``: its code, files, args, kwargs) judged and run in ``sandbox``
+    (which the caller closes), the run in the call log, the context committed to ``commit_to`` (None: not
+    asked); returns the outcome and the context file written (None: none)."""
+    from sandforge.runtime.agent.egress import StandaloneBridge
+    from sandforge.runtime.agent.runs import RunClock
+    from sandforge.runtime.guardrails.engine import source_text
+
+    policy = load_policy()
+    limits = sandbox.config.limits
+    bound = limits.max_message_bytes
+    committed = None
+    # --commit: read, run and write under the context file's lock, so concurrent commits serialise
+    with _locked(commit_to) if commit_to is not None else contextlib.nullcontext():
+        context = _read_context(context_path, bound)
+        try:
+            request = ExecutionRequest(**{**parts, "code": source_text(parts["code"])}, context=context,
+                                       limits=limits)  # fmt: skip
+        except ValidationError as exc:
+            raise _invalid(exc) from None
+        bridge = StandaloneBridge.of(policy)  # its fetches are brokered under the policy's egress section
+        clock = RunClock()
+        with sandbox:
+            outcome, verdict = execute_program(sandbox, request, policy=policy, bridge=bridge,  # + its environment
+                                               environments=_building_shown())  # fmt: skip
+        outcome = bridge.fetches.attach(outcome)
+        record_run(outcome, verdict, request, clock)  # before the commit: a run that ran is in the log
+        if commit_to is not None and outcome.ok:
+            data = encode_compact(outcome.context, limit=bound, what="the new context") + b"\n"
+            write_user_file(commit_to, data)
+            committed = commit_to
+    return outcome, committed
+
+
+def execute_program(
+    sandbox: Sandbox, request: ExecutionRequest, **how: Any
+) -> tuple[ExecutionOutcome, ValidationResult | None]:
+    """``runtime.agent.program_exec.execute_program``, imported with its first run (after the sandbox began
+    starting); what ``exec`` runs a program through."""
+    from sandforge.runtime.agent.program_exec import execute_program as run
+
+    return run(sandbox, request, **how)
+
+
 def _locked(path: Path) -> contextlib.AbstractContextManager[object]:
     from sandforge.runtime.files import exclusive  # filelock: only for --commit
 
@@ -234,6 +271,9 @@ def record_run(outcome: ExecutionOutcome, verdict: ValidationResult | None, requ
     """The run into the call log (``$SANDFORGE_CALL_LOG``, else the local state directory's
     ``<state dir>/logs/calls.jsonl``, which ``sandforge logs`` reads and ``sandforge dashboard`` shows). A log that
     cannot be written (a read-only or missing state directory) costs the run nothing: one line says so."""
+    from sandforge.runtime.agent.calllog import CallLog, default_log_path
+    from sandforge.runtime.agent.runs import run_record
+
     log.debug("ran: %s in %.1f ms", outcome.status, clock.seconds() * 1000)
     path = default_log_path()
     problem = CallLog(path, keep=1).write(run_record(outcome, verdict, request, source="cli", clock=clock))

@@ -31,6 +31,11 @@ LOGIN_CODE_S = 600
 HEAD_REQUEST = "sandforge.head"
 
 
+def is_head(request: Request) -> bool:
+    """Whether this GET answers a HEAD: its body is dropped, so a route may skip the work of building it."""
+    return bool(request.scope.get(HEAD_REQUEST))
+
+
 class Sessions:
     """CSRF tokens for sessions and one-time login codes (``sandforge dashboard`` prints one in its URL)."""
 

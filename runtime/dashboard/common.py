@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from sandforge.runtime.dashboard import auth, render
 from sandforge.runtime.dashboard.views import Board
@@ -33,6 +33,19 @@ class StoredFileLike(Protocol):
     def id(self) -> str: ...
     @property
     def media_type(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def sha256(self) -> str: ...
+
+
+def file_response(record: StoredFileLike, body: bytes | None, headers: dict[str, str]) -> Response:
+    """A stored file as a download (``/v1/files/{id}``, a call's output on the dashboard). ``body`` None: a HEAD,
+    answered from the file's record (Content-Length, its sha256 as the ETag) without reading the file."""
+    headers = {**headers, "etag": f'"{record.sha256}"'}
+    if body is None:
+        return Response(b"", media_type=record.media_type, headers={**headers, "content-length": str(record.size)})
+    return Response(body, media_type=record.media_type, headers=headers)
 
 
 class StoredFilesLike(Protocol):

@@ -20,8 +20,8 @@ from pygments.lexers import PythonLexer
 from sandforge.runtime.agent.calllog import CallSource
 
 _FORMATTER = HtmlFormatter(linenos="table", cssclass="highlight")
-#: Output files the call page shows as images (an ``<img>`` only: an SVG's markup is never inlined)
-IMAGE_TYPES = {"image/png", "image/jpeg", "image/svg+xml"}
+#: Output files the call page shows as images (an ``<img>`` only: an SVG's markup is never inlined; the file is
+#: served inline only when its bytes are that image: ``runtime.files.media.shown_as_image``)
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg")
 
 
@@ -82,8 +82,10 @@ def page(template: str, **context: Any) -> str:
 
 
 @functools.cache
+@functools.cache
 def stylesheet() -> bytes:
-    """The dashboard's CSS and Pygments' classes, in one file served from the package."""
+    """The dashboard's CSS and Pygments' classes, in one file served from the package. Built once: it cannot
+    change while the process runs, and a GET or HEAD of it then costs no file read and no style rendering."""
     own = resources.files("sandforge.runtime.dashboard").joinpath("static/dashboard.css").read_text("utf-8")
     defs: str = _FORMATTER.get_style_defs(".highlight")
     return (own + "\n" + defs).encode("utf-8")

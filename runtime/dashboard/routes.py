@@ -18,8 +18,17 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from sandforge.runtime.dashboard import render
-from sandforge.runtime.dashboard.common import HEADERS, Dashboard, TenantLike, error_page, html, json_error
+from sandforge.runtime.dashboard import auth, render
+from sandforge.runtime.dashboard.common import (
+    HEADERS,
+    Dashboard,
+    StoredFileLike,
+    TenantLike,
+    error_page,
+    file_response,
+    html,
+    json_error,
+)
 from sandforge.runtime.dashboard.queries import (
     PageError,
     artifact_query,
@@ -38,6 +47,7 @@ from sandforge.runtime.dashboard.views import (
     security_page,
     tools_page,
 )
+from sandforge.runtime.files.media import IMAGE_TYPES, shown_as_image
 from sandforge.runtime.store.errors import InvalidNameError, ToolNotFoundError
 
 log = logging.getLogger(__name__)
@@ -163,15 +173,19 @@ def _twin_route(dash: Dashboard, spec: PageSpec) -> Callable[[Request], Awaitabl
 OUTPUT_HEADERS = {**HEADERS, "content-security-policy": "default-src 'none'; sandbox"}
 
 
-def _output_file(board: Board, rt: TenantLike, call_id: str, name: str) -> tuple[str, bytes] | None:
+def _output_file(
+    board: Board, rt: TenantLike, call_id: str, name: str, *, head: bool
+) -> tuple[StoredFileLike, bytes | None] | None:
     """A call's output file, as its run kept it (the tenant's stored files, by the name and sha256 the call
-    record gives): media type and bytes; None when the call, the name or the kept file is not there."""
+    record gives): its record and bytes (None for a HEAD: never read); None when the call, the name or the
+    kept file is not there."""
     row = board.calls.find(call_id)
     rec = board.calls.record(row) if row is not None else None
     entry = next((f for f in (rec.output_files or []) if f.name == name), None) if rec is not None else None
     stored = rt.uploads.find(entry.sha256, entry.name) if entry is not None else None
-    found = rt.uploads.read(stored.id) if stored is not None else None
-    return (found[0].media_type, found[1]) if found is not None else None
+    if stored is None or (head and stored.media_type not in IMAGE_TYPES):  # an image's disposition needs its bytes
+        return None if stored is None else (stored, None)
+    return rt.uploads.read(stored.id)
 
 
 def _output_route(dash: Dashboard) -> Callable[[Request], Awaitable[Response]]:
@@ -183,14 +197,16 @@ def _output_route(dash: Dashboard) -> Callable[[Request], Awaitable[Response]]:
         board = dash.board(rt)
         call_id, name = request.path_params["call_id"], request.path_params["name"]
         with board.calls.reading():
-            found = await anyio.to_thread.run_sync(lambda: _output_file(board, rt, call_id, name))
+            head = auth.is_head(request)
+            found = await anyio.to_thread.run_sync(lambda: _output_file(board, rt, call_id, name, head=head))
         if found is None:
             return error_page(404, "no such output file for this tenant (outputs are kept for runs of POST "
                               "/v1/exec, until they age out)", rt.name)  # fmt: skip
-        media_type, body = found
-        disposition = "inline" if media_type in render.IMAGE_TYPES else "attachment"
+        record, body = found
+        shown = body is not None and shown_as_image(record.media_type, body)  # the bytes, not the name
+        disposition = "inline" if shown else "attachment"
         headers = {**OUTPUT_HEADERS, "content-disposition": f'{disposition}; filename="{name}"'}
-        return Response(body, media_type=media_type, headers=headers)
+        return file_response(record, body, headers)
 
     return output
 

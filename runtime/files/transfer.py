@@ -177,10 +177,14 @@ def media_type(name: str) -> str:
 
 
 def manifest(files: Mapping[str, bytes], *, content: bool = False) -> list[dict[str, Any]]:
-    """What is said of committed files: name, size, sha256, media type (what a call log records: never the
-    contents), and with ``content`` their bytes as base64 (an HTTP answer inlines them)."""
+    """What is said of committed files: name, size, sha256, media type (by the name, checked against the bytes:
+    ``runtime.files.media``), what a call log records (never the contents), and with ``content`` their bytes as
+    base64 (an HTTP answer inlines them)."""
+    from sandforge.runtime.files.media import labelled  # expat and the JSON parser: only when files are listed
+
     return [
-        {"name": name, "size": len(body), "sha256": hashlib.sha256(body).hexdigest(), "media_type": media_type(name),
+        {"name": name, "size": len(body), "sha256": hashlib.sha256(body).hexdigest(),
+         "media_type": labelled(media_type(name), body),
          **({"content_b64": base64.b64encode(body).decode()} if content else {})}
         for name, body in files.items()
     ]  # fmt: skip

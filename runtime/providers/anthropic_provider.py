@@ -16,7 +16,7 @@ from typing import Any
 
 import anthropic
 
-from sandforge.runtime.providers.anthropic_client import DEFAULT_MODEL, classify, make_client
+from sandforge.runtime.providers.anthropic_client import DEFAULT_MODEL, ERRORS, classify, make_client
 from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, InvalidProviderOutput, ProviderError
 from sandforge.runtime.providers.prompt import (
     PROGRAM_TOOL_DESCRIPTION,
@@ -24,13 +24,8 @@ from sandforge.runtime.providers.prompt import (
     PROGRAM_TOOL_SCHEMA,
     render_prompt,
 )
-from sandforge.runtime.providers.transport import (
-    bounded,
-    effective_timeout,
-    error_for,
-    malformed,
-    program_from_payload,
-)
+from sandforge.runtime.providers.settings import ModelSettings
+from sandforge.runtime.providers.transport import bounded, effective_timeout, error_for, mapped, program_from_payload
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +50,8 @@ class AnthropicProvider:
         http_client: Any = None,
         client: anthropic.Anthropic | None = None,
     ) -> None:
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
-        if timeout_s <= 0:
-            raise ValueError("timeout_s must be positive")
+        self.settings = ModelSettings(model=model, base_url=base_url, max_tokens=max_tokens, temperature=temperature,
+                                      timeout_s=timeout_s, max_retries=max_retries)  # a bad value: ValueError
         self.model = model or os.environ.get(MODEL_ENV) or DEFAULT_MODEL
         self.max_tokens = max_tokens
         self.timeout_s = timeout_s
@@ -102,11 +95,8 @@ class AnthropicProvider:
             params["timeout"] = budget
             client = client.with_options(timeout=budget, max_retries=0)
         try:
-            message = client.messages.create(**params)
-        except anthropic.AnthropicError as exc:  # the API failed, or a bad client configuration
-            raise map_api_error(exc) from exc
-        except ValueError as exc:  # json.JSONDecodeError: a body that is not JSON
-            raise error_for(malformed("Anthropic")) from exc
+            with mapped(ERRORS, into=error_for):  # the API failed, or a bad client configuration
+                message = client.messages.create(**params)
         except TypeError as exc:
             if "authentication" not in str(exc):
                 raise

@@ -16,12 +16,16 @@ import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandforge.runtime.errors import SessionError, UsageError
 from sandforge.runtime.files.structured import read_data_file
+from sandforge.runtime.providers.settings import ModelSettings
+
+if TYPE_CHECKING:
+    from sandforge.runtime.providers.transport import ApiFailure
 
 DEFAULT_CHAT_MODEL = "claude-sonnet-4-6"
 CHAT_MODEL_ENV = "SANDFORGE_CHAT_MODEL"
@@ -33,6 +37,11 @@ class ChatProviderError(SessionError):
     def __init__(self, message: str, *, retriable: bool = False, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.retriable = retriable
+
+
+def chat_error(failure: ApiFailure) -> ChatProviderError:
+    """A classified SDK failure as the session's error (``transport.mapped``'s ``into`` for chat providers)."""
+    return ChatProviderError(failure.message, retriable=failure.retriable)
 
 
 class ScriptExhaustedError(ChatProviderError):
@@ -199,6 +208,8 @@ class AnthropicChatProvider:
         timeout_s: float = 120.0,
         max_retries: int = 2,
     ) -> None:
+        self.settings = ModelSettings(model=model, base_url=base_url, max_tokens=max_tokens, timeout_s=timeout_s,
+                                      max_retries=max_retries)  # a bad value: ValueError, as every live provider
         self.model = model or os.environ.get(CHAT_MODEL_ENV) or DEFAULT_CHAT_MODEL
         self.max_tokens = max_tokens
         if client is None:
@@ -217,9 +228,8 @@ class AnthropicChatProvider:
         self.client = client
 
     def complete(self, request: ChatRequest) -> ChatResponse:
-        import anthropic
-
-        from sandforge.runtime.providers.anthropic_client import classify
+        from sandforge.runtime.providers.anthropic_client import ERRORS
+        from sandforge.runtime.providers.transport import mapped
 
         kwargs: dict[str, Any] = {
             "model": self.model,
@@ -230,11 +240,8 @@ class AnthropicChatProvider:
             kwargs["tools"] = request.tools
         if request.system:
             kwargs["system"] = request.system
-        try:
+        with mapped(ERRORS, into=chat_error):  # one exception map for every provider
             resp = self.client.messages.create(**kwargs)
-        except anthropic.AnthropicError as exc:  # one exception map for both Anthropic providers
-            failure = classify(exc)
-            raise ChatProviderError(failure.message, retriable=failure.retriable) from exc
         blocks: list[TextBlock | ToolUseBlock] = []
         for block in resp.content:
             kind = getattr(block, "type", None)

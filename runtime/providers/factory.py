@@ -10,39 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.providers.base import Provider
 from sandforge.runtime.providers.chat import ChatProvider
+from sandforge.runtime.providers.settings import ModelSettings as ModelSettings  # its home; re-exported for callers
 
 #: The model kinds: live ones (``anthropic``, ``openai``) and the recording they made (``replay``).
 LiveKind = Literal["anthropic", "openai"]
 LIVE_KINDS: tuple[str, ...] = ("anthropic", "openai")
-ENV_PATTERN = r"^[A-Z_][A-Z0-9_]{0,127}$"
 
 
 class ProviderUnavailable(SandforgeError):
     """A provider cannot be built (a missing key, an unreadable recording)."""
-
-
-class ModelSettings(BaseModel):
-    """How to reach a live model. The key is never here: only the environment variable that holds it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: str | None = None
-    base_url: str | None = Field(None, description="openai: the endpoint (default: OpenAI's, or $OPENAI_BASE_URL)")
-    api_key_env: str | None = Field(
-        None, pattern=ENV_PATTERN,
-        description="the variable holding the key (default: ANTHROPIC_API_KEY; SANDFORGE_OPENAI_API_KEY, then "
-        "OPENAI_API_KEY)",
-    )  # fmt: skip
-    temperature: float | None = Field(None, ge=0, le=2)
-    max_tokens: int = Field(4096, ge=1, le=1_000_000)
-    timeout_s: float = Field(60.0, gt=0, le=3600)
-    max_retries: int = Field(2, ge=0, le=10, description="the SDK's retries of 429/5xx (honouring Retry-After)")
-    record: Path | None = Field(None, description="append every model exchange to this JSON-lines file")
 
 
 def key_for(kind: str, settings: ModelSettings) -> str:

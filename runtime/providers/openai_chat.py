@@ -11,43 +11,30 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import openai
-
-from sandforge.runtime.providers.chat import ChatProviderError, ChatRequest, ChatResponse, TextBlock, ToolUseBlock
-from sandforge.runtime.providers.openai_client import NO_KEY_HINT, MissingKey, classify, make_client, resolve
+from sandforge.runtime.providers.chat import (
+    ChatProviderError,
+    ChatRequest,
+    ChatResponse,
+    TextBlock,
+    ToolUseBlock,
+    chat_error,
+)
+from sandforge.runtime.providers.openai_client import ERRORS, OpenAICompatible
+from sandforge.runtime.providers.transport import mapped
 
 #: chat-completions ``finish_reason`` -> the session's ``stop_reason``.
 STOP_REASONS = {"tool_calls": "tool_use", "function_call": "tool_use", "stop": "end_turn", "length": "max_tokens"}
 
 
-class OpenAIChatProvider:
-    """The chat-completions API with tools. Key, base URL and model resolve as for ``OpenAIProvider``."""
+class OpenAIChatProvider(OpenAICompatible):
+    """The chat-completions API with tools; settings, key and client as every :class:`OpenAICompatible`."""
 
     name = "openai"
+    default_timeout_s = 120.0
 
-    def __init__(
-        self,
-        *,
-        model: str | None = None,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        max_tokens: int = 4096,
-        temperature: float | None = None,
-        timeout_s: float = 120.0,
-        max_retries: int = 2,
-        http_client: Any = None,
-    ) -> None:
-        try:
-            endpoint = resolve(model=model, base_url=base_url, api_key=api_key)
-        except MissingKey as exc:
-            raise ChatProviderError(str(exc), hint=NO_KEY_HINT) from None
-        self.model, self.base_url = endpoint.model, endpoint.base_url
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        try:
-            self.client = make_client(endpoint, timeout_s=timeout_s, max_retries=max_retries, http_client=http_client)
-        except (openai.OpenAIError, ValueError) as exc:
-            raise ChatProviderError(f"cannot create the OpenAI client: {type(exc).__name__}") from None
+    def unavailable(self, message: str, *, hint: str | None = None) -> None:
+        """A session cannot start without its model: refused at once."""
+        raise ChatProviderError(message, hint=hint)
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         kwargs: dict[str, Any] = {
@@ -59,14 +46,10 @@ class OpenAIChatProvider:
             kwargs["tools"] = [to_openai_tool(t) for t in request.tools]
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
-        try:
+        if self.client is None:  # not reached: the constructor raised (unavailable)
+            raise ChatProviderError(self.client_error or "no OpenAI client")
+        with mapped(ERRORS, into=chat_error):
             resp = self.client.chat.completions.create(**kwargs)
-        except openai.OpenAIError as exc:
-            failure = classify(exc)
-            raise ChatProviderError(failure.message, retriable=failure.retriable) from exc
-        except ValueError as exc:  # json.JSONDecodeError: a body that is not JSON
-            raise ChatProviderError("the OpenAI-compatible API answered with a body that is not JSON",
-                                    retriable=True) from exc  # fmt: skip
         return from_completion(resp)
 
 

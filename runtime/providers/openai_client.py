@@ -2,9 +2,10 @@
 
 The program provider (``OpenAIProvider``) and the chat provider (``OpenAIChatProvider``) speak the
 chat-completions protocol that OpenAI, Azure, Gemini's OpenAI endpoint, OpenRouter, Groq, Together, DeepSeek
-and local servers (vLLM, Ollama, LM Studio, llama.cpp) all serve. Both create their client with
-:func:`make_client` (where the endpoint, the key and the model come from) and turn every SDK failure into an
-:class:`~sandforge.runtime.providers.transport.ApiFailure` with :func:`classify`. Retries on 429 and 5xx,
+and local servers (vLLM, Ollama, LM Studio, llama.cpp) all serve. Both are an
+:class:`OpenAICompatible`: one constructor (its settings validated by ``ModelSettings``, the endpoint resolved by
+:func:`resolve`, the client built by :func:`make_client`), and every SDK failure goes through :data:`ERRORS`,
+this SDK's table of the one exception map (``transport.mapped``). Retries on 429 and 5xx,
 with backoff that honours ``Retry-After``, are the SDK's own (``max_retries``): no second loop here.
 
 The key is never logged, never put in an error message, a record or a repr: it lives in the SDK client only.
@@ -14,11 +15,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import openai
 
-from sandforge.runtime.providers.transport import ApiFailure, body_message, bounded, status_failure
+from sandforge.runtime.providers.settings import ModelSettings
+from sandforge.runtime.providers.transport import SdkErrors, bounded
 
 DEFAULT_MODEL = "gpt-4.1-mini"
 #: Where the key is looked for, in order: sandforge's own variable (the configuration file's
@@ -62,18 +64,58 @@ def make_client(endpoint: Endpoint, *, timeout_s: float, max_retries: int, http_
     return openai.OpenAI(**kwargs)
 
 
-def classify(exc: openai.OpenAIError) -> ApiFailure:
-    """The one exception map of the OpenAI SDK (its messages are bounded and carry no request body or key)."""
-    if isinstance(exc, openai.APITimeoutError):
-        return ApiFailure("the OpenAI-compatible API timed out", retriable=True, kind="timeout")
-    if isinstance(exc, openai.APIConnectionError):
-        return ApiFailure(bounded(f"cannot reach the OpenAI-compatible API: {exc}"), retriable=True, kind="connection")
-    if isinstance(exc, openai.APIStatusError):
-        detail = body_message(exc.body, exc.message)
-        return status_failure(exc.status_code, f"OpenAI-compatible API error {exc.status_code}: {detail}")
-    if isinstance(exc, openai.APIResponseValidationError):
-        message = bounded(f"unexpected response from the OpenAI-compatible API: {exc}")
-        return ApiFailure(message, retriable=True, kind="invalid_payload", invalid_output=True)
-    if isinstance(exc, openai.APIError):
-        return ApiFailure(bounded(f"OpenAI-compatible API error: {exc}"), retriable=True, kind="api_error")
-    return ApiFailure(bounded(f"openai client error: {exc}"), retriable=False, kind="client")
+#: The OpenAI SDK's row of the one exception map (``transport.classify``).
+ERRORS = SdkErrors(
+    api="OpenAI-compatible", sdk="openai", base=openai.OpenAIError, timeout=openai.APITimeoutError,
+    connection=openai.APIConnectionError, status=openai.APIStatusError,
+    invalid_response=openai.APIResponseValidationError, api_error=openai.APIError,
+)  # fmt: skip
+
+
+class OpenAICompatible:
+    """The head both OpenAI-compatible providers share: settings, endpoint and client, built once.
+
+    ``api_key``: the argument, else ``SANDFORGE_OPENAI_API_KEY``, else ``OPENAI_API_KEY``; it lives in the SDK
+    client only. ``http_client`` is for tests and proxies (an ``httpx`` client the SDK accepts). A bad setting
+    is a ``ValueError`` now; a missing key or a configuration the SDK refuses goes to :meth:`unavailable`, which
+    each provider answers in its own error type."""
+
+    #: The request timeout when none is given (a chat turn may think longer than a program takes to write).
+    default_timeout_s: ClassVar[float] = 60.0
+
+    def __init__(
+        self,
+        *,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_tokens: int = 4096,
+        temperature: float | None = None,
+        timeout_s: float | None = None,
+        max_retries: int = 2,
+        http_client: Any = None,
+    ) -> None:
+        self.settings = ModelSettings(
+            model=model, base_url=base_url, max_tokens=max_tokens, temperature=temperature,
+            timeout_s=self.default_timeout_s if timeout_s is None else timeout_s, max_retries=max_retries,
+        )  # fmt: skip
+        self.model, self.base_url = model or "", base_url
+        self.max_tokens, self.temperature, self.timeout_s = max_tokens, temperature, self.settings.timeout_s
+        self.client: openai.OpenAI | None = None
+        self.client_error: str | None = None
+        try:
+            endpoint = resolve(model=model, base_url=base_url, api_key=api_key)
+        except MissingKey as exc:
+            self.unavailable(str(exc), hint=NO_KEY_HINT)
+            return
+        self.model, self.base_url = endpoint.model, endpoint.base_url
+        try:
+            self.client = make_client(endpoint, timeout_s=self.timeout_s, max_retries=max_retries,
+                                      http_client=http_client)  # fmt: skip
+        except (openai.OpenAIError, ValueError) as exc:
+            self.unavailable(bounded(f"cannot configure the OpenAI client: {exc}"))
+
+    def unavailable(self, message: str, *, hint: str | None = None) -> None:
+        """There is no client (no key, a configuration the SDK refuses): kept for the first request to report.
+        The chat provider raises at once instead."""
+        self.client_error = f"{message}: {hint}" if hint else message

@@ -13,23 +13,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import openai
-
 from sandforge.runtime.providers.base import GeneratedProgram, GenerationRequest, InvalidProviderOutput, ProviderError
-from sandforge.runtime.providers.openai_client import NO_KEY_HINT, MissingKey, classify, make_client, resolve
+from sandforge.runtime.providers.openai_client import ERRORS, OpenAICompatible
 from sandforge.runtime.providers.prompt import (
     PROGRAM_TOOL_DESCRIPTION,
     PROGRAM_TOOL_NAME,
     PROGRAM_TOOL_SCHEMA,
     render_prompt,
 )
-from sandforge.runtime.providers.transport import (
-    bounded,
-    effective_timeout,
-    error_for,
-    malformed,
-    program_from_payload,
-)
+from sandforge.runtime.providers.transport import effective_timeout, error_for, mapped, program_from_payload
 
 PROGRAM_TOOL = {
     "type": "function",
@@ -37,53 +29,15 @@ PROGRAM_TOOL = {
 }
 
 
-class OpenAIProvider:
-    """Generates programs with the chat-completions API of ``base_url`` (default: OpenAI's).
-
-    ``api_key``: the argument, else ``SANDFORGE_OPENAI_API_KEY``, else ``OPENAI_API_KEY``. ``http_client`` is
-    for tests and proxies (an ``httpx`` client the SDK accepts)."""
+class OpenAIProvider(OpenAICompatible):
+    """Generates programs with the chat-completions API of ``base_url`` (default: OpenAI's); settings, key and
+    client as every :class:`OpenAICompatible`."""
 
     name = "openai"
 
-    def __init__(
-        self,
-        *,
-        model: str | None = None,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        max_tokens: int = 4096,
-        temperature: float | None = None,
-        timeout_s: float = 60.0,
-        max_retries: int = 2,
-        http_client: Any = None,
-    ) -> None:
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
-        if timeout_s <= 0:
-            raise ValueError("timeout_s must be positive")
-        if max_retries < 0:
-            raise ValueError("max_retries must be 0 or more")
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.timeout_s = timeout_s
-        self._client: openai.OpenAI | None = None
-        self._client_error: str | None = None
-        try:
-            endpoint = resolve(model=model, base_url=base_url, api_key=api_key)
-        except MissingKey as exc:
-            self.model = model or ""
-            self.base_url = base_url
-            self._client_error = f"{exc}: {NO_KEY_HINT}"
-            return
-        self.model, self.base_url = endpoint.model, endpoint.base_url
-        try:
-            self._client = make_client(endpoint, timeout_s=timeout_s, max_retries=max_retries, http_client=http_client)
-        except (openai.OpenAIError, ValueError) as exc:
-            self._client_error = bounded(f"cannot configure the OpenAI client: {exc}")
-
     def generate(self, request: GenerationRequest) -> GeneratedProgram:
-        if self._client is None:
-            raise ProviderError(self._client_error or "no OpenAI client", retriable=False, kind="credentials")
+        if self.client is None:
+            raise ProviderError(self.client_error or "no OpenAI client", retriable=False, kind="credentials")
         prompt = render_prompt(request)
         params: dict[str, Any] = {
             "model": self.model,
@@ -94,16 +48,12 @@ class OpenAIProvider:
         }
         if self.temperature is not None:
             params["temperature"] = self.temperature
-        client = self._client
+        client = self.client
         budget = effective_timeout(self.timeout_s, request.time_budget_s)
         if budget is not None:  # the call's remaining time: one attempt, no SDK retries
             client = client.with_options(timeout=budget, max_retries=0)
-        try:
+        with mapped(ERRORS, into=error_for):
             completion = client.chat.completions.create(**params)
-        except openai.OpenAIError as exc:  # the API failed, or answered what the SDK cannot read
-            raise error_for(classify(exc)) from exc
-        except ValueError as exc:  # json.JSONDecodeError: a body that is not JSON
-            raise error_for(malformed("OpenAI-compatible")) from exc
         return parse_completion(completion, default_model=self.model)
 
 

@@ -3,12 +3,15 @@
 sandforge has one prompt (``prompt.render_prompt``) and one program contract, and several transports that carry
 them (the Anthropic Messages API, the OpenAI chat-completions protocol). Each transport turns its SDK's
 exceptions into an :class:`ApiFailure` (``status_failure`` decides the lane of an HTTP status for all of them)
+(one table per SDK, :class:`SdkErrors`, read by one function, :func:`classify`, at one edge, :func:`mapped`)
 and hands the forced tool call's arguments to :func:`program_from_payload`, so a program is read, refused and
 accounted for the same way whichever model wrote it. No SDK is imported here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +55,54 @@ def malformed(api: str) -> ApiFailure:
     ``json.JSONDecodeError`` for it, not an error of their own."""
     return ApiFailure(f"the {api} API answered with a body that is not JSON", retriable=True, kind="invalid_payload",
                       invalid_output=True)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SdkErrors:
+    """One SDK's exception classes, a row per mechanism in the order they are tested (a subclass before its
+    base: the SDKs derive the timeout from the connection error and both from ``api_error``). The two SDKs
+    have the same hierarchy under different names, so one table each and one :func:`classify` serve both."""
+
+    api: str  # names the API in every message: "Anthropic", "OpenAI-compatible"
+    sdk: str  # the SDK's module, for a client-side failure: "anthropic", "openai"
+    base: type[Exception]
+    timeout: type[Exception]
+    connection: type[Exception]
+    status: type[Exception]
+    invalid_response: type[Exception]
+    api_error: type[Exception]
+
+
+def classify(exc: BaseException, errors: SdkErrors) -> ApiFailure:
+    """The one exception map (messages bounded, never a request body or a key)."""
+    api = errors.api
+    if isinstance(exc, errors.timeout):
+        return ApiFailure(f"the {api} API timed out", retriable=True, kind="timeout")
+    if isinstance(exc, errors.connection):
+        return ApiFailure(bounded(f"cannot reach the {api} API: {exc}"), retriable=True, kind="connection")
+    if isinstance(exc, errors.status):
+        status: int = getattr(exc, "status_code", 0)
+        detail = body_message(getattr(exc, "body", None), getattr(exc, "message", str(exc)))
+        return status_failure(status, f"{api} API error {status}: {detail}")
+    if isinstance(exc, errors.invalid_response):
+        message = bounded(f"unexpected response from the {api} API: {exc}")
+        return ApiFailure(message, retriable=True, kind="invalid_payload", invalid_output=True)
+    if isinstance(exc, errors.api_error):
+        return ApiFailure(bounded(f"{api} API error: {exc}"), retriable=True, kind="api_error")
+    return ApiFailure(bounded(f"{errors.sdk} client error: {exc}"), retriable=False, kind="client")
+
+
+@contextmanager
+def mapped(errors: SdkErrors, into: Callable[[ApiFailure], Exception]) -> Iterator[None]:
+    """The edge where an SDK call's failures become the caller's typed error (``into``: the program providers'
+    :func:`error_for`, the chat providers' ``ChatProviderError``): the SDK's own errors through :func:`classify`,
+    and ``ValueError``, which the SDKs let through for a body that is not JSON (``json.JSONDecodeError``)."""
+    try:
+        yield
+    except errors.base as exc:
+        raise into(classify(exc, errors)) from exc
+    except ValueError as exc:
+        raise into(malformed(errors.api)) from exc
 
 
 def error_for(failure: ApiFailure) -> ProviderError:

@@ -92,9 +92,11 @@ def _install_handlers(app: FastAPI, service: Service) -> None:
 
 
 def _exec_routes(app: FastAPI, service: Service) -> None:
-    @app.post("/v1/exec", response_model=ExecResult, responses=ERRORS, tags=["execution"])
+    @app.post("/v1/exec", response_model=ExecResult, responses=ERRORS, tags=["execution"],
+              openapi_extra=exec_route.MULTIPART_BODY)  # fmt: skip
     async def run_exec(body: ExecRequest, rt: Tenant, request: Request) -> Response:
-        """One program: validated by the tenant's policy, run in a fresh sandbox (``sandforge exec --json``)."""
+        """One program: validated by the tenant's policy, run in a fresh sandbox (``sandforge exec --json``).
+        Or a multipart form: a ``request`` field (this JSON) and a file part per input file, streamed."""
         outcome = await exec_route.run_exec(service, rt, body)
         result = await exec_route.http_result(service, rt, outcome)
         mark(request, exec_route.outcome_word(outcome))
@@ -250,6 +252,8 @@ def create_app(config: ServerConfig, *, audit: AuditLog | None = None, config_pa
     )  # fmt: skip
     gate = Gatekeeper(app, runtimes, audit)
     gate.direct[("POST", "/v1/exec")] = exec_route.ExecFastPath(service)
+    gate.streamed[("POST", "/v1/exec")] = exec_route.ExecFastPath(service).multipart  # inputs streamed to disk
+    gate.streamed[("POST", "/v1/files")] = None  # the route receives its body itself (files_api)
     app.state.service = service
     app.state.gate = gate
     _install_handlers(app, service)

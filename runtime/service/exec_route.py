@@ -12,7 +12,10 @@ thread wake-ups, which were most of the HTTP overhead (docs/serve.md, "Speed"). 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,7 +26,10 @@ from sandforge.runtime.agent.runs import RunClock, run_record
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.files.transfer import manifest
 from sandforge.runtime.service.deps import ApiError, Service, first_error
+from sandforge.runtime.service.gate import Receive, Scope, body_chunks, header_value
 from sandforge.runtime.service.models import ExecRequest, exec_result
+from sandforge.runtime.service.receiving import FORM, Bounds, content_kind, receive_body
+from sandforge.runtime.service.spool import TooLarge
 from sandforge.runtime.service.tenants import TenantRuntime
 from sandforge.runtime.service.uploads import BadReference
 from sandforge.sandbox import ExecutionOutcome, ExecutionRequest
@@ -34,6 +40,14 @@ INLINE_MAX = 64 << 10
 
 #: (status, body, extra headers) of a direct answer
 Answer = tuple[int, bytes, dict[str, str]]
+#: the multipart form as OpenAPI says it (answered by :meth:`ExecFastPath.multipart`)
+MULTIPART_BODY: dict[str, Any] = {"requestBody": {"content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["request"],
+    "properties": {"request": {"type": "string", "description": "the JSON body (ExecRequest)"}},
+    "additionalProperties": {"type": "string", "format": "binary", "description": "an input file, by filename"},
+}}}}}  # fmt: skip
+_NOT_A_FORM = ("body: a multipart POST /v1/exec is a form with a 'request' field (the JSON body) and a file part "
+               "for each input file")  # fmt: skip
 
 
 def check_limits(rt: TenantRuntime, body: ExecRequest) -> None:
@@ -44,14 +58,22 @@ def check_limits(rt: TenantRuntime, body: ExecRequest) -> None:
         raise ApiError(422, "limit_exceeded", f"memory_mb is over this tenant's maximum ({quotas.max_memory_mb} MB)")
 
 
-async def run_exec(service: Service, rt: TenantRuntime, body: ExecRequest) -> ExecutionOutcome:
-    """One program: validated by the tenant's policy, run in a fresh sandbox (``sandforge exec --json``)."""
+async def run_exec(
+    service: Service, rt: TenantRuntime, body: ExecRequest, spooled: Mapping[str, Path] | None = None
+) -> ExecutionOutcome:
+    """One program: validated by the tenant's policy, run in a fresh sandbox (``sandforge exec --json``).
+    ``spooled``: input files a multipart request streamed to disk (name -> its spool), read when the request
+    is built, like a CLI ``--file``."""
     check_limits(rt, body)
     try:
         limits = rt.limits(timeout_s=body.timeout_s, memory_mb=body.memory_mb)
     except ValidationError as exc:
         raise ApiError(422, "invalid_request", first_error(exc)) from None
-    files = dict(body.files)
+    files: dict[str, bytes | Path] = dict(body.files)
+    for name, path in (spooled or {}).items():
+        if name in body.files or name in body.file_refs:
+            raise ApiError(422, "invalid_request", f"{name}: this input file is given twice")
+        files[name] = path
     if body.file_refs:
         try:
             files.update(await service.blocking(lambda: rt.uploads.referenced(body.file_refs, body.files, limits)))
@@ -128,9 +150,39 @@ class ExecFastPath:
         return exc.status, self.service.scrub.json_bytes(body), exc.headers
 
     async def __call__(self, rt: TenantRuntime, raw: bytes, state: dict[str, Any]) -> Answer:
+        return await self._answer(rt, state, raw, {})
+
+    async def multipart(self, rt: TenantRuntime, scope: Scope, receive: Receive, state: dict[str, Any]) -> Answer:
+        """A multipart ``POST /v1/exec``: the ``request`` field (the JSON body) and file parts (each an input
+        file named by its filename), the files streamed to disk as they arrive, bounded by the tenant's
+        ``Limits`` (count, each, in all: 413 at the first chunk past one), removed once the run is over."""
+        content_type = header_value(scope, b"content-type").decode("latin-1")
+        if content_kind(content_type) != FORM:
+            return self._error(state, ApiError(422, "invalid_request", _NOT_A_FORM))
+        limits, store = rt.limits(), rt.uploads
+        bounds = Bounds(max_files=limits.max_files, files_bytes=limits.max_files_bytes,
+                        field_bytes=rt.config.quotas.max_body_bytes)  # fmt: skip
+        try:
+            received = await receive_body(content_type, None, body_chunks(receive),
+                                          lambda name: store.spool(name, limits.max_file_bytes), bounds)  # fmt: skip
+        except TooLarge as exc:
+            return self._error(state, ApiError(413, "body_too_large", f"input files refused: {exc}"))
+        except ApiError as exc:
+            return self._error(state, exc)
+        try:
+            spooled = {spool.name: spool.path for spool in received.files}
+            if len(spooled) < len(received.files):
+                return self._error(state, ApiError(422, "invalid_request", "an input file name is given twice"))
+            if "request" not in received.fields:
+                return self._error(state, ApiError(422, "invalid_request", _NOT_A_FORM))
+            return await self._answer(rt, state, received.fields["request"], spooled)
+        finally:
+            received.discard()
+
+    async def _answer(self, rt: TenantRuntime, state: dict[str, Any], raw: bytes, spooled: dict[str, Path]) -> Answer:
         try:
             body = ExecRequest.model_validate_json(raw)
-            outcome = await run_exec(self.service, rt, body)
+            outcome = await run_exec(self.service, rt, body, spooled)
             result = await http_result(self.service, rt, outcome)
         except ValidationError as exc:
             return self._error(state, ApiError(422, "invalid_request", _body_error(exc)))
@@ -144,3 +196,45 @@ class ExecFastPath:
             return self._error(state, ApiError(500, "internal_error", "internal error (see the server log)"))
         state["outcome"] = outcome_word(outcome)
         return 200, self.service.scrub.json_bytes(result), {}
+
+    async def stream(self, rt: TenantRuntime, raw: bytes, state: dict[str, Any], send: Any) -> None:
+        """The answer as server-sent events (``Accept: text/event-stream``): ``progress`` for each step of a
+        first build of the program's environment (``{"step": n, "message": ...}``), then one ``result``:
+        ``{"status": <the status the plain answer has>, "body": <its body>}``. Always ``200``: the status of
+        the run travels in the last event."""
+        from sandforge.runtime.service.progress import hearing, on_loop
+
+        heard: asyncio.Queue[str] = asyncio.Queue()
+
+        async def answer() -> Answer:
+            with hearing(on_loop(heard.put)):  # the planning thread runs in a copy of this context
+                return await self(rt, raw, state)
+
+        await send({"type": "http.response.start", "status": 200, "headers": EVENT_HEADERS})
+        task = asyncio.ensure_future(answer())
+        try:
+            step = 0
+            while not task.done() or not heard.empty():
+                waiting = asyncio.ensure_future(heard.get())
+                await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+                if not waiting.done():
+                    waiting.cancel()
+                    continue
+                step += 1
+                data = self.service.scrub.json_bytes({"step": step, "message": waiting.result()})
+                await send({"type": "http.response.body", "body": event(b"progress", data), "more_body": True})
+            status, body, _ = task.result()
+        finally:
+            task.cancel()  # the client went away (this request cancelled): its execution ends with it
+        data = b'{"status":%d,"body":%s}' % (status, body)
+        await send({"type": "http.response.body", "body": event(b"result", data), "more_body": False})
+
+
+#: The head of a streamed answer (no caching, no buffering by a proxy).
+EVENT_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+                 (b"x-accel-buffering", b"no")]  # fmt: skip
+
+
+def event(name: bytes, data: bytes) -> bytes:
+    """One server-sent event (``data`` is compact JSON: one line)."""
+    return b"event: " + name + b"\ndata: " + data + b"\n\n"

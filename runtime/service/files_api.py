@@ -10,15 +10,19 @@ HTML file a program wrote never runs as a page of this origin, whatever its medi
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
+import anyio.to_thread
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.datastructures import UploadFile
 
-from sandforge.runtime.errors import InputFileError
-from sandforge.runtime.files.transfer import check_name
+from sandforge.runtime.dashboard.auth import is_head
+from sandforge.runtime.dashboard.common import file_response
 from sandforge.runtime.service.deps import ERRORS, ApiError, Service, Tenant, mark
+from sandforge.runtime.service.gate import BodyTooLarge, ClientGone, Receive, Scope, Send, body_chunks
+from sandforge.runtime.service.receiving import Bounds, Received, receive_body
+from sandforge.runtime.service.spool import TooLarge, TooMany
+from sandforge.runtime.service.tenants import TenantRuntime
 from sandforge.runtime.service.uploads import StoredFile, StoreFull, UploadStore
 
 log = logging.getLogger(__name__)
@@ -29,6 +33,7 @@ FILES_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS, 507: {"description": "over the tenant's stored-file quota (max_stored_files, max_stored_bytes)"},
 }  # fmt: skip
 
+DOWNLOAD_CHUNK = 1 << 20
 #: the upload's body as OpenAPI says it (the route reads the request itself: a form or a raw body)
 _BINARY = {"type": "string", "format": "binary"}
 UPLOAD_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
@@ -41,53 +46,78 @@ def download_headers(record: StoredFile) -> dict[str, str]:
     return {**SAFE_DOWNLOAD, "Content-Disposition": f'attachment; filename="{record.name}"'}
 
 
-def _name(name: str) -> str:
+async def receive_upload(rt: TenantRuntime, content_type: str, name: str | None, receive: Receive) -> Received:
+    """An upload's files, each spooled into the tenant's store as it arrives. The gate bounds the body by
+    ``max_upload_bytes`` (413); the files are bounded by the store's bytes too (507 when that is the smaller:
+    they could never be stored). Past a bound receiving stops, and nothing is kept."""
+    store, quotas = rt.uploads, rt.config.quotas
+    limit = min(quotas.max_upload_bytes, store.max_bytes)
+    bounds = Bounds(max_files=max(store.max_files, 1), files_bytes=limit, field_bytes=quotas.max_body_bytes)
     try:
-        return check_name(name, "file name")
-    except InputFileError as exc:
-        raise ApiError(422, "invalid_request", str(exc)) from None
+        return await receive_body(content_type, name, body_chunks(receive), lambda n: store.spool(n, limit), bounds)
+    except TooLarge as exc:
+        if isinstance(exc, TooMany) or store.max_bytes < quotas.max_upload_bytes:
+            raise ApiError(507, "quota_exceeded", f"upload refused: over this tenant's stored files' limits "
+                                                  f"({exc})") from None  # fmt: skip
+        raise ApiError(413, "body_too_large", f"upload refused: {exc}") from None
 
 
-async def _parts(request: Request, name: str | None) -> list[tuple[str, bytes]]:
-    """The uploaded files: every file part of a multipart form, or the raw body named by ``name``."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind == "multipart/form-data":
-        try:
-            form = await request.form()
-        except Exception as exc:  # python-multipart's parse errors: a bad body, said in one line
-            raise ApiError(422, "invalid_request", f"body: not a multipart form ({exc})") from None
-        parts = []
-        for item in form.values():
-            if isinstance(item, UploadFile):
-                parts.append((_name(item.filename or ""), await item.read()))
-        await form.close()
-        if not parts:
-            raise ApiError(422, "invalid_request", "body: the form has no file part")
-        return parts
-    if kind == "application/octet-stream":
-        if name is None:
-            raise ApiError(422, "invalid_request", "a raw upload needs ?name=FILE_NAME")
-        return [(_name(name), await request.body())]
-    raise ApiError(422, "invalid_request", "body: send multipart/form-data, or application/octet-stream with ?name=")
+class FileDownload(Response):
+    """A stored file's bytes, read from its file in chunks as they are sent (in a worker thread), never whole."""
+
+    def __init__(self, stream: BinaryIO, record: StoredFile) -> None:
+        headers = {**download_headers(record), "Content-Length": str(record.size), "ETag": f'"{record.sha256}"'}
+        super().__init__(None, media_type=record.media_type, headers=headers)
+        self.stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with self.stream:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            while chunk := await anyio.to_thread.run_sync(self.stream.read, DOWNLOAD_CHUNK):
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def _put_all(store: UploadStore, parts: list[tuple[str, bytes]]) -> list[StoredFile]:
-    """All the parts or none (over the quota: 507)."""
+def store_upload(store: UploadStore, received: Received) -> list[StoredFile]:
+    """All the received files or none (over the quota: 507)."""
+    if not received.files:
+        received.discard()
+        raise ApiError(422, "invalid_request", "body: the form has no file part")
     try:
-        return store.put_all(parts, kind="upload")
+        return store.commit(received.files, kind="upload")
     except StoreFull as exc:
         raise ApiError(507, "quota_exceeded", str(exc)) from None
 
 
+def _stream_errors(app: FastAPI, service: Service) -> None:
+    """What a route receiving its body as it arrives answers past the bound, or when the client went away."""
+
+    @app.exception_handler(BodyTooLarge)
+    async def too_large(request: Request, exc: BodyTooLarge) -> JSONResponse:
+        mark(request, "body_too_large")
+        return service.error(413, "body_too_large", "the request body is over this tenant's limit")
+
+    @app.exception_handler(ClientGone)
+    async def gone(request: Request, exc: ClientGone) -> JSONResponse:  # nobody reads it: what came was discarded
+        mark(request, "client_disconnected")
+        return service.error(499, "client_disconnected", "the client went away")
+
+
 def install(app: FastAPI, service: Service) -> None:
+    _stream_errors(app, service)
+
     @app.post("/v1/files", status_code=201, responses=FILES_ERRORS, tags=["files"], openapi_extra=UPLOAD_BODY)
     async def upload(
         rt: Tenant, request: Request, name: Annotated[str | None, Query(max_length=200)] = None
     ) -> JSONResponse:
         """Store files for later runs (``file_refs`` of ``POST /v1/exec``, MCP ``sandforge://files/ID``): a
-        multipart form's file parts (each named by its filename), or a raw body named by ``?name=``."""
-        parts = await _parts(request, name)
-        stored = await service.blocking(lambda: _put_all(rt.uploads, parts))
+        multipart form's file parts (each named by its filename), or a raw body named by ``?name=``. The body
+        is written to disk as it arrives (bounded by ``max_upload_bytes``), never held in memory."""
+        received = await receive_upload(rt, request.headers.get("content-type", ""), name, request.receive)
+        try:
+            stored = await service.blocking(lambda: store_upload(rt.uploads, received))
+        finally:
+            received.discard()
         mark(request, "ok")
         return JSONResponse(service.scrub({"files": [r.listed() for r in stored]}), status_code=201)
 
@@ -99,13 +129,20 @@ def install(app: FastAPI, service: Service) -> None:
 
     @app.get("/v1/files/{file_id}", responses=ERRORS, tags=["files"])
     async def download(file_id: str, rt: Tenant, request: Request) -> Response:
-        """A stored file's bytes (an attachment of its media type)."""
-        found = await service.blocking(lambda: rt.uploads.read(file_id))
+        """A stored file's bytes (an attachment of its media type), streamed from disk. ETag: its sha256. A HEAD
+        is answered from the file's record, its bytes not opened."""
+        if is_head(request):
+            record = await service.blocking(lambda: rt.uploads.info(file_id))
+            if record is None:
+                raise ApiError(404, "not_found", "no such file")
+            mark(request, "ok")
+            return file_response(record, None, download_headers(record))
+        found = await service.blocking(lambda: rt.uploads.open(file_id))
         if found is None:
             raise ApiError(404, "not_found", "no such file")
-        record, body = found
+        record, stream = found
         mark(request, "ok")
-        return Response(body, media_type=record.media_type, headers=download_headers(record))
+        return FileDownload(stream, record)
 
     @app.delete("/v1/files/{file_id}", status_code=204, responses=ERRORS, tags=["files"])
     async def delete(file_id: str, rt: Tenant, request: Request) -> Response:

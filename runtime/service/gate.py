@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
 from sandforge.runtime.service.audit import AuditLog, AuditRecord, mcp_fields, note
@@ -41,6 +41,47 @@ DISCONNECTED = "client_disconnected"
 
 class BodyTooLarge(Exception):
     pass
+
+
+class ClientGone(Exception):
+    """The client went away while its body was being received (``http.disconnect``)."""
+
+
+#: a route that receives its body itself, streamed (an upload): (the tenant, the scope, a receive bounded by
+#: ``max_upload_bytes``, the request's state) -> (status, JSON body, headers)
+StreamHandler = Callable[[TenantRuntime, Scope, Receive, dict[str, Any]], Awaitable[tuple[int, bytes, dict[str, str]]]]
+#: the content types a streamed route streams (any other body is read here, bounded by ``max_body_bytes``)
+STREAMED_TYPES = (b"multipart/form-data", b"application/octet-stream")
+
+
+async def body_chunks(receive: Receive) -> AsyncIterator[bytes]:
+    """A request body's chunks as they arrive; ClientGone when the client goes away first."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+def bounded(receive: Receive, limit: int) -> Receive:
+    """``receive`` raising BodyTooLarge once the body passes ``limit`` bytes: nothing past the first chunk over
+    it is read."""
+    seen = 0
+
+    async def limited() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise BodyTooLarge
+        return message
+
+    return limited
 
 
 def error_bytes(error_type: str, message: str) -> bytes:
@@ -74,6 +115,19 @@ def path_of(scope: Scope) -> str:
     return path
 
 
+def header_value(scope: Scope, name: bytes) -> bytes:
+    """A request header's value (the first), or b""."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value)
+    return b""
+
+
+def wants_events(scope: Scope) -> bool:
+    """The request accepts server-sent events (``Accept: text/event-stream``): a route that can stream does."""
+    return any(name == b"accept" and b"text/event-stream" in value.lower() for name, value in scope.get("headers", ()))
+
+
 def content_length(scope: Scope) -> int | None:
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
@@ -95,6 +149,9 @@ class Gatekeeper:
         #: (method, path) -> a handler answering that route itself, given the tenant and the body read here
         #: (``exec_route.ExecFastPath``: the hot path without the framework's per-request work)
         self.direct: dict[tuple[str, str], DirectHandler] = {}
+        #: (method, path) of routes that receive a multipart or raw body themselves, as it arrives (uploads),
+        #: bounded here by ``max_upload_bytes``: a handler answering it, or None for the app's own route
+        self.streamed: dict[tuple[str, str], StreamHandler | None] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope.get("method", "")
@@ -121,8 +178,9 @@ class Gatekeeper:
             state["outcome"] = "body_too_large"
             if not sent["started"]:
                 await send_error(tracking_send, 413, "body_too_large", "the request body is over this tenant's limit")
-        except asyncio.CancelledError:
-            if state.get(DISCONNECTED):  # nobody to answer: its execution was ended and cleaned up; quietly done
+        except (asyncio.CancelledError, ClientGone) as exc:
+            # nobody to answer: its execution was ended and cleaned up, what it sent discarded; quietly done
+            if isinstance(exc, ClientGone) or state.get(DISCONNECTED):
                 state["outcome"], status["code"] = "client_disconnected", 499
                 return
             if not self.draining:
@@ -158,6 +216,11 @@ class Gatekeeper:
             await send_error(send, 401, "unauthorized", "a valid bearer token is required", [header])
             return
         state["tenant"] = runtime
+        key = (scope.get("method", ""), path_of(scope))
+        kind = header_value(scope, b"content-type").split(b";")[0].strip().lower()
+        if key in self.streamed and kind in STREAMED_TYPES:
+            await self._streamed(self.streamed[key], runtime, scope, receive, send, state)
+            return
         limit = runtime.config.quotas.max_body_bytes
         declared = content_length(scope)
         if declared is not None and declared > limit:
@@ -168,6 +231,10 @@ class Gatekeeper:
         handler = self.direct.get((scope.get("method", ""), path_of(scope)))
         if handler is not None:
             state[REQUEST_TASK] = asyncio.current_task()  # a client gone before the answer cancels it
+            stream = getattr(handler, "stream", None)
+            if stream is not None and wants_events(scope):  # progress, then the answer (exec_route.py)
+                await stream(runtime, body, state, send)
+                return
             status, answer, headers = await handler(runtime, body, state)
             await send_bytes(send, status, answer, [(k.lower().encode(), v.encode()) for k, v in headers.items()])
             return
@@ -181,6 +248,23 @@ class Gatekeeper:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _streamed(
+        self, handler: StreamHandler | None, runtime: TenantRuntime, scope: Scope, receive: Receive, send: Send,
+        state: dict[str, Any],
+    ) -> None:  # fmt: skip
+        """A body received by its route as it arrives, bounded by ``max_upload_bytes`` (413 at once when its
+        declared length is over it, else at the first chunk past it)."""
+        limit = runtime.config.quotas.max_upload_bytes
+        declared = content_length(scope)
+        if declared is not None and declared > limit:
+            raise BodyTooLarge
+        if handler is None:
+            await self.app(scope, bounded(receive, limit), send)
+            return
+        state[REQUEST_TASK] = asyncio.current_task()
+        status, answer, headers = await handler(runtime, scope, bounded(receive, limit), state)
+        await send_bytes(send, status, answer, [(k.lower().encode(), v.encode()) for k, v in headers.items()])
 
     @staticmethod
     async def _read_body(receive: Receive, limit: int) -> bytes:

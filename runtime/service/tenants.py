@@ -68,6 +68,10 @@ class Quotas(BaseModel):
     max_timeout_s: float = Field(30.0, gt=0, le=3600, description="largest timeout_s a request may ask for")
     max_memory_mb: int = Field(512, ge=16, le=65536, description="largest memory_mb a request may ask for")
     max_body_bytes: int = Field(1 << 20, ge=1024, le=64 << 20, description="largest request body")
+    max_upload_bytes: int = Field(
+        64 << 20, ge=1024, le=1 << 40,
+        description="largest streamed body (POST /v1/files, a multipart POST /v1/exec): never held in memory",
+    )  # fmt: skip
     max_stored_files: int = Field(100, ge=0, le=100_000, description="uploads and kept outputs at once (/v1/files)")
     max_stored_bytes: int = Field(256 << 20, ge=0, le=1 << 40, description="their bytes in all")
     stored_file_max_age_s: float = Field(86_400.0, gt=0, le=365 * 86_400, description="removed once older")

@@ -13,21 +13,23 @@ their age are removed when the store is opened (start-up) and on every access.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import secrets
+import stat
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sandforge.runtime.errors import SandforgeError
 from sandforge.runtime.files import exclusive, read_state_file, write_state_file
+from sandforge.runtime.files.dirs import open_dir_below, split_below
 from sandforge.runtime.files.transfer import media_type
+from sandforge.runtime.service.spool import PARTS, STALE_PART_S, Spool
 from sandforge.sandbox import Limits
 
 FILE_ID = re.compile(r"^f_[0-9a-f]{32}$")
@@ -112,41 +114,69 @@ class UploadStore:
                 if stale and not named.exists():
                     with contextlib.suppress(OSError):
                         Path(entry.path).unlink()
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.root / PARTS):  # a receiver that died (a crash, a kill) left its part
+                if entry.stat(follow_symlinks=False).st_mtime < time.time() - STALE_PART_S:
+                    with contextlib.suppress(OSError):
+                        Path(entry.path).unlink()
         return removed
 
     def files(self) -> list[StoredFile]:
         self.clean()
         return self._records()
 
-    def put(self, name: str, body: bytes, kind: Literal["upload", "output"] = "upload") -> StoredFile:
-        """Store ``body`` as ``name`` (a checked file name); StoreFull over the quota, nothing written."""
-        self.clean()
-        with exclusive(self.root / "store"):
-            records = self._records()
-            if len(records) + 1 > self.max_files:
-                raise StoreFull(f"this tenant's stored files are at their limit of {self.max_files} files")
-            used = sum(r.size for r in records)
-            if used + len(body) > self.max_bytes:
-                raise StoreFull(f"this file would take this tenant's stored files over {self.max_bytes} bytes "
-                                f"({used} used)")  # fmt: skip
-            record = StoredFile(id="f_" + secrets.token_hex(16), name=name, size=len(body),
-                                sha256=hashlib.sha256(body).hexdigest(), media_type=media_type(name), kind=kind,
-                                created=datetime.now(UTC))  # fmt: skip
-            write_state_file(self.base, self.root / f"{record.id}.bin", body)
-            write_state_file(self.base, self.root / f"{record.id}.json", record.model_dump_json().encode())
-            return record
+    def spool(self, name: str, limit: int) -> Spool:
+        """A new file being received as ``name`` (a checked file name), at most ``limit`` bytes: written to a
+        private temp file of this store as it arrives, stored by :meth:`commit` only once whole."""
+        return Spool(self.base, self.root / PARTS, name, limit)
 
-    def put_all(self, files: Iterable[tuple[str, bytes]], kind: Literal["upload", "output"]) -> list[StoredFile]:
-        """Store every file or none: on any failure (StoreFull over the quota) those already stored are removed."""
+    def commit(self, spools: Sequence[Spool], kind: Literal["upload", "output"]) -> list[StoredFile]:
+        """Store every spooled file or none, each appearing whole (a rename): the quota (count, bytes) is checked
+        under the store's lock against what is stored at that moment, so uploads racing each other never take the
+        store past it (StoreFull, nothing stored). The spools are discarded either way."""
+        self.clean()
         stored: list[StoredFile] = []
         try:
-            for name, body in files:
-                stored.append(self.put(name, body, kind))
+            with exclusive(self.root / "store"):
+                records = self._records()
+                if len(records) + len(spools) > self.max_files:
+                    raise StoreFull(f"this tenant's stored files are at their limit of {self.max_files} files")
+                used, adding = sum(r.size for r in records), sum(s.size for s in spools)
+                if used + adding > self.max_bytes:
+                    raise StoreFull(f"{adding} bytes would take this tenant's stored files over {self.max_bytes} "
+                                    f"bytes ({used} used)")  # fmt: skip
+                for spool in spools:
+                    record = StoredFile(id="f_" + secrets.token_hex(16), name=spool.name, size=spool.size,
+                                        sha256=spool.sha256, media_type=media_type(spool.name), kind=kind,
+                                        created=datetime.now(UTC))  # fmt: skip
+                    spool.move_to(self.root / f"{record.id}.bin")
+                    stored.append(record)
+                    write_state_file(self.base, self.root / f"{record.id}.json", record.model_dump_json().encode())
         except BaseException:
             for record in stored:
                 self._remove(record.id)
             raise
+        finally:
+            for spool in spools:
+                spool.discard()
         return stored
+
+    def put_all(self, files: Iterable[tuple[str, bytes]], kind: Literal["upload", "output"]) -> list[StoredFile]:
+        """Store every file (bytes already in memory: a run's outputs) or none (StoreFull over the quota)."""
+        spools: list[Spool] = []
+        try:
+            for name, body in files:
+                spools.append(self.spool(name, len(body)))
+                spools[-1].write(body)
+        except BaseException:
+            for spool in spools:
+                spool.discard()
+            raise
+        return self.commit(spools, kind)
+
+    def put(self, name: str, body: bytes, kind: Literal["upload", "output"] = "upload") -> StoredFile:
+        """Store ``body`` as ``name`` (a checked file name); StoreFull over the quota, nothing written."""
+        return self.put_all([(name, body)], kind)[0]
 
     def info(self, file_id: str) -> StoredFile | None:
         self.clean()
@@ -169,6 +199,26 @@ class UploadStore:
         except SandforgeError:
             return None
         return record, body
+
+    def open(self, file_id: str) -> tuple[StoredFile, BinaryIO] | None:
+        """A file's record and its bytes open for reading (a download streams them), or None when this tenant
+        has no such file. Opened as a state file is read: no symlink followed, a regular file of its size."""
+        record = self.info(file_id)
+        if record is None:
+            return None
+        try:
+            dfd = open_dir_below(self.base, split_below(self.base, self.root), create=False)
+            try:
+                fd = os.open(f"{file_id}.bin", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            return None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != record.size:
+            os.close(fd)
+            return None
+        return record, os.fdopen(fd, "rb")
 
     def referenced(self, refs: Mapping[str, str], inline: Mapping[str, object], limits: Limits) -> dict[str, bytes]:
         """The input files ``refs`` names (name -> an id or ``sandforge://files/ID``), within ``limits`` (count,

@@ -25,7 +25,7 @@ from sandforge.sandbox import boot, leftovers, protections, seam, verify
 from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.environment import MountedEnvironment, require_mounted
-from sandforge.sandbox.envzygotes import EnvZygotes
+from sandforge.sandbox.envzygotes import ConfinedZygote, EnvZygotes, confinable
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import (
     BridgeHandler,
@@ -373,12 +373,28 @@ class SubprocessBackend:
         self._zygotes: dict[Limits, Zygote] = {}
         self._lock = threading.Lock()
         #: zygotes that pre-imported an environment's modules (``sandbox/envzygotes.py``)
-        self.env_zygotes = EnvZygotes(self._env_zygote, bound=config.env_zygotes_max, idle_s=config.env_pool_idle_s)
+        #: why environment zygotes cannot be confined here (then there are none), or None
+        self.env_zygotes_off = confinable(rootless(config))
+        bound = 0 if self.env_zygotes_off else config.env_zygotes_max
+        self.env_zygotes = EnvZygotes(self._env_zygote, bound=bound, idle_s=config.env_pool_idle_s)
         # What killed hosts left behind, of every backend: files now, the container engines at most once a
         # minute and a few seconds later (a one-shot `sandforge exec` is gone by then: sandbox/leftovers.py)
         leftovers.reap_in_background(containers=False)
         if leftovers.containers_due():
             leftovers.reap_containers_later()
+
+    def prestart(self, limits: Limits) -> None:
+        """Start the zygote of ``limits`` now without waiting for it, so its interpreter comes up beside the
+        caller's own work (``sandforge exec``: its imports and the policy pass) instead of after it; the first
+        spawn waits for its ready report. No thread: the caller's work never waits for the GIL behind a start.
+        A zygote never runs a program: one started for a program the policy then refuses only costs its start,
+        and ``close`` ends it like any other. A start that fails here is tried again, and reported, by the spawn."""
+        if not self.config.zygote:
+            return
+        try:
+            self._zygote(limits, wait=False)
+        except Exception as exc:  # the spawn meets the same problem and reports it
+            log.debug("zygote prestart failed: %s", exc)
 
     def spawn(self, limits: Limits, environment: MountedEnvironment | None = None) -> SubprocessWorker:
         zygote = self._zygote_for(limits, environment) if self.config.zygote else None
@@ -400,19 +416,20 @@ class SubprocessBackend:
         return self._zygote(limits)
 
     def _env_zygote(self, limits: Limits, environment: MountedEnvironment) -> Zygote:
-        """Start a zygote that imports ``environment``'s modules before it forks (raises ZygoteError)."""
+        """Start a zygote that confines itself, then imports ``environment``'s modules before it forks (raises
+        ZygoteError)."""
         boot = boot_frame(self.config, limits, None).model_dump(mode="json")
         boot["preload"] = environment.boot(bind=True).model_dump()
-        return Zygote(
+        return ConfinedZygote(
             self.config.python or sys.executable, self.runner, boot,
             start_timeout=max(self.config.spawn_timeout_s, ENV_ZYGOTE_START_S), extra_args=rootless_args(self.config),
         )  # fmt: skip
 
-    def _zygote(self, limits: Limits) -> Zygote | None:
+    def _zygote(self, limits: Limits, *, wait: bool = True) -> Zygote | None:
         with self._lock:
             zygote = self._zygotes.get(limits)
             if zygote is not None and zygote.alive():
-                return zygote
+                return self._ready(limits, zygote) if wait else zygote
             if zygote is not None:
                 zygote.close()
             if len(self._zygotes) >= self.MAX_ZYGOTES:
@@ -427,6 +444,7 @@ class SubprocessBackend:
                     boot,
                     start_timeout=self.config.spawn_timeout_s,
                     extra_args=rootless_args(self.config),
+                    wait_ready=wait,
                 )
             except ZygoteError as exc:
                 log.warning("zygote unavailable, falling back to one interpreter per worker: %s", exc)
@@ -434,6 +452,17 @@ class SubprocessBackend:
                 return None
             self._zygotes[limits] = zygote
             return zygote
+
+    def _ready(self, limits: Limits, zygote: Zygote) -> Zygote | None:
+        """``zygote`` once it reported ready (a prestarted one may still be starting), or None like a start that
+        failed: one interpreter per worker for this spawn, a new zygote tried by the next (under the lock)."""
+        try:
+            zygote.await_ready()
+        except ZygoteError as exc:
+            log.warning("zygote unavailable, falling back to one interpreter per worker: %s", exc)
+            self._zygotes.pop(limits, None)
+            return None
+        return zygote
 
     def close(self) -> None:
         self.env_zygotes.close()

@@ -5,11 +5,13 @@ back, synchronously).
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 from typing import Any
 
 from .channel import Channel, close_fds, read_bytes_frame, read_frame, write_frame
+from .handing import given, received
 from .lazycontext import NotJson, check_json, dump_json, encode
 from .wire import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
 from .world import check_inner_wall
@@ -106,12 +108,17 @@ class Bridge:
             close_fds(self.channel.take_fds()[0])
             raise RuntimeError(f"host passed descriptors with {what}")
 
-    def call(self, target: dict[str, Any], method: str, args: list[Any], kwargs: dict[str, Any]) -> ToolOutcome:
+    def call(self, target: dict[str, Any], method: str, args: list[Any], kwargs: dict[str, Any],
+             files: dict[str, str] | None = None) -> ToolOutcome:  # fmt: skip
+        """One nested call; ``files`` (name -> base64: ``handing.given``) become the callee's ``inputs/``, and
+        the outputs of a callee that committed are written into ``outputs/`` (``handing.received``)."""
         check_inner_wall()
         check_json(args, "nested call arguments")
         check_json(kwargs, "nested call arguments")
         call_id, self.next_id = self.next_id, self.next_id + 1
         frame = {"type": "call", "id": call_id, "target": target, "method": method, "args": args, "kwargs": kwargs}
+        if files is not None:  # call_with_files, even handing none: the callee's outputs come back
+            frame["files"] = files
         body = encode(frame)
         left = pause_backstop()  # the host does not charge nested calls to this one's deadline
         write_frame(self.out_fd, body)
@@ -124,7 +131,10 @@ class Bridge:
             raise RuntimeError("host sent an unexpected reply to a nested call")
         outcome = reply.get("outcome")
         check_inner_wall()
-        return ToolOutcome.from_wire(outcome if isinstance(outcome, dict) else {})
+        result = ToolOutcome.from_wire(outcome if isinstance(outcome, dict) else {})
+        if result.ok and isinstance(outcome, dict):
+            received(outcome.get("files"))
+        return result
 
     def declare(self, target: dict[str, Any]) -> ToolOutcome:
         """Stage a ``delegate(...)`` contract with this attempt (a ``declare`` frame, answered like a call).
@@ -148,15 +158,17 @@ class InvalidContract(TypeError):
 
 
 def delegate_target(
-    role: Any, purpose: Any = None, deliverable: Any = None, acceptance: Any = None, failure_policy: Any = None
-) -> dict[str, Any]:
+    role: Any, purpose: Any = None, deliverable: Any = None, acceptance: Any = None, failure_policy: Any = None,
+    files: Any = None,
+) -> dict[str, Any]:  # fmt: skip
     """The wire target of ``delegate(...)``; InvalidContract for a field that is not JSON or too long."""
     if purpose is not None and not isinstance(purpose, str):
         raise InvalidContract(f"delegate(): purpose must be a string, not {type(purpose).__name__}")
     if purpose is not None and len(purpose) > MAX_PURPOSE_CHARS:
         raise InvalidContract(f"delegate(): purpose is longer than {MAX_PURPOSE_CHARS} characters")
     target = {"kind": "delegate", "name": str(role), "purpose": purpose}
-    for name, value in (("deliverable", deliverable), ("acceptance", acceptance), ("failure_policy", failure_policy)):
+    fields = [("deliverable", deliverable), ("acceptance", acceptance), ("failure_policy", failure_policy)]
+    for name, value in fields if files is None else [*fields, ("files", files)]:  # files: only when declared
         try:
             dump_json(value, f"delegate() {name}")
         except NotJson as exc:
@@ -193,6 +205,8 @@ class ToolHandle:
         if method.startswith("_"):
             raise AttributeError(method)
         bridge, target = self._bridge, self._target
+        if method == "call_with_files":
+            return functools.partial(_call_with_files, bridge, target)
 
         def invoke(*args: Any, **kwargs: Any) -> ToolOutcome:
             return bridge.call(target, method, list(args), kwargs)
@@ -205,6 +219,14 @@ class ToolHandle:
 
     def __repr__(self) -> str:
         return f"<tool {self._target.get('name')!r}>"
+
+
+def _call_with_files(bridge: Bridge, target: dict[str, Any], method: Any, files: Any, /, *args: Any,
+                     **kwargs: Any) -> ToolOutcome:  # fmt: skip
+    """``handle.call_with_files(method, files, *args, **kwargs)``: the call, handed ``files`` (``handing``)."""
+    if type(method) is not str or not method or method.startswith("_"):
+        raise TypeError("call_with_files(method, files, ...): method is the name of a tool method")
+    return bridge.call(target, method, list(args), kwargs, files=given(files, bridge.max_bytes // 2))
 
 
 def pause_backstop() -> float:

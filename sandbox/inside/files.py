@@ -22,8 +22,8 @@ import re
 import stat
 from typing import Any
 
-from .channel import Channel, read_bytes_frame
-from .wire import FILE_NAME_PATTERN, INPUTS_DIR, OUTPUTS_DIR
+from .channel import Channel, FileBody, PassedTextError, check_passed, open_handed_off, read_bytes_frame, send_file
+from .wire import FILE_NAME_PATTERN, INPUTS_DIR, MAX_PASSED_FDS, OUTPUTS_DIR
 from .wire import error as _error
 
 _NAME = re.compile(FILE_NAME_PATTERN)
@@ -38,25 +38,87 @@ def valid_name(name: object) -> bool:
     return type(name) is str and _NAME.fullmatch(name) is not None
 
 
-def receive(src: int | Channel, frame: dict[str, Any], budget: int) -> list[tuple[str, bytes]]:
-    """The input files announced by the execute frame (``[name, length]``), each read as the frame after the
-    context texts; ValueError for a malformed announcement or a file of another length."""
+#: A file's bytes as the runner holds them: in memory (a frame, a small output), or left in a file.
+Body = bytes | FileBody
+#: An output file at least this large is sent from its file, not read into the runner (``collect``).
+SENT_FROM_FILE_BYTES = 1 << 16
+
+
+def receive(
+    src: int | Channel, frame: dict[str, Any], budget: int, passed: dict[int, int] | None = None,
+    handoff: str | None = None,
+) -> list[tuple[str, Body]]:  # fmt: skip
+    """The input files announced by the execute frame: ``[name, length]`` is the next frame after the context
+    texts, ``[name, length, i]`` descriptor ``i`` of the execute frame (``passed``, kept by ``read_execute``:
+    a sealed memfd) or file ``i`` of the ``handoff`` directory, checked to hold exactly ``length`` bytes.
+    ValueError for a malformed announcement or a frame of another length, PassedTextError for a descriptor
+    that does not match (every descriptor is closed then, and any that was passed and not announced)."""
+    passed = {} if passed is None else passed
+    received: list[tuple[str, Body]] = []
+    try:
+        _receive(src, frame, budget, passed, handoff, received)
+        if passed:
+            raise PassedTextError(f"{len(passed)} passed descriptors are not announced")
+        if isinstance(src, Channel) and src.fds:
+            raise PassedTextError("descriptors came with an input file's frame, not with the execute frame")
+        return received
+    except BaseException:
+        release(received)
+        raise
+    finally:
+        for fd in passed.values():
+            os.close(fd)
+        passed.clear()
+        if isinstance(src, Channel):
+            for fd in src.take_fds()[0]:
+                os.close(fd)
+
+
+def _receive(
+    src: int | Channel, frame: dict[str, Any], budget: int, passed: dict[int, int], handoff: str | None,
+    received: list[tuple[str, Body]],
+) -> None:  # fmt: skip
     announced = frame.get("files", [])
     if not isinstance(announced, list):
         raise ValueError("files is not a list")
-    received: list[tuple[str, bytes]] = []
     seen: set[str] = set()
     for entry in announced:
-        if not (isinstance(entry, list) and len(entry) == 2 and valid_name(entry[0]) and entry[0] not in seen
-                and type(entry[1]) is int and 0 <= entry[1] <= budget):  # fmt: skip
+        if not (isinstance(entry, list) and len(entry) in (2, 3) and valid_name(entry[0]) and entry[0] not in seen
+                and type(entry[1]) is int and entry[1] >= 0):  # fmt: skip
+            raise ValueError("malformed input file announcement")
+        seen.add(entry[0])
+        if len(entry) == 3:
+            received.append((entry[0], _passed_file(entry, passed, handoff)))
+            continue
+        if entry[1] > budget:
             raise ValueError("malformed input file announcement")
         body = read_bytes_frame(src, budget)
         if len(body) != entry[1]:
             raise ValueError(f"input file {entry[0]!r} is {len(body)} bytes, announced {entry[1]}")
-        seen.add(entry[0])
         received.append((entry[0], body))
         budget -= entry[1]
-    return received
+
+
+def _passed_file(entry: list[Any], passed: dict[int, int], handoff: str | None) -> FileBody:
+    """Input file ``[name, length, i]``: the sealed memfd passed as descriptor ``i`` (taken out of ``passed``),
+    or the hand-off directory's file ``i``, checked to hold exactly ``length`` bytes."""
+    name, size, index = entry
+    if type(index) is not int or not 0 <= index < MAX_PASSED_FDS or (handoff is None and index not in passed):
+        raise PassedTextError(f"input file {name!r} names descriptor {index!r}, which was not passed")
+    body = FileBody(passed.pop(index) if handoff is None else open_handed_off(handoff, index), size)
+    try:
+        check_passed(body.fd, size, sealed=handoff is None, what=f"input file {name!r}")
+    except BaseException:
+        body.close()
+        raise
+    return body
+
+
+def release(files: list[tuple[str, Body]]) -> None:
+    """Close what holds files' bytes in files (a run that ends before they are used or sent)."""
+    for _, body in files:
+        if isinstance(body, FileBody):
+            body.close()
 
 
 class FileArea:
@@ -65,21 +127,27 @@ class FileArea:
     program's ``open`` and the tripwire's rule (a program cannot ``chmod``); the directory stays 0700 so the
     host can remove a work directory that lives on its own disk (the subprocess backend without namespaces)."""
 
-    def __init__(self, inputs: list[tuple[str, bytes]]) -> None:
+    def __init__(self, inputs: list[tuple[str, Body]]) -> None:
         cwd = os.getcwd()
         self.root = "" if cwd == "/" else cwd
         self.inputs = self.root + "/" + INPUTS_DIR
         self.outputs = self.root + "/" + OUTPUTS_DIR
         os.mkdir(self.inputs, 0o700)
         os.mkdir(self.outputs, 0o700)
-        for name, body in inputs:
-            fd = os.open(self.inputs + "/" + name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _ANY, 0o400)
-            try:
-                view = memoryview(body)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
+        try:
+            for name, body in inputs:
+                fd = os.open(self.inputs + "/" + name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _ANY, 0o400)
+                try:
+                    if isinstance(body, FileBody):
+                        send_file(fd, body)  # the kernel copies the memfd's pages onto this disk
+                        continue
+                    view = memoryview(body)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                finally:
+                    os.close(fd)
+        finally:
+            release(inputs)  # the memfds are closed before any program runs
 
     def open(
         self, file: object, mode: str = "r", buffering: int = -1, encoding: str | None = None,
@@ -102,40 +170,55 @@ class FileArea:
         path = (self.inputs if folder == INPUTS_DIR else self.outputs) + "/" + name
         return open(path, mode, buffering, encoding, errors, newline, opener=_opener)
 
-    def collect(self, limits: dict[str, Any]) -> tuple[list[tuple[str, bytes]], dict[str, Any] | None]:
+    def collect(self, limits: dict[str, Any]) -> tuple[list[tuple[str, Body]], dict[str, Any] | None]:
         """The files in ``outputs/``, in name order, or the error that fails the run: ``output_limit`` past a
-        bound, ``sandbox_violation`` for anything but a regular file with one link and a valid name."""
+        bound, ``sandbox_violation`` for anything but a regular file with one link and a valid name. A large
+        file stays in its file (a ``FileBody`` of the descriptor checked here, its size taken then), up to a
+        few within the open-files limit; the others are read."""
+        collected: list[tuple[str, Body]] = []
+        error = self._collect(limits, collected)
+        if error is not None:
+            release(collected)
+            return [], error
+        return collected, None
+
+    def _collect(self, limits: dict[str, Any], collected: list[tuple[str, Body]]) -> dict[str, Any] | None:
         count, each, total = int(limits["max_files"]), int(limits["max_file_bytes"]), int(limits["max_files_bytes"])
+        kept = min(MAX_PASSED_FDS, max(0, (int(limits.get("max_open_files", 16)) - 16) // 2))
         with os.scandir(self.outputs) as entries:
             names = sorted(entry.name for entry in entries)
         if len(names) > count:
-            return [], _error("output_limit", f"the program wrote {len(names)} output files; the limit is {count}")
-        collected: list[tuple[str, bytes]] = []
+            return _error("output_limit", f"the program wrote {len(names)} output files; the limit is {count}")
         left = total
         for name in names:
             if not valid_name(name):
-                return [], _violation(f"an output file has a name outside {FILE_NAME_PATTERN}")
+                return _violation(f"an output file has a name outside {FILE_NAME_PATTERN}")
             try:
                 fd = os.open(self.outputs + "/" + name, os.O_RDONLY | _ANY)
             except OSError as exc:
-                return [], _violation(f"output {name!r} could not be opened as a file ({exc.strerror})")
+                return _violation(f"output {name!r} could not be opened as a file ({exc.strerror})")
             try:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-                    return [], _violation(f"output {name!r} is not a regular file with one link")
-                body = _read_bounded(fd, min(each, left) + 1)
+                    return _violation(f"output {name!r} is not a regular file with one link")
+                if kept and SENT_FROM_FILE_BYTES <= info.st_size <= min(each, left):
+                    body: Body = FileBody(fd, info.st_size)  # exactly these bytes are sent, from this descriptor
+                    fd, kept = -1, kept - 1
+                else:
+                    body = _read_bounded(fd, min(each, left) + 1)
             finally:
-                os.close(fd)
-            if len(body) > each:
-                return [], _error("output_limit", f"output {name!r} is larger than the {each}-byte limit per file")
-            if len(body) > left:
-                return [], _error("output_limit", f"the output files are larger than the {total}-byte limit in all")
-            left -= len(body)
+                if fd >= 0:
+                    os.close(fd)
             collected.append((name, body))
-        return collected, None
+            if len(body) > each:
+                return _error("output_limit", f"output {name!r} is larger than the {each}-byte limit per file")
+            if len(body) > left:
+                return _error("output_limit", f"the output files are larger than the {total}-byte limit in all")
+            left -= len(body)
+        return None
 
 
-def prepare(inputs: list[tuple[str, bytes]] | None) -> tuple[FileArea | None, dict[str, Any] | None]:
+def prepare(inputs: list[tuple[str, Body]] | None) -> tuple[FileArea | None, dict[str, Any] | None]:
     """The file area of a served execution (``inputs`` a list, maybe empty; None: no area, the tests' direct
     calls of ``serving.execute``), or the error that ends the run before it starts."""
     if inputs is None:
@@ -156,7 +239,7 @@ def expose(namespace: dict[str, Any], area: FileArea | None) -> None:
             table.setdefault(error.__name__, error)
 
 
-def collect(area: FileArea | None, limits: dict[str, Any]) -> tuple[list[tuple[str, bytes]], dict[str, Any] | None]:
+def collect(area: FileArea | None, limits: dict[str, Any]) -> tuple[list[tuple[str, Body]], dict[str, Any] | None]:
     return area.collect(limits) if area is not None else ([], None)
 
 

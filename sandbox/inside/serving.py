@@ -18,7 +18,7 @@ from typing import Any
 
 from . import envmodules, files, generators, packages, standins, tripwire
 from .bridge import _ITIMER_REAL, _SETITIMER, BACKSTOP_GRACE_S, Bridge, InvalidContract, ToolOutcome, pause_backstop
-from .channel import Channel, PassedTextError, handoff_ready, read_execute, write_frame, write_frames
+from .channel import Channel, FileBody, PassedTextError, handoff_ready, read_execute, write_frame, write_frames
 from .compilation import compile_program, shipped_code
 from .fetching import error_kind
 from .guards import build_globals
@@ -97,10 +97,11 @@ class Result:
         self.header: dict[str, Any] = {"type": "result", "status": "error"}
         self.value: bytes = b"null"
         self.changed: list[tuple[str, bytes]] = []
-        self.files: list[tuple[str, bytes]] = []  # the output files of an ok run, after the changed keys
+        self.files: list[tuple[str, files.Body]] = []  # the output files of an ok run, after the changed keys
 
     def fail(self, error: dict[str, Any]) -> None:
         self.header.update(status="error", error=error, context_changed=[], context_deleted=[])
+        files.release(self.files)
         self.value, self.changed, self.files = b"null", [], []
 
 
@@ -148,7 +149,8 @@ def _run_canary(canary: Any) -> None:
 
 def execute(
     frame: dict[str, Any], raw_context: dict[str, ContextText], boot: dict[str, Any], bridge: Bridge,
-    proxies: dict[str, Any], *, out_fd: int = -1, armed: bool = False, inputs: list[tuple[str, bytes]] | None = None,
+    proxies: dict[str, Any], *, out_fd: int = -1, armed: bool = False,
+    inputs: list[tuple[str, files.Body]] | None = None,
 ) -> Result:  # fmt: skip
     """Run the program; with ``armed``, the installed tripwire is armed first (on ``out_fd``). With ``inputs``
     (a list, maybe empty) the program gets its files: ``inputs/`` and ``outputs/`` in the working directory."""
@@ -204,9 +206,10 @@ def execute(
     return result
 
 
-def _encode_result(result: Result, max_bytes: int) -> list[bytes]:
+def _encode_result(result: Result, max_bytes: int) -> list[bytes | FileBody]:
     """The result's frames: the header (the value's text spliced in, not encoded twice), then one frame per
-    changed key. A result that does not fit ``max_bytes`` in all becomes an output_limit error."""
+    changed key and one per output file (a large one sent from its file). A result that does not fit
+    ``max_bytes`` in all becomes an output_limit error."""
     header = result.header
     header["context_changed"] = [[key, len(body)] for key, body in result.changed]
     if result.files:
@@ -223,10 +226,12 @@ def _encode_result(result: Result, max_bytes: int) -> list[bytes]:
         except (TypeError, ValueError):
             return [encode({"type": "result", "status": "error", "error": _error("non_serializable_result", str(exc))})]
     body = b'{"value":' + result.value + b"," + rest[1:]
-    texts = [text for _, text in result.changed] + [data for _, data in result.files]
+    texts: list[bytes | FileBody] = [text for _, text in result.changed]
+    texts += [data for _, data in result.files]
     total = len(body) + sum(HEADER.size + len(text) for text in texts)
     if total <= max_bytes:
         return [body, *texts]
+    files.release(result.files)
     return [encode({
         "type": "result", "status": "error", "stdout": "", "stdout_truncated": bool(header.get("stdout")),
         "error": _error("output_limit", f"the result is {total} bytes; the limit is {max_bytes}"),
@@ -308,10 +313,11 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
         proxies = dict(proxies)  # a zygote's children share its proxies: each adds its own environment's
         envmodules.expose(boot, proxies)
     write_frame(out_fd, ready)
-    inputs: list[tuple[str, bytes]] = []
+    inputs: list[tuple[str, files.Body]] = []
+    passed: dict[int, int] = {}  # the input files' sealed memfds, by index, until files.receive takes them
     try:
-        frame, raw_context = read_execute(channel, max_bytes, handoff)
-        inputs = files.receive(channel, frame, max_bytes)
+        frame, raw_context = read_execute(channel, max_bytes, handoff, passed)
+        inputs = files.receive(channel, frame, max_bytes, passed, handoff)
     except PassedTextError as exc:
         frame, raw_context = {"type": "invalid", "error": str(exc)}, {}
     except (EOFError, ValueError, json.JSONDecodeError):
@@ -326,5 +332,6 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
         result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies,
                          out_fd=out_fd, armed=armed, inputs=inputs)  # fmt: skip
         pause_backstop()
+    files.release(inputs)  # already closed once the file area holds them (before the program ran)
     write_frames(out_fd, _encode_result(result, max_bytes))
     return 0

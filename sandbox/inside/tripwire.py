@@ -497,7 +497,19 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
             "os.scandir": area(file), "marshal.loads": marshal_loads}  # fmt: skip
 
 
-def install(*, roots: tuple[str, ...] | None = None) -> bool:  # noqa: C901, PLR0915 - one closure: see the module doc
+#: The outcome of this process's installation (a confined environment zygote installs the hook before it
+#: imports, as a fresh runner has it then; its runners inherit the hook and install no second one).
+_INSTALLED: list[bool] = []
+
+
+def install(*, roots: tuple[str, ...] | None = None) -> bool:
+    """Install the hook (unarmed) once per process and self-test it; True when it answered."""
+    if not _INSTALLED:
+        _INSTALLED.append(_install(roots))
+    return _INSTALLED[0]
+
+
+def _install(roots: tuple[str, ...] | None) -> bool:  # noqa: C901, PLR0915 - one closure: see the module doc
     """Install the hook (unarmed) and self-test it; True when it answered.
 
     Everything the hook decides with is bound here, in closures (the tables too): rebinding this module's

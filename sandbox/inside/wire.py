@@ -29,7 +29,7 @@ VIOLATION_EXIT_STATUS: Final = 86
 #: The file of a container's hand-off directory that holds the boot frame's token: finding it there proves
 #: that the directory mounted is the one the host prepared.
 HANDOFF_PROOF_FILE: Final = "token"
-#: At most this many descriptors (sealed memfds of context values) come with the execute frame.
+#: At most this many descriptors (sealed memfds of context values and input files) come with the execute frame.
 MAX_PASSED_FDS: Final = 16
 #: What makes a passed memfd immutable: no writes, no shrinking, no growing, by anyone. The inside refuses
 #: a descriptor without them.
@@ -134,7 +134,8 @@ class ExecuteFrame(TypedDict):
         the host, used when its magic is the inside's own (else the inside compiles ``code`` itself). ``env_id``:
     the environment the program was prepared for, which must be the runner's own (absent: none). ``canary``:
     ``sandforge doctor``'s tripwire check (``protocol.tripwire_canary``). ``files``: the input files as
-    ``[name, length]``, each one's bytes a frame of its own after the context texts."""
+    ``[name, length]``, each one's bytes a frame of its own after the context texts, or as ``[name, length,
+    i]``: descriptor ``i`` of this frame (a sealed memfd) or hand-off file ``i``, as a context key's."""
 
     type: str
     code: str

@@ -14,7 +14,7 @@ import socket
 import sys
 from typing import Any
 
-from . import preload
+from . import confine, preload, tripwire
 from .lazycontext import encode
 from .lockdown import PR_SET_PDEATHSIG, fork_as_pid1
 from .serving import prepare, serve
@@ -33,30 +33,36 @@ def _spawn_child(
     """Fork a runner whose stdin, stdout, stderr and result channel are the four descriptors received; its
     pid, and whether it is the host's child (``adopt`` asked and granted) rather than this zygote's.
 
-    The runner is born pid 1 of its own pid namespace where the kernel allows it (``fork_as_pid1``): then it is
-    the only process of the sandbox. Adopted, the host reaps it (its exit status and usage straight from the
+    A confined zygote clones it straight into namespaces of its own (``confine.clone_runner``). Otherwise the
+    runner is born pid 1 of its own pid namespace where the kernel allows it (``fork_as_pid1``): then it is the
+    only process of the sandbox. Adopted, the host reaps it (its exit status and usage straight from the
     kernel, no report from here); otherwise this zygote does and reports, and the runner dies with it (its
     parent-death signal: not for an adopted one, whose parent is a host *thread*). Either way the zygote kills
     it when the host hangs up. Where the clone is refused the runner forks once more in its lock-down, as a
     runner started directly does."""
-    adopt = request.get("adopt") is True
-    pid = fork_as_pid1(adopted=adopt)
+    confined = bool(boot.get("confined"))
+    adopt = request.get("adopt") is True and not confined
+    pid = confine.clone_runner() if confined else fork_as_pid1(adopted=adopt)
     if pid < 0:
         adopt, pid = False, os.fork()
     if pid:
         return pid, adopt
     status = 70
     try:
-        if os.getpid() == 1 and not adopt:
+        if os.getpid() == 1 and not adopt and not confined:
             ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
+        if boot.get("confined"):
+            _confined_child()
+            request = {**request, "workdir": confine.RUNNER_ROOT, "entered": boot["confined"]}
         high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]
         for target, fd in enumerate(high):
             os.dup2(fd, target)
         os.closerange(CHILD_RESULT_FD + 1, 65536)
-        child_boot = {**boot, "workdir": request.get("workdir"), "environment": request.get("environment")}
+        child_boot = {**boot, "workdir": request.get("workdir"), "environment": request.get("environment"),
+                      "entered": request.get("entered")}  # fmt: skip
         status = serve(0, CHILD_RESULT_FD, child_boot, proxies)
     except BaseException:
         import traceback
@@ -65,6 +71,36 @@ def _spawn_child(
         sys.stderr.flush()
     finally:
         os._exit(status)
+
+
+def _confined_child() -> None:
+    """A confined zygote's runner: it dies with the zygote (which may not signal it), and is dumpable until its
+    lock-down, which writes its own id maps through ``/proc/self`` (the lock-down clears the flag again). It
+    was cloned into its namespaces (``entered``: the zygote's ids, which it maps its own to)."""
+    from .lockdown import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, _libc
+
+    libc = _libc()
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+
+def _preload(boot: dict[str, Any], ahead: Any) -> dict[str, Any]:
+    """Confine this zygote (when the host asks: ``confine.py``), then import the environment's modules with the
+    tripwire installed, as a fresh runner has it when a program imports them; what ``ready`` reports."""
+    if not isinstance(boot.get("confine"), dict):
+        preload.preload(ahead)
+        return {}
+    site = ahead.get("bind_source") if isinstance(ahead, dict) else None
+    if not isinstance(site, str):
+        raise preload.PreloadFailed("the environment to pre-import names no site")
+    armed = tripwire.install()
+    walls = confine.confine(boot, os.path.normpath(site))
+    preload.preload(ahead)
+    left = confine.strays()
+    if left:
+        raise preload.PreloadFailed(f"importing left {len(left)} process(es) running: {left[:8]}")
+    boot["confined"], boot["tripwire_installed"] = [os.geteuid(), os.getegid()], armed
+    return {"walls": walls, "tripwire": armed}
 
 
 def zygote(control_fd: int) -> int:
@@ -77,17 +113,20 @@ def zygote(control_fd: int) -> int:
     boot = json.loads(sock.recv(MAX_BOOT_BYTES))
     proxies = prepare(boot)
     ahead = boot.pop("preload", None)  # an environment zygote (``preload``): its modules, imported once here
+    confined: dict[str, Any] = {}
     if ahead is not None:
         try:
-            preload.preload(ahead)
-        except (preload.PreloadFailed, OSError) as exc:
+            confined = _preload(boot, ahead)
+        except (preload.PreloadFailed, confine.ConfineFailed, OSError) as exc:
             _send(sock, {"op": "failed", "error": str(exc)})
+            while sock.recv(1 << 16):  # alive until the host hangs up: it ends what the import left first
+                pass
             return 1
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    _send(sock, {"op": "ready", "pid": os.getpid()})
+    _send(sock, {"op": "ready", "pid": os.getpid(), **confined})
     children: set[int] = set()
     adopted: dict[int, int] = {}  # pidfd -> pid of each running runner the host reaps
     try:

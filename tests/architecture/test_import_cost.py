@@ -195,6 +195,12 @@ EXEC_NEVER = (
     "sandforge.runtime.environments.builder",
     "sandforge.runtime.agent.workspace",
     "sandforge.runtime.service.mcp",
+    # the lifecycle's port and what it brings (state, SQLite, the program providers): a run's record needs only
+    # its identifiers (``runtime/agent/ids.py``)
+    "sandforge.runtime.agent.env",
+    "sandforge.runtime.agent.state",
+    "sandforge.runtime.providers",
+    "sqlite3",
 )
 
 
@@ -216,6 +222,28 @@ def test_exec_of_a_plain_program_loads_no_engine_broker_or_builder(tmp_path: Pat
     assert done.stdout.startswith("ok: 2"), done.stderr[-2000:]
     loaded = set(json.loads(done.stderr.rsplit("\n", 1)[1]))
     assert [m for m in EXEC_NEVER if m in loaded] == []
+
+
+#: What ``exec``'s own module may not load: it starts the subprocess zygote (``Sandbox.prestart``) before the
+#: policy, the guardrails, the agent's run path and the call log load, so their imports run beside the zygote's
+#: start (issue 39, item 1); only the sandbox package, click and the CLI's shared modules come first.
+EXEC_AFTER_PRESTART = (
+    "sandforge.runtime.guardrails",
+    "sandforge.runtime.agent",
+    "sandforge.runtime.store",
+    "sandforge.runtime.environments",
+    "sandforge.runtime.egress",
+    "sandforge.sandbox.backends.subprocess_backend",
+    "yaml",
+    "packaging",
+    "sqlite3",
+    "RestrictedPython",
+)
+
+
+def test_exec_module_loads_only_the_sandbox_before_the_zygote_starts() -> None:
+    loaded = _loaded_after("import sandforge.runtime.cli.exec_cmd")
+    assert [m for m in loaded if m.startswith(EXEC_AFTER_PRESTART)] == []
 
 
 # ------------------------------------------------------------------------------ the framework integrations

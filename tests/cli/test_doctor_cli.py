@@ -131,13 +131,38 @@ def test_a_restrictedpython_with_escapes_fails_doctor(monkeypatch: pytest.Monkey
 
 
 def test_doctor_states_the_environment_zygote_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 39 item 3: the LRU bound on zygotes that pre-imported an environment, as configured."""
+    """Issue 39 item 3: the LRU bound on zygotes that pre-imported an environment, as configured (none where
+    they cannot be confined: the CI's rootless run)."""
     monkeypatch.setenv("SANDFORGE_ENV_ZYGOTES_MAX", "3")
     code, out, err = doctor("--backend", "subprocess", "--json")
     assert code == 0, err
-    assert json.loads(out)["env_zygotes"] == {"max": 3, "idle_s": 120.0}
+    confined = json.loads(out)["env_zygotes_unconfinable"] is None
+    assert json.loads(out)["env_zygotes"] == {"max": 3 if confined else 0, "idle_s": 120.0}
     code, out, _ = doctor("--backend", "subprocess")
-    assert "environment zygotes (subprocess, packages pre-imported): at most 3" in out
-    monkeypatch.delenv("SANDFORGE_ENV_ZYGOTES_MAX")
+    shown = "at most 3" if confined else "off: they cannot be confined here"
+    assert f"environment zygotes (subprocess, packages pre-imported): {shown}" in out
+    monkeypatch.setenv("SANDFORGE_ENV_ZYGOTES_MAX", "0")
     code, out, _ = doctor("--backend", "subprocess")
     assert "environment zygotes (subprocess, packages pre-imported): off" in out
+
+
+def test_doctor_states_environment_zygotes_on_by_default_and_confined_or_why_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 39 item 3: on by default (two), each confined before it imports; where they cannot be confined
+    (rootless), none, and doctor says why."""
+    monkeypatch.delenv("SANDFORGE_ENV_ZYGOTES_MAX", raising=False)
+    code, out, err = doctor("--backend", "subprocess", "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    if summary["env_zygotes_unconfinable"] is None:
+        assert summary["env_zygotes"]["max"] == 2
+        code, out, _ = doctor("--backend", "subprocess")
+        assert "at most 2, least recently used closed first" in out and "confined before it imports" in out
+    else:
+        assert summary["env_zygotes"]["max"] == 0
+    from sandforge.runtime.cli import doctor_cmd
+
+    monkeypatch.setattr(doctor_cmd, "_env_zygotes_off", lambda config: "rootless: no /proc of its own")
+    code, out, _ = doctor("--backend", "subprocess")
+    assert "packages pre-imported): off: they cannot be confined here (rootless: no /proc of its own)" in out

@@ -68,6 +68,8 @@ def test_the_call_page_shows_image_outputs_as_img_only(site: tuple[Any, dict[str
     assert svg.content == SVG and svg.headers["content-type"].startswith("image/svg+xml")
     assert svg.headers["content-security-policy"] == "default-src 'none'; sandbox"  # opened alone: runs nothing
     assert svg.headers["x-content-type-options"] == "nosniff"
+    assert png.headers["content-disposition"].startswith("inline")  # the bytes are a PNG: shown
+    assert svg.headers["content-disposition"].startswith("attachment")  # an SVG with a script is never shown
     csv = browser.get(f"{base}/table.csv")
     assert csv.content == b"a,b\n1,2\n" and csv.headers["content-disposition"].startswith("attachment")
     assert browser.get(f"{base}/nothing.png").status_code == 404

@@ -1,7 +1,7 @@
 // One session of the official TypeScript SDK client (@modelcontextprotocol/sdk 1.x) against an MCP server,
 // for tests/service/mcp/test_real_clients.py. Reads a plan as JSON on stdin:
 //   {"target": {"command": "...", "args": [...], "env": {...}} | {"url": "http://.../mcp", "headers": {...}},
-//    "calls": [{"name": "tool", "arguments": {...}}, ...]}
+//    "calls": [{"name": "tool", "arguments": {...}, "progress": true?}, ...]}   (progress: the notifications heard)
 // prints one JSON object: the server's identity and capabilities, tools/list, then each call's result, or
 // the error the client threw for it ({"code", "message"}: e.g. -32602 when structuredContent does not match the
 // tool's outputSchema, which this client checks even on isError results).
@@ -36,8 +36,11 @@ const out = {
 };
 for (const call of plan.calls) {
   try {
-    const result = await client.callTool({ name: call.name, arguments: call.arguments ?? {} }, undefined, { timeout: 120000 });
-    out.results.push({ name: call.name, ok: true, result });
+    const progress = [];
+    const options = { timeout: 120000 };
+    if (call.progress) options.onprogress = (p) => progress.push(p); // asks for notifications/progress
+    const result = await client.callTool({ name: call.name, arguments: call.arguments ?? {} }, undefined, options);
+    out.results.push(call.progress ? { name: call.name, ok: true, result, progress } : { name: call.name, ok: true, result });
   } catch (error) {
     out.results.push({ name: call.name, ok: false, error: { code: error.code ?? null, message: String(error.message ?? error) } });
   }

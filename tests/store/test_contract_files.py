@@ -17,10 +17,12 @@ __all__ = ["env"]  # the fixture, shared
 
 CHART = {"produces": [{"name": "chart.png", "media_type": "image/png"}], "takes": [{"name": "*.csv"}]}
 #: writes its chart only for a non-zero argument: the second call makes a stored program miss its output
+PNG = b"\x89PNG\r\n\x1a\n"  # its signature: a declared image/png is checked against the bytes
 SOMETIMES = (
-    "if args[0]:\n    with open('outputs/chart.png', 'wb') as f:\n        f.write(bytes(args[0]))\nreturn args[0]\n"
+    "if args[0]:\n    with open('outputs/chart.png', 'wb') as f:\n"
+    f"        f.write({PNG!r} + bytes(args[0]))\nreturn args[0]\n"
 )
-ALWAYS = "with open('outputs/chart.png', 'wb') as f:\n    f.write(b'x')\nreturn args[0]\n"
+ALWAYS = f"with open('outputs/chart.png', 'wb') as f:\n    f.write({PNG!r} + b'x')\nreturn args[0]\n"
 
 
 def test_a_stored_program_missing_a_declared_output_is_an_intrinsic_contract_violation(env: Env) -> None:
@@ -28,12 +30,12 @@ def test_a_stored_program_missing_a_declared_output_is_an_intrinsic_contract_vio
     ws.register_tool("charter", purpose="Draw a chart", files=CHART)
     charter = Agent.for_role("charter", workspace=ws)
     first = charter.draw(3)
-    assert first.ok and first.files == {"chart.png": b"\0\0\0"}
+    assert first.ok and first.files == {"chart.png": PNG + b"\0\0\0"}
     assert env.store().lookup("charter", "draw").artifact is not None
     assert "chart.png" in render_prompt(provider.requests[0]).user  # the model is told what to write
 
     out = charter.draw(0)  # the stored program runs, answers ok, writes no chart: repaired
-    assert out.ok and out.files == {"chart.png": b"x"}
+    assert out.ok and out.files == {"chart.png": PNG + b"x"}
     rec = top(ws)
     failed = rec.attempt_failures[0]
     assert (failed.error_type, failed.failure_class) == ("contract_violation", "intrinsic")
@@ -64,9 +66,9 @@ def test_outputs_are_checked_by_name_or_glob_and_only_when_required() -> None:
     files = ToolFiles.model_validate(
         {"produces": [{"name": "chart-*.png"}, {"name": "notes.md", "required": False}, {"name": "t[0-9].csv"}]}
     )
-    assert check_outputs(files, ["chart-1.png", "t3.csv"]) is None
-    assert check_outputs(None, []) is None
-    missing = check_outputs(files, ["chart-1.png", "tx.csv"])
+    assert check_outputs(files, dict.fromkeys(["chart-1.png", "t3.csv"], b"")) is None
+    assert check_outputs(None, {}) is None
+    missing = check_outputs(files, dict.fromkeys(["chart-1.png", "tx.csv"], b""))
     assert missing is not None and missing.kind == "outputs" and missing.path == "outputs/t[0-9].csv"
     assert "tx.csv" in missing.text and "chart-1.png" in missing.text
 

@@ -31,6 +31,7 @@ from sandforge.runtime.agent.contracts import (
     InvalidContract,
     Parameter,
     arguments_problem,
+    check_inputs,
     deliverable_validator,
     input_schema,
     method_description,
@@ -103,7 +104,8 @@ class Exposed:
                 files[name] = base64.b64decode(text, validate=True)
             except (binascii.Error, ValueError):
                 return f"files/{name}: not base64"[:500]
-        return rest, files
+        problem = check_inputs(self.entry.files, files)  # the declared media types, checked against the bytes
+        return (rest, files) if problem is None else problem[:500]
 
     def positional(self, arguments: dict[str, Any]) -> list[Any] | None:
         """Named arguments of a typed method as its positional ones (a missing optional one ends them, so

@@ -16,6 +16,8 @@ stdio the work is imported and the tenant's store and sandbox warmed up on a thr
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import inspect
 import json
 import logging
@@ -47,6 +49,7 @@ from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from sandforge import __version__
 from sandforge.runtime.errors import SandforgeError
+from sandforge.runtime.files.media import shown_as_image
 from sandforge.runtime.names import valid_role
 from sandforge.runtime.service.audit import note
 from sandforge.runtime.service.mcp.changes import POLL_S, ToolListWatch, declare_list_changed
@@ -95,10 +98,6 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-#: Output files a client shows as images (issue 41); every other file is an embedded resource.
-IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/svg+xml"})
-
-
 def ok_result(model: BaseModel) -> CallToolResult:
     data = model.model_dump(mode="json")
     content: list[Any] = [TextContent(type="text", text=_text(data))]
@@ -108,10 +107,11 @@ def ok_result(model: BaseModel) -> CallToolResult:
 
 
 def _file_content(name: str, media_type: str, body: bytes) -> ImageContent | EmbeddedResource:
-    """One output file as a content item: an image a client renders, or a resource (``sandforge://outputs/NAME``,
-    a name only: nothing is fetched from it later)."""
+    """One output file as a content item: an image a client renders (only bytes that really are that image, and an
+    SVG with nothing active: ``runtime.files.media``), or a resource (``sandforge://outputs/NAME``, a name only:
+    nothing is fetched from it later)."""
     data = base64.b64encode(body).decode()
-    if media_type in IMAGE_TYPES:
+    if shown_as_image(media_type, body):
         return ImageContent(type="image", data=data, mime_type=media_type)
     contents = BlobResourceContents(uri=f"sandforge://outputs/{name}", mime_type=media_type, blob=data)
     return EmbeddedResource(type="resource", resource=contents)
@@ -138,6 +138,35 @@ def _http_state(context: Context[Any, Any] | None) -> dict[str, Any] | None:
         return None
     state = getattr(request, "scope", {}).get("state") if request is not None else None
     return state if isinstance(state, dict) else None
+
+
+def _hearing_build(ctx: Context[Any, Any] | None, work: Callable[[], BaseModel]) -> Callable[[], BaseModel]:
+    """``work`` with a first build of the program's environment reported as progress notifications."""
+    from sandforge.runtime.service.progress import hearing
+
+    progress = _build_progress(ctx)
+
+    def heard() -> BaseModel:
+        with hearing(progress):
+            return work()
+
+    return heard
+
+
+def _build_progress(ctx: Context[Any, Any] | None) -> Callable[[str], None] | None:
+    """Each step of an environment build as ``notifications/progress`` (the SDK sends them only when the
+    request carries a ``progressToken``): the step's number as progress, no total, the step as message."""
+    if ctx is None:
+        return None
+    from sandforge.runtime.service.progress import on_loop
+
+    steps = iter(range(1, 1 << 30))
+
+    async def deliver(message: str) -> None:
+        with contextlib.suppress(Exception):  # a client gone, a closed stream: the run goes on
+            await ctx.report_progress(next(steps), None, _scrub(message))
+
+    return on_loop(deliver)
 
 
 #: Runs one execution's blocking work (a sandbox run, a lifecycle call) and returns its result: a worker
@@ -310,7 +339,7 @@ class TenantMCP(MCPServer[Any]):
         rt = self.runtime
         egress = rt.egress_granted
 
-        async def run_tool_code(
+        async def run_tool_code(  # noqa: PLR0913 - the tool's arguments, and the request's context
             code: Code,
             context: Annotated[dict[str, JsonValue], Field(description="the tool's state (JSON object)")] = {},  # noqa: B006
             args: Args = [],  # noqa: B006
@@ -319,6 +348,7 @@ class TenantMCP(MCPServer[Any]):
             memory_mb: Annotated[int | None, Field(ge=32, description="memory limit, MB")] = None,
             files: InlineFiles = {},  # noqa: B006
             file_refs: FileRefs = {},  # noqa: B006
+            ctx: Context[Any, Any] | None = None,
         ) -> Annotated[CallToolResult, RunResult]:
             """Validate a tool program against the tenant's policy and run it once in a fresh sandbox.
 
@@ -328,10 +358,8 @@ class TenantMCP(MCPServer[Any]):
             from sandforge.runtime.service.mcp import operations as ops
 
             inputs = ops.InputFiles(files, file_refs)
-            return await self.executing(
-                lambda: ops.run_tool_code(rt, code, context, args, kwargs, timeout_s, memory_mb, inputs),
-                store_calls=False,
-            )
+            run = functools.partial(ops.run_tool_code, rt, code, context, args, kwargs, timeout_s, memory_mb, inputs)
+            return await self.executing(_hearing_build(ctx, run), store_calls=False)
 
         def validate_code(code: Code) -> Annotated[CallToolResult, ValidationReport]:
             """The guardrail report of a tool program under the tenant's policy; nothing runs."""

@@ -89,3 +89,37 @@ def test_run_tool_code_takes_a_stored_file_by_its_resource_uri(tenant_a: Path, t
     for failed in (other_tenants, made_up):  # another tenant's file is not found, as a made-up one
         assert failed.is_error and "no such stored file" in failed.content[0].text, failed.content
     assert "no such stored file" in refused
+
+
+LABELS = """
+with open("outputs/chart.png", "wb") as f:
+    f.write(b"<html><script>alert(1)</script></html>")
+with open("outputs/active.svg", "w") as f:
+    f.write('<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"/>')
+with open("outputs/plain.svg", "w") as f:
+    f.write('<svg xmlns="http://www.w3.org/2000/svg"><rect width="1" height="1"/></svg>')
+with open("outputs/real.png", "wb") as f:
+    f.write(bytes(args[0]))
+return 1
+"""
+
+
+def test_only_bytes_that_really_are_an_image_become_image_content(tenant_a: Path) -> None:
+    results: list[Any] = []
+
+    async def main() -> None:
+        async with Client(TenantMCP(standalone_tenant("a", tenant_a, backend="subprocess"))) as client:
+            results.append(await client.call_tool("run_tool_code", {"code": LABELS, "args": [list(PNG)]}))
+
+    asyncio.run(main())
+    (ok,) = results
+    assert not ok.is_error, ok.content
+    items = {str(item.resource.uri).rsplit("/", 1)[-1] if item.type == "resource" else item.mime_type: item
+             for item in ok.content[1:]}  # fmt: skip
+    assert sorted(items) == ["active.svg", "chart.png", "image/png", "image/svg+xml"], sorted(items)
+    assert base64.b64decode(items["image/png"].data) == PNG
+    assert b"<rect" in base64.b64decode(items["image/svg+xml"].data)
+    assert items["chart.png"].resource.mime_type == "application/octet-stream"  # HTML named .png: not an image
+    assert items["active.svg"].resource.mime_type == "image/svg+xml"  # an SVG, but active: a resource, never shown
+    listed = {f["name"]: f["media_type"] for f in ok.structured_content["files"]}
+    assert listed["chart.png"] == "application/octet-stream" and listed["real.png"] == "image/png"

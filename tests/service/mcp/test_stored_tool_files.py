@@ -50,6 +50,8 @@ def test_a_stored_tool_shows_takes_and_returns_its_declared_files(tmp_path: Path
         seen["undeclared"] = failure(await client.call_tool("charter.draw", {"files": {"data.csv": CSV, "x.txt": ""}}))
         seen["glob"] = ok(await client.call_tool("charter.draw", {"files": {"data.csv": CSV, "extra-1.csv": CSV}}))
         seen["bad"] = failure(await client.call_tool("charter.draw", {"files": {"data.csv": "not base64!"}}))
+        binary = base64.b64encode(b"\xff\xd8\xff\xe0 a JPEG, not text").decode()
+        seen["mistyped"] = failure(await client.call_tool("charter.draw", {"files": {"data.csv": binary}}))
 
     run(standalone_tenant("a", state, backend="subprocess"), body)
     schema = seen["schema"]
@@ -64,6 +66,7 @@ def test_a_stored_tool_shows_takes_and_returns_its_declared_files(tmp_path: Path
     assert len(image) == 1 and image[0].mime_type == "image/png"
     assert base64.b64decode(image[0].data) == PNG + bytes(3)
     assert seen["glob"]["value"] == 3
-    for refused in ("missing", "undeclared", "bad"):
+    assert "the contract declares text/csv" in seen["mistyped"]["error_message"]  # checked against the bytes
+    for refused in ("missing", "undeclared", "bad", "mistyped"):
         assert seen[refused]["error_type"] == "invalid_request", seen[refused]
     assert "x.txt" in seen["undeclared"]["error_message"]
