@@ -28,14 +28,12 @@ GUARD_S = 60.0
 
 
 def sandboxes(server: Server) -> set[int]:
-    """The server's sandbox processes: the descendants of its children (the zygotes)."""
-    found: set[int] = set()
-    for child in psutil.Process(server.proc.pid).children():
-        try:
-            found.update(p.pid for p in child.children(recursive=True))
-        except psutil.Error:
-            continue
-    return found
+    """The server's descendants: its zygotes, and the sandboxes they start (a runner the zygote clones as the
+    server's own child, or the zygote's descendants where it cannot)."""
+    try:
+        return {p.pid for p in psutil.Process(server.proc.pid).children(recursive=True)}
+    except psutil.Error:
+        return set()
 
 
 def running(pids: set[int]) -> set[int]:
@@ -50,16 +48,19 @@ def running(pids: set[int]) -> set[int]:
 
 
 def spinning(server: Server, before: set[int]) -> set[int]:
-    """The new sandbox processes once one of them has burnt a second of CPU (the program runs)."""
+    """The new processes that have burnt a second of CPU (the program runs): a zygote started for the call
+    meanwhile stays, and is not the program."""
     deadline = time.monotonic() + GUARD_S
     while time.monotonic() < deadline:
-        new = sandboxes(server) - before
-        for pid in new:
+        burning = set()
+        for pid in sandboxes(server) - before:
             try:
                 if psutil.Process(pid).cpu_times().user > 1.0:
-                    return new
+                    burning.add(pid)
             except psutil.NoSuchProcess:
                 continue
+        if burning:
+            return burning
         time.sleep(0.05)
     raise AssertionError("the program did not start")
 
