@@ -11,7 +11,7 @@ from sandforge.runtime.agent import Budgets, CallLog, CallRecord, Workspace
 from sandforge.runtime.guardrails import default_policy, validate
 from sandforge.runtime.providers import ScriptedProvider
 from sandforge.runtime.providers.scripted import ScriptItem
-from sandforge.sandbox import Limits, SandboxConfig
+from sandforge.sandbox import Limits, Sandbox
 
 #: Breaks a recoverable rule of the default policy (RECOVERABLE_RULE); it would write context if it ran.
 RECOVERABLE = "import os\ncontext['cwd'] = os.getcwd()\nreturn 1\n"
@@ -41,7 +41,8 @@ def log_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_ws(sandbox_backend: str, log_path: Path, policy_fixtures_hold: None) -> Iterator[MakeWorkspace]:
+def make_ws(sandbox: Sandbox, log_path: Path, policy_fixtures_hold: None) -> Iterator[MakeWorkspace]:
+    """Workspaces on the backend under test, sharing the worker's Sandbox of that backend (``sandbox``)."""
     created: list[Workspace] = []
 
     def factory(
@@ -50,7 +51,7 @@ def make_ws(sandbox_backend: str, log_path: Path, policy_fixtures_hold: None) ->
         provider = ScriptedProvider(programs)
         ws = Workspace(
             provider=provider,
-            sandbox=SandboxConfig(backend=sandbox_backend, pool_size=1),
+            sandbox=sandbox,
             log=CallLog(log_path),
             budgets=Budgets(**budgets),
             limits=limits,

@@ -12,7 +12,7 @@ import pytest
 
 from sandforge.runtime.agent import Agent, Budgets, CallLog, CallRecord, TraceBudget, Workspace
 from sandforge.runtime.providers import ScriptedProvider
-from sandforge.sandbox import Limits, SandboxConfig
+from sandforge.sandbox import Limits, Sandbox
 
 #: Calls ``tool('slow').spin()`` three times and returns what each said; each nested program spins forever.
 FAN_SLOW = "outs = []\nfor i in range(3):\n    outs.append(tool('slow').spin().error_type)\nreturn outs\n"
@@ -34,7 +34,7 @@ MakeTraced = Callable[..., tuple[Workspace, ScriptedProvider]]
 
 
 @pytest.fixture
-def ws_with(sandbox_backend: str, tmp_path: Path) -> Iterator[MakeTraced]:
+def ws_with(sandbox: Sandbox, tmp_path: Path) -> Iterator[MakeTraced]:
     created: list[Workspace] = []
 
     def factory(
@@ -42,7 +42,7 @@ def ws_with(sandbox_backend: str, tmp_path: Path) -> Iterator[MakeTraced]:
     ) -> tuple[Workspace, ScriptedProvider]:
         provider = ScriptedProvider(programs)
         ws = Workspace(
-            provider=provider, sandbox=SandboxConfig(backend=sandbox_backend, pool_size=1),
+            provider=provider, sandbox=sandbox,
             log=CallLog(tmp_path / "calls.jsonl"), budgets=Budgets(**budgets), limits=limits, trace_budget=trace,
         )  # fmt: skip
         created.append(ws)

@@ -32,7 +32,8 @@ from sandforge.runtime.store import (
     SelectionReason,
     ToolStore,
 )
-from sandforge.sandbox import ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
+from sandforge.sandbox import ExecutionOutcome, ExecutionRequest, Limits, Sandbox
+from tests.conftest import SharedSandboxes
 
 ADD = "context['total'] = context.get('total', 0) + args[0]\nreturn context['total']\n"
 TAMPERED = "context['tampered'] = True\nreturn 'TAMPERED'\n"
@@ -58,8 +59,8 @@ GOOGLE, YAHOO = news("Google News", "news.google.com"), news("Yahoo News", "news
 class SpySandbox:
     """A real Sandbox that remembers every program it was asked to run."""
 
-    def __init__(self, backend: str) -> None:
-        self.inner = Sandbox(SandboxConfig(backend=backend, pool_size=1))
+    def __init__(self, inner: Sandbox) -> None:
+        self.inner = inner
         self.config = self.inner.config
         self.codes: list[str] = []
 
@@ -67,17 +68,14 @@ class SpySandbox:
         self.codes.append(request.code)
         return self.inner.execute(request, **kwargs)
 
-    def close(self) -> None:
-        self.inner.close()
-
 
 class Env:
     """Workspaces on one store directory; each ``session`` is a new Workspace (and a new ToolStore)."""
 
-    def __init__(self, root: Path, backend: str) -> None:
+    def __init__(self, root: Path, sandbox: Sandbox) -> None:
         self.state_dir = root / "state"
         self.log_path = root / "calls.jsonl"
-        self.backend = backend
+        self.sandbox = sandbox
         self.sandboxes: list[SpySandbox] = []
         self.workspaces: list[Workspace] = []
 
@@ -91,7 +89,7 @@ class Env:
         **budgets: int,
     ) -> tuple[Workspace, ScriptedProvider, SpySandbox]:
         provider = ScriptedProvider(programs)
-        spy = SpySandbox(self.backend)
+        spy = SpySandbox(self.sandbox)
         ws = Workspace(
             provider=provider,
             sandbox=spy,  # type: ignore[arg-type]
@@ -111,21 +109,19 @@ class Env:
     def close(self) -> None:
         for ws in self.workspaces:
             ws.close()
-        for spy in self.sandboxes:
-            spy.close()
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    e = Env(tmp_path, "subprocess")
+def env(tmp_path: Path, shared_sandboxes: SharedSandboxes) -> Iterator[Env]:
+    e = Env(tmp_path, shared_sandboxes.get("subprocess"))
     yield e
     e.close()
 
 
 @pytest.fixture
-def env_any(tmp_path: Path, sandbox_backend: str) -> Iterator[Env]:
+def env_any(tmp_path: Path, sandbox: Sandbox) -> Iterator[Env]:
     """Like ``env``, on every sandbox backend."""
-    e = Env(tmp_path, sandbox_backend)
+    e = Env(tmp_path, sandbox)
     yield e
     e.close()
 

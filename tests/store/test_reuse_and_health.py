@@ -18,15 +18,15 @@ from click.testing import CliRunner
 from sandforge.runtime.agent import Agent, Budgets, CallLog, CallRecord, Workspace
 from sandforge.runtime.providers import ScriptedProvider
 from sandforge.runtime.store import CacheabilityReason, SelectionPolicy, ToolStore, assess_cacheability
-from sandforge.sandbox import Sandbox, SandboxConfig
+from sandforge.sandbox import Sandbox
 
 
 class Env:
     """Workspaces on one store directory, on one backend; each ``session`` is a new Workspace and ToolStore."""
 
-    def __init__(self, root: Path, backend: str) -> None:
+    def __init__(self, root: Path, sandbox: Sandbox) -> None:
         self.state_dir = root / "state"
-        self.sandbox = Sandbox(SandboxConfig(backend=backend, pool_size=1))
+        self.sandbox = sandbox
         self.workspaces: list[Workspace] = []
 
     def session(self, programs: list[str], policy: SelectionPolicy | None = None) -> tuple[Workspace, ScriptedProvider]:
@@ -42,12 +42,11 @@ class Env:
     def close(self) -> None:
         for ws in self.workspaces:
             ws.close()
-        self.sandbox.close()
 
 
 @pytest.fixture
-def env(tmp_path: Path, sandbox_backend: str) -> Iterator[Env]:
-    e = Env(tmp_path, sandbox_backend)
+def env(tmp_path: Path, sandbox: Sandbox) -> Iterator[Env]:
+    e = Env(tmp_path, sandbox)
     yield e
     e.close()
 
