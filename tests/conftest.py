@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sandforge.sandbox import Sandbox, SandboxConfig
+from sandforge.sandbox import Sandbox, SandboxConfig, seam
 from tests import durations
 
 if TYPE_CHECKING:
@@ -179,13 +179,26 @@ def shared_sandboxes() -> Iterator[SharedSandboxes]:
     shared.close()
 
 
+@pytest.fixture(autouse=True)
+def _no_shared_worker_under_a_seam(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that may set ``seam.ACTIVE`` (its module imports the seam; it takes ``monkeypatch``) runs with this
+    worker's shared Sandboxes closed, before and after it: a warm worker started while a seam is set carries it
+    in its boot frame, and a later test must never be handed one."""
+    if "monkeypatch" not in request.fixturenames or getattr(request.module, "seam", None) is not seam:
+        yield
+        return
+    shared: SharedSandboxes = request.getfixturevalue("shared_sandboxes")
+    shared.close()
+    yield
+    shared.close()
+
+
 @pytest.fixture
 def sandbox(sandbox_backend: str, shared_sandboxes: SharedSandboxes) -> Sandbox:
     """A Sandbox on the backend under test with a warm pool of one, shared by this worker's tests as a deployment
     shares one across its executions: every execution still gets a fresh worker, never reused, and each test
-    finds one already warm instead of starting a pool (and a refill nobody takes) of its own. On gVisor one
-    start costs ~0.5 s of CPU: this halves the containers the backend-parametrized tests start. A test that
-    closes it leaves the next one a Sandbox that reopens its pools."""
+    finds one already warm instead of starting a pool (and a refill nobody takes) of its own: on gVisor one
+    start costs ~0.5 s of CPU. A test that closes it leaves the next one a Sandbox that reopens its pools."""
     return shared_sandboxes.get(sandbox_backend)
 
 

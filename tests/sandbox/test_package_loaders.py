@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from sandforge.runtime.environments.policy import DependencyPolicy
 from sandforge.runtime.environments.target import TargetCache
 from sandforge.sandbox import EnvironmentMount, ExecutionRequest, Sandbox, SandboxConfig, seam
 from sandforge.sandbox.protocol import BootSeam, ErrorType
-from tests.conftest import BACKEND_PARAMS, _docker_env, _require_backend
+from tests.conftest import BACKEND_PARAMS, SharedSandboxes, _docker_env, _require_backend
 from tests.environments.helpers import require_index
 from tests.sandbox.envbuild import target_for
 
@@ -127,12 +126,8 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def pkg_sandbox(backend: str) -> Iterator[Sandbox]:
-    sb = Sandbox(SandboxConfig(backend=backend, pool_size=1))  # type: ignore[arg-type]
-    try:
-        yield sb
-    finally:
-        sb.close()
+def pkg_sandbox(backend: str, shared_sandboxes: SharedSandboxes) -> Sandbox:
+    return shared_sandboxes.get(backend)
 
 
 def test_every_loader_attack_is_stopped_by_its_layer(
