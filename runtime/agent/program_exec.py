@@ -21,7 +21,6 @@ With telemetry on, a run is a ``sandforge.exec`` span whose children are the age
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -194,6 +193,8 @@ async def execute_program_async(
             return ended(read)
         plan = functools.partial(plan_program, sandbox.sandbox, request, policy=policy, backend=backend,
                                  environments=environments, manifest=read)  # fmt: skip
+        import asyncio  # loaded with the async API: a sync run (``sandforge exec``) needs none of it
+
         planned = plan() if plans_quickly(request, policy, read) else await asyncio.to_thread(plan)
         if not isinstance(planned, Planned):
             return ended(planned)

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, WithJsonSchema
 
-from sandforge.runtime.store.models import ProgramSource
+from sandforge.runtime.store.kinds import ProgramSource
 
 #: A program source as the call log publishes it: a plain string enumeration in its JSON Schema.
 ProgramSourceField = Annotated[
