@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import platformdirs
-
 STATE_DIR_ENV = "SANDFORGE_STATE_DIR"
 APP_NAME = "sandforge"
 
@@ -23,4 +21,6 @@ def resolve_state_dir(override: Path | str | None = None) -> Path:
     env = os.environ.get(STATE_DIR_ENV, "").strip()
     if env:
         return Path(env).expanduser()
+    import platformdirs  # only without an explicit directory
+
     return platformdirs.user_state_path(APP_NAME)

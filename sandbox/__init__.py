@@ -9,7 +9,6 @@ async with AsyncSandbox(SandboxConfig(backend="subprocess")) as sb:    # the sam
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import sys
@@ -18,7 +17,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sandforge.sandbox.aio import Threads, drive, unless_cancelled
 from sandforge.sandbox.backends.base import Backend, Worker
 from sandforge.sandbox.cleanup import CleanupQueue
 from sandforge.sandbox.config import BACKENDS, BackendName, SandboxConfig
@@ -38,7 +36,8 @@ from sandforge.sandbox.protocol import (
 )
 from sandforge.sandbox.steps import Await, Blocking, Effect, Steps, run_steps
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the async half (asyncio, thread pools) loads with the first AsyncSandbox (issue 39)
+    from sandforge.sandbox.aio import Threads
     from sandforge.sandbox.cluster.executor import RayExecutor
 
 log = logging.getLogger(__name__)
@@ -368,6 +367,8 @@ class AsyncSandbox:
     """
 
     def __init__(self, config: SandboxConfig | Sandbox | None = None, *, threads: Threads | None = None) -> None:
+        from sandforge.sandbox.aio import Threads  # asyncio: never loaded by the sync API (``sandforge exec``)
+
         self.sandbox = config if isinstance(config, Sandbox) else Sandbox(config)
         self._owns = not isinstance(config, Sandbox)
         self.threads = threads or Threads()
@@ -382,6 +383,8 @@ class AsyncSandbox:
         """:meth:`Sandbox.execute`, awaited. Never raises for anything the program or engine does; raises
         ``CancelledError`` when the awaiting task is cancelled (the execution is then ended and cleaned up).
         ``bridge`` is called on a thread of the pool (it is sync code: the agent's nested calls)."""
+        from sandforge.sandbox.aio import drive
+
         outcome: ExecutionOutcome = await drive(self.sandbox.outline(request, backend, bridge, self._acquire_step),
                                                 self.threads)  # fmt: skip
         return outcome
@@ -393,6 +396,10 @@ class AsyncSandbox:
         sb = self.sandbox
         if limits == sb.config.limits:
             return await sb.pool(name, limits, environment).acquire_async(self.threads.short, self.threads.after_run)
+        import asyncio
+
+        from sandforge.sandbox.aio import unless_cancelled
+
         spawn = sb._spawner(name, limits, environment)
         starting = asyncio.get_running_loop().run_in_executor(self.threads.short, spawn)
         worker: Worker = await unless_cancelled(starting, self.threads.short)
@@ -401,6 +408,8 @@ class AsyncSandbox:
     async def aclose(self) -> None:
         """Close what this object opened (its threads, once the clean-ups handed to them ended; the sandbox too,
         unless it was given one)."""
+        import asyncio
+
         loop = asyncio.get_running_loop()
         if self._owns:
             await loop.run_in_executor(None, self.sandbox.close)

@@ -16,7 +16,6 @@ oldest waiter with the error ``acquire`` would have raised.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
@@ -24,11 +23,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
-from sandforge.sandbox.aio import unless_cancelled
 from sandforge.sandbox.backends.base import Worker
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.prestart import prestart
+
+if TYPE_CHECKING:  # the async API's asyncio loads with its first awaited acquire (``acquire_async``)
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +124,10 @@ class WarmPool:
                 elif self._idle:
                     self._nudge()
             return worker
+        import asyncio
+
+        from sandforge.sandbox.aio import unless_cancelled
+
         loop = asyncio.get_running_loop()
         if self._thread is None or self._closed:
             self.stats["cold_starts"] += 1

@@ -9,7 +9,6 @@ here, so the numbers stay host-measured.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
@@ -206,6 +205,8 @@ class Zygote:
         report = self.wait_exit(pid, 0.0)
         if report is not None or not self.alive():
             return report
+        import asyncio  # the async API's (``AsyncSandbox``): loaded with it
+
         loop = asyncio.get_running_loop()
         arrived = loop.create_future()
 

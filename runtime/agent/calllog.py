@@ -220,6 +220,8 @@ class FileRecord(BaseModel):
 class _CallFields(BaseModel):  # type: ignore[no-redef]  # pydantic's mypy plugin: field named `kwargs`
     """The call's own fields; :class:`CallRecord` adds the store's (``runtime.store.logfields``) after them."""
 
+    model_config = ConfigDict(defer_build=True)  # a base, never validated itself: no validator of its own
+
     schema_version: Literal[1] = 1
     # identity
     trace_id: str
@@ -323,7 +325,7 @@ class CallRecord(StoreLogFields, _CallFields):
     # Its fields are the call's own, then the ToolStore's (``runtime.store.logfields.StoreLogFields``, declared
     # once by the store), flat in the JSON: the order of the bases keeps the published field order.
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=False)  # built at import (its bases are not)
 
     @staticmethod
     def code_fields(code: str | None) -> dict[str, Any]:

@@ -4,20 +4,20 @@
 - adaptive: the input did not fit (``invalid_input``, ``parse_error``...). The code may be fine.
 - intrinsic: a defect of the code. Anything not known to be extrinsic or adaptive.
 
-There is one classification in sandforge: ``runtime.store.health`` owns it (the store may not import the
+There is one classification in sandforge: ``runtime.store.kinds`` owns it (the store may not import the
 agent layer) and it is re-exported here, so a call's lane and its artifact's health always agree.
 """
 
 from __future__ import annotations
 
 from sandforge.runtime.guardrails import ValidationResult, Violation
-from sandforge.runtime.store.health import (
+from sandforge.runtime.store.kinds import (
     ADAPTIVE_ERROR_TYPES,
     EXTRINSIC_ERROR_TYPES,
+    FailureClass,
     classify_failure,
     classify_outcome,
 )
-from sandforge.runtime.store.models import FailureClass
 from sandforge.sandbox import ErrorType, ExecutionOutcome
 
 #: Sandbox failures that mean the program itself misbehaved while running: the execution-repair lane.

@@ -21,13 +21,13 @@ With telemetry on, a run is a ``sandforge.exec`` span whose children are the age
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sandforge.runtime.agent import observe
 from sandforge.runtime.agent.environment import (
@@ -40,7 +40,6 @@ from sandforge.runtime.agent.environment import (
 )
 from sandforge.runtime.environments.errors import RECOVERABLE, DependencyInstallFailed, EnvironmentFailure
 from sandforge.runtime.environments.manifest import Manifest
-from sandforge.runtime.environments.records import PreparedEnvironment
 from sandforge.runtime.gate import (
     Approval,
     AsyncSandboxPort,
@@ -57,6 +56,9 @@ from sandforge.runtime.telemetry import Telemetry
 from sandforge.runtime.telemetry import current as telemetry
 from sandforge.sandbox import BridgeHandler, EnvironmentMount, ExecutionOutcome, ExecutionRequest
 from sandforge.sandbox.config import BackendName
+
+if TYPE_CHECKING:
+    from sandforge.runtime.environments.records import PreparedEnvironment
 
 __all__ = [
     "Planned",
@@ -118,7 +120,9 @@ def plan_program(
     if approval is None:
         return rejection_outcome(result), result
     prepared: PreparedEnvironment | None = None
-    if manifest:
+    if manifest:  # a program that declares nothing loads no environment record (issue 39)
+        from sandforge.runtime.environments.records import PreparedEnvironment
+
         with observe.stage(tel, "environment") as span:
             found = _prepare(sandbox, manifest, policy, backend, environments)
             if tel.enabled:
@@ -194,6 +198,8 @@ async def execute_program_async(
             return ended(read)
         plan = functools.partial(plan_program, sandbox.sandbox, request, policy=policy, backend=backend,
                                  environments=environments, manifest=read)  # fmt: skip
+        import asyncio  # loaded with the async API: a sync run (``sandforge exec``) needs none of it
+
         planned = plan() if plans_quickly(request, policy, read) else await asyncio.to_thread(plan)
         if not isinstance(planned, Planned):
             return ended(planned)

@@ -4,6 +4,7 @@ status of ``runtime/cli/exits.py``, usage errors as JSON under ``--json``, Ctrl-
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +22,22 @@ if TYPE_CHECKING:
 class SandforgeGroup(click.Group):
     """A click group that turns SandforgeError into one line on stderr, also when used on its own."""
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``main()``, called with no arguments, runs this process's command line (the ``sandforge`` script,
+        ``python -m sandforge``): a command that asked for it (`one_shot`) then ends the process without the
+        interpreter's teardown. Called with arguments (``main(["exec", ...])``, tests, embedding code), it
+        raises SystemExit as click does."""
+        if args or kwargs:
+            return self.main(*args, **kwargs)
+        global _ENTRY
+        _ENTRY = True
+        try:
+            return self.main()
+        except SystemExit as done:
+            if _ONE_SHOT and (done.code is None or isinstance(done.code, int)):
+                end_process(done.code or 0)
+            raise
+
     def main(self, args: Sequence[str] | None = None, *pos: Any, **kwargs: Any) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         token = JSON_ERRORS.set(json_requested(argv))
@@ -28,6 +45,8 @@ class SandforgeGroup(click.Group):
             return super().main(argv, *pos, **kwargs)
         finally:
             JSON_ERRORS.reset(token)
+            if _ONE_SHOT and not _ENTRY:  # called in-process (tests): the process goes on as it was
+                _end_one_shot()
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:  # fmt: skip
@@ -61,6 +80,58 @@ class SandforgeGroup(click.Group):
             report("interrupted", "interrupted", Exit.INTERRUPTED)
             ctx.exit(Exit.INTERRUPTED)
         return None
+
+
+#: Set by `one_shot`; whether the collector ran before it; whether the group is the process's entry point.
+_ONE_SHOT = False
+_COLLECTING = True
+_ENTRY = False
+
+
+def one_shot() -> None:
+    """This process ends when the running command does (``exec``): collect no garbage cycles from here on, and
+    end without the interpreter's teardown (`end_process`, from the entry point). Over a hundred pydantic models,
+    the policy and the call log are loaded by then: the collector would walk them again and again and the
+    teardown free them one by one, together a quarter of the command's CPU (issue 39), for objects that live
+    until exit anyway and memory the kernel takes back at once. Tests calling `main` in-process are unaffected
+    by the exit; they see the collector paused until the command returns."""
+    global _ONE_SHOT, _COLLECTING
+    if not _ONE_SHOT:
+        _ONE_SHOT, _COLLECTING = True, gc.isenabled()
+        gc.disable()
+
+
+def _end_one_shot() -> None:
+    """The process goes on (`main` called in-process): the collector as it was before `one_shot`."""
+    global _ONE_SHOT
+    _ONE_SHOT = False
+    if _COLLECTING:
+        gc.enable()
+
+
+def end_process(code: int) -> None:
+    """Exit with ``code`` as the interpreter would, minus its teardown: the output streams flushed and the exit
+    handlers run (logging's, weakref finalizers, coverage), then `os._exit`. Returns (the caller exits the
+    usual way) while another non-daemon thread runs, which the usual exit would wait for, or when a stream
+    cannot be flushed, whose error the usual exit reports."""
+    import atexit
+    import os
+    import threading
+
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        code = 120  # what the interpreter's own exit returns when flushing fails at that point
+    os._exit(code)
 
 
 def _is_sandbox_config_error(exc: BaseException) -> bool:

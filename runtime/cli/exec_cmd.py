@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from pydantic import ValidationError
 
-from sandforge.runtime.cli.common import load_policy_option, policy_options
+from sandforge.runtime.cli.common import load_policy_option, one_shot, policy_options
 from sandforge.runtime.cli.exits import for_outcome
 from sandforge.runtime.errors import InputFileMissing, UsageError
 from sandforge.runtime.files import decode_json, encode_compact, read_user_file, write_user_file
@@ -166,6 +166,7 @@ def command(
     resource limit ended it; 6 the sandbox is unavailable; 7 the context could not be written or locked (the
     file is left as it was); 130 interrupted.
     """
+    one_shot()
     if commit and context_path is None:
         raise UsageError("--commit needs --context FILE to write to")
     config = SandboxConfig.from_env(

@@ -8,6 +8,7 @@ own short help."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +69,13 @@ class LazyGroup(SandforgeGroup):
             return self.commands[cmd_name]
         if cmd_name not in available_commands():
             return None
-        command = importlib.import_module(command_module(cmd_name)).command
+        collecting = gc.isenabled()
+        gc.disable()  # a command's modules: classes and functions that live until exit, no garbage to find
+        try:
+            command = importlib.import_module(command_module(cmd_name)).command
+        finally:
+            if collecting:  # (runtime.gc_pause's, inline: a light command loads no module it does not use)
+                gc.enable()
         if not isinstance(command, click.Command):  # pragma: no cover - a module that lost its command
             raise TypeError(f"{command_module(cmd_name)}.command is not a click command")
         self.commands[cmd_name] = command

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tomllib
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +111,8 @@ def _check_owner(path: Path) -> None:
 def _table(path: Path, *, pyproject: bool, found: bool = False) -> dict[str, Any]:
     """The settings table of ``path``. A found file is refused unless it is safe (`_check_owner`) only when it
     configures something: a ``pyproject.toml`` without ``[tool.sandforge]`` is passed over, whoever owns it."""
+    import tomllib  # only when a settings file was found: most runs have none
+
     raw = read_user_file(path, limit=MAX_CONFIG_BYTES, what="configuration file")
     try:
         data = tomllib.loads(raw.decode("utf-8"))

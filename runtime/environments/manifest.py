@@ -13,14 +13,14 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandforge.runtime.environments.errors import InvalidDependencyManifest
+
+if TYPE_CHECKING:  # `packaging` loads with the first requirement parsed: most programs declare none (issue 39)
+    from packaging.specifiers import SpecifierSet
 
 MAX_REQUIREMENTS = 64
 MAX_REQUIREMENT_CHARS = 200
@@ -116,6 +116,8 @@ def normalise(requirements: Iterable[str], *, requires_python: str | None = None
         merged[req.name] = req if previous is None else _merge(previous, req)
     python = None
     if requires_python is not None:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
         try:
             python = str(SpecifierSet(requires_python))
         except InvalidSpecifier:
@@ -124,6 +126,9 @@ def normalise(requirements: Iterable[str], *, requires_python: str | None = None
 
 
 def _parse(raw: str) -> NormalRequirement:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
     if not isinstance(raw, str):
         raise InvalidDependencyManifest("every dependency must be a string such as 'python-dateutil>=2.8'")
     text = raw.strip()
@@ -150,6 +155,8 @@ def _parse(raw: str) -> NormalRequirement:
 
 
 def _merge(first: NormalRequirement, second: NormalRequirement) -> NormalRequirement:
+    from packaging.specifiers import SpecifierSet
+
     combined = SpecifierSet(first.specifier) & SpecifierSet(second.specifier)
     if not satisfiable(combined):
         raise InvalidDependencyManifest(
@@ -163,6 +170,8 @@ def _merge(first: NormalRequirement, second: NormalRequirement) -> NormalRequire
 def satisfiable(specifier: SpecifierSet) -> bool:
     """Whether some version can satisfy ``specifier``: tried on the versions it names, just past each, and
     the extremes. Conservative only for bounds closer than ``0.0.1`` apart (then the resolver decides)."""
+    from packaging.version import InvalidVersion, Version
+
     candidates: list[Version] = [Version("0"), Version("999999")]
     for spec in specifier:
         try:

@@ -14,7 +14,6 @@ import re
 from collections.abc import Iterable
 from typing import Annotated
 
-from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sandforge.runtime.environments.errors import DependencyPolicyViolation
@@ -23,6 +22,9 @@ from sandforge.runtime.environments.errors import DependencyPolicyViolation
 HTTP_CLIENTS = frozenset({"requests", "httpx", "httpcore", "urllib3", "aiohttp", "pycurl", "httplib2", "h11"})
 
 _NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
+#: What PEP 503 normalises to one "-" (its own definition, which ``packaging.utils.canonicalize_name`` implements:
+#: the policy's names are checked without loading ``packaging``, issue 39).
+_SEPARATORS = re.compile(r"[-_.]+")
 _URL = re.compile(r"^https?://[^\s/?#]+(/[^\s]*)?$")
 DistName = Annotated[str, Field(min_length=1, max_length=100)]
 
@@ -31,7 +33,7 @@ def normal_name(value: str) -> str:
     """A distribution name in PEP 503 form; ValueError when it is not one."""
     if not _NAME.fullmatch(value.strip()):
         raise ValueError(f"{value!r} is not a distribution name")
-    return str(canonicalize_name(value.strip()))
+    return _SEPARATORS.sub("-", value.strip()).lower()
 
 
 def _names(values: Iterable[str]) -> list[str]:

@@ -32,23 +32,15 @@ if TYPE_CHECKING:
         ToolNotFoundError,
     )
     from sandforge.runtime.store.fingerprint import code_checksum, contract_fingerprint
-    from sandforge.runtime.store.health import (
-        ArtifactCandidate,
-        apply_failure,
-        apply_success,
-        classify_failure,
-        classify_outcome,
-        promote,
-    )
+    from sandforge.runtime.store.health import ArtifactCandidate, apply_failure, apply_success, promote
+    from sandforge.runtime.store.kinds import FailureClass, ProgramSource, classify_failure, classify_outcome
     from sandforge.runtime.store.known_tools import rank_known_tools, render_known_tools, utility_score
     from sandforge.runtime.store.models import (
         HEALTH_WINDOW,
         RETAINED_PREVIOUS,
-        FailureClass,
         MethodArtifact,
         MethodFile,
         PatternEvent,
-        ProgramSource,
         RegistryEntry,
         RoleManifest,
         ToolContract,
@@ -174,19 +166,19 @@ __getattr__, __dir__ = lazy_exports(
         "ArtifactCandidate": "sandforge.runtime.store.health",
         "apply_failure": "sandforge.runtime.store.health",
         "apply_success": "sandforge.runtime.store.health",
-        "classify_failure": "sandforge.runtime.store.health",
-        "classify_outcome": "sandforge.runtime.store.health",
+        "classify_failure": "sandforge.runtime.store.kinds",
+        "classify_outcome": "sandforge.runtime.store.kinds",
         "promote": "sandforge.runtime.store.health",
         "rank_known_tools": "sandforge.runtime.store.known_tools",
         "render_known_tools": "sandforge.runtime.store.known_tools",
         "utility_score": "sandforge.runtime.store.known_tools",
         "HEALTH_WINDOW": "sandforge.runtime.store.models",
         "RETAINED_PREVIOUS": "sandforge.runtime.store.models",
-        "FailureClass": "sandforge.runtime.store.models",
+        "FailureClass": "sandforge.runtime.store.kinds",
         "MethodArtifact": "sandforge.runtime.store.models",
         "MethodFile": "sandforge.runtime.store.models",
         "PatternEvent": "sandforge.runtime.store.models",
-        "ProgramSource": "sandforge.runtime.store.models",
+        "ProgramSource": "sandforge.runtime.store.kinds",
         "RegistryEntry": "sandforge.runtime.store.models",
         "RoleManifest": "sandforge.runtime.store.models",
         "ToolContract": "sandforge.runtime.store.models",

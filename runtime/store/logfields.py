@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from sandforge.runtime.store.models import ProgramSource
+from sandforge.runtime.store.kinds import ProgramSource
 
 #: A program source as the call log publishes it: a plain string enumeration in its JSON Schema.
 ProgramSourceField = Annotated[
@@ -21,7 +21,10 @@ ProgramSourceField = Annotated[
 
 
 class StoreLogFields(BaseModel):
-    """What the store saw of the stored artifact and what it did, for one call. Defaults without a store."""
+    """What the store saw of the stored artifact and what it did, for one call. Defaults without a store. A base
+    (of the call record and the selection's view), never validated itself: its own validator is never built."""
+
+    model_config = ConfigDict(defer_build=True)
 
     # ToolStore (ADR 0012 section 10): what the selector saw of the stored artifact.
     artifact_hit: bool = Field(False, description="an intact, runtime-compatible artifact was found")

@@ -12,7 +12,6 @@ quarantine the file.
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
@@ -20,6 +19,8 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, 
 from sandforge.runtime.environments.identity import EnvironmentSpec
 from sandforge.runtime.names import MAX_CONTRACT_FIELD_CHARS, MAX_PURPOSE_CHARS
 from sandforge.runtime.store.fingerprint import code_checksum, contract_fingerprint
+from sandforge.runtime.store.kinds import FailureClass as FailureClass  # defined apart: see kinds.py
+from sandforge.runtime.store.kinds import ProgramSource as ProgramSource
 
 REGISTRY_SCHEMA_VERSION = 2
 MANIFEST_SCHEMA_VERSION = 2
@@ -35,26 +36,6 @@ HEALTH_WINDOW = 20
 ADAPTIVE_WINDOW = 5
 #: Longest failure reason stored (the rest is cut, with an ellipsis).
 MAX_REASON_CHARS = 500
-
-
-class FailureClass(StrEnum):
-    """Why an execution failed. Only INTRINSIC (a defect of the code) counts toward repair/regeneration.
-
-    EXTRINSIC: the world failed (timeout, sandbox or network unavailable, rate limit); retrying may work.
-    ADAPTIVE: the input did not fit (missing input, unparseable data); the code may be fine.
-    """
-
-    INTRINSIC = "intrinsic"
-    EXTRINSIC = "extrinsic"
-    ADAPTIVE = "adaptive"
-
-
-class ProgramSource(StrEnum):
-    """Where the code of a call came from (ADR 0012 section 10). Artifacts are GENERATED or REPAIRED."""
-
-    PERSISTED = "persisted"
-    REPAIRED = "repaired"
-    GENERATED = "generated"
 
 
 def _clip_purpose(value: Any) -> Any:

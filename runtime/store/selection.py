@@ -215,7 +215,7 @@ class CallLogFields(StoreLogFields):
     the selection sees them: the call record's store fields plus its program source and failure class,
     with the store's enumerations."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=False)  # built at import (its base is not)
 
     program_source: ProgramSource
     artifact_hit: bool

@@ -201,6 +201,14 @@ EXEC_NEVER = (
     "sandforge.runtime.agent.state",
     "sandforge.runtime.providers",
     "sqlite3",
+    # the async API (``AsyncSandbox``, ``sandbox/aio.py``) and the store's models and health: the call log needs
+    # only the store's enumerations (``runtime/store/kinds.py``); ``packaging`` only for a declared dependency
+    "asyncio",
+    "ssl",
+    "sandforge.sandbox.aio",
+    "sandforge.runtime.store.models",
+    "sandforge.runtime.store.health",
+    "packaging",
 )
 
 
