@@ -98,6 +98,10 @@ class BundleFinder:
         if entry is None:
             return None
         source, package, offset, length = entry
+        if offset < 0:  # an extension module: its file, without searching every sys.path entry for it
+            return _external.spec_from_file_location(
+                fullname, source, loader=_external.ExtensionFileLoader(fullname, source)
+            )
         loader = BundledLoader(fullname, source, self._data[offset : offset + length])
         locations = [source.rpartition("/")[0]] if package else None
         return _external.spec_from_file_location(fullname, source, loader=loader, submodule_search_locations=locations)
@@ -143,8 +147,8 @@ def runner_imports() -> None:
 
 def build(path: "str | None" = None) -> int:
     """Write the bundle (run by the image build, in the image): every pure-Python module a runner imports
-    before lock-down whose compiled file is current (a timestamp ``.pyc`` whose header matches its source), in
-    name order; the number of modules bundled."""
+    before lock-down whose compiled file is current (a timestamp ``.pyc`` whose header matches its source), and
+    where each extension module it imports lives, in name order; the number of modules indexed."""
     from pathlib import Path
 
     runner_imports()
@@ -154,8 +158,11 @@ def build(path: "str | None" = None) -> int:
     for name in sorted(sys.modules):
         spec = getattr(sys.modules[name], "__spec__", None)
         source, cached = getattr(spec, "origin", None), getattr(spec, "cached", None)
+        if isinstance(source, str) and source.endswith(tuple(_external.EXTENSION_SUFFIXES)):
+            index[name] = (source, False, -1, 0)  # where it is; loaded from its file
+            continue
         if name == __name__ or not (isinstance(source, str) and source.endswith(".py") and isinstance(cached, str)):
-            continue  # built-in, frozen or extension modules; this module itself (the bootstrap imports it)
+            continue  # built-in or frozen modules; this module itself (the bootstrap imports it)
         if not Path(cached).is_file():
             continue
         pyc = Path(cached).read_bytes()
