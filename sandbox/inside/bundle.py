@@ -70,19 +70,25 @@ class BundledLoader(_external.SourceFileLoader):  # type: ignore[misc]
 
     def __init__(self, fullname: str, path: str, pyc: memoryview) -> None:
         super().__init__(fullname, path)
-        self._pyc = pyc
+        self._pyc: memoryview | None = pyc
         self._pyc_path = _external.cache_from_source(path)
 
+    def get_code(self, fullname: str) -> "Any":
+        try:
+            return super().get_code(fullname)
+        finally:
+            self._pyc = None  # used once: the bundle's memory is freed when its last module is loaded
+
     def path_stats(self, path: str) -> "dict[str, int]":
-        if path == self.path:
-            header = self._pyc
+        header = self._pyc
+        if path == self.path and header is not None:
             return {"mtime": int.from_bytes(header[8:12], "little"), "size": int.from_bytes(header[12:16], "little")}
         return super().path_stats(path)  # type: ignore[no-any-return]
 
     def get_data(self, path: str) -> "Any":
-        if path == self._pyc_path:
+        if path == self._pyc_path and self._pyc is not None:
             return self._pyc  # the .pyc file's bytes (a view into the bundle: not copied)
-        return super().get_data(path)  # the source itself (linecache, inspect): from its file
+        return super().get_data(path)  # the source itself (linecache, inspect), a reload: from the files
 
 
 class BundleFinder:

@@ -36,6 +36,7 @@ same = all(
     and sys.modules[n].__spec__.cached.endswith(".pyc")
     for n in bundled
 )
+released = all(sys.modules[n].__loader__._pyc is None for n in bundled)
 import json.decoder as d
 code_file = d.JSONDecoder.decode.__code__.co_filename
 b.uninstall()
@@ -43,6 +44,7 @@ import colorsys  # not bundled: read from its file, with the import system's loc
 import json
 print(json.dumps({
     "installed": installed, "lock_free": lock_free, "bundled": bundled, "from_files": from_files, "same": same,
+    "released": released,
     "code_file": code_file, "json_file": d.__file__,
     "restored": _frozen_importlib._thread is _thread
     and not any(type(f).__name__ == "BundleFinder" for f in sys.meta_path),
@@ -85,6 +87,7 @@ def test_a_runner_imports_its_start_up_modules_from_the_bundle(tmp_path: Path) -
     assert {"inside.start", "inside.serving", "inside.lockdown", "json.decoder", "asyncio"} <= set(seen["bundled"])
     assert seen["from_files"] == []  # every pure-Python start-up module came from the bundle
     assert seen["same"]
+    assert seen["released"]  # each module's bytes are dropped once loaded: the bundle does not stay in memory
     assert seen["code_file"] == seen["json_file"]  # the code is the .pyc's own: co_filename is the source's path
     assert seen["restored"]
     assert seen["colorsys"] == "SourceFileLoader"
