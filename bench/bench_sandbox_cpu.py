@@ -12,8 +12,10 @@ its own sandbox), in rounds that interleave the subjects so load swings hit all 
 - ``B`` (this tree) and, with ``--base``, ``A`` (an old tree), each in a measuring process of its own that
   imports only the public API.
 
-CPU per execution, four ways: ``tree``, the measuring process and every descendant it reaped (``runsc run``
-reaps the gofer and the sandbox, so for runsc this is the whole sandbox); ``containers``, the Docker cgroup
+CPU per execution, four ways: ``tree``, the measuring process and every descendant it reaped (for runsc:
+``runsc run``, the gofer and the sentry; a lower bound, since the sentry's stub processes, where the guest's
+own code runs, are not reaped through them: docs/benchmarks.md has the cgroup and ``perf stat`` cross-checks);
+``containers``, the Docker cgroup
 (gvisor: the sandbox runs under containerd, not under us; every container of the engine counts, so it is
 exact only on an otherwise idle engine); ``engine``, dockerd's and containerd's (a lower bound: shims that
 exited are not in it); ``busy``, the whole machine's busy time from ``/proc/stat``, exact on a

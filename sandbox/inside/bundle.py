@@ -6,7 +6,7 @@ standard library they and ``asyncio`` need), and the import system spends ~20 sy
 ``stat`` of every ``sys.path`` entry, then open, fstat, read, close of the ``.pyc``). Under gVisor each
 call is a trap into the sentry, and file calls may reach the gofer: those imports were most of a gVisor
 sandbox's start-up CPU (docs/benchmarks.md, "gVisor cold start"). The image build (``images/Dockerfile``)
-runs :func:`build`, which imports what a container's runner imports before lock-down and writes those
+runs ``bundler.build``, which imports what a container's runner imports before lock-down and writes those
 modules' compiled files into one bundle beside this package; the container's bootstrap
 (``sandbox/containers.py``) calls :func:`install` before it imports the runner, and the runner calls
 :func:`uninstall` before it locks itself down, so every import after that (a program's modules, on first
@@ -141,52 +141,4 @@ def uninstall() -> None:
         _bootstrap._thread, _bootstrap._imp = _thread, _imp
 
 
-def runner_imports() -> None:
-    """Import what a container's runner imports before lock-down (``start``, then ``serving.prepare`` of a
-    container's boot frame: RestrictedPython, the internal imports, asyncio, the stand-ins, a warm
-    compiler)."""
-    from . import start  # noqa: F401 - the entry point's imports
-    from .serving import prepare
-
-    prepare({"sys_path": [bundle_path().rpartition("/")[0] + "/lib"], "chroot": False})
-
-
-def build(path: "str | None" = None) -> int:
-    """Write the bundle (run by the image build, in the image): every pure-Python module a runner imports
-    before lock-down whose compiled file is current (a timestamp ``.pyc`` whose header matches its source), and
-    where each extension module it imports lives, in name order; the number of modules indexed."""
-    from pathlib import Path
-
-    runner_imports()
-    index: dict[str, tuple[str, bool, int, int]] = {}
-    blobs: list[bytes] = []
-    offset = 0
-    for name in sorted(sys.modules):
-        spec = getattr(sys.modules[name], "__spec__", None)
-        source, cached = getattr(spec, "origin", None), getattr(spec, "cached", None)
-        if isinstance(source, str) and source.endswith(tuple(_external.EXTENSION_SUFFIXES)):
-            index[name] = (source, False, -1, 0)  # where it is; loaded from its file
-            continue
-        if name == __name__ or not (isinstance(source, str) and source.endswith(".py") and isinstance(cached, str)):
-            continue  # built-in or frozen modules; this module itself (the bootstrap imports it)
-        if not Path(cached).is_file():
-            continue
-        pyc = Path(cached).read_bytes()
-        stat = Path(source).stat()
-        header = (int(stat.st_mtime) & 0xFFFFFFFF, stat.st_size & 0xFFFFFFFF)
-        if pyc[4:8] != bytes(4) or header != (
-            int.from_bytes(pyc[8:12], "little"),
-            int.from_bytes(pyc[12:16], "little"),
-        ):
-            continue  # hash-based or stale: left to the ordinary import system
-        index[name] = (source, getattr(spec, "submodule_search_locations", None) is not None, offset, len(pyc))
-        blobs.append(pyc)
-        offset += len(pyc)
-    header_bytes = marshal.dumps(index)
-    Path(path or bundle_path()).write_bytes(
-        MAGIC + len(header_bytes).to_bytes(8, "big") + header_bytes + b"".join(blobs)
-    )
-    return len(index)
-
-
-__all__ = ["BUNDLE_NAME", "BundleFinder", "BundledLoader", "build", "bundle_path", "install", "uninstall"]
+__all__ = ["BUNDLE_NAME", "MAGIC", "BundleFinder", "BundledLoader", "bundle_path", "install", "uninstall"]

@@ -1,6 +1,6 @@
-"""The runner's start-up bundle (``sandbox/inside/bundle.py``): what the image build writes, that a runner's
-start-up imports come from it with the same files and code, and that lock-down's ``uninstall`` gives the
-ordinary import system, locks included, back."""
+"""The runner's start-up bundle (``sandbox/inside/bundle.py``, ``bundler.py``): what the image build
+writes, that a runner's start-up imports come from it with the same files and code, and that lock-down's
+``uninstall`` gives the ordinary import system, locks included, back."""
 
 from __future__ import annotations
 
@@ -23,10 +23,12 @@ sys.path.insert(0, sys.argv[1])
 before = set(sys.modules)
 import inside.bundle as b
 installed = b.install()
-b.runner_imports()
+import inside.bundler
+inside.bundler.runner_imports()
 import _frozen_importlib, _thread
 lock_free = _frozen_importlib._thread is None
-new = [n for n in sorted(set(sys.modules) - before) if n not in ("inside", "inside.bundle")]  # before install
+early = ("inside", "inside.bundle", "inside.bundler")  # imported before install, or not by a runner
+new = [n for n in sorted(set(sys.modules) - before) if n not in early]
 def loader(n):
     return type(getattr(sys.modules[n], "__loader__", None)).__name__
 bundled = [n for n in new if loader(n) == "BundledLoader"]
@@ -67,7 +69,7 @@ def test_a_runner_imports_its_start_up_modules_from_the_bundle(tmp_path: Path) -
     root = _package_copy(tmp_path)
     build = subprocess.run(
         [sys.executable, "-I", "-S", "-B", "-c", f"import sys; sys.path.insert(0, {str(root)!r}); "
-         "import inside.bundle as b; print(b.build())"],
+         "import inside.bundler as b; print(b.build())"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr[-2000:]
