@@ -38,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bench_percall import Tree
 from bench.stats import percentile
 
 DOCKER_CGROUP = Path("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage")
@@ -122,37 +123,6 @@ def _children_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-class Tree:
-    """A measuring process running one source tree's ``sandforge``."""
-
-    def __init__(self, tree: Path, backend: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, backend], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            env=env, cwd=tree,
-        )  # fmt: skip
-        self._read()
-
-    def _read(self) -> Any:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"the measuring process stopped (exit {self.proc.wait()})")
-        return json.loads(line)
-
-    def batch(self, n: int) -> tuple[list[float], float]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(f"{n}\n")
-        self.proc.stdin.flush()
-        got = self._read()
-        return got["wall_ms"], got["tree_s"]
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=120)
-
-
 class Floor:
     """A bare container of the sandbox image running ``python3 -I -S -c pass``, started as the backend starts
     its sandboxes (runsc: ``runsc run`` of the same OCI spec; gvisor: a Docker container with the runsc
@@ -167,14 +137,15 @@ class Floor:
         self.tag = image.expected_tag(self.config.image)
         self._n = 0
 
-    def batch(self, n: int) -> tuple[list[float], float]:
+    def measure(self, n: int) -> dict[str, Any]:
+        """As a measuring process answers: the wall samples and this process's reaped children's CPU."""
         wall: list[float] = []
         c0 = _children_s()
         for _ in range(n):
             began = time.perf_counter()
             self._runsc() if self.backend == "runsc" else self._docker()
             wall.append((time.perf_counter() - began) * 1000)
-        return wall, _children_s() - c0
+        return {"wall_ms": wall, "tree_s": _children_s() - c0}
 
     def _runsc(self) -> None:
         from sandforge.sandbox import image, oci_spec
@@ -224,17 +195,20 @@ def _p50(values: list[float]) -> float:
 def measure(backend: str, trees: dict[str, Path], n: int, rounds: int) -> dict[str, Any]:
     """Interleaved rounds of the floor and each tree on ``backend``; per subject: wall p50 and CPU per
     execution (tree, containers, machine busy)."""
-    subjects: dict[str, Floor | Tree] = {"floor": Floor(backend), **{k: Tree(v, backend) for k, v in trees.items()}}
+    subjects: dict[str, Floor | Tree] = {
+        "floor": Floor(backend),
+        **{k: Tree(v, backend, worker=WORKER) for k, v in trees.items()},
+    }
     totals = ("tree_s", "containers_s", "engine_s", "busy_s")
     series: dict[str, dict[str, Any]] = {k: {"wall_ms": [], **dict.fromkeys(totals, 0.0)} for k in subjects}
     for r in range(rounds):
         order = list(subjects) if r % 2 == 0 else list(reversed(subjects))
         for name in order:
             b0, d0, e0 = _busy_s(), _containers_s(), _engine()
-            wall, tree_s = subjects[name].batch(n)
+            got = subjects[name].measure(n)
             s = series[name]
-            s["wall_ms"] += wall
-            s["tree_s"] += tree_s
+            s["wall_ms"] += got["wall_ms"]
+            s["tree_s"] += got["tree_s"]
             s["containers_s"] += _containers_s() - d0
             s["engine_s"] += _engine_since(e0)
             s["busy_s"] += _busy_s() - b0
