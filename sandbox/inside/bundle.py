@@ -47,7 +47,8 @@ class _ImpWithoutLock:
     Why: CPython 3.11 reads the monotonic clock on every lock acquisition (``sem_clockwait``'s deadline, even
     for a lock that is free), ~10 per import; gVisor's vDSO answers clock reads only after its first second,
     so before that each is a trap into the sentry: with the bundle, three quarters of a runner's start-up
-    system calls were these."""
+    system calls were these. The runner starts no thread before lock-down; one started while this is installed
+    would import without the locks that keep two threads from loading one module twice."""
 
     def acquire_lock(self) -> None:
         return None
