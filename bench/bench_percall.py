@@ -212,12 +212,13 @@ def runsc_floor(n: int, request_bytes: int, result_bytes: int) -> dict[str, list
 
 
 class Tree:
-    """A measuring process running one source tree's ``sandforge``."""
+    """A measuring process running one source tree's ``sandforge`` (``worker``: its first line is read at once,
+    then each ``measure(n)`` writes ``n`` and reads one JSON line back; bench_sandbox_cpu has its own worker)."""
 
-    def __init__(self, tree: Path, backend: str) -> None:
+    def __init__(self, tree: Path, backend: str, worker: str = WORKER) -> None:
         env = {**os.environ, "PYTHONPATH": str(tree)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, backend], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [sys.executable, "-c", worker, backend], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env=env, cwd=tree,
         )  # fmt: skip
         self.sizes: dict[str, int] = self._read()

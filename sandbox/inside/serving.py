@@ -16,7 +16,7 @@ import sys
 import types
 from typing import Any
 
-from . import envmodules, files, generators, packages, standins, tripwire
+from . import bundle, envmodules, files, generators, packages, standins, tripwire
 from .bridge import _ITIMER_REAL, _SETITIMER, BACKSTOP_GRACE_S, Bridge, InvalidContract, ToolOutcome, pause_backstop
 from .channel import Channel, FileBody, PassedTextError, handoff_ready, read_execute, write_frame, write_frames
 from .compilation import compile_program, shipped_code
@@ -303,6 +303,7 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
     seam: dict[str, Any] = boot["seam"] if isinstance(boot.get("seam"), dict) else {}
     armed = not seam.get("tripwire_off") and tripwire.install()
     _unwrap(proxies, seam.get("unwrapped") or [])
+    bundle.uninstall()  # what is imported from here on comes from its file, as without a bundle
     protections, errors = lock_down(boot, host_channel_fd=in_fd)
     protections["audit_tripwire"] = armed
     handoff = handoff_ready(boot)

@@ -367,9 +367,27 @@ def program_streams(stdout: Any) -> Any:
         sys.stdout, sys.stdin, sys.stderr = saved
 
 
+def _import_without_tls(name: str) -> None:
+    """Import ``name`` (``asyncio``) with ``ssl`` unimportable meanwhile: asyncio takes ``ssl`` only for TLS
+    transports, which the sandbox's loop refuses (it has no sockets), and does without it (``ssl = None``), as on
+    an interpreter built without OpenSSL. A runner then loads neither libssl nor libcrypto at start-up (under
+    gVisor ~13 ms of machine CPU, docs/benchmarks.md). ``ssl`` itself stays importable afterwards."""
+    blocked = "ssl" not in sys.modules
+    if blocked:
+        sys.modules["ssl"] = None  # type: ignore[assignment]  # the import system's own "not importable" mark
+    try:
+        __import__(name)
+    finally:
+        if blocked and "ssl" in sys.modules and sys.modules["ssl"] is None:
+            del sys.modules["ssl"]
+
+
 def _populate(proxy: Any, name: str) -> None:
     """Import ``name`` and copy its public names (minus the withheld ones and sub-modules) onto ``proxy``."""
-    __import__(name)
+    if name == "asyncio":
+        _import_without_tls(name)
+    else:
+        __import__(name)
     withheld = ALLOWED_MODULES[name]
     for key, value in vars(sys.modules[name]).items():
         if not key.startswith("_") and key not in withheld and not isinstance(value, types.ModuleType):
