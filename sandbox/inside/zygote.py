@@ -16,7 +16,7 @@ from typing import Any
 
 from . import confine, preload, tripwire
 from .lazycontext import encode
-from .lockdown import PR_SET_PDEATHSIG, fork_as_pid1
+from .lockdown import PR_SET_PDEATHSIG, clone_runner
 from .serving import prepare, serve
 from .wire import MAX_BOOT_BYTES
 
@@ -33,8 +33,8 @@ def _spawn_child(
     """Fork a runner whose stdin, stdout, stderr and result channel are the four descriptors received; its
     pid, and whether it is the host's child (``adopt`` asked and granted) rather than this zygote's.
 
-    A confined zygote clones it straight into namespaces of its own (``confine.clone_runner``). Otherwise the
-    runner is born pid 1 of its own pid namespace where the kernel allows it (``fork_as_pid1``): then it is the
+    A confined zygote clones it straight into namespaces of its own (``clone_runner`` with every namespace).
+    Otherwise the runner is born pid 1 of its own pid namespace where the kernel allows it: then it is the
     only process of the sandbox. Adopted, the host reaps it (its exit status and usage straight from the
     kernel, no report from here); otherwise this zygote does and reports, and the runner dies with it (its
     parent-death signal: not for an adopted one, whose parent is a host *thread*). Either way the zygote kills
@@ -42,7 +42,7 @@ def _spawn_child(
     runner started directly does."""
     confined = bool(boot.get("confined"))
     adopt = request.get("adopt") is True and not confined
-    pid = confine.clone_runner() if confined else fork_as_pid1(adopted=adopt)
+    pid = clone_runner(confine.RUNNER_NAMESPACES if confined else 0, adopted=adopt, required=confined)
     if pid < 0:
         adopt, pid = False, os.fork()
     if pid:
