@@ -141,11 +141,25 @@ def zygote(control_fd: int) -> int:
 
 
 def _adopt(pid: int, adopted: dict[int, int], children: set[int]) -> None:
-    """Keep a pidfd of a runner the host reaps, to kill it if the host hangs up (never a reused pid)."""
+    """Keep a pidfd of a runner the host reaps, to kill it if the host hangs up (never a reused pid). Not
+    watched: its end does not wake this zygote; the pidfds of the ended ones are closed at the next spawn."""
+    _prune(adopted)
     try:
         adopted[os.pidfd_open(pid)] = pid
     except OSError:  # cannot be: it is not reaped before the host hears of it; by pid then, as before
         children.add(pid)
+
+
+def _prune(adopted: dict[int, int]) -> None:
+    """Close the pidfds of the adopted runners that ended (readable: no wait)."""
+    if not adopted:
+        return
+    poller = select.poll()
+    for pidfd in adopted:
+        poller.register(pidfd, select.POLLIN)
+    for pidfd, _ in poller.poll(0):
+        adopted.pop(pidfd, None)
+        os.close(pidfd)
 
 
 def _report_exits(sock: Any, children: set[int]) -> None:
@@ -166,10 +180,7 @@ def _zygote_loop(
     sock: Any, boot: dict[str, Any], proxies: dict[str, Any], wake_r: int, children: set[int], adopted: dict[int, int]
 ) -> int:
     while True:
-        readable, _, _ = select.select([sock.fileno(), wake_r, *adopted], [], [])
-        for pidfd in [fd for fd in readable if fd in adopted]:  # an adopted runner ended: the host reaps it
-            adopted.pop(pidfd)
-            os.close(pidfd)
+        readable, _, _ = select.select([sock.fileno(), wake_r], [], [])
         if wake_r in readable:
             os.read(wake_r, 4096)
         _report_exits(sock, children)
