@@ -89,6 +89,8 @@ class Zygote:
         #: pid -> pidfd of the runners that are this process's own children (adopted): reaped by whoever waits for
         #: their exit (``wait_exit`` polls the pidfd, ``exit_report`` has the event loop watch it), not reported
         self._adopted: dict[int, int] = {}
+        #: runners cloned pid 1 of their own pid namespace (``born_pid1``)
+        self._pid1: set[int] = set()
         self._send_lock = threading.Lock()
         self._closed = False
         self._ready_by = time.monotonic() + start_timeout
@@ -122,6 +124,10 @@ class Zygote:
         self._ready = True
 
     def alive(self) -> bool:
+        """Running: once ready, as long as its control socket is open (the reader sees it close when the zygote
+        ends: no system call here, several times per execution); before, as its process says."""
+        if self._ready:
+            return not self._closed
         return not self._closed and self.proc.poll() is None
 
     def spawn(
@@ -153,9 +159,20 @@ class Zygote:
                 self._adopt(int(reply["pid"]))
             if reply.get("op") == "spawned" and int(reply["pid"]) not in self._exits:
                 self._children.add(int(reply["pid"]))
+            if reply.get("op") == "spawned" and reply.get("pid1") is True:
+                self._pid1.add(int(reply["pid"]))
         if reply.get("op") != "spawned":
             raise ZygoteError(f"zygote could not spawn: {reply.get('error')}")
         return int(reply["pid"])
+
+    def born_pid1(self, pid: int) -> bool:
+        """Whether the runner ``pid`` was cloned pid 1 of its own pid namespace (asked once, after its spawn): then
+        it is the process that runs the program, with no pid-1 child of its own to look for."""
+        with self._cond:
+            if pid in self._pid1:
+                self._pid1.discard(pid)
+                return True
+        return False
 
     def _adopt(self, pid: int) -> None:
         """Keep a pidfd of an adopted runner (under ``_cond``): its exit wakes whoever waits for it, with no
@@ -184,6 +201,7 @@ class Zygote:
             del self._adopted[pid]
             os.close(pidfd)
             self._children.discard(pid)
+            self._pid1.discard(pid)
             if usage is not None:
                 cpu = usage.ru_utime + usage.ru_stime
                 self._exits[pid] = {"op": "exited", "pid": pid, "status": status, "cpu_time_s": cpu,

@@ -112,7 +112,8 @@ class SubprocessWorker:
     def _verify(self, config: SandboxConfig, ready: ReadyFrame) -> None:
         """Check from outside the walls the runner claims (refused: destroyed, SandboxUnavailable); hold its
         namespaces (``_hold_namespaces``)."""
-        wpid = _worker_pid(self.pid)
+        zygote = self._zygote
+        wpid = self.pid if zygote is not None and zygote.born_pid1(self.pid) else _worker_pid(self.pid)
         self.protections = verify_protections(self.pid, ready.protections, wpid)
         self._held = _hold_namespaces(wpid)
         try:
@@ -320,8 +321,7 @@ def _hold_namespaces(wpid: int) -> list[int]:
 def _worker_pid(pid: int) -> int:
     """The process that runs the program: the runner itself, or its pid-namespace child."""
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            children = [int(c) for c in fh.read().split()]
+        children = [int(c) for c in verify.read_proc(f"/proc/{pid}/task/{pid}/children").split()]
     except OSError:
         children = []
     return children[0] if children else pid

@@ -21,6 +21,8 @@ from .serving import prepare, serve
 from .wire import MAX_BOOT_BYTES
 
 CHILD_RESULT_FD = 3
+#: Whether the last runner was cloned pid 1 of its own pid namespace (not forked: ``clone_runner`` refused).
+_CLONED: list[bool] = [False]
 
 
 def _send(sock: Any, message: dict[str, Any]) -> None:
@@ -43,6 +45,7 @@ def _spawn_child(
     confined = bool(boot.get("confined"))
     adopt = request.get("adopt") is True and not confined
     pid = clone_runner(confine.RUNNER_NAMESPACES if confined else 0, adopted=adopt, required=confined)
+    _CLONED[:] = [pid > 0]
     if pid < 0:
         adopt, pid = False, os.fork()
     if pid:
@@ -198,7 +201,10 @@ def _zygote_loop(
                     _adopt(pid, adopted, children)
                 else:
                     children.add(pid)
-                _send(sock, {"op": "spawned", "id": request.get("id"), "pid": pid, "adopted": host_reaps})
+                # pid1: cloned pid 1 of its own pid namespace (``clone_runner``), so its lock-down forks no child
+                # and the process the host checks is this one
+                _send(sock, {"op": "spawned", "id": request.get("id"), "pid": pid, "adopted": host_reaps,
+                             "pid1": _CLONED[-1]})  # fmt: skip
             except (OSError, ValueError) as exc:
                 _send(sock, {"op": "failed", "id": request.get("id"), "error": str(exc)})
             finally:
