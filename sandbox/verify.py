@@ -72,10 +72,26 @@ def _own_namespace(kind: str) -> str | None:
     return own
 
 
-def separate_namespaces(pid: int, kinds: tuple[str, ...] = tuple(NAMESPACES)) -> dict[str, bool]:
+def held_namespace(fd: int, kind: str) -> str | None:
+    """The link text (``net:[4026532...]``) of the namespace ``fd`` holds (opened from ``/proc/<pid>/ns/<kind>``):
+    its inode, by ``fstat``, without a second path walk through ``/proc``; None when unreadable."""
+    try:
+        return f"{kind}:[{os.fstat(fd).st_ino}]"
+    except OSError:
+        return None
+
+
+def separate_namespaces(
+    pid: int, kinds: tuple[str, ...] = tuple(NAMESPACES), held: dict[str, int] | None = None
+) -> dict[str, bool]:
     """For each kind: whether ``pid`` is in a namespace of its own (not the host's, as far as this process
-    is the host's)."""
-    return {kind: (theirs := namespace(pid, kind)) is not None and theirs != _own_namespace(kind) for kind in kinds}
+    is the host's). ``held``: descriptors of ``pid``'s namespaces the caller opened already, by kind."""
+    held = held or {}
+    return {
+        kind: (theirs := held_namespace(held[kind], kind) if kind in held else namespace(pid, kind)) is not None
+        and theirs != _own_namespace(kind)
+        for kind in kinds
+    }
 
 
 # --- rlimits ----------------------------------------------------------------------------------------------

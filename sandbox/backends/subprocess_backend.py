@@ -116,8 +116,9 @@ class SubprocessWorker:
         namespaces (``_hold_namespaces``)."""
         zygote = self._zygote
         wpid = self.pid if zygote is not None and zygote.born_pid1(self.pid) else _worker_pid(self.pid)
-        self.protections = verify_protections(self.pid, ready.protections, wpid)
-        self._held = _hold_namespaces(wpid)
+        held = _hold_namespaces(wpid)
+        self._held = list(held.values())
+        self.protections = verify_protections(self.pid, ready.protections, wpid, held)
         try:
             protections.require(self.backend, self.protections, config.enforced_protections, ready.errors)
             mounts = verify.mounts(wpid) if self.environment is not None else None  # read only where it is checked
@@ -314,7 +315,7 @@ def boot_frame(
 HELD_NAMESPACES = ("mnt", "net", "ipc", "uts", "pid")
 
 
-def _hold_namespaces(wpid: int) -> list[int]:
+def _hold_namespaces(wpid: int) -> dict[str, int]:
     """Descriptors of the worker's namespaces, so that its exit is not the last reference to them.
 
     A process that holds the last reference to a mount or network namespace tears it down as it exits, before
@@ -322,11 +323,11 @@ def _hold_namespaces(wpid: int) -> list[int]:
     execution's outcome waited for the exit status. Held here, the namespaces (empty once the worker is gone:
     no process can enter them) outlive it until ``destroy`` closes them, after the outcome is returned
     (``Sandbox.execute`` destroys on a clean-up thread). Best effort: a namespace not opened is torn down
-    at the exit, as before."""
-    held = []
+    at the exit, as before. By kind: the check of its namespaces reads them from these (``verify_protections``)."""
+    held = {}
     for kind in HELD_NAMESPACES:
         with contextlib.suppress(OSError):
-            held.append(os.open(f"/proc/{wpid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
+            held[kind] = os.open(f"/proc/{wpid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
     return held
 
 
@@ -339,20 +340,23 @@ def _worker_pid(pid: int) -> int:
     return children[0] if children else pid
 
 
-def verify_protections(pid: int, claimed: dict[str, bool], wpid: int | None = None) -> dict[str, bool]:
+def verify_protections(
+    pid: int, claimed: dict[str, bool], wpid: int | None = None, held: dict[str, int] | None = None
+) -> dict[str, bool]:
     """Check from outside what the runner claims; a claim the host cannot confirm counts as absent.
 
     Namespaces are compared by their ``/proc/<pid>/ns`` links, the root by ``/proc/<pid>/root`` and the
     mount table the worker sees; a user is unprivileged when its uid is not 0 both as the host sees it and
     inside its own user namespace (rootless mode), and it holds no capability at all (with the bounding set
     emptied too where it held capabilities, as root or in its user namespace: one that never had any cannot
-    drop it). ``wpid``: the program's process, if the caller has found it already (``_worker_pid``)."""
+    drop it). ``wpid``: the program's process, if the caller has found it already (``_worker_pid``); ``held``: its
+    namespaces, if the caller holds them open already (``_hold_namespaces``)."""
     wpid = _worker_pid(pid) if wpid is None else wpid
     status = verify.proc_status(wpid)
     verified = protections.unverified("subprocess")
     verified[P.SECCOMP] = claimed.get(P.SECCOMP, False) and verify.seccomp_filtered(status)
     verified[P.NO_NEW_PRIVS] = claimed.get(P.NO_NEW_PRIVS, False) and verify.no_new_privs(status)
-    namespaces = verify.separate_namespaces(wpid, ("user", *verify.NAMESPACES))
+    namespaces = verify.separate_namespaces(wpid, ("user", *verify.NAMESPACES), held)
     uids = verify.uids(status)
     inner = verify.inner_uids(wpid, uids) if namespaces["user"] else uids
     bounding = namespaces["user"] or os.geteuid() == 0
