@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 
 from sandforge.sandbox.protections import Protection
@@ -29,14 +30,17 @@ def read_proc(path: str) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+#: One ``/proc/<pid>/status`` line: its key and its value, blanks around the value left out.
+_STATUS_LINE = re.compile(r"^([^:\n]*):[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+
+
 def proc_status(pid: int) -> dict[str, str]:
-    """``/proc/<pid>/status`` as a mapping (empty when unreadable: every check below then fails)."""
-    fields: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for line in read_proc(f"/proc/{pid}/status").splitlines():
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
-    return fields
+    """``/proc/<pid>/status`` as a mapping (empty when unreadable: every check below then fails). Parsed by
+    one regular expression, not line by line in Python (its ~60 lines, on every worker's start)."""
+    try:
+        return dict(_STATUS_LINE.findall(read_proc(f"/proc/{pid}/status")))
+    except OSError:
+        return {}
 
 
 # --- namespaces -------------------------------------------------------------------------------------------
