@@ -123,8 +123,11 @@ class SubprocessWorker:
             protections.require(self.backend, self.protections, config.enforced_protections, ready.errors)
             mounts = verify.mounts(wpid) if self.environment is not None else None  # read only where it is checked
             require_mounted(self.backend, self.environment, ready, mounts)
-        except SandboxUnavailable:
+        except SandboxUnavailable as exc:
+            ended = _ended(wpid)  # before ``destroy`` reaps it
             self.destroy()
+            if ended:  # killed after its ready report (under load, the OOM killer): a start that failed
+                raise SandboxUnavailable(f"sandbox worker died while starting: {exc}", retriable=True) from exc
             raise
 
     def _popen(self, config: SandboxConfig, runner: Path, stdin: int, out: int, err: int, result: int) -> int:
@@ -329,6 +332,14 @@ def _hold_namespaces(wpid: int) -> dict[str, int]:
         with contextlib.suppress(OSError):
             held[kind] = os.open(f"/proc/{wpid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
     return held
+
+
+def _ended(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie not reaped yet, or gone): its walls cannot be read any more."""
+    state = verify.proc_status(pid).get("State")
+    if state is None:
+        return not os.path.exists(f"/proc/{pid}")  # noqa: PTH110 - only on a refusal
+    return state[:1] in ("Z", "X")
 
 
 def _worker_pid(pid: int) -> int:
