@@ -9,6 +9,7 @@ it gives up is shown by ``sandforge doctor`` and in every outcome's ``metadata["
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
@@ -115,14 +116,31 @@ def enforced(required: Iterable[Protection], allow_missing: Iterable[Protection]
     ``ALWAYS_REQUIRED``, which no waiver removes."""
     from sandforge.sandbox import seam
 
+    return _enforced(tuple(required), tuple(allow_missing), seam.tripwire_off())
+
+
+@functools.lru_cache(maxsize=64)
+def _enforced(
+    required: tuple[Protection, ...], allow_missing: tuple[Protection, ...], tripwire_off: bool
+) -> tuple[Protection, ...]:
+    """``enforced``, computed once per configuration (it is asked on every execution and every worker's start)."""
     waived = set(allow_missing)
-    always = () if seam.tripwire_off() else ALWAYS_REQUIRED
+    always = () if tripwire_off else ALWAYS_REQUIRED
     return tuple(p for p in dict.fromkeys((*required, *always)) if p not in waived or p in always)
 
 
 def waived(required: Iterable[Protection], allow_missing: Iterable[Protection]) -> tuple[Protection, ...]:
     """What a configuration gives up: documented protections it does not require, plus any it waives."""
-    must = set(enforced(required, allow_missing))
+    from sandforge.sandbox import seam
+
+    return _waived(tuple(required), tuple(allow_missing), seam.tripwire_off())
+
+
+@functools.lru_cache(maxsize=64)
+def _waived(
+    required: tuple[Protection, ...], allow_missing: tuple[Protection, ...], tripwire_off: bool
+) -> tuple[Protection, ...]:
+    must = set(_enforced(required, allow_missing, tripwire_off))
     return tuple(p for p in dict.fromkeys((*DEFAULT_REQUIRED, *allow_missing)) if p not in must)
 
 

@@ -38,6 +38,15 @@ def can_adopt() -> bool:
 
 #: How long a closed zygote gets to end its children itself before the host kills them and it.
 HANG_UP_GRACE_S = 2.0
+#: The longest single wait on an adopted runner's pidfd (``wait_exit``): ``close`` may end it meanwhile.
+ADOPTED_POLL_S = 0.25
+
+
+def wait_fd(fd: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds until ``fd`` is readable (a pidfd: its process ended); True when it is."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(timeout, 0.0) * 1000))
 
 
 class Zygote:
@@ -76,11 +85,11 @@ class Zygote:
         self._watchers: dict[int, Callable[[], None]] = {}
         #: children spawned and not reported exited: killed by the host if the zygote cannot end them (``close``)
         self._children: set[int] = set()
-        #: pid -> pidfd of the runners that are this process's own children (adopted): reaped here, not reported
+        #: pid -> pidfd of the runners that are this process's own children (adopted): reaped by whoever waits for
+        #: their exit (``wait_exit`` polls the pidfd, ``exit_report`` has the event loop watch it), not reported
         self._adopted: dict[int, int] = {}
-        self._wake_r, self._wake_w = os.pipe()  # a new adopted runner for the reader thread to watch
-        os.set_blocking(self._wake_w, False)
-        self._wake: tuple[int, ...] = (self._wake_r, self._wake_w)  # still open (closed once: ``_end_adopted``)
+        #: runners cloned pid 1 of their own pid namespace (``born_pid1``)
+        self._pid1: set[int] = set()
         self._send_lock = threading.Lock()
         self._closed = False
         self._ready_by = time.monotonic() + start_timeout
@@ -114,6 +123,10 @@ class Zygote:
         self._ready = True
 
     def alive(self) -> bool:
+        """Running: once ready, as long as its control socket is open (the reader sees it close when the zygote
+        ends: no system call here, several times per execution); before, as its process says."""
+        if self._ready:
+            return not self._closed
         return not self._closed and self.proc.poll() is None
 
     def spawn(
@@ -145,12 +158,24 @@ class Zygote:
                 self._adopt(int(reply["pid"]))
             if reply.get("op") == "spawned" and int(reply["pid"]) not in self._exits:
                 self._children.add(int(reply["pid"]))
+            if reply.get("op") == "spawned" and reply.get("pid1") is True:
+                self._pid1.add(int(reply["pid"]))
         if reply.get("op") != "spawned":
             raise ZygoteError(f"zygote could not spawn: {reply.get('error')}")
         return int(reply["pid"])
 
+    def born_pid1(self, pid: int) -> bool:
+        """Whether the runner ``pid`` was cloned pid 1 of its own pid namespace (asked once, after its spawn): then
+        it is the process that runs the program, with no pid-1 child of its own to look for."""
+        with self._cond:
+            if pid in self._pid1:
+                self._pid1.discard(pid)
+                return True
+        return False
+
     def _adopt(self, pid: int) -> None:
-        """Watch an adopted runner (under ``_cond``): its pidfd wakes the reader thread when it ends."""
+        """Keep a pidfd of an adopted runner (under ``_cond``): its exit wakes whoever waits for it, with no
+        thread in between."""
         try:
             self._adopted[pid] = os.pidfd_open(pid)
         except OSError as exc:  # cannot be for our own unreaped child; never leave it unwatched
@@ -158,39 +183,41 @@ class Zygote:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             raise ZygoteError(f"cannot watch the runner: {exc}") from exc
-        if self._wake:  # under ``_cond``: not closed yet (full: the reader has a wake-up pending anyway)
-            with contextlib.suppress(BlockingIOError):
-                os.write(self._wake_w, b"\0")
 
-    def _reap_adopted(self, pid: int) -> None:
-        """Reap an adopted runner if it has ended (never waits): its exit report, as the zygote would send it."""
-        watcher = None
+    def _reap_adopted(self, pid: int) -> int | None:
+        """Reap an adopted runner if it has ended (never waits): its exit report, as the zygote would send it.
+        The pidfd of one still running (to wait on), else None."""
         with self._cond:
             pidfd = self._adopted.get(pid)
             if pidfd is None or self._closed:
-                return
+                return None
             try:
                 got, status, usage = os.wait4(pid, os.WNOHANG)
             except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored since): no status to report
                 got, status, usage = -1, 0, None
             if not got:
-                return
+                return pidfd
             del self._adopted[pid]
             os.close(pidfd)
             self._children.discard(pid)
+            self._pid1.discard(pid)
             if usage is not None:
                 cpu = usage.ru_utime + usage.ru_stime
                 self._exits[pid] = {"op": "exited", "pid": pid, "status": status, "cpu_time_s": cpu,
                                     "maxrss_kb": usage.ru_maxrss}  # fmt: skip
-                watcher = self._watchers.pop(pid, None)
             self._cond.notify_all()
-        if watcher is not None:
-            watcher()
+        return None
 
     def wait_exit(self, pid: int, timeout: float) -> dict[str, Any] | None:
-        """The exit report of a child (status, cpu_time_s, maxrss_kb), or None if none came in time."""
-        self._reap_adopted(pid)  # ended already: on this thread, with no wake-up of the reader's
+        """The exit report of a child (status, cpu_time_s, maxrss_kb), or None if none came in time. An adopted
+        runner's exit wakes this thread itself (its pidfd), which then reaps it."""
         deadline = time.monotonic() + timeout
+        while (pidfd := self._reap_adopted(pid)) is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self.alive():
+                return None
+            # In slices: a pidfd closed meanwhile (``close``) and its number reused is looked up again.
+            wait_fd(pidfd, min(remaining, ADOPTED_POLL_S))
         with self._cond:
             while pid not in self._exits:
                 remaining = deadline - time.monotonic()
@@ -222,38 +249,25 @@ class Zygote:
             if pid in self._exits or self._closed:
                 settle()
             else:
-                self._watchers[pid] = wake
+                self._watchers[pid] = wake  # a report, or the zygote gone
+            pidfd = self._adopted.get(pid)
+        if pidfd is not None:  # an adopted runner: the loop itself watches for its end
+            loop.add_reader(pidfd, settle)
         # a plain timer, not ``wait_for``: the report resumes this task in the loop iteration that got it
         timer = loop.call_later(timeout, settle)
         try:
             await arrived
         finally:
             timer.cancel()
+            if pidfd is not None:
+                loop.remove_reader(pidfd)
             with self._cond:
                 self._watchers.pop(pid, None)
         return self.wait_exit(pid, 0.0)
 
     def _read_loop(self) -> None:
-        poller, watched = select.poll(), {self._sock.fileno(), self._wake_r}
-        for fd in watched:
-            poller.register(fd, select.POLLIN)
-        while True:
-            with self._cond:
-                adopted = dict(self._adopted)
-            for fd in set(adopted.values()) - watched:
-                poller.register(fd, select.POLLIN)
-            for fd in watched - set(adopted.values()) - {self._sock.fileno(), self._wake_r}:
-                poller.unregister(fd)
-            watched = {self._sock.fileno(), self._wake_r, *adopted.values()}
-            ready = {fd for fd, _ in poller.poll()}
-            if self._sock.fileno() in ready and not self._receive():
-                break
-            if self._wake_r in ready:
-                with contextlib.suppress(OSError):  # closed: the zygote is closing
-                    os.read(self._wake_r, 4096)
-            for pid, pidfd in adopted.items():
-                if pidfd in ready:
-                    self._reap_adopted(pid)
+        while self._receive():
+            pass
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -314,26 +328,13 @@ class Zygote:
 
     def _end_adopted(self) -> None:
         """Kill and reap the adopted runners still here (the zygote killed them too, when it saw the hang-up):
-        they are this process's children, and no report of them is wanted any more. Then close the reader's
-        wake-up pipe, once, and only after the reader has stopped: a descriptor closed twice, or under a
-        thread still using it, may by then be another thread's (a ``Popen``'s error pipe)."""
+        they are this process's children, and no report of them is wanted any more."""
         with self._cond:
             adopted, self._adopted = self._adopted, {}
-            wake, self._wake = self._wake, ()
         for pid, pidfd in adopted.items():
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            poller = select.poll()
-            poller.register(pidfd, select.POLLIN)
-            poller.poll(5000)
+            wait_fd(pidfd, 5.0)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             os.close(pidfd)
-        reader = getattr(self, "_reader", None)
-        if reader is not None and reader is not threading.current_thread():
-            reader.join(timeout=5.0)
-            if reader.is_alive():  # still polling them: leave the two descriptors open rather than risk it
-                return
-        for fd in wake:
-            with contextlib.suppress(OSError):
-                os.close(fd)

@@ -11,10 +11,11 @@ namespace's ``chroot``); drops to the sandbox user with no capability; sets ``no
 rlimits and a seccomp filter: the sandbox's own, minus what its runners need (``clone`` but no thread,
 ``mount``, ``chroot``, ``capset``), compiled on the host (``sandbox/seccomp.zygote_filter``).
 
-Each runner is cloned straight into namespaces of its own (``clone_runner``: a user namespace whose parent is
-the host's, so it holds no capability over anything the zygote can see, and pid, mount, network, IPC and UTS
-namespaces owned by it: pid 1 at once, no second process), maps its ids, mounts its own tmpfs root, drops the
-capabilities and stacks the full sandbox filter on the zygote's (``lockdown.lock_down`` with ``entered``).
+Each runner is cloned straight into namespaces of its own (``lockdown.clone_runner`` of ``RUNNER_NAMESPACES``:
+a user namespace whose parent is the host's, so it holds no capability over anything the zygote can see, and
+pid, mount, network, IPC and UTS namespaces owned by it: pid 1 at once, no second process), maps its ids,
+mounts its own tmpfs root, drops the capabilities and stacks the full sandbox filter on the zygote's
+(``lockdown.lock_down`` with ``entered``).
 ``kill`` stays refused to the zygote: its runners die with it (their parent-death signal).
 """
 # ruff: noqa: PTH103
@@ -23,7 +24,6 @@ capabilities and stacks the full sandbox filter on the zygote's (``lockdown.lock
 from __future__ import annotations
 
 import base64
-import ctypes
 import os
 import resource
 from typing import Any
@@ -61,15 +61,15 @@ MAX_PROCESSES = 1024
 #: Descriptors a confined zygote may hold (it moves a runner's four above 100 before wiring them).
 ZYGOTE_FILES = 256
 PR_SET_CHILD_SUBREAPER, MNT_DETACH = 36, 2
-#: (pivot_root, clone) system call numbers per machine; elsewhere a zygote is not confined (there is none).
-SYSCALLS = {"x86_64": (155, 56), "aarch64": (41, 220)}
-_SYS_PIVOT_ROOT, _SYS_CLONE = SYSCALLS.get(os.uname().machine, (-1, -1))
+#: pivot_root's system call number per machine; elsewhere a zygote is not confined (its runners' raw clone,
+#: ``lockdown.clone_runner``, is not known there either).
+SYSCALLS = {"x86_64": 155, "aarch64": 41}
+_SYS_PIVOT_ROOT = SYSCALLS.get(os.uname().machine, -1)
 
 
 #: What a confined zygote's runner is cloned into: namespaces of its own, pid 1 of its pid namespace at once (a
 #: rootless runner unshares them and forks a second process to be that pid 1).
 RUNNER_NAMESPACES = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-_SIGCHLD = 17
 
 
 class ConfineFailed(Exception):
@@ -89,7 +89,7 @@ def confine(boot: dict[str, Any], site: str) -> dict[str, bool]:
     spec = boot.get("confine")
     if not isinstance(spec, dict) or not isinstance(spec.get("root"), str) or os.geteuid() != 0:
         raise ConfineFailed("an environment zygote is confined only when started as root with a root directory")
-    if _SYS_CLONE < 0:
+    if _SYS_PIVOT_ROOT < 0:
         raise ConfineFailed(f"no environment zygote on {os.uname().machine} (its system calls are not known here)")
     libc, limits = _libc(), boot["limits"]
     uid, gid = int(boot.get("drop_to_uid") or 65534), int(boot.get("drop_to_gid") or 65534)
@@ -146,24 +146,6 @@ def _rlimits(limits: dict[str, Any]) -> None:
         (resource.RLIMIT_NPROC, MAX_PROCESSES),
     ):
         resource.setrlimit(res, (value, value))
-
-
-def clone_runner() -> int:
-    """``os.fork``, with the child in a new user namespace (and, owned by it, new pid, mount, network, IPC and
-    UTS namespaces): the zygote needs no capability for that, and the child is pid 1 of its own pid namespace
-    with no second process. The interpreter's fork hooks run as ``os.fork`` runs them; the zygote is single
-    threaded (its filter refuses threads), which a raw ``clone`` needs."""
-    api, libc = ctypes.pythonapi, ctypes.PyDLL(None, use_errno=True)  # the GIL held throughout, as in os.fork
-    api.PyOS_BeforeFork()
-    pid = libc.syscall(_SYS_CLONE, RUNNER_NAMESPACES | _SIGCHLD, 0, 0, 0, 0)
-    if pid == 0:
-        api.PyOS_AfterFork_Child()
-        return 0
-    err = ctypes.get_errno()
-    api.PyOS_AfterFork_Parent()
-    if pid < 0:
-        raise OSError(err, f"clone: {os.strerror(err)}")
-    return int(pid)
 
 
 def strays() -> list[int]:

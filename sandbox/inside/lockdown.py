@@ -213,21 +213,28 @@ _SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 _CLONE_WORKS: list[bool] = []
 
 
-def fork_as_pid1(adopted: bool = False) -> int:
-    """``os.fork``, but the child is born pid 1 of a new pid namespace (``clone(CLONE_NEWPID | SIGCHLD)``),
-    so its lock-down needs no second fork (``_become_pid1``): one process per runner. ``adopted``: the child
-    of the caller's parent (``CLONE_PARENT``: a zygote's runner is then the host's own child, which reaps it
-    and reads its exit status and usage from the kernel, with no report to wait for). Python's own fork
-    bookkeeping runs around the call (``PyOS_BeforeFork`` and the ``AfterFork`` of each side: the import lock,
-    ``os.register_at_fork`` hooks such as ``random``'s reseed), with the GIL held throughout (``PyDLL``). Only
-    for a single-threaded caller (a zygote: ``preload`` refuses threads). Returns -1 where it cannot be had
-    (another architecture, no privilege for the namespace): the caller forks as before."""
+def clone_runner(namespaces: int = 0, adopted: bool = False, required: bool = False) -> int:
+    """``os.fork``, but the child is born in new ``namespaces`` and always a new pid namespace (pid 1 of its own
+    pid namespace, so its lock-down needs no second fork, ``_become_pid1``: one process per runner).
+
+    Both kinds of zygote clone their runners here: a plain one with the pid namespace alone (the lock-down
+    unshares the rest), a confined one (``confine.RUNNER_NAMESPACES``) straight into a user namespace of the
+    runner's own owning all the others, which needs no capability. ``adopted``: the child of the caller's parent
+    (``CLONE_PARENT``: the runner is then the host's own child, which reaps it and reads its exit status and
+    usage from the kernel, with no report to wait for). Python's own fork bookkeeping runs around the call
+    (``PyOS_BeforeFork`` and the ``AfterFork`` of each side: the import lock, ``os.register_at_fork`` hooks such
+    as ``random``'s reseed), with the GIL held throughout (``PyDLL``). Only for a single-threaded caller (a
+    zygote: ``preload`` refuses threads, a confined one's filter too). Returns -1 where it cannot be had
+    (another architecture, no privilege for the namespace, never worked here): the caller forks as before;
+    ``required``, it raises OSError instead."""
     number = _SYS_CLONE.get(os.uname().machine)
-    if number is None or _CLONE_WORKS == [False]:
+    if not required and (number is None or _CLONE_WORKS == [False]):
         return -1
+    if number is None:
+        raise OSError(errno.ENOSYS, f"no raw clone on {os.uname().machine}")
     api, raw = ctypes.pythonapi, ctypes.PyDLL(None, use_errno=True).syscall
     raw.restype = ctypes.c_long
-    flags = CLONE_NEWPID | (CLONE_PARENT if adopted else 0) | signal.SIGCHLD
+    flags = namespaces | CLONE_NEWPID | (CLONE_PARENT if adopted else 0) | signal.SIGCHLD
     api.PyOS_BeforeFork()
     pid = raw(ctypes.c_long(number), ctypes.c_ulong(flags), None, None, None, None)
     if pid == 0:
@@ -235,9 +242,9 @@ def fork_as_pid1(adopted: bool = False) -> int:
         return 0
     err = ctypes.get_errno()
     api.PyOS_AfterFork_Parent()
-    if not _CLONE_WORKS:
+    if not _CLONE_WORKS and not required:
         _CLONE_WORKS.append(pid > 0)
-    if pid < 0 and _CLONE_WORKS == [True]:  # it worked before: a real failure (no memory, no pids left)
+    if pid < 0 and (required or _CLONE_WORKS == [True]):  # it worked before: a real failure (no memory, pids)
         raise OSError(err, f"clone: {os.strerror(err)}")
     return int(pid)
 
@@ -289,7 +296,7 @@ def lock_down(boot: dict[str, Any], host_channel_fd: int | None = None) -> tuple
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     pid_ns = in_userns = False
     entered = boot.get("entered")  # cloned into its namespaces by a confined zygote, which ran as these ids
-    born_pid1 = os.getpid() == 1 and not isinstance(entered, list)  # cloned pid 1 by a zygote (``fork_as_pid1``)
+    born_pid1 = os.getpid() == 1 and not isinstance(entered, list)  # cloned pid 1 by a zygote (``clone_runner``)
     if boot.get("namespaces") and isinstance(entered, list):
         pid_ns = in_userns = _entered_namespaces(inner, (int(entered[0]), int(entered[1])), active, errors)
         owner = inner
@@ -334,7 +341,8 @@ def _enter_namespaces(
 def _entered_namespaces(
     inner: tuple[int, int], outer: tuple[int, int], active: dict[str, bool], errors: list[str]
 ) -> bool:
-    """Already in namespaces of its own (``confine.clone_runner``): only its ids to map; whether it could."""
+    """Already in namespaces of its own (a confined zygote's ``clone_runner``): only its ids to map; whether it
+    could."""
     try:
         _map_ids(inner, outer)
     except OSError as exc:

@@ -16,11 +16,13 @@ from typing import Any
 
 from . import confine, preload, tripwire
 from .lazycontext import encode
-from .lockdown import PR_SET_PDEATHSIG, fork_as_pid1
+from .lockdown import PR_SET_PDEATHSIG, clone_runner
 from .serving import prepare, serve
 from .wire import MAX_BOOT_BYTES
 
 CHILD_RESULT_FD = 3
+#: Whether the last runner was cloned pid 1 of its own pid namespace (not forked: ``clone_runner`` refused).
+_CLONED: list[bool] = [False]
 
 
 def _send(sock: Any, message: dict[str, Any]) -> None:
@@ -33,8 +35,8 @@ def _spawn_child(
     """Fork a runner whose stdin, stdout, stderr and result channel are the four descriptors received; its
     pid, and whether it is the host's child (``adopt`` asked and granted) rather than this zygote's.
 
-    A confined zygote clones it straight into namespaces of its own (``confine.clone_runner``). Otherwise the
-    runner is born pid 1 of its own pid namespace where the kernel allows it (``fork_as_pid1``): then it is the
+    A confined zygote clones it straight into namespaces of its own (``clone_runner`` with every namespace).
+    Otherwise the runner is born pid 1 of its own pid namespace where the kernel allows it: then it is the
     only process of the sandbox. Adopted, the host reaps it (its exit status and usage straight from the
     kernel, no report from here); otherwise this zygote does and reports, and the runner dies with it (its
     parent-death signal: not for an adopted one, whose parent is a host *thread*). Either way the zygote kills
@@ -42,7 +44,8 @@ def _spawn_child(
     runner started directly does."""
     confined = bool(boot.get("confined"))
     adopt = request.get("adopt") is True and not confined
-    pid = confine.clone_runner() if confined else fork_as_pid1(adopted=adopt)
+    pid = clone_runner(confine.RUNNER_NAMESPACES if confined else 0, adopted=adopt, required=confined)
+    _CLONED[:] = [pid > 0]
     if pid < 0:
         adopt, pid = False, os.fork()
     if pid:
@@ -141,11 +144,25 @@ def zygote(control_fd: int) -> int:
 
 
 def _adopt(pid: int, adopted: dict[int, int], children: set[int]) -> None:
-    """Keep a pidfd of a runner the host reaps, to kill it if the host hangs up (never a reused pid)."""
+    """Keep a pidfd of a runner the host reaps, to kill it if the host hangs up (never a reused pid). Not
+    watched: its end does not wake this zygote; the pidfds of the ended ones are closed at the next spawn."""
+    _prune(adopted)
     try:
         adopted[os.pidfd_open(pid)] = pid
     except OSError:  # cannot be: it is not reaped before the host hears of it; by pid then, as before
         children.add(pid)
+
+
+def _prune(adopted: dict[int, int]) -> None:
+    """Close the pidfds of the adopted runners that ended (readable: no wait)."""
+    if not adopted:
+        return
+    poller = select.poll()
+    for pidfd in adopted:
+        poller.register(pidfd, select.POLLIN)
+    for pidfd, _ in poller.poll(0):
+        adopted.pop(pidfd, None)
+        os.close(pidfd)
 
 
 def _report_exits(sock: Any, children: set[int]) -> None:
@@ -166,10 +183,7 @@ def _zygote_loop(
     sock: Any, boot: dict[str, Any], proxies: dict[str, Any], wake_r: int, children: set[int], adopted: dict[int, int]
 ) -> int:
     while True:
-        readable, _, _ = select.select([sock.fileno(), wake_r, *adopted], [], [])
-        for pidfd in [fd for fd in readable if fd in adopted]:  # an adopted runner ended: the host reaps it
-            adopted.pop(pidfd)
-            os.close(pidfd)
+        readable, _, _ = select.select([sock.fileno(), wake_r], [], [])
         if wake_r in readable:
             os.read(wake_r, 4096)
         _report_exits(sock, children)
@@ -187,7 +201,10 @@ def _zygote_loop(
                     _adopt(pid, adopted, children)
                 else:
                     children.add(pid)
-                _send(sock, {"op": "spawned", "id": request.get("id"), "pid": pid, "adopted": host_reaps})
+                # pid1: cloned pid 1 of its own pid namespace (``clone_runner``), so its lock-down forks no child
+                # and the process the host checks is this one
+                _send(sock, {"op": "spawned", "id": request.get("id"), "pid": pid, "adopted": host_reaps,
+                             "pid1": _CLONED[-1]})  # fmt: skip
             except (OSError, ValueError) as exc:
                 _send(sock, {"op": "failed", "id": request.get("id"), "error": str(exc)})
             finally:

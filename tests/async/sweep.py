@@ -89,9 +89,10 @@ class Spawns:
 
 
 def dead(worker: Worker) -> bool:
-    """Killed, reaped and cleaned up: ``destroy`` ran (its descriptors closed, its work directory removed)."""
+    """Killed, reaped and cleaned up: ``destroy`` ran (its descriptors closed, a work directory of its own
+    removed: the backend's shared mount point stays until the backend closes)."""
     w: Any = worker
-    return w._destroyed and not w._workdir.exists() and not alive({w.pid})
+    return w._destroyed and not (w.owns_workdir and w._workdir.exists()) and not alive({w.pid})
 
 
 async def ended(workers: list[Worker]) -> bool:

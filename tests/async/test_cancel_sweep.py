@@ -25,6 +25,7 @@ import pytest
 from sandforge.sandbox import AsyncSandbox, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox.backends.base import Worker
 from sandforge.sandbox.backends.subprocess_backend import SubprocessWorker
+from sandforge.sandbox.zygote import wait_fd
 
 from .sweep import Spawns, Sweep, ended, left_alive
 
@@ -119,8 +120,8 @@ def test_a_call_that_finished_before_cancel_keeps_its_outcome(monkeypatch: pytes
 
 def hold_up_after_send(monkeypatch: pytest.MonkeyPatch, sweep: Sweep) -> list[bool]:
     """After the request is sent, block (as a loop thread that lost the GIL would) until the worker has
-    answered and exited and its zygote has reported the exit: all the execution waits for is in before its
-    first poll."""
+    answered and exited (its pidfd readable, the host reaping an adopted runner itself; or its zygote's report
+    in): all the execution waits for is in before its first poll."""
     from sandforge.sandbox import exchange
 
     send = exchange.send_execute
@@ -133,7 +134,8 @@ def hold_up_after_send(monkeypatch: pytest.MonkeyPatch, sweep: Sweep) -> list[bo
         deadline = time.monotonic() + GUARD_S
         while time.monotonic() < deadline:
             with zygote._cond:
-                if worker.pid in zygote._exits:  # type: ignore[attr-defined]
+                pidfd = zygote._adopted.get(worker.pid)  # type: ignore[attr-defined]
+                if worker.pid in zygote._exits or (pidfd is not None and wait_fd(pidfd, 0.0)):  # type: ignore[attr-defined]
                     held.append(True)
                     return
             time.sleep(0.002)

@@ -119,4 +119,5 @@ def test_awaited_executions_leave_no_work_directory_after_close(zygote: bool, mo
                 return [await asb.execute(ExecutionRequest(code="return 6 * 7")) for _ in range(5)]
 
     assert [o.value for o in asyncio.run(main())] == [42] * 5
-    assert len(made) >= 5 and [p for p in made if p.exists()] == []
+    # one directory, the backend's mount point for every worker's private root (``SubprocessBackend.mount_point``)
+    assert len(made) >= 1 and [p for p in made if p.exists()] == []

@@ -8,6 +8,7 @@ is never the program's ``execution`` error; a zygote evicted while its children 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 import time
@@ -18,6 +19,7 @@ import psutil
 import pytest
 
 from sandforge.sandbox import ErrorType, ExecutionOutcome, ExecutionRequest, Limits, Sandbox, SandboxConfig
+from sandforge.sandbox.backends import subprocess_backend
 from sandforge.sandbox.backends.docker_backend import ContainerWorker, DockerBackend
 from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend, SubprocessWorker
 from sandforge.sandbox.zygote import Zygote
@@ -38,7 +40,12 @@ def kill_starts(monkeypatch: pytest.MonkeyPatch, backend: str, times: int) -> li
         def killing_spawn(self: Zygote, *args: Any, **kwargs: Any) -> int:
             pid = spawn(self, *args, **kwargs)
             if len(killed) < times:
+                pidfd = os.pidfd_open(pid)
                 os.kill(pid, signal.SIGKILL)  # its own process group may not exist yet (setsid comes first)
+                # Dead before the host looks at it: a SIGKILL the runner has not had a core to act on yet (under
+                # load) leaves a live, walled, ready process, which the host rightly hands out.
+                select.select([pidfd], [], [], 30.0)
+                os.close(pidfd)
                 killed.append(str(pid))
             return pid
 
@@ -76,6 +83,29 @@ def test_a_worker_killed_while_starting_twice_is_sandbox_unavailable_and_retriab
         assert len(killed) == 2  # retried once, not more
         assert outcome.error_type == ErrorType.SANDBOX_UNAVAILABLE and outcome.retriable, outcome
         assert sb.execute(ExecutionRequest(code="return 2")).value == 2  # the next one starts clean
+
+
+def test_a_worker_that_dies_after_its_ready_report_is_a_start_that_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed between its ready report and the host's check of its walls (under load, the OOM killer), a worker
+    shows no walls: that is a start that failed (retried once, unseen), not a machine without protections."""
+    check = subprocess_backend.verify_protections
+    killed: list[int] = []
+
+    def killed_first(pid: int, *args: Any, **kwargs: Any) -> dict[str, bool]:
+        if not killed:
+            pidfd = os.pidfd_open(pid)
+            os.kill(pid, signal.SIGKILL)
+            select.select([pidfd], [], [], 30.0)  # dead (a zombie) before its walls are read
+            os.close(pidfd)
+            killed.append(pid)
+        return check(pid, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess_backend, "verify_protections", killed_first)
+    with Sandbox(SandboxConfig(pool_size=0)) as sb:
+        outcome = sb.execute(ExecutionRequest(code="return 6 * 7"))
+    assert len(killed) == 1
+    assert outcome.ok and outcome.value == 42, outcome.error_message
+    assert "died while starting" in outcome.metadata["sandbox_retried"], outcome.metadata
 
 
 def run_aside(execute: Callable[[], ExecutionOutcome]) -> tuple[threading.Thread, list[ExecutionOutcome]]:

@@ -173,13 +173,32 @@ def test_host_measures_usage_not_the_sandbox() -> None:
 
 
 def test_workdir_is_removed_afterwards() -> None:
+    """What a program writes stays in its own root: the host directory its root is mounted on (the backend's,
+    shared by its workers) holds nothing of it, and is removed with the backend."""
     backend = SubprocessBackend(SandboxConfig(pool_size=0), runner=ESCAPED)
     try:
         worker = backend.spawn(LIMITS)
         workdir = worker._workdir
-        assert workdir.is_dir()
+        assert workdir.is_dir() and not worker.owns_workdir
         out = worker.execute(ExecutionRequest(code="open('/scratch', 'w').write('x')\nreturn 1", limits=LIMITS), None)
         assert out.ok, out.error_message
-        assert not workdir.exists()
+        assert list(workdir.iterdir()) == []
+    finally:
+        backend.close()
+    assert not workdir.exists()
+
+
+def test_a_worker_without_an_enforced_private_root_has_a_workdir_of_its_own() -> None:
+    """Where the private root is waived, a runner may work in its host directory: then no two share one, and
+    each is removed with its worker."""
+    backend = SubprocessBackend(SandboxConfig(pool_size=0, allow_missing=["private_root"]), runner=ESCAPED)
+    try:
+        first, second = backend.spawn(LIMITS), backend.spawn(LIMITS)
+        assert first.owns_workdir and second.owns_workdir and first._workdir != second._workdir
+        out = first.execute(ExecutionRequest(code="return 1", limits=LIMITS), None)
+        assert out.ok, out.error_message
+        assert not first._workdir.exists()
+        second.destroy()
+        assert not second._workdir.exists()
     finally:
         backend.close()
