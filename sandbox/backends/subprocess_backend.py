@@ -22,7 +22,7 @@ from pathlib import Path
 import RestrictedPython
 
 from sandforge.sandbox import boot, leftovers, protections, seam, verify
-from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
+from sandforge.sandbox.channel import SocketIO, Stream, result_channel, socket_channel
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.environment import MountedEnvironment, require_mounted
 from sandforge.sandbox.envzygotes import ConfinedZygote, EnvZygotes, confinable
@@ -78,12 +78,12 @@ class SubprocessWorker:
         if not rootless(config):
             os.chown(self._workdir, config.sandbox_uid, config.sandbox_gid)
         stdin_sock, stdin_r = socket_channel()
-        result_r, result_w = os.pipe()
-        widen_pipe(result_r)
+        result_sock, result_w = result_channel()  # a socket: large output files come back as descriptors
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        self._read_fds = (result_r, out_r, err_r)
-        self.io = SocketIO(stdin_sock, {result_r: "result", out_r: "stdout", err_r: "stderr"})
+        self._read_fds = (out_r, err_r)
+        streams: dict[int, Stream] = {result_sock.fileno(): "result", out_r: "stdout", err_r: "stderr"}
+        self.io = SocketIO(stdin_sock, streams, result_sock)
         try:
             if zygote is not None:
                 booted = environment.boot(bind=True).model_dump() if environment is not None else None
