@@ -47,6 +47,10 @@ class WorkerIO(abc.ABC):
     passes_fds: ClassVar[bool] = False
     #: A hand-off directory the worker confirmed (``sandbox/handoff.py``): large values are written there.
     handoff: HandoffDir | None = None
+    #: Large input files go as frames the runner writes onto its disk as they come, not as memfds or hand-off
+    #: files: where that disk takes huge pages (the subprocess backend's tmpfs) this is the cheaper way in, since
+    #: filling a memfd costs a small page per 4 KiB (``docs/files.md``, "How the bytes cross").
+    streams_inputs: bool = False
 
     @abc.abstractmethod
     def send(self, data: bytes, deadline: float | None = None) -> None: ...

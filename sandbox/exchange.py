@@ -438,7 +438,8 @@ def send_execute(
     framed_files = [body for name, body in request.files.items() if name not in sent_files]
     header = encode_frame(frame, max_bytes)
     total = len(header) + context.nbytes + HEADER.size * (len(context) - len(passed))
-    total += sum(HEADER.size + len(body) for body in framed_files)
+    # A large input's frame goes onto the runner's disk as it comes: the files' limits bound it, not this one.
+    total += sum(HEADER.size + len(body) for body in framed_files if len(body) < SEALED_MIN_BYTES)
     if total > max_bytes:
         raise ProtocolError(f"the request of {total} bytes exceeds the {max_bytes}-byte limit")
     pending = bytearray(header)
@@ -469,12 +470,12 @@ def _pass_files(
     """The input files that travel as the context's large values do (the descriptors left after the
     context's, largest first): each as a sealed memfd appended to ``fds`` (``io.passes_fds``) or a file of the
     hand-off directory (``io.handoff``), by the index announced as ``[name, length, index]``. Both are made
-    from the request's bytes by one write (a 10 MB file costs a few ms, against tens as frames through the
-    channel); the runner copies each onto its disk with ``sendfile`` before the program runs. Returns the
-    indices by name, and the memfds to keep open until the frame is sent. Where neither is possible (no
-    memfd, the hand-off directory full), the file goes as a frame."""
+    from the request's bytes by one write; the runner copies each onto its disk before the program runs.
+    Returns the indices by name, and the memfds to keep open until the frame is sent. Where neither is
+    possible (no memfd, the hand-off directory full), or the channel streams inputs (``io.streams_inputs``),
+    the file goes as a frame, which the runner writes onto its disk as it comes."""
     room = limit - first
-    if room <= 0 or not (io.passes_fds or io.handoff is not None):
+    if room <= 0 or io.streams_inputs or not (io.passes_fds or io.handoff is not None):
         return {}, []
     large = sorted((n for n, b in request.files.items() if len(b) >= SEALED_MIN_BYTES),
                    key=lambda n: -len(request.files[n]))[:room]  # fmt: skip

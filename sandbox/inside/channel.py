@@ -76,7 +76,7 @@ def close_fds(fds: list[int]) -> None:
             os.close(fd)
 
 
-def _read_exact(src: int | Channel, size: int) -> bytearray:
+def read_exact(src: int | Channel, size: int) -> bytearray:
     """Exactly ``size`` bytes, read straight into one buffer (a 10 MB context is copied once, not twice)."""
     buf = bytearray(size)
     view = memoryview(buf)
@@ -91,16 +91,16 @@ def _read_exact(src: int | Channel, size: int) -> bytearray:
 
 
 def read_raw_frame(src: int | Channel, max_bytes: int) -> bytearray:
-    (size,) = HEADER.unpack(_read_exact(src, HEADER.size))
+    (size,) = HEADER.unpack(read_exact(src, HEADER.size))
     if size > max_bytes:
         raise ValueError(f"frame of {size} bytes exceeds the limit")
-    return _read_exact(src, size)
+    return read_exact(src, size)
 
 
 def read_bytes_frame(src: int | Channel, max_bytes: int) -> bytes:
     """``read_raw_frame`` as ``bytes``, usually without the buffer and the copy (a fetch's body: 1 MiB is
     otherwise moved twice in the sandbox)."""
-    (size,) = HEADER.unpack(_read_exact(src, HEADER.size))
+    (size,) = HEADER.unpack(read_exact(src, HEADER.size))
     if size > max_bytes:
         raise ValueError(f"frame of {size} bytes exceeds the limit")
     if not size:  # an empty input file: a socket's recvmsg of 0 bytes with MSG_WAITALL would wait for the next frame
@@ -110,7 +110,7 @@ def read_bytes_frame(src: int | Channel, max_bytes: int) -> bytes:
         return first
     if not first:
         raise EOFError("channel closed")
-    return first + _read_exact(src, size - len(first))
+    return first + read_exact(src, size - len(first))
 
 
 def read_frame(src: int | Channel, max_bytes: int) -> dict[str, Any]:
@@ -300,7 +300,7 @@ def send_file(out_fd: int, body: FileBody) -> None:
 
     Measured here (10 MB from a memfd onto the sandbox's huge-page tmpfs): ``os.sendfile`` and a mapping
     both take ~11 ms, reading into this reused buffer and writing from it ~4 ms (``docs/files.md``)."""
-    buffer = _buffer()
+    buffer = copy_buffer()
     view = memoryview(buffer)
     sent = 0
     while sent < body.size:
@@ -314,7 +314,7 @@ def send_file(out_fd: int, body: FileBody) -> None:
 _BUFFER: list[bytearray] = []
 
 
-def _buffer() -> bytearray:
+def copy_buffer() -> bytearray:
     """The runner's one copy buffer (1 MiB), made on first use and reused: its pages are touched once."""
     if not _BUFFER:
         _BUFFER.append(bytearray(1 << 20))

@@ -244,7 +244,8 @@ def _encode_result(result: Result, max_bytes: int, passing: bool = False) -> tup
             return [encode({"type": "result", "status": "error", "error": error})], []
     body = b'{"value":' + result.value + b"," + rest[1:]
     texts: list[bytes | FileBody] = [text for _, text in result.changed]
-    texts += [data for name, data in result.files if all(name != other for other, _ in passed)]
+    texts += [data for name, data in result.files
+              if isinstance(data, bytes | FileBody) and all(name != other for other, _ in passed)]  # fmt: skip
     total = len(body) + sum(HEADER.size + len(text) for text in texts)
     if total <= max_bytes:
         return [body, *texts], [fd_body.fd for _, fd_body in passed if isinstance(fd_body, FileBody)]
@@ -334,7 +335,7 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
     passed: dict[int, int] = {}  # the input files' sealed memfds, by index, until files.receive takes them
     try:
         frame, raw_context = read_execute(channel, max_bytes, handoff, passed)
-        inputs = files.receive(channel, frame, max_bytes, passed, handoff)
+        inputs = files.receive(channel, frame, max_bytes, passed, handoff, int(boot["limits"]["max_files_bytes"]))
     except PassedTextError as exc:
         frame, raw_context = {"type": "invalid", "error": str(exc)}, {}
     except (EOFError, ValueError, json.JSONDecodeError):
