@@ -3,7 +3,9 @@ channels the subprocess, runc and runsc backends share (Docker's attach socket i
 
 ``sandbox/exchange.py`` speaks the protocol over any ``WorkerIO``; what a channel can do beyond sending and
 polling is stated on the type, not probed: ``passes_fds`` (large context values travel as sealed memfds),
-``handoff`` (they are written to a hand-off directory the worker confirmed) and ``unread()``.
+``handoff`` (they are written to a hand-off directory the worker confirmed), ``streams_inputs`` (large input
+files go as frames the runner writes to its disk), ``take_fds()`` (descriptors that came on the result channel:
+large output files) and ``unread()``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Large files cross without being copied through the channel (issue 41's benchmark): an input file of 64 KiB
-or more travels as a sealed memfd (subprocess, runc) or a hand-off file (docker, gvisor, runsc), which the
+or more travels as a sealed memfd (runc, and subprocess with ``STREAMS_INPUTS`` off: ``memfd_inputs``; by
+default subprocess streams it, ``test_files_streamed.py``) or a hand-off file (docker, gvisor, runsc), which the
 runner copies onto its disk before the program runs; a large output is sent from the file the collector
 checked, exactly the size it announced. Every guarantee of the frames they replace holds, and each test here
 fails on a deliberately broken variant: an unsealed memfd, a memfd left open for the program, an output
