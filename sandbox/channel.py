@@ -263,6 +263,12 @@ class SocketIO(PipeIO):
                 self._fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
         if flags & socket.MSG_CTRUNC:
             self._truncated = True
+        if len(self._fds) > MAX_RECEIVED_FDS:  # a sandbox sending descriptors on every byte: held at most so many
+            for fd in self._fds[MAX_RECEIVED_FDS:]:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            del self._fds[MAX_RECEIVED_FDS:]
+            self._truncated = True
         return chunk
 
     def take_fds(self) -> tuple[list[int], bool]:
@@ -315,8 +321,9 @@ def _ioctl_int(fd: int, request: int) -> int:
     return value
 
 
-#: At most this many descriptors are taken from one read of a result socket (the runner passes at most
-#: ``MAX_PASSED_FDS`` in all); the kernel closes any more than fit (``take_fds`` then says truncated).
+#: At most this many descriptors are held from a result socket between two ``take_fds`` (the runner passes at
+#: most ``MAX_PASSED_FDS`` in all); any more are closed at once (and ``take_fds`` says truncated), so a sandbox
+#: sending descriptors with every byte cannot fill the host's descriptor table.
 MAX_RECEIVED_FDS = 16
 
 

@@ -21,6 +21,7 @@ import pytest
 from sandforge.sandbox import ErrorType, ExecutionRequest, Limits, SandboxConfig
 from sandforge.sandbox import exchange as exchange_module
 from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
+from sandforge.sandbox.channel import MAX_RECEIVED_FDS, SocketIO, result_channel
 from sandforge.sandbox.exchange import run_exchange
 from sandforge.sandbox.files import PassedOutputRefused, read_passed_output
 from tests.sandbox.test_context_protocol import ScriptedIO, frame, result
@@ -179,6 +180,29 @@ def test_a_descriptor_after_the_result_is_a_violation(shm_file: Callable[[bytes]
     assert ex.failure is not None and ex.failure[0] == ErrorType.SANDBOX_VIOLATION
     assert ex.security_event is not None and ex.security_event.event == "data_after_result"
     assert _closed(fd) and _closed(late)
+
+
+def test_a_flood_of_descriptors_is_held_at_the_bound_and_the_rest_closed() -> None:
+    """A sandbox attaching descriptors to every byte it writes on the result socket: the host holds at most
+    ``MAX_RECEIVED_FDS`` of them and says so (truncated: a violation at the result), closing the rest at once."""
+    host, sandbox_end = result_channel()
+    io = SocketIO(socket.socket(fileno=os.dup(host.fileno())), {host.fileno(): "result"}, host)
+    sandbox = socket.socket(fileno=sandbox_end)
+    before = len(os.listdir("/proc/self/fd"))
+    try:
+        for _ in range(10):
+            socket.send_fds(sandbox, [b"x"], [sandbox.fileno()] * 8)
+        received = b""
+        while len(received) < 10:
+            received += b"".join(chunk for _, chunk in io.poll(1.0))
+        assert len(os.listdir("/proc/self/fd")) <= before + MAX_RECEIVED_FDS
+        fds, truncated = io.take_fds()
+        assert len(fds) == MAX_RECEIVED_FDS and truncated
+        for fd in fds:
+            os.close(fd)
+    finally:
+        sandbox.close()
+        io.close()
 
 
 def test_read_passed_output_refuses_a_file_that_changed_size_while_read(
