@@ -78,7 +78,8 @@ def _stage(tmp_path: Path, announced: int, data: bytes, fds: list[int] | None = 
     except ValueError as exc:
         return exc
     finally:
-        os.close(channel.fd)
+        assert channel.sock is not None
+        channel.sock.close()  # the socket object owns the descriptor: closing it by number would close it twice
         sender.join()
     try:
         (name, body), small = received
