@@ -219,8 +219,8 @@ def _encode_result(result: Result, max_bytes: int, passing: bool = False) -> tup
     """The result's frames: the header (the value's text spliced in, not encoded twice), then one frame per
     changed key and one per output file (a large one sent from its file), and the descriptors to attach to
     the header: with ``passing`` (the result channel carries descriptors, the disk is in memory), each large
-    output file goes as the descriptor the collector checked (``files_passed``), not as a frame. A result that does not
-    fit ``max_bytes`` in all becomes an output_limit error."""
+    output file goes as the descriptor the collector checked (``files_passed``), not as a frame. A result
+    that does not fit ``max_bytes`` in all becomes an output_limit error."""
     header = result.header
     header["context_changed"] = [[key, len(body)] for key, body in result.changed]
     passed = [(name, body) for name, body in result.files if passing and isinstance(body, FileBody)]
