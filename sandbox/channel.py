@@ -3,7 +3,9 @@ channels the subprocess, runc and runsc backends share (Docker's attach socket i
 
 ``sandbox/exchange.py`` speaks the protocol over any ``WorkerIO``; what a channel can do beyond sending and
 polling is stated on the type, not probed: ``passes_fds`` (large context values travel as sealed memfds),
-``handoff`` (they are written to a hand-off directory the worker confirmed) and ``unread()``.
+``handoff`` (they are written to a hand-off directory the worker confirmed), ``streams_inputs`` (large input
+files go as frames the runner writes to its disk), ``take_fds()`` (descriptors that came on the result channel:
+large output files) and ``unread()``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class WorkerIO(abc.ABC):
     passes_fds: ClassVar[bool] = False
     #: A hand-off directory the worker confirmed (``sandbox/handoff.py``): large values are written there.
     handoff: HandoffDir | None = None
+    #: Large input files go as frames the runner writes onto its disk as they come, not as memfds or hand-off
+    #: files: where that disk takes huge pages (the subprocess backend's tmpfs) this is the cheaper way in, since
+    #: filling a memfd costs a small page per 4 KiB (``docs/files.md``, "How the bytes cross").
+    streams_inputs: bool = False
 
     @abc.abstractmethod
     def send(self, data: bytes, deadline: float | None = None) -> None: ...
@@ -62,6 +68,12 @@ class WorkerIO(abc.ABC):
     def unread(self) -> int:
         """Bytes sent that the worker has not read yet; 0 where the channel cannot tell."""
         return 0
+
+    def take_fds(self) -> tuple[list[int], bool]:
+        """The descriptors that came attached to the result channel's bytes since the last call (the caller
+        owns them now), and whether the kernel dropped some (more than ``MAX_PASSED_FDS`` at once). None
+        here: only a result channel that is a unix socket carries any (``SocketIO`` with ``result_sock``)."""
+        return [], False
 
     def send_piped(self, head: bytes, body: PipedBody, deadline: float | None = None) -> None:
         """``head`` then all of ``body``'s bytes, by ``deadline``; ``body`` is closed either way. Here the
@@ -207,15 +219,62 @@ class PipeIO(WorkerIO):
 
 class SocketIO(PipeIO):
     """PipeIO whose frames-in channel is a unix stream socket, which can also pass descriptors: large
-    context values travel as sealed memfds (see ``sandbox.exchange.send_execute``), not as bytes."""
+    context values travel as sealed memfds (see ``sandbox.exchange.send_execute``), not as bytes.
+
+    With ``result_sock`` (the subprocess backend: ``result_channel``) the result channel is a unix socket
+    too, read with ``recvmsg``: descriptors the runner attaches (its large output files) are collected as
+    they come, whatever is read, and held for ``take_fds``; none can arrive unnoticed or stay open."""
 
     passes_fds = True
 
-    def __init__(self, sock: socket.socket, streams: dict[int, Stream]) -> None:
+    def __init__(
+        self, sock: socket.socket, streams: dict[int, Stream], result_sock: socket.socket | None = None
+    ) -> None:
         super().__init__(sock.fileno(), streams)
         self.sock = sock
+        self.result_sock = result_sock
+        self._fds: list[int] = []
+        self._truncated = False
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BYTES)
+
+    def poll(self, timeout: float) -> list[tuple[Stream, bytes]]:
+        if self.result_sock is None:
+            return super().poll(timeout)
+        chunks: list[tuple[Stream, bytes]] = []
+        result_fd = self.result_sock.fileno()
+        for key, _ in self.selector.select(timeout):
+            try:
+                chunk = self._receive() if key.fd == result_fd else os.read(key.fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                self.selector.unregister(key.fd)
+            chunks.append((key.data, chunk))
+        return chunks
+
+    def _receive(self) -> bytes:
+        assert self.result_sock is not None
+        chunk, ancillary, flags, _ = self.result_sock.recvmsg(
+            1 << 20, socket.CMSG_SPACE(MAX_RECEIVED_FDS * 4), socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT
+        )
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                self._fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
+        if flags & socket.MSG_CTRUNC:
+            self._truncated = True
+        if len(self._fds) > MAX_RECEIVED_FDS:  # a sandbox sending descriptors on every byte: held at most so many
+            for fd in self._fds[MAX_RECEIVED_FDS:]:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            del self._fds[MAX_RECEIVED_FDS:]
+            self._truncated = True
+        return chunk
+
+    def take_fds(self) -> tuple[list[int], bool]:
+        fds, truncated = self._fds, self._truncated
+        self._fds, self._truncated = [], False
+        return fds, truncated
 
     def send_fds(self, data: bytes, fds: list[int], deadline: float | None = None) -> None:
         until = send_deadline(deadline)
@@ -234,6 +293,11 @@ class SocketIO(PipeIO):
     def close(self) -> None:
         super().close()
         self.sock.close()
+        for fd in self.take_fds()[0]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self.result_sock is not None:
+            self.result_sock.close()
 
 
 def wait_fd(fd: int | socket.socket, timeout: float, *, write: bool = False) -> bool:
@@ -257,6 +321,26 @@ def _ioctl_int(fd: int, request: int) -> int:
     return value
 
 
+#: At most this many descriptors are held from a result socket between two ``take_fds`` (the runner passes at
+#: most ``MAX_PASSED_FDS`` in all); any more are closed at once (and ``take_fds`` says truncated), so a sandbox
+#: sending descriptors with every byte cannot fill the host's descriptor table.
+MAX_RECEIVED_FDS = 16
+
+
+def result_channel() -> tuple[socket.socket, int]:
+    """A unix stream socketpair for frames out of a sandbox: the host's end, and the sandbox's end as a bare
+    descriptor (the caller passes it on and closes it). One way, like the pipe it replaces (the host's end is
+    shut for writing); unlike a pipe it carries the descriptors of the runner's large output files, which the
+    host checks and reads once (``sandbox/files.py``, ``read_passed_output``) instead of through the channel."""
+    host, sandbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    host.shutdown(socket.SHUT_WR)
+    host.setblocking(False)
+    with contextlib.suppress(OSError):
+        sandbox.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BYTES)
+        host.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, PIPE_BYTES)
+    return host, sandbox.detach()
+
+
 def socket_channel() -> tuple[socket.socket, int]:
     """A unix stream socketpair for frames into a sandbox: the host's end, and the sandbox's end as a bare
     descriptor (the caller passes it on and closes it).
@@ -270,5 +354,5 @@ def socket_channel() -> tuple[socket.socket, int]:
 
 __all__ = [
     "DEFAULT_SEND_TIMEOUT_S", "PIPE_BYTES", "PIPE_MAX_BYTES", "PipeIO", "PipedBody", "SocketIO", "Stream", "WorkerIO",
-    "send_deadline", "socket_channel", "wait_fd", "wait_writable", "widen_pipe",
+    "result_channel", "send_deadline", "socket_channel", "wait_fd", "wait_writable", "widen_pipe",
 ]  # fmt: skip

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import secrets
 import threading
 import time
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 
 from sandforge.sandbox.channel import PipedBody, Stream, WorkerIO
 from sandforge.sandbox.context import SEALED_MIN_BYTES, ContextError, ContextSnapshot, SealedText, decode_value
+from sandforge.sandbox.files import PassedOutputRefused, read_passed_output
 from sandforge.sandbox.inside.compilation import host_compiled
 from sandforge.sandbox.inside.wire import FETCH_ERROR_KINDS, MAX_PASSED_FDS, ExecuteFrame
 from sandforge.sandbox.inside.wire import dumps as wire_dumps
@@ -301,6 +303,12 @@ def exchange_steps(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandle
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
         if ex.complete and "result" not in open_streams:
             break
+    late, _ = io.take_fds()  # descriptors after the result (or with no result): closed, and never the runner's
+    for fd in late:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    if ex.failure is None and ex.complete and late:
+        _after_result(ex, "data_after_result", f"{len(late)} descriptors after the result")
     if ex.failure is None and ex.complete and reader.pending:
         _after_result(ex, "data_after_result", f"{reader.pending} bytes of an unfinished frame after the result")
     elif ex.failure is None and not ex.complete and (ex.result is not None or reader.pending):
@@ -430,7 +438,8 @@ def send_execute(
     framed_files = [body for name, body in request.files.items() if name not in sent_files]
     header = encode_frame(frame, max_bytes)
     total = len(header) + context.nbytes + HEADER.size * (len(context) - len(passed))
-    total += sum(HEADER.size + len(body) for body in framed_files)
+    # A large input's frame goes onto the runner's disk as it comes: the files' limits bound it, not this one.
+    total += sum(HEADER.size + len(body) for body in framed_files if len(body) < SEALED_MIN_BYTES)
     if total > max_bytes:
         raise ProtocolError(f"the request of {total} bytes exceeds the {max_bytes}-byte limit")
     pending = bytearray(header)
@@ -461,12 +470,12 @@ def _pass_files(
     """The input files that travel as the context's large values do (the descriptors left after the
     context's, largest first): each as a sealed memfd appended to ``fds`` (``io.passes_fds``) or a file of the
     hand-off directory (``io.handoff``), by the index announced as ``[name, length, index]``. Both are made
-    from the request's bytes by one write (a 10 MB file costs a few ms, against tens as frames through the
-    channel); the runner copies each onto its disk with ``sendfile`` before the program runs. Returns the
-    indices by name, and the memfds to keep open until the frame is sent. Where neither is possible (no
-    memfd, the hand-off directory full), the file goes as a frame."""
+    from the request's bytes by one write; the runner copies each onto its disk before the program runs.
+    Returns the indices by name, and the memfds to keep open until the frame is sent. Where neither is
+    possible (no memfd, the hand-off directory full), or the channel streams inputs (``io.streams_inputs``),
+    the file goes as a frame, which the runner writes onto its disk as it comes."""
     room = limit - first
-    if room <= 0 or not (io.passes_fds or io.handoff is not None):
+    if room <= 0 or io.streams_inputs or not (io.passes_fds or io.handoff is not None):
         return {}, []
     large = sorted((n for n, b in request.files.items() if len(b) >= SEALED_MIN_BYTES),
                    key=lambda n: -len(request.files[n]))[:room]  # fmt: skip
@@ -490,7 +499,7 @@ def _accept_result(ex: Exchange, frame: ResultFrame, size: int, limits: Limits) 
     max_bytes = limits.max_message_bytes
     changed = [key for key, _ in frame.context_changed]
     deleted = frame.context_deleted
-    if frame.status != "ok" and (changed or deleted or frame.files):
+    if frame.status != "ok" and (changed or deleted or frame.files or frame.files_passed):
         raise ProtocolError("an error result carries context changes or files")
     _accept_files(frame, limits)
     if (frame.status == "ok") == (frame.error is not None):
@@ -505,7 +514,7 @@ def _accept_result(ex: Exchange, frame: ResultFrame, size: int, limits: Limits) 
         raise ProtocolError("the result names a context key twice")
     if any(key not in ex.base_context for key in deleted):
         raise ProtocolError("the result deletes a context key the request did not have")
-    announced = [*frame.context_changed, *frame.files]
+    announced = [*frame.context_changed, *_framed_files(frame)]
     total = size + sum(HEADER.size + nbytes for _, nbytes in announced)
     if total > max_bytes:
         raise ProtocolError(f"the result announces {total} bytes (limit {max_bytes})")
@@ -524,6 +533,37 @@ def _accept_files(frame: ResultFrame, limits: Limits) -> None:
     sizes = [nbytes for _, nbytes in frame.files]
     if any(nbytes > limits.max_file_bytes for nbytes in sizes) or sum(sizes) > limits.max_files_bytes:
         raise ProtocolError("the result announces output files past the request's bounds")
+    passed = frame.files_passed
+    if len(set(passed)) != len(passed) or not set(passed) <= set(names):
+        raise ProtocolError("the result passes a descriptor for an output file it does not announce, or twice")
+
+
+def _framed_files(frame: ResultFrame) -> list[tuple[str, int]]:
+    """The output files whose bytes follow as frames (the others came as descriptors), in announced order."""
+    passed = frame.files_passed
+    return [(name, size) for name, size in frame.files if name not in passed] if passed else frame.files
+
+
+def _take_passed_outputs(io: WorkerIO, ex: Exchange, frame: ResultFrame) -> None:
+    """The output files the result passes as descriptors: exactly those attached to the channel's bytes so
+    far (any other descriptor, or one too many or too few, is a forged result), each checked and read once
+    (``read_passed_output``), then closed."""
+    fds, truncated = io.take_fds()
+    try:
+        if truncated or len(fds) != len(frame.files_passed):
+            passed = len(frame.files_passed)
+            raise ProtocolError(f"the result passes {passed} output files, {len(fds)} descriptors came")
+        sizes = dict(frame.files)
+        for name, fd in zip(frame.files_passed, fds, strict=True):
+            try:
+                ex.files[name] = read_passed_output(fd, sizes[name])
+            except (PassedOutputRefused, OSError) as exc:
+                raise ProtocolError(f"output file {name!r}: {exc}") from None
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _finish_context(ex)
 
 
 def _accept_context_text(ex: Exchange, body: bytes) -> None:
@@ -536,7 +576,7 @@ def _accept_context_text(ex: Exchange, body: bytes) -> None:
         _after_result(ex, event, detail)
         raise ProtocolError(detail)
     if len(ex.changed) == len(ex.result.context_changed):
-        name, size = ex.result.files[len(ex.files)]
+        name, size = _framed_files(ex.result)[len(ex.files) - len(ex.result.files_passed)]
         if len(body) != size:
             raise ProtocolError(f"output file {name!r} is {len(body)} bytes, announced {size}")
         ex.files[name] = body
@@ -571,6 +611,8 @@ def _after_result(ex: Exchange, event: str, detail: str) -> None:
 def _finish_context(ex: Exchange) -> None:
     if ex.complete and ex.result is not None and ex.result.status == "ok":
         ex.context = ex.base_context.with_changes(ex.changed, ex.result.context_deleted)
+        if ex.result.files_passed:  # passed ones came first: the announced (name) order again
+            ex.files = {name: ex.files[name] for name, _ in ex.result.files}
 
 
 def _blocked_reply(io: WorkerIO, limits: Limits) -> tuple[ErrorType, str]:
@@ -614,6 +656,7 @@ def _handle_frames(
         frame = decode_runner_frame(body)
         if isinstance(frame, ResultFrame):
             _accept_result(ex, frame, len(body), limits)
+            _take_passed_outputs(io, ex, frame)
             continue
         if not isinstance(frame, CallFrame | DeclareFrame | FetchFrame):
             raise ProtocolError("a second ready frame")

@@ -686,6 +686,9 @@ class ResultFrame(BaseModel):
     context_deleted: list[str] = Field(default_factory=list)
     #: The output files, ``[name, length]``: each one's bytes follow the changed keys' texts as a frame.
     files: list[tuple[FileName, Annotated[int, Field(ge=0)]]] = Field(default_factory=list)
+    #: The output files among ``files`` whose bytes are not frames but the descriptors attached to this frame,
+    #: in that order (a result channel that passes descriptors: ``sandbox/files.py``, ``read_passed_output``).
+    files_passed: list[FileName] = Field(default_factory=list, max_length=wire.MAX_PASSED_FDS)
     error: RunnerError | None = None
     stdout: str = Field("", max_length=MAX_STDOUT_BYTES)
     stderr: str = Field("", max_length=MAX_STDOUT_BYTES)

@@ -22,7 +22,7 @@ from pathlib import Path
 import RestrictedPython
 
 from sandforge.sandbox import boot, leftovers, protections, seam, verify
-from sandforge.sandbox.channel import SocketIO, socket_channel, widen_pipe
+from sandforge.sandbox.channel import SocketIO, Stream, result_channel, socket_channel
 from sandforge.sandbox.config import SandboxConfig
 from sandforge.sandbox.environment import MountedEnvironment, require_mounted
 from sandforge.sandbox.envzygotes import ConfinedZygote, EnvZygotes, confinable
@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 #: How long an environment zygote may take to import its modules and report ready (pandas: seconds, under load
 #: tens of seconds), at least.
 ENV_ZYGOTE_START_S = 120.0
+#: Large input files go to the runner as frames it writes onto its huge-page tmpfs as they come: cheaper than
+#: filling a memfd, a small page per 4 KiB (docs/files.md, "How the bytes cross"). False: as sealed memfds, as
+#: runc's do (the tests of that path set it so).
+STREAMS_INPUTS = True
 #: The runner: the inside package, started from its ``__main__.py`` (which imports it as ``inside``).
 RUNNER = Path(__file__).resolve().parent.parent / "inside" / "__main__.py"
 
@@ -80,12 +84,13 @@ class SubprocessWorker:
         self.owns_workdir = mount_point is None
         self._workdir = mount_point or own_workdir(config)
         stdin_sock, stdin_r = socket_channel()
-        result_r, result_w = os.pipe()
-        widen_pipe(result_r)
+        result_sock, result_w = result_channel()  # a socket: large output files come back as descriptors
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        self._read_fds = (result_r, out_r, err_r)
-        self.io = SocketIO(stdin_sock, {result_r: "result", out_r: "stdout", err_r: "stderr"})
+        self._read_fds = (out_r, err_r)
+        streams: dict[int, Stream] = {result_sock.fileno(): "result", out_r: "stdout", err_r: "stderr"}
+        self.io = SocketIO(stdin_sock, streams, result_sock)
+        self.io.streams_inputs = STREAMS_INPUTS
         try:
             if zygote is not None:
                 booted = environment.boot(bind=True).model_dump() if environment is not None else None

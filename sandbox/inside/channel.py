@@ -18,6 +18,7 @@ import mmap
 import os
 import socket
 import stat
+import sys
 from typing import Any
 
 from .lazycontext import ContextText, MappedText, encode
@@ -75,7 +76,7 @@ def close_fds(fds: list[int]) -> None:
             os.close(fd)
 
 
-def _read_exact(src: int | Channel, size: int) -> bytearray:
+def read_exact(src: int | Channel, size: int) -> bytearray:
     """Exactly ``size`` bytes, read straight into one buffer (a 10 MB context is copied once, not twice)."""
     buf = bytearray(size)
     view = memoryview(buf)
@@ -90,16 +91,16 @@ def _read_exact(src: int | Channel, size: int) -> bytearray:
 
 
 def read_raw_frame(src: int | Channel, max_bytes: int) -> bytearray:
-    (size,) = HEADER.unpack(_read_exact(src, HEADER.size))
+    (size,) = HEADER.unpack(read_exact(src, HEADER.size))
     if size > max_bytes:
         raise ValueError(f"frame of {size} bytes exceeds the limit")
-    return _read_exact(src, size)
+    return read_exact(src, size)
 
 
 def read_bytes_frame(src: int | Channel, max_bytes: int) -> bytes:
     """``read_raw_frame`` as ``bytes``, usually without the buffer and the copy (a fetch's body: 1 MiB is
     otherwise moved twice in the sandbox)."""
-    (size,) = HEADER.unpack(_read_exact(src, HEADER.size))
+    (size,) = HEADER.unpack(read_exact(src, HEADER.size))
     if size > max_bytes:
         raise ValueError(f"frame of {size} bytes exceeds the limit")
     if not size:  # an empty input file: a socket's recvmsg of 0 bytes with MSG_WAITALL would wait for the next frame
@@ -109,7 +110,7 @@ def read_bytes_frame(src: int | Channel, max_bytes: int) -> bytes:
         return first
     if not first:
         raise EOFError("channel closed")
-    return first + _read_exact(src, size - len(first))
+    return first + read_exact(src, size - len(first))
 
 
 def read_frame(src: int | Channel, max_bytes: int) -> dict[str, Any]:
@@ -299,7 +300,7 @@ def send_file(out_fd: int, body: FileBody) -> None:
 
     Measured here (10 MB from a memfd onto the sandbox's huge-page tmpfs): ``os.sendfile`` and a mapping
     both take ~11 ms, reading into this reused buffer and writing from it ~4 ms (``docs/files.md``)."""
-    buffer = _buffer()
+    buffer = copy_buffer()
     view = memoryview(buffer)
     sent = 0
     while sent < body.size:
@@ -313,17 +314,66 @@ def send_file(out_fd: int, body: FileBody) -> None:
 _BUFFER: list[bytearray] = []
 
 
-def _buffer() -> bytearray:
+def copy_buffer() -> bytearray:
     """The runner's one copy buffer (1 MiB), made on first use and reused: its pages are touched once."""
     if not _BUFFER:
         _BUFFER.append(bytearray(1 << 20))
     return _BUFFER[0]
 
 
-def write_frames(fd: int, bodies: list[bytes | FileBody]) -> None:
+def passes_fds(fd: int) -> bool:
+    """``fd`` (the result channel) is a unix socket, which carries descriptors: the host's, made to take the
+    output files' (``sandbox/channel.py``, ``result_channel``). A pipe or Docker's stream carries none."""
+    try:
+        return stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
+def disk_in_memory() -> bool:
+    """The working directory's files are in memory (tmpfs): ``F_GET_SEALS`` answers for those alone, asked
+    of a nameless file made there and closed at once. The host reads a passed output file only if so
+    (``sandbox/files.py``), since such a read never waits. Asked before ``fcntl`` is forgotten."""
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def result_socket(fd: int) -> socket.socket | None:
+    """The result channel ``fd`` as a socket object that can attach descriptors, when it is a unix socket
+    and the disk is in memory (``passes_fds``, ``disk_in_memory``); None otherwise. Made before the
+    tripwire is armed (making a socket object is an event that trips); it shares ``fd``'s file."""
+    return socket.socket(fileno=os.dup(fd)) if passes_fds(fd) and disk_in_memory() else None
+
+
+def send_with_fds(sock: socket.socket, data: bytes, fds: list[int]) -> None:
+    """``data`` with ``fds`` attached to its first byte (SCM_RIGHTS); the tripwire lets this function's
+    ``sendmsg`` through, and no other code's."""
+    packed = b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds)  # not array.array: making one is audited
+    sent = sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, packed)])
+    write_all(sock.fileno(), data[sent:])
+
+
+def write_frames(
+    fd: int, bodies: list[bytes | FileBody], fds: list[int] | None = None, sock: socket.socket | None = None
+) -> None:
     """Length-prefixed frames in as few writes as possible; a large body is written as it is, not copied,
-    and a file's body is sent from the file (``send_file``)."""
+    and a file's body is sent from the file (``send_file``). ``fds`` ride on the first frame's first byte
+    (``sock``: ``fd`` as a socket, ``result_socket``)."""
     pending = bytearray()
+    if fds and sock is not None:
+        first = bodies[0]
+        assert isinstance(first, bytes)
+        send_with_fds(sock, HEADER.pack(len(first)) + first, fds)
+        bodies = bodies[1:]
     for body in bodies:
         pending += HEADER.pack(len(body))
         if isinstance(body, FileBody):

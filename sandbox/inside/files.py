@@ -12,18 +12,30 @@ frames and a library's (``pandas.read_csv("inputs/x.csv")``, ``savefig("outputs/
 ``open``, and every ``os.*`` that would make a link, still ends the execution.
 """
 
-# ruff: noqa: PTH102, PTH109, PTH119 - the runner avoids pathlib (import cost)
+# ruff: noqa: PTH102, PTH104, PTH108, PTH109, PTH119 - the runner avoids pathlib (import cost)
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import re
 import stat
 from typing import Any
 
-from .channel import Channel, FileBody, PassedTextError, check_passed, open_handed_off, read_bytes_frame, send_file
-from .wire import FILE_NAME_PATTERN, INPUTS_DIR, MAX_PASSED_FDS, OUTPUTS_DIR
+from .channel import (
+    Channel,
+    FileBody,
+    PassedTextError,
+    check_passed,
+    copy_buffer,
+    open_handed_off,
+    read_bytes_frame,
+    read_exact,
+    send_file,
+    write_all,
+)
+from .wire import FILE_NAME_PATTERN, HEADER, INPUTS_DIR, MAX_PASSED_FDS, OUTPUTS_DIR
 from .wire import error as _error
 
 _NAME = re.compile(FILE_NAME_PATTERN)
@@ -38,25 +50,52 @@ def valid_name(name: object) -> bool:
     return type(name) is str and _NAME.fullmatch(name) is not None
 
 
-#: A file's bytes as the runner holds them: in memory (a frame, a small output), or left in a file.
-Body = bytes | FileBody
-#: An output file at least this large is sent from its file, not read into the runner (``collect``).
+class StagedFile:
+    """An input file's ``size`` bytes, written from its frame straight onto the sandbox's disk as ``path`` (in
+    the working directory) until the file area renames it into ``inputs/``; ``close`` removes it if not."""
+
+    __slots__ = ("path", "size")
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path, self.size = path, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def close(self) -> None:
+        path, self.path = self.path, ""
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+#: A file's bytes as the runner holds them: in memory (a frame, a small output), left in a file (a passed
+#: input, a large output), or staged on the disk (a large input that came as a frame).
+Body = bytes | FileBody | StagedFile
+#: An output file at least this large is sent from its file, not read into the runner (``collect``); an input
+#: file this large that comes as a frame is written to the disk as it arrives (``StagedFile``), and is bounded
+#: by the files' limits, not the message's (the host counts it so too: ``exchange.send_execute``).
 SENT_FROM_FILE_BYTES = 1 << 16
+#: Where a large input's frame is written before the file area exists (``StagedFile``).
+_STAGING = ".sandforge-input-"
 
 
 def receive(
     src: int | Channel, frame: dict[str, Any], budget: int, passed: dict[int, int] | None = None,
-    handoff: str | None = None,
+    handoff: str | None = None, files_budget: int = 0,
 ) -> list[tuple[str, Body]]:  # fmt: skip
     """The input files announced by the execute frame: ``[name, length]`` is the next frame after the context
     texts, ``[name, length, i]`` descriptor ``i`` of the execute frame (``passed``, kept by ``read_execute``:
     a sealed memfd) or file ``i`` of the ``handoff`` directory, checked to hold exactly ``length`` bytes.
+    A frame of ``SENT_FROM_FILE_BYTES`` or more is written to the disk as it comes (``StagedFile``), within
+    ``files_budget`` bytes in all; smaller ones count against the message's ``budget``.
     ValueError for a malformed announcement or a frame of another length, PassedTextError for a descriptor
-    that does not match (every descriptor is closed then, and any that was passed and not announced)."""
+    that does not match (every descriptor is closed then, and any that was passed and not announced) or a
+    file that does not fit the disk."""
     passed = {} if passed is None else passed
     received: list[tuple[str, Body]] = []
     try:
-        _receive(src, frame, budget, passed, handoff, received)
+        _receive(src, frame, [budget, files_budget], passed, handoff, received)
         if passed:
             raise PassedTextError(f"{len(passed)} passed descriptors are not announced")
         if isinstance(src, Channel) and src.fds:
@@ -75,7 +114,7 @@ def receive(
 
 
 def _receive(
-    src: int | Channel, frame: dict[str, Any], budget: int, passed: dict[int, int], handoff: str | None,
+    src: int | Channel, frame: dict[str, Any], budgets: list[int], passed: dict[int, int], handoff: str | None,
     received: list[tuple[str, Body]],
 ) -> None:  # fmt: skip
     announced = frame.get("files", [])
@@ -90,13 +129,52 @@ def _receive(
         if len(entry) == 3:
             received.append((entry[0], _passed_file(entry, passed, handoff)))
             continue
-        if entry[1] > budget:
+        staged = entry[1] >= SENT_FROM_FILE_BYTES
+        if entry[1] > budgets[staged]:
             raise ValueError("malformed input file announcement")
-        body = read_bytes_frame(src, budget)
+        if staged:
+            received.append((entry[0], _stage(src, entry[0], entry[1], len(received))))
+            budgets[staged] -= entry[1]
+            continue
+        body = read_bytes_frame(src, budgets[0])
         if len(body) != entry[1]:
             raise ValueError(f"input file {entry[0]!r} is {len(body)} bytes, announced {entry[1]}")
         received.append((entry[0], body))
-        budget -= entry[1]
+        budgets[0] -= entry[1]
+
+
+def _stage(src: int | Channel, name: str, size: int, index: int) -> StagedFile:
+    """Input file ``name``'s frame of exactly ``size`` bytes, written onto the disk as it comes through the
+    runner's one reused buffer: never a 10 MB object in this process, never a copy of it. A disk too small
+    for it still takes the whole frame off the channel, then PassedTextError says so (the run is refused)."""
+    (length,) = HEADER.unpack(read_exact(src, HEADER.size))
+    if length != size:
+        raise ValueError(f"input file {name!r} is {length} bytes, announced {size}")
+    staged = StagedFile(_STAGING + str(index), size)
+    fd = os.open(staged.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _ANY, 0o400)
+    view = memoryview(copy_buffer())
+    failed: OSError | None = None
+    try:
+        while size:
+            chunk = view[: min(size, len(view))]
+            got = src.readinto(chunk) if isinstance(src, Channel) else os.readv(src, [chunk])
+            if not got:
+                raise EOFError("channel closed")
+            if failed is None:
+                try:
+                    write_all(fd, chunk[:got])
+                except OSError as exc:  # the disk is full: read the rest of the frame, then refuse the run
+                    failed = exc
+            size -= got
+    except BaseException:
+        staged.close()
+        raise
+    finally:
+        os.close(fd)
+    if failed is not None:
+        staged.close()
+        raise PassedTextError(f"the input files do not fit the sandbox's disk: {failed.strerror}")
+    return staged
 
 
 def _passed_file(entry: list[Any], passed: dict[int, int], handoff: str | None) -> FileBody:
@@ -115,9 +193,10 @@ def _passed_file(entry: list[Any], passed: dict[int, int], handoff: str | None) 
 
 
 def release(files: list[tuple[str, Body]]) -> None:
-    """Close what holds files' bytes in files (a run that ends before they are used or sent)."""
+    """Close what holds files' bytes in files (a run that ends before they are used or sent), and remove
+    the staged inputs the file area did not take."""
     for _, body in files:
-        if isinstance(body, FileBody):
+        if isinstance(body, FileBody | StagedFile):
             body.close()
 
 
@@ -136,6 +215,10 @@ class FileArea:
         os.mkdir(self.outputs, 0o700)
         try:
             for name, body in inputs:
+                if isinstance(body, StagedFile):  # on this disk already (0400): renamed, not copied
+                    os.rename(body.path, self.inputs + "/" + name)
+                    body.path = ""
+                    continue
                 fd = os.open(self.inputs + "/" + name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _ANY, 0o400)
                 try:
                     if isinstance(body, FileBody):

@@ -18,7 +18,16 @@ from typing import Any
 
 from . import bundle, envmodules, files, generators, packages, standins, tripwire
 from .bridge import _ITIMER_REAL, _SETITIMER, BACKSTOP_GRACE_S, Bridge, InvalidContract, ToolOutcome, pause_backstop
-from .channel import Channel, FileBody, PassedTextError, handoff_ready, read_execute, write_frame, write_frames
+from .channel import (
+    Channel,
+    FileBody,
+    PassedTextError,
+    handoff_ready,
+    read_execute,
+    result_socket,
+    write_frame,
+    write_frames,
+)
 from .compilation import compile_program, shipped_code
 from .fetching import error_kind
 from .guards import build_globals
@@ -206,14 +215,19 @@ def execute(
     return result
 
 
-def _encode_result(result: Result, max_bytes: int) -> list[bytes | FileBody]:
+def _encode_result(result: Result, max_bytes: int, passing: bool = False) -> tuple[list[bytes | FileBody], list[int]]:
     """The result's frames: the header (the value's text spliced in, not encoded twice), then one frame per
-    changed key and one per output file (a large one sent from its file). A result that does not fit
-    ``max_bytes`` in all becomes an output_limit error."""
+    changed key and one per output file (a large one sent from its file), and the descriptors to attach to
+    the header: with ``passing`` (the result channel carries descriptors, the disk is in memory), each large
+    output file goes as the descriptor the collector checked (``files_passed``), not as a frame. A result
+    that does not fit ``max_bytes`` in all becomes an output_limit error."""
     header = result.header
     header["context_changed"] = [[key, len(body)] for key, body in result.changed]
+    passed = [(name, body) for name, body in result.files if passing and isinstance(body, FileBody)]
     if result.files:
         header["files"] = [[name, len(body)] for name, body in result.files]
+    if passed:
+        header["files_passed"] = [name for name, _ in passed]
     header["stdout"] = valid_text(header.get("stdout", ""))
     try:
         rest = encode(header)
@@ -221,22 +235,26 @@ def _encode_result(result: Result, max_bytes: int) -> list[bytes | FileBody]:
         result.fail(_error("non_serializable_result", f"the context cannot be sent back: {exc}"))
         header["context_changed"] = []
         header.pop("files", None)
+        header.pop("files_passed", None)
+        passed = []
         try:
             rest = encode(header)
         except (TypeError, ValueError):
-            return [encode({"type": "result", "status": "error", "error": _error("non_serializable_result", str(exc))})]
+            error = _error("non_serializable_result", str(exc))
+            return [encode({"type": "result", "status": "error", "error": error})], []
     body = b'{"value":' + result.value + b"," + rest[1:]
     texts: list[bytes | FileBody] = [text for _, text in result.changed]
-    texts += [data for _, data in result.files]
+    texts += [data for name, data in result.files
+              if isinstance(data, bytes | FileBody) and all(name != other for other, _ in passed)]  # fmt: skip
     total = len(body) + sum(HEADER.size + len(text) for text in texts)
     if total <= max_bytes:
-        return [body, *texts]
+        return [body, *texts], [fd_body.fd for _, fd_body in passed if isinstance(fd_body, FileBody)]
     files.release(result.files)
     return [encode({
         "type": "result", "status": "error", "stdout": "", "stdout_truncated": bool(header.get("stdout")),
         "error": _error("output_limit", f"the result is {total} bytes; the limit is {max_bytes}"),
         "cpu_time_s": header.get("cpu_time_s", 0.0), "peak_memory_mb": header.get("peak_memory_mb", 0.0),
-    })]  # fmt: skip
+    })], []  # fmt: skip
 
 
 def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
@@ -318,11 +336,12 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
     passed: dict[int, int] = {}  # the input files' sealed memfds, by index, until files.receive takes them
     try:
         frame, raw_context = read_execute(channel, max_bytes, handoff, passed)
-        inputs = files.receive(channel, frame, max_bytes, passed, handoff)
+        inputs = files.receive(channel, frame, max_bytes, passed, handoff, int(boot["limits"]["max_files_bytes"]))
     except PassedTextError as exc:
         frame, raw_context = {"type": "invalid", "error": str(exc)}, {}
     except (EOFError, ValueError, json.JSONDecodeError):
         return 3
+    out_sock = result_socket(out_fd)  # with one, large outputs go back as descriptors
     forget_lockdown_modules()
     if frame.get("type") != "execute" or frame.get("env_id") != _env_id(boot):
         result = Result()
@@ -334,5 +353,5 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
                          out_fd=out_fd, armed=armed, inputs=inputs)  # fmt: skip
         pause_backstop()
     files.release(inputs)  # already closed once the file area holds them (before the program ran)
-    write_frames(out_fd, _encode_result(result, max_bytes))
+    write_frames(out_fd, *_encode_result(result, max_bytes, out_sock is not None), sock=out_sock)
     return 0

@@ -1,5 +1,6 @@
 """Large files cross without being copied through the channel (issue 41's benchmark): an input file of 64 KiB
-or more travels as a sealed memfd (subprocess, runc) or a hand-off file (docker, gvisor, runsc), which the
+or more travels as a sealed memfd (runc, and subprocess with ``STREAMS_INPUTS`` off: ``memfd_inputs``; by
+default subprocess streams it, ``test_files_streamed.py``) or a hand-off file (docker, gvisor, runsc), which the
 runner copies onto its disk before the program runs; a large output is sent from the file the collector
 checked, exactly the size it announced. Every guarantee of the frames they replace holds, and each test here
 fails on a deliberately broken variant: an unsealed memfd, a memfd left open for the program, an output
@@ -22,6 +23,7 @@ import pytest
 
 from sandforge.sandbox import ErrorType, ExecutionRequest, Limits, Sandbox, SandboxConfig
 from sandforge.sandbox import exchange as exchange_module
+from sandforge.sandbox.backends import subprocess_backend
 from sandforge.sandbox.channel import WorkerIO
 from sandforge.sandbox.context import SEALED_MIN_BYTES
 from sandforge.sandbox.exchange import run_exchange
@@ -65,11 +67,22 @@ def test_large_inputs_are_passed_and_outputs_come_back_on_every_backend(
     assert out.ok, (out.error_type, out.error_message, out.stderr)
     assert out.value == len(BIG)
     assert out.files == {"copy.bin": BIG, "note.txt": b"A,B\n"}
-    assert traffic.passed == ([1] if sandbox.config.backend in PASSES_FDS else [])
+    streams = sandbox.config.backend == "subprocess"  # onto its disk as the frame comes (STREAMS_INPUTS)
+    assert traffic.passed == ([1] if sandbox.config.backend in PASSES_FDS and not streams else [])
     assert handed == ([len(BIG)] if sandbox.config.backend in HANDS_OFF else [])
-    assert traffic.bytes < SEALED_MIN_BYTES  # the frames, the small files: never the large one
+    if streams:
+        assert len(BIG) < traffic.bytes < len(BIG) + SEALED_MIN_BYTES
+    else:
+        assert traffic.bytes < SEALED_MIN_BYTES  # the frames, the small files: never the large one
 
 
+@pytest.fixture
+def memfd_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The subprocess backend passing large inputs as sealed memfds, as runc does (not streaming them)."""
+    monkeypatch.setattr(subprocess_backend, "STREAMS_INPUTS", False)
+
+
+@pytest.mark.usefixtures("memfd_inputs")
 def test_input_files_take_the_descriptors_the_context_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
     """With two descriptors to give (a small open-files limit), the context's large value takes one, the
     largest input the other; the rest travel as frames, and all arrive intact."""
@@ -120,6 +133,7 @@ def test_a_passed_input_cannot_be_changed_through_its_memfd() -> None:
     assert os.pread(fd, len(BIG) + 1, 0) == BIG
 
 
+@pytest.mark.usefixtures("memfd_inputs")
 def test_an_unsealed_input_memfd_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host side that passes an input's memfd unsealed gets invalid_request; the program never runs."""
     made: list[int] = []
@@ -150,6 +164,7 @@ return [found, oct(info.st_mode & 0o777), info.st_size]
 """
 
 
+@pytest.mark.usefixtures("memfd_inputs")
 def test_an_escaped_program_finds_no_input_memfd() -> None:
     """The runner copies each passed input onto its disk and closes the memfd before the program runs: a
     program that escaped everything finds no descriptor of the host's (read-only there as in inputs/)."""
