@@ -163,12 +163,19 @@ class SharedSandboxes:
     def get(self, backend: str) -> Sandbox:
         sb = self._made.get(backend)
         if sb is None:
-            sb = self._made[backend] = Sandbox(SandboxConfig(backend=backend, pool_size=1))  # type: ignore[arg-type]
+            sb = self._made[backend] = Sandbox(SandboxConfig(backend=backend, pool_size=1))
         return sb
 
     def close(self) -> None:
         for sb in self._made.values():
             sb.close()
+
+    def settle(self, timeout_s: float = 20.0) -> None:
+        """Wait for the refills the last test's executions started: a worker that starts during the next test
+        would show among that test's new processes, directories or containers."""
+        for sb in self._made.values():
+            for pool in list(sb._pools.values()):
+                pool.wait_ready(timeout=timeout_s)
 
 
 @pytest.fixture(scope="session")
@@ -180,17 +187,30 @@ def shared_sandboxes() -> Iterator[SharedSandboxes]:
 
 
 @pytest.fixture(autouse=True)
-def _no_shared_worker_under_a_seam(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test that may set ``seam.ACTIVE`` (its module imports the seam; it takes ``monkeypatch``) runs with this
-    worker's shared Sandboxes closed, before and after it: a warm worker started while a seam is set carries it
-    in its boot frame, and a later test must never be handed one."""
-    if "monkeypatch" not in request.fixturenames or getattr(request.module, "seam", None) is not seam:
-        yield
-        return
-    shared: SharedSandboxes = request.getfixturevalue("shared_sandboxes")
-    shared.close()
+def _shared_sandboxes_settle(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used the shared Sandboxes, their pools are full again before the next test starts."""
+    shared = request.getfixturevalue("shared_sandboxes") if "shared_sandboxes" in request.fixturenames else None
     yield
-    shared.close()
+    if shared is not None:
+        shared.settle()
+
+
+@pytest.fixture
+def without_shared_sandboxes(shared_sandboxes: SharedSandboxes) -> Iterator[None]:
+    """This worker's shared Sandboxes closed before and after the test: for a test that lists what this process
+    leaves on the host (work, hand-off and mount directories, containers), where their warm workers would show."""
+    shared_sandboxes.close()
+    yield
+    shared_sandboxes.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_worker_under_a_seam(request: pytest.FixtureRequest) -> None:
+    """A test that may set ``seam.ACTIVE`` (its module imports the seam; it takes ``monkeypatch``) runs without
+    this worker's shared Sandboxes: a warm worker started while a seam is set carries it in its boot frame, and
+    a later test must never be handed one."""
+    if "monkeypatch" in request.fixturenames and getattr(request.module, "seam", None) is seam:
+        request.getfixturevalue("without_shared_sandboxes")
 
 
 @pytest.fixture

@@ -79,9 +79,10 @@ def test_with_slack_the_replacement_waits_for_the_execution_to_answer() -> None:
         pool.last_used = time.monotonic() - 60  # the last caller came long ago
         owed: list[Callable[[], None]] = []
         _acquire(pool, owed)
-        assert counted.calls == 0 and owed == [counted]  # handed to the clean-up hand-over, not called
-        owed[0]()
+        assert counted.calls == 0 and owed == [pool._start_missing]  # handed to the clean-up hand-over, not called
+        owed[0]()  # the caller submits the start itself: the refill thread is not woken for it
         assert pool.wait_ready(2, timeout=10)
+        assert counted.calls == 0
     finally:
         pool.close()
 

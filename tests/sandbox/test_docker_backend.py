@@ -29,6 +29,9 @@ from sandforge.sandbox.ownership import process_tag
 from sandforge.sandbox.protocol import BootFrame
 from tests.conftest import DockerEnv
 
+#: These tests list what this process leaves on the host: no shared Sandbox's warm worker may show there.
+pytestmark = pytest.mark.usefixtures("without_shared_sandboxes")
+
 CONTAINER_BACKENDS = [
     pytest.param(None, marks=pytest.mark.docker, id="docker"),
     pytest.param("runsc", marks=[pytest.mark.docker, pytest.mark.gvisor], id="gvisor"),

@@ -120,6 +120,7 @@ def test_racing_the_collector_never_returns_what_a_link_points_at(escaped_backen
             assert out.error_type is ErrorType.SANDBOX_VIOLATION, (out.error_type, out.error_message)
 
 
+@pytest.mark.usefixtures("without_shared_sandboxes")
 def test_no_work_directory_is_left_on_the_host(escaped_backend: Backend) -> None:
     """What the program wrote, in or outside ``outputs/``, goes with the sandbox: failed or not."""
     for ending in ("return 1", "raise ValueError('after writing')"):

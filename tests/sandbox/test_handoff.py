@@ -27,6 +27,9 @@ from sandforge.sandbox.inside import channel as inside_channel
 from sandforge.sandbox.ownership import process_tag
 from tests.sandbox.test_context_memfd import BIG, Traffic, forged
 
+#: These tests list what this process leaves on the host: no shared Sandbox's warm worker may show there.
+pytestmark = pytest.mark.usefixtures("without_shared_sandboxes")
+
 
 def mine() -> set[Path]:
     """This process's hand-off directories (its store included)."""

@@ -35,6 +35,9 @@ from sandforge.sandbox.ownership import process_tag
 from sandforge.sandbox.protections import CONTAINER_PROTECTIONS
 from sandforge.sandbox.seccomp import DENIED_SYSCALLS
 
+#: These tests list what this process leaves on the host: no shared Sandbox's warm worker may show there.
+pytestmark = pytest.mark.usefixtures("without_shared_sandboxes")
+
 LIMITS = Limits(timeout_s=5, memory_mb=96, disk_mb=4, max_processes=8, cpus=0.5)
 RUNTIMES = [pytest.param("runc", marks=pytest.mark.oci("runc")), pytest.param("runsc", marks=pytest.mark.oci("runsc"))]
 
