@@ -14,7 +14,7 @@ import socket
 import sys
 from typing import Any
 
-from . import confine, preload, tripwire
+from . import confine, envmodules, preload, tripwire
 from .lazycontext import encode
 from .lockdown import PR_SET_PDEATHSIG, fork_as_pid1
 from .serving import prepare, serve
@@ -112,6 +112,8 @@ def zygote(control_fd: int) -> int:
     sock = socket.socket(fileno=control_fd)
     boot = json.loads(sock.recv(MAX_BOOT_BYTES))
     proxies = prepare(boot)
+    if boot.get("chroot"):  # what its runners bind into their roots: read once here, inherited by each fork
+        envmodules.library_dirs()
     ahead = boot.pop("preload", None)  # an environment zygote (``preload``): its modules, imported once here
     confined: dict[str, Any] = {}
     if ahead is not None:
