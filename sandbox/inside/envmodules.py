@@ -203,4 +203,4 @@ def _read_library_dirs() -> frozenset[str]:
         if len(fields) == 6 and ".so" in fields[5] and fields[5].startswith("/"):
             directories.add(os.path.dirname(fields[5]))
     found = {os.path.realpath(directory) for directory in directories}
-    return frozenset(d for d in found if any(d == root or d.startswith(root + os.sep) for root in _SYSTEM_LIBRARY_ROOTS))
+    return frozenset(d for d in found if any(d == r or d.startswith(r + os.sep) for r in _SYSTEM_LIBRARY_ROOTS))

@@ -14,7 +14,7 @@ import socket
 import sys
 from typing import Any
 
-from . import confine, envmodules, preload, tripwire
+from . import confine, envmodules, preload, tripwire, world
 from .lazycontext import encode
 from .lockdown import PR_SET_PDEATHSIG, fork_as_pid1
 from .serving import prepare, serve
@@ -184,6 +184,7 @@ def _zygote_loop(
                 if len(fds) != 4:
                     raise ValueError("a spawn request carries exactly four descriptors")
                 preload.check_spawn(request.get("environment"))
+                world.plan_forgetting()  # once (again only if this zygote imported since): not in every runner
                 pid, host_reaps = _spawn_child(sock, boot, proxies, request, fds)
                 if host_reaps:
                     _adopt(pid, adopted, children)
