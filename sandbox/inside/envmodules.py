@@ -165,7 +165,7 @@ def private_root_binds(boot: dict[str, Any]) -> list[tuple[str, str]]:
     if not isinstance(source, str) or not source:
         return []
     stdlib = os.path.dirname(os.__file__)
-    paths = {stdlib, *_library_dirs()}
+    paths = {stdlib, *library_dirs()}
     for entry in sys.path:
         if entry.endswith("lib-dynload") and not entry.startswith(stdlib + os.sep) and os.path.isdir(entry):
             paths.add(entry)
@@ -176,22 +176,31 @@ def private_root_binds(boot: dict[str, Any]) -> list[tuple[str, str]]:
 
 #: Where shared libraries of the system live; only such directories are bound (never a home directory).
 _SYSTEM_LIBRARY_ROOTS = ("/usr/lib", "/lib", "/usr/lib64", "/lib64", "/usr/local/lib")
+#: ``library_dirs`` once known (a zygote finds them before it forks: its runners map the same libraries).
+_LIBRARY_DIRS: list[frozenset[str]] = []
 
 
-def _library_dirs() -> set[str]:
+def library_dirs() -> frozenset[str]:
     """The directories of the shared libraries this process has mapped, under the system's library roots,
-    resolved (``/lib`` is often a link to ``/usr/lib``)."""
-    found: set[str] = set()
+    resolved (``/lib`` is often a link to ``/usr/lib``). Read once per process tree: a zygote's runners
+    inherit its answer, instead of each reading ``/proc/self/maps`` of a large process (a pandas zygote's has
+    600+ lines) on the way to its first program."""
+    if not _LIBRARY_DIRS:
+        _LIBRARY_DIRS.append(_read_library_dirs())
+    return _LIBRARY_DIRS[0]
+
+
+def _read_library_dirs() -> frozenset[str]:
+    """Each mapped library's directory once, then resolved (one ``realpath`` per directory, not per line)."""
     try:
         with open("/proc/self/maps") as fh:
             lines = fh.read().splitlines()
     except OSError:
-        return found
+        return frozenset()
+    directories = set()
     for line in lines:
         fields = line.split(None, 5)
-        if len(fields) < 6 or ".so" not in fields[5] or not fields[5].startswith("/"):
-            continue
-        directory = os.path.dirname(os.path.realpath(fields[5]))
-        if any(directory == root or directory.startswith(root + os.sep) for root in _SYSTEM_LIBRARY_ROOTS):
-            found.add(directory)
-    return found
+        if len(fields) == 6 and ".so" in fields[5] and fields[5].startswith("/"):
+            directories.add(os.path.dirname(fields[5]))
+    found = {os.path.realpath(directory) for directory in directories}
+    return frozenset(d for d in found if any(d == r or d.startswith(r + os.sep) for r in _SYSTEM_LIBRARY_ROOTS))

@@ -33,6 +33,7 @@ from .fetching import error_kind
 from .guards import build_globals
 from .lazycontext import ContextText, LazyContext, NotJson, dump_json, encode
 from .lockdown import lock_down
+from .preload import rewarm
 from .wire import FETCH_ERROR_KINDS, HEADER, PROTOCOL_VERSION, valid_text
 from .wire import error as _error
 from .world import (
@@ -332,6 +333,7 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
         proxies = dict(proxies)  # a zygote's children share its proxies: each adds its own environment's
         envmodules.expose(boot, proxies)
     write_frame(out_fd, ready)
+    rewarm(in_fd)  # a runner of an environment zygote: its packages' first use, while it waits
     inputs: list[tuple[str, files.Body]] = []
     passed: dict[int, int] = {}  # the input files' sealed memfds, by index, until files.receive takes them
     try:

@@ -14,7 +14,7 @@ import socket
 import sys
 from typing import Any
 
-from . import confine, preload, tripwire
+from . import confine, envmodules, preload, tripwire, world
 from .lazycontext import encode
 from .lockdown import PR_SET_PDEATHSIG, clone_runner
 from .serving import prepare, serve
@@ -115,6 +115,8 @@ def zygote(control_fd: int) -> int:
     sock = socket.socket(fileno=control_fd)
     boot = json.loads(sock.recv(MAX_BOOT_BYTES))
     proxies = prepare(boot)
+    if boot.get("chroot"):  # what its runners bind into their roots: read once here, inherited by each fork
+        envmodules.library_dirs()
     ahead = boot.pop("preload", None)  # an environment zygote (``preload``): its modules, imported once here
     confined: dict[str, Any] = {}
     if ahead is not None:
@@ -196,6 +198,7 @@ def _zygote_loop(
                 if len(fds) != 4:
                     raise ValueError("a spawn request carries exactly four descriptors")
                 preload.check_spawn(request.get("environment"))
+                world.plan_forgetting()  # once (again only if this zygote imported since): not in every runner
                 pid, host_reaps = _spawn_child(sock, boot, proxies, request, fds)
                 if host_reaps:
                     _adopt(pid, adopted, children)

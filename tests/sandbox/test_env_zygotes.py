@@ -10,6 +10,9 @@ zygote)."""
 
 from __future__ import annotations
 
+import os
+import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +23,7 @@ from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend, Sub
 from sandforge.sandbox.environment import check_mount, require_mounted
 from sandforge.sandbox.envzygotes import confinable
 from sandforge.sandbox.errors import SandboxUnavailable
-from sandforge.sandbox.inside import envmodules
+from sandforge.sandbox.inside import envmodules, preload
 from sandforge.sandbox.protocol import ENV_MOUNT_PATH, Limits, ReadyFrame
 from tests.environments.helpers import require_wheelhouse
 from tests.sandbox.envbuild import EnvFactory, target_for
@@ -198,3 +201,25 @@ def _zombie_or_gone(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
     except (OSError, IndexError):
         return True
+
+
+@pytest.mark.parametrize("execution_waiting", [False, True], ids=["idle", "taken-at-once"])
+def test_a_runner_warms_up_again_while_no_execution_comes(
+    monkeypatch: pytest.MonkeyPatch, execution_waiting: bool
+) -> None:
+    """``preload.rewarm``: a runner of an environment zygote that no execution took within ``REWARM_AFTER_S``
+    runs its zygote's warm-ups once more (the pages their first use writes become its own while it waits);
+    one whose execute frame is already there does not (the run must not wait for it)."""
+    probe = types.ModuleType("sandforge_probe")
+    monkeypatch.setitem(sys.modules, "sandforge_probe", probe)
+    monkeypatch.setitem(preload.WARMUPS, "sandforge_probe", "module.warmed = getattr(module, 'warmed', 0) + 1\n")
+    monkeypatch.setattr(preload, "WARMED", ["sandforge_probe"])
+    read_fd, write_fd = os.pipe()
+    try:
+        if execution_waiting:
+            os.write(write_fd, b"{}")
+        preload.rewarm(read_fd)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    assert getattr(probe, "warmed", 0) == (0 if execution_waiting else 1)

@@ -404,6 +404,7 @@ from inside import serving, start
 real_forget = serving.forget_lockdown_modules
 import escaped_runner  # unrestricted programs, as after an escape...
 serving.forget_lockdown_modules = real_forget  # ...but with the runner's real clean-up
+{late}
 if __name__ == "__main__":
     os._exit(start.main(sys.argv[1:]))
 """
@@ -425,11 +426,25 @@ return [loaded, cleared, reimport]
 """
 
 
+#: A runner that imports a module after its zygote planned what its runners forget (``world.plan_forgetting``):
+#: the plan is stale, and the runner must find the new module itself.
+LATE_IMPORT = """
+real_lock_down = serving.lock_down
+def lock_down_after_an_import(*args, **kwargs):
+    import ctypes.wintypes  # no zygote imports it; before the private root, which has no standard library
+    return real_lock_down(*args, **kwargs)
+serving.lock_down = lock_down_after_an_import
+"""
+
+
 @pytest.mark.skipif(os.geteuid() != 0 and not Path("/proc/self/ns/user").exists(), reason="needs namespaces")
-def test_lockdown_modules_are_forgotten(tmp_path: Path) -> None:
+@pytest.mark.parametrize("late_import", [False, True], ids=["planned", "imported-after-the-plan"])
+def test_lockdown_modules_are_forgotten(tmp_path: Path, late_import: bool) -> None:
     here = Path(__file__).resolve()
     script = tmp_path / "forgetting_runner.py"
-    script.write_text(FORGETTING_RUNNER.format(sandbox=str(here.parents[2] / "sandbox"), tests=str(here.parent)))
+    late = LATE_IMPORT if late_import else ""
+    script.write_text(FORGETTING_RUNNER.format(sandbox=str(here.parents[2] / "sandbox"), tests=str(here.parent),
+                                               late=late))  # fmt: skip
     backend = SubprocessBackend(SandboxConfig(pool_size=0), runner=script)
     try:
         worker = backend.spawn(Limits())
