@@ -303,6 +303,13 @@ def exchange_steps(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandle
             ex.failure = (ErrorType.OUTPUT_LIMIT, f"the sandbox wrote more than {limits.max_output_bytes} bytes")
         if ex.complete and "result" not in open_streams:
             break
+    _check_the_end(io, reader, ex)
+    ex.wall_s = time.monotonic() - started - ex.bridge_s
+    return ex
+
+
+def _check_the_end(io: WorkerIO, reader: FrameReader, ex: Exchange) -> None:
+    """After the channel ended: nothing may follow a complete result, and a result begun must be complete."""
     late, _ = io.take_fds()  # descriptors after the result (or with no result): closed, and never the runner's
     for fd in late:
         with contextlib.suppress(OSError):
@@ -313,8 +320,6 @@ def exchange_steps(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandle
         _after_result(ex, "data_after_result", f"{reader.pending} bytes of an unfinished frame after the result")
     elif ex.failure is None and not ex.complete and (ex.result is not None or reader.pending):
         ex.failure = (ErrorType.SANDBOX_VIOLATION, "the sandbox sent an incomplete result")
-    ex.wall_s = time.monotonic() - started - ex.bridge_s
-    return ex
 
 
 def _one_poll(

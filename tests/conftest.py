@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import sandforge.sandbox as sandbox_package
 from sandforge.sandbox import Sandbox, SandboxConfig, seam
 from tests import durations
 
@@ -171,8 +172,9 @@ class SharedSandboxes:
             sb.close()
 
     def settle(self, timeout_s: float = 20.0) -> None:
-        """Wait for the refills the last test's executions started: a worker that starts during the next test
-        would show among that test's new processes, directories or containers."""
+        """Wait for the tear-downs and refills the last test's executions started: a worker that ends or starts
+        during the next test would show among that test's processes, descriptors, directories or containers."""
+        sandbox_package._AFTER_RUN.drain()
         for sb in self._made.values():
             for pool in list(sb._pools.values()):
                 pool.wait_ready(timeout=timeout_s)

@@ -417,6 +417,13 @@ def _files_rule(state: list[Any]) -> Any:
     return area
 
 
+def _sendmsg(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
+    """Only the runner's result, its large output files' descriptors attached (``channel.send_with_fds``)."""
+    if who == "runner" and caller.f_code.co_name == "send_with_fds":
+        return None
+    return "a message sent on a socket"
+
+
 def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_dir: str) -> dict[str, _Rule]:  # noqa: C901
     """The rules for events that load or run code, or touch files: exec, compile, import, open, marshal.
 
@@ -493,14 +500,8 @@ def _code_rules(site: Any, library: tuple[str, ...], state: list[Any], runner_di
     def marshal_loads(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
         return None if who == "import" else "marshal.loads() outside the import machinery"
 
-    def sendmsg(event: str, caller: Any, who: str, args: tuple[Any, ...]) -> str | None:
-        # The runner's result, its large output files' descriptors attached (``channel.send_with_fds``).
-        if who == "runner" and caller.f_code.co_name == "send_with_fds":
-            return None
-        return "a message sent on a socket"
-
     return {"exec": exec_, "compile": compile_, "import": import_, "open": area(file), "os.listdir": file,
-            "os.scandir": area(file), "marshal.loads": marshal_loads, "socket.sendmsg": sendmsg}  # fmt: skip
+            "os.scandir": area(file), "marshal.loads": marshal_loads, "socket.sendmsg": _sendmsg}  # fmt: skip
 
 
 #: The outcome of this process's installation (a confined environment zygote installs the hook before it
