@@ -129,6 +129,11 @@ class Zygote:
             return not self._closed
         return not self._closed and self.proc.poll() is None
 
+    def running(self) -> bool:
+        """:meth:`alive`, and its process not ended: asked once per spawn, where a zygote killed a moment ago
+        (its hang-up not seen by the reader yet) must not be handed the next runner."""
+        return self.alive() and self.proc.poll() is None
+
     def spawn(
         self, workdir: str, fds: list[int], environment: dict[str, Any] | None = None, timeout: float = 10.0
     ) -> int:
@@ -145,7 +150,11 @@ class Zygote:
             spawn["environment"] = environment
         message = json.dumps(spawn).encode()
         with self._send_lock:
-            socket.send_fds(self._sock, [message], fds)
+            try:
+                socket.send_fds(self._sock, [message], fds)
+            except OSError as exc:  # it hung up (killed, or ended): gone for every later spawn too
+                self._closed = True
+                raise ZygoteError(f"zygote is gone: {exc}") from exc
         deadline = time.monotonic() + timeout
         with self._cond:
             while request_id not in self._replies:

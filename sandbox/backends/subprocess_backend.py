@@ -478,7 +478,7 @@ class SubprocessBackend:
     def _zygote(self, limits: Limits, *, wait: bool = True) -> Zygote | None:
         with self._lock:
             zygote = self._zygotes.get(limits)
-            if zygote is not None and zygote.alive():
+            if zygote is not None and zygote.running():
                 return self._ready(limits, zygote) if wait else zygote
             if zygote is not None:
                 zygote.close()
