@@ -132,7 +132,8 @@ class SubprocessWorker:
             ended = _ended(wpid)  # before ``destroy`` reaps it
             self.destroy()
             if ended:  # killed after its ready report (under load, the OOM killer): a start that failed
-                raise SandboxUnavailable(f"sandbox worker died while starting: {exc}", retriable=True) from exc
+                died = f"sandbox worker failed to start: it died while its walls were checked ({exc})"
+                raise SandboxUnavailable(died, retriable=True) from exc
             raise
 
     def _popen(self, config: SandboxConfig, runner: Path, stdin: int, out: int, err: int, result: int) -> int:

@@ -105,7 +105,7 @@ def test_a_worker_that_dies_after_its_ready_report_is_a_start_that_failed(monkey
         outcome = sb.execute(ExecutionRequest(code="return 6 * 7"))
     assert len(killed) == 1
     assert outcome.ok and outcome.value == 42, outcome.error_message
-    assert "died while starting" in outcome.metadata["sandbox_retried"], outcome.metadata
+    assert "died while its walls were checked" in outcome.metadata["sandbox_retried"], outcome.metadata
 
 
 def run_aside(execute: Callable[[], ExecutionOutcome]) -> tuple[threading.Thread, list[ExecutionOutcome]]:
