@@ -314,3 +314,18 @@ def test_the_audited_imports_cover_every_allowed_module() -> None:
     missing = set(loaded.stdout.split()) - tripwire.AUDITED_IMPORTS - tripwire.REIMPORTED_BY_LIBRARIES
     missing -= {"__main__", "site"}
     assert not missing
+
+
+def test_only_the_runners_send_with_fds_may_send_a_message_on_a_socket() -> None:
+    """``socket.sendmsg`` (descriptors attached: issue 41's large outputs) passes the tripwire from the runner's
+    own ``channel.send_with_fds`` alone; the hook says ``runner`` only for the runner's code (its file), so a
+    program's function of the same name, or any other runner function, is refused."""
+
+    def send_with_fds() -> object:  # the name the rule looks for, in a frame that is not the runner's
+        return sys._getframe()
+
+    named = send_with_fds()
+    assert tripwire._sendmsg("socket.sendmsg", named, "runner", ()) is None
+    assert tripwire._sendmsg("socket.sendmsg", named, "program", ()) == "a message sent on a socket"
+    assert tripwire._sendmsg("socket.sendmsg", named, "library", ()) == "a message sent on a socket"
+    assert tripwire._sendmsg("socket.sendmsg", sys._getframe(), "runner", ()) == "a message sent on a socket"
