@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -175,9 +176,11 @@ class SharedSandboxes:
         """Wait for the tear-downs and refills the last test's executions started: a worker that ends or starts
         during the next test would show among that test's processes, descriptors, directories or containers."""
         sandbox_package._AFTER_RUN.drain()
+        deadline = time.monotonic() + timeout_s  # one budget for all pools, not one each
         for sb in self._made.values():
             for pool in list(sb._pools.values()):
-                pool.wait_ready(timeout=timeout_s)
+                if pool.last_error is None:  # one that cannot start a worker (an unbuildable environment) never fills
+                    pool.wait_ready(timeout=max(0.0, deadline - time.monotonic()))
 
 
 @pytest.fixture(scope="session")

@@ -209,6 +209,7 @@ class RayExecutor:
             ray.shutdown()
         _reload_auth()
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        _wait_listening(self.address, deadline)
         while True:  # Ray Client gives up after ~30 s; a loaded head may take longer to start our session
             try:
                 ray.init(
@@ -531,6 +532,25 @@ def _gcs_cluster_id(address: str) -> Any:
     """The id of the cluster whose GCS answers at ``address`` (a fresh client: it fetches the id on connect)."""
     raylet: Any = importlib.import_module("ray._raylet")
     return raylet.GcsClient(address=address).cluster_id
+
+
+def _wait_listening(address: str, deadline: float) -> None:
+    """Wait until something listens at ``address`` (``auto`` is Ray's to find). One ``ray.init`` of a Ray Client
+    retries ~30 s whatever is there; a port nobody listens on is known in a millisecond, and a head that is still
+    starting is waited for until ``deadline`` (``SANDFORGE_CLUSTER_CONNECT_TIMEOUT_S``)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
+                return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise ClusterUnavailable(
+                    f"cannot connect to the Ray cluster at {address}: {exc.strerror or type(exc).__name__}"
+                ) from None
+            time.sleep(0.2)
 
 
 def _transient(exc: BaseException) -> bool:

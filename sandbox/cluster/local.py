@@ -47,6 +47,12 @@ SYSTEM_CONFIG: dict[str, object] = {
 }
 
 
+#: How long the cluster's processes have to end on SIGTERM before SIGKILL. The sandbox hosts end their sandboxes and
+#: exit well within it; Ray's own daemons (gcs_server, the raylets, their runtime-env agents) wait ~10 s on each
+#: other after SIGTERM, and nothing of theirs outlives the cluster (its temp directory is removed next).
+STOP_GRACE_S = 2.0
+
+
 class ClusterError(RuntimeError):
     """The local cluster could not be started, found or stopped (one line)."""
 
@@ -237,7 +243,7 @@ class LocalCluster:
         return [p for p in self.processes() if _name(p) == "raylet"]
 
     @staticmethod
-    def _kill(procs: list[psutil.Process], timeout_s: float = 10.0) -> None:
+    def _kill(procs: list[psutil.Process], timeout_s: float = STOP_GRACE_S) -> None:
         for proc in procs:
             try:
                 proc.send_signal(signal.SIGTERM)

@@ -254,6 +254,13 @@ def test_exec_module_loads_only_the_sandbox_before_the_zygote_starts() -> None:
     assert [m for m in loaded if m.startswith(EXEC_AFTER_PRESTART)] == []
 
 
+def test_the_service_app_loads_the_mcp_sdk_only_for_a_first_mcp_request() -> None:
+    """Every ``serve`` start builds the app; the MCP SDK (~0.7 CPU-s of model building) loads when a client first
+    asks for ``/mcp`` (tests/service/mcp: the endpoint itself, over HTTP)."""
+    loaded = _loaded_after("from sandforge.runtime.service.app import create_app")
+    assert [m for m in loaded if m == "mcp" or m.startswith(("mcp.", "mcp_types"))] == []
+
+
 # ------------------------------------------------------------------------------ the framework integrations
 
 FRAMEWORKS = {"smolagents": "smolagents", "langchain": "langchain_core", "openai_agents": "agents",

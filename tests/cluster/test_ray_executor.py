@@ -224,7 +224,8 @@ def test_a_caller_without_the_token_is_refused(cluster: LocalCluster, tmp_path: 
     cases = [(address, token) for address in (state.gcs_address, state.client_address) for token in (str(wrong), None)]
     probes = []
     for address, token in cases:  # a driver on the GCS and a Ray Client alike; the four side by side
-        env = {**os.environ, **cluster.env(), "PROBE_ADDRESS": address}
+        # Ray Client retries a refused handshake 5 + 10 + 15 s by default: 1 + 2 + 4 s says the same
+        env = {**os.environ, **cluster.env(), "PROBE_ADDRESS": address, "RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S": "1"}
         if token is None:
             env.pop("RAY_AUTH_TOKEN_PATH")
             env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token either

@@ -14,20 +14,21 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.auth.provider import AccessToken
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from pydantic import BaseModel
 
 from sandforge.runtime.service.deps import ApiError, Service
 from sandforge.runtime.service.gate import Receive, Scope, Send, send_error
 from sandforge.runtime.service.mcp.models import fail
-from sandforge.runtime.service.mcp.server import Executor, TenantMCP
 from sandforge.runtime.service.tenants import TenantRuntime
+
+if TYPE_CHECKING:  # the MCP SDK is imported by the first /mcp request, not by every `serve` start (~0.7 CPU-s)
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    from sandforge.runtime.service.mcp.server import Executor, TenantMCP
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ class McpEndpoint:
         async with self._lock:
             manager = self._managers.get(runtime.name)
             if manager is None and self._tasks is not None:
+                from sandforge.runtime.service.mcp.server import TenantMCP
+
                 server = TenantMCP(runtime, executor=_executor(self.service, runtime))
                 server.streamable_http_app(json_response=self.json_response)  # makes its session manager
                 manager = server.session_manager
@@ -116,6 +119,9 @@ class McpEndpoint:
         if manager is None:
             await send_error(send, 503, "shutting_down", "the MCP endpoint is not running")
             return
+        from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+        from mcp.server.auth.provider import AccessToken
+
         # sessions belong to the tenant that opened them (the SDK compares this principal on every request)
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"tenant:{runtime.name}", scopes=[]))
         await manager.handle_request(scope, receive, send)
