@@ -18,7 +18,7 @@ provider; after the first call the stored tool is reused), plus a bad-token requ
 errors the workload asks for, counted apart). Reported: p50/p95/p99 per kind, unexpected errors (goal: 0),
 the server's RSS after the first fifth of the run (at most one minute) and at the end (goal: < 10% growth),
 and its file descriptors, threads and child processes at the same two points (goal: no growth).
-``--quick`` (the CI test): 60 calls, a 6 s soak with 4 clients (a soak the suite can afford beside its other
+``--quick`` (the CI test): 60 calls, a 3 s soak with 2 clients (a soak the suite can afford beside its other
 workers: the report's shape and no unexpected error; the numbers come from the full run).
 """
 
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.quick:
-        args.calls, args.soak_s, args.clients = 60, 6.0, 4
+        args.calls, args.soak_s, args.clients = 60, 3.0, 2
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         report = {
             "overhead": overhead(Path(tmp) / "overhead", args.calls),

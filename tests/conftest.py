@@ -176,11 +176,11 @@ class SharedSandboxes:
         """Wait for the tear-downs and refills the last test's executions started: a worker that ends or starts
         during the next test would show among that test's processes, descriptors, directories or containers."""
         sandbox_package._AFTER_RUN.drain()
-        deadline = time.monotonic() + timeout_s  # one budget for all pools, not one each
+        deadline = time.monotonic() + 3 * timeout_s  # within the tests' 120 s time-out, however many pools wait
         for sb in self._made.values():
             for pool in list(sb._pools.values()):
-                if pool.last_error is None:  # one that cannot start a worker (an unbuildable environment) never fills
-                    pool.wait_ready(timeout=max(0.0, deadline - time.monotonic()))
+                if not pool.retired:  # an environment's pool unused for a while retires: it never fills again
+                    pool.wait_ready(timeout=min(timeout_s, max(0.0, deadline - time.monotonic())))
 
 
 @pytest.fixture(scope="session")

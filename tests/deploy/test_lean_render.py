@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,18 +69,38 @@ def bash_words(command_tail: str) -> list[str]:
 PARSE = """
 import json, sys
 from ray.scripts.scripts import start
-params = start.make_context("start", json.loads(sys.stdin.read())).params
-print(json.dumps(params, default=list))
+for line in sys.stdin:
+    params = start.make_context("start", json.loads(line)).params
+    print(json.dumps(params, default=list), flush=True)
 """
 
 
 @functools.cache
+def _parser() -> subprocess.Popen[str]:
+    """One child per test process imports ``ray start`` (~1 CPU-s) and parses every argv asked of it, a line each."""
+    return subprocess.Popen([sys.executable, "-c", PARSE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _parser_closed() -> Iterator[None]:
+    yield
+    if _parser.cache_info().currsize:
+        proc = _parser()
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        _parser.cache_clear()
+
+
+@functools.cache
 def _parsed(argv: tuple[str, ...]) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", PARSE], input=json.dumps(list(argv)), capture_output=True, text=True, check=True,
-        timeout=120,
-    )  # fmt: skip
-    return done.stdout
+    proc = _parser()
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(list(argv)) + "\n")
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    assert line, f"ray start's parser ended (exit {proc.poll()}) on {list(argv)}"
+    return line
 
 
 def ray_start_options(argv: list[str]) -> dict[str, Any]:

@@ -142,7 +142,7 @@ def docker_cleanup() -> list[str]:
     return ["down"]  # keeps the named volume: the teardown check below looks for what else is left
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # down after its file: a stack left up checks its health every 2 s until the run ends
 def stack(
     service_image: str, docker_compose_command: str, docker_compose_project_name: str, request: pytest.FixtureRequest
 ) -> Iterator[Stack]:
