@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from sandforge.runtime.environments.policy import SourcePolicy, normal_name
 from sandforge.runtime.environments.target import SandboxTarget
 
 UV_TIMEOUT_S = 600.0
+#: Before installing the resolved pins once more when the index no longer lists one of them (see ``Uv.install``).
+STALE_INDEX_RETRY_S = 1.0
 _SDIST_ONLY = (
     re.compile(r"Wheels are required for `(?P<name>[^`]+)`"),
     re.compile(r"(?P<name>[A-Za-z0-9._-]+)(==\S+)? has no usable wheels"),
@@ -91,7 +94,13 @@ class Uv:
         from the cache."""
         argv = [self.binary, "pip", "install", "--target", str(site), "--no-deps", "--require-hashes"]
         argv += ["-r", str(pins), "--link-mode", "hardlink", "--python", python, *self.common(target, source)]
-        self._run(argv, stage="install")
+        try:
+            self._run(argv, stage="install")
+        except DependencyResolutionFailed:
+            # The pins were resolved a moment ago: a pinned version the index does not list now is a stale page
+            # (a CDN's, seen right after a release), not the manifest's fault. Once more, every page revalidated.
+            time.sleep(STALE_INDEX_RETRY_S)
+            self._run([*argv, "--refresh"], stage="install")
 
     def _run(self, argv: list[str], *, stage: str) -> str:
         env = {key: value for key, value in os.environ.items() if not key.startswith("UV_")}

@@ -546,7 +546,7 @@ def _wait_listening(address: str, deadline: float) -> None:
             with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
                 return
         except OSError as exc:
-            if time.monotonic() > deadline:
+            if isinstance(exc, socket.gaierror) or time.monotonic() > deadline:  # a name that does not resolve: now
                 raise ClusterUnavailable(
                     f"cannot connect to the Ray cluster at {address}: {exc.strerror or type(exc).__name__}"
                 ) from None

@@ -119,3 +119,21 @@ def test_a_driver_whose_head_restarted_reconnects(monkeypatch: pytest.MonkeyPatc
 
 def test_a_driver_without_a_gcs_address_to_compare_keeps_its_connection() -> None:
     assert executor_mod._same_gcs(SimpleNamespace())  # nothing to compare: no reconnect on every refresh
+
+
+def test_an_address_nobody_listens_at_is_unavailable_once_its_connect_time_is_up() -> None:
+    """Found before ``ray.init``, whose one Ray Client attempt retries ~30 s whatever is at the address."""
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens
+    with pytest.raises(ClusterUnavailable, match=r"cannot connect to the Ray cluster at ray://127\.0\.0\.1:\d+: "):
+        executor_mod._wait_listening(f"ray://127.0.0.1:{port}", time.monotonic() + 0.5)
+    with pytest.raises(ClusterUnavailable, match=r"no-such-host\.invalid"):
+        executor_mod._wait_listening("no-such-host.invalid:6379", time.monotonic() + 60)  # at once: no DNS wait
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        executor_mod._wait_listening(f"127.0.0.1:{listener.getsockname()[1]}", time.monotonic())
+    executor_mod._wait_listening("auto", time.monotonic())  # Ray's own discovery: nothing to probe
