@@ -127,12 +127,12 @@ class Zygote:
         ends: no system call here, several times per execution); before, as its process says."""
         if self._ready:
             return not self._closed
-        return not self._closed and self.proc.poll() is None
+        return self.running()
 
     def running(self) -> bool:
-        """:meth:`alive`, and its process not ended: asked once per spawn, where a zygote killed a moment ago
-        (its hang-up not seen by the reader yet) must not be handed the next runner."""
-        return self.alive() and self.proc.poll() is None
+        """Not closed, and its process not ended: asked once per spawn, where a zygote killed a moment ago (its
+        hang-up not seen by the reader yet) must not be handed the next runner."""
+        return not self._closed and self.proc.poll() is None
 
     def spawn(
         self, workdir: str, fds: list[int], environment: dict[str, Any] | None = None, timeout: float = 10.0

@@ -514,10 +514,11 @@ def _same_gcs(ray: Any) -> bool:
     try:
         node = ray._private.worker.global_worker.node
         address, expected = str(node.gcs_address), node.cluster_id
-        host, _, port = address.rpartition(":")
-        target = (host.strip("[]"), int(port))
     except Exception:  # not a driver of this Ray version: nothing to compare, keep the connection
         log.debug("no GCS address or cluster id to compare", exc_info=True)
+        return True
+    target = _socket_address(address)
+    if target is None:
         return True
     try:
         with socket.create_connection(target, timeout=GCS_PROBE_S):
@@ -534,16 +535,23 @@ def _gcs_cluster_id(address: str) -> Any:
     return raylet.GcsClient(address=address).cluster_id
 
 
+def _socket_address(address: str) -> tuple[str, int] | None:
+    """``HOST:PORT``, ``[IPV6]:PORT`` or ``ray://HOST:PORT`` as what a socket connects to; None for another form
+    (``auto``: Ray finds the cluster itself)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    return (host.strip("[]"), int(port)) if sep and port.isdigit() else None
+
+
 def _wait_listening(address: str, deadline: float) -> None:
     """Wait until something listens at ``address`` (``auto`` is Ray's to find). One ``ray.init`` of a Ray Client
     retries ~30 s whatever is there; a port nobody listens on is known in a millisecond, and a head that is still
     starting is waited for until ``deadline`` (``SANDFORGE_CLUSTER_CONNECT_TIMEOUT_S``)."""
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit():
+    target = _socket_address(address)
+    if target is None:
         return
     while True:
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
+            with socket.create_connection(target, timeout=2.0):
                 return
         except OSError as exc:
             if isinstance(exc, socket.gaierror) or time.monotonic() > deadline:  # a name that does not resolve: now
