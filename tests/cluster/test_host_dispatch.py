@@ -121,7 +121,9 @@ def test_a_driver_without_a_gcs_address_to_compare_keeps_its_connection() -> Non
     assert executor_mod._same_gcs(SimpleNamespace())  # nothing to compare: no reconnect on every refresh
 
 
-def test_an_address_nobody_listens_at_is_unavailable_once_its_connect_time_is_up() -> None:
+def test_an_address_nobody_listens_at_is_unavailable_once_its_connect_time_is_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Found before ``ray.init``, whose one Ray Client attempt retries ~30 s whatever is at the address."""
     import time
 
@@ -130,10 +132,18 @@ def test_an_address_nobody_listens_at_is_unavailable_once_its_connect_time_is_up
         port = s.getsockname()[1]  # closed again: nothing listens
     with pytest.raises(ClusterUnavailable, match=r"cannot connect to the Ray cluster at ray://127\.0\.0\.1:\d+: "):
         executor_mod._wait_listening(f"ray://127.0.0.1:{port}", time.monotonic() + 0.5)
-    with pytest.raises(ClusterUnavailable, match=r"no-such-host\.invalid"):
-        executor_mod._wait_listening("no-such-host.invalid:6379", time.monotonic() + 60)  # at once: no DNS wait
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         executor_mod._wait_listening(f"127.0.0.1:{listener.getsockname()[1]}", time.monotonic())
     executor_mod._wait_listening("auto", time.monotonic())  # Ray's own discovery: nothing to probe
+    lookups: list[object] = []
+
+    def unresolvable(target: object, timeout: float) -> socket.socket:  # no resolver is asked: loopback only
+        lookups.append(target)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(executor_mod.socket, "create_connection", unresolvable)
+    with pytest.raises(ClusterUnavailable, match=r"at no-such-host\.invalid:6379: Name or service not known"):
+        executor_mod._wait_listening("no-such-host.invalid:6379", time.monotonic() + 60)
+    assert lookups == [("no-such-host.invalid", 6379)]  # a name that does not resolve is not asked again
