@@ -46,6 +46,7 @@ from sandforge.sandbox.environment import ENV_MOUNT_PATH, MountedEnvironment, re
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import (
     END_GRACE_S,
+    EXIT_GRACE_S,
     BridgeHandler,
     ExitInfo,
     await_ready,
@@ -492,7 +493,7 @@ class ContainerWorker:
             else:
                 if ex.failure is not None:
                     self._kill()
-                exit_info, engine_error = self._exit_info(grace_s=END_GRACE_S)
+                exit_info, engine_error = self._exit_info(grace_s=EXIT_GRACE_S)
                 if ex.result is None and ex.failure is None and exit_info.signal == 9 and not exit_info.oom_killed:
                     exit_info.oom_killed = self._oom_event_seen()
                 if engine_error and ex.failure is None:

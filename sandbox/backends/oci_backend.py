@@ -52,7 +52,7 @@ from sandforge.sandbox.containers import GVISOR_MEMORY_HEADROOM_MB, GVISOR_PIDS_
 from sandforge.sandbox.environment import MountedEnvironment, require_mounted
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import (
-    END_GRACE_S,
+    EXIT_GRACE_S,
     BridgeHandler,
     ExitInfo,
     await_ready,
@@ -320,7 +320,7 @@ class OciWorker:
             # container), so its status is usually in already; it is the container process's.
             exit_info = self._exited()
             if exit_info is None:
-                exit_info = yield Blocking(functools.partial(self._exit_info, grace_s=END_GRACE_S))
+                exit_info = yield Blocking(functools.partial(self._exit_info, grace_s=EXIT_GRACE_S))
             outcome = build_outcome(
                 ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits
             )

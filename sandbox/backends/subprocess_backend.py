@@ -28,6 +28,7 @@ from sandforge.sandbox.environment import MountedEnvironment, require_mounted
 from sandforge.sandbox.envzygotes import ConfinedZygote, EnvZygotes, confinable
 from sandforge.sandbox.errors import SandboxUnavailable
 from sandforge.sandbox.exchange import (
+    EXIT_GRACE_S,
     BridgeHandler,
     ExitInfo,
     await_ready,
@@ -168,8 +169,8 @@ class SubprocessWorker:
             self._kill()
         exit_info = self._reported_exit()  # sometimes in already: then no wait at all
         if exit_info is None:  # on a loop, the zygote's reader wakes it: no thread waits for the report
-            on_loop = functools.partial(self._reap_on_loop, grace_s=1.0) if self._zygote is not None else None
-            exit_info = yield Blocking(functools.partial(self._reap, grace_s=1.0), on_loop=on_loop)
+            on_loop = functools.partial(self._reap_on_loop, grace_s=EXIT_GRACE_S) if self._zygote is not None else None
+            exit_info = yield Blocking(functools.partial(self._reap, grace_s=EXIT_GRACE_S), on_loop=on_loop)
         return build_outcome(ex, exit_info, backend=self.backend, protections=self.protections, limits=self.limits)
 
     def _kill(self) -> None:

@@ -7,6 +7,7 @@ is never the program's ``execution`` error; a zygote evicted while its children 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -129,6 +130,19 @@ def spinning(pid: int, timeout_s: float = 60.0) -> psutil.Process:
     raise AssertionError("the program did not start")
 
 
+def ended(proc: psutil.Process, timeout_s: float = 60.0) -> None:
+    """Wait until ``proc`` has ended (a zombie its parent has not reaped counts: it runs no more)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{proc} did not end")
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_sandbox_killed_from_outside_is_not_the_programs_error(backend: str) -> None:
     if backend == "subprocess":
@@ -156,7 +170,36 @@ def test_a_cpu_limit_kill_is_a_timeout_not_an_outside_kill() -> None:
     program's own use, so it is the CPU limit's ``timeout``."""
     with Sandbox(SandboxConfig(pool_size=0)) as sb:
         outcome = sb.execute(ExecutionRequest(code=SPIN, limits=Limits(timeout_s=30, cpu_s=1)))
-    assert outcome.error_type == ErrorType.TIMEOUT and "CPU time limit" in (outcome.error_message or ""), outcome
+    assert outcome.error_type == ErrorType.TIMEOUT, (outcome.error_message, outcome.usage, outcome.metadata)
+    assert "CPU time limit" in (outcome.error_message or "")
+
+
+def test_a_cpu_limit_kill_whose_runner_exits_late_is_still_a_timeout() -> None:
+    """Under load a runner's pid-1 mirror (the process that reaps the program and passes its status on: a
+    runner started without a zygote, or one whose kernel refuses to clone it pid 1) may run late after the
+    program's CPU-limit kill. Stopped for longer than the host used to wait, it must still be waited for:
+    killed before it reaps the program, the program's CPU time would be lost from the host's account and the
+    kill read as an outside one (``sandbox_unavailable``)."""
+    backend = SubprocessBackend(SandboxConfig(pool_size=0, zygote=False))
+    try:
+        worker = backend.spawn(Limits(timeout_s=30, cpu_s=1))
+        mirror = psutil.Process(worker.pid)
+        if not mirror.children(recursive=True):
+            pytest.skip("the runner is its program's own process here (no pid-1 mirror to run late)")
+        thread, got = run_aside(lambda: worker.execute(ExecutionRequest(code=SPIN, limits=worker.limits), None))
+        program = spinning(worker.pid)
+        assert program.pid != mirror.pid
+        mirror.suspend()
+        ended(program)  # the CPU limit's kill; the stopped mirror cannot reap it yet
+        time.sleep(1.5)  # longer than the host's old one-second grace
+        with contextlib.suppress(psutil.NoSuchProcess):  # the host may have killed it meanwhile
+            mirror.resume()
+        thread.join(timeout=60)
+        [outcome] = got
+    finally:
+        backend.close()
+    assert outcome.error_type == ErrorType.TIMEOUT, (outcome.error_message, outcome.usage, outcome.metadata)
+    assert "CPU time limit" in (outcome.error_message or "")
 
 
 def test_an_evicted_zygote_takes_its_running_children_with_it() -> None:
