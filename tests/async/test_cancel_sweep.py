@@ -183,11 +183,27 @@ def test_a_call_cancelled_in_the_iteration_its_worker_is_delivered_gives_it_back
 ) -> None:
     """The pool's thread delivers a worker to a waiting call (``_deliver`` runs on the loop, the call's future
     now holds it) and the call is cancelled before it resumes: it raises CancelledError and the worker, which
-    never ran anything, goes back to the ready set (it is not leaked, nor destroyed unused)."""
+    never ran anything, goes back to the ready set (it is not leaked, nor destroyed unused).
+
+    No timing decides the order: the busy call takes the one warm worker before the other call starts, and
+    the pool's refill is held back until that call waits, so its worker comes through ``_deliver``."""
     sb = sandbox(1)
     spawns = Spawns(sb, monkeypatch)
     pool = sb.pool()
     assert pool.wait_ready(1, timeout=GUARD_S)
+    backend = sb._backend("subprocess")
+    spawn = backend.spawn
+
+    waited: list[bool] = []
+
+    def after_a_call_waits(*args: Any, **kwargs: Any) -> Worker:
+        deadline = time.monotonic() + GUARD_S
+        while not (waited or pool._waiters) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        waited.append(True)  # once: the later refills are not held
+        return spawn(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "spawn", after_a_call_waits)
     tasks: list[asyncio.Task[ExecutionOutcome]] = []
     delivered: list[Worker] = []
     deliver = pool._deliver
@@ -203,8 +219,10 @@ def test_a_call_cancelled_in_the_iteration_its_worker_is_delivered_gives_it_back
     async def main() -> tuple[int, bool]:
         async with AsyncSandbox(sb) as asb:
             busy = asyncio.create_task(asb.execute(ExecutionRequest(code=SPIN, limits=Limits(timeout_s=60))))
-            tasks.append(asyncio.create_task(asb.execute(ExecutionRequest(code="return 2", limits=LIMITS))))
             async with asyncio.timeout(GUARD_S):
+                while pool.ready_count():  # the busy call has the warm worker (its refill waits for a waiter)
+                    await asyncio.sleep(0.005)
+                tasks.append(asyncio.create_task(asb.execute(ExecutionRequest(code="return 2", limits=LIMITS))))
                 with pytest.raises(asyncio.CancelledError):
                     await tasks[0]
                 ready = pool.ready_count()
