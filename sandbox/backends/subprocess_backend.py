@@ -11,6 +11,7 @@ import contextlib
 import functools
 import logging
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -81,6 +82,8 @@ class SubprocessWorker:
         self._destroyed = False
         self._reaped = False
         self._held: list[int] = []  # the worker's namespaces, held open until it is destroyed (_hold_namespaces)
+        #: the peak resident size its process inherited (``_popen``): not the program's, so not reported as it
+        self._inherited_rss_kb = 0
         #: whether the work directory is this worker's own (removed with it), not the backend's mount point
         self.owns_workdir = mount_point is None
         self._workdir = mount_point or own_workdir(config)
@@ -144,6 +147,10 @@ class SubprocessWorker:
             stdin=stdin, stdout=out, stderr=err, env={}, cwd=self._workdir, close_fds=True,
             pass_fds=(result,), start_new_session=True,
         )  # fmt: skip
+        # An exec'd image starts with its parent's peak resident size as its own (the kernel carries the old
+        # address space's high-water mark across exec), so the runner's reaped usage reads at least this
+        # process's peak, whatever the program used: below this, the program's peak was not observed.
+        self._inherited_rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return self.proc.pid
 
     def alive(self) -> bool:
@@ -198,7 +205,7 @@ class SubprocessWorker:
         self._reaped = True
         if status is None:
             return ExitInfo()
-        return _exit_info(status, cpu, maxrss_kb)
+        return _exit_info(status, cpu, maxrss_kb if maxrss_kb > self._inherited_rss_kb else 0)
 
     async def _reap_on_loop(self, grace_s: float) -> ExitInfo:
         """:meth:`_reap` awaited on an event loop (the zygote's exit report wakes it)."""
@@ -277,6 +284,7 @@ def own_workdir(config: SandboxConfig) -> Path:
 
 
 def _exit_info(status: int, cpu: float, maxrss_kb: int) -> ExitInfo:
+    """The exit as the host saw it; ``maxrss_kb`` 0 where the program's peak memory could not be observed."""
     code = os.waitstatus_to_exitcode(status)
     sig = -code if code < 0 else (code - 128 if code > 128 else None)
     usage = ResourceUsage(cpu_time_s=round(cpu, 6), peak_memory_mb=round(maxrss_kb / 1024, 3), source="host")

@@ -8,9 +8,12 @@ is never the program's ``execution`` error; a zygote evicted while its children 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -221,3 +224,33 @@ def test_an_evicted_zygote_takes_its_running_children_with_it() -> None:
     finally:
         backend.close()
     assert outcome.error_type == ErrorType.SANDBOX_UNAVAILABLE and outcome.retriable, outcome
+
+
+LARGE_HOST = """
+import json
+from sandforge.sandbox import ExecutionRequest, Limits, SandboxConfig
+from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
+
+ballast = b"x" * (400 << 20)  # this process's peak resident size: 400 MB and more, past the runners' limit
+del ballast
+backend = SubprocessBackend(SandboxConfig(pool_size=0, zygote=False))
+try:
+    limits = Limits(timeout_s=30, cpu_s=1, memory_mb=256)
+    seen = []
+    for code in ("return 1", "while True:\\n    pass"):
+        out = backend.spawn(limits).execute(ExecutionRequest(code=code, limits=limits), None)
+        seen.append([out.error_type, out.error_message, out.usage.peak_memory_mb])
+finally:
+    backend.close()
+print(json.dumps(seen))
+"""
+
+
+def test_a_runner_exec_d_by_a_large_host_is_not_charged_the_hosts_memory() -> None:
+    """A runner started without a zygote is exec'd by the host, and the kernel hands an exec'd image its
+    parent's peak resident size: reaped, it reads as using the host's memory. From a host past the runner's
+    memory limit, a trivial program must not report that peak, nor a CPU-limit kill read as a memory kill."""
+    got = subprocess.run([sys.executable, "-c", LARGE_HOST], capture_output=True, text=True, timeout=120, check=True)
+    (ok_type, _, ok_peak), (spin_type, spin_message, _) = json.loads(got.stdout)
+    assert ok_type is None and ok_peak < 256, got.stdout
+    assert spin_type == ErrorType.TIMEOUT and "CPU time limit" in spin_message, got.stdout
