@@ -49,18 +49,26 @@ from sandforge.sandbox import channel
 
 backend = sys.argv[1]
 sizes = {"request": 0, "result": 0}
-send, poll = channel.PipeIO.send, channel.PipeIO.poll  # SocketIO inherits both
+send = channel.PipeIO.send  # SocketIO inherits it
+polls = {cls: cls.__dict__["poll"] for cls in (channel.PipeIO, channel.SocketIO)}  # SocketIO's own reads its socket
+inside = []
 
 def counted_send(self, data, *a, **k):  # the call's thread only: the refill's boot is not the request
     if threading.current_thread() is threading.main_thread():
         sizes["request"] += len(data)
     return send(self, data, *a, **k)
 
-def counted_poll(self, *a, **k):
-    chunks = poll(self, *a, **k)
-    if threading.current_thread() is threading.main_thread():
-        sizes["result"] += sum(len(c) for s, c in chunks if s == "result")
-    return chunks
+def counting(poll):
+    def counted_poll(self, *a, **k):
+        inside.append(1)  # SocketIO's poll may call PipeIO's: count the outer one only
+        try:
+            chunks = poll(self, *a, **k)
+        finally:
+            inside.pop()
+        if not inside and threading.current_thread() is threading.main_thread():
+            sizes["result"] += sum(len(c) for s, c in chunks if s == "result")
+        return chunks
+    return counted_poll
 
 sb = Sandbox(SandboxConfig(backend=backend, pool_size=2))
 pool = sb.pool()
@@ -73,9 +81,13 @@ for t in threading.enumerate():  # the backend's one-off look for leftovers (eng
 for t in threading.enumerate():  # a delayed look (a timer) starts its reaping thread when it fires
     if t.name.startswith("sandforge-leftovers"):
         t.join(timeout=120.0)
-channel.PipeIO.send, channel.PipeIO.poll = counted_send, counted_poll
+channel.PipeIO.send = counted_send
+for cls, poll in polls.items():
+    cls.poll = counting(poll)
 out = sb.execute(ExecutionRequest(code=PROGRAM))
-channel.PipeIO.send, channel.PipeIO.poll = send, poll
+channel.PipeIO.send = send
+for cls, poll in polls.items():
+    cls.poll = poll
 print(json.dumps(sizes), flush=True)
 
 for line in sys.stdin:
