@@ -106,10 +106,10 @@ TRUNCATION_MARK = "\n[... truncated by sandforge]"
 #: the deadline: a container's runtime tears it down before the stream ends (tens of ms; more under load).
 END_GRACE_S = 2.0
 #: How long the host waits for a worker's exit once its channel has ended before it kills the worker. A runner
-#: exits at once; but under load its pid-1 mirror (rootless, ``lockdown._become_pid1``) or its zygote may wait
-#: to be scheduled, and a kill that lands before the mirror reaps the program loses the program's CPU time from
-#: the host's account, so a CPU-limit kill would read as an outside kill. Only a runner that keeps running
-#: after closing its channel (an escaped program) ever waits this out.
+#: exits at once; but under load its pid-1 mirror (a runner started without a zygote: ``lockdown._become_pid1``)
+#: or its zygote may wait to be scheduled, and a kill that lands before the mirror reaps the program loses the
+#: program's CPU time from the host's account, so a CPU-limit kill would read as an outside kill. Only a
+#: runner that keeps running after closing its channel (an escaped program) ever waits this out.
 EXIT_GRACE_S = 5.0
 log = logging.getLogger(__name__)
 
