@@ -60,6 +60,13 @@ GCS_PROBE_S = 2.0
 
 #: How many times an execution whose node was lost before it sent anything moves to another node.
 LOST_NODE_RETRIES = 2
+#: How long a node this executor saw lost must show a live raylet before it is used again. Ray lists a dead
+#: node as alive until its health checks have missed enough (15-30 s by default, longer on a loaded machine),
+#: so the refresh a loss triggers may list it again; a node whose raylet still accepts connections (its host
+#: actor restarted in place) is used again at once.
+LOST_QUARANTINE_S = 60.0
+#: How long that check of a lost node's raylet may take.
+RAYLET_PROBE_S = 0.5
 
 
 @dataclass
@@ -167,6 +174,7 @@ class RayExecutor:
         self._digest = config_digest(config)
         self._lock = threading.Lock()
         self._nodes: dict[str, Node] = {}
+        self._lost_at: dict[str, float] = {}  # node id -> when this executor saw it lost (LOST_QUARANTINE_S)
         self._refreshed = 0.0
         self._connected = False
         self._rr = itertools.count()
@@ -261,11 +269,16 @@ class RayExecutor:
             self._disconnect()
             raise ClusterUnavailable(f"lost the Ray cluster at {self.address}: {exc}") from exc
         alive: dict[str, Node] = {}
+        now = time.monotonic()
+        self._lost_at = {n: t for n, t in self._lost_at.items() if now - t < LOST_QUARANTINE_S}
         for info in listed:
             backends = node_backends(info.get("Resources", {}))
             if not info.get("Alive") or not backends:
                 continue
             node_id = info["NodeID"]
+            if node_id in self._lost_at and not _raylet_listens(info):
+                continue  # seen lost, and its raylet is gone: Ray's table has not caught up yet
+            self._lost_at.pop(node_id, None)
             node = self._nodes.get(node_id) or Node(node_id, backends, self._host_actor(ray, node_id, backends))
             node.backends = backends
             alive[node_id] = node
@@ -317,6 +330,7 @@ class RayExecutor:
     def _lost(self, node: Node) -> None:
         with self._lock:
             self._nodes.pop(node.node_id, None)
+            self._lost_at[node.node_id] = time.monotonic()
             self._refreshed = 0.0
         node.drop()
         leftovers.reap_in_background()  # what the lost node's sandboxes left on this machine, if it ran here
@@ -520,9 +534,9 @@ def _same_gcs(ray: Any) -> bool:
     target = _socket_address(address)
     if target is None:
         return True
+    if not _accepts(target, GCS_PROBE_S):  # a fresh client would wait ~40 s for a GCS that does not listen
+        return False
     try:
-        with socket.create_connection(target, timeout=GCS_PROBE_S):
-            pass  # the GCS is listening (a fresh client would otherwise wait ~40 s for it)
         return bool(_gcs_cluster_id(address) == expected)
     except Exception:  # gone, or (re)starting: connect afresh rather than risk the abort
         log.debug("could not compare the GCS's cluster id", exc_info=True)
@@ -533,6 +547,23 @@ def _gcs_cluster_id(address: str) -> Any:
     """The id of the cluster whose GCS answers at ``address`` (a fresh client: it fetches the id on connect)."""
     raylet: Any = importlib.import_module("ray._raylet")
     return raylet.GcsClient(address=address).cluster_id
+
+
+def _accepts(target: tuple[str, int], timeout_s: float) -> bool:
+    """Whether something accepts a connection at ``target`` within ``timeout_s``."""
+    try:
+        with socket.create_connection(target, timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _raylet_listens(info: dict[str, Any]) -> bool:
+    """Whether the raylet of a node in Ray's table accepts connections (True where the table names none)."""
+    host, port = info.get("NodeManagerAddress"), info.get("NodeManagerPort")
+    if not isinstance(host, str) or not isinstance(port, int) or not port:
+        return True
+    return _accepts((host, port), RAYLET_PROBE_S)
 
 
 def _socket_address(address: str) -> tuple[str, int] | None:

@@ -147,3 +147,43 @@ def test_an_address_nobody_listens_at_is_unavailable_once_its_connect_time_is_up
     with pytest.raises(ClusterUnavailable, match=r"at no-such-host\.invalid:6379: Name or service not known"):
         executor_mod._wait_listening("no-such-host.invalid:6379", time.monotonic() + 60)
     assert lookups == [("no-such-host.invalid", 6379)]  # a name that does not resolve is not asked again
+
+
+class TableRay:
+    """Ray's node table as a driver reads it (``ray.nodes()``), each node offering the subprocess backend."""
+
+    def __init__(self, raylet_ports: dict[str, int]) -> None:
+        self.table = [
+            {"NodeID": node_id, "Alive": True, "NodeManagerAddress": "127.0.0.1", "NodeManagerPort": port,
+             "Resources": {f"{executor_mod.RESOURCE_PREFIX}subprocess": 1000}}
+            for node_id, port in raylet_ports.items()
+        ]  # fmt: skip
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self.table
+
+
+def test_a_node_seen_lost_is_not_used_again_while_ray_lists_it_but_its_raylet_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray lists a dead node as alive until its health checks give up, so the refresh a loss triggers may list
+    it again: a node this executor saw lost is used again only once its raylet accepts connections (its host
+    restarted in place) or LOST_QUARANTINE_S has passed (Ray's table is trusted again); other nodes are
+    admitted as listed."""
+    monkeypatch.setattr(executor_mod.leftovers, "reap_in_background", lambda: None)  # no node ran here
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        gone = closed.getsockname()[1]  # nothing listens here once closed: a raylet that died
+    with socket.socket() as raylet:
+        raylet.bind(("127.0.0.1", 0))
+        raylet.listen()
+        ray = TableRay({"dead": gone, "restarted": raylet.getsockname()[1], "other": gone})
+        ex = RayExecutor(SandboxConfig(cluster="ray://127.0.0.1:1"))  # a Ray Client address: no GCS to compare
+        ex._host_actor = lambda ray, node_id, backends: None  # type: ignore[method-assign]
+        for node_id in ("dead", "restarted"):
+            ex._lost(executor_mod.Node(node_id, frozenset({"subprocess"}), actor=None))
+        ex._refresh(ray)
+        assert set(ex._nodes) == {"restarted", "other"}
+        ex._lost_at["dead"] -= executor_mod.LOST_QUARANTINE_S
+        ex._refresh(ray)
+    assert set(ex._nodes) == {"dead", "restarted", "other"}
