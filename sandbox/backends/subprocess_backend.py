@@ -205,7 +205,7 @@ class SubprocessWorker:
         self._reaped = True
         if status is None:
             return ExitInfo()
-        return _exit_info(status, cpu, maxrss_kb if maxrss_kb > self._inherited_rss_kb else 0)
+        return _exit_info(status, cpu, maxrss_kb)
 
     async def _reap_on_loop(self, grace_s: float) -> ExitInfo:
         """:meth:`_reap` awaited on an event loop (the zygote's exit report wakes it)."""
@@ -235,7 +235,8 @@ class SubprocessWorker:
                 return None, 0.0, 0
             if pid:
                 self.proc.returncode = status
-                return status, rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss
+                peak_kb = rusage.ru_maxrss if rusage.ru_maxrss > self._inherited_rss_kb else 0  # 0: not observed
+                return status, rusage.ru_utime + rusage.ru_stime, peak_kb
             if time.monotonic() > deadline:
                 return None, 0.0, 0
             time.sleep(0.0005)
