@@ -1,6 +1,7 @@
 """Per-call cost of a warm execution against the fork floor (issue 39, item 4).
 
     .venv/bin/python bench/bench_percall.py [-n 30] [--rounds 3] [--backend subprocess] [--base OLD_TREE]
+        [--throughput N]
 
 What one warm ``Sandbox.execute`` of a trivial program costs end to end (acquire, send, run, result, exit
 report, clean-up, refill), beside its floor measured in the same run: a bare ``os.fork`` of this process
@@ -17,7 +18,10 @@ tree run in a process of its own beside this one: ``A`` is the old tree, ``B`` t
 hit all alike. Goals (subprocess): warm p50 at most 3x the floor's p50, host CPU at most 1.5 ms per
 execution; runsc: warm p50 at most 4 ms. Printed as measured / floor / goal with the load average. With
 ``--backend runsc`` a bare gVisor container is measured too (``runsc_floor``): the runtime's own round trip,
-which any design that takes the exit status from ``runsc run`` waits for.
+which any design that takes the exit status from ``runsc run`` waits for. With ``--throughput N`` (runsc) also
+executions per second from 4 callers at once (goal: at least 20 on 2 cores) against bare gVisor containers
+started, used once and ended by as many callers in the same run, with the machine's CPU per execution of each:
+a sandbox is never reused, so the runtime's own start-and-end rate bounds any design.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +119,7 @@ sb.close()
 GOAL_RATIO = 3.0
 GOAL_CPU_MS = 1.5
 GOAL_RUNSC_MS = 4.0
+GOAL_RUNSC_PER_S = 20.0
 
 
 def _cpu() -> float:
@@ -163,64 +170,174 @@ ECHO = ("import os,sys\nos.write(1,b'r')\nn=int(sys.argv[1])\nwhile n>0: n-=len(
 _FLOOR_IDS = itertools.count()
 
 
-def runsc_floor(n: int, request_bytes: int, result_bytes: int) -> dict[str, list[float]]:
-    """``n`` warm round trips through bare gVisor containers (``runsc run`` of ``ECHO`` in the sandbox image and
-    spec, started and ready before the clock starts, as a pooled worker is): ms from the request's write to the
-    result (``result``), to the channel's end (``eof``), to ``runsc run``'s exit, whose status is the program's
-    (``wall``); and the host CPU of the wait (this process: the runtime's own CPU is not in it)."""
-    from sandforge.sandbox import image, oci_spec
+def _runsc_setup() -> tuple[list[str], Path, Path, Any]:
+    """The runtime's command, the sandbox image's root file system, the bundles' directory, the config."""
+    from sandforge.sandbox import image
     from sandforge.sandbox.config import SandboxConfig
-    from sandforge.sandbox.oci_runtime import RUNTIME_ENV, STATE_DIR, runtime_command
-    from sandforge.sandbox.protocol import Limits
+    from sandforge.sandbox.oci_runtime import STATE_DIR, runtime_command
 
     command, config = runtime_command("runsc"), SandboxConfig()
     assert command is not None
-    rootfs = image.oci_rootfs(image.expected_tag(config.image))
     bundles = STATE_DIR / "bundles"
     bundles.mkdir(parents=True, exist_ok=True, mode=0o700)
-    out: dict[str, list[float]] = {"result": [], "eof": [], "wall": [], "cpu": []}
-    for _ in range(n):
-        cid = f"floor-{os.getpid()}-{next(_FLOOR_IDS)}"
-        bundle = bundles / cid
-        bundle.mkdir(mode=0o700)
+    return command, image.oci_rootfs(image.expected_tag(config.image)), bundles, config
+
+
+class BareContainer:
+    """One bare gVisor container: ``runsc run`` of ``ECHO`` in the sandbox image and spec (no runner, no
+    lock-down, no protocol), started by the constructor; :meth:`round_trip` once it is ready; then :meth:`end`."""
+
+    def __init__(self, setup: tuple[list[str], Path, Path, Any], request_bytes: int, result_bytes: int) -> None:
+        from sandforge.sandbox import oci_spec
+        from sandforge.sandbox.oci_runtime import RUNTIME_ENV
+        from sandforge.sandbox.protocol import Limits
+
+        self.command, rootfs, bundles, config = setup
+        self.request_bytes, self.result_bytes = request_bytes, result_bytes
+        self.cid = f"floor-{os.getpid()}-{next(_FLOOR_IDS)}"
+        self.bundle = bundles / self.cid
+        self.bundle.mkdir(mode=0o700)
         args = ["/usr/bin/python3", "-I", "-S", "-c", ECHO, str(request_bytes), str(result_bytes)]
         spec = oci_spec.container_spec(rootfs=rootfs, args=args, limits=Limits(), uid=config.sandbox_uid,
                                        gid=config.sandbox_gid, cgroups_path=None, memory_headroom_mb=256,
                                        pids_headroom=64)  # fmt: skip
-        (bundle / "config.json").write_text(json.dumps(spec))
-        proc = subprocess.Popen([*command, "run", "--bundle", str(bundle), cid], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=RUNTIME_ENV)  # fmt: skip
-        assert proc.stdin is not None and proc.stdout is not None
+        (self.bundle / "config.json").write_text(json.dumps(spec))
+        self.proc = subprocess.Popen([*self.command, "run", "--bundle", str(self.bundle), self.cid],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=RUNTIME_ENV)  # fmt: skip
+
+    def ready(self) -> None:
+        """Wait for the program's ready byte (its interpreter up inside the sandbox)."""
+        assert self.proc.stdout is not None
+        if os.read(self.proc.stdout.fileno(), 1) != b"r":
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=30)
+            raise SystemExit(f"the runsc floor's container did not start: {err.decode(errors='replace')[-500:]}")
+
+    def round_trip(self) -> tuple[float, float, float]:
+        """Write the request, read the result, the stream to its end and reap ``runsc run``, whose status is
+        the program's: seconds from the request to each."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        began = time.perf_counter()
+        self.proc.stdin.write(b"q" * self.request_bytes)
+        self.proc.stdin.flush()
+        got = 0
+        while got < self.result_bytes:
+            got += len(os.read(self.proc.stdout.fileno(), 1 << 16))
+        result = time.perf_counter()
+        while os.read(self.proc.stdout.fileno(), 1 << 16):
+            pass
+        eof = time.perf_counter()
+        status = self.proc.wait()
+        done = time.perf_counter()
+        if status != 0:
+            raise SystemExit(f"the runsc floor's container exited {status}")
+        return result - began, eof - began, done - began
+
+    def end(self) -> None:
+        """Kill it if it still runs; delete it if ``runsc run`` did not (it deletes what ended cleanly)."""
+        from sandforge.sandbox.oci_runtime import RUNTIME_ENV
+
+        clean = self.proc.poll() == 0
+        self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        if not clean:
+            subprocess.run([*self.command, "delete", "--force", self.cid], capture_output=True, env=RUNTIME_ENV,
+                           check=False)  # fmt: skip
+        shutil.rmtree(self.bundle, ignore_errors=True)
+
+
+def runsc_floor(n: int, request_bytes: int, result_bytes: int) -> dict[str, list[float]]:
+    """``n`` warm round trips through bare gVisor containers (:class:`BareContainer`, ready before the clock
+    starts, as a pooled worker is): ms from the request's write to the result (``result``), to the channel's
+    end (``eof``), to ``runsc run``'s exit, whose status is the program's (``wall``); and the host CPU of the
+    wait (this process: the runtime's own CPU is not in it)."""
+    setup = _runsc_setup()
+    out: dict[str, list[float]] = {"result": [], "eof": [], "wall": [], "cpu": []}
+    for _ in range(n):
+        bare = BareContainer(setup, request_bytes, result_bytes)
         try:
-            if os.read(proc.stdout.fileno(), 1) != b"r":
-                proc.kill()
-                _, err = proc.communicate(timeout=30)
-                raise SystemExit(f"the runsc floor's container did not start: {err.decode(errors='replace')[-500:]}")
-            c0, began = _cpu(), time.perf_counter()
-            proc.stdin.write(b"q" * request_bytes)
-            proc.stdin.flush()
-            got = 0
-            while got < result_bytes:
-                got += len(os.read(proc.stdout.fileno(), 1 << 16))
-            result = time.perf_counter()
-            while os.read(proc.stdout.fileno(), 1 << 16):
-                pass
-            eof = time.perf_counter()
-            proc.wait()
-            done = time.perf_counter()
-            out["result"].append((result - began) * 1000)
-            out["eof"].append((eof - began) * 1000)
-            out["wall"].append((done - began) * 1000)
+            bare.ready()
+            c0 = _cpu()
+            result, eof, wall = bare.round_trip()
             out["cpu"].append((_cpu() - c0) * 1000)
         finally:
-            proc.kill()
-            proc.wait()
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-            subprocess.run([*command, "delete", "--force", cid], capture_output=True, env=RUNTIME_ENV, check=False)
-            shutil.rmtree(bundle, ignore_errors=True)
+            bare.end()
+        out["result"].append(result * 1000)
+        out["eof"].append(eof * 1000)
+        out["wall"].append(wall * 1000)
     return out
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (every core, every process: ``/proc/stat``)."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _drive(callers: int, total: int, one: Callable[[], None]) -> tuple[float, float]:
+    """Run ``one`` ``total`` times from ``callers`` threads at once; the seconds from the first start to the
+    last end, and the machine's busy CPU seconds meanwhile."""
+    left = itertools.count()
+    errors: list[BaseException] = []
+
+    def caller() -> None:
+        while next(left) < total and not errors:
+            try:
+                one()
+            except BaseException as exc:  # reported below, after every thread stopped
+                errors.append(exc)
+
+    threads = [threading.Thread(target=caller) for _ in range(callers)]
+    busy, began = _machine_busy_s(), time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise SystemExit(f"a throughput caller failed: {errors[0]}")
+    return time.perf_counter() - began, _machine_busy_s() - busy
+
+
+def runsc_throughput(callers: int, total: int, request_bytes: int, result_bytes: int) -> dict[str, float]:
+    """Executions per second through this tree's runsc backend, ``callers`` at once with a pool of as many
+    (warm at the start), against its floor in the same run: bare gVisor containers (:class:`BareContainer`),
+    each started, used once and ended by the same number of callers. Every execution needs a sandbox of its
+    own, so the rate at which the runtime starts and ends them bounds any design that never reuses one."""
+    from sandforge.sandbox import ExecutionRequest, Sandbox, SandboxConfig
+
+    def bare() -> None:
+        container = BareContainer(setup, request_bytes, result_bytes)
+        try:
+            container.ready()
+            container.round_trip()
+        finally:
+            container.end()
+
+    setup = _runsc_setup()
+    with Sandbox(SandboxConfig(backend="runsc", pool_size=callers)) as sandbox:
+
+        def ours() -> None:
+            out = sandbox.execute(ExecutionRequest(code=PROGRAM))
+            if not out.ok or out.value != 2:
+                raise RuntimeError(f"{out.error_type}: {out.error_message}")
+
+        for _ in range(callers):  # warm-up: the pool made and filled
+            ours()
+        if not sandbox.pool().wait_ready(callers, timeout=120.0):
+            raise SystemExit("the runsc pool did not fill")
+        ours_s, ours_cpu = _drive(callers, total, ours)
+    bare_s, bare_cpu = _drive(callers, total, bare)
+    cores = os.cpu_count() or 1
+    return {"callers": callers, "executions": total, "ours_per_s": round(total / ours_s, 2),
+            "bare_per_s": round(total / bare_s, 2), "ours_cpu_ms_per": round(ours_cpu / total * 1000, 1),
+            "bare_cpu_ms_per": round(bare_cpu / total * 1000, 1), "ours_busy": round(ours_cpu / ours_s / cores, 2),
+            "bare_busy": round(bare_cpu / bare_s / cores, 2)}  # fmt: skip
 
 
 class Tree:
@@ -269,14 +386,33 @@ def _print_runsc(result: dict[str, Any], split: dict[str, list[float]]) -> None:
           f"run`'s exit): {ours / bare:.2f}x it")  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def _print_throughput(rate: dict[str, float]) -> dict[str, float]:
+    """The throughput goal's line: ours, the bare containers' rate, and the machine's CPU per execution of each
+    (every process's: the runtime's and the sandbox's too), which says whether the cores bound the rate."""
+    verdict = "PASS" if rate["ours_per_s"] >= GOAL_RUNSC_PER_S else "MISS"
+    print(f"- {verdict} runsc throughput {rate['ours_per_s']:.1f} executions/s, {rate['callers']:g} callers "
+          f"(goal >= {GOAL_RUNSC_PER_S:g}/s on 2 cores); bare gVisor containers, started, used once and ended "
+          f"by as many callers in the same run: {rate['bare_per_s']:.1f}/s: "
+          f"{rate['ours_per_s'] / rate['bare_per_s']:.2f}x them; machine CPU per execution "
+          f"{rate['ours_cpu_ms_per']:.0f} ms against {rate['bare_cpu_ms_per']:.0f} ms (cores "
+          f"{rate['ours_busy']:.0%} / {rate['bare_busy']:.0%} busy); load {os.getloadavg()[0]:.2f}")  # fmt: skip
+    return rate
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_percall.py", description=__doc__)
     p.add_argument("-n", type=int, default=30, help="timed executions per round and tree")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--backend", default="subprocess")
     p.add_argument("--base", type=Path, help="an old tree to measure beside this one (process A)")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
-    args = p.parse_args(argv)
+    p.add_argument("--throughput", type=int, default=0, metavar="N",
+                   help="runsc: also N executions from 4 callers at once, against as many bare containers")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = _args(argv)
     here = Path(__file__).resolve().parent.parent
     trees = {"B": here} if args.base is None else {"A": args.base.resolve(), "B": here}
     load_start = os.getloadavg()
@@ -332,6 +468,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f" ms; goal <= {GOAL_CPU_MS:g} ms)")  # fmt: skip
     if gvisor:
         _print_runsc(result, split)
+    if gvisor and args.throughput > 0:
+        result["throughput"] = _print_throughput(runsc_throughput(4, args.throughput, sizes["request"],
+                                                                  sizes["result"]))  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     return result
