@@ -53,6 +53,9 @@ class WorkerIO(abc.ABC):
     #: files: where that disk takes huge pages (the subprocess backend's tmpfs) this is the cheaper way in, since
     #: filling a memfd costs a small page per 4 KiB (``docs/files.md``, "How the bytes cross").
     streams_inputs: bool = False
+    #: How many bytes the result channel carried after the ready frame, in the reads that brought it: the runner
+    #: writes nothing between its ready report and the program's frame, so the exchange refuses any.
+    early_bytes: int = 0
 
     @abc.abstractmethod
     def send(self, data: bytes, deadline: float | None = None) -> None: ...

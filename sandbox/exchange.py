@@ -234,27 +234,43 @@ class Exchange:
 
 
 def await_ready(io: WorkerIO, limits: Limits, timeout: float) -> ReadyFrame:
-    """Wait for the runner's ``ready`` frame after boot; anything else means the worker is unusable."""
+    """Wait for the runner's ``ready`` frame after boot; anything else means the worker is unusable. What came
+    after it in the same reads is counted in ``io.early_bytes`` (the exchange refuses it)."""
     reader = FrameReader(limits.max_message_bytes)
     deadline = time.monotonic() + timeout
     stderr = BoundedCapture(4096)
-    while (remaining := deadline - time.monotonic()) > 0:
+    ready: ReadyFrame | None = None
+    while ready is None and (remaining := deadline - time.monotonic()) > 0:
         for stream, chunk in io.poll(remaining):
             if stream == "stderr":
                 stderr.add(chunk)
                 continue
             if stream != "result":
                 continue
+            if ready is not None:  # (an end here is a worker gone before use, which the exchange sees)
+                io.early_bytes += len(chunk)
+                continue
             if not chunk:
                 raise ProtocolError(f"worker exited during start-up: {stderr.text().strip()[-500:]}")
             for body in reader.feed(chunk):
-                frame = decode_runner_frame(body)
-                if not isinstance(frame, ReadyFrame):
-                    raise ProtocolError(f"expected a ready frame, got {frame.type!r}")
-                if frame.version != PROTOCOL_VERSION:
-                    raise ProtocolError(f"the runner speaks protocol {frame.version}, the host {PROTOCOL_VERSION}")
-                return frame
-    raise ProtocolError(f"worker did not report ready within {timeout:.1f}s")
+                if ready is not None:
+                    io.early_bytes += HEADER.size + len(body)
+                    continue
+                ready = _ready_frame(body)
+        if ready is not None:
+            io.early_bytes += reader.pending
+    if ready is None:
+        raise ProtocolError(f"worker did not report ready within {timeout:.1f}s")
+    return ready
+
+
+def _ready_frame(body: bytes) -> ReadyFrame:
+    frame = decode_runner_frame(body)
+    if not isinstance(frame, ReadyFrame):
+        raise ProtocolError(f"expected a ready frame, got {frame.type!r}")
+    if frame.version != PROTOCOL_VERSION:
+        raise ProtocolError(f"the runner speaks protocol {frame.version}, the host {PROTOCOL_VERSION}")
+    return frame
 
 
 def run_exchange(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandler | None) -> Exchange:
@@ -282,6 +298,9 @@ def exchange_steps(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandle
     if outer is not None and outer < deadline:
         deadline, allowed = outer, max(outer - started, 0.0)
     ex.deadline = deadline
+    if io.early_bytes:
+        _after_result(ex, "data_before_execute", f"{io.early_bytes} bytes after the ready report, before any program")
+        return ex
     try:
         ex.base_context = ContextSnapshot.coerce(request.context)  # a snapshot unless built without validation
         send_execute(io, request, ex.base_context, limits.max_message_bytes, deadline=deadline)
@@ -612,8 +631,9 @@ def _is_result(body: bytes) -> bool:
 
 
 def _after_result(ex: Exchange, event: str, detail: str) -> None:
-    """Anything on the result channel after a complete result: the runner writes one result and exits, so
-    something else wrote this (a program that forged a result before the runner's own, or after it)."""
+    """Anything on the result channel after a complete result, or between the ready report and the program:
+    the runner writes one result and exits, and nothing before it has the program, so something else wrote
+    this (a program that forged a result before the runner's own, or after it)."""
     ex.failure = (ErrorType.SANDBOX_VIOLATION, f"the sandbox broke the protocol: {detail}")
     ex.context = None
     ex.security_event = SecurityEvent(source="host", event=event, detail=detail)

@@ -507,6 +507,15 @@ def _import_for(proxies: dict[str, types.SimpleNamespace]) -> Any:
     return _IMPORTS[0][1]
 
 
+def prime(proxies: dict[str, types.SimpleNamespace]) -> None:
+    """Build what ``build_globals`` makes once per process (the guards' tables, the printer class, the base
+    builtins, the import of ``proxies``) now: in a zygote, once for every runner it forks, instead of in each."""
+    _prime()
+    _printer_class()
+    _base_builtins()
+    _import_for(proxies)
+
+
 def build_globals(proxies: dict[str, types.SimpleNamespace], stdout: BoundedText, bridge: Bridge) -> dict[str, Any]:
     """The program's globals, once per execution: a copy of the builtins with this run's import, ``tool``
     and ``delegate``, the guards, and a fresh table of class levels (``OwnedClasses``)."""

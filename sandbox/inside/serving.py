@@ -14,6 +14,7 @@ import os
 import resource
 import sys
 import types
+from dataclasses import dataclass
 from typing import Any
 
 from . import bundle, envmodules, files, generators, packages, standins, tripwire
@@ -30,7 +31,7 @@ from .channel import (
 )
 from .compilation import compile_program, shipped_code
 from .fetching import error_kind
-from .guards import build_globals
+from .guards import build_globals, prime
 from .lazycontext import ContextText, LazyContext, NotJson, dump_json, encode
 from .lockdown import lock_down
 from .preload import rewarm
@@ -157,15 +158,30 @@ def _run_canary(canary: Any) -> None:
     raise SandboxViolation("the tripwire did not stop the canary", "canary_not_stopped")
 
 
-def execute(
-    frame: dict[str, Any], raw_context: dict[str, ContextText], boot: dict[str, Any], bridge: Bridge,
-    proxies: dict[str, Any], *, out_fd: int = -1, armed: bool = False,
-    inputs: list[tuple[str, files.Body]] | None = None,
-) -> Result:  # fmt: skip
-    """Run the program; with ``armed``, the installed tripwire is armed first (on ``out_fd``). With ``inputs``
-    (a list, maybe empty) the program gets its files: ``inputs/`` and ``outputs/`` in the working directory."""
-    limits = boot["limits"]
+@dataclass
+class ProgramGlobals:
+    """The program's stdout capture and globals: one execution's, never reused. ``serve`` builds them before the
+    execute frame comes (while the worker waits in its pool), so the run does not wait for them: copying the
+    builtins writes a reference count on each, a page copied from the zygote per object (~100 faults)."""
+
+    stdout: BoundedText
+    namespace: dict[str, Any]
+
+
+def program_globals(proxies: dict[str, Any], limits: dict[str, Any], bridge: Bridge) -> ProgramGlobals:
     stdout = BoundedText(int(limits["max_output_bytes"]))
+    return ProgramGlobals(stdout, build_globals(proxies, stdout, bridge))
+
+
+def execute(
+    frame: dict[str, Any], raw_context: dict[str, ContextText], boot: dict[str, Any], built: ProgramGlobals, *,
+    out_fd: int = -1, armed: bool = False, inputs: list[tuple[str, files.Body]] | None = None,
+) -> Result:  # fmt: skip
+    """Run the program in ``built`` (its globals: ``program_globals``); with ``armed``, the installed tripwire is
+    armed first (on ``out_fd``). With ``inputs`` (a list, maybe empty) the program gets its files: ``inputs/``
+    and ``outputs/`` in the working directory."""
+    limits = boot["limits"]
+    stdout = built.stdout
     result = Result()
     compiled = shipped_code(frame)
     error = None
@@ -177,7 +193,7 @@ def execute(
     area, error = files.prepare(inputs) if error is None else (None, error)
     if error is None:
         assert compiled is not None
-        namespace = build_globals(proxies, stdout, bridge)
+        namespace = built.namespace
         context = LazyContext(raw_context)
         canary = _arm(frame, armed, out_fd, compiled, stdout, limits, area, namespace)
         try:
@@ -276,6 +292,7 @@ def prepare(boot: dict[str, Any]) -> dict[str, types.SimpleNamespace]:
         if parent in proxies:
             setattr(proxies[parent], child, module)
     compile_program("return 1")  # warm RestrictedPython's lazily imported parts
+    prime(proxies)  # in a zygote: once for all its runners
     return proxies
 
 
@@ -333,6 +350,7 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
         proxies = dict(proxies)  # a zygote's children share its proxies: each adds its own environment's
         envmodules.expose(boot, proxies)
     write_frame(out_fd, ready)
+    built = program_globals(proxies, boot["limits"], Bridge(channel, out_fd, max_bytes))  # no program known yet
     rewarm(in_fd)  # a runner of an environment zygote: its packages' first use, while it waits
     inputs: list[tuple[str, files.Body]] = []
     passed: dict[int, int] = {}  # the input files' sealed memfds, by index, until files.receive takes them
@@ -351,8 +369,7 @@ def serve(in_fd: int, out_fd: int, boot: dict[str, Any], proxies: dict[str, type
         result.fail(_error("invalid_request", str(frame.get("error") or wrong_env or "expected an execute frame")))
     else:
         _SETITIMER(_ITIMER_REAL, float(boot["limits"]["timeout_s"]) + BACKSTOP_GRACE_S)
-        result = execute(frame, raw_context, boot, Bridge(channel, out_fd, max_bytes), proxies,
-                         out_fd=out_fd, armed=armed, inputs=inputs)  # fmt: skip
+        result = execute(frame, raw_context, boot, built, out_fd=out_fd, armed=armed, inputs=inputs)
         pause_backstop()
     files.release(inputs)  # already closed once the file area holds them (before the program ran)
     write_frames(out_fd, *_encode_result(result, max_bytes, out_sock is not None), sock=out_sock)

@@ -192,9 +192,9 @@ def test_forged_frames_cannot_forge_what_the_host_reports(escaped_backend: Backe
     code = (
         "import os, json, struct, sys\n"
         "f = sys._getframe()\n"
-        "while 'bridge' not in f.f_locals:\n    f = f.f_back\n"
+        "while 'out_fd' not in f.f_locals:\n    f = f.f_back\n"
         f"body = json.dumps({forged!r}).encode()\n"
-        "os.write(f.f_locals['bridge'].out_fd, struct.pack('>I', len(body)) + body)\n"
+        "os.write(f.f_locals['out_fd'], struct.pack('>I', len(body)) + body)\n"
         "return 'real'"
     )
     out = escaped(escaped_backend, code)

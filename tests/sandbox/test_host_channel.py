@@ -26,8 +26,8 @@ from sandforge.sandbox.backends.docker_backend import DockerBackend
 from sandforge.sandbox.backends.oci_backend import OciBackend
 from sandforge.sandbox.backends.subprocess_backend import SubprocessBackend
 from sandforge.sandbox.channel import Stream, WorkerIO
-from sandforge.sandbox.exchange import ExitInfo, build_outcome, run_exchange
-from sandforge.sandbox.protocol import HEADER, CallFrame, ProtocolError, decode_runner_frame
+from sandforge.sandbox.exchange import ExitInfo, await_ready, build_outcome, run_exchange
+from sandforge.sandbox.protocol import HEADER, PROTOCOL_VERSION, CallFrame, ProtocolError, decode_runner_frame
 from tests.conftest import BACKEND_PARAMS
 from tests.sandbox.test_container_boundary import ESCAPED_BOOTSTRAP
 
@@ -132,6 +132,31 @@ def test_an_ok_result_needs_a_clean_exit() -> None:
     assert out.security_event is not None and out.security_event.source == "host"
 
 
+READY = {"type": "ready", "version": PROTOCOL_VERSION, "pid": 7, "protections": {}}
+
+
+@pytest.mark.parametrize("early", [frame(OK), frame(OK)[:3]], ids=["a whole result", "a frame's first bytes"])
+def test_bytes_after_the_ready_report_and_before_the_program_are_a_violation(early: bytes) -> None:
+    """The runner writes nothing between its ready report and the program's frame (it has no program yet): what
+    came in the reads that brought the report is counted, and the exchange refuses the worker before it sends
+    the program, whatever those bytes would have said."""
+    io = ScriptedIO(frame(READY) + early)
+    assert await_ready(io, LIMITS, 5.0).pid == 7
+    assert io.early_bytes == len(early)
+    ex = run_exchange(io, ExecutionRequest(code="return 1", limits=LIMITS), None)
+    out = build_outcome(ex, ExitInfo(exit_code=0), backend="test", protections={}, limits=LIMITS)
+    assert out.error_type == ErrorType.SANDBOX_VIOLATION and out.value is None and out.context is None
+    assert out.security_event is not None and out.security_event.event == "data_before_execute"
+    assert io.sent == b""  # the program never went to that worker
+
+
+def test_a_ready_report_alone_leaves_nothing_early() -> None:
+    io = ScriptedIO(frame(READY))
+    assert await_ready(io, LIMITS, 5.0).version == PROTOCOL_VERSION
+    assert io.early_bytes == 0
+    assert exchange_with(frame(OK)).ok
+
+
 class LateEndIO(ScriptedIO):
     """A worker whose channel ends ``late_s`` after its result (a container's teardown), or never."""
 
@@ -219,10 +244,9 @@ def test_calls_must_come_in_order() -> None:
 FIND_CHANNELS = """
 import json, os, struct, sys, time
 f = sys._getframe()
-while 'bridge' not in f.f_locals:
+while 'out_fd' not in f.f_locals:
     f = f.f_back
-bridge = f.f_locals['bridge']
-out = bridge.out_fd
+out = f.f_locals['out_fd']
 def send(obj):
     body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
     view = memoryview(struct.pack('>I', len(body)) + body)

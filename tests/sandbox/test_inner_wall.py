@@ -381,7 +381,8 @@ return 1
     boot = {"limits": {"max_output_bytes": 1000, "memory_mb": 64}}
     frame = {"code": code, "args": [], "kwargs": {}}
     saved = sys.stdout, sys.stdin
-    result = serving.execute(frame, {}, boot, bridge.Bridge(0, 1, 1000), proxies)
+    built = serving.program_globals(proxies, boot["limits"], bridge.Bridge(0, 1, 1000))
+    result = serving.execute(frame, {}, boot, built)
     assert (sys.stdout, sys.stdin) == saved  # restored after the program
     assert result.header["status"] == "error"
     assert result.header["error"]["type"] == "sandbox_violation", result.header
