@@ -52,6 +52,9 @@ from sandforge.runtime.environments.target import probe
 from sandforge.sandbox import EnvironmentMount, ExecutionRequest, Sandbox, SandboxConfig
 
 GOAL = 1.5
+#: The goal proposed where ``GOAL`` is below the floor (issue 39, blocked): measured at most this much above the
+#: reachable floor printed in the same run (docs/benchmarks.md, "Round 8").
+PROPOSED_TO_REACHABLE = 1.15
 FLOOR_CODE = "return sum([1, 2, 3])\n"
 CODE = {
     "pandas": 'import pandas\nframe = pandas.DataFrame({"a": [1, 2, 3]})\nreturn int(frame["a"].sum())\n',
@@ -212,9 +215,12 @@ def report(result: dict[str, Any]) -> str:
     cold = result["cold_first_run_ms"]
     lines.append(f"{status}  measured / floor = {result['ratio']:.2f}x (goal <= {result['goal']}x); "
                  f"before: {result['before_ratio']:.2f}x; cold first run {cold:.0f} ms")  # fmt: skip
+    proposed = "PASS" if result["to_reachable"] <= PROPOSED_TO_REACHABLE else "FAIL"
     lines.append(f"reachable floor (floor + bare package - bare plain) {result['reachable_floor_ms']:.1f} ms = "
-                 f"{result['reachable_ratio']:.2f}x the floor; measured / reachable floor = "
-                 f"{result['to_reachable']:.2f}x")  # fmt: skip
+                 f"{result['reachable_ratio']:.2f}x the floor")  # fmt: skip
+    lines.append(f"{proposed}  measured / reachable floor = {result['to_reachable']:.2f}x (proposed goal <= "
+                 f"{PROPOSED_TO_REACHABLE}x: the {result['goal']}x goal is below the floor when the reachable floor "
+                 f"exceeds it)")  # fmt: skip
     return "\n".join(lines)
 
 
