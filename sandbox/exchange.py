@@ -244,23 +244,30 @@ def await_ready(io: WorkerIO, limits: Limits, timeout: float) -> ReadyFrame:
         for stream, chunk in io.poll(remaining):
             if stream == "stderr":
                 stderr.add(chunk)
-                continue
-            if stream != "result":
-                continue
-            if ready is not None:  # (an end here is a worker gone before use, which the exchange sees)
-                io.early_bytes += len(chunk)
-                continue
-            if not chunk:
-                raise ProtocolError(f"worker exited during start-up: {stderr.text().strip()[-500:]}")
-            for body in reader.feed(chunk):
-                if ready is not None:
-                    io.early_bytes += HEADER.size + len(body)
-                    continue
-                ready = _ready_frame(body)
+            elif stream == "result":
+                ready = _starting(io, reader, chunk, ready, stderr)
         if ready is not None:
             io.early_bytes += reader.pending
     if ready is None:
         raise ProtocolError(f"worker did not report ready within {timeout:.1f}s")
+    return ready
+
+
+def _starting(
+    io: WorkerIO, reader: FrameReader, chunk: bytes, ready: ReadyFrame | None, stderr: BoundedCapture
+) -> ReadyFrame | None:
+    """One chunk of the result channel during start-up: the ready frame once it is whole (checked), and what
+    follows it counted in ``io.early_bytes`` (an end there is a worker gone before use, which the exchange sees)."""
+    if ready is not None:
+        io.early_bytes += len(chunk)
+        return ready
+    if not chunk:
+        raise ProtocolError(f"worker exited during start-up: {stderr.text().strip()[-500:]}")
+    for body in reader.feed(chunk):
+        if ready is None:
+            ready = _ready_frame(body)
+        else:
+            io.early_bytes += HEADER.size + len(body)
     return ready
 
 
