@@ -20,9 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from click.testing import CliRunner
 
-from sandforge.runtime.cli import main as cli
 from sandforge.sandbox import leftovers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,16 +90,22 @@ def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
+def cleanup(tmpdir: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``sandforge cleanup`` in a process of its own that looks in ``tmpdir``. Not in this one with its
+    ``tempfile.tempdir`` changed: a look for leftovers this worker's backends started on a timer (a few
+    seconds after a start) would look there too, and reap the killed host's workdir before the test asks."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmpdir)}
+    command = [sys.executable, "-m", "sandforge", "cleanup", *flags]
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=60, check=False)
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("zygote", [True, False], ids=["zygote", "fresh-interpreter"])
-def test_a_killed_hosts_subprocess_sandbox_dies_and_its_workdir_is_reaped(
-    zygote: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_killed_hosts_subprocess_sandbox_dies_and_its_workdir_is_reaped(zygote: bool) -> None:
     # A temporary directory of the test's own: a backend starting in another test worker reaps dead
     # owners' leftovers in the shared one and could remove this workdir before ``cleanup`` is asked.
     own_tmp = Path(tempfile.mkdtemp(prefix="killed-host-"))
     own_tmp.chmod(0o755)
-    monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
     host, info = start_host("subprocess", zygote, own_tmp)
     pid = int(str(info["pid"]))
     # From a zygote the runner is born pid 1 of its namespace (one process); started directly it forks its pid-1 child
@@ -112,14 +116,14 @@ def test_a_killed_hosts_subprocess_sandbox_dies_and_its_workdir_is_reaped(
     assert wait_for(lambda: not alive(sandbox)), f"outlived the host: {[p.pid for p in alive(sandbox)]}"
     workdir = Path(str(info["workdir"]))
     assert workdir.name.startswith(leftovers.WORKDIR_PREFIX) and workdir.exists()
-    result = CliRunner().invoke(cli, ["cleanup", "--json", "--no-containers"])
-    assert result.exit_code == 0, result.output
-    listed = json.loads(result.output)["leftovers"]
+    result = cleanup(own_tmp, "--json", "--no-containers")
+    assert result.returncode == 0, result.stderr
+    listed = json.loads(result.stdout)["leftovers"]
     assert {"kind": "workdir", "name": workdir.name} in [{"kind": i["kind"], "name": i["name"]} for i in listed]
     assert workdir.exists(), "a dry run removed something"
-    result = CliRunner().invoke(cli, ["cleanup", "--apply", "--no-containers"])
-    assert result.exit_code == 0, result.output
-    assert not workdir.exists() and f"removed: workdir {workdir.name}" in result.output
+    result = cleanup(own_tmp, "--apply", "--no-containers")
+    assert result.returncode == 0, result.stderr
+    assert not workdir.exists() and f"removed: workdir {workdir.name}" in result.stdout
     own_tmp.rmdir()
 
 
