@@ -306,7 +306,8 @@ def exchange_steps(io: WorkerIO, request: ExecutionRequest, bridge: BridgeHandle
         deadline, allowed = outer, max(outer - started, 0.0)
     ex.deadline = deadline
     if io.early_bytes:
-        _after_result(ex, "data_before_execute", f"{io.early_bytes} bytes after the ready report, before any program")
+        early = f"{io.early_bytes} bytes after the ready report, before any program"
+        _protocol_broken(ex, "data_before_execute", early)
         return ex
     try:
         ex.base_context = ContextSnapshot.coerce(request.context)  # a snapshot unless built without validation
@@ -347,9 +348,9 @@ def _check_the_end(io: WorkerIO, reader: FrameReader, ex: Exchange) -> None:
         with contextlib.suppress(OSError):
             os.close(fd)
     if ex.failure is None and ex.complete and late:
-        _after_result(ex, "data_after_result", f"{len(late)} descriptors after the result")
+        _protocol_broken(ex, "data_after_result", f"{len(late)} descriptors after the result")
     if ex.failure is None and ex.complete and reader.pending:
-        _after_result(ex, "data_after_result", f"{reader.pending} bytes of an unfinished frame after the result")
+        _protocol_broken(ex, "data_after_result", f"{reader.pending} bytes of an unfinished frame after the result")
     elif ex.failure is None and not ex.complete and (ex.result is not None or reader.pending):
         ex.failure = (ErrorType.SANDBOX_VIOLATION, "the sandbox sent an incomplete result")
 
@@ -610,7 +611,7 @@ def _accept_context_text(ex: Exchange, body: bytes) -> None:
     if ex.complete:
         event, detail = ("second_result", "a second result frame") if _is_result(body) else (
             "data_after_result", "data after the result frame")  # fmt: skip
-        _after_result(ex, event, detail)
+        _protocol_broken(ex, event, detail)
         raise ProtocolError(detail)
     if len(ex.changed) == len(ex.result.context_changed):
         name, size = _framed_files(ex.result)[len(ex.files) - len(ex.result.files_passed)]
@@ -637,7 +638,7 @@ def _is_result(body: bytes) -> bool:
         return False
 
 
-def _after_result(ex: Exchange, event: str, detail: str) -> None:
+def _protocol_broken(ex: Exchange, event: str, detail: str) -> None:
     """Anything on the result channel after a complete result, or between the ready report and the program:
     the runner writes one result and exits, and nothing before it has the program, so something else wrote
     this (a program that forged a result before the runner's own, or after it)."""
